@@ -1,0 +1,81 @@
+"""Allocation: where the VM keeps each variable.
+
+Expects a typed `Program` (before lowering).  Guarantees every variable of
+every function a `VariableAllocation` in `Function.var_alloc`:
+
+- NULL: never read.  Its writes are dropped.
+- TEMPORARY: read only inside the block (segment between calls) that
+  writes it.  It never enters the VM state and needs no masked write.
+- REGISTER: crosses a block boundary or a call, or is a parameter or the
+  result (written by one function and read by another); one value per
+  member, masked writes.
+- FULL: live across a call whose callee can (transitively) call this
+  function again, so the callee may overwrite it: a register plus a
+  per-member stack; lowering saves it around exactly those calls.
+
+Algorithm: liveness per function, plus the transitive closure of the call
+graph.  Cost is linear in the program size times the CFG depth.
+"""
+
+import dataclasses
+
+from autobatch_vm import instructions as inst
+from autobatch_vm import liveness
+
+__all__ = ['allocate', 'call_graph_closure']
+
+VA = inst.VariableAllocation
+
+
+def call_graph_closure(program):
+  """name -> set of functions it can reach by one or more calls."""
+  direct = {f.name: {op.function for b in f.blocks for op in b.instructions
+                     if isinstance(op, inst.FunctionCallOp)}
+            for f in program.functions}
+  reach = {}
+  for name in direct:
+    seen, stack = set(), list(direct[name])
+    while stack:
+      g = stack.pop()
+      if g in seen:
+        continue
+      seen.add(g)
+      stack.extend(direct.get(g, ()))
+    reach[name] = seen
+  return reach
+
+
+def _allocate_function(fn, reach):
+  live = liveness.analyze(fn)
+  read = set()
+  for b in fn.blocks:
+    for op in b.instructions:
+      read |= liveness.reads(op, fn)
+    read |= liveness.reads(b.terminator, fn)
+  boundary = set(fn.vars_in) | set(inst.pattern_flatten(fn.vars_out))
+  for b in fn.blocks:
+    boundary |= live.live_in[b.label] | live.live_out[b.label]
+  full = set()
+  for (label, i), vars_across in live.across_call.items():
+    boundary |= vars_across
+    callee = fn.block(label).instructions[i].function
+    if callee == fn.name or fn.name in reach.get(callee, ()):
+      full |= vars_across
+  alloc = {}
+  for var in fn.var_defs:
+    if var not in read:
+      alloc[var] = VA.NULL
+    elif var in full:
+      alloc[var] = VA.FULL
+    elif var in boundary:
+      alloc[var] = VA.REGISTER
+    else:
+      alloc[var] = VA.TEMPORARY
+  return dataclasses.replace(fn, var_alloc=inst.FrozenDict(alloc))
+
+
+def allocate(program):
+  """Returns `program` with `var_alloc` set on every function."""
+  reach = call_graph_closure(program)
+  return dataclasses.replace(program, functions=tuple(
+      _allocate_function(f, reach) for f in program.functions))

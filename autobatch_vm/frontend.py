@@ -1,0 +1,358 @@
+"""The user-facing API: `Context`, `Context.batch` and `truthy`.
+
+A user writes the logic of ONE batch member, decorates it, and calls it on
+a whole batch (arrays whose axis 0 is the batch):
+
+    ctx = ab.Context()
+
+    @ctx.batch(type_inference=lambda arg_types: arg_types[0])
+    def fibonacci(n):
+      if n > 2:
+        return fibonacci(n - 1) + fibonacci(n - 2)
+      return 1
+
+    fibonacci(np.array([6, 7, 8, 7]))   # -> array([ 8, 13, 21, 13])
+
+The source of each decorated function is compiled (`python_to_ir`) the first
+time the Context is used; types are inferred per input signature and the
+lowered program is cached.  This module never imports TensorFlow.
+"""
+
+import functools
+import threading
+
+from autobatch_vm import errors
+from autobatch_vm import instructions as inst
+from autobatch_vm import numpy_backend
+from autobatch_vm import pipeline
+from autobatch_vm import python_to_ir
+from autobatch_vm import stackless as stackless_lib
+from autobatch_vm import virtual_machine
+
+__all__ = ['Context', 'truthy', 'BatchedFunction']
+
+DEFAULT_MAX_STACK_DEPTH = 15
+
+
+def truthy(x):
+  """Normalizes a condition for use in `if` in both batched and dry runs.
+
+  In batched code the compiler removes the call (conditions are per-member
+  already).  In a dry run, where each member runs alone with a batch of
+  one, it strips that size-1 batch dimension so Python's `if` sees a scalar.
+  """
+  shape = getattr(x, 'shape', None)
+  if shape is not None and len(shape) >= 1 and shape[0] == 1:
+    return x[0]
+  return x
+
+
+def _is_tf_value(x):
+  mod = type(x).__module__ or ''
+  return mod.startswith('tensorflow') or mod.startswith('tf_keras') or \
+      mod.startswith('keras')
+
+
+def _default_backend(args):
+  leaves = inst.pattern_flatten(args)
+  if any(_is_tf_value(x) for x in leaves):
+    from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
+    return tf_backend.TensorFlowBackend()
+  return numpy_backend.NumpyBackend()
+
+
+class BatchedFunction:
+  """A decorated function: call it on a batch; it also has `.python_function`."""
+
+  def __init__(self, context, fn, type_inference):
+    self.context = context
+    self.python_function = fn
+    self.type_inference = type_inference
+    self.name = fn.__name__
+    self.last_stats = None
+    functools.update_wrapper(self, fn)
+
+  def __repr__(self):
+    return f'<batched function {self.name}>'
+
+  def __call__(self, *args, dry_run=False, stackless=False,
+               max_stack_depth=DEFAULT_MAX_STACK_DEPTH, backend=None,
+               block_code_cache=None, schedule='lowest', **kwargs):
+    if self.context._dry_run_depth():  # inside a dry run: plain Python
+      return self.python_function(*args, **kwargs)
+    args = self._bind_arguments(args, kwargs)
+    if dry_run:
+      return self.context._dry_run(self, args, backend)
+    return self.context._run(self, args, stackless=stackless,
+                             max_stack_depth=max_stack_depth,
+                             backend=backend,
+                             block_code_cache=block_code_cache,
+                             schedule=schedule)
+
+  def _bind_arguments(self, args, kwargs):
+    params = self.context._params_of(self.name)
+    loc = self.context.function_loc(self.name)
+    if len(args) > len(params):
+      raise errors.ArgumentError(
+          f'{self.name}() takes {len(params)} argument(s) '
+          f'({", ".join(params)}) but {len(args)} were given', loc=loc)
+    bound = dict(zip(params, args))
+    for k, v in kwargs.items():
+      if k not in params:
+        raise errors.ArgumentError(
+            f'{self.name}() got an unexpected keyword argument {k!r}',
+            loc=loc, hint=f'Its parameters are: {", ".join(params)}; the '
+            'modes are dry_run, stackless, max_stack_depth, backend, '
+            'block_code_cache and schedule.')
+      if k in bound:
+        raise errors.ArgumentError(
+            f'{self.name}() got multiple values for argument {k!r}', loc=loc)
+      bound[k] = v
+    missing = [p for p in params if p not in bound]
+    if missing:
+      raise errors.ArgumentError(
+          f'{self.name}() is missing argument(s) {", ".join(missing)}',
+          loc=loc)
+    return [bound[p] for p in params]
+
+
+class Context:
+  """A set of batched functions that may call each other."""
+
+  def __init__(self):
+    self._functions = {}      # name -> BatchedFunction, in definition order
+    self._module = None
+    self._cache = {}
+    self._local = threading.local()
+    self.last_stats = None
+
+  # -- decorating --------------------------------------------------------------
+
+  def batch(self, type_inference=None):
+    """Decorator: `@ctx.batch(type_inference=...)` (type_inference optional)."""
+    def decorator(fn):
+      return self.batch_uncurried(fn, type_inference)
+    return decorator
+
+  def batch_uncurried(self, function, type_inference=None):
+    """Registers `function` as batched; returns the callable wrapper."""
+    if isinstance(function, BatchedFunction):
+      raise errors.ArgumentError(
+          f'{function.name!r} is already a batched function')
+    if not callable(function) or not hasattr(function, '__code__'):
+      raise errors.ArgumentError(
+          f'Context.batch expects a Python function, got {function!r}')
+    wrapper = BatchedFunction(self, function, type_inference)
+    self._functions[function.__name__] = wrapper
+    self._module = None
+    self._cache.clear()
+    return wrapper
+
+  # -- compiling ---------------------------------------------------------------
+
+  def _resolve(self, obj):
+    if isinstance(obj, BatchedFunction) and obj.context is self:
+      return obj.name
+    return None
+
+  def _params_of(self, name):
+    code = self._functions[name].python_function.__code__
+    return code.co_varnames[:code.co_argcount]
+
+  def function_loc(self, name):
+    fn = self._functions[name].python_function
+    try:
+      filename = fn.__code__.co_filename
+      return inst.SourceLoc(name, filename, fn.__code__.co_firstlineno)
+    except AttributeError:
+      return None
+
+  def function_names(self):
+    """Names of the batched functions of this Context, in definition order."""
+    return list(self._functions)
+
+  def module(self):
+    """Every function of the Context compiled to IR (a `Program`)."""
+    if self._module is None:
+      functions = tuple(
+          python_to_ir.compile_function(
+              bf.python_function, self._resolve, self._params_of,
+              bf.type_inference)
+          for bf in self._functions.values())
+      main = functions[0].name if functions else ''
+      self._module = inst.Program(functions, main)
+    return self._module
+
+  def program(self, main):
+    """The untyped `Program` of `main` and the functions it can reach."""
+    module = self.module()
+    if main not in self._functions:
+      raise errors.ArgumentError(
+          f'{main!r} is not a batched function of this Context; it has '
+          f'{self.function_names()}')
+    order, stack = [], [main]
+    while stack:
+      name = stack.pop(0)
+      if name in order:
+        continue
+      order.append(name)
+      for b in module.function(name).blocks:
+        for op in b.instructions:
+          if isinstance(op, inst.FunctionCallOp):
+            stack.append(op.function)
+    return inst.Program(tuple(module.function(n) for n in order), main)
+
+  def program_compiled(self, main, sig=None, backend=None):
+    """The typed and allocated `Program` for input types `sig`."""
+    backend = backend or numpy_backend.NumpyBackend()
+    sig = self._signature(main, sig)
+    key = ('typed', main, repr(sig), backend)
+    if key not in self._cache:
+      self._cache[key] = pipeline.typed(self.program(main), sig, backend,
+                                        verify=self._verify())
+    return self._cache[key]
+
+  def program_lowered(self, main, sig=None, backend=None):
+    """The lowered, optimized `LoweredProgram` for input types `sig`."""
+    backend = backend or numpy_backend.NumpyBackend()
+    sig = self._signature(main, sig)
+    key = ('lowered', main, repr(sig), backend)
+    if key not in self._cache:
+      self._cache[key] = pipeline.lowered(
+          self.program_compiled(main, sig, backend), verify=self._verify())
+    return self._cache[key]
+
+  def lowered_for_args(self, name, args, backend=None):
+    """The lowered program `name` would run for these (batched) args."""
+    backend = backend or _default_backend(args)
+    args = self._convert_args(name, list(args), backend)
+    return self.program_lowered(name, self._arg_types(args, backend),
+                                backend)
+
+  def _verify(self):
+    return bool(getattr(self, 'debug', False))
+
+  def _signature(self, main, sig):
+    if sig is None:
+      raise errors.ArgumentError(
+          'Give the input signature: a list with one ab.Type or '
+          'ab.TensorType (or pattern of them) per argument of '
+          f'{main!r}, or use lowered_for_args(name, args).')
+    out = []
+    for t in sig:
+      if isinstance(t, inst.Type):
+        t = t.tensors
+      out.append(inst.pattern_map(lambda x: x.strong(), t, inst.TensorType))
+    return out
+
+  # -- running -----------------------------------------------------------------
+
+  def _convert_args(self, name, args, backend):
+    loc = self.function_loc(name)
+    params = self._params_of(name)
+    out = []
+    for p, a in zip(params, args):
+      def convert(x, p=p):
+        if x is None or isinstance(x, (str, bytes, dict, set)):
+          raise errors.ArgumentError(
+              f'argument {p!r} of {name}() is {type(x).__name__}, not an '
+              'array', loc=loc, hint='Pass arrays whose axis 0 is the batch '
+              '(or tuples/namedtuples of them).')
+        try:
+          v = backend.asarray(x)
+        except Exception as e:  # pylint: disable=broad-except
+          raise errors.ArgumentError(
+              f'argument {p!r} of {name}() cannot be converted to an array: '
+              f'{e}', loc=loc, hint='Ragged lists are not arrays; pad them '
+              'to a common shape.') from e
+        if backend.dtype(v).kind not in 'biufc':
+          raise errors.ArgumentError(
+              f'argument {p!r} of {name}() has dtype {backend.dtype(v)}',
+              loc=loc, hint='Only boolean and numeric arrays can be '
+              'batched.')
+        if len(backend.shape(v)) == 0:
+          raise errors.ArgumentError(
+              f'argument {p!r} of {name}() is zero-dimensional; it needs a '
+              'leading batch dimension', loc=loc,
+              hint='Pass e.g. np.array([x]) for a batch of one.')
+        return v
+      out.append(inst.pattern_map(convert, a))
+    sizes = {}
+    for p, a in zip(params, out):
+      for leaf in inst.pattern_flatten(a):
+        sizes.setdefault(backend.shape(leaf)[0], p)
+    if len(sizes) > 1:
+      detail = ', '.join(f'{p!r}: {s}' for s, p in sizes.items())
+      raise errors.ArgumentError(
+          f'arguments of {name}() have different batch sizes ({detail})',
+          loc=loc, hint='Every argument needs the same leading (batch) '
+          'dimension.')
+    return out
+
+  def _arg_types(self, args, backend):
+    return [inst.pattern_map(
+        lambda v: inst.TensorType(backend.dtype(v), backend.shape(v)[1:]), a)
+            for a in args]
+
+  def _batch_size(self, args, backend):
+    for a in args:
+      for leaf in inst.pattern_flatten(a):
+        return backend.shape(leaf)[0]
+    return None
+
+  def _run(self, bf, args, stackless, max_stack_depth, backend,
+           block_code_cache, schedule):
+    backend = backend or _default_backend(args)
+    args = self._convert_args(bf.name, args, backend)
+    batch = self._batch_size(args, backend)
+    if batch is None:
+      raise errors.ArgumentError(
+          f'{bf.name}() has no arguments to take the batch size from',
+          loc=self.function_loc(bf.name),
+          hint='Batched functions need at least one batched argument.')
+    sig = self._arg_types(args, backend)
+    if not isinstance(max_stack_depth, int) or max_stack_depth < 1:
+      raise errors.ArgumentError(
+          f'max_stack_depth must be a positive int, got {max_stack_depth!r}')
+    if stackless:
+      program = self.program_compiled(bf.name, sig, backend)
+      out, stats = stackless_lib.execute(program, args, backend, batch,
+                                         schedule=schedule)
+    else:
+      program = self.program_lowered(bf.name, sig, backend)
+      cache = self._cache if block_code_cache is None else block_code_cache
+      out, stats = virtual_machine.execute(
+          program, args, backend, batch, max_stack_depth=max_stack_depth,
+          schedule=schedule, block_code_cache=cache)
+    bf.last_stats = stats
+    self.last_stats = stats
+    return out
+
+  def _dry_run_depth(self):
+    return getattr(self._local, 'dry_run', 0)
+
+  def _dry_run(self, bf, args, backend):
+    """Runs the plain Python function once per member (batches of one)."""
+    backend = backend or _default_backend(args)
+    args = self._convert_args(bf.name, args, backend)
+    batch = self._batch_size(args, backend)
+    results = []
+    self._local.dry_run = self._dry_run_depth() + 1
+    try:
+      for i in range(batch):
+        member = [inst.pattern_map(lambda x: backend.slice(x, i), a)
+                  for a in args]
+        results.append(bf.python_function(*member))
+    finally:
+      self._local.dry_run -= 1
+    if not results:
+      raise errors.ArgumentError(f'dry run of {bf.name}() on an empty batch')
+    leaves = [inst.pattern_flatten(r) for r in results]
+    merged = [backend.concat([_batch_of_one(backend, x) for x in column])
+              for column in zip(*leaves)]
+    return inst.pattern_unflatten(results[0], merged)
+
+
+def _batch_of_one(backend, x):
+  v = backend.asarray(x)
+  return v if len(backend.shape(v)) else backend.expand(v)

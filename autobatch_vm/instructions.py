@@ -1,0 +1,662 @@
+"""The instruction language of autobatch_vm.
+
+Grammar (a program before lowering is a set of functions; lowering flattens
+them into one list of blocks and replaces calls and returns by explicit
+stack operations):
+
+    program    ::= Program(functions: function*, main: name)
+    lowered    ::= LoweredProgram(blocks: block*, var_defs, var_alloc,
+                                  vars_in: name*, vars_out: pattern(name))
+    function   ::= Function(name, vars_in: name*, vars_out: pattern(name),
+                            blocks: block*, var_defs, type_inference)
+    block      ::= Block(label, instructions: op*, terminator)
+    op         ::= PrimOp(vars_in: name*, vars_out: pattern(name), function)
+                 | FunctionCallOp(function: name, vars_in: name*,
+                                  vars_out: pattern(name))    # before lowering
+                 | PushOp(vars: name*)       # save registers on their stacks
+                 | PopOp(vars: name*)        # restore registers, drop frame
+                 | RestoreOp(vars: name*)    # restore registers, keep frame
+    terminator ::= GotoOp(label) | BranchOp(cond: name, true: label, false: label)
+                 | ReturnOp()                                 # before lowering
+                 | PushGotoOp(push: label, goto: label)       # after lowering
+                 | IndirectGotoOp()                           # after lowering
+    type       ::= Type(tensors: pattern(TensorType(dtype, shape)))
+    pattern(x) ::= x | tuple(pattern(x)*) | list(pattern(x)*) | namedtuple
+
+Every variable holds one value per batch member: an array whose leading
+dimension is the batch.  `TensorType.shape` excludes that dimension.  A
+`PrimOp` computes on whole batched arrays; the virtual machine decides which
+members' results are kept (the members whose program counter is at the
+block).  All IR values are frozen dataclasses: passes build new values with
+`dataclasses.replace` and never mutate their input.
+"""
+
+import collections
+import dataclasses
+import enum
+from typing import Any, Callable, Optional, Tuple
+
+import numpy as np
+
+from autobatch_vm import errors
+
+__all__ = [
+    'Block', 'BranchOp', 'Function', 'FunctionCallOp', 'GotoOp',
+    'IndirectGotoOp', 'LoweredProgram', 'PopOp', 'PrimOp', 'Program',
+    'PushGotoOp', 'PushOp', 'RestoreOp', 'ReturnOp', 'SourceLoc',
+    'TensorType', 'Type', 'VariableAllocation', 'FrozenDict',
+    'pattern_map', 'pattern_map2', 'pattern_zip', 'pattern_flatten',
+    'pattern_traverse', 'pattern_unflatten', 'is_namedtuple',
+    'interpret', 'print_program',
+]
+
+
+# ---------------------------------------------------------------------------
+# Patterns: nested tuples, lists and namedtuples with leaves of any kind.
+# ---------------------------------------------------------------------------
+
+def is_namedtuple(x):
+  return isinstance(x, tuple) and hasattr(type(x), '_fields')
+
+
+def _is_node(x, leaf_type):
+  if leaf_type is not None and isinstance(x, leaf_type):
+    return False
+  return isinstance(x, (tuple, list))
+
+
+def _rebuild(template, items):
+  if is_namedtuple(template):
+    return type(template)(*items)
+  if isinstance(template, list):
+    return list(items)
+  return tuple(items)
+
+
+def pattern_map(f, pattern, leaf_type=None):
+  """Applies `f` to every leaf of `pattern`, keeping its structure."""
+  if _is_node(pattern, leaf_type):
+    return _rebuild(pattern, [pattern_map(f, p, leaf_type) for p in pattern])
+  return f(pattern)
+
+
+def pattern_map2(f, pattern1, pattern2, leaf_type=None):
+  """Applies `f` to corresponding leaves of two same-structured patterns."""
+  if _is_node(pattern1, leaf_type):
+    if not _is_node(pattern2, leaf_type) or len(pattern1) != len(pattern2):
+      raise ValueError(
+          f'Patterns do not match: {pattern1!r} vs {pattern2!r}')
+    return _rebuild(pattern1, [pattern_map2(f, a, b, leaf_type)
+                               for a, b in zip(pattern1, pattern2)])
+  return f(pattern1, pattern2)
+
+
+def pattern_zip(pattern1, pattern2, leaf_type=None):
+  """Pairs the leaves of two same-structured patterns: pattern of tuples."""
+  return pattern_map2(lambda a, b: (a, b), pattern1, pattern2, leaf_type)
+
+
+def pattern_flatten(pattern, leaf_type=None):
+  """The leaves of `pattern` in depth-first order, as a list."""
+  if _is_node(pattern, leaf_type):
+    out = []
+    for p in pattern:
+      out.extend(pattern_flatten(p, leaf_type))
+    return out
+  return [pattern]
+
+
+def pattern_unflatten(template, leaves, leaf_type=None):
+  """Inverse of `pattern_flatten`: refills `template`'s structure."""
+  it = iter(leaves)
+  result = pattern_map(lambda _: next(it), template, leaf_type)
+  remaining = list(it)
+  if remaining:
+    raise ValueError(f'{len(remaining)} leaves left over unflattening.')
+  return result
+
+
+def pattern_traverse(pattern, leaf_type=None):
+  """Yields `(path, leaf)` for every leaf; `path` is a tuple of indices."""
+  if _is_node(pattern, leaf_type):
+    for i, p in enumerate(pattern):
+      for path, leaf in pattern_traverse(p, leaf_type):
+        yield (i,) + path, leaf
+  else:
+    yield (), pattern
+
+
+# ---------------------------------------------------------------------------
+# Types.
+# ---------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class TensorType:
+  """dtype and per-member shape (the batch dimension excluded).
+
+  `weak` marks a type that comes from a Python literal (`1`, `0.5`, `True`):
+  when such a value meets a value of a definite type in the same variable it
+  takes that type, as NumPy does with Python scalars.
+  """
+  dtype: Any
+  shape: Tuple[int, ...] = ()
+  weak: bool = False
+
+  def __post_init__(self):
+    object.__setattr__(self, 'dtype', _as_dtype(self.dtype))
+    object.__setattr__(self, 'shape', tuple(int(d) for d in self.shape))
+
+  def strong(self):
+    return dataclasses.replace(self, weak=False) if self.weak else self
+
+  def __str__(self):
+    shape = 'x'.join(str(d) for d in self.shape)
+    base = f'{self.dtype.name}[{shape}]' if shape else self.dtype.name
+    return base + ('~' if self.weak else '')
+
+
+def _as_dtype(dtype):
+  if hasattr(dtype, 'as_numpy_dtype'):  # a tf.DType, without importing TF
+    dtype = dtype.as_numpy_dtype
+  return np.dtype(dtype)
+
+
+class Type(collections.namedtuple('Type', ['tensors'])):
+  """The type of one variable: a pattern of `TensorType`s."""
+  __slots__ = ()
+
+  def __str__(self):
+    return type_str(self.tensors)
+
+
+def type_str(tensors):
+  if isinstance(tensors, TensorType):
+    return str(tensors)
+  inner = ', '.join(type_str(t) for t in tensors)
+  if is_namedtuple(tensors):
+    return f'{type(tensors).__name__}({inner})'
+  if isinstance(tensors, list):
+    return f'[{inner}]'
+  return f'({inner}{"," if len(tensors) == 1 else ""})'
+
+
+class VariableAllocation(enum.Enum):
+  """Where the virtual machine keeps a variable.
+
+  NULL: never read; its writes are dropped.
+  TEMPORARY: lives inside one block; no masking and no storage needed.
+  REGISTER: one value per member, written with a masked update.
+  FULL: a register plus a per-member stack, because the variable is live
+    across a call that may (recursively) overwrite it.
+  """
+  NULL = 0
+  TEMPORARY = 1
+  REGISTER = 2
+  FULL = 3
+
+
+class FrozenDict(collections.abc.Mapping):
+  """An immutable, hashable, insertion-ordered mapping."""
+  __slots__ = ('_items', '_dict')
+
+  def __init__(self, *args, **kwargs):
+    d = dict(*args, **kwargs)
+    object.__setattr__(self, '_dict', d)
+    object.__setattr__(self, '_items', tuple(d.items()))
+
+  def __getitem__(self, key):
+    return self._dict[key]
+
+  def __iter__(self):
+    return iter(self._dict)
+
+  def __len__(self):
+    return len(self._dict)
+
+  def __hash__(self):
+    return hash(tuple((k, _hashable(v)) for k, v in self._items))
+
+  def __eq__(self, other):
+    if isinstance(other, FrozenDict):
+      return self._items == other._items
+    return NotImplemented
+
+  def __setattr__(self, name, value):
+    raise AttributeError('FrozenDict is immutable')
+
+  def __repr__(self):
+    return f'FrozenDict({self._dict!r})'
+
+  def set(self, key, value):
+    d = dict(self._dict)
+    d[key] = value
+    return FrozenDict(d)
+
+
+def _hashable(v):
+  try:
+    hash(v)
+    return v
+  except TypeError:
+    return id(v)
+
+
+# ---------------------------------------------------------------------------
+# Instructions.
+# ---------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class SourceLoc:
+  """Where a piece of IR came from in the user's code."""
+  function: str
+  filename: str
+  line: int
+  source_line: str = ''
+
+  def __str__(self):
+    return f'{self.filename}:{self.line} in {self.function}'
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PrimOp:
+  """`vars_out = function(*vars_in)` on whole batched arrays.
+
+  `text` is the readable form for the printer (e.g. `n - 1`).  A PrimOp with
+  no inputs computes a member-independent value that is broadcast to the
+  batch.
+  """
+  vars_in: Tuple[str, ...]
+  vars_out: Any
+  function: Callable
+  text: str = ''
+  loc: Optional[SourceLoc] = None
+
+  def _key(self):
+    return (self.vars_in, _freeze(self.vars_out), self.function, self.text)
+
+  def __eq__(self, other):
+    return isinstance(other, PrimOp) and self._key() == other._key()
+
+  def __hash__(self):
+    return hash(self._key())
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class FunctionCallOp:
+  """`vars_out = function(*vars_in)` for a batched function of the program."""
+  function: str
+  vars_in: Tuple[str, ...]
+  vars_out: Any
+  loc: Optional[SourceLoc] = None
+
+  def _key(self):
+    return (self.function, self.vars_in, _freeze(self.vars_out))
+
+  def __eq__(self, other):
+    return isinstance(other, FunctionCallOp) and self._key() == other._key()
+
+  def __hash__(self):
+    return hash(self._key())
+
+
+@dataclasses.dataclass(frozen=True)
+class PushOp:
+  """Saves the current value of each variable on its own per-member stack."""
+  vars: Tuple[str, ...]
+  loc: Optional[SourceLoc] = dataclasses.field(default=None, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class PopOp:
+  """Restores each variable from the top of its stack and drops that frame."""
+  vars: Tuple[str, ...]
+  loc: Optional[SourceLoc] = dataclasses.field(default=None, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class RestoreOp:
+  """Restores each variable from the top of its stack, keeping the frame.
+
+  Made by fusing a `PopOp` with a later `PushOp` of the same variable.
+  """
+  vars: Tuple[str, ...]
+  loc: Optional[SourceLoc] = dataclasses.field(default=None, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class GotoOp:
+  block: str
+  loc: Optional[SourceLoc] = dataclasses.field(default=None, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class BranchOp:
+  cond: str
+  true_block: str
+  false_block: str
+  loc: Optional[SourceLoc] = dataclasses.field(default=None, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReturnOp:
+  """Return from the current function (its `vars_out` hold the result)."""
+  loc: Optional[SourceLoc] = dataclasses.field(default=None, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class PushGotoOp:
+  """Push `push_block` on the program-counter stack and jump to `goto_block`."""
+  push_block: str
+  goto_block: str
+  loc: Optional[SourceLoc] = dataclasses.field(default=None, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class IndirectGotoOp:
+  """Pop the program-counter stack and jump there (a lowered return)."""
+  loc: Optional[SourceLoc] = dataclasses.field(default=None, compare=False)
+
+
+OPS = (PrimOp, FunctionCallOp, PushOp, PopOp, RestoreOp)
+TERMINATORS = (GotoOp, BranchOp, ReturnOp, PushGotoOp, IndirectGotoOp)
+
+
+def _freeze(pattern):
+  if isinstance(pattern, (list, tuple)):
+    return (type(pattern).__name__,) + tuple(_freeze(p) for p in pattern)
+  return pattern
+
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+  label: str
+  instructions: Tuple[Any, ...]
+  terminator: Any
+  loc: Optional[SourceLoc] = dataclasses.field(default=None, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Function:
+  """One batched function: parameters, result pattern and a CFG of blocks.
+
+  `blocks[0]` is the entry.  `var_defs` maps each variable to its `Type`
+  (empty before type inference); `var_alloc` to its `VariableAllocation`
+  (empty before allocation).
+  """
+  name: str
+  vars_in: Tuple[str, ...]
+  vars_out: Any
+  blocks: Tuple[Block, ...]
+  var_defs: FrozenDict = FrozenDict()
+  var_alloc: FrozenDict = FrozenDict()
+  type_inference: Optional[Callable] = dataclasses.field(
+      default=None, compare=False)
+  loc: Optional[SourceLoc] = dataclasses.field(default=None, compare=False)
+  python_function: Optional[Callable] = dataclasses.field(
+      default=None, compare=False)
+
+  def block(self, label):
+    for b in self.blocks:
+      if b.label == label:
+        return b
+    raise errors.InternalError(f'No block {label!r} in function {self.name}')
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+  """A main function and every batched function reachable from it."""
+  functions: Tuple[Function, ...]
+  main: str
+
+  def function(self, name):
+    for f in self.functions:
+      if f.name == name:
+        return f
+    raise errors.InternalError(f'No function {name!r} in program')
+
+  @property
+  def main_function(self):
+    return self.function(self.main)
+
+  def replace_function(self, fn):
+    return dataclasses.replace(
+        self, functions=tuple(fn if f.name == fn.name else f
+                              for f in self.functions))
+
+  def __str__(self):
+    return print_program(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoweredProgram:
+  """One flat CFG: calls and returns are explicit stack operations.
+
+  Variable names are qualified by their function (`fibonacci.n`).  Block
+  `blocks[0]` is the entry; a program counter equal to `len(blocks)` means
+  the member has finished.  `function_of` maps each block label to the
+  user's function it came from.
+  """
+  blocks: Tuple[Block, ...]
+  var_defs: FrozenDict
+  var_alloc: FrozenDict
+  vars_in: Tuple[str, ...]
+  vars_out: Any
+  main: str = ''
+
+  def block_index(self):
+    return {b.label: i for i, b in enumerate(self.blocks)}
+
+  def __str__(self):
+    return print_program(self)
+
+
+# ---------------------------------------------------------------------------
+# Printer.
+# ---------------------------------------------------------------------------
+
+def pattern_str(pattern):
+  if isinstance(pattern, (tuple, list)):
+    inner = ', '.join(pattern_str(p) for p in pattern)
+    if is_namedtuple(pattern):
+      return f'{type(pattern).__name__}({inner})'
+    return f'[{inner}]' if isinstance(pattern, list) else f'({inner})'
+  return str(pattern)
+
+
+def op_str(op):
+  """One instruction or terminator as a line of text."""
+  if isinstance(op, PrimOp):
+    ins = ', '.join(op.vars_in)
+    text = op.text or getattr(op.function, '__name__', 'prim')
+    return f'{pattern_str(op.vars_out)} = prim[{text}]({ins})'
+  if isinstance(op, FunctionCallOp):
+    return (f'{pattern_str(op.vars_out)} = call {op.function}'
+            f'({", ".join(op.vars_in)})')
+  if isinstance(op, PushOp):
+    return f'push {", ".join(op.vars)}'
+  if isinstance(op, PopOp):
+    return f'pop {", ".join(op.vars)}'
+  if isinstance(op, RestoreOp):
+    return f'restore {", ".join(op.vars)}'
+  if isinstance(op, GotoOp):
+    return f'goto {op.block}'
+  if isinstance(op, BranchOp):
+    return f'branch {op.cond} ? {op.true_block} : {op.false_block}'
+  if isinstance(op, ReturnOp):
+    return 'return'
+  if isinstance(op, PushGotoOp):
+    return f'push_goto {op.push_block}, {op.goto_block}'
+  if isinstance(op, IndirectGotoOp):
+    return 'indirect_goto'
+  raise errors.InternalError(f'Unknown instruction {op!r}')
+
+
+def _blocks_str(blocks, indent='  '):
+  lines = []
+  for b in blocks:
+    lines.append(f'{indent}{b.label}:')
+    for op in b.instructions:
+      lines.append(f'{indent}  {op_str(op)}')
+    lines.append(f'{indent}  {op_str(b.terminator)}')
+  return lines
+
+
+def _vars_str(var_defs, var_alloc, indent='  '):
+  lines = []
+  for name in sorted(set(var_defs) | set(var_alloc)):
+    parts = []
+    if name in var_defs:
+      parts.append(str(var_defs[name]))
+    if name in var_alloc:
+      parts.append(var_alloc[name].name)
+    lines.append(f'{indent}{name}: {" ".join(parts)}')
+  return lines
+
+
+def print_program(program):
+  """A stable, readable listing of a `Program`, `LoweredProgram` or `Function`."""
+  lines = []
+  if isinstance(program, Function):
+    fns = [program]
+  elif isinstance(program, Program):
+    fns = list(program.functions)
+  elif isinstance(program, LoweredProgram):
+    lines.append(f'lowered program ({", ".join(program.vars_in)}) -> '
+                 f'{pattern_str(program.vars_out)}')
+    if program.var_defs or program.var_alloc:
+      lines.append(' vars:')
+      lines.extend(_vars_str(program.var_defs, program.var_alloc))
+    lines.append(' blocks:')
+    lines.extend(_blocks_str(program.blocks))
+    return '\n'.join(lines)
+  else:
+    raise errors.InternalError(f'Cannot print {type(program).__name__}')
+  for fn in fns:
+    lines.append(f'def {fn.name}({", ".join(fn.vars_in)}) -> '
+                 f'{pattern_str(fn.vars_out)}:')
+    if fn.var_defs or fn.var_alloc:
+      lines.append(' vars:')
+      lines.extend(_vars_str(fn.var_defs, fn.var_alloc))
+    lines.append(' blocks:')
+    lines.extend(_blocks_str(fn.blocks))
+  return '\n'.join(lines)
+
+
+# ---------------------------------------------------------------------------
+# Reference interpreter: one member, plain Python, the oracle for tests.
+# ---------------------------------------------------------------------------
+
+def _bind(env, names, value):
+  if isinstance(names, (tuple, list)):
+    values = list(value)
+    if len(values) != len(names):
+      raise errors.InternalError(
+          f'Cannot unpack {len(values)} values into {pattern_str(names)}')
+    for n, v in zip(names, values):
+      _bind(env, n, v)
+  else:
+    env[names] = value
+
+
+def _read(env, names):
+  if isinstance(names, (tuple, list)):
+    return _rebuild(names, [_read(env, n) for n in names])
+  return env[names]
+
+
+def _expand(x):
+  """A single member's value as a batch of one."""
+  return pattern_map(lambda a: np.asarray(a)[np.newaxis], x)
+
+
+def _squeeze(x):
+  return pattern_map(lambda a: np.asarray(a)[0], x)
+
+
+def interpret(program, *args, max_steps=10**7):
+  """Runs `program` (a `Program` or `LoweredProgram`) for ONE member.
+
+  `args` are that member's values (no batch dimension).  Primitives are
+  called on batches of size one.  Returns the member's result.
+  """
+  if isinstance(program, Program):
+    return _interpret_function(program, program.main, list(args), [max_steps])
+  if isinstance(program, LoweredProgram):
+    return _interpret_lowered(program, list(args), max_steps)
+  raise errors.InternalError(f'Cannot interpret {type(program).__name__}')
+
+
+def _run_prim(op, env):
+  with np.errstate(all='ignore'):
+    result = op.function(*[_expand(env[v]) for v in op.vars_in])
+  if not op.vars_in:
+    result = _expand(result)
+  _bind(env, op.vars_out, _squeeze(result))
+
+
+def _interpret_function(program, name, args, budget):
+  fn = program.function(name)
+  env = dict(zip(fn.vars_in, args))
+  blocks = {b.label: b for b in fn.blocks}
+  block = fn.blocks[0]
+  while True:
+    budget[0] -= 1
+    if budget[0] < 0:
+      raise errors.InternalError('interpret: step budget exhausted')
+    for op in block.instructions:
+      if isinstance(op, PrimOp):
+        _run_prim(op, env)
+      elif isinstance(op, FunctionCallOp):
+        result = _interpret_function(
+            program, op.function, [env[v] for v in op.vars_in], budget)
+        _bind(env, op.vars_out, result)
+      else:
+        raise errors.InternalError(f'{op_str(op)} before lowering')
+    t = block.terminator
+    if isinstance(t, GotoOp):
+      block = blocks[t.block]
+    elif isinstance(t, BranchOp):
+      block = blocks[t.true_block if bool(env[t.cond]) else t.false_block]
+    elif isinstance(t, ReturnOp):
+      return _read(env, fn.vars_out)
+    else:
+      raise errors.InternalError(f'{op_str(t)} before lowering')
+
+
+def _interpret_lowered(program, args, max_steps):
+  env = dict(zip(program.vars_in, args))
+  stacks = collections.defaultdict(list)
+  pc_stack = [None]
+  blocks = {b.label: b for b in program.blocks}
+  label = program.blocks[0].label
+  for _ in range(max_steps):
+    if label is None:
+      return _read(env, program.vars_out)
+    block = blocks[label]
+    for op in block.instructions:
+      if isinstance(op, PrimOp):
+        _run_prim(op, env)
+      elif isinstance(op, PushOp):
+        for v in op.vars:
+          stacks[v].append(env[v])
+      elif isinstance(op, PopOp):
+        for v in op.vars:
+          env[v] = stacks[v].pop()
+      elif isinstance(op, RestoreOp):
+        for v in op.vars:
+          env[v] = stacks[v][-1]
+      else:
+        raise errors.InternalError(f'{op_str(op)} after lowering')
+    t = block.terminator
+    if isinstance(t, GotoOp):
+      label = t.block
+    elif isinstance(t, BranchOp):
+      label = t.true_block if bool(env[t.cond]) else t.false_block
+    elif isinstance(t, PushGotoOp):
+      pc_stack.append(t.push_block)
+      label = t.goto_block
+    elif isinstance(t, IndirectGotoOp):
+      label = pc_stack.pop()
+    else:
+      raise errors.InternalError(f'{op_str(t)} after lowering')
+  raise errors.InternalError('interpret: step budget exhausted')

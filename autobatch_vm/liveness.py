@@ -1,0 +1,93 @@
+"""Liveness analysis of one function (an analysis, not a transform).
+
+Expects a `Function` before lowering.  Computes, by the usual backward
+dataflow to a fixpoint over the CFG, which variables are live on entry to
+and exit from each block, and which are live across each `FunctionCallOp`
+(live both before and after it, i.e. needed again once the call returns).
+A `ReturnOp` reads the function's `vars_out`; a `BranchOp` reads its
+condition.
+"""
+
+import dataclasses
+from typing import Dict, FrozenSet, Tuple
+
+from autobatch_vm import errors
+from autobatch_vm import instructions as inst
+
+__all__ = ['Liveness', 'analyze', 'reads', 'writes']
+
+
+@dataclasses.dataclass(frozen=True)
+class Liveness:
+  live_in: Dict[str, FrozenSet[str]]
+  live_out: Dict[str, FrozenSet[str]]
+  # (block label, instruction index) -> variables live across that call.
+  across_call: Dict[Tuple[str, int], FrozenSet[str]]
+
+
+def reads(op, fn=None):
+  """Variables an instruction or terminator reads."""
+  if isinstance(op, (inst.PrimOp, inst.FunctionCallOp)):
+    return set(op.vars_in)
+  if isinstance(op, inst.BranchOp):
+    return {op.cond}
+  if isinstance(op, inst.ReturnOp):
+    return set(inst.pattern_flatten(fn.vars_out)) if fn else set()
+  if isinstance(op, (inst.GotoOp, inst.PushGotoOp, inst.IndirectGotoOp)):
+    return set()
+  if isinstance(op, (inst.PushOp, inst.PopOp, inst.RestoreOp)):
+    return set(op.vars) if isinstance(op, inst.PushOp) else set()
+  raise errors.InternalError(f'Unknown instruction {op!r}')
+
+
+def writes(op):
+  """Variables an instruction writes."""
+  if isinstance(op, (inst.PrimOp, inst.FunctionCallOp)):
+    return set(inst.pattern_flatten(op.vars_out))
+  if isinstance(op, (inst.PopOp, inst.RestoreOp)):
+    return set(op.vars)
+  return set()
+
+
+def successors(block):
+  t = block.terminator
+  if isinstance(t, inst.GotoOp):
+    return [t.block]
+  if isinstance(t, inst.BranchOp):
+    return [t.true_block, t.false_block]
+  if isinstance(t, inst.PushGotoOp):
+    return [t.push_block]
+  return []
+
+
+def _transfer(block, fn, live_out, across=None):
+  """Live-in of `block` given its live-out; records live-across-call sets."""
+  live = set(live_out) | reads(block.terminator, fn)
+  for i in range(len(block.instructions) - 1, -1, -1):
+    op = block.instructions[i]
+    out = writes(op)
+    if across is not None and isinstance(op, inst.FunctionCallOp):
+      across[(block.label, i)] = frozenset(live - out)
+    live -= out
+    live |= reads(op, fn)
+  return live
+
+
+def analyze(fn):
+  """Liveness of every block of `fn`."""
+  live_in = {b.label: frozenset() for b in fn.blocks}
+  live_out = dict(live_in)
+  changed = True
+  while changed:
+    changed = False
+    for block in reversed(fn.blocks):
+      out = frozenset().union(*[live_in[s] for s in successors(block)])
+      new_in = frozenset(_transfer(block, fn, out))
+      if out != live_out[block.label] or new_in != live_in[block.label]:
+        live_out[block.label] = out
+        live_in[block.label] = new_in
+        changed = True
+  across = {}
+  for block in fn.blocks:
+    _transfer(block, fn, live_out[block.label], across)
+  return Liveness(live_in, live_out, across)

@@ -1,0 +1,122 @@
+"""Lowering: calls and returns become explicit stack operations.
+
+Expects a typed and allocated `Program`.  Guarantees a `LoweredProgram`: one
+flat list of blocks (main's first, so block 0 is the entry), variables
+qualified by function (`fibonacci.n`), no `FunctionCallOp` and no
+`ReturnOp`.
+
+A call `outs = g(args)` in block B of f splits B in two:
+
+    B:   ...; push <saved>; g.params = (args); push_goto B', g.entry
+    B':  pop <saved>; outs = g.%ret; ...
+
+where <saved> are f's variables live across this call that g can overwrite
+(g can reach f again) -- exactly the FULL variables that need it here
+(caller-save).  `push_goto` pushes the return block on the program-counter
+stack; a `return` becomes `indirect_goto`, which pops it.  The VM's PC stack
+starts with the exit index, so main's return ends the member.
+"""
+
+from autobatch_vm import allocation_strategy
+from autobatch_vm import instructions as inst
+from autobatch_vm import liveness
+
+__all__ = ['lower']
+
+VA = inst.VariableAllocation
+
+
+def _q(fn_name, pattern):
+  return inst.pattern_map(lambda v: f'{fn_name}.{v}', pattern)
+
+
+def _qualify_op(op, fn_name):
+  if isinstance(op, inst.PrimOp):
+    return inst.PrimOp(tuple(_q(fn_name, v) for v in op.vars_in),
+                       _q(fn_name, op.vars_out), op.function, op.text, op.loc)
+  raise AssertionError(op)
+
+
+def _copy(vars_in, vars_out, loc):
+  """A primitive that copies `vars_in` into `vars_out` (in parallel)."""
+  if len(vars_in) == 1:
+    return inst.PrimOp(tuple(vars_in), vars_out[0], _identity,
+                       vars_in[0], loc)
+  return inst.PrimOp(tuple(vars_in), tuple(vars_out), _tuple,
+                     ', '.join(vars_in), loc)
+
+
+def _identity(x):
+  return x
+
+
+def _tuple(*xs):
+  return xs
+
+
+def _lower_function(fn, program, reach, entry_of):
+  live = liveness.analyze(fn)
+  blocks = []
+  for block in fn.blocks:
+    label = block.label
+    ops = []
+    part = 0
+    for i, op in enumerate(block.instructions):
+      if not isinstance(op, inst.FunctionCallOp):
+        ops.append(_qualify_op(op, fn.name))
+        continue
+      callee = program.function(op.function)
+      can_overwrite = (callee.name == fn.name
+                       or fn.name in reach.get(callee.name, ()))
+      saved = ()
+      if can_overwrite:
+        saved = tuple(sorted(
+            _q(fn.name, v) for v in live.across_call[(label, i)]
+            if fn.var_alloc.get(v) == VA.FULL))
+      if saved:
+        ops.append(inst.PushOp(saved, op.loc))
+      params = [_q(callee.name, p) for p in callee.vars_in]
+      if params:
+        ops.append(_copy([_q(fn.name, v) for v in op.vars_in], params,
+                         op.loc))
+      part += 1
+      ret_label = f'{label}.{part}'
+      blocks.append(inst.Block(
+          label if part == 1 else f'{label}.{part - 1}', tuple(ops),
+          inst.PushGotoOp(ret_label, entry_of[callee.name], op.loc),
+          block.loc))
+      ops = []
+      if saved:
+        ops.append(inst.PopOp(saved, op.loc))
+      ops.append(inst.PrimOp((_q(callee.name, callee.vars_out),),
+                             _q(fn.name, op.vars_out), _identity,
+                             _q(callee.name, callee.vars_out), op.loc))
+    t = block.terminator
+    if isinstance(t, inst.ReturnOp):
+      t = inst.IndirectGotoOp(t.loc)
+    elif isinstance(t, inst.BranchOp):
+      t = inst.BranchOp(_q(fn.name, t.cond), t.true_block, t.false_block,
+                        t.loc)
+    final_label = label if part == 0 else f'{label}.{part}'
+    blocks.append(inst.Block(final_label, tuple(ops), t, block.loc))
+  return blocks
+
+
+def lower(program):
+  """Flattens a typed, allocated `Program` into a `LoweredProgram`."""
+  reach = allocation_strategy.call_graph_closure(program)
+  entry_of = {f.name: f.blocks[0].label for f in program.functions}
+  main = program.main_function
+  ordered = [main] + [f for f in program.functions if f.name != main.name]
+  blocks, var_defs, var_alloc = [], {}, {}
+  for fn in ordered:
+    blocks.extend(_lower_function(fn, program, reach, entry_of))
+    for v, t in fn.var_defs.items():
+      var_defs[f'{fn.name}.{v}'] = t
+    for v, a in fn.var_alloc.items():
+      var_alloc[f'{fn.name}.{v}'] = a
+  return inst.LoweredProgram(
+      blocks=tuple(blocks), var_defs=inst.FrozenDict(sorted(var_defs.items())),
+      var_alloc=inst.FrozenDict(sorted(var_alloc.items())),
+      vars_in=tuple(_q(main.name, v) for v in main.vars_in),
+      vars_out=_q(main.name, main.vars_out), main=main.name)

@@ -1,0 +1,207 @@
+"""NumPy backend: eager, a Python loop over VM steps, array work inside.
+
+Every operation here is vectorized over the batch; none loops over members.
+Stacks are arrays `[max_stack_depth, batch, *shape]` with one stack pointer
+per member; push and pop touch only the active members (by their indices),
+so their cost does not depend on the stack depth.
+"""
+
+import numpy as np
+
+__all__ = ['NumpyBackend']
+
+
+class _Mask:
+  """The members at the block being run, in the forms ops want."""
+  __slots__ = ('mask', 'count', 'full', '_idx')
+
+  def __init__(self, mask, count, batch):
+    self.mask = mask
+    self.count = count
+    self.full = count == batch
+    self._idx = None
+
+  @property
+  def idx(self):
+    if self._idx is None:
+      self._idx = np.flatnonzero(self.mask)
+    return self._idx
+
+
+class NumpyBackend:
+  """Runs autobatch_vm programs on NumPy arrays."""
+
+  name = 'numpy'
+  staged = False
+
+  def __repr__(self):
+    return 'NumpyBackend()'
+
+  def __eq__(self, other):
+    return isinstance(other, NumpyBackend)
+
+  def __hash__(self):
+    return hash(NumpyBackend)
+
+  # -- values --------------------------------------------------------------
+
+  def is_array(self, x):
+    return isinstance(x, (np.ndarray, np.generic))
+
+  def asarray(self, x):
+    return np.asarray(x)
+
+  def shape(self, x):
+    return tuple(np.shape(x))
+
+  def dtype(self, x):
+    return np.asarray(x).dtype
+
+  def dummy(self, tensor_type, batch):
+    return np.zeros((batch,) + tensor_type.shape, tensor_type.dtype)
+
+  zeros = dummy
+
+  def coerce_fn(self, tensor_type, batch):
+    """A function making a primitive's result `[batch, *shape]` of dtype."""
+    dtype = tensor_type.dtype
+    full_shape = (batch,) + tensor_type.shape
+    ndim = len(full_shape)
+
+    def coerce(x):
+      if type(x) is not np.ndarray or x.dtype != dtype:
+        x = np.asarray(x, dtype)
+      if x.ndim != ndim:
+        x = np.broadcast_to(x, full_shape)
+      return x
+    return coerce
+
+  def concat(self, xs):
+    return np.concatenate(xs, axis=0)
+
+  def slice(self, x, i):
+    return x[i:i + 1]
+
+  def expand(self, x):
+    return np.asarray(x)[np.newaxis]
+
+  def to_bool(self, x):
+    x = np.asarray(x)
+    return x if x.dtype == np.bool_ else x != 0
+
+  def error_context(self):
+    return np.errstate(all='ignore')
+
+  # -- masks ---------------------------------------------------------------
+
+  def make_mask(self, pc, block, batch):
+    mask = pc == block
+    return _Mask(mask, int(np.count_nonzero(mask)), batch)
+
+  def mask_of(self, mask, batch):
+    return _Mask(mask, int(np.count_nonzero(mask)), batch)
+
+  def start_pc(self, active, num_blocks):
+    """Entry (0) for `active` members, exit for the rest."""
+    return np.where(active, 0, num_blocks).astype(np.int32)
+
+  def members(self, m):
+    return np.flatnonzero(m.mask)
+
+  def write(self, old, new, m):
+    """`new` for the members in `m`, `old` for the rest."""
+    if m.full:
+      return new
+    mask = m.mask
+    if new.ndim > 1:
+      mask = mask.reshape(mask.shape + (1,) * (new.ndim - 1))
+    return np.where(mask, new, old)
+
+  # -- program counter -----------------------------------------------------
+
+  def goto(self, pc, m, target):
+    if m.full:
+      return np.full_like(pc, target)
+    return np.where(m.mask, target, pc)
+
+  def branch(self, pc, m, cond, true_target, false_target):
+    return np.where(m.mask, np.where(cond, true_target, false_target), pc)
+
+  def next_block(self, pc, num_blocks, schedule):
+    if schedule == 'most':
+      counts = np.bincount(pc, minlength=num_blocks + 1)[:num_blocks]
+      best = int(counts.argmax())
+      return best if counts[best] else num_blocks
+    return int(pc.min())
+
+  # -- stacks --------------------------------------------------------------
+
+  def stack_zeros(self, tensor_type, depth, batch):
+    return np.zeros((depth, batch) + tensor_type.shape, tensor_type.dtype)
+
+  def sp_zeros(self, batch):
+    return np.zeros((batch,), np.int32)
+
+  def push(self, stacks, sp, values, m, depth, overflow_error):
+    """Pushes each of `values` on its stack for the members in `m`."""
+    idx = m.idx
+    top = sp[idx]
+    if top.size and top.max() >= depth:
+      raise overflow_error(idx[top >= depth])
+    for stack, value in zip(stacks, values):
+      stack[top, idx] = value[idx]   # stacks are owned by the VM run
+    sp = sp.copy()
+    sp[idx] = top + 1
+    return stacks, sp
+
+  def pop(self, stacks, sp, values, m):
+    """Restores `values` from the top of their stacks and drops the frame."""
+    out = self.peek(stacks, sp, values, m)
+    sp = sp.copy()
+    sp[m.idx] -= 1
+    return out, sp
+
+  def peek(self, stacks, sp, values, m):
+    """Restores `values` from the top of their stacks, keeping the frame."""
+    idx = m.idx
+    top = sp[idx] - 1
+    out = []
+    for stack, value in zip(stacks, values):
+      value = value.copy()
+      value[idx] = stack[top, idx]
+      out.append(value)
+    return out
+
+  # -- loop ----------------------------------------------------------------
+
+  def while_loop(self, cond, body, state):
+    while cond(state):
+      state = body(state)
+    return state
+
+  def check_overflow(self, *args):
+    del args  # NumPy raises at the push itself.
+
+  def run(self, blocks, state, num_blocks, schedule, stats, labels):
+    """The VM loop: pick a block, run it masked, until every member exits."""
+    batch = stats.batch_size
+    runs = [0] * num_blocks
+    active = [0] * num_blocks
+    steps = 0
+    if batch:
+      next_block, make_mask = self.next_block, self.make_mask
+      while True:
+        pc = state[0]
+        b = next_block(pc, num_blocks, schedule)
+        if b >= num_blocks:
+          break
+        m = make_mask(pc, b, batch)
+        blocks[b](state, m)
+        runs[b] += 1
+        active[b] += m.count
+        steps += 1
+    stats.steps = steps
+    for label, r, a in zip(labels, runs, active):
+      stats.block_executions[label] = r
+      stats.block_active[label] = a
+    return state

@@ -1,0 +1,91 @@
+"""Array-generic helpers that compiled primitives call.
+
+The frontend rewrites Python constructs that do not batch (`and`, `or`,
+`not`, chained comparisons, `a if c else b`) into calls of these helpers.
+They work on NumPy arrays, Python scalars and TensorFlow tensors, and
+import TensorFlow only when they are given a tensor.
+"""
+
+import sys
+
+import numpy as np
+
+__all__ = ['logical_and', 'logical_or', 'logical_not', 'where', 'fail']
+
+
+def _is_tf(*xs):
+  if 'tensorflow' not in sys.modules:
+    return False
+  tf = sys.modules['tensorflow']
+  return any(tf.is_tensor(x) or isinstance(x, tf.Variable) for x in xs)
+
+
+def _tf():
+  return sys.modules['tensorflow']
+
+
+def _as_bool(x):
+  if _is_tf(x):
+    tf = _tf()
+    x = tf.convert_to_tensor(x)
+    return x if x.dtype == tf.bool else tf.not_equal(x, tf.zeros_like(x))
+  x = np.asarray(x)
+  return x if x.dtype == np.bool_ else x != 0
+
+
+def logical_and(*xs):
+  result = _as_bool(xs[0])
+  for x in xs[1:]:
+    x = _as_bool(x)
+    if _is_tf(result, x):
+      result = _tf().logical_and(result, x)
+    else:
+      result = np.logical_and(result, x)
+  return result
+
+
+def logical_or(*xs):
+  result = _as_bool(xs[0])
+  for x in xs[1:]:
+    x = _as_bool(x)
+    if _is_tf(result, x):
+      result = _tf().logical_or(result, x)
+    else:
+      result = np.logical_or(result, x)
+  return result
+
+
+def logical_not(x):
+  x = _as_bool(x)
+  if _is_tf(x):
+    return _tf().logical_not(x)
+  return np.logical_not(x)
+
+
+def _expand_to(cond, rank):
+  extra = rank - len(cond.shape)
+  if extra <= 0:
+    return cond
+  if _is_tf(cond):
+    return _tf().reshape(cond, list(cond.shape) + [1] * extra)
+  return cond.reshape(cond.shape + (1,) * extra)
+
+
+def where(cond, x, y):
+  """Per-member select: `cond` is `[B]`, `x` and `y` are `[B, ...]`."""
+  cond = _as_bool(cond)
+  if _is_tf(cond, x, y):
+    tf = _tf()
+    x = tf.convert_to_tensor(x)
+    y = tf.convert_to_tensor(y, dtype=x.dtype)
+    rank = max(len(x.shape), len(y.shape))
+    return tf.where(_expand_to(cond, rank), x, y)
+  x = np.asarray(x)
+  y = np.asarray(y)
+  rank = max(x.ndim, y.ndim)
+  return np.where(_expand_to(cond, rank), x, y)
+
+
+def fail(message):
+  """Raises AssertionError; the VM attaches the members and the user's line."""
+  raise AssertionError(message)

@@ -1,0 +1,39 @@
+"""The whole compiler pipeline, in order, in one place.
+
+    frontend (python_to_ir)  Python source -> untyped Program
+    type_inference           -> every variable typed
+    allocation_strategy      -> NULL / TEMPORARY / REGISTER / FULL
+    lowering                 -> one flat CFG, explicit stacks and PC
+    stack_optimization       -> fewer pushes and pops, tail calls
+    virtual_machine          runs it (stackless runs the typed Program)
+"""
+
+from autobatch_vm import allocation_strategy
+from autobatch_vm import lowering
+from autobatch_vm import stack_optimization
+from autobatch_vm import type_inference
+from autobatch_vm import verifier
+
+__all__ = ['typed', 'lowered']
+
+
+def typed(program, input_types, backend, verify=False):
+  """Untyped `Program` -> typed and allocated `Program`."""
+  if verify:
+    verifier.verify(program, 'frontend')
+  program = type_inference.infer_types(program, input_types, backend)
+  program = allocation_strategy.allocate(program)
+  if verify:
+    verifier.verify(program, 'allocation')
+  return program
+
+
+def lowered(program, verify=False):
+  """Typed and allocated `Program` -> optimized `LoweredProgram`."""
+  program = lowering.lower(program)
+  if verify:
+    verifier.verify(program, 'lowering')
+  program = stack_optimization.optimize(program)
+  if verify:
+    verifier.verify(program, 'stack_optimization')
+  return program

@@ -1,0 +1,872 @@
+"""Compiles the source of one batched Python function into an IR `Function`.
+
+Expects: a plain Python function (not a lambda) whose source is available,
+and a `resolve_batched(obj)` callback that says whether a Python object is a
+batched function of the same Context (and gives its name).
+
+Guarantees: every statement of the supported subset becomes IR; maximal
+sub-expressions that contain no call of a batched function become one
+`PrimOp` each (so `n - 1 + k` is one primitive, evaluated on whole arrays);
+calls of batched functions become `FunctionCallOp`s; `if`, `while`, `for ...
+in range(...)`, `break`, `continue`, `return`, short-circuit `and`/`or` and
+`a if c else b` around batched calls become blocks and branches.  Constructs
+that do not batch as written (`and`, `or`, `not`, chained comparisons and
+conditional expressions on arrays) are rewritten to per-member helpers from
+`autobatch_vm.ops`.  Anything else raises `UnsupportedSyntaxError` naming the
+construct, the function, the file and the line.
+
+Variables keep the user's names; temporaries are `%0`, `%1`, ... and the
+result is `%ret`, names no Python identifier can clash with.
+"""
+
+import ast
+import builtins
+import copy
+import inspect
+import textwrap
+import types
+
+from autobatch_vm import errors
+from autobatch_vm import instructions as inst
+from autobatch_vm import ops as ops_module
+
+__all__ = ['compile_function', 'RETURN_VAR']
+
+RETURN_VAR = '%ret'
+_OPS_NAME = '__ab_ops'
+
+_UNSUPPORTED_STATEMENTS = {
+    ast.Try: ('try statements', 'Handle errors outside the batched function.'),
+    ast.With: ('with statements', 'Move the context manager outside the '
+               'batched function.'),
+    ast.AsyncWith: ('async with statements', None),
+    ast.AsyncFor: ('async for loops', None),
+    ast.AsyncFunctionDef: ('nested async functions', None),
+    ast.Global: ('global declarations', 'Batched functions cannot rebind '
+                 'globals; return the value instead.'),
+    ast.Nonlocal: ('nonlocal declarations', 'Batched functions cannot rebind '
+                   'enclosing variables; return the value instead.'),
+    ast.Delete: ('del statements', 'Simply stop using the variable.'),
+    ast.FunctionDef: ('nested function definitions', 'Define the helper at '
+                      'module level (decorate it too if it needs control '
+                      'flow).'),
+    ast.ClassDef: ('class definitions', 'Define the class at module level.'),
+    ast.Import: ('import statements', 'Import at module level.'),
+    ast.ImportFrom: ('import statements', 'Import at module level.'),
+    ast.Raise: ('raise statements', 'Use `assert cond, "message"` to check '
+                'a per-member condition.'),
+}
+if hasattr(ast, 'Match'):
+  _UNSUPPORTED_STATEMENTS[ast.Match] = ('match statements', 'Use if/elif.')
+if hasattr(ast, 'TryStar'):
+  _UNSUPPORTED_STATEMENTS[ast.TryStar] = ('try statements', None)
+
+_UNSUPPORTED_EXPRESSIONS = {
+    ast.Yield: ('yield', 'Batched functions cannot be generators.'),
+    ast.YieldFrom: ('yield from', 'Batched functions cannot be generators.'),
+    ast.Await: ('await', None),
+    ast.NamedExpr: ('assignment expressions (:=)', 'Use a separate '
+                    'assignment statement.'),
+}
+
+
+class _Source:
+  """The parsed source of the user's function and its location."""
+
+  def __init__(self, fn):
+    self.fn = fn
+    self.name = fn.__name__
+    try:
+      lines, first = inspect.getsourcelines(fn)
+      self.filename = inspect.getsourcefile(fn) or '<unknown>'
+    except (OSError, TypeError) as e:
+      raise errors.UnsupportedSyntaxError(
+          f'Cannot read the source of batched function {self.name!r}: {e}',
+          hint='Define batched functions in a file (not in an interactive '
+          'prompt or exec string).') from e
+    self.first_line = first
+    self.lines = lines
+    tree = ast.parse(textwrap.dedent(''.join(lines)))
+    defs = [n for n in tree.body
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    if not defs or isinstance(defs[0], ast.AsyncFunctionDef):
+      raise errors.UnsupportedSyntaxError(
+          f'{self.name!r} is not a plain `def` function',
+          hint='Decorate a function defined with `def` (lambdas and async '
+          'functions cannot be batched).')
+    self.node = defs[0]
+
+  def loc(self, node):
+    lineno = getattr(node, 'lineno', None) or self.node.lineno
+    idx = lineno - 1
+    text = self.lines[idx].rstrip('\n') if 0 <= idx < len(self.lines) else ''
+    return inst.SourceLoc(self.name, self.filename,
+                          lineno + self.first_line - 1, text)
+
+
+def _assigned_names(fn_node):
+  """Names Python would treat as local: parameters and assignment targets."""
+  names = set()
+  for node in ast.walk(fn_node):
+    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+      names.add(node.id)
+    elif isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp,
+                           ast.DictComp, ast.GeneratorExp)):
+      continue
+  # Comprehension targets are local to the comprehension, not the function.
+  for node in ast.walk(fn_node):
+    if isinstance(node, ast.comprehension):
+      for t in ast.walk(node.target):
+        if isinstance(t, ast.Name):
+          names.discard(t.id)
+  return names
+
+
+class _Compiler:
+  """Walks one function's AST and builds its blocks."""
+
+  def __init__(self, fn, resolve_batched, type_inference):
+    self.src = _Source(fn)
+    self.fn = fn
+    self.resolve_batched = resolve_batched
+    self.type_inference = type_inference
+    self.blocks = []          # finished blocks, in creation order
+    self.label_count = 0
+    self.temp_count = 0
+    self.cur_label = None
+    self.cur_ops = None
+    self.cur_loc = None
+    self.loops = []           # (continue_label, break_label)
+    self.returns = 0
+    node = self.src.node
+    self._check_signature(node)
+    self.params = tuple(a.arg for a in node.args.args)
+    self.locals = _assigned_names(node) | set(self.params)
+    self.closure = {}
+    if fn.__closure__:
+      self.closure = dict(zip(fn.__code__.co_freevars, fn.__closure__))
+
+  # -- errors --------------------------------------------------------------
+
+  def unsupported(self, node, what, hint=None):
+    raise errors.UnsupportedSyntaxError(
+        f'{what} are not supported in batched functions'
+        if what.endswith('s') else f'{what} is not supported in batched '
+        'functions', loc=self.src.loc(node), hint=hint)
+
+  def _check_signature(self, node):
+    a = node.args
+    if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs or a.defaults:
+      raise errors.UnsupportedSyntaxError(
+          f'Batched function {self.src.name!r} must take plain positional '
+          'parameters (no *args, **kwargs, keyword-only, positional-only or '
+          'default values)', loc=self.src.loc(node))
+
+  # -- blocks --------------------------------------------------------------
+
+  def new_label(self):
+    label = f'{self.src.name}.{self.label_count}'
+    self.label_count += 1
+    return label
+
+  def start(self, label, node=None):
+    self.cur_label = label
+    self.cur_ops = []
+    self.cur_loc = self.src.loc(node) if node is not None else None
+
+  def emit(self, op):
+    if self.cur_label is None:   # unreachable code: give it a block anyway
+      self.start(self.new_label())
+    self.cur_ops.append(op)
+
+  def terminate(self, term):
+    if self.cur_label is None:
+      self.start(self.new_label())
+    self.blocks.append(inst.Block(self.cur_label, tuple(self.cur_ops), term,
+                                  self.cur_loc))
+    self.cur_label = None
+    self.cur_ops = None
+
+  def goto_new(self, node=None):
+    """Ends the current block with a goto to a fresh block, and starts it."""
+    label = self.new_label()
+    self.terminate(inst.GotoOp(label))
+    self.start(label, node)
+    return label
+
+  def temp(self):
+    name = f'%{self.temp_count}'
+    self.temp_count += 1
+    return name
+
+  # -- driver --------------------------------------------------------------
+
+  def compile(self):
+    node = self.src.node
+    self.start(self.new_label(), node)
+    body = node.body
+    if (body and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)):
+      body = body[1:]  # docstring
+    self.statements(body)
+    if self.returns == 0:
+      raise errors.UnsupportedSyntaxError(
+          f'Batched function {self.src.name!r} never returns a value',
+          loc=self.src.loc(node),
+          hint='End every path with `return <value>`.')
+    if self.cur_label is not None:
+      end = self.src.loc(node.body[-1]) if node.body else self.src.loc(node)
+      self.blocks.append(inst.Block(self.cur_label, tuple(self.cur_ops),
+                                    _FallOff(end), self.cur_loc))
+    blocks = _prune_unreachable(self.blocks, self.src)
+    return inst.Function(
+        name=self.src.name, vars_in=self.params, vars_out=RETURN_VAR,
+        blocks=tuple(blocks), type_inference=self.type_inference,
+        loc=self.src.loc(node), python_function=self.fn)
+
+  # -- statements ----------------------------------------------------------
+
+  def statements(self, stmts):
+    for s in stmts:
+      self.statement(s)
+
+  def statement(self, s):
+    for kind, (what, hint) in _UNSUPPORTED_STATEMENTS.items():
+      if isinstance(s, kind):
+        self.unsupported(s, what, hint)
+    method = getattr(self, f'stmt_{type(s).__name__}', None)
+    if method is None:
+      self.unsupported(s, f'{type(s).__name__} statements')
+    method(s)
+
+  def stmt_Pass(self, s):
+    pass
+
+  def stmt_Expr(self, s):
+    if isinstance(s.value, ast.Constant):
+      return  # a bare string or number: no effect
+    self.expr(s.value)
+
+  def stmt_Assign(self, s):
+    for t in s.targets:
+      self._check_target(t)
+    if len(s.targets) == 1:
+      self.expr(s.value, self._target_pattern(s.targets[0]))
+      return
+    var = self.expr(s.value)
+    for t in s.targets:
+      pattern = self._target_pattern(t)
+      self.emit(inst.PrimOp((var,), pattern, _identity, var, self.src.loc(s)))
+
+  def stmt_AnnAssign(self, s):
+    if s.value is None:
+      return
+    self._check_target(s.target)
+    self.expr(s.value, self._target_pattern(s.target))
+
+  def stmt_AugAssign(self, s):
+    if not isinstance(s.target, ast.Name):
+      self.unsupported(s, 'augmented assignment to items or attributes',
+                       'Compute a new value and assign it to a variable.')
+    value = ast.BinOp(left=ast.Name(s.target.id, ast.Load()), op=s.op,
+                      right=s.value)
+    ast.copy_location(value, s)
+    ast.fix_missing_locations(value)
+    self.expr(value, s.target.id)
+
+  def _check_target(self, t):
+    if isinstance(t, ast.Name):
+      return
+    if isinstance(t, (ast.Tuple, ast.List)):
+      for e in t.elts:
+        if isinstance(e, ast.Starred):
+          self.unsupported(e, 'starred assignment targets',
+                           'Unpack into a fixed number of names.')
+        self._check_target(e)
+      return
+    if isinstance(t, (ast.Attribute, ast.Subscript)):
+      self.unsupported(
+          t, 'assignment to items or attributes',
+          'Arrays and namedtuples are values here: build a new one (e.g. '
+          '`state = state._replace(x=...)` or with np.where) instead.')
+    self.unsupported(t, f'assignment to {type(t).__name__}')
+
+  def _target_pattern(self, t):
+    if isinstance(t, ast.Name):
+      return t.id
+    if isinstance(t, ast.List):
+      return [self._target_pattern(e) for e in t.elts]
+    return tuple(self._target_pattern(e) for e in t.elts)
+
+  def stmt_Return(self, s):
+    if s.value is None:
+      self.unsupported(s, 'return without a value',
+                       'Batched functions must return a value on every '
+                       'path.')
+    self.expr(s.value, RETURN_VAR)
+    self.returns += 1
+    self.terminate(inst.ReturnOp(self.src.loc(s)))
+
+  def stmt_If(self, s):
+    cond = self._condition(s.test)
+    then_label, else_label = self.new_label(), self.new_label()
+    join_label = self.new_label() if s.orelse else else_label
+    self.terminate(inst.BranchOp(cond, then_label, else_label,
+                                 self.src.loc(s)))
+    self.start(then_label, s.body[0])
+    self.statements(s.body)
+    if self.cur_label is not None:
+      self.terminate(inst.GotoOp(join_label))
+    if s.orelse:
+      self.start(else_label, s.orelse[0])
+      self.statements(s.orelse)
+      if self.cur_label is not None:
+        self.terminate(inst.GotoOp(join_label))
+    self.start(join_label, s)
+
+  def _condition(self, test):
+    """Compiles a condition; returns a variable name."""
+    return self.expr(test)
+
+  def _loop(self, s, header_label, continue_label, body_label):
+    exit_label = self.new_label()
+    self.loops.append((continue_label, exit_label))
+    self.start(body_label, s.body[0])
+    self.statements(s.body)
+    if self.cur_label is not None:
+      self.terminate(inst.GotoOp(continue_label))
+    self.loops.pop()
+    return exit_label
+
+  def stmt_While(self, s):
+    if s.orelse:
+      self.unsupported(s.orelse[0], '`else` clauses on loops',
+                       'Use a flag variable set before `break`.')
+    header = self.goto_new(s)
+    body = self.new_label()
+    exit_placeholder = '%exit'
+    if isinstance(s.test, ast.Constant) and s.test.value is True:
+      self.terminate(inst.GotoOp(body))
+      exit_label = self._loop(s, header, header, body)
+      self.start(exit_label, s)
+      return
+    cond = self._condition(s.test)
+    # The exit label is created inside _loop; branch to a placeholder first.
+    branch_index = len(self.blocks)
+    self.terminate(inst.BranchOp(cond, body, exit_placeholder,
+                                 self.src.loc(s)))
+    exit_label = self._loop(s, header, header, body)
+    b = self.blocks[branch_index]
+    self.blocks[branch_index] = inst.Block(
+        b.label, b.instructions,
+        inst.BranchOp(cond, body, exit_label, self.src.loc(s)), b.loc)
+    self.start(exit_label, s)
+
+  def stmt_For(self, s):
+    if s.orelse:
+      self.unsupported(s.orelse[0], '`else` clauses on loops',
+                       'Use a flag variable set before `break`.')
+    it = s.iter
+    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name)
+            and it.func.id == 'range' and it.func.id not in self.locals
+            and not it.keywords and 1 <= len(it.args) <= 3):
+      self.unsupported(
+          s, 'for loops over anything but range(...)',
+          'Write `for i in range(n)` (n may be batched) or a while loop; '
+          'iterating over an array would iterate over the batch.')
+    if not isinstance(s.target, ast.Name):
+      self.unsupported(s.target, 'for-loop targets other than a single name')
+    args = list(it.args)
+    start = ast.Constant(0) if len(args) == 1 else args[0]
+    stop = args[0] if len(args) == 1 else args[1]
+    step = args[2] if len(args) == 3 else ast.Constant(1)
+    for a in (start, stop, step):
+      ast.copy_location(a, it)
+    loc = self.src.loc(s)
+    counter, stop_var, step_var = self.temp(), self.temp(), self.temp()
+    self.expr(start, counter)
+    self.expr(stop, stop_var)
+    step_sign = None
+    if isinstance(step, ast.Constant) and isinstance(step.value, int):
+      if step.value == 0:
+        self.unsupported(step, 'range() with step 0')
+      step_sign = 1 if step.value > 0 else -1
+    self.expr(step, step_var)
+    header = self.goto_new(s)
+    if step_sign == 1:
+      fn, text = (lambda c, e: c < e), f'{counter} < {stop_var}'
+    elif step_sign == -1:
+      fn, text = (lambda c, e, _: c > e), f'{counter} > {stop_var}'
+    else:
+      fn = _range_condition
+      text = f'{counter} < {stop_var} if {step_var} > 0 else ...'
+    cond = self.temp()
+    ins = (counter, stop_var) if step_sign == 1 else (
+        counter, stop_var, step_var)
+    self.emit(inst.PrimOp(ins, cond, fn, text, loc))
+    body, latch = self.new_label(), self.new_label()
+    branch_index = len(self.blocks)
+    self.terminate(inst.BranchOp(cond, body, '%exit', loc))
+    self.start(body, s.body[0])
+    self.emit(inst.PrimOp((counter,), s.target.id, _identity, counter, loc))
+    exit_label = self.new_label()
+    self.loops.append((latch, exit_label))
+    self.statements(s.body)
+    if self.cur_label is not None:
+      self.terminate(inst.GotoOp(latch))
+    self.loops.pop()
+    self.start(latch, s)
+    self.emit(inst.PrimOp((counter, step_var), counter, _add,
+                          f'{counter} + {step_var}', loc))
+    self.terminate(inst.GotoOp(header))
+    b = self.blocks[branch_index]
+    self.blocks[branch_index] = inst.Block(
+        b.label, b.instructions, inst.BranchOp(cond, body, exit_label, loc),
+        b.loc)
+    self.start(exit_label, s)
+
+  def stmt_Break(self, s):
+    if not self.loops:
+      self.unsupported(s, '`break` outside a loop')
+    self.terminate(inst.GotoOp(self.loops[-1][1], self.src.loc(s)))
+
+  def stmt_Continue(self, s):
+    if not self.loops:
+      self.unsupported(s, '`continue` outside a loop')
+    self.terminate(inst.GotoOp(self.loops[-1][0], self.src.loc(s)))
+
+  def stmt_Assert(self, s):
+    cond = self._condition(s.test)
+    ok, bad = self.new_label(), self.new_label()
+    loc = self.src.loc(s)
+    self.terminate(inst.BranchOp(cond, ok, bad, loc))
+    self.start(bad, s)
+    if s.msg is not None and isinstance(s.msg, ast.Constant):
+      message = str(s.msg.value)
+    else:
+      message = (ast.unparse(s.msg) if s.msg is not None
+                 else f'assert {ast.unparse(s.test)}')
+    fail = self.temp()
+    self.emit(inst.PrimOp((), fail, lambda: ops_module.fail(message),
+                          f'fail {message!r}', loc))
+    self.terminate(inst.GotoOp(ok))
+    self.start(ok, s)
+
+  # -- expressions ---------------------------------------------------------
+
+  def _batched_callee(self, call):
+    """The name of the batched function `call` calls, or None."""
+    if not isinstance(call, ast.Call):
+      return None
+    obj = self._static_value(call.func)
+    if obj is _NOT_STATIC:
+      return None
+    return self.resolve_batched(obj)
+
+  def _static_value(self, node):
+    """The Python object a Name/Attribute chain of non-locals refers to."""
+    if isinstance(node, ast.Name):
+      if node.id in self.locals:
+        return _NOT_STATIC
+      if node.id in self.closure:
+        try:
+          return self.closure[node.id].cell_contents
+        except ValueError:
+          return _NOT_STATIC
+      if node.id in self.fn.__globals__:
+        return self.fn.__globals__[node.id]
+      if hasattr(builtins, node.id):
+        return getattr(builtins, node.id)
+      return _NOT_STATIC
+    if isinstance(node, ast.Attribute):
+      base = self._static_value(node.value)
+      if base is _NOT_STATIC:
+        return _NOT_STATIC
+      return getattr(base, node.attr, _NOT_STATIC)
+    return _NOT_STATIC
+
+  def _contains_batched_call(self, node):
+    return any(self._batched_callee(n) is not None for n in ast.walk(node))
+
+  def expr(self, node, target=None):
+    """Compiles `node`; stores it in `target` (a name pattern) if given.
+
+    Returns the variable (or pattern) holding the value.
+    """
+    for kind, (what, hint) in _UNSUPPORTED_EXPRESSIONS.items():
+      for n in ast.walk(node):
+        if isinstance(n, kind):
+          self.unsupported(n, what, hint)
+    if not self._contains_batched_call(node):
+      if (isinstance(node, ast.Name) and node.id in self.locals
+          and target is None):
+        return node.id
+      return self._primitive(node, target)
+    callee = self._batched_callee(node)
+    if callee is not None:
+      return self._call(node, callee, target)
+    if isinstance(node, ast.IfExp):
+      return self._ifexp(node, target)
+    if isinstance(node, ast.BoolOp):
+      return self._boolop(node, target)
+    if isinstance(node, ast.Compare) and len(node.ops) > 1:
+      return self._boolop(_split_compare(node), target)
+    if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
+                         ast.GeneratorExp)):
+      self.unsupported(node, 'calls of batched functions inside lambdas or '
+                       'comprehensions', 'Call them in a statement.')
+    # A pure expression around batched calls: evaluate each call-containing
+    # child (left to right), then the rest as one primitive.
+    node = _Substituter(self).visit(_deepcopy(node))
+    return self._primitive(node, target)
+
+  def _call(self, node, callee, target):
+    for a in node.args:
+      if isinstance(a, ast.Starred):
+        self.unsupported(a, 'starred arguments in calls of batched functions',
+                         'Pass each argument explicitly.')
+    for k in node.keywords:
+      if k.arg is None:
+        self.unsupported(node, '**kwargs in calls of batched functions',
+                         'Pass each argument explicitly.')
+    params = self.resolve_params(callee)
+    loc = self.src.loc(node)
+    nargs = len(node.args) + len(node.keywords)
+    if nargs != len(params):
+      raise errors.ArgumentError(
+          f'{callee}() takes {len(params)} argument(s) '
+          f'({", ".join(params)}) but {nargs} were given', loc=loc)
+    by_name = {}
+    for k in node.keywords:
+      if k.arg not in params:
+        raise errors.ArgumentError(
+            f'{callee}() got an unexpected keyword argument {k.arg!r}',
+            loc=loc, hint=f'Its parameters are: {", ".join(params)}.')
+      by_name[k.arg] = k.value
+    positional = dict(zip(params, node.args))
+    for name in by_name:
+      if name in positional:
+        raise errors.ArgumentError(
+            f'{callee}() got multiple values for argument {name!r}', loc=loc)
+    positional.update(by_name)
+    arg_vars = tuple(self.expr(positional[p]) for p in params)
+    out = target if target is not None else self.temp()
+    self.emit(inst.FunctionCallOp(callee, arg_vars, out, loc))
+    return out
+
+  def _ifexp(self, node, target):
+    out = target if target is not None else self.temp()
+    if not isinstance(out, str):
+      tmp = self._ifexp(node, None)
+      self.emit(inst.PrimOp((tmp,), out, _identity, tmp, self.src.loc(node)))
+      return out
+    cond = self._condition(node.test)
+    a, b, join = self.new_label(), self.new_label(), self.new_label()
+    self.terminate(inst.BranchOp(cond, a, b, self.src.loc(node)))
+    self.start(a, node)
+    self.expr(node.body, out)
+    self.terminate(inst.GotoOp(join))
+    self.start(b, node)
+    self.expr(node.orelse, out)
+    self.terminate(inst.GotoOp(join))
+    self.start(join, node)
+    return out
+
+  def _boolop(self, node, target):
+    """`a and b` / `a or b` with short-circuit, for batched-call operands."""
+    out = target if isinstance(target, str) else self.temp()
+    loc = self.src.loc(node)
+    is_and = isinstance(node.op, ast.And)
+    self.expr(node.values[0], out)
+    join = self.new_label()
+    for v in node.values[1:]:
+      nxt = self.new_label()
+      self.terminate(inst.BranchOp(out, nxt, join, loc) if is_and else
+                     inst.BranchOp(out, join, nxt, loc))
+      self.start(nxt, v)
+      self.expr(v, out)
+    self.terminate(inst.GotoOp(join))
+    self.start(join, node)
+    if target is not None and not isinstance(target, str):
+      self.emit(inst.PrimOp((out,), target, _identity, out, loc))
+      return target
+    return out
+
+  def _primitive(self, node, target):
+    loc = self.src.loc(node)
+    self._check_pure(node)
+    rewritten, inputs = _PrimitiveRewriter(self).rewrite(node)
+    fn = self._make_function(rewritten, len(inputs), loc)
+    out = target if target is not None else self.temp()
+    self.emit(inst.PrimOp(tuple(inputs), out, fn, _text(node), loc))
+    return out
+
+  def _check_pure(self, node):
+    for n in ast.walk(node):
+      if isinstance(n, ast.comprehension):
+        if any(isinstance(m, ast.Name) and m.id in self.locals
+               for m in ast.walk(n.iter)):
+          self.unsupported(
+              n.iter, 'comprehensions over batched values',
+              'Iterating over a batched array iterates over the batch; use '
+              'array operations, or range() over a Python int.')
+      if isinstance(n, ast.Lambda):
+        if any(isinstance(m, (ast.IfExp, ast.BoolOp)) for m in ast.walk(n)):
+          self.unsupported(
+              n, 'lambdas with control flow',
+              'Define a batched function instead, or use np.where.')
+      if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+        if (not n.id.startswith('%') and n.id not in self.locals
+            and n.id not in self.closure
+            and n.id not in self.fn.__globals__
+            and not hasattr(builtins, n.id) and not _bound_inside(node, n.id)):
+          raise errors.NameResolutionError(
+              f'name {n.id!r} is not defined', loc=self.src.loc(n),
+              hint='Define it at module level or as a variable of the '
+              'function before using it.')
+
+  def _make_function(self, body, arity, loc):
+    """Builds `lambda __ab_v0, ...: body` with the user's globals/closure."""
+    args = [ast.arg(f'__ab_v{i}') for i in range(arity)]
+    free = sorted(set(self.closure) | {_OPS_NAME})
+    lam = ast.Lambda(
+        args=ast.arguments(posonlyargs=[], args=args, vararg=None,
+                           kwonlyargs=[], kw_defaults=[], kwarg=None,
+                           defaults=[]),
+        body=body)
+    maker = ast.FunctionDef(
+        name='__ab_make',
+        args=ast.arguments(posonlyargs=[], args=[ast.arg(n) for n in free],
+                           vararg=None, kwonlyargs=[], kw_defaults=[],
+                           kwarg=None, defaults=[]),
+        body=[ast.Return(lam)], decorator_list=[], returns=None,
+        type_comment=None, type_params=[])
+    module = ast.Module(body=[maker], type_ignores=[])
+    ast.fix_missing_locations(module)
+    _set_lines(module, loc.line)
+    code = compile(module, loc.filename, 'exec')
+    maker_code = next(c for c in code.co_consts
+                      if isinstance(c, types.CodeType))
+    lam_code = next(c for c in maker_code.co_consts
+                    if isinstance(c, types.CodeType))
+    cells = []
+    for name in lam_code.co_freevars:
+      if name == _OPS_NAME:
+        cells.append(types.CellType(ops_module))
+      else:
+        cells.append(self.closure[name])
+    fn = types.FunctionType(lam_code, self.fn.__globals__,
+                            f'{self.src.name}_line{loc.line}', None,
+                            tuple(cells))
+    return fn
+
+  def resolve_params(self, callee):
+    return self._params_of(callee)
+
+
+_NOT_STATIC = object()
+
+
+class _FallOff(inst.ReturnOp):
+  """Marks a block that reaches the end of the function without returning."""
+
+
+def _bound_inside(node, name):
+  """Whether `name` is bound by a lambda or comprehension inside `node`."""
+  for n in ast.walk(node):
+    if isinstance(n, ast.Lambda):
+      if any(a.arg == name for a in n.args.args):
+        return True
+    if isinstance(n, ast.comprehension):
+      if any(isinstance(t, ast.Name) and t.id == name
+             for t in ast.walk(n.target)):
+        return True
+  return False
+
+
+def _identity(x):
+  return x
+
+
+def _add(a, b):
+  return a + b
+
+
+def _range_condition(c, e, s):
+  return ops_module.where(s > 0, c < e, c > e)
+
+
+def _text(node):
+  text = ast.unparse(node)
+  return text if len(text) <= 60 else text[:57] + '...'
+
+
+def _deepcopy(node):
+  return copy.deepcopy(node)
+
+
+def _set_lines(tree, line):
+  for n in ast.walk(tree):
+    if 'lineno' in n._attributes:
+      n.lineno = line
+      n.end_lineno = line
+      n.col_offset = 0
+      n.end_col_offset = 0
+
+
+def _split_compare(node):
+  """`a < b < c` -> `a < b and b < c` (as a BoolOp)."""
+  parts = []
+  left = node.left
+  for op, right in zip(node.ops, node.comparators):
+    parts.append(ast.copy_location(
+        ast.Compare(left=left, ops=[op], comparators=[right]), node))
+    left = right
+  return ast.copy_location(ast.BoolOp(op=ast.And(), values=parts), node)
+
+
+class _Substituter(ast.NodeTransformer):
+  """Replaces each batched-call-containing child by a fresh temporary."""
+
+  def __init__(self, compiler):
+    self.c = compiler
+
+  def generic_visit(self, node):
+    for field, old in ast.iter_fields(node):
+      if isinstance(old, list):
+        new = []
+        for item in old:
+          new.append(self._child(item) if isinstance(item, ast.AST) else item)
+        setattr(node, field, new)
+      elif isinstance(old, ast.AST):
+        setattr(node, field, self._child(old))
+    return node
+
+  def _child(self, child):
+    if not isinstance(child, ast.expr) or not self.c._contains_batched_call(
+        child):
+      return child
+    if (self.c._batched_callee(child) is not None
+        or isinstance(child, (ast.IfExp, ast.BoolOp))
+        or (isinstance(child, ast.Compare) and len(child.ops) > 1)):
+      var = self.c.expr(child)
+      return ast.copy_location(ast.Name(var, ast.Load()), child)
+    return self.generic_visit(child)
+
+  def visit(self, node):
+    return self.generic_visit(node)
+
+
+class _PrimitiveRewriter(ast.NodeTransformer):
+  """Makes a pure expression batch: IR variables become lambda parameters.
+
+  `and`/`or`/`not`, chained comparisons and `a if c else b` become calls of
+  the per-member helpers in `autobatch_vm.ops`; `truthy(x)` becomes `x`.
+  """
+
+  def __init__(self, compiler):
+    self.c = compiler
+    self.inputs = []
+
+  def rewrite(self, node):
+    node = self.visit(_deepcopy(node))
+    return node, self.inputs
+
+  def _ops(self, name, args, like):
+    fn = ast.Attribute(ast.Name(_OPS_NAME, ast.Load()), name, ast.Load())
+    return ast.copy_location(ast.Call(fn, args, []), like)
+
+  def visit_Name(self, node):
+    if isinstance(node.ctx, ast.Load) and (
+        node.id in self.c.locals or node.id.startswith('%')):
+      if node.id not in self.inputs:
+        self.inputs.append(node.id)
+      return ast.copy_location(
+          ast.Name(f'__ab_v{self.inputs.index(node.id)}', ast.Load()), node)
+    return node
+
+  def visit_Lambda(self, node):
+    return node  # lambda bodies are plain Python on whatever they are given
+
+  def visit_BoolOp(self, node):
+    values = [self.visit(v) for v in node.values]
+    name = 'logical_and' if isinstance(node.op, ast.And) else 'logical_or'
+    return self._ops(name, values, node)
+
+  def visit_UnaryOp(self, node):
+    operand = self.visit(node.operand)
+    if isinstance(node.op, ast.Not):
+      return self._ops('logical_not', [operand], node)
+    return ast.copy_location(ast.UnaryOp(node.op, operand), node)
+
+  def visit_Compare(self, node):
+    if len(node.ops) > 1:
+      return self.visit(_split_compare(node))
+    return self.generic_visit(node)
+
+  def visit_IfExp(self, node):
+    return self._ops('where', [self.visit(node.test), self.visit(node.body),
+                               self.visit(node.orelse)], node)
+
+  def visit_Call(self, node):
+    from autobatch_vm import frontend  # the truthy function itself
+    if self.c._static_value(node.func) is frontend.truthy:
+      if len(node.args) != 1 or node.keywords:
+        self.c.unsupported(node, 'truthy() with other than one argument')
+      return self.visit(node.args[0])
+    return self.generic_visit(node)
+
+
+def _prune_unreachable(blocks, src):
+  """Drops blocks no path reaches; rejects reachable fall-off ends."""
+  by_label = {b.label: b for b in blocks}
+  order = [b.label for b in blocks]
+  seen = set()
+  stack = [order[0]]
+  while stack:
+    label = stack.pop()
+    if label in seen:
+      continue
+    seen.add(label)
+    t = by_label[label].terminator
+    if isinstance(t, inst.GotoOp):
+      stack.append(t.block)
+    elif isinstance(t, inst.BranchOp):
+      stack.extend([t.false_block, t.true_block])
+  kept = [by_label[label] for label in order if label in seen]
+  for b in kept:
+    if isinstance(b.terminator, _FallOff):
+      raise errors.UnsupportedSyntaxError(
+          f'Batched function {src.name!r} can reach its end without '
+          'returning a value (Python would return None)',
+          loc=b.terminator.loc,
+          hint='Add a final `return <value>` (or an `else:` that returns).')
+  # Renumber labels densely in order, so printed IR is stable and compact.
+  rename = {b.label: f'{src.name}.{i}' for i, b in enumerate(kept)}
+  return [_relabel(b, rename) for b in kept]
+
+
+def _relabel(block, rename):
+  t = block.terminator
+  if isinstance(t, inst.GotoOp):
+    t = inst.GotoOp(rename[t.block], t.loc)
+  elif isinstance(t, inst.BranchOp):
+    t = inst.BranchOp(t.cond, rename[t.true_block], rename[t.false_block],
+                      t.loc)
+  return inst.Block(rename[block.label], block.instructions, t, block.loc)
+
+
+def compile_function(fn, resolve_batched, params_of, type_inference=None):
+  """Compiles Python function `fn` to an IR `Function`.
+
+  Args:
+    fn: the user's Python function.
+    resolve_batched: object -> name of a batched function of the same
+      Context, or None.
+    params_of: batched function name -> its parameter names.
+    type_inference: the user's optional type-inference callable.
+  """
+  c = _Compiler(fn, resolve_batched, type_inference)
+  c._params_of = params_of
+  return c.compile()

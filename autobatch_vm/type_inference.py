@@ -1,0 +1,353 @@
+"""Type inference: the dtype and per-member shape of every variable.
+
+Expects a `Program` straight from the frontend (no `var_defs`), the types of
+the main function's inputs, and a backend to run primitives with.
+
+Guarantees: every variable of every function that the run can reach gets a
+`Type`; primitives' results have the batch dimension; variables hold one
+type throughout (`x = 1` then `x = x + 0.5` makes `x` float64, since a
+Python literal is "weak" and takes the type it meets, as in NumPy); the
+return type agrees with the user's `type_inference` callable where given.
+
+Algorithm: a fixpoint over all functions.  Types only move up a small
+lattice (unknown -> weak literal -> definite), so it terminates.  Each pass
+walks every block of every function whose parameter types are known: a
+`PrimOp` whose inputs are typed is run once on dummy zeros of batch size 1
+and its results' types are joined into its outputs; a `FunctionCallOp`
+joins its argument types into the callee's parameters and, once the callee's
+return type is known, gives it to its outputs.  Recursion converges because
+a base case (`return 1`) types the result before the recursive case needs
+it; if a function's result is never typed, the error suggests giving
+`type_inference`.
+
+Limits: one signature per function (all call sites must agree); variables
+cannot change dtype or shape.
+"""
+
+import dataclasses
+
+import numpy as np
+
+from autobatch_vm import errors
+from autobatch_vm import instructions as inst
+
+__all__ = ['infer_types', 'join', 'type_of_value', 'normalize_declared']
+
+RET = '%ret'
+_MAX_ITERATIONS = 1000
+_WEAK_TO = {'b': 'b', 'i': 'iufc', 'u': 'iufc', 'f': 'fc', 'c': 'c'}
+_PY_SCALARS = (bool, int, float, complex)
+
+
+class Mismatch(Exception):
+  """Two types that cannot be joined."""
+
+
+def _join_leaf(a, b):
+  if a == b:
+    return a
+  if a.shape != b.shape:
+    raise Mismatch(f'{a} vs {b} (different shapes)')
+  if a.weak and b.weak:
+    return inst.TensorType(np.result_type(a.dtype, b.dtype), a.shape, True)
+  if a.weak or b.weak:
+    weak, strong = (a, b) if a.weak else (b, a)
+    if strong.dtype.kind in _WEAK_TO.get(weak.dtype.kind, ''):
+      return strong
+  if a.dtype == b.dtype:
+    return a.strong()
+  raise Mismatch(f'{a.strong()} vs {b.strong()} (different dtypes)')
+
+
+def join(a, b):
+  """Least upper bound of two type patterns (None = unknown)."""
+  if a is None:
+    return b
+  if b is None:
+    return a
+  a_leaf = isinstance(a, inst.TensorType)
+  b_leaf = isinstance(b, inst.TensorType)
+  if a_leaf and b_leaf:
+    return _join_leaf(a, b)
+  if a_leaf or b_leaf or len(a) != len(b):
+    raise Mismatch(f'{inst.type_str(a)} vs {inst.type_str(b)} '
+                   '(different structures)')
+  items = [join(x, y) for x, y in zip(a, b)]
+  return type(a)(*items) if inst.is_namedtuple(a) else type(a)(items)
+
+
+def type_of_value(value, backend, batched, describe):
+  """The type pattern of a primitive's result computed at batch size 1.
+
+  `batched` says whether leaves must carry the batch dimension (results of
+  primitives with inputs) or are member-independent constants (primitives
+  without inputs), which the VM broadcasts.
+  """
+  def leaf(v):
+    if isinstance(v, _PY_SCALARS):
+      return inst.TensorType(np.asarray(v).dtype, (), weak=True)
+    if v is None or isinstance(v, (str, bytes, dict, set)):
+      raise errors.TypeInferenceError(
+          f'{describe()} produced a {type(v).__name__}, not an array',
+          hint='Batched variables hold arrays (or tuples/namedtuples of '
+          'arrays).')
+    try:
+      dtype, shape = backend.dtype(v), backend.shape(v)
+    except Exception as e:  # pylint: disable=broad-except
+      raise errors.TypeInferenceError(
+          f'{describe()} produced a value of type {type(v).__name__} that '
+          f'is not an array: {e}') from e
+    if dtype.kind not in 'biufc':
+      raise errors.TypeInferenceError(
+          f'{describe()} produced an array of dtype {dtype}',
+          hint='Only boolean and numeric arrays can be batched.')
+    if not batched:
+      return inst.TensorType(dtype, shape)
+    if not shape or shape[0] != 1:
+      raise errors.TypeInferenceError(
+          f'{describe()} returned shape {tuple(shape)} without the leading '
+          'batch dimension', hint='Primitives work on whole batches: keep '
+          'axis 0 as the batch (e.g. reduce with axis=-1, index with '
+          'x[:, i]).')
+    return inst.TensorType(dtype, shape[1:])
+  return inst.pattern_map(leaf, value)
+
+
+def normalize_declared(result, fn):
+  """A `type_inference` result as a pattern of `TensorType`s."""
+  if isinstance(result, inst.Type):
+    return normalize_declared(result.tensors, fn)
+  if isinstance(result, inst.TensorType):
+    return result.strong()
+  if isinstance(result, (tuple, list)):
+    items = [normalize_declared(r, fn) for r in result]
+    if inst.is_namedtuple(result):
+      return type(result)(*items)
+    return type(result)(items)
+  raise errors.TypeInferenceError(
+      f'type_inference of {fn.name!r} returned {result!r}', loc=fn.loc,
+      hint='Return an ab.Type, an ab.TensorType(dtype, shape) or a tuple of '
+      'them (e.g. `lambda arg_types: arg_types[0]`).')
+
+
+def _conform(declared, computed):
+  """Declared types, restructured like `computed` (list vs tuple, 1-lists)."""
+  if computed is None:
+    return declared
+  if (isinstance(declared, (list, tuple)) and len(declared) == 1
+      and not isinstance(computed, (list, tuple))):
+    return _conform(declared[0], computed)
+  if (isinstance(declared, (list, tuple)) and
+      isinstance(computed, (list, tuple)) and len(declared) == len(computed)):
+    items = [_conform(d, c) for d, c in zip(declared, computed)]
+    return type(computed)(*items) if inst.is_namedtuple(computed) else \
+        type(computed)(items)
+  return declared
+
+
+class _Inference:
+  """State of the fixpoint."""
+
+  def __init__(self, program, backend):
+    self.program = program
+    self.backend = backend
+    self.env = {f.name: {} for f in program.functions}
+    self.declared = {}       # fn -> (param types, declared return pattern)
+    self.prim_cache = {}
+    self.changed = False
+
+  # -- helpers ---------------------------------------------------------------
+
+  def set_type(self, fn, var, t, loc):
+    env = self.env[fn.name]
+    old = env.get(var)
+    try:
+      new = join(old, t)
+    except Mismatch as e:
+      hint = ('A variable keeps one dtype and shape in every branch and '
+              'iteration; convert explicitly (e.g. with .astype) so they '
+              'agree.')
+      if var == RET and fn.type_inference is not None:
+        hint = ('The type_inference callable of this function declares a '
+                'different type; fix it, or omit it to infer the type.')
+      what = ('the result' if var == RET else
+              f'parameter {var!r}' if var in fn.vars_in else
+              f'variable {var!r}')
+      raise errors.TypeInferenceError(
+          f'{what} of {fn.name!r} gets inconsistent types: {e}', loc=loc,
+          hint=hint) from None
+    if new != old:
+      env[var] = new
+      self.changed = True
+
+  def bind(self, fn, names, t, loc):
+    if isinstance(names, str):
+      self.set_type(fn, names, t, loc)
+      return
+    if isinstance(t, inst.TensorType) or len(t) != len(names):
+      raise errors.TypeInferenceError(
+          f'cannot unpack a value of type {inst.type_str(t)} into '
+          f'{len(names)} names', loc=loc,
+          hint='Unpack only tuples; a batched array cannot be unpacked.')
+    for n, sub in zip(names, t):
+      self.bind(fn, n, sub, loc)
+
+  # -- ops -------------------------------------------------------------------
+
+  def prim(self, fn, op):
+    env = self.env[fn.name]
+    in_types = [env.get(v) for v in op.vars_in]
+    if any(t is None for t in in_types):
+      return
+    key = (id(op), tuple(inst.type_str(t) + repr(t) for t in in_types))
+    if key not in self.prim_cache:
+      dummies = [inst.pattern_map(lambda t: self.backend.dummy(t, 1), t,
+                                  inst.TensorType) for t in in_types]
+      try:
+        with self.backend.error_context():
+          value = op.function(*dummies)
+      except errors.AutoBatchError:
+        raise
+      except AssertionError:
+        value = None  # an `assert` failure block: produces nothing
+      except Exception as e:  # pylint: disable=broad-except
+        raise errors.PrimitiveError(
+            f'{type(e).__name__} while inferring the type of '
+            f'`{op.text}`: {e}', loc=op.loc,
+            hint='Primitives run on whole batches: arrays whose axis 0 is '
+            'the batch (here, dummy zeros of batch size 1).') from e
+      if value is None and not op.vars_in:
+        self.prim_cache[key] = None
+      else:
+        try:
+          self.prim_cache[key] = type_of_value(
+              value, self.backend, batched=bool(op.vars_in),
+              describe=lambda: f'`{op.text}`')
+        except errors.TypeInferenceError as e:
+          raise errors.TypeInferenceError(e.message, loc=op.loc,
+                                          hint=e.hint) from None
+    result = self.prim_cache[key]
+    if result is not None:
+      self.bind(fn, op.vars_out, result, op.loc)
+
+  def call(self, fn, op):
+    env = self.env[fn.name]
+    callee = self.program.function(op.function)
+    for arg, param in zip(op.vars_in, callee.vars_in):
+      if env.get(arg) is not None:
+        self.set_type(callee, param, env[arg], op.loc)
+    ret = self.env[callee.name].get(RET)
+    if ret is not None:
+      self.bind(fn, op.vars_out, ret, op.loc)
+
+  def declare(self, fn):
+    """Seeds the result type from the user's type_inference callable."""
+    if fn.type_inference is None:
+      return
+    env = self.env[fn.name]
+    params = tuple(env.get(p) for p in fn.vars_in)
+    if any(p is None for p in params):
+      return
+    if fn.name in self.declared and self.declared[fn.name][0] == params:
+      return
+    arg_types = [inst.Type(_strip(p)) for p in params]
+    try:
+      result = fn.type_inference(arg_types)
+    except errors.AutoBatchError:
+      raise
+    except Exception as e:  # pylint: disable=broad-except
+      raise errors.TypeInferenceError(
+          f'type_inference of {fn.name!r} raised {type(e).__name__}: {e}',
+          loc=fn.loc, hint='It is called with a list of ab.Type, one per '
+          'argument.') from e
+    declared = _conform(normalize_declared(result, fn), env.get(RET))
+    self.declared[fn.name] = (params, declared)
+    try:
+      joined = join(env.get(RET), declared)
+    except Mismatch as e:
+      raise errors.TypeInferenceError(
+          f'{fn.name!r} returns a value whose type disagrees with its '
+          f'type_inference: {e}', loc=fn.loc,
+          hint='Fix the type_inference callable, or omit it and let '
+          'autobatch_vm infer the type.') from None
+    if joined != env.get(RET):
+      env[RET] = joined
+      self.changed = True
+
+  def function(self, fn):
+    self.declare(fn)
+    for block in fn.blocks:
+      for op in block.instructions:
+        if isinstance(op, inst.PrimOp):
+          self.prim(fn, op)
+        elif isinstance(op, inst.FunctionCallOp):
+          self.call(fn, op)
+        else:
+          raise errors.InternalError(f'{inst.op_str(op)} before lowering')
+
+  # -- driver ----------------------------------------------------------------
+
+  def run(self, input_types):
+    main = self.program.main_function
+    if len(input_types) != len(main.vars_in):
+      raise errors.InternalError('input types do not match main parameters')
+    for p, t in zip(main.vars_in, input_types):
+      self.set_type(main, p, t, main.loc)
+    for _ in range(_MAX_ITERATIONS):
+      self.changed = False
+      for fn in self.program.functions:
+        if all(p in self.env[fn.name] for p in fn.vars_in):
+          self.function(fn)
+      if not self.changed:
+        break
+    else:
+      raise errors.InternalError('type inference did not converge')
+    return self.finish()
+
+  def finish(self):
+    functions = []
+    for fn in self.program.functions:
+      env = self.env[fn.name]
+      if not all(p in env for p in fn.vars_in):
+        continue  # never called with typed arguments: not reachable
+      if RET not in env:
+        raise errors.TypeInferenceError(
+            f'Cannot determine the return type of {fn.name!r}: no return '
+            'path ends without first needing the result itself (is there a '
+            'base case?)', loc=fn.loc,
+            hint=f'Give it explicitly: @ctx.batch(type_inference=lambda '
+            'arg_types: ...) returning the result type.')
+      for block in fn.blocks:
+        for op in block.instructions:
+          for v in op.vars_in:
+            if v not in env:
+              raise errors.TypeInferenceError(
+                  f'variable {v!r} is used but never gets a value',
+                  loc=op.loc, hint='Assign it on every path before use.')
+        t = block.terminator
+        if isinstance(t, inst.BranchOp):
+          ct = env.get(t.cond)
+          if not isinstance(ct, inst.TensorType) or ct.shape != ():
+            raise errors.TypeInferenceError(
+                f'condition has type {inst.type_str(ct) if ct else "?"}; a '
+                'condition must be one boolean per member', loc=t.loc,
+                hint='Reduce it per member, e.g. np.all(x, axis=-1).')
+      var_defs = inst.FrozenDict(
+          (v, inst.Type(_strip(env[v]))) for v in sorted(env))
+      functions.append(dataclasses.replace(fn, var_defs=var_defs))
+    return dataclasses.replace(self.program, functions=tuple(functions))
+
+
+def _strip(t):
+  return inst.pattern_map(lambda x: x.strong(), t, inst.TensorType)
+
+
+def infer_types(program, input_types, backend):
+  """Returns `program` with `var_defs` filled in for every function.
+
+  Args:
+    program: an untyped `Program`.
+    input_types: one type pattern (of `TensorType`) per main parameter.
+    backend: runs primitives on dummy values.
+  """
+  return _Inference(program, backend).run(list(input_types))

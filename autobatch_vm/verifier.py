@@ -1,0 +1,115 @@
+"""Checks a program's invariants between passes (tests and debug mode).
+
+`verify(program, stage)` accepts a `Program` or `LoweredProgram` and raises
+`InternalError` showing the offending instruction with a few lines of the
+printed IR around it.  Checked:
+
+- every branch/goto/push_goto target exists; `return` only before lowering,
+  `push_goto`/`indirect_goto`/stack ops only after;
+- every variable read is written somewhere on a path to the read (no read
+  of a variable that is unassigned on every path);
+- once typed: every variable has a type, and every condition is a per-member
+  scalar; once allocated: every variable has an allocation, stack
+  operations touch only FULL variables, no NULL variable is read, and a
+  TEMPORARY is read only in its own block after being written.
+"""
+
+from autobatch_vm import errors
+from autobatch_vm import instructions as inst
+from autobatch_vm import liveness
+
+__all__ = ['verify']
+
+VA = inst.VariableAllocation
+
+
+def _fail(listing, needle, message, stage):
+  lines = listing.split('\n')
+  at = next((i for i, l in enumerate(lines) if needle and needle in l), 0)
+  context = '\n'.join(
+      ('>> ' if i == at else '   ') + lines[i]
+      for i in range(max(0, at - 4), min(len(lines), at + 5)))
+  raise errors.InternalError(
+      f'IR verification failed after {stage}: {message}\n{context}')
+
+
+def _check_blocks(blocks, params, var_defs, var_alloc, lowered, listing,
+                  stage, fn=None):
+  labels = {b.label for b in blocks}
+  if len(labels) != len(blocks):
+    _fail(listing, '', 'duplicate block labels', stage)
+  allowed = ((inst.GotoOp, inst.BranchOp, inst.PushGotoOp,
+              inst.IndirectGotoOp) if lowered else
+             (inst.GotoOp, inst.BranchOp, inst.ReturnOp))
+  written = set(params)
+  for b in blocks:
+    for op in b.instructions:
+      written |= liveness.writes(op)
+      if lowered and isinstance(op, inst.PushOp):
+        written |= set(op.vars)
+  for b in blocks:
+    t = b.terminator
+    line = inst.op_str(t)
+    if not isinstance(t, allowed):
+      _fail(listing, line, f'{type(t).__name__} not allowed here', stage)
+    targets = []
+    if isinstance(t, inst.GotoOp):
+      targets = [t.block]
+    elif isinstance(t, inst.BranchOp):
+      targets = [t.true_block, t.false_block]
+    elif isinstance(t, inst.PushGotoOp):
+      targets = [t.push_block, t.goto_block]
+    for target in targets:
+      if target not in labels:
+        _fail(listing, line, f'unknown block {target!r}', stage)
+    temps = set()
+    for op in list(b.instructions) + [t]:
+      text = inst.op_str(op)
+      if isinstance(op, inst.FunctionCallOp) and lowered:
+        _fail(listing, text, 'call left after lowering', stage)
+      if isinstance(op, (inst.PushOp, inst.PopOp, inst.RestoreOp)):
+        if not lowered:
+          _fail(listing, text, 'stack operation before lowering', stage)
+        for v in op.vars:
+          if var_alloc and var_alloc.get(v) != VA.FULL:
+            _fail(listing, text, f'stack operation on non-FULL {v!r}', stage)
+      for v in liveness.reads(op, fn):
+        if v not in written:
+          _fail(listing, text, f'{v!r} is read but never written', stage)
+        if var_defs and v not in var_defs:
+          _fail(listing, text, f'{v!r} has no type', stage)
+        if var_alloc:
+          a = var_alloc.get(v)
+          if a is None or a == VA.NULL:
+            _fail(listing, text, f'{v!r} is read but allocated {a}', stage)
+          if a == VA.TEMPORARY and v not in temps:
+            _fail(listing, text, f'TEMPORARY {v!r} read before its write '
+                  'in this block', stage)
+      for v in liveness.writes(op):
+        if var_alloc and var_alloc.get(v) == VA.TEMPORARY:
+          temps.add(v)
+      if isinstance(op, inst.FunctionCallOp):
+        temps.clear()  # a call ends the segment TEMPORARYs live in
+    if var_defs and isinstance(t, inst.BranchOp):
+      ct = var_defs[t.cond].tensors
+      if not isinstance(ct, inst.TensorType) or ct.shape != ():
+        _fail(listing, inst.op_str(t), 'condition is not a scalar', stage)
+
+
+def verify(program, stage='?'):
+  """Raises `InternalError` if `program` breaks an invariant; else returns it."""
+  listing = inst.print_program(program)
+  if isinstance(program, inst.LoweredProgram):
+    _check_blocks(program.blocks, program.vars_in, program.var_defs,
+                  program.var_alloc, True, listing, stage)
+    return program
+  for fn in program.functions:
+    names = {f.name for f in program.functions}
+    for b in fn.blocks:
+      for op in b.instructions:
+        if isinstance(op, inst.FunctionCallOp) and op.function not in names:
+          _fail(listing, inst.op_str(op), f'unknown function {op.function}',
+                stage)
+    _check_blocks(fn.blocks, fn.vars_in, fn.var_defs, fn.var_alloc, False,
+                  listing, stage, fn)
+  return program

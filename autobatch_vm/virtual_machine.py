@@ -1,0 +1,427 @@
+"""The batched virtual machine: runs a `LoweredProgram` across a batch.
+
+Every member has its own program counter (PC).  One step picks a block (by
+default the lowest-indexed block that has any member: later code then runs
+with more members at once) and runs its instructions on the whole batch;
+results are kept only for the members whose PC is at that block (a masked
+update).  Then the terminator moves those members' PCs.  A member whose PC
+reaches `len(program.blocks)` has finished; the run ends when all have.
+
+State is a flat list of arrays, so that a staged backend can carry it
+through a `while_loop`:
+  [pc, pc_stack, pc_sp, <register leaves>..., <stack leaves>..., <sps>...]
+Registers hold one value per member.  A FULL variable also has a stack
+`[max_stack_depth, batch, *shape]` and a stack pointer per member; its
+register caches the top, so reads cost nothing and only `PushOp`/`PopOp`
+touch the stack.  TEMPORARY variables never enter the state: they live in a
+dict for the duration of one block.
+
+Blocks are compiled once per (program, backend, batch size) into Python
+closures over their slots; `block_code_cache` lets a caller keep them.
+"""
+
+import dataclasses
+from typing import Dict
+
+import numpy as np
+
+from autobatch_vm import errors
+from autobatch_vm import instructions as inst
+
+__all__ = ['execute', 'RunStats', 'SCHEDULES']
+
+VA = inst.VariableAllocation
+SCHEDULES = ('lowest', 'most')
+_PC, _PC_STACK, _PC_SP = 0, 1, 2
+
+
+@dataclasses.dataclass
+class RunStats:
+  """What one batched run did.
+
+  steps: VM steps (blocks executed, each on the whole batch).
+  block_executions: label -> times the block ran.
+  block_active: label -> members active, summed over its executions.
+  block_function: label -> (function name, source location) it came from.
+  """
+  batch_size: int
+  steps: int = 0
+  block_executions: Dict[str, int] = dataclasses.field(default_factory=dict)
+  block_active: Dict[str, int] = dataclasses.field(default_factory=dict)
+  block_loc: Dict[str, object] = dataclasses.field(default_factory=dict)
+  block_time: Dict[str, float] = dataclasses.field(default_factory=dict)
+
+  @property
+  def utilization(self):
+    """Mean fraction of the batch active per executed block."""
+    total = sum(self.block_executions.values())
+    if not total or not self.batch_size:
+      return 0.0
+    return sum(self.block_active.values()) / (total * self.batch_size)
+
+  @property
+  def member_block_executions(self):
+    """Block executions summed over members: the unbatched block count."""
+    return sum(self.block_active.values())
+
+  def __str__(self):
+    lines = [f'steps: {self.steps}   batch: {self.batch_size}   '
+             f'utilization: {self.utilization:.1%}']
+    lines.append(f'{"block":<24}{"runs":>8}{"active/run":>12}  source')
+    for label, runs in self.block_executions.items():
+      if not runs:
+        continue
+      active = self.block_active[label] / runs
+      loc = self.block_loc.get(label)
+      where = f'{loc.filename.rsplit("/", 1)[-1]}:{loc.line}' if loc else ''
+      lines.append(f'{label:<24}{runs:>8}{active:>12.1f}  {where}')
+    return '\n'.join(lines)
+
+
+class _Layout:
+  """Assigns state slots to variables and builds the initial state."""
+
+  def __init__(self, program, backend, batch, depth):
+    self.program = program
+    self.backend = backend
+    self.batch = batch
+    self.depth = depth
+    self.regs = {}     # var -> [slot per leaf]
+    self.stacks = {}   # var -> ([slot per leaf], sp slot)
+    self.leaf_types = {}
+    n = 3
+    for var, alloc in program.var_alloc.items():
+      if alloc in (VA.REGISTER, VA.FULL):
+        leaves = inst.pattern_flatten(program.var_defs[var].tensors,
+                                      inst.TensorType)
+        self.leaf_types[var] = leaves
+        self.regs[var] = list(range(n, n + len(leaves)))
+        n += len(leaves)
+    for var, alloc in program.var_alloc.items():
+      if alloc == VA.FULL:
+        k = len(self.regs[var])
+        self.stacks[var] = (list(range(n, n + k)), n + k)
+        n += k + 1
+    self.size = n
+
+  def initial_state(self):
+    b, be = self.batch, self.backend
+    num_blocks = len(self.program.blocks)
+    state = [None] * self.size
+    state[_PC] = be.asarray(np.zeros((b,), np.int32))
+    pc_type = inst.TensorType(np.int32, ())
+    state[_PC_STACK] = be.stack_zeros(pc_type, self.depth + 1, b)
+    state[_PC_SP] = be.sp_zeros(b)
+    # The base frame of every PC stack is the exit index.
+    full = be.make_mask(state[_PC], 0, b)
+    exit_pc = be.asarray(np.full((b,), num_blocks, np.int32))
+    (state[_PC_STACK],), state[_PC_SP] = be.push(
+        [state[_PC_STACK]], state[_PC_SP], [exit_pc], full, self.depth + 1,
+        None)
+    for var, slots in self.regs.items():
+      for slot, t in zip(slots, self.leaf_types[var]):
+        state[slot] = be.zeros(t, b)
+    for var, (slots, sp_slot) in self.stacks.items():
+      for slot, t in zip(slots, self.leaf_types[var]):
+        state[slot] = be.stack_zeros(t, self.depth, b)
+      state[sp_slot] = be.sp_zeros(b)
+    return state
+
+
+class _BlockCompiler:
+  """Turns each block into a closure `run(state, m)`."""
+
+  def __init__(self, program, layout):
+    self.p = program
+    self.layout = layout
+    self.be = layout.backend
+    self.batch = layout.batch
+    self.index = program.block_index()
+    self.num_blocks = len(program.blocks)
+    self.function_of = {}
+    for b in program.blocks:
+      self.function_of[b.label] = b.label.rsplit('.', 1)[0]
+
+  # -- reading and writing variables ---------------------------------------
+
+  def reader(self, var):
+    alloc = self.p.var_alloc.get(var, VA.NULL)
+    if alloc == VA.TEMPORARY:
+      return lambda state, temps: temps[var]
+    if alloc in (VA.REGISTER, VA.FULL):
+      slots = self.layout.regs[var]
+      template = self.p.var_defs[var].tensors
+      if isinstance(template, inst.TensorType):
+        slot = slots[0]
+        return lambda state, temps: state[slot]
+      return lambda state, temps: inst.pattern_unflatten(
+          template, [state[s] for s in slots], inst.TensorType)
+    raise errors.InternalError(f'read of {alloc.name} variable {var}')
+
+  def writer(self, var):
+    """A function `(state, temps, value, m)` storing `value` into `var`."""
+    alloc = self.p.var_alloc.get(var, VA.NULL)
+    if alloc == VA.NULL:
+      return lambda state, temps, value, m: None
+    template = self.p.var_defs[var].tensors
+    leaves = inst.pattern_flatten(template, inst.TensorType)
+    coerces = [self.be.coerce_fn(t, self.batch) for t in leaves]
+    single = isinstance(template, inst.TensorType)
+    if alloc == VA.TEMPORARY:
+      if single:
+        coerce = coerces[0]
+
+        def write_temp(state, temps, value, m):
+          temps[var] = coerce(value)
+        return write_temp
+
+      def write_temp_pattern(state, temps, value, m):
+        values = _flatten_like(template, value)
+        temps[var] = inst.pattern_unflatten(
+            template, [c(v) for c, v in zip(coerces, values)], inst.TensorType)
+      return write_temp_pattern
+    slots = self.layout.regs[var]
+    write = self.be.write
+    if single:
+      slot, coerce = slots[0], coerces[0]
+
+      def write_reg(state, temps, value, m):
+        state[slot] = write(state[slot], coerce(value), m)
+      return write_reg
+
+    def write_reg_pattern(state, temps, value, m):
+      for slot, c, v in zip(slots, coerces, _flatten_like(template, value)):
+        state[slot] = write(state[slot], c(v), m)
+    return write_reg_pattern
+
+  def binder(self, pattern):
+    """A writer for a pattern of variable names (tuple unpacking)."""
+    if isinstance(pattern, str):
+      return self.writer(pattern)
+    subs = [self.binder(p) for p in pattern]
+    n = len(subs)
+
+    def bind(state, temps, value, m):
+      values = tuple(value)
+      if len(values) != n:
+        raise errors.InternalError(f'cannot unpack {len(values)} into {n}')
+      for w, v in zip(subs, values):
+        w(state, temps, v, m)
+    return bind
+
+  # -- instructions ----------------------------------------------------------
+
+  def instruction(self, op):
+    if isinstance(op, inst.PrimOp):
+      return self.prim(op)
+    if isinstance(op, inst.PushOp):
+      return self.push(op)
+    if isinstance(op, (inst.PopOp, inst.RestoreOp)):
+      return self.pop(op, keep=isinstance(op, inst.RestoreOp))
+    if isinstance(op, inst.FunctionCallOp):
+      raise errors.InternalError('FunctionCallOp reached the VM unlowered')
+    raise errors.InternalError(f'Unknown instruction {op!r}')
+
+  def prim(self, op):
+    readers = [self.reader(v) for v in op.vars_in]
+    bind = self.binder(op.vars_out)
+    fn = op.function
+    be = self.be
+
+    def run_prim(state, temps, m):
+      args = [r(state, temps) for r in readers]
+      try:
+        result = fn(*args)
+      except errors.AutoBatchError:
+        raise
+      except Exception as e:  # pylint: disable=broad-except
+        raise primitive_error(e, op, be.members(m)) from e
+      bind(state, temps, result, m)
+    return run_prim
+
+  def _stack_slots(self, var):
+    try:
+      return self.layout.stacks[var]
+    except KeyError:
+      raise errors.InternalError(f'push/pop of non-FULL variable {var}')
+
+  def push(self, op):
+    be, depth = self.be, self.layout.depth
+    groups = []
+    for var in op.vars:
+      stack_slots, sp_slot = self._stack_slots(var)
+      groups.append((var, stack_slots, sp_slot, self.layout.regs[var]))
+
+    def run_push(state, temps, m):
+      for var, stack_slots, sp_slot, reg_slots in groups:
+        stacks, state[sp_slot] = be.push(
+            [state[s] for s in stack_slots], state[sp_slot],
+            [state[s] for s in reg_slots], m, depth,
+            _overflow(var, op.loc, depth))
+        for s, st in zip(stack_slots, stacks):
+          state[s] = st
+    return run_push
+
+  def pop(self, op, keep):
+    be = self.be
+    groups = []
+    for var in op.vars:
+      stack_slots, sp_slot = self._stack_slots(var)
+      groups.append((stack_slots, sp_slot, self.layout.regs[var]))
+
+    def run_pop(state, temps, m):
+      for stack_slots, sp_slot, reg_slots in groups:
+        stacks = [state[s] for s in stack_slots]
+        values = [state[s] for s in reg_slots]
+        if keep:
+          values = be.peek(stacks, state[sp_slot], values, m)
+        else:
+          values, state[sp_slot] = be.pop(stacks, state[sp_slot], values, m)
+        for s, v in zip(reg_slots, values):
+          state[s] = v
+    return run_pop
+
+  # -- terminators -----------------------------------------------------------
+
+  def terminator(self, t):
+    be = self.be
+    if isinstance(t, inst.GotoOp):
+      target = self.index[t.block]
+
+      def run_goto(state, temps, m):
+        state[_PC] = be.goto(state[_PC], m, target)
+      return run_goto
+    if isinstance(t, inst.BranchOp):
+      cond = self.reader(t.cond)
+      tt, ff = self.index[t.true_block], self.index[t.false_block]
+
+      def run_branch(state, temps, m):
+        c = be.to_bool(cond(state, temps))
+        state[_PC] = be.branch(state[_PC], m, c, tt, ff)
+      return run_branch
+    if isinstance(t, inst.PushGotoOp):
+      ret, target = self.index[t.push_block], self.index[t.goto_block]
+      ret_pc = be.asarray(np.full((self.batch,), ret, np.int32))
+      depth = self.layout.depth + 1
+      callee = self.function_of.get(t.goto_block, t.goto_block)
+      overflow = _overflow(f'the call stack (calling {callee!r})', t.loc,
+                           depth - 1)
+
+      def run_push_goto(state, temps, m):
+        (state[_PC_STACK],), state[_PC_SP] = be.push(
+            [state[_PC_STACK]], state[_PC_SP], [ret_pc], m, depth, overflow)
+        state[_PC] = be.goto(state[_PC], m, target)
+      return run_push_goto
+    if isinstance(t, inst.IndirectGotoOp):
+
+      def run_return(state, temps, m):
+        (state[_PC],), state[_PC_SP] = be.pop(
+            [state[_PC_STACK]], state[_PC_SP], [state[_PC]], m)
+      return run_return
+    raise errors.InternalError(f'Unexpected terminator {t!r}')
+
+  def block(self, block):
+    steps = [self.instruction(op) for op in block.instructions]
+    steps.append(self.terminator(block.terminator))
+    steps = tuple(steps)
+
+    def run_block(state, m):
+      temps = {}
+      for s in steps:
+        s(state, temps, m)
+    return run_block
+
+
+def _flatten_like(template, value):
+  """Leaves of `value` following the structure of type pattern `template`."""
+  if isinstance(template, inst.TensorType):
+    return [value]
+  values = tuple(value)
+  if len(values) != len(template):
+    raise errors.InternalError('value does not match its type pattern')
+  out = []
+  for t, v in zip(template, values):
+    out.extend(_flatten_like(t, v))
+  return out
+
+
+def _overflow(what, loc, depth):
+  def make(members):
+    members = list(np.asarray(members).reshape(-1)[:10])
+    return errors.StackOverflowError(
+        f'Recursion deeper than max_stack_depth={depth} (stack of {what}) '
+        f'for batch members {members}', loc=loc,
+        hint=f'Pass a larger max_stack_depth= (e.g. {depth * 2}) to the '
+        'batched function, or check that the recursion terminates.')
+  return make
+
+
+def primitive_error(e, op, members):
+  members = list(np.asarray(members).reshape(-1)[:10]) if members is not None \
+      else None
+  if isinstance(e, AssertionError):
+    return errors.AssertionFailedError(
+        f'Assertion failed for batch members {members}: {e}', loc=op.loc)
+  text = op.text or getattr(op.function, '__name__', '?')
+  who = f' (members at this block: {members})' if members is not None else ''
+  return errors.PrimitiveError(
+      f'{type(e).__name__} in `{text}`{who}: {e}', loc=op.loc,
+      hint='The primitive is called on whole batched arrays (leading '
+      'dimension = batch); members not at this block carry leftover data.')
+
+
+class CompiledProgram:
+  """A lowered program bound to a backend, batch size and stack depth."""
+
+  def __init__(self, program, backend, batch, depth):
+    self.program = program
+    self.backend = backend
+    self.batch = batch
+    self.depth = depth
+    self.layout = _Layout(program, backend, batch, depth)
+    bc = _BlockCompiler(program, self.layout)
+    self.blocks = [bc.block(b) for b in program.blocks]
+    self.inputs = [bc.writer(v) for v in program.vars_in]
+    self.output = (bc.reader(program.vars_out)
+                   if isinstance(program.vars_out, str) else None)
+    self.output_readers = inst.pattern_map(
+        bc.reader, program.vars_out) if not isinstance(
+            program.vars_out, str) else None
+
+
+def compile_blocks(program, backend, batch, depth, cache=None):
+  key = (id(program), backend, batch, depth)
+  if cache is not None and key in cache and cache[key].program is program:
+    return cache[key]
+  compiled = CompiledProgram(program, backend, batch, depth)
+  if cache is not None:
+    cache[key] = compiled
+  return compiled
+
+
+def execute(program, args, backend, batch_size, max_stack_depth=15,
+            schedule='lowest', block_code_cache=None):
+  """Runs `program` on batched `args`; returns (outputs, RunStats)."""
+  if schedule not in SCHEDULES:
+    raise errors.ArgumentError(
+        f'Unknown schedule {schedule!r}; choose one of {SCHEDULES}')
+  c = compile_blocks(program, backend, batch_size, max_stack_depth,
+                     block_code_cache)
+  state = c.layout.initial_state()
+  full = backend.make_mask(state[_PC], 0, batch_size)
+  for write, arg in zip(c.inputs, args):
+    write(state, None, arg, full)
+  stats = RunStats(batch_size=batch_size)
+  for b in program.blocks:
+    stats.block_executions[b.label] = 0
+    stats.block_active[b.label] = 0
+    stats.block_loc[b.label] = b.loc
+  with backend.error_context():
+    state = backend.run(c.blocks, state, len(program.blocks), schedule,
+                        stats, [b.label for b in program.blocks])
+  temps = {}
+  if c.output is not None:
+    out = c.output(state, temps)
+  else:
+    out = inst.pattern_map(lambda r: r(state, temps), c.output_readers)
+  return out, stats
