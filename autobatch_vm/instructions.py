@@ -245,6 +245,11 @@ def _hashable(v):
 # Instructions.
 # ---------------------------------------------------------------------------
 
+def identity(x):
+  """The function of a copy `PrimOp` (`a = b`); passes recognize it."""
+  return x
+
+
 @dataclasses.dataclass(frozen=True)
 class SourceLoc:
   """Where a piece of IR came from in the user's code."""

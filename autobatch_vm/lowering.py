@@ -40,14 +40,10 @@ def _qualify_op(op, fn_name):
 def _copy(vars_in, vars_out, loc):
   """A primitive that copies `vars_in` into `vars_out` (in parallel)."""
   if len(vars_in) == 1:
-    return inst.PrimOp(tuple(vars_in), vars_out[0], _identity,
+    return inst.PrimOp(tuple(vars_in), vars_out[0], inst.identity,
                        vars_in[0], loc)
   return inst.PrimOp(tuple(vars_in), tuple(vars_out), _tuple,
                      ', '.join(vars_in), loc)
-
-
-def _identity(x):
-  return x
 
 
 def _tuple(*xs):
@@ -89,7 +85,7 @@ def _lower_function(fn, program, reach, entry_of):
       if saved:
         ops.append(inst.PopOp(saved, op.loc))
       ops.append(inst.PrimOp((_q(callee.name, callee.vars_out),),
-                             _q(fn.name, op.vars_out), _identity,
+                             _q(fn.name, op.vars_out), inst.identity,
                              _q(callee.name, callee.vars_out), op.loc))
     t = block.terminator
     if isinstance(t, inst.ReturnOp):

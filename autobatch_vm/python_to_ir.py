@@ -257,7 +257,7 @@ class _Compiler:
     var = self.expr(s.value)
     for t in s.targets:
       pattern = self._target_pattern(t)
-      self.emit(inst.PrimOp((var,), pattern, _identity, var, self.src.loc(s)))
+      self.emit(inst.PrimOp((var,), pattern, inst.identity, var, self.src.loc(s)))
 
   def stmt_AnnAssign(self, s):
     if s.value is None:
@@ -409,7 +409,7 @@ class _Compiler:
     branch_index = len(self.blocks)
     self.terminate(inst.BranchOp(cond, body, '%exit', loc))
     self.start(body, s.body[0])
-    self.emit(inst.PrimOp((counter,), s.target.id, _identity, counter, loc))
+    self.emit(inst.PrimOp((counter,), s.target.id, inst.identity, counter, loc))
     exit_label = self.new_label()
     self.loops.append((latch, exit_label))
     self.statements(s.body)
@@ -559,7 +559,7 @@ class _Compiler:
     out = target if target is not None else self.temp()
     if not isinstance(out, str):
       tmp = self._ifexp(node, None)
-      self.emit(inst.PrimOp((tmp,), out, _identity, tmp, self.src.loc(node)))
+      self.emit(inst.PrimOp((tmp,), out, inst.identity, tmp, self.src.loc(node)))
       return out
     cond = self._condition(node.test)
     a, b, join = self.new_label(), self.new_label(), self.new_label()
@@ -589,7 +589,7 @@ class _Compiler:
     self.terminate(inst.GotoOp(join))
     self.start(join, node)
     if target is not None and not isinstance(target, str):
-      self.emit(inst.PrimOp((out,), target, _identity, out, loc))
+      self.emit(inst.PrimOp((out,), target, inst.identity, out, loc))
       return target
     return out
 
@@ -683,10 +683,6 @@ def _bound_inside(node, name):
              for t in ast.walk(n.target)):
         return True
   return False
-
-
-def _identity(x):
-  return x
 
 
 def _add(a, b):

@@ -28,7 +28,8 @@ __all__ = ['optimize']
 
 def _drop_self_copies(block):
   ops = tuple(op for op in block.instructions
-              if not (isinstance(op, inst.PrimOp) and len(op.vars_in) == 1
+              if not (isinstance(op, inst.PrimOp)
+                      and op.function is inst.identity
                       and op.vars_out == op.vars_in[0]))
   return dataclasses.replace(block, instructions=ops)
 

@@ -257,7 +257,7 @@ class _BlockCompiler:
         stacks, state[sp_slot] = be.push(
             [state[s] for s in stack_slots], state[sp_slot],
             [state[s] for s in reg_slots], m, depth,
-            _overflow(var, op.loc, depth))
+            _overflow(f'saving variable {var!r}', op.loc, depth))
         for s, st in zip(stack_slots, stacks):
           state[s] = st
     return run_push
@@ -304,7 +304,7 @@ class _BlockCompiler:
       ret_pc = be.asarray(np.full((self.batch,), ret, np.int32))
       depth = self.layout.depth + 1
       callee = self.function_of.get(t.goto_block, t.goto_block)
-      overflow = _overflow(f'the call stack (calling {callee!r})', t.loc,
+      overflow = _overflow(f'call stack, calling {callee!r}', t.loc,
                            depth - 1)
 
       def run_push_goto(state, temps, m):
@@ -347,9 +347,9 @@ def _flatten_like(template, value):
 
 def _overflow(what, loc, depth):
   def make(members):
-    members = list(np.asarray(members).reshape(-1)[:10])
+    members = [int(i) for i in np.asarray(members).reshape(-1)[:10]]
     return errors.StackOverflowError(
-        f'Recursion deeper than max_stack_depth={depth} (stack of {what}) '
+        f'Recursion deeper than max_stack_depth={depth} ({what}) '
         f'for batch members {members}', loc=loc,
         hint=f'Pass a larger max_stack_depth= (e.g. {depth * 2}) to the '
         'batched function, or check that the recursion terminates.')
@@ -357,8 +357,8 @@ def _overflow(what, loc, depth):
 
 
 def primitive_error(e, op, members):
-  members = list(np.asarray(members).reshape(-1)[:10]) if members is not None \
-      else None
+  members = ([int(i) for i in np.asarray(members).reshape(-1)[:10]]
+             if members is not None else None)
   if isinstance(e, AssertionError):
     return errors.AssertionFailedError(
         f'Assertion failed for batch members {members}: {e}', loc=op.loc)
