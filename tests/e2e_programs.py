@@ -1,0 +1,449 @@
+"""Batched programs written as users write them, with plain-Python references.
+
+Shared by the end-to-end tests of every backend and mode.  Each `Case` has
+the batched function, a generator of batched inputs, and a reference that
+computes ONE member's result in plain Python (scalars and small arrays).
+"""
+
+import collections
+import dataclasses
+from typing import Callable
+
+import numpy as np
+
+import autobatch_vm as ab
+
+ctx = ab.Context()
+
+
+# -- recursion ---------------------------------------------------------------
+
+@ctx.batch(type_inference=lambda arg_types: arg_types[0])
+def fibonacci(n):
+  if n > 2:
+    return fibonacci(n - 1) + fibonacci(n - 2)
+  else:
+    return 1
+
+
+@ctx.batch()
+def fibonacci_untyped(n):
+  if n > 2:
+    return fibonacci_untyped(n - 1) + fibonacci_untyped(n - 2)
+  return 1
+
+
+def fibonacci_ref(n):
+  return fibonacci_ref(n - 1) + fibonacci_ref(n - 2) if n > 2 else 1
+
+
+@ctx.batch()
+def is_even(n):
+  if n == 0:
+    return True
+  return is_odd(n - 1)
+
+
+@ctx.batch()
+def is_odd(n):
+  if n == 0:
+    return False
+  return is_even(n - 1)
+
+
+def is_even_ref(n):
+  return n % 2 == 0
+
+
+@ctx.batch()
+def collatz_rec(n, steps):
+  if n <= 1:
+    return steps
+  if n % 2 == 0:
+    return collatz_rec(n // 2, steps + 1)
+  return collatz_rec(3 * n + 1, steps + 1)
+
+
+def collatz_ref(n, steps=0):
+  while n > 1:
+    n = n // 2 if n % 2 == 0 else 3 * n + 1
+    steps += 1
+  return steps
+
+
+@ctx.batch()
+def gcd(a, b):
+  if b == 0:
+    return a
+  return gcd(b, a % b)
+
+
+def gcd_ref(a, b):
+  while b:
+    a, b = b, a % b
+  return a
+
+
+@ctx.batch()
+def power(x, k):
+  if k == 0:
+    return x * 0.0 + 1.0
+  half = power(x, k // 2)
+  if k % 2 == 0:
+    return half * half
+  return half * half * x
+
+
+def power_ref(x, k):
+  return x ** k
+
+
+@ctx.batch()
+def divmod_rec(a, b):
+  """Returns a tuple: (quotient, remainder) by repeated subtraction."""
+  if a < b:
+    return 0, a
+  q, r = divmod_rec(a - b, b)
+  return q + 1, r
+
+
+def divmod_ref(a, b):
+  return (a // b, a % b)
+
+
+@ctx.batch()
+def add_one(x):
+  return x + 1
+
+
+@ctx.batch()
+def nested_calls(x, y):
+  return add_one(add_one(x) * 2 + gcd(x + 1, y + 1)) - add_one(y)
+
+
+def nested_calls_ref(x, y):
+  return ((x + 1) * 2 + gcd_ref(x + 1, y + 1)) + 1 - (y + 1)
+
+
+# A forest stored in module-level arrays: node i has children LEFT[i],
+# RIGHT[i] (-1 for a leaf) and a value.  Members start at different roots.
+_rng = np.random.default_rng(1234)
+_NODES = 63
+LEFT = np.full(_NODES, -1)
+RIGHT = np.full(_NODES, -1)
+for _i in range(_NODES):
+  if 2 * _i + 2 < _NODES and _rng.random() < 0.8:
+    LEFT[_i], RIGHT[_i] = 2 * _i + 1, 2 * _i + 2
+VALUE = _rng.integers(-5, 10, size=_NODES)
+
+
+@ctx.batch()
+def tree_sum(node):
+  left = LEFT[node]
+  if left < 0:
+    return VALUE[node]
+  return VALUE[node] + 2 * tree_sum(left) + tree_sum(RIGHT[node])
+
+
+def tree_sum_ref(node):
+  if LEFT[node] < 0:
+    return VALUE[node]
+  return VALUE[node] + 2 * tree_sum_ref(LEFT[node]) + tree_sum_ref(
+      RIGHT[node])
+
+
+Particle = collections.namedtuple('Particle', ['x', 'v'])
+
+
+@ctx.batch()
+def simulate(p, n):
+  if n <= 0:
+    return p
+  return simulate(Particle(p.x + p.v, p.v * 0.5 - 0.25 * p.x), n - 1)
+
+
+def simulate_ref(p, n):
+  x, v = p
+  for _ in range(n):
+    x, v = x + v, v * 0.5 - 0.25 * x
+  return Particle(x, v)
+
+
+@ctx.batch()
+def vec_halve(v, count):
+  if np.max(np.abs(v), axis=-1) > 1.0:
+    return vec_halve(v * 0.5, count + 1)
+  return v, count
+
+
+def vec_halve_ref(v, count):
+  while np.max(np.abs(v)) > 1.0:
+    v, count = v * 0.5, count + 1
+  return v, count
+
+
+# -- loops and the language beyond the predecessor --------------------------
+
+@ctx.batch()
+def collatz_loop(n):
+  steps = 0
+  while n > 1:
+    if n % 2 == 0:
+      n = n // 2
+    else:
+      n = 3 * n + 1
+    steps += 1
+  return steps
+
+
+@ctx.batch()
+def break_continue(n):
+  total = 0
+  i = 0
+  while True:
+    i += 1
+    if i > n:
+      break
+    if i % 3 == 0:
+      continue
+    total += i * i
+    if total > 500:
+      break
+  return total
+
+
+def break_continue_ref(n):
+  total, i = 0, 0
+  while True:
+    i += 1
+    if i > n:
+      break
+    if i % 3 == 0:
+      continue
+    total += i * i
+    if total > 500:
+      break
+  return total
+
+
+@ctx.batch()
+def nested_loops(n):
+  count = 0
+  i = 0
+  while i < n:
+    j = 0
+    while j < i:
+      if (i + j) % 2 == 0:
+        count += j
+      j += 1
+    i += 1
+  return count
+
+
+def nested_loops_ref(n):
+  return sum(j for i in range(n) for j in range(i) if (i + j) % 2 == 0)
+
+
+@ctx.batch()
+def loop_of_calls(n):
+  acc = 0
+  for i in range(ab.truthy(n)):
+    acc += fibonacci_untyped(i + 1)
+  return acc
+
+
+def loop_of_calls_ref(n):
+  return sum(fibonacci_ref(i + 1) for i in range(n))
+
+
+@ctx.batch()
+def range_forms(n, k):
+  s = 0
+  for i in range(2, ab.truthy(n), 3):
+    s += i
+  for j in range(ab.truthy(n), 0, -2):
+    s -= j
+  last = -1
+  for m in range(ab.truthy(k)):
+    if m == 4:
+      break
+    s += 10
+    last = m
+  return s * 100 + last
+
+
+def range_forms_ref(n, k):
+  s = 0
+  for i in range(2, n, 3):
+    s += i
+  for j in range(n, 0, -2):
+    s -= j
+  last = -1
+  for m in range(k):
+    if m == 4:
+      break
+    s += 10
+    last = m
+  return s * 100 + last
+
+
+@ctx.batch()
+def classify(x):
+  if x < -10:
+    return -2
+  elif x < 0:
+    return -1
+  elif x == 0:
+    return 0
+  if x > 100 and x % 2 == 0:
+    return 3
+  if not (x > 5 or x == 3):
+    return 1
+  return 2
+
+
+def classify_ref(x):
+  if x < -10:
+    return -2
+  elif x < 0:
+    return -1
+  elif x == 0:
+    return 0
+  if x > 100 and x % 2 == 0:
+    return 3
+  if not (x > 5 or x == 3):
+    return 1
+  return 2
+
+
+@ctx.batch()
+def conditional_expr(x, y):
+  a = x if x > y else y
+  b = 0 < x < 10
+  c = -1.5 if b else 2.5
+  d = fibonacci_untyped(x) if x < 12 else 0
+  return a + c + d
+
+
+def conditional_expr_ref(x, y):
+  a = x if x > y else y
+  c = -1.5 if 0 < x < 10 else 2.5
+  d = fibonacci_ref(x) if x < 12 else 0
+  return a + c + d
+
+
+@ctx.batch()
+def short_circuit(n):
+  # fibonacci is only evaluated where n < 15: the `and` must short-circuit.
+  if n < 15 and fibonacci_untyped(n) > 20:
+    return 1
+  if n > 30 or is_even(n):
+    return 2
+  return 3
+
+
+def short_circuit_ref(n):
+  if n < 15 and fibonacci_ref(n) > 20:
+    return 1
+  if n > 30 or n % 2 == 0:
+    return 2
+  return 3
+
+
+@ctx.batch()
+def early_return_in_loop(n):
+  """Returns the first divisor >1 of n, or n (a prime), from inside a loop."""
+  d = 2
+  while d * d <= n:
+    if n % d == 0:
+      return d
+    d += 1
+  return n
+
+
+def early_return_in_loop_ref(n):
+  d = 2
+  while d * d <= n:
+    if n % d == 0:
+      return d
+    d += 1
+  return n
+
+
+# -- cases -------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Case:
+  name: str
+  fn: Callable
+  make_args: Callable          # (rng, batch) -> tuple of batched arrays
+  reference: Callable          # one member's plain values -> result
+  depth: int = 40
+  dry_run: bool = True         # whether `dry_run=True` works for it
+  rtol: float = 1e-9
+
+
+def _ints(low, high):
+  return lambda rng, b: (rng.integers(low, high, size=b),)
+
+
+CASES = [
+    Case('fibonacci', fibonacci, _ints(1, 14), fibonacci_ref),
+    Case('fibonacci_untyped', fibonacci_untyped, _ints(1, 14), fibonacci_ref),
+    Case('even_odd', is_even, _ints(0, 30), is_even_ref),
+    Case('collatz_rec', collatz_rec,
+         lambda rng, b: (rng.integers(1, 60, size=b), np.zeros(b, np.int64)),
+         collatz_ref),
+    Case('gcd', gcd, lambda rng, b: (rng.integers(0, 500, size=b),
+                                     rng.integers(0, 500, size=b)), gcd_ref),
+    Case('power_f64', power, lambda rng, b: (rng.uniform(-2, 2, size=b),
+                                             rng.integers(0, 12, size=b)),
+         power_ref, rtol=1e-12),
+    Case('power_f32', power,
+         lambda rng, b: (rng.uniform(-2, 2, size=b).astype(np.float32),
+                         rng.integers(0, 12, size=b).astype(np.int32)),
+         power_ref, rtol=1e-5),
+    Case('divmod_tuple', divmod_rec,
+         lambda rng, b: (rng.integers(0, 40, size=b),
+                         rng.integers(1, 7, size=b)), divmod_ref),
+    Case('nested_calls', nested_calls,
+         lambda rng, b: (rng.integers(0, 50, size=b),
+                         rng.integers(0, 50, size=b)), nested_calls_ref),
+    Case('tree_sum', tree_sum, _ints(0, 31), tree_sum_ref),
+    Case('namedtuple_state', simulate,
+         lambda rng, b: (Particle(rng.normal(size=b), rng.normal(size=b)),
+                         rng.integers(0, 10, size=b)), simulate_ref,
+         rtol=1e-12),
+    Case('vector_state', vec_halve,
+         lambda rng, b: (rng.normal(scale=20, size=(b, 3)),
+                         np.zeros(b, np.int64)), vec_halve_ref),
+    Case('collatz_loop', collatz_loop, _ints(1, 60), collatz_ref),
+    Case('break_continue', break_continue, _ints(0, 20), break_continue_ref),
+    Case('nested_loops', nested_loops, _ints(0, 9), nested_loops_ref),
+    Case('loop_of_calls', loop_of_calls, _ints(0, 9), loop_of_calls_ref),
+    Case('range_forms', range_forms,
+         lambda rng, b: (rng.integers(0, 12, size=b),
+                         rng.integers(0, 7, size=b)), range_forms_ref),
+    Case('elif_fallthrough', classify, _ints(-20, 120), classify_ref),
+    Case('conditional_expr', conditional_expr,
+         lambda rng, b: (rng.integers(-5, 20, size=b),
+                         rng.integers(-5, 20, size=b)), conditional_expr_ref),
+    Case('short_circuit', short_circuit, _ints(0, 40), short_circuit_ref),
+    Case('early_return_in_loop', early_return_in_loop, _ints(2, 200),
+         early_return_in_loop_ref),
+]
+
+
+def member(args, i):
+  """Member i's plain values (no batch dimension)."""
+  return tuple(ab.instructions.pattern_map(lambda a: a[i], a) for a in args)
+
+
+def reference_batch(case, args, batch):
+  """Stacks the reference results of every member."""
+  results = [case.reference(*member(args, i)) for i in range(batch)]
+  leaves = [ab.instructions.pattern_flatten(r) for r in results]
+  if not results:
+    return None
+  stacked = [np.stack([np.asarray(x) for x in col]) for col in zip(*leaves)]
+  return ab.instructions.pattern_unflatten(results[0], stacked)
