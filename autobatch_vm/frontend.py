@@ -64,6 +64,10 @@ def _default_backend(args):
 class BatchedFunction:
   """A decorated function: call it on a batch; it also has `.python_function`."""
 
+  # Marks it for TensorFlow's AutoGraph as one of its own artifacts, so a
+  # `tf.function` calls it as is rather than converting autobatch_vm's code.
+  autograph_info__ = frozenset()
+
   def __init__(self, context, fn, type_inference):
     self.context = context
     self.python_function = fn
@@ -276,7 +280,8 @@ class Context:
               'leading batch dimension', loc=loc,
               hint='Pass e.g. np.array([x]) for a batch of one.')
         return v
-      out.append(inst.pattern_map(convert, a))
+      # Tuples and namedtuples are structure; a list is array-like data.
+      out.append(inst.pattern_map(convert, a, leaf_type=list))
     sizes = {}
     for p, a in zip(params, out):
       for leaf in inst.pattern_flatten(a):

@@ -1,0 +1,500 @@
+"""Every user mistake gets a clear error naming the function, file and line.
+
+Each offending line below carries a `# ERR:<tag>` marker; the tests check
+that the error names this file, that line, and shows its source.
+"""
+
+import collections
+
+import numpy as np
+import pytest
+
+import autobatch_vm as ab
+from autobatch_vm import errors
+
+_SOURCE = open(__file__).read().splitlines()
+
+
+def line_of(tag):
+  marker = f'# ERR:{tag}'
+  matches = [i + 1 for i, l in enumerate(_SOURCE) if l.rstrip().endswith(
+      marker)]
+  assert len(matches) == 1, tag
+  return matches[0]
+
+
+def check(exc_info, cls, tag, *snippets, function=None):
+  e = exc_info.value
+  assert type(e) is cls, (type(e), e)
+  assert e.filename == __file__, str(e)
+  assert e.lineno == line_of(tag), str(e)
+  if function:
+    assert e.function == function
+  text = str(e)
+  assert _SOURCE[line_of(tag) - 1].strip().split('# ERR')[0].strip() in text
+  for s in snippets:
+    assert s in text, (s, text)
+
+
+X = np.array([1, 2, 3])
+
+# -- unsupported syntax ----------------------------------------------------
+
+UNSUPPORTED = []
+
+
+def unsupported(tag, *snippets):
+  def register(fn):
+    UNSUPPORTED.append((tag, snippets, fn))
+    return fn
+  return register
+
+
+@unsupported('try', 'try statements')
+def uses_try(x):
+  try:  # ERR:try
+    y = x + 1
+  except ValueError:
+    y = x
+  return y
+
+
+@unsupported('with', 'with statements')
+def uses_with(x):
+  with np.errstate(all='ignore'):  # ERR:with
+    y = x + 1
+  return y
+
+
+@unsupported('lambda', 'lambdas with control flow')
+def uses_lambda(x):
+  f = lambda v: v if v > 0 else -v  # ERR:lambda
+  return f(x)
+
+
+@unsupported('yield', 'yield')
+def uses_yield(x):
+  yield x  # ERR:yield
+  return x
+
+
+@unsupported('global', 'global declarations')
+def uses_global(x):
+  global X  # ERR:global
+  return x
+
+
+@unsupported('del', 'del statements')
+def uses_del(x):
+  y = x
+  del y  # ERR:del
+  return x
+
+
+@unsupported('comprehension', 'comprehensions over batched values')
+def uses_comprehension(x):
+  return sum([v for v in x])  # ERR:comprehension
+
+
+@unsupported('for', 'for loops over anything but range')
+def uses_for(x):
+  total = x * 0
+  for v in [1, 2, 3]:  # ERR:for
+    total += v
+  return total
+
+
+@unsupported('loopelse', '`else` clauses on loops')
+def uses_loop_else(x):
+  while x > 0:
+    x -= 1
+  else:
+    x = x + 1  # ERR:loopelse
+  return x
+
+
+@unsupported('itemassign', 'assignment to items or attributes')
+def uses_item_assignment(x):
+  x[0] = 1  # ERR:itemassign
+  return x
+
+
+@unsupported('noreturn', 'return without a value')
+def returns_nothing(x):
+  if x > 0:
+    return  # ERR:noreturn
+  return x
+
+
+@unsupported('falloff', 'can reach its end without returning')
+def falls_off(x):
+  if x > 0:
+    return x
+  y = x + 1  # ERR:falloff
+
+
+@pytest.mark.parametrize('tag,snippets,fn', UNSUPPORTED,
+                         ids=[u[0] for u in UNSUPPORTED])
+def test_unsupported_syntax(tag, snippets, fn):
+  ctx = ab.Context()
+  batched = ctx.batch()(fn)
+  with pytest.raises(errors.UnsupportedSyntaxError) as e:
+    batched(X)
+  check(e, errors.UnsupportedSyntaxError, tag, *snippets,
+        function=fn.__name__)
+
+
+def test_nonlocal_is_rejected():
+  ctx = ab.Context()
+  count = 0
+
+  @ctx.batch()
+  def uses_nonlocal(x):
+    nonlocal count  # ERR:nonlocal
+    return x
+
+  with pytest.raises(errors.UnsupportedSyntaxError) as e:
+    uses_nonlocal(X)
+  check(e, errors.UnsupportedSyntaxError, 'nonlocal', 'nonlocal')
+  del count
+
+
+def test_starred_call_of_batched_function():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def callee(a, b):
+    return a + b
+
+  @ctx.batch()
+  def caller(x):
+    args = (x, x)
+    return callee(*args)  # ERR:starred
+
+  with pytest.raises(errors.UnsupportedSyntaxError) as e:
+    caller(X)
+  check(e, errors.UnsupportedSyntaxError, 'starred', 'starred arguments')
+
+
+# -- names, arity, arguments -----------------------------------------------
+
+def test_unknown_name():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def f(x):
+    return x + not_defined_anywhere  # noqa: F821  # ERR:name
+
+  with pytest.raises(errors.NameResolutionError) as e:
+    f(X)
+  check(e, errors.NameResolutionError, 'name', "'not_defined_anywhere'")
+
+
+def test_arity_error_inside_batched_code():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def g(a, b):
+    return a + b
+
+  @ctx.batch()
+  def f(x):
+    return g(x)  # ERR:arity
+
+  with pytest.raises(errors.ArgumentError) as e:
+    f(X)
+  check(e, errors.ArgumentError, 'arity', 'takes 2 argument(s)')
+
+
+def test_unknown_keyword_inside_batched_code():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def g(a):
+    return a
+
+  @ctx.batch()
+  def f(x):
+    return g(b=x)  # ERR:kwarg
+
+  with pytest.raises(errors.ArgumentError) as e:
+    f(X)
+  check(e, errors.ArgumentError, 'kwarg', "unexpected keyword argument 'b'")
+
+
+def test_wrong_arguments_from_python():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def f(x, y):
+    return x + y
+
+  with pytest.raises(errors.ArgumentError, match='takes 2 argument'):
+    f(X, X, X)
+  with pytest.raises(errors.ArgumentError, match='missing argument'):
+    f(X)
+  with pytest.raises(errors.ArgumentError, match="unexpected keyword"):
+    f(X, z=X)
+  with pytest.raises(errors.ArgumentError, match='different batch sizes'):
+    f(X, np.array([1, 2]))
+  with pytest.raises(errors.ArgumentError, match='zero-dimensional'):
+    f(np.int64(3), np.int64(4))
+  with pytest.raises(errors.ArgumentError, match='not an array'):
+    f('abc', X)
+  with pytest.raises(errors.ArgumentError, match='not an array'):
+    f(None, X)
+  with pytest.raises(errors.ArgumentError, match='Ragged'):
+    f([[1, 2], [3]], X)
+  with pytest.raises(errors.ArgumentError) as e:
+    f(X, y=X, x=X)
+  assert e.value.function == 'f' and e.value.filename == __file__
+
+
+def test_batched_keyword_arguments_work():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def f(x, y):
+    return x - y
+
+  np.testing.assert_array_equal(f(y=X, x=X * 3), X * 2)
+
+
+# -- types -----------------------------------------------------------------
+
+def test_branches_with_different_dtypes():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def f(x):
+    if x > 1:
+      y = x.astype(np.int32)
+    else:
+      y = x.astype(np.float32)  # ERR:dtypes
+    return y
+
+  with pytest.raises(errors.TypeInferenceError) as e:
+    f(X)
+  check(e, errors.TypeInferenceError, 'dtypes', "variable 'y'",
+        'different dtypes')
+
+
+def test_branches_with_different_shapes():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def f(x):
+    if x > 1:
+      return np.stack([x, x], axis=-1)
+    return np.stack([x, x, x], axis=-1)  # ERR:shapes
+
+  with pytest.raises(errors.TypeInferenceError) as e:
+    f(X)
+  check(e, errors.TypeInferenceError, 'shapes', 'different shapes')
+
+
+def _check_declared(type_inference, exc_type, *snippets):
+  ctx = ab.Context()
+
+  def f(x):
+    return x * 2
+  f = ctx.batch(type_inference=type_inference)(f)
+  with pytest.raises(exc_type) as e:
+    f(X)
+  assert e.value.function == 'f'
+  assert e.value.filename == __file__
+  for s in snippets:
+    assert s in str(e.value), str(e.value)
+
+
+def test_type_inference_wrong_dtype():
+  _check_declared(lambda t: ab.TensorType(np.float32, ()),
+                  errors.TypeInferenceError, 'float32', 'int64',
+                  'type_inference')
+
+
+def test_type_inference_wrong_shape():
+  _check_declared(lambda t: ab.TensorType(np.int64, (3,)),
+                  errors.TypeInferenceError, 'different shapes')
+
+
+def test_type_inference_wrong_structure():
+  _check_declared(lambda t: (t[0], t[0]), errors.TypeInferenceError,
+                  'different structures')
+
+
+def test_type_inference_returns_garbage():
+  _check_declared(lambda t: 'int', errors.TypeInferenceError,
+                  "returned 'int'")
+
+
+def test_type_inference_raises():
+  def bad(arg_types):
+    raise KeyError('oops')
+  _check_declared(bad, errors.TypeInferenceError, 'raised KeyError')
+
+
+def test_no_base_case():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def forever(x):  # ERR:nobase
+    return forever(x - 1) + 1
+
+  with pytest.raises(errors.TypeInferenceError) as e:
+    forever(X)
+  check(e, errors.TypeInferenceError, 'nobase', 'Cannot determine the '
+        'return type', 'type_inference')
+
+
+def test_primitive_without_batch_dimension():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def f(x):
+    return np.sum(x)  # ERR:nobatch
+
+  with pytest.raises(errors.TypeInferenceError) as e:
+    f(X)
+  check(e, errors.TypeInferenceError, 'nobatch', 'batch dimension')
+
+
+def test_condition_must_be_per_member_scalar():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def f(v):
+    if v > 0:  # ERR:vectorcond
+      return v
+    return -v
+
+  with pytest.raises(errors.TypeInferenceError) as e:
+    f(np.ones((3, 2)))
+  check(e, errors.TypeInferenceError, 'vectorcond', 'one boolean per member')
+
+
+def test_unpacking_an_array():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def f(x):
+    a, b = x * 2  # ERR:unpack
+    return a
+
+  with pytest.raises(errors.TypeInferenceError) as e:
+    f(X)
+  check(e, errors.TypeInferenceError, 'unpack', 'cannot unpack')
+
+
+# -- run time --------------------------------------------------------------
+
+def test_primitive_raises_during_inference():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def f(x):
+    return x + 'text'  # ERR:primtype
+
+  with pytest.raises(errors.PrimitiveError) as e:
+    f(X)
+  check(e, errors.PrimitiveError, 'primtype', 'while inferring')
+  assert e.value.__cause__ is not None
+
+
+TABLE = np.arange(5)
+
+
+def test_primitive_raises_for_some_members():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def f(i):
+    if i > 2:
+      return TABLE[i * 10]  # ERR:index
+    return i
+
+  with pytest.raises(errors.PrimitiveError) as e:
+    f(np.array([0, 5, 1, 3]))
+  check(e, errors.PrimitiveError, 'index', 'IndexError', '[1, 3]')
+  assert isinstance(e.value.__cause__, IndexError)
+
+
+@pytest.mark.parametrize('stackless', [False, True])
+def test_assert_names_failing_members(stackless):
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def f(x):
+    assert x < 3, 'x too big'  # ERR:assert
+    return x + 1
+
+  np.testing.assert_array_equal(f(np.array([0, 1]), stackless=stackless),
+                                [1, 2])
+  with pytest.raises(errors.AssertionFailedError) as e:
+    f(np.array([0, 5, 1, 7]), stackless=stackless)
+  check(e, errors.AssertionFailedError, 'assert', 'x too big', '[1, 3]')
+
+
+def test_stack_overflow():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def depth(n):
+    if n > 0:
+      return depth(n - 1) + 1  # ERR:overflow
+    return n
+
+  np.testing.assert_array_equal(depth(np.array([3, 10]),
+                                      max_stack_depth=10), [3, 10])
+  with pytest.raises(errors.StackOverflowError) as e:
+    depth(np.array([3, 11]), max_stack_depth=10)
+  check(e, errors.StackOverflowError, 'overflow', 'max_stack_depth=10',
+        "'depth'", '[1]')
+
+
+def test_stackless_overflow_is_clear():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def deep(n):
+    if n > 0:
+      return deep(n - 1) + 1  # ERR:stackless
+    return n
+
+  with pytest.raises(errors.StackOverflowError) as e:
+    deep(np.array([100000]), stackless=True)
+  check(e, errors.StackOverflowError, 'stackless', 'stackless')
+
+
+def test_bad_mode_arguments():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def f(x):
+    return x
+
+  with pytest.raises(errors.ArgumentError, match='max_stack_depth'):
+    f(X, max_stack_depth=0)
+  with pytest.raises(errors.ArgumentError, match='schedule'):
+    f(X, schedule='random')
+
+
+def test_internal_errors_are_separate():
+  assert not issubclass(errors.InternalError, errors.AutoBatchError)
+  assert 'bug in autobatch_vm' in str(errors.InternalError('x'))
+
+
+Pair = collections.namedtuple('Pair', 'a b')
+
+
+def test_namedtuple_field_typo():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def f(x):
+    p = Pair(x, x)
+    return p.c  # ERR:field
+
+  with pytest.raises(errors.PrimitiveError) as e:
+    f(X)
+  check(e, errors.PrimitiveError, 'field', 'AttributeError')
