@@ -123,7 +123,9 @@ class BatchedFunction:
 class Context:
   """A set of batched functions that may call each other."""
 
-  def __init__(self):
+  def __init__(self, debug=False):
+    """`debug=True` runs the IR verifier between compiler passes."""
+    self.debug = debug
     self._functions = {}      # name -> BatchedFunction, in definition order
     self._module = None
     self._cache = {}
@@ -234,7 +236,7 @@ class Context:
                                 backend)
 
   def _verify(self):
-    return bool(getattr(self, 'debug', False))
+    return bool(self.debug)
 
   def _signature(self, main, sig):
     if sig is None:

@@ -219,7 +219,7 @@ class _Compiler:
       end = self.src.loc(node.body[-1]) if node.body else self.src.loc(node)
       self.blocks.append(inst.Block(self.cur_label, tuple(self.cur_ops),
                                     _FallOff(end), self.cur_loc))
-    blocks = _prune_unreachable(self.blocks, self.src)
+    blocks = _prune_unreachable(self.blocks, self.src, self.params)
     return inst.Function(
         name=self.src.name, vars_in=self.params, vars_out=RETURN_VAR,
         blocks=tuple(blocks), type_inference=self.type_inference,
@@ -796,6 +796,15 @@ class _PrimitiveRewriter(ast.NodeTransformer):
       return self._ops('logical_not', [operand], node)
     return ast.copy_location(ast.UnaryOp(node.op, operand), node)
 
+  def visit_BinOp(self, node):
+    # `%` and `//` go through helpers so that a zero divisor in a member not
+    # at the block cannot fail a TensorFlow run (NumPy gives 0 there).
+    if isinstance(node.op, (ast.Mod, ast.FloorDiv)):
+      name = 'mod' if isinstance(node.op, ast.Mod) else 'floordiv'
+      return self._ops(name, [self.visit(node.left), self.visit(node.right)],
+                       node)
+    return self.generic_visit(node)
+
   def visit_Compare(self, node):
     if len(node.ops) > 1:
       return self.visit(_split_compare(node))
@@ -814,7 +823,7 @@ class _PrimitiveRewriter(ast.NodeTransformer):
     return self.generic_visit(node)
 
 
-def _prune_unreachable(blocks, src):
+def _prune_unreachable(blocks, src, params):
   """Drops blocks no path reaches; rejects reachable fall-off ends."""
   by_label = {b.label: b for b in blocks}
   order = [b.label for b in blocks]
@@ -838,9 +847,73 @@ def _prune_unreachable(blocks, src):
           'returning a value (Python would return None)',
           loc=b.terminator.loc,
           hint='Add a final `return <value>` (or an `else:` that returns).')
+  _check_definitely_assigned(kept, params)
   # Renumber labels densely in order, so printed IR is stable and compact.
   rename = {b.label: f'{src.name}.{i}' for i, b in enumerate(kept)}
   return [_relabel(b, rename) for b in kept]
+
+
+def _check_definitely_assigned(blocks, params):
+  """Rejects reads of a variable that some path leaves unassigned.
+
+  Python would raise UnboundLocalError for the members taking that path;
+  batched, they would silently read leftover data, so refuse up front.
+  """
+  params = set(params)
+  succ = {}
+  for b in blocks:
+    t = b.terminator
+    succ[b.label] = ([t.block] if isinstance(t, inst.GotoOp) else
+                     [t.true_block, t.false_block]
+                     if isinstance(t, inst.BranchOp) else [])
+  preds = {b.label: [] for b in blocks}
+  for label, ss in succ.items():
+    for s in ss:
+      preds[s].append(label)
+  every = set(params)
+  for b in blocks:
+    for op in b.instructions:
+      every |= set(inst.pattern_flatten(op.vars_out))
+  entry = blocks[0].label
+  assigned_in = {b.label: (set(params) if b.label == entry else set(every))
+                 for b in blocks}
+  changed = True
+  while changed:
+    changed = False
+    for b in blocks:
+      if b.label != entry:
+        ins = [_assigned_out(b_, assigned_in) for b_ in
+               (x for x in blocks if x.label in preds[b.label])]
+        new = set.intersection(*ins) if ins else set(params)
+        if new != assigned_in[b.label]:
+          assigned_in[b.label] = new
+          changed = True
+  for b in blocks:
+    have = set(assigned_in[b.label])
+    for op in b.instructions:
+      for v in op.vars_in:
+        if v not in have and not v.startswith('%'):
+          raise errors.UnsupportedSyntaxError(
+              f'variable {v!r} may be used before it is assigned (some path '
+              'reaches this line without assigning it)', loc=op.loc,
+              hint=f'Assign {v!r} on every path first, e.g. initialize it '
+              'before the if/loop.')
+      have |= set(inst.pattern_flatten(op.vars_out))
+    t = b.terminator
+    if isinstance(t, inst.BranchOp) and t.cond not in have and \
+        not t.cond.startswith('%'):
+      raise errors.UnsupportedSyntaxError(
+          f'variable {t.cond!r} may be used before it is assigned',
+          loc=t.loc)
+    if isinstance(t, inst.ReturnOp) and RETURN_VAR not in have:
+      raise errors.InternalError('return without a result')
+
+
+def _assigned_out(block, assigned_in):
+  out = set(assigned_in[block.label])
+  for op in block.instructions:
+    out |= set(inst.pattern_flatten(op.vars_out))
+  return out
 
 
 def _relabel(block, rename):

@@ -152,3 +152,19 @@ def test_inspection_is_printable():
   assert 'push_goto' in str(lowered)
   assert str(ctx.lowered_for_args('fibonacci', [np.array([3, 4])])) == \
       str(lowered)
+
+
+@pytest.mark.parametrize('case', progs.CASES, ids=lambda c: c.name)
+def test_verifier_accepts_every_stage(case):
+  """The same programs compiled with the verifier between passes."""
+  ctx = progs.ctx
+  ctx.debug = True
+  try:
+    rng = np.random.default_rng(3)
+    args = case.make_args(rng, 5)
+    sig = ctx._arg_types(args, ab.NumpyBackend())  # pylint: disable=protected-access
+    ab.pipeline.lowered(
+        ab.pipeline.typed(ctx.program(case.fn.name), sig, ab.NumpyBackend(),
+                          verify=True), verify=True)
+  finally:
+    ctx.debug = False

@@ -133,6 +133,20 @@ def falls_off(x):
   y = x + 1  # ERR:falloff
 
 
+@unsupported('unassigned', "variable 'y' may be used before it is assigned")
+def maybe_unassigned(x):
+  if x > 1:
+    y = x
+  return y  # ERR:unassigned
+
+
+@unsupported('loopvar', "variable 'i' may be used before it is assigned")
+def loop_var_after_empty_loop(x):
+  for i in range(x):
+    x = x + 1
+  return x + i  # ERR:loopvar
+
+
 @pytest.mark.parametrize('tag,snippets,fn', UNSUPPORTED,
                          ids=[u[0] for u in UNSUPPORTED])
 def test_unsupported_syntax(tag, snippets, fn):
