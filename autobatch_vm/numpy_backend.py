@@ -105,6 +105,15 @@ class NumpyBackend:
     """Entry (0) for `active` members, exit for the rest."""
     return np.where(active, 0, num_blocks).astype(np.int32)
 
+  def fill_inactive(self, x, m):
+    """`x` with the lanes outside `m` copied from the first lane inside."""
+    x = np.asarray(x)
+    if x.ndim == 0 or m.count == 0:
+      return x
+    first = x[m.idx[0]]
+    mask = m.mask.reshape(m.mask.shape + (1,) * (x.ndim - 1))
+    return np.where(mask, x, first)
+
   def members(self, m):
     return np.flatnonzero(m.mask)
 

@@ -98,8 +98,7 @@ class _Executor:
       except errors.AutoBatchError:
         raise
       except Exception as e:  # pylint: disable=broad-except
-        raise virtual_machine.primitive_error(
-            e, op, self.be.members(m)) from e
+        result = virtual_machine.retry_on_live_data(e, op, args, self.be, m)
       self.write(fn, env, op.vars_out, result, m)
     elif isinstance(op, inst.FunctionCallOp):
       callee = self.program.function(op.function)

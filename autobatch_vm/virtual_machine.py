@@ -235,7 +235,7 @@ class _BlockCompiler:
       except errors.AutoBatchError:
         raise
       except Exception as e:  # pylint: disable=broad-except
-        raise primitive_error(e, op, be.members(m)) from e
+        result = retry_on_live_data(e, op, args, be, m)
       bind(state, temps, result, m)
     return run_prim
 
@@ -301,7 +301,9 @@ class _BlockCompiler:
       return run_branch
     if isinstance(t, inst.PushGotoOp):
       ret, target = self.index[t.push_block], self.index[t.goto_block]
-      ret_pc = be.asarray(np.full((self.batch,), ret, np.int32))
+      # A NumPy constant, not a backend array: compiled blocks are cached
+      # and may be traced into several graphs.
+      ret_pc = np.full((self.batch,), ret, np.int32)
       depth = self.layout.depth + 1
       callee = self.function_of.get(t.goto_block, t.goto_block)
       overflow = _overflow(f'call stack, calling {callee!r}', t.loc,
@@ -354,6 +356,24 @@ def _overflow(what, loc, depth):
         hint=f'Pass a larger max_stack_depth= (e.g. {depth * 2}) to the '
         'batched function, or check that the recursion terminates.')
   return make
+
+
+def retry_on_live_data(error, op, args, backend, m):
+  """Re-runs a primitive that raised, with leftover lanes made harmless.
+
+  Members not at the block still flow through the primitive with leftover
+  data (e.g. an out-of-range index).  Their results are discarded anyway,
+  so the primitive is re-run with their inputs replaced by a live member's;
+  if it still raises, the error is the live members' and is reported.
+  """
+  if not (getattr(m, 'full', True) or backend.staged):
+    fill = backend.fill_inactive
+    clean = [inst.pattern_map(lambda x: fill(x, m), a) for a in args]
+    try:
+      return op.function(*clean)
+    except Exception:  # pylint: disable=broad-except
+      pass
+  raise primitive_error(error, op, backend.members(m)) from error
 
 
 def primitive_error(e, op, members):

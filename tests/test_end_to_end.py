@@ -168,3 +168,29 @@ def test_verifier_accepts_every_stage(case):
                           verify=True), verify=True)
   finally:
     ctx.debug = False
+
+
+_TABLE = np.arange(10) * 3
+
+
+@pytest.mark.parametrize('stackless', [False, True])
+def test_junk_lanes_never_poison_live_ones(stackless):
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def f(i, x):
+    if i >= 0:
+      # Members with i < 0 also flow through here with a junk index and
+      # divide by zero / log of a negative; that must neither raise nor warn.
+      return _TABLE[i] + np.log(x) + 1.0 / x
+    return x * 0.0
+
+  i = np.array([2, -7, 9, -100, 0])
+  x = np.array([1.0, -1.0, 2.0, 0.0, 4.0])
+  with np.errstate(all='raise'):
+    out = f(i, x, stackless=stackless)
+  live = i >= 0
+  expected = [(_TABLE[k] + np.log(v) + 1.0 / v) if k >= 0 else 0.0
+              for k, v in zip(i, x)]
+  np.testing.assert_allclose(out, expected)
+  assert not np.isnan(out).any()
