@@ -25,6 +25,10 @@ def _where(loc):
 class AutoBatchError(Exception):
   """A mistake in how autobatch_vm is used; the message says how to fix it."""
 
+  # Inside a `tf.function`, TensorFlow's AutoGraph would re-raise this as a
+  # generic StagingError; this attribute makes it pass through unchanged.
+  ag_pass_through = True
+
   def __init__(self, message, loc=None, hint=None):
     self.message = message
     self.loc = loc

@@ -6,11 +6,13 @@ They work on NumPy arrays, Python scalars and TensorFlow tensors, and
 import TensorFlow only when they are given a tensor.
 """
 
+import operator
 import sys
 
 import numpy as np
 
-__all__ = ['logical_and', 'logical_or', 'logical_not', 'where', 'fail']
+__all__ = ['logical_and', 'logical_or', 'logical_not', 'where', 'mod',
+           'floordiv', 'fail']
 
 
 def _is_tf(*xs):
@@ -84,6 +86,36 @@ def where(cond, x, y):
   y = np.asarray(y)
   rank = max(x.ndim, y.ndim)
   return np.where(_expand_to(cond, rank), x, y)
+
+
+def _int_division(op, a, b):
+  """`op(a, b)`; with TF integer tensors a zero divisor gives 0, as in NumPy.
+
+  TensorFlow's CPU kernels raise on integer division by zero, and batched
+  primitives also compute for members not at the block, whose leftover
+  values may well be zero.
+  """
+  if not _is_tf(a, b):
+    return op(a, b)
+  tf = _tf()
+  if not (tf.is_tensor(b) or isinstance(b, tf.Variable)):
+    return op(a, b)  # a constant divisor: the user's own division
+  b = tf.convert_to_tensor(b)
+  if not b.dtype.is_integer:
+    return op(a, b)
+  zero = tf.equal(b, 0)
+  result = op(a, tf.where(zero, tf.ones_like(b), b))
+  return tf.where(zero, tf.zeros_like(result), result)
+
+
+def mod(a, b):
+  """`a % b` (see `_int_division`)."""
+  return _int_division(operator.mod, a, b)
+
+
+def floordiv(a, b):
+  """`a // b` (see `_int_division`)."""
+  return _int_division(operator.floordiv, a, b)
 
 
 def fail(message):
