@@ -108,7 +108,9 @@ def type_of_value(value, backend, batched, describe):
           f'{describe()} returned shape {tuple(shape)} without the leading '
           'batch dimension', hint='Primitives work on whole batches: keep '
           'axis 0 as the batch (e.g. reduce with axis=-1, index with '
-          'x[:, i]).')
+          'x[:, i]).  A member-independent constant next to batched values '
+          '(`return np.float32(0), x`) needs its own statement '
+          '(`zero = np.float32(0)`), which is broadcast to the batch.')
     return inst.TensorType(dtype, shape[1:])
   return inst.pattern_map(leaf, value)
 

@@ -512,3 +512,24 @@ def test_namedtuple_field_typo():
   with pytest.raises(errors.PrimitiveError) as e:
     f(X)
   check(e, errors.PrimitiveError, 'field', 'AttributeError')
+
+
+def test_unbatched_constant_inside_tuple_says_how_to_fix():
+  """Found by the fuzzer: `return np.minimum(0, 0), x`."""
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def f(x):
+    return np.minimum(0, 0), x  # ERR:consttuple
+
+  with pytest.raises(errors.TypeInferenceError) as e:
+    f(X)
+  check(e, errors.TypeInferenceError, 'consttuple', 'its own statement')
+
+  @ctx.batch()
+  def g(x):
+    zero = np.minimum(0, 0)
+    return zero, x
+
+  out = g(X)
+  np.testing.assert_array_equal(out[0], [0, 0, 0])

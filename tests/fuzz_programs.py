@@ -1,0 +1,190 @@
+"""A generator of random programs in the supported subset, for fuzzing.
+
+`program_strategy()` is a hypothesis strategy of Python source text: 1-3
+functions `f0..fk` over int state `a, b` and float state `x`, with
+arithmetic, `if/elif/else`, `while` loops with bounded trip counts, `break`
+and `continue`, `for ... in range(...)`, recursion on a decreasing depth
+argument `d`, calls to earlier functions, and tuple returns.  Values stay
+small (`% 997`), so plain Python ints and NumPy int64 agree exactly.
+
+The same text is loaded twice: once plain (the per-member reference) and
+once with every function decorated by one `ab.Context().batch()`.
+"""
+
+import importlib.util
+import os
+import tempfile
+import textwrap
+
+from hypothesis import strategies as st
+
+import autobatch_vm as ab
+
+INT_VARS = ('a', 'b', 'c')
+MAX_FUNCTIONS = 3
+
+
+@st.composite
+def int_expr(draw, depth=0):
+  """An int expression over a, b, c (and literals)."""
+  if depth > 2 or draw(st.integers(0, 3)) == 0:
+    if draw(st.booleans()):
+      return draw(st.sampled_from(INT_VARS))
+    return str(draw(st.integers(-9, 9)))
+  op = draw(st.sampled_from(['+', '-', '*', 'min', 'max', '%']))
+  left = draw(int_expr(depth + 1))
+  right = draw(int_expr(depth + 1))
+  if op in ('min', 'max'):
+    if not any(v in left + right for v in INT_VARS):
+      return left  # np.minimum of literals is an unbatched constant
+    return f'np.{"minimum" if op == "min" else "maximum"}({left}, {right})'
+  if op == '%':
+    return f'({left}) % {draw(st.integers(2, 7))}'
+  return f'({left} {op} {right}) % 997'
+
+
+@st.composite
+def float_expr(draw):
+  a = draw(st.sampled_from(['x', 'x * 0.5', 'x - 1.25', '(a % 5) * 0.75']))
+  b = draw(st.sampled_from(['x', '0.5', 'b * 0.125', 'x * x * 0.01']))
+  return f'({a} + {b}) % 50.0'
+
+
+@st.composite
+def condition(draw):
+  kind = draw(st.integers(0, 4))
+  cmp = draw(st.sampled_from(['<', '>', '<=', '>=', '==', '!=']))
+  left = draw(int_expr(1))
+  right = draw(int_expr(1))
+  base = f'{left} {cmp} {right}'
+  if kind == 0:
+    return f'{base} and {draw(st.sampled_from(INT_VARS))} % 2 == 0'
+  if kind == 1:
+    return f'{base} or x > {draw(st.integers(0, 40))}.5'
+  if kind == 2:
+    return f'not ({base})'
+  if kind == 3:
+    return f'0 <= {left} < {draw(st.integers(1, 500))}'
+  return base
+
+
+class _Gen:
+  """Generates statement lists; tracks loop nesting and callable functions."""
+
+  def __init__(self, draw, index, n_functions):
+    self.draw = draw
+    self.index = index
+    self.n_functions = n_functions
+
+  def call(self):
+    """A call of an earlier function, or of ourselves with d - 1."""
+    choices = list(range(self.index))
+    target = self.draw(st.sampled_from(choices + [self.index]))
+    args = ', '.join(self.draw(int_expr(1)) for _ in range(2))
+    fx = self.draw(float_expr())
+    if target == self.index:
+      return f'f{target}({args}, {fx}, d - 1)', True
+    return f'f{target}({args}, {fx}, d)', False
+
+  def statements(self, depth, in_loop):
+    n = self.draw(st.integers(1, 3 if depth < 2 else 2))
+    lines = []
+    for _ in range(n):
+      lines.extend(self.statement(depth, in_loop))
+    return lines
+
+  def statement(self, depth, in_loop):
+    draw = self.draw
+    kinds = ['assign', 'assign', 'float', 'aug']
+    if depth < 2:
+      kinds += ['if', 'while', 'for', 'call']
+    if in_loop:
+      kinds += ['break', 'continue']
+    kind = draw(st.sampled_from(kinds))
+    if kind == 'assign':
+      return [f'{draw(st.sampled_from(INT_VARS))} = {draw(int_expr())}']
+    if kind == 'float':
+      return [f'x = {draw(float_expr())}']
+    if kind == 'aug':
+      var = draw(st.sampled_from(INT_VARS))
+      return [f'{var} += {draw(st.integers(1, 5))}', f'{var} = {var} % 997']
+    if kind == 'break':
+      return [f'if {draw(condition())}:', '    break']
+    if kind == 'continue':
+      return [f'if {draw(condition())}:', '    continue']
+    if kind == 'call':
+      call, recursive = self.call()
+      lhs = draw(st.sampled_from(['a, x', 'b, x', 'c, x']))
+      body = [f'{lhs} = {call}', f'{lhs.split(",")[0]} = '
+              f'{lhs.split(",")[0]} % 997']
+      if recursive:
+        return ['if d > 0:'] + _indent(body)
+      return body
+    if kind == 'if':
+      lines = [f'if {draw(condition())}:']
+      lines += _indent(self.statements(depth + 1, in_loop))
+      if draw(st.booleans()):
+        lines += [f'elif {draw(condition())}:']
+        lines += _indent(self.statements(depth + 1, in_loop))
+      if draw(st.booleans()):
+        lines += ['else:'] + _indent(self.statements(depth + 1, in_loop))
+      if draw(st.integers(0, 3)) == 0:
+        lines += [f'if {draw(condition())}:',
+                  f'    return {draw(int_expr())}, x']
+      return lines
+    if kind == 'while':
+      t = f't{depth}'
+      limit = draw(st.integers(0, 6))
+      body = [f'{t} += 1'] + self.statements(depth + 1, True)
+      return [f'{t} = 0', f'while {t} < {limit} and ({draw(condition())}):'] + \
+          _indent(body)
+    if kind == 'for':
+      var = f'i{depth}'
+      stop = draw(st.sampled_from(['a % 5', 'b % 4', '3', 'c % 6']))
+      body = [f'c = (c + {var}) % 997'] + self.statements(depth + 1, True)
+      return [f'for {var} in range(ab.truthy({stop})):'] + _indent(body)
+    raise AssertionError(kind)
+
+
+def _indent(lines):
+  return ['    ' + l for l in lines]
+
+
+@st.composite
+def program_strategy(draw):
+  """Source text of a random program; the last function is main."""
+  n = draw(st.integers(1, MAX_FUNCTIONS))
+  parts = ['import numpy as np', 'import autobatch_vm as ab', '']
+  for i in range(n):
+    gen = _Gen(draw, i, n)
+    body = ['c = (a + b) % 997'] + gen.statements(0, False)
+    body += [f'return {draw(int_expr())}, x']
+    parts.append(f'@DECORATOR\ndef f{i}(a, b, x, d):')
+    parts.extend(_indent(body))
+    parts.append('')
+  return '\n'.join(parts) + '\n'
+
+
+def load(source, batched):
+  """Imports `source` from a real file; batched=True decorates functions."""
+  header = ('ctx = ab.Context()\nDECORATOR = ctx.batch()\n' if batched else
+            'def DECORATOR(f):\n    return f\n')
+  text = source.replace('import autobatch_vm as ab\n',
+                        'import autobatch_vm as ab\n' + header, 1)
+  fd, path = tempfile.mkstemp(suffix='.py', prefix='abfuzz_')
+  with os.fdopen(fd, 'w') as f:
+    f.write(text)
+  spec = importlib.util.spec_from_file_location(
+      os.path.basename(path)[:-3], path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  module.__path_to_remove__ = path
+  return module
+
+
+def main_name(source):
+  return [l for l in source.splitlines() if l.startswith('def f')][-1][4:6]
+
+
+def describe(source):
+  return textwrap.indent(source, '    ')
