@@ -81,7 +81,8 @@ class BatchedFunction:
 
   def __call__(self, *args, dry_run=False, stackless=False,
                max_stack_depth=DEFAULT_MAX_STACK_DEPTH, backend=None,
-               block_code_cache=None, schedule='lowest', **kwargs):
+               block_code_cache=None, schedule='lowest', profile=False,
+               **kwargs):
     if self.context._dry_run_depth():  # inside a dry run: plain Python
       return self.python_function(*args, **kwargs)
     args = self._bind_arguments(args, kwargs)
@@ -91,7 +92,7 @@ class BatchedFunction:
                              max_stack_depth=max_stack_depth,
                              backend=backend,
                              block_code_cache=block_code_cache,
-                             schedule=schedule)
+                             schedule=schedule, profile=profile)
 
   def _bind_arguments(self, args, kwargs):
     params = self.context._params_of(self.name)
@@ -107,7 +108,7 @@ class BatchedFunction:
             f'{self.name}() got an unexpected keyword argument {k!r}',
             loc=loc, hint=f'Its parameters are: {", ".join(params)}; the '
             'modes are dry_run, stackless, max_stack_depth, backend, '
-            'block_code_cache and schedule.')
+            'block_code_cache, schedule and profile.')
       if k in bound:
         raise errors.ArgumentError(
             f'{self.name}() got multiple values for argument {k!r}', loc=loc)
@@ -308,7 +309,7 @@ class Context:
     return None
 
   def _run(self, bf, args, stackless, max_stack_depth, backend,
-           block_code_cache, schedule):
+           block_code_cache, schedule, profile=False):
     backend = backend or _default_backend(args)
     args = self._convert_args(bf.name, args, backend)
     batch = self._batch_size(args, backend)
@@ -330,7 +331,7 @@ class Context:
       cache = self._cache if block_code_cache is None else block_code_cache
       out, stats = virtual_machine.execute(
           program, args, backend, batch, max_stack_depth=max_stack_depth,
-          schedule=schedule, block_code_cache=cache)
+          schedule=schedule, block_code_cache=cache, profile=profile)
     bf.last_stats = stats
     self.last_stats = stats
     return out

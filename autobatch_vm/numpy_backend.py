@@ -6,6 +6,8 @@ per member; push and pop touch only the active members (by their indices),
 so their cost does not depend on the stack depth.
 """
 
+import time
+
 import numpy as np
 
 __all__ = ['NumpyBackend']
@@ -196,21 +198,30 @@ class NumpyBackend:
     batch = stats.batch_size
     runs = [0] * num_blocks
     active = [0] * num_blocks
+    seconds = [0.0] * num_blocks
     steps = 0
     if batch:
       next_block, make_mask = self.next_block, self.make_mask
+      clock = time.perf_counter if stats.profile else None
       while True:
         pc = state[0]
         b = next_block(pc, num_blocks, schedule)
         if b >= num_blocks:
           break
         m = make_mask(pc, b, batch)
-        blocks[b](state, m)
+        if clock is None:
+          blocks[b](state, m)
+        else:
+          start = clock()
+          blocks[b](state, m)
+          seconds[b] += clock() - start
         runs[b] += 1
         active[b] += m.count
         steps += 1
     stats.steps = steps
-    for label, r, a in zip(labels, runs, active):
+    for label, r, a, t in zip(labels, runs, active, seconds):
       stats.block_executions[label] = r
       stats.block_active[label] = a
+      if stats.profile:
+        stats.block_time[label] = t
     return state

@@ -182,8 +182,11 @@ class _Compiler:
   def terminate(self, term):
     if self.cur_label is None:
       self.start(self.new_label())
+    # A block's location is where its first instruction came from.
+    locs = [op.loc for op in self.cur_ops if op.loc is not None]
+    loc = locs[0] if locs else (term.loc or self.cur_loc)
     self.blocks.append(inst.Block(self.cur_label, tuple(self.cur_ops), term,
-                                  self.cur_loc))
+                                  loc))
     self.cur_label = None
     self.cur_ops = None
 

@@ -42,7 +42,8 @@ class RunStats:
   steps: VM steps (blocks executed, each on the whole batch).
   block_executions: label -> times the block ran.
   block_active: label -> members active, summed over its executions.
-  block_function: label -> (function name, source location) it came from.
+  block_loc: label -> source location (function, file, line) it came from.
+  block_time: label -> seconds spent in the block (only with profile=True).
   """
   batch_size: int
   steps: int = 0
@@ -50,6 +51,7 @@ class RunStats:
   block_active: Dict[str, int] = dataclasses.field(default_factory=dict)
   block_loc: Dict[str, object] = dataclasses.field(default_factory=dict)
   block_time: Dict[str, float] = dataclasses.field(default_factory=dict)
+  profile: bool = False
 
   @property
   def utilization(self):
@@ -63,6 +65,11 @@ class RunStats:
   def member_block_executions(self):
     """Block executions summed over members: the unbatched block count."""
     return sum(self.block_active.values())
+
+  def table(self):
+    """The per-block profile as text (see `autobatch_vm.profiler`)."""
+    from autobatch_vm import profiler  # pylint: disable=g-import-not-at-top
+    return profiler.format_table(self)
 
   def __str__(self):
     lines = [f'steps: {self.steps}   batch: {self.batch_size}   '
@@ -420,7 +427,7 @@ def compile_blocks(program, backend, batch, depth, cache=None):
 
 
 def execute(program, args, backend, batch_size, max_stack_depth=15,
-            schedule='lowest', block_code_cache=None):
+            schedule='lowest', block_code_cache=None, profile=False):
   """Runs `program` on batched `args`; returns (outputs, RunStats)."""
   if schedule not in SCHEDULES:
     raise errors.ArgumentError(
@@ -431,7 +438,7 @@ def execute(program, args, backend, batch_size, max_stack_depth=15,
   full = backend.make_mask(state[_PC], 0, batch_size)
   for write, arg in zip(c.inputs, args):
     write(state, None, arg, full)
-  stats = RunStats(batch_size=batch_size)
+  stats = RunStats(batch_size=batch_size, profile=profile)
   for b in program.blocks:
     stats.block_executions[b.label] = 0
     stats.block_active[b.label] = 0

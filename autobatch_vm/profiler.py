@@ -1,0 +1,97 @@
+"""Profiles of batched runs: where the time goes and how full the batch is.
+
+    result = fn(x, profile=True)          # stack VM; times every block
+    print(fn.last_stats.table())          # or profiler.format_table(stats)
+    profiler.plot(fn.last_stats, 'profile.png')   # needs matplotlib
+
+Per basic block: the user's function and source line it came from, how
+often it ran, members active per run, utilization (active / batch size),
+and time (with `profile=True`).  A block with many runs and low
+utilization is where divergence costs most: members reach it at different
+steps, so it runs again and again for a few of them.  The guide
+(docs/guide.md) explains how to fix that.
+"""
+
+import os
+
+__all__ = ['rows', 'format_table', 'plot']
+
+
+def rows(stats):
+  """One dict per executed block, most expensive first."""
+  out = []
+  total_time = sum(stats.block_time.values()) or 0.0
+  for label, runs in stats.block_executions.items():
+    if not runs:
+      continue
+    loc = stats.block_loc.get(label)
+    active = stats.block_active.get(label, 0)
+    seconds = stats.block_time.get(label)
+    out.append(dict(
+        block=label,
+        function=loc.function if loc else '',
+        where=(f'{os.path.basename(loc.filename)}:{loc.line}' if loc else ''),
+        source=(loc.source_line.strip() if loc and loc.source_line else ''),
+        runs=runs,
+        active_per_run=active / runs,
+        utilization=(active / (runs * stats.batch_size)
+                     if stats.batch_size else 0.0),
+        seconds=seconds,
+        time_share=(seconds / total_time if seconds is not None and
+                    total_time else None)))
+  key = (lambda r: -r['seconds']) if stats.block_time else (
+      lambda r: -r['runs'])
+  return sorted(out, key=key)
+
+
+def format_table(stats, max_rows=30):
+  """The profile as a fixed-width text table with a summary line."""
+  lines = [f'{stats.steps} VM steps, batch {stats.batch_size}, mean '
+           f'utilization {stats.utilization:.1%}'
+           + (f', {sum(stats.block_time.values()):.4f} s in blocks'
+              if stats.block_time else '')]
+  header = (f'{"block":<22} {"runs":>7} {"active":>8} {"util":>6} '
+            f'{"time s":>8} {"time%":>6}  source')
+  lines.append(header)
+  lines.append('-' * len(header))
+  for r in rows(stats)[:max_rows]:
+    t = f'{r["seconds"]:.4f}' if r['seconds'] is not None else '-'
+    share = (f'{r["time_share"]:.0%}' if r['time_share'] is not None
+             else '-')
+    source = f'{r["where"]} {r["source"]}'[:60]
+    lines.append(f'{r["block"][:22]:<22} {r["runs"]:>7} '
+                 f'{r["active_per_run"]:>8.1f} {r["utilization"]:>6.0%} '
+                 f'{t:>8} {share:>6}  {source}')
+  return '\n'.join(lines)
+
+
+def plot(stats, path=None, max_rows=20):
+  """A bar chart of time (or runs) per block, colored by utilization.
+
+  Needs matplotlib (`pip install matplotlib`).  Saves to `path` if given;
+  returns the figure.
+  """
+  try:
+    import matplotlib  # pylint: disable=g-import-not-at-top
+    if path is not None:
+      matplotlib.use('Agg')
+    import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise ImportError('profiler.plot needs matplotlib: pip install '
+                      'matplotlib') from e
+  data = rows(stats)[:max_rows][::-1]
+  timed = bool(stats.block_time)
+  values = [r['seconds'] if timed else r['runs'] for r in data]
+  labels = [f'{r["block"]}  ({r["where"]})' for r in data]
+  colors = plt.cm.RdYlGn([r['utilization'] for r in data])
+  fig, ax = plt.subplots(figsize=(9, 0.4 * len(data) + 1.5))
+  ax.barh(range(len(data)), values, color=colors)
+  ax.set_yticks(range(len(data)))
+  ax.set_yticklabels(labels, fontsize=8)
+  ax.set_xlabel('seconds' if timed else 'executions')
+  ax.set_title(f'{stats.steps} steps, batch {stats.batch_size}, '
+               f'utilization {stats.utilization:.0%} (color: red = low)')
+  fig.tight_layout()
+  if path is not None:
+    fig.savefig(path, dpi=100)
+  return fig

@@ -1,0 +1,58 @@
+"""The profiler's numbers agree with the run and with each member alone."""
+
+import numpy as np
+
+import autobatch_vm as ab
+from autobatch_vm import profiler
+from tests import e2e_programs as progs
+
+
+def test_profile_rows_and_table():
+  n = np.array([3, 9, 12, 5])
+  out = progs.fibonacci(n, profile=True)
+  np.testing.assert_array_equal(out, [progs.fibonacci_ref(k) for k in n])
+  stats = progs.fibonacci.last_stats
+  rows = profiler.rows(stats)
+  assert sum(r['runs'] for r in rows) == stats.steps
+  assert all(r['seconds'] is not None and r['seconds'] >= 0 for r in rows)
+  assert abs(sum(r['time_share'] for r in rows) - 1) < 1e-9
+  assert all(r['function'] == 'fibonacci' for r in rows)
+  assert all(0 < r['utilization'] <= 1 for r in rows)
+  assert any('fibonacci(n - 1) + fibonacci(n - 2)' in r['source']
+             for r in rows)
+  table = stats.table()
+  assert 'utilization' in table and 'e2e_programs.py' in table
+  # Members active summed over blocks = each member's own block count.
+  alone = 0
+  for k in n:
+    progs.fibonacci(np.array([k]))
+    alone += progs.fibonacci.last_stats.member_block_executions
+  assert sum(r['runs'] * r['active_per_run'] for r in rows) == alone
+
+
+def test_profile_off_has_no_times():
+  progs.fibonacci(np.array([5, 6]))
+  stats = progs.fibonacci.last_stats
+  assert not stats.block_time
+  assert profiler.rows(stats)[0]['seconds'] is None
+  assert '-' in profiler.format_table(stats)
+
+
+def test_plot(tmp_path):
+  import pytest  # pylint: disable=g-import-not-at-top
+  pytest.importorskip('matplotlib')
+  progs.collatz_loop(np.array([7, 27, 1]), profile=True)
+  path = tmp_path / 'profile.png'
+  profiler.plot(progs.collatz_loop.last_stats, str(path))
+  assert path.stat().st_size > 1000
+
+
+def test_schedules_both_available():
+  n = np.array([3, 9, 12, 5, 14])
+  low = progs.fibonacci(n, schedule='lowest')
+  s_low = progs.fibonacci.last_stats
+  most = progs.fibonacci(n, schedule='most')
+  s_most = progs.fibonacci.last_stats
+  np.testing.assert_array_equal(low, most)
+  assert s_low.member_block_executions == s_most.member_block_executions
+  assert ab.virtual_machine.SCHEDULES == ('lowest', 'most')
