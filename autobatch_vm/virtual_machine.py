@@ -96,6 +96,11 @@ class _Layout:
     self.regs = {}     # var -> [slot per leaf]
     self.stacks = {}   # var -> ([slot per leaf], sp slot)
     self.leaf_types = {}
+    # The PC stack holds the exit frame plus one frame per active call; a
+    # program without calls (only loops) needs just the exit frame.
+    has_calls = any(isinstance(b.terminator, inst.PushGotoOp)
+                    for b in program.blocks)
+    self.pc_depth = depth + 1 if has_calls else 1
     n = 3
     for var, alloc in program.var_alloc.items():
       if alloc in (VA.REGISTER, VA.FULL):
@@ -111,19 +116,35 @@ class _Layout:
         n += k + 1
     self.size = n
 
+  def memory(self):
+    """Bytes the VM state takes: {'stacks': ..., 'registers': ..., 'pc': ...}.
+
+    Only FULL variables (live across a call that may overwrite them) have
+    stacks: `max_stack_depth * batch * size` bytes per leaf.
+    """
+    b, d = self.batch, self.depth
+    def nbytes(t):
+      return int(np.prod(t.shape, dtype=np.int64)) * t.dtype.itemsize * b
+    regs = sum(nbytes(t) for v in self.regs for t in self.leaf_types[v])
+    stacks = sum(d * nbytes(t) + 4 * b for v in self.stacks
+                 for t in self.leaf_types[v])
+    pc = self.pc_depth * b * 4 + 2 * b * 4
+    return {'stacks': stacks, 'registers': regs, 'pc': pc,
+            'total': stacks + regs + pc}
+
   def initial_state(self):
     b, be = self.batch, self.backend
     num_blocks = len(self.program.blocks)
     state = [None] * self.size
     state[_PC] = be.asarray(np.zeros((b,), np.int32))
     pc_type = inst.TensorType(np.int32, ())
-    state[_PC_STACK] = be.stack_zeros(pc_type, self.depth + 1, b)
+    state[_PC_STACK] = be.stack_zeros(pc_type, self.pc_depth, b)
     state[_PC_SP] = be.sp_zeros(b)
     # The base frame of every PC stack is the exit index.
     full = be.make_mask(state[_PC], 0, b)
     exit_pc = be.asarray(np.full((b,), num_blocks, np.int32))
     (state[_PC_STACK],), state[_PC_SP] = be.push(
-        [state[_PC_STACK]], state[_PC_SP], [exit_pc], full, self.depth + 1,
+        [state[_PC_STACK]], state[_PC_SP], [exit_pc], full, self.pc_depth,
         None)
     for var, slots in self.regs.items():
       for slot, t in zip(slots, self.leaf_types[var]):
@@ -311,7 +332,7 @@ class _BlockCompiler:
       # A NumPy constant, not a backend array: compiled blocks are cached
       # and may be traced into several graphs.
       ret_pc = np.full((self.batch,), ret, np.int32)
-      depth = self.layout.depth + 1
+      depth = self.layout.pc_depth
       callee = self.function_of.get(t.goto_block, t.goto_block)
       overflow = _overflow(f'call stack, calling {callee!r}', t.loc,
                            depth - 1)

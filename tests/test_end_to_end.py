@@ -194,3 +194,19 @@ def test_junk_lanes_never_poison_live_ones(stackless):
               for k, v in zip(i, x)]
   np.testing.assert_allclose(out, expected)
   assert not np.isnan(out).any()
+
+
+def test_only_variables_live_across_calls_are_stacked():
+  be = ab.NumpyBackend()
+  n = np.array([5, 9, 3])
+  fib = progs.ctx.lowered_for_args('fibonacci', [n], be)
+  full = sorted(v for v, a in fib.var_alloc.items()
+                if a == ab.instructions.VariableAllocation.FULL)
+  # n is needed after the first recursive call; %2 (its result) after the
+  # second.  Nothing else is stacked.
+  assert full == ['fibonacci.%2', 'fibonacci.n']
+  mem = ab.virtual_machine.CompiledProgram(fib, be, 3, 50).layout.memory()
+  assert mem['stacks'] == 2 * (50 * 3 * 8 + 4 * 3)
+  loop = progs.ctx.lowered_for_args('collatz_loop', [n], be)
+  mem = ab.virtual_machine.CompiledProgram(loop, be, 3, 50).layout.memory()
+  assert mem['stacks'] == 0 and mem['pc'] == 3 * 4 * 3  # no call stack
