@@ -149,6 +149,8 @@ class Context:
     if not callable(function) or not hasattr(function, '__code__'):
       raise errors.ArgumentError(
           f'Context.batch expects a Python function, got {function!r}')
+    if type_inference is not None:
+      type_inference = _output_types(type_inference)
     wrapper = BatchedFunction(self, function, type_inference)
     self._functions[function.__name__] = wrapper
     self._module = None
@@ -359,6 +361,23 @@ class Context:
     merged = [backend.concat([_batch_of_one(backend, x) for x in column])
               for column in zip(*leaves)]
     return inst.pattern_unflatten(results[0], merged)
+
+
+def _output_types(type_inference):
+  """Accepts TFP's convention: a list with one `Type` per returned value.
+
+  `[T]` means a single result of type T; `[T1, T2]` the tuple `return a, b`.
+  A `Type`, `TensorType` or tuple pattern is taken as it is.
+  """
+  @functools.wraps(type_inference)
+  def wrapped(arg_types):
+    result = type_inference(arg_types)
+    if isinstance(result, list) and all(
+        isinstance(r, (inst.Type, inst.TensorType)) for r in result):
+      return result[0] if len(result) == 1 else tuple(result)
+    return result
+  wrapped.user_type_inference = type_inference
+  return wrapped
 
 
 def _batch_of_one(backend, x):
