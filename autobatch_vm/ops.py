@@ -16,9 +16,9 @@ __all__ = ['logical_and', 'logical_or', 'logical_not', 'where', 'mod',
 
 
 def _is_tf(*xs):
-  if 'tensorflow' not in sys.modules:
+  tf = sys.modules.get('tensorflow')
+  if tf is None:  # not imported (or blocked with sys.modules[...] = None)
     return False
-  tf = sys.modules['tensorflow']
   return any(tf.is_tensor(x) or isinstance(x, tf.Variable) for x in xs)
 
 

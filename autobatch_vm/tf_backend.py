@@ -1,0 +1,660 @@
+"""TensorFlow backend: the whole VM run stages as one `tf.while_loop`.
+
+One loop iteration is one VM step: pick the next block (the lowest PC, or
+the most populated block), count the members there, and run that block
+through a `tf.switch_case` over all blocks.  Everything has a static shape,
+so the same graph runs under `tf.function` and `tf.function(jit_compile=
+True)` (XLA), and `tf.GradientTape` differentiates through it.
+
+Stacks are preallocated `[rows, batch, *shape]` tensors with one more row
+than their capacity: the spare row lets a push write EVERY member at its
+stack pointer with one `tf.tensor_scatter_nd_update` (members not at the
+block write into the unused slot above their top), and a pop reads every
+member's top with one `tf.gather_nd` and keeps it where the mask says.  The
+top of each stack is cached in its register by the VM, so reads never touch
+the stack.
+
+Errors that only data can reveal (recursion deeper than `max_stack_depth`,
+a failing `assert`) cannot raise in a graph.  Instead the members involved
+are *parked*: their PC is set to an error code (`num_blocks + 1 + site`),
+which stops them and lets the others finish.  After the loop:
+- eagerly: the error is raised as `StackOverflowError` /
+  `AssertionFailedError` naming the members;
+- in a graph (`tf.function`): a `tf.debugging.Assert` fails the run with
+  the same message (`tf.errors.InvalidArgumentError`);
+- under XLA, which drops asserts, every output of the run is poisoned (NaN
+  for floats, the dtype's minimum for integers; booleans cannot be
+  poisoned), and `autobatch_vm.xla.compile_nested_output` turns the error
+  into an exception after the compiled function returns.
+
+Eager mode runs the same staged loop through an internal, cached
+`tf.function` (it is tens of times faster than stepping eagerly).  If a
+primitive cannot be staged (say it calls NumPy on the tensor), or the
+staged run fails inside TensorFlow, the run is repeated step by step
+eagerly, which either works or raises an error naming the members.
+"""
+
+import collections
+import contextlib
+import threading
+
+import numpy as np
+import tensorflow as tf
+
+from autobatch_vm import errors
+
+__all__ = ['TensorFlowBackend']
+
+_PC = 0
+_EAGER_CACHE_SIZE = 64
+
+
+# -- masks ---------------------------------------------------------------------
+
+class _Mask:
+  """The members at the block being run, in the forms ops want.
+
+  `full` is a Python bool (True only when statically known); `count` is an
+  int eagerly and None in a graph.  Derived tensors are cached, so build a
+  new `_Mask` per traced branch (tensors cannot cross graphs).
+  """
+  __slots__ = ('mask', 'count', 'full', 'batch', '_as_int', '_expanded',
+               '_idx')
+
+  def __init__(self, mask, count, full, batch):
+    self.mask = mask
+    self.count = count
+    self.full = full
+    self.batch = batch
+    self._as_int = None
+    self._expanded = {}
+    self._idx = None
+
+  @property
+  def as_int(self):
+    if self._as_int is None:
+      self._as_int = tf.cast(self.mask, tf.int32)
+    return self._as_int
+
+  def expanded(self, ndim):
+    """The mask reshaped to broadcast against a rank-`ndim` value."""
+    if ndim <= 1:
+      return self.mask
+    if ndim not in self._expanded:
+      self._expanded[ndim] = tf.reshape(
+          self.mask, [self.batch] + [1] * (ndim - 1))
+    return self._expanded[ndim]
+
+  @property
+  def idx(self):
+    if self._idx is None:
+      self._idx = np.flatnonzero(self.mask.numpy())
+    return self._idx
+
+
+# -- data-dependent errors -----------------------------------------------------
+
+class _Sites:
+  """Error sites of one staged run; site k parks members at `base + k`."""
+
+  def __init__(self, num_blocks):
+    self.base = num_blocks + 1
+    self.makers = []      # site -> function(members) -> AutoBatchError
+
+  def add(self, make_error):
+    self.makers.append(make_error)
+    return self.base + len(self.makers) - 1
+
+  def error(self, code, members):
+    return self.makers[code - self.base](members)
+
+  def graph_messages(self):
+    return [_without_members(self.error(self.base + k, None))
+            for k in range(len(self.makers))]
+
+
+def _without_members(err):
+  """The text of `err` for a graph, where the members are unknown."""
+  text = str(err)
+  for known in (' for batch members None', ' for batch members []'):
+    text = text.replace(known, ' for some batch members')
+  # Assert prints strings escaped: keep the message on one line.
+  lines = [line.strip() for line in text.split('\n') if line.strip()]
+  return (f'{type(err).__name__}: {" -- ".join(lines)} (run eagerly to see '
+          'which members)')
+
+
+class _Step:
+  """Collects what one traced block wants done to the PCs afterwards."""
+
+  def __init__(self, sites):
+    self.sites = sites
+    self.park = []        # (bool [batch] tensor, code)
+
+
+_local = threading.local()
+
+
+def _current_step():
+  return getattr(_local, 'step', None)
+
+
+@contextlib.contextmanager
+def _tracing_step(step):
+  old = _current_step()
+  _local.step = step
+  try:
+    yield
+  finally:
+    _local.step = old
+
+
+def _explain_symbolic(e):
+  """`e`, with a hint if a primitive met a symbolic tensor it cannot use."""
+  cause = e.__cause__
+  if not (isinstance(cause, (NotImplementedError, TypeError)) or
+          type(cause).__name__ == 'OperatorNotAllowedInGraphError'):
+    return e
+  if 'symbolic' not in str(cause) and 'graph' not in str(cause):
+    return e
+  return errors.PrimitiveError(
+      e.message, loc=e.loc,
+      hint='Inside tf.function (or XLA) primitives get symbolic tensors: '
+      'use TensorFlow ops (operators, tf.math, tf.gather, ...) rather than '
+      'NumPy functions or Python `if` on values, or call the batched '
+      'function eagerly.')
+
+
+def _overflow_maker(overflow_error):
+  def make(members):
+    return overflow_error([] if members is None else members)
+  return make
+
+
+def _assert_maker(err):
+  def make(members):
+    who = 'some batch members' if members is None else \
+        f'batch members {[int(i) for i in np.asarray(members)[:10]]}'
+    cause = err.__cause__ if err.__cause__ is not None else err.message
+    return errors.AssertionFailedError(f'Assertion failed for {who}: {cause}',
+                                       loc=err.loc, hint=err.hint)
+  return make
+
+
+# Error codes of runs traced inside `xla.compile_nested_output`, which checks
+# them after the compiled function returns (XLA itself cannot raise).
+_collectors = threading.local()
+
+
+@contextlib.contextmanager
+def collect_errors(sink):
+  """Makes staged runs append `(code, members_failed, sites)` to `sink`."""
+  stack = getattr(_collectors, 'stack', [])
+  _collectors.stack = stack + [sink]
+  try:
+    yield sink
+  finally:
+    _collectors.stack = stack
+
+
+def _report_to_collector(code, failed, sites):
+  stack = getattr(_collectors, 'stack', None)
+  if stack:
+    stack[-1].append((code, failed, sites))
+
+
+def _poison(x, bad):
+  """`x` with every element replaced by an unmistakable value if `bad`."""
+  dtype = x.dtype
+  if dtype.is_floating or dtype.is_complex:
+    value = float('nan')
+  elif dtype.is_integer:
+    value = dtype.min if dtype.is_unsigned is False else dtype.max
+  else:
+    return x  # booleans have no value to spare
+  return tf.where(bad, tf.constant(value, dtype), x)
+
+
+# -- the backend ---------------------------------------------------------------
+
+class TensorFlowBackend:
+  """Runs autobatch_vm programs on TensorFlow tensors, staged.
+
+  Args:
+    while_parallel_iterations: `parallel_iterations` of the VM's
+      `tf.while_loop`.
+    basic_block_xla_device: if set (e.g. '/device:CPU:0'), every basic
+      block is compiled with XLA on that device, inside a loop that is not
+      (useful when the whole run cannot be `jit_compile`d).
+  """
+
+  name = 'tensorflow'
+  staged = True
+
+  def __init__(self, while_parallel_iterations=10,
+               basic_block_xla_device=None):
+    self.while_parallel_iterations = while_parallel_iterations
+    self.basic_block_xla_device = basic_block_xla_device
+
+  def _key(self):
+    return (self.while_parallel_iterations, self.basic_block_xla_device)
+
+  def __repr__(self):
+    return (f'TensorFlowBackend(while_parallel_iterations='
+            f'{self.while_parallel_iterations}, basic_block_xla_device='
+            f'{self.basic_block_xla_device!r})')
+
+  def __eq__(self, other):
+    return isinstance(other, TensorFlowBackend) and self._key() == other._key()
+
+  def __hash__(self):
+    return hash((TensorFlowBackend,) + self._key())
+
+  def in_graph(self):
+    """Whether ops are being staged into a graph (tf.function, XLA)."""
+    return not tf.executing_eagerly()
+
+  # -- values --------------------------------------------------------------
+
+  def is_array(self, x):
+    return tf.is_tensor(x) or isinstance(x, (np.ndarray, np.generic))
+
+  def asarray(self, x):
+    if isinstance(x, tf.Variable):
+      return x.read_value()
+    return tf.convert_to_tensor(x)
+
+  def shape(self, x):
+    if tf.is_tensor(x) or isinstance(x, tf.Variable):
+      return tuple(x.shape.as_list())
+    return tuple(np.shape(x))
+
+  def dtype(self, x):
+    if tf.is_tensor(x) or isinstance(x, tf.Variable):
+      return np.dtype(x.dtype.as_numpy_dtype)
+    return np.asarray(x).dtype
+
+  def dummy(self, tensor_type, batch):
+    return tf.zeros((batch,) + tuple(tensor_type.shape),
+                    tf.as_dtype(tensor_type.dtype))
+
+  zeros = dummy
+
+  def coerce_fn(self, tensor_type, batch):
+    """A function making a primitive's result `[batch, *shape]` of dtype."""
+    np_dtype = np.dtype(tensor_type.dtype)
+    dtype = tf.as_dtype(np_dtype)
+    full_shape = [batch] + list(tensor_type.shape)
+
+    def coerce(x):
+      if isinstance(x, tf.Variable):
+        x = x.read_value()
+      elif not tf.is_tensor(x):
+        if isinstance(x, (np.ndarray, np.generic, bool, int, float, complex,
+                          list)):
+          x = np.asarray(x, np_dtype)
+        x = tf.convert_to_tensor(x)
+      if x.dtype != dtype:
+        x = tf.cast(x, dtype)
+      if x.shape.as_list() != full_shape:
+        x = tf.broadcast_to(x, full_shape)
+      return x
+    return coerce
+
+  def concat(self, xs):
+    return tf.concat(xs, axis=0)
+
+  def slice(self, x, i):
+    return x[i:i + 1]
+
+  def expand(self, x):
+    return tf.expand_dims(self.asarray(x), 0)
+
+  def to_bool(self, x):
+    x = self.asarray(x)
+    return x if x.dtype == tf.bool else tf.not_equal(x, tf.zeros_like(x))
+
+  def error_context(self):
+    return contextlib.nullcontext()
+
+  # -- masks ---------------------------------------------------------------
+
+  def make_mask(self, pc, block, batch):
+    if tf.executing_eagerly():
+      return self.mask_of(tf.equal(pc, block), batch)
+    static = tf.get_static_value(pc)
+    if static is not None:  # e.g. the initial PC, to write the inputs
+      mask = static == block
+      return _Mask(tf.constant(mask), int(mask.sum()), bool(mask.all()),
+                   batch)
+    return _Mask(tf.equal(pc, block), None, False, batch)
+
+  def mask_of(self, mask, batch):
+    if tf.executing_eagerly():
+      count = int(np.count_nonzero(mask.numpy()))
+      return _Mask(mask, count, count == batch, batch)
+    return _Mask(mask, None, False, batch)
+
+  def start_pc(self, active, num_blocks):
+    """Entry (0) for `active` members, exit for the rest."""
+    return tf.where(active, tf.constant(0, tf.int32),
+                    tf.constant(num_blocks, tf.int32))
+
+  def members(self, m):
+    """Indices of the members in `m`, or None in a graph (unknown)."""
+    if not tf.executing_eagerly():
+      return None
+    return m.idx
+
+  def write(self, old, new, m):
+    """`new` for the members in `m`, `old` for the rest."""
+    if m.full:
+      return new
+    return tf.where(m.expanded(len(new.shape)), new, old)
+
+  # -- program counter -----------------------------------------------------
+
+  def goto(self, pc, m, target):
+    target = tf.constant(target, tf.int32)
+    if m.full:
+      return tf.fill(tf.shape(pc), target)
+    return tf.where(m.mask, target, pc)
+
+  def branch(self, pc, m, cond, true_target, false_target):
+    to = tf.where(cond, tf.constant(true_target, tf.int32),
+                  tf.constant(false_target, tf.int32))
+    if m.full:
+      return to
+    return tf.where(m.mask, to, pc)
+
+  def next_block(self, pc, num_blocks, schedule):
+    """The block to run next (an int eagerly, a scalar tensor in a graph)."""
+    if tf.executing_eagerly():
+      return _next_block_np(pc.numpy(), num_blocks, schedule)
+    return _next_block_tf(pc, num_blocks, schedule)
+
+  # -- stacks --------------------------------------------------------------
+  # A stack of capacity `depth` has `depth + 1` rows; the last is scratch.
+
+  def stack_zeros(self, tensor_type, depth, batch):
+    return tf.zeros((depth + 1, batch) + tuple(tensor_type.shape),
+                    tf.as_dtype(tensor_type.dtype))
+
+  def sp_zeros(self, batch):
+    return tf.zeros((batch,), tf.int32)
+
+  def push(self, stacks, sp, values, m, depth, overflow_error):
+    """Pushes each of `values` on its stack for the members in `m`."""
+    rows = depth + 1
+    # A one-hot `where` over the whole stack: several times faster on CPU
+    # than `tf.tensor_scatter_nd_update`, and it fuses under XLA.  Members
+    # parked after an overflow (sp > depth) match no row.
+    target = sp if m.full else tf.where(m.mask, sp, -1)
+    hot = tf.equal(tf.range(rows, dtype=tf.int32)[:, tf.newaxis],
+                   target[tf.newaxis, :])
+    out = []
+    for s, v in zip(stacks, values):
+      v = tf.convert_to_tensor(v, s.dtype)
+      h = hot
+      if len(s.shape) > 2:
+        h = tf.reshape(hot, hot.shape.as_list() + [1] * (len(s.shape) - 2))
+      out.append(tf.where(h, v[tf.newaxis], s))
+    new_sp = sp + 1 if m.full else sp + m.as_int
+    if overflow_error is not None:
+      # Members in `m` writing the spare row `depth` overflowed.
+      self._check_overflow(tf.equal(target, depth), overflow_error)
+    return out, new_sp
+
+  def _check_overflow(self, over, overflow_error):
+    if tf.executing_eagerly():
+      if bool(tf.reduce_any(over)):
+        raise overflow_error(np.flatnonzero(over.numpy()))
+      return
+    step = _current_step()
+    if step is None:  # not inside our loop: fall back on an assertion
+      msg = _without_members(overflow_error([]))
+      tf.debugging.Assert(tf.logical_not(tf.reduce_any(over)), [msg])
+      return
+    code = step.sites.add(_overflow_maker(overflow_error))
+    step.park.append((over, code))
+
+  def pop(self, stacks, sp, values, m):
+    """Restores `values` from the top of their stacks and drops the frame."""
+    out = self.peek(stacks, sp, values, m)
+    return out, (sp - 1 if m.full else sp - m.as_int)
+
+  def peek(self, stacks, sp, values, m):
+    """Restores `values` from the top of their stacks, keeping the frame."""
+    batch = m.batch
+    # Row-major flat index of (top, member); a member with an empty stack
+    # (only ever one not in `m`) reads row 0, which `write` discards.
+    flat = tf.maximum(sp - 1, 0) * batch + tf.range(batch, dtype=tf.int32)
+    out = []
+    for s, v in zip(stacks, values):
+      shape = s.shape.as_list()
+      rows = tf.reshape(s, [shape[0] * batch] + shape[2:])
+      out.append(self.write(v, tf.gather(rows, flat), m))
+    return out
+
+  # -- the loop ------------------------------------------------------------
+
+  def run(self, blocks, state, num_blocks, schedule, stats, labels):
+    """Runs the VM loop; fills `stats` (ints eagerly, tensors in a graph)."""
+    batch = stats.batch_size
+    if not batch:
+      _fill_stats(stats, labels, 0, [0] * num_blocks, [0] * num_blocks)
+      return state
+    if tf.executing_eagerly():
+      return self._run_eagerly(blocks, state, num_blocks, schedule, stats,
+                               labels)
+    sites = _Sites(num_blocks)
+    state, acc = self._staged_loop(blocks, state, num_blocks, schedule,
+                                   batch, sites)
+    state = self._fail_in_graph(state, num_blocks, sites)
+    runs, active = tf.unstack(acc, axis=1)
+    _fill_stats(stats, labels, tf.reduce_sum(runs), tf.unstack(runs),
+                tf.unstack(active))
+    return state
+
+  def _staged_loop(self, blocks, state, num_blocks, schedule, batch, sites):
+    """Builds the `tf.while_loop`; returns (state, [num_blocks, 2] counts)."""
+    n = len(state)
+    state = [tf.convert_to_tensor(s) for s in state]
+    branch_fns = [self._branch_fn(blk, batch, sites) for blk in blocks]
+
+    def cond(b, acc, *st):
+      del acc, st
+      return b < num_blocks
+
+    def body(b, acc, *st):
+      mask = tf.equal(st[_PC], b)
+      count = tf.reduce_sum(tf.cast(mask, tf.int32))
+      acc = tf.tensor_scatter_nd_add(
+          acc, tf.reshape(b, [1, 1]),
+          tf.reshape(tf.stack([tf.constant(1, tf.int32), count]), [1, 2]))
+      branches = [_bind(f, mask, st) for f in branch_fns]
+      new = tf.switch_case(b, branches)
+      new = list(new) if n > 1 else [new]
+      return [_next_block_tf(new[_PC], num_blocks, schedule), acc] + new
+
+    b0 = _next_block_tf(state[_PC], num_blocks, schedule)
+    acc0 = tf.zeros([num_blocks, 2], tf.int32)
+    out = tf.while_loop(cond, body, [b0, acc0] + state,
+                        parallel_iterations=self.while_parallel_iterations)
+    return list(out[2:]), out[1]
+
+  def _branch_fn(self, block_fn, batch, sites):
+    """`f(mask, state) -> state`: one block, traced into a switch branch."""
+
+    def run_block(mask, *st):
+      st = list(st)
+      m = _Mask(mask, None, False, batch)
+      step = _Step(sites)
+      with _tracing_step(step):
+        try:
+          block_fn(st, m)
+        except errors.AssertionFailedError as e:
+          # An `assert` that fails for every member reaching this block:
+          # park them all (it raised while tracing, not at run time).
+          step.park.append((mask, sites.add(_assert_maker(e))))
+        except errors.PrimitiveError as e:
+          raise _explain_symbolic(e) from e.__cause__
+      pc = st[_PC]
+      # Reversed, so that the block's first failure names the error.
+      for where, code in reversed(step.park):
+        pc = tf.where(where, tf.constant(code, tf.int32), pc)
+      st[_PC] = pc
+      return [tf.convert_to_tensor(s) for s in st]
+
+    if self.basic_block_xla_device is None:
+      return run_block
+    device = self.basic_block_xla_device
+    compiled = tf.function(run_block, jit_compile=True, autograph=False)
+
+    def run_on_device(mask, *st):
+      with tf.device(device):
+        return list(compiled(mask, *st))
+    return run_on_device
+
+  def _fail_in_graph(self, state, num_blocks, sites):
+    """Makes a run with parked members fail: Assert, poison, collectors."""
+    if not sites.makers:
+      return state
+    pc = state[_PC]
+    code = tf.reduce_max(pc)
+    bad = code > num_blocks
+    # One assertion per site, with a constant message: XLA accepts (and
+    # drops) those, whereas it cannot compile string ops.
+    checks = [tf.debugging.Assert(tf.not_equal(code, sites.base + k), [msg],
+                                  summarize=1)
+              for k, msg in enumerate(sites.graph_messages())]
+    _report_to_collector(code, pc > num_blocks, sites)
+    with tf.control_dependencies(checks):
+      return [tf.identity(_poison(s, bad)) for s in state]
+
+  # -- eager ---------------------------------------------------------------
+
+  def _run_eagerly(self, blocks, state, num_blocks, schedule, stats, labels):
+    """Runs the staged loop via a cached tf.function; steps eagerly if not."""
+    batch = stats.batch_size
+    staged = _eager_cache_get(self, blocks, num_blocks, schedule, batch)
+    if not staged.stageable:
+      return self._step_eagerly(blocks, state, num_blocks, schedule, stats,
+                                labels)
+    try:
+      out_state, acc = staged(state)
+    except tf.errors.OpError:
+      # Failed at run time (say a primitive's own check): step eagerly to
+      # report it with the members and the user's line.
+      return self._step_eagerly(blocks, state, num_blocks, schedule, stats,
+                                labels)
+    except Exception:  # pylint: disable=broad-except
+      # Could not be traced (say a primitive calls NumPy on the tensor):
+      # from now on this program steps eagerly, which works or raises.
+      staged.stageable = False
+      return self._step_eagerly(blocks, state, num_blocks, schedule, stats,
+                                labels)
+    pc = out_state[_PC].numpy()
+    if (pc > num_blocks).any():
+      code = int(pc.max())
+      raise staged.sites.error(code, np.flatnonzero(pc == code))
+    acc = acc.numpy()
+    _fill_stats(stats, labels, int(acc[:, 0].sum()),
+                [int(r) for r in acc[:, 0]], [int(a) for a in acc[:, 1]])
+    return out_state
+
+  def _step_eagerly(self, blocks, state, num_blocks, schedule, stats,
+                    labels):
+    """The NumPy backend's loop, on eager tensors (for diagnostics)."""
+    batch = stats.batch_size
+    runs = [0] * num_blocks
+    active = [0] * num_blocks
+    steps = 0
+    while True:
+      pc = state[_PC].numpy()
+      b = _next_block_np(pc, num_blocks, schedule)
+      if b >= num_blocks:
+        break
+      mask = pc == b
+      count = int(mask.sum())
+      m = _Mask(tf.constant(mask), count, count == batch, batch)
+      m._idx = np.flatnonzero(mask)  # pylint: disable=protected-access
+      blocks[b](state, m)
+      runs[b] += 1
+      active[b] += count
+      steps += 1
+    _fill_stats(stats, labels, steps, runs, active)
+    return state
+
+
+def _bind(f, mask, st):
+  return lambda: f(mask, *st)
+
+
+def _fill_stats(stats, labels, steps, runs, active):
+  stats.steps = steps
+  for label, r, a in zip(labels, runs, active):
+    stats.block_executions[label] = r
+    stats.block_active[label] = a
+
+
+def _next_block_np(pc, num_blocks, schedule):
+  if schedule == 'most':
+    counts = np.bincount(np.minimum(pc, num_blocks),
+                         minlength=num_blocks + 1)[:num_blocks]
+    best = int(counts.argmax())
+    return best if counts[best] else num_blocks
+  return int(pc.min())
+
+
+def _next_block_tf(pc, num_blocks, schedule):
+  if schedule == 'most':
+    counts = tf.math.unsorted_segment_sum(
+        tf.ones_like(pc), tf.minimum(pc, num_blocks), num_blocks + 1)
+    counts = counts[:num_blocks]
+    best = tf.argmax(counts, output_type=tf.int32)
+    return tf.where(tf.gather(counts, best) > 0, best,
+                    tf.constant(num_blocks, tf.int32))
+  return tf.reduce_min(pc)
+
+
+# -- the eager path's cache of staged loops --------------------------------------
+
+class _StagedRun:
+  """A `tf.function` running one compiled program's loop, and its sites."""
+
+  def __init__(self, backend, blocks, num_blocks, schedule, batch):
+    self.blocks = blocks      # keeps id(blocks) unique while cached
+    self.sites = None
+    self.stageable = True
+
+    def loop(state):
+      self.sites = _Sites(num_blocks)
+      out, acc = backend._staged_loop(  # pylint: disable=protected-access
+          blocks, state, num_blocks, schedule, batch, self.sites)
+      return out, acc
+    self.function = tf.function(loop, autograph=False)
+    # One tf.function per program: tracing each once is expected, not the
+    # "retracing in a loop" TensorFlow warns about.
+    self.function._omit_frequent_tracing_warning = True  # pylint: disable=protected-access
+
+  def __call__(self, state):
+    return self.function(list(state))
+
+
+_eager_cache = collections.OrderedDict()
+_eager_lock = threading.Lock()
+
+
+def _eager_cache_get(backend, blocks, num_blocks, schedule, batch):
+  key = (id(blocks), backend, schedule)
+  with _eager_lock:
+    entry = _eager_cache.get(key)
+    if entry is not None and entry.blocks is blocks:
+      _eager_cache.move_to_end(key)
+      return entry
+    entry = _StagedRun(backend, blocks, num_blocks, schedule, batch)
+    _eager_cache[key] = entry
+    while len(_eager_cache) > _EAGER_CACHE_SIZE:
+      _eager_cache.popitem(last=False)
+    return entry

@@ -1,0 +1,509 @@
+"""The TensorFlow backend: same answers as NumPy, eagerly, staged and in XLA.
+
+Each program runs on TF tensors eagerly, inside a user's `tf.function`,
+inside `tf.function(jit_compile=True)` and in stackless mode (eagerly), and
+is compared with the NumPy backend and with each member run alone
+(`dry_run=True`).  Then: gradients against per-member gradients, stack
+overflow and failed `assert`s in every mode, dtypes, stats, and errors.
+"""
+
+import collections
+import dataclasses
+import functools
+import subprocess
+import sys
+from typing import Callable
+
+import numpy as np
+import pytest
+
+import autobatch_vm as ab
+from autobatch_vm import errors
+
+tf = pytest.importorskip('tensorflow')
+
+ctx = ab.Context()
+
+
+# -- programs ------------------------------------------------------------------
+
+@ctx.batch(type_inference=lambda arg_types: arg_types[0])
+def fibonacci(n):
+  if n > 2:
+    return fibonacci(n - 1) + fibonacci(n - 2)
+  else:
+    return 1
+
+
+@ctx.batch()
+def is_even(n):
+  if n == 0:
+    return True
+  return is_odd(n - 1)
+
+
+@ctx.batch()
+def is_odd(n):
+  if n == 0:
+    return False
+  return is_even(n - 1)
+
+
+@ctx.batch()
+def gcd(a, b):
+  if b == 0:
+    return a
+  return gcd(b, a % b)
+
+
+@ctx.batch()
+def collatz(n):
+  steps = 0
+  while n > 1:
+    if n % 2 == 0:
+      n = n // 2
+    else:
+      n = 3 * n + 1
+    steps += 1
+  return steps
+
+
+@ctx.batch()
+def power(x, k):
+  if k == 0:
+    return x * 0.0 + 1.0
+  half = power(x, k // 2)
+  if k % 2 == 0:
+    return half * half
+  return half * half * x
+
+
+@ctx.batch()
+def divmod_rec(a, b):
+  if a < b:
+    return 0, a
+  q, r = divmod_rec(a - b, b)
+  return q + 1, r
+
+
+Particle = collections.namedtuple('Particle', ['x', 'v'])
+
+
+@ctx.batch()
+def simulate(p, n):
+  if n <= 0:
+    return p
+  return simulate(Particle(p.x + p.v, p.v * 0.5 - 0.25 * p.x), n - 1)
+
+
+@ctx.batch()
+def vec_halve(v, count):
+  # Operators and indexing only, so it runs on NumPy and on (symbolic) TF.
+  if v[:, 0] * v[:, 0] + v[:, 1] * v[:, 1] + v[:, 2] * v[:, 2] > 1.0:
+    return vec_halve(v * 0.5, count + 1)
+  return v, count
+
+
+@ctx.batch()
+def break_continue(n):
+  total = 0
+  i = 0
+  while True:
+    i += 1
+    if i > n:
+      break
+    if i % 3 == 0:
+      continue
+    total += i * i
+    if total > 500:
+      break
+  return total
+
+
+@dataclasses.dataclass
+class Case:
+  name: str
+  fn: Callable
+  make_args: Callable     # (rng, batch) -> tuple of NumPy arrays/patterns
+  depth: int = 20
+  rtol: float = 0.0
+
+
+def _ints(low, high):
+  return lambda rng, b: (rng.integers(low, high, size=b),)
+
+
+CASES = [
+    Case('fibonacci', fibonacci, _ints(1, 12)),
+    Case('even_odd', is_even, _ints(0, 18)),
+    Case('gcd', gcd, lambda rng, b: (rng.integers(0, 300, size=b),
+                                     rng.integers(0, 300, size=b))),
+    Case('collatz_while', collatz, _ints(1, 40)),
+    Case('power_f64', power, lambda rng, b: (rng.uniform(-2, 2, size=b),
+                                             rng.integers(0, 12, size=b)),
+         rtol=1e-12),
+    Case('power_f32', power,
+         lambda rng, b: (rng.uniform(-2, 2, size=b).astype(np.float32),
+                         rng.integers(0, 12, size=b).astype(np.int32)),
+         rtol=1e-5),
+    Case('tuple_result', divmod_rec,
+         lambda rng, b: (rng.integers(0, 30, size=b),
+                         rng.integers(2, 7, size=b))),
+    Case('namedtuple_state', simulate,
+         lambda rng, b: (Particle(rng.normal(size=b), rng.normal(size=b)),
+                         rng.integers(0, 8, size=b)), rtol=1e-12),
+    Case('vector_state', vec_halve,
+         lambda rng, b: (rng.normal(scale=20, size=(b, 3)),
+                         np.zeros(b, np.int64)), rtol=1e-12),
+    Case('break_continue', break_continue, _ints(0, 20)),
+]
+
+MODES = ['eager', 'graph', 'xla', 'stackless']
+BATCH_SIZES = [1, 5, 33]
+# XLA compiles take about a second each: every program at batch 5 by default.
+MODE_BATCHES = [
+    pytest.param(mode, batch, marks=[pytest.mark.slow]
+                 if mode == 'xla' and batch != 5 else [])
+    for mode in MODES for batch in BATCH_SIZES]
+
+
+# -- helpers -------------------------------------------------------------------
+
+def to_tf(args):
+  return [ab.instructions.pattern_map(tf.constant, a) for a in args]
+
+
+def to_np(value):
+  return ab.instructions.pattern_map(np.asarray, value)
+
+
+def assert_same(actual, expected, rtol=0.0):
+  a_leaves = ab.instructions.pattern_flatten(actual)
+  e_leaves = ab.instructions.pattern_flatten(expected)
+  assert type(actual) is type(expected) or not isinstance(expected, tuple)
+  assert len(a_leaves) == len(e_leaves)
+  for a, e in zip(a_leaves, e_leaves):
+    a, e = np.asarray(a), np.asarray(e)
+    assert a.shape == e.shape, (a.shape, e.shape)
+    assert a.dtype == e.dtype, (a.dtype, e.dtype)
+    if e.dtype.kind == 'f':
+      np.testing.assert_allclose(a, e, rtol=rtol, atol=1e-12)
+    else:
+      np.testing.assert_array_equal(a, e)
+
+
+def run_tf(fn, args, mode, **kwargs):
+  """`fn` on TF tensors in `mode`; returns NumPy values."""
+  targs = to_tf(args)
+  if mode == 'eager':
+    return to_np(fn(*targs, **kwargs))
+  if mode == 'stackless':
+    return to_np(fn(*targs, stackless=True))
+  compiled = tf.function(lambda *a: fn(*a, **kwargs),
+                         jit_compile=(mode == 'xla'))
+  return to_np(compiled(*targs))
+
+
+@functools.lru_cache(maxsize=None)
+def numpy_and_alone(case_name, batch):
+  """Args, NumPy-backend result and per-member (dry run) result."""
+  case = next(c for c in CASES if c.name == case_name)
+  args = case.make_args(np.random.default_rng(batch), batch)
+  batched = case.fn(*args, max_stack_depth=case.depth)
+  alone = case.fn(*args, dry_run=True)
+  return args, batched, alone
+
+
+# -- differential tests ---------------------------------------------------------
+
+@pytest.mark.parametrize('mode, batch', MODE_BATCHES)
+@pytest.mark.parametrize('case', CASES, ids=lambda c: c.name)
+def test_matches_numpy_and_members_alone(case, mode, batch):
+  args, on_numpy, alone = numpy_and_alone(case.name, batch)
+  result = run_tf(case.fn, args, mode, max_stack_depth=case.depth)
+  assert_same(result, on_numpy, case.rtol)
+  assert_same(result, alone, case.rtol)
+
+
+@pytest.mark.parametrize('mode', ['eager', 'graph'])
+def test_schedule_most(mode):
+  args, on_numpy, _ = numpy_and_alone('fibonacci', 33)
+  result = run_tf(fibonacci, args, mode, max_stack_depth=20,
+                  schedule='most')
+  assert_same(result, on_numpy)
+
+
+def test_basic_block_xla_device():
+  backend = ab.TensorFlowBackend(basic_block_xla_device='/device:CPU:0')
+  args, on_numpy, _ = numpy_and_alone('gcd', 5)
+  assert_same(run_tf(gcd, args, 'graph', backend=backend), on_numpy)
+
+
+def test_eager_runs_primitives_that_cannot_be_staged():
+  # NumPy inside a primitive cannot be traced; eagerly it steps instead.
+  c = ab.Context()
+
+  @c.batch()
+  def halve(v, count):
+    if np.max(np.abs(v), axis=-1) > 1.0:
+      return halve(v * 0.5, count + 1)
+    return v, count
+
+  v = np.random.default_rng(0).normal(scale=9, size=(5, 2))
+  count = np.zeros(5, np.int64)
+  expected = halve(v, count)
+  assert_same(to_np(halve(tf.constant(v), tf.constant(count))), expected)
+  stepped = halve.last_stats
+  halve(v, count)
+  assert stepped.steps == halve.last_stats.steps
+  assert stepped.block_active == halve.last_stats.block_active
+  with pytest.raises(errors.PrimitiveError, match='TensorFlow ops'):
+    tf.function(halve)(tf.constant(v), tf.constant(count))
+
+
+# -- dtypes and shapes ------------------------------------------------------------
+
+@ctx.batch()
+def carry(x, n):
+  if n > 0:
+    y = carry(x, n - 1)
+    return y
+  return x
+
+
+@pytest.mark.parametrize('mode', ['eager', 'graph', 'xla'])
+@pytest.mark.parametrize('dtype', ['int32', 'int64', 'float32', 'float64',
+                                   'bool'])
+def test_dtypes_and_event_dims_survive_the_stack(dtype, mode):
+  rng = np.random.default_rng(3)
+  x = (rng.normal(size=(6, 2, 3)) * 10).astype(dtype)
+  n = rng.integers(0, 5, size=6).astype(np.int32)
+  result = run_tf(carry, (x, n), mode)
+  assert result.dtype == np.dtype(dtype)
+  np.testing.assert_array_equal(result, x)
+
+
+def test_empty_batch():
+  args = (np.zeros((0, 3)), np.zeros((0,), np.int64))
+  for mode in ('eager', 'graph', 'stackless'):
+    v, count = run_tf(vec_halve, args, mode)
+    assert v.shape == (0, 3) and count.shape == (0,)
+
+
+# -- stats ---------------------------------------------------------------------
+
+def test_stats_eager_are_ints_equal_to_numpy():
+  args, _, _ = numpy_and_alone('fibonacci', 33)
+  fibonacci(*args, max_stack_depth=20)
+  expected = fibonacci.last_stats
+  fibonacci(*to_tf(args), max_stack_depth=20)
+  stats = fibonacci.last_stats
+  assert isinstance(stats.steps, int) and stats.steps == expected.steps
+  assert stats.block_executions == expected.block_executions
+  assert stats.block_active == expected.block_active
+  assert all(isinstance(v, int) for v in stats.block_active.values())
+
+
+def test_stats_in_graph_are_tensors():
+  args, _, _ = numpy_and_alone('fibonacci', 33)
+  fibonacci(*args, max_stack_depth=20)
+  expected = fibonacci.last_stats
+
+  @tf.function
+  def run(n):
+    fibonacci(n, max_stack_depth=20)
+    s = fibonacci.last_stats
+    return s.steps, s.block_executions, s.block_active
+
+  steps, runs, active = run(*to_tf(args))
+  assert int(steps) == expected.steps
+  assert {k: int(v) for k, v in runs.items()} == expected.block_executions
+  assert {k: int(v) for k, v in active.items()} == expected.block_active
+
+
+# -- gradients ------------------------------------------------------------------
+
+@ctx.batch()
+def wiggle(x, n):
+  if n <= 0:
+    return x
+  if x > 0:
+    return wiggle(x * 0.5 - 1.0, n - 1) * 2.0
+  return wiggle(x * x + 0.3, n - 1) + x
+
+
+SCALE = tf.Variable(1.5, dtype=tf.float64)
+
+
+@ctx.batch()
+def scaled(x, n):
+  if n <= 0:
+    return x
+  return scaled(x * SCALE, n - 1) + SCALE
+
+
+def _gradients(fn, x, n, mode):
+  def grad(x, n):
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      if mode == 'alone':
+        y = fn(x, n, dry_run=True)   # each member alone, plain Python
+      else:
+        y = fn(x, n, max_stack_depth=16)
+      total = tf.reduce_sum(y)
+    dx, dscale = tape.gradient(total, [x, SCALE])
+    return y, dx, dscale
+  if mode == 'graph':
+    grad = tf.function(grad)
+  return grad(x, n)
+
+
+@pytest.mark.parametrize('mode', ['eager', 'graph'])
+@pytest.mark.parametrize('fn, dtype', [(power, np.float32),
+                                       (power, np.float64),
+                                       (wiggle, np.float64),
+                                       (scaled, np.float64)],
+                         ids=['power_f32', 'power_f64', 'branches',
+                              'closed_over_variable'])
+def test_gradients_match_each_member_alone(fn, dtype, mode):
+  rng = np.random.default_rng(7)
+  x = tf.constant(rng.uniform(-1.5, 1.5, size=7).astype(dtype))
+  n = tf.constant(rng.integers(0, 9, size=7))
+  y, dx, dscale = _gradients(fn, x, n, mode)
+  y0, dx0, dscale0 = _gradients(fn, x, n, 'alone')
+  rtol = 1e-5 if dtype == np.float32 else 1e-12
+  np.testing.assert_allclose(y.numpy(), y0.numpy(), rtol=rtol)
+  np.testing.assert_allclose(dx.numpy(), dx0.numpy(), rtol=rtol)
+  if fn is scaled:
+    np.testing.assert_allclose(dscale.numpy(), dscale0.numpy(), rtol=rtol)
+  else:
+    assert dscale is None and dscale0 is None
+
+
+# -- stack overflow and failed asserts --------------------------------------------
+
+OVERFLOW_ARGS = (np.array([3, 10, 5, 12]),)   # fib(12) needs depth > 8
+
+
+def test_overflow_eager_raises_naming_variable_and_members():
+  with pytest.raises(errors.StackOverflowError) as info:
+    fibonacci(*to_tf(OVERFLOW_ARGS), max_stack_depth=8)
+  text = str(info.value)
+  assert 'max_stack_depth=8' in text and "'fibonacci.n'" in text
+  assert 'batch members [3]' in text and 'larger max_stack_depth' in text
+
+
+def test_overflow_in_graph_fails_the_run():
+  run = tf.function(lambda n: fibonacci(n, max_stack_depth=8))
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"(?s)StackOverflowError.*max_stack_depth=8.*"
+                     r"fibonacci.*larger max_stack_depth"):
+    run(*to_tf(OVERFLOW_ARGS))
+
+
+def test_overflow_under_xla_poisons_the_results():
+  run = tf.function(lambda n: fibonacci(n, max_stack_depth=8),
+                    jit_compile=True)
+  result = run(*to_tf(OVERFLOW_ARGS)).numpy()
+  assert (result == np.iinfo(np.int64).min).all()
+
+
+def test_overflow_under_xla_compile_nested_output_raises():
+  run = ab.xla.compile_nested_output(
+      lambda n: fibonacci(n, max_stack_depth=8))
+  with pytest.raises(errors.StackOverflowError, match=r'members \[3\]'):
+    run(*to_tf(OVERFLOW_ARGS))
+  ok = ab.xla.compile_nested_output(
+      lambda n: fibonacci(n, max_stack_depth=13))
+  np.testing.assert_array_equal(ok(*to_tf(OVERFLOW_ARGS)).numpy(),
+                                [2, 55, 5, 144])
+
+
+def test_compile_nested_output_in_graph_fails_the_run():
+  run = tf.function(ab.xla.compile_nested_output(
+      lambda n: fibonacci(n, max_stack_depth=8)))
+  with pytest.raises(tf.errors.InvalidArgumentError, match='max_stack_depth'):
+    run(*to_tf(OVERFLOW_ARGS))
+
+
+def test_compile_nested_output_keeps_nested_outputs():
+  run = ab.xla.compile_nested_output(
+      lambda p, n: {'p': simulate(p, n), 'n': n})
+  args, on_numpy, _ = numpy_and_alone('namedtuple_state', 5)
+  out = run(*to_tf(args))
+  assert isinstance(out['p'], Particle)
+  assert_same(to_np(out['p']), on_numpy, 1e-12)
+
+
+@ctx.batch()
+def checked(n):
+  assert n < 10, 'n too big'
+  if n > 0:
+    return checked(n - 1) + 1
+  return n
+
+
+def test_failed_assert_in_every_mode():
+  n = tf.constant([1, 12, 3])
+  with pytest.raises(errors.AssertionFailedError,
+                     match=r'members \[1\]: n too big'):
+    checked(n)
+  with pytest.raises(tf.errors.InvalidArgumentError, match='n too big'):
+    tf.function(checked)(n)
+  assert (tf.function(checked, jit_compile=True)(n).numpy() ==
+          np.iinfo(np.int32).min).all()
+  np.testing.assert_array_equal(
+      tf.function(checked)(tf.constant([1, 2, 3])).numpy(), [1, 2, 3])
+
+
+# -- other errors ---------------------------------------------------------------
+
+def test_stackless_inside_tf_function_is_a_backend_error():
+  run = tf.function(lambda n: fibonacci(n, stackless=True))
+  with pytest.raises(errors.BackendError, match='stackless'):
+    run(tf.constant([3, 4]))
+
+
+@ctx.batch()
+def reshaper(x):
+  return tf.reshape(x, [1]) + 0 * x
+
+
+def test_primitive_error_members_known_eagerly_not_in_graph():
+  x = tf.constant([1, 2, 3])
+  with pytest.raises(errors.PrimitiveError,
+                     match=r'members at this block: \[0, 1, 2\]'):
+    reshaper(x)
+  with pytest.raises(errors.PrimitiveError) as info:
+    tf.function(reshaper)(x)
+  assert 'members at this block' not in str(info.value)
+
+
+def test_backend_equality():
+  assert ab.TensorFlowBackend() == ab.TensorFlowBackend()
+  assert hash(ab.TensorFlowBackend()) == hash(ab.TensorFlowBackend())
+  assert ab.TensorFlowBackend(while_parallel_iterations=1) != \
+      ab.TensorFlowBackend()
+  assert ab.TensorFlowBackend() != ab.NumpyBackend()
+
+
+def test_numpy_path_does_not_import_tensorflow(tmp_path):
+  script = tmp_path / 'no_tf.py'
+  script.write_text(
+      'import sys\n'
+      'sys.modules["tensorflow"] = None  # any import of it now fails\n'
+      'import numpy as np\n'
+      'import autobatch_vm as ab\n'
+      'ctx = ab.Context()\n'
+      '@ctx.batch()\n'
+      'def f(n):\n'
+      '  if n > 1:\n'
+      '    return f(n - 1) + n % 3 + n // 2\n'
+      '  return n\n'
+      'print(f(np.array([1, 5, 9])).tolist())\n')
+  out = subprocess.run([sys.executable, str(script)], capture_output=True,
+                       text=True, check=True)
+
+  def f(n):
+    return f(n - 1) + n % 3 + n // 2 if n > 1 else n
+  assert out.stdout.strip() == str([f(1), f(5), f(9)])
