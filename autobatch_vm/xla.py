@@ -75,6 +75,8 @@ def compile_nested_output(f, compile_fn=None):
         return trace_id
     return last[0]
 
+  # Plain Python around the compiled function: AutoGraph need not convert it.
+  @tf.autograph.experimental.do_not_convert
   @functools.wraps(f)
   def wrapper(*args, **kwargs):
     out, (trace_id, codes, failed) = compiled(*args, **kwargs)
