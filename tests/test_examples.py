@@ -1,0 +1,330 @@
+"""Runs every example at a small size and checks its results.
+
+Each example is imported (its functions are checked against plain Python)
+and also run as a script with small flags, as a user would.  The NUTS test
+checks that on a Gaussian target the samples' mean and variance match the
+truth within Monte-Carlo error.  TensorFlow parts are skipped when
+`autobatch_vm.tf_backend` cannot be imported; long parts are marked slow.
+"""
+
+import importlib.util
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import autobatch_vm as ab
+
+EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / 'examples'
+
+
+def _load(name):
+  """Imports examples/<name>.py as module `examples_<name>`."""
+  module_name = f'examples_{name}'
+  if module_name in sys.modules:
+    return sys.modules[module_name]
+  spec = importlib.util.spec_from_file_location(module_name,
+                                                EXAMPLES / f'{name}.py')
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[module_name] = module
+  spec.loader.exec_module(module)
+  return module
+
+
+collatz = _load('collatz')
+tree_rnn = _load('tree_rnn')
+nuts = _load('nuts')
+
+
+def _tf_backend_available():
+  try:
+    importlib.import_module('autobatch_vm.tf_backend')
+  except ImportError:
+    return False
+  return True
+
+
+needs_tf = pytest.mark.skipif(not _tf_backend_available(),
+                              reason='autobatch_vm.tf_backend not available')
+
+
+def run_example(name, *flags, timeout=300):
+  """Runs examples/<name>.py with `flags`; returns its stdout."""
+  env = dict(os.environ, OPENBLAS_NUM_THREADS='1', TF_CPP_MIN_LOG_LEVEL='2')
+  proc = subprocess.run(
+      [sys.executable, str(EXAMPLES / f'{name}.py'), *flags],
+      capture_output=True, text=True, timeout=timeout, env=env, check=False)
+  assert proc.returncode == 0, (
+      f'{name}.py {" ".join(flags)} failed:\n{proc.stdout}\n{proc.stderr}')
+  return proc.stdout
+
+
+# -- every example runs as a script, and answers --help -------------------------
+
+@pytest.mark.parametrize('name', ['fibonacci', 'collatz', 'tree_rnn', 'nuts'])
+def test_help(name):
+  proc = subprocess.run([sys.executable, str(EXAMPLES / f'{name}.py'),
+                         '--help'], capture_output=True, text=True,
+                        timeout=60, check=False)
+  assert proc.returncode in (0, 1), proc.stderr   # absl exits 1 after --help
+  assert f'examples/{name}.py:' in proc.stdout and '--seed' in proc.stdout
+
+
+def test_fibonacci_script():
+  out = run_example('fibonacci', '--batch_size=5', '--low=3', '--high=10')
+  assert 'matches each member run alone' in out
+
+
+def test_collatz_script():
+  out = run_example('collatz', '--batch_size=6', '--high=200')
+  assert 'matches plain Python for every member' in out
+  assert 'utilization' in out
+
+
+def test_tree_rnn_script():
+  out = run_example('tree_rnn', '--num_trees=6', '--max_leaves=6',
+                    '--hidden=8', '--repeats=1', '--backend=numpy')
+  assert 'matches each tree alone' in out
+  assert 'trees/s' in out
+
+
+def test_nuts_script():
+  out = run_example('nuts', '--num_chains=3', '--num_warmup=4',
+                    '--num_samples=6', '--chunk=3', '--verify_chains=2',
+                    '--max_tree_depth=6')
+  assert 'match the batch' in out
+  assert 'leapfrogs/s' in out and 'ESS/s' in out
+
+
+# -- Collatz -------------------------------------------------------------------
+
+@pytest.mark.parametrize('branch_free', [False, True])
+@pytest.mark.parametrize('stackless', [False, True])
+def test_collatz_matches_plain_python(branch_free, stackless):
+  n = np.concatenate([np.arange(1, 40), [97, 871, 6171]])
+  steps, stats, _ = collatz.run(n, branch_free=branch_free,
+                                stackless=stackless)
+  assert steps.tolist() == [collatz.collatz_plain(int(k)) for k in n]
+  assert stats.steps > 0
+  assert 0.0 < stats.utilization <= 1.0
+
+
+def test_collatz_branch_free_needs_fewer_steps():
+  n = np.arange(1, 200)
+  _, branching, _ = collatz.run(n, branch_free=False)
+  _, branch_free, _ = collatz.run(n, branch_free=True)
+  assert branch_free.steps < branching.steps
+
+
+def test_collatz_dry_run():
+  n = np.array([1, 6, 27])
+  out = collatz.collatz_steps(n, dry_run=True)
+  assert np.asarray(out).tolist() == [0, 8, 111]
+
+
+# -- Tree RNN ------------------------------------------------------------------
+
+def _small_forest(num_trees=10, hidden=8, seed=3):
+  rng = np.random.default_rng(seed)
+  forest = tree_rnn.random_forest(num_trees, 1, 9, 20, rng)
+  params = tree_rnn.random_params(hidden, 20, rng)
+  return forest, params
+
+
+@pytest.mark.parametrize('schedule', ['most', 'lowest'])
+def test_tree_rnn_batched_matches_each_tree_alone(schedule):
+  forest, params = _small_forest()
+  expected = tree_rnn.encode_each_alone(forest, params)
+  fn, encode = tree_rnn.encode_batched(forest, params, 'numpy', schedule)
+  np.testing.assert_allclose(fn(), expected, rtol=1e-5, atol=1e-6)
+  assert encode.last_stats.steps > 0
+  # Every internal node is one `cell` evaluation, batched into fewer runs.
+  runs = tree_rnn.cell_runs(encode, forest)
+  assert 0 < runs <= int(forest.leaves.sum() - len(forest.roots))
+
+
+def test_tree_rnn_stackless_and_dry_run():
+  forest, params = _small_forest(num_trees=5)
+  expected = tree_rnn.encode_each_alone(forest, params)
+  _, encode = tree_rnn.make_encoder(tree_rnn.numpy_lib(forest, params))
+  np.testing.assert_allclose(encode(forest.roots, stackless=True), expected,
+                             rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(encode(forest.roots, dry_run=True), expected,
+                             rtol=1e-5, atol=1e-6)
+
+
+def test_tree_rnn_too_shallow_stack_raises():
+  forest, params = _small_forest()
+  _, encode = tree_rnn.make_encoder(tree_rnn.numpy_lib(forest, params))
+  with pytest.raises(ab.errors.StackOverflowError):
+    encode(forest.roots, max_stack_depth=2)
+
+
+@needs_tf
+@pytest.mark.slow
+@pytest.mark.parametrize('backend', ['tf', 'xla'])
+def test_tree_rnn_tensorflow(backend):
+  forest, params = _small_forest(num_trees=6, hidden=4)
+  expected = tree_rnn.encode_each_alone(forest, params)
+  fn, _ = tree_rnn.encode_batched(forest, params, backend)
+  np.testing.assert_allclose(fn(), expected, rtol=1e-4, atol=1e-5)
+
+
+# -- NUTS ----------------------------------------------------------------------
+
+def test_effective_sample_size():
+  rng = np.random.default_rng(0)
+  iid = rng.normal(size=(4, 2000, 1))
+  assert 0.85 < nuts.effective_sample_size(iid)[0] / 8000 < 1.15
+  # AR(1) with coefficient phi: ESS = N (1 - phi) / (1 + phi).
+  phi, n = 0.6, 4000
+  x = np.zeros((4, n, 1))
+  noise = rng.normal(size=(4, n, 1))
+  for t in range(1, n):
+    x[:, t] = phi * x[:, t - 1] + noise[:, t]
+  expected = 4 * n * (1 - phi) / (1 + phi)
+  assert 0.8 < nuts.effective_sample_size(x)[0] / expected < 1.2
+
+
+@pytest.mark.parametrize('name', ['gaussian', 'logistic'])
+def test_target_gradients(name):
+  target = nuts.make_target(name, dim=4, rho=0.5)
+  rng = np.random.default_rng(1)
+  theta = rng.normal(scale=0.3, size=(3, target.dim))
+  _, grad = target.log_prob_and_grad(theta)
+  h = 1e-6
+  for i in range(target.dim):
+    e = np.zeros(target.dim)
+    e[i] = h
+    up, _ = target.log_prob_and_grad(theta + e)
+    down, _ = target.log_prob_and_grad(theta - e)
+    np.testing.assert_allclose(grad[:, i], (up - down) / (2 * h), rtol=1e-4,
+                               atol=1e-4)
+
+
+def test_german_credit_like_data_is_fixed():
+  x, y = nuts.german_credit_like_data()
+  assert x.shape == (1000, 25) and y.shape == (1000,)
+  assert np.all(x[:, 0] == 1.0) and set(np.unique(y)) == {0.0, 1.0}
+  x2, y2 = nuts.german_credit_like_data()
+  assert np.array_equal(x, x2) and np.array_equal(y, y2)
+
+
+@pytest.mark.parametrize('target_name', ['gaussian', 'logistic'])
+def test_nuts_chains_alone_match_the_batch(target_name):
+  target = nuts.make_target(target_name, dim=3, rho=0.5)
+  sampler = nuts.Sampler(target, 'numpy', chunk=4, max_tree_depth=6)
+  diff, rate = nuts.verify_against_alone(sampler, num_chains=5, num_alone=2,
+                                         seed=7)
+  assert diff < 1e-8
+  assert rate > 0
+
+
+def test_nuts_random_numbers_are_per_chain():
+  lib = nuts.numpy_lib(nuts.make_target('gaussian', dim=3))
+  seeds = np.array([1, 2, 3], np.uint64)
+  u = lib.uniform(seeds, np.array([0, 5, 9]))
+  # The same (seed, counter) gives the same number alone or in a batch.
+  assert lib.uniform(seeds[1:2], np.array([5]))[0] == u[1]
+  assert np.all((u > 0) & (u < 1))
+  z = lib.normal(np.arange(2000, dtype=np.uint64), np.zeros(2000, np.int64))
+  assert z.shape == (2000, 3)
+  assert abs(z.mean()) < 0.1 and abs(z.std() - 1) < 0.1
+
+
+def _check_gaussian_moments(samples, target):
+  """Mean and variance vs the truth, within 4.5 Monte-Carlo std errors."""
+  centered = samples - target.true_mean
+  mean = samples.mean(axis=(0, 1))
+  ess = nuts.effective_sample_size(samples)
+  mean_se = np.sqrt(target.true_var / ess)
+  assert np.all(np.abs(mean - target.true_mean) < 4.5 * mean_se), (
+      mean, target.true_mean, mean_se)
+  squares = centered**2
+  var = squares.mean(axis=(0, 1))
+  var_se = squares.std(axis=(0, 1)) / np.sqrt(
+      nuts.effective_sample_size(squares))
+  assert np.all(np.abs(var - target.true_var) < 4.5 * var_se), (
+      var, target.true_var, var_se)
+  return ess
+
+
+def test_nuts_gaussian_mean_and_variance():
+  target = nuts.gaussian_target(dim=2, rho=0.8)
+  sampler = nuts.Sampler(target, 'numpy', chunk=50, max_tree_depth=8)
+  r = sampler.run(num_chains=16, num_warmup=100, num_samples=200, seed=3)
+  assert r['samples'].shape == (16, 200, 2)
+  ess = _check_gaussian_moments(r['samples'], target)
+  assert ess.min() > 300          # NUTS mixes well on a Gaussian
+  assert r['leapfrogs'] > 0 and 0 < r['utilization'] <= 1
+
+
+@pytest.mark.slow
+def test_nuts_gaussian_mean_and_variance_long():
+  target = nuts.gaussian_target(dim=6, rho=0.9)
+  sampler = nuts.Sampler(target, 'numpy', chunk=50, max_tree_depth=10)
+  r = sampler.run(num_chains=16, num_warmup=150, num_samples=250, seed=5)
+  _check_gaussian_moments(r['samples'], target)
+
+
+@pytest.mark.slow
+def test_nuts_logistic_regression_posterior_mean():
+  """NUTS's posterior mean vs importance sampling from a Laplace fit."""
+  target = nuts.logistic_regression_target()
+  x, _ = nuts.german_credit_like_data()
+  beta = np.zeros(target.dim)
+  for _ in range(20):     # Newton's method for the mode
+    _, grad = target.log_prob_and_grad(beta[None])
+    p = 1 / (1 + np.exp(-x @ beta))
+    hess = -(x.T * (p * (1 - p))) @ x - np.eye(target.dim)
+    beta = beta - np.linalg.solve(hess, grad[0])
+  # Self-normalized importance sampling, proposal N(mode, -H^-1) widened.
+  rng = np.random.default_rng(0)
+  chol = np.linalg.cholesky(np.linalg.inv(-hess)) * 1.2
+  draws = beta + rng.normal(size=(20000, target.dim)) @ chol.T
+  log_q = -0.5 * np.sum(np.linalg.solve(chol, (draws - beta).T)**2, axis=0)
+  log_p = np.concatenate([target.log_prob_and_grad(d)[0]
+                          for d in np.split(draws, 20)])
+  w = np.exp(log_p - log_q - np.max(log_p - log_q))
+  w /= w.sum()
+  reference = w @ draws
+  reference_se = np.sqrt(w**2 @ (draws - reference)**2)
+
+  sampler = nuts.Sampler(target, 'numpy', chunk=25, max_tree_depth=8)
+  r = sampler.run(num_chains=8, num_warmup=100, num_samples=100, seed=2)
+  samples = r['samples']
+  mean = samples.mean(axis=(0, 1))
+  se = samples.std(axis=(0, 1)) / np.sqrt(nuts.effective_sample_size(samples))
+  assert np.all(np.abs(mean - reference) < 5 * np.hypot(se, reference_se)), (
+      mean - reference, se, reference_se)
+
+
+@needs_tf
+@pytest.mark.slow
+@pytest.mark.parametrize('backend', ['tf', 'xla'])
+def test_nuts_tensorflow_matches_numpy(backend):
+  target = nuts.make_target('gaussian', dim=2, rho=0.5)
+  chains = 4
+  tf_sampler = nuts.Sampler(target, backend, chunk=3, max_tree_depth=5)
+  np_sampler = nuts.Sampler(target, 'numpy', chunk=3, max_tree_depth=5)
+  np.testing.assert_allclose(nuts.first_chunk(tf_sampler, chains, 1),
+                             nuts.first_chunk(np_sampler, chains, 1),
+                             atol=1e-8)
+
+
+@needs_tf
+@pytest.mark.slow
+def test_nuts_tensorflow_gradients_match_numpy():
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  for name in ('gaussian', 'logistic'):
+    target = nuts.make_target(name, dim=3, rho=0.5)
+    lib = nuts.tf_lib(target)
+    theta = np.random.default_rng(0).normal(scale=0.3, size=(2, target.dim))
+    logp, grad = lib.log_prob_and_grad(tf.constant(theta))
+    want_logp, want_grad = target.log_prob_and_grad(theta)
+    np.testing.assert_allclose(logp.numpy(), want_logp, rtol=1e-10)
+    np.testing.assert_allclose(grad.numpy(), want_grad, rtol=1e-8,
+                               atol=1e-10)
