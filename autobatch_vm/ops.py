@@ -78,8 +78,17 @@ def where(cond, x, y):
   cond = _as_bool(cond)
   if _is_tf(cond, x, y):
     tf = _tf()
-    x = tf.convert_to_tensor(x)
-    y = tf.convert_to_tensor(y, dtype=x.dtype)
+    scalars = (bool, int, float)
+    if isinstance(x, scalars) and isinstance(y, scalars):
+      # Two literals: NumPy's dtype (int64/float64), as on the NumPy backend.
+      dtype = np.result_type(x, y)
+      x, y = tf.constant(x, dtype), tf.constant(y, dtype)
+    elif isinstance(x, scalars):
+      y = tf.convert_to_tensor(y)
+      x = tf.convert_to_tensor(x, dtype=y.dtype)
+    else:
+      x = tf.convert_to_tensor(x)
+      y = tf.convert_to_tensor(y, dtype=x.dtype)
     rank = max(len(x.shape), len(y.shape))
     return tf.where(_expand_to(cond, rank), x, y)
   x = np.asarray(x)

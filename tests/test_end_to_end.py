@@ -210,3 +210,20 @@ def test_only_variables_live_across_calls_are_stacked():
   loop = progs.ctx.lowered_for_args('collatz_loop', [n], be)
   mem = ab.virtual_machine.CompiledProgram(loop, be, 3, 50).layout.memory()
   assert mem['stacks'] == 0 and mem['pc'] == 3 * 4 * 3  # no call stack
+
+
+TF_MODES = ['eager', 'graph', 'xla', 'stackless']
+
+
+@pytest.mark.parametrize('mode', TF_MODES)
+@pytest.mark.parametrize('case', progs.CASES, ids=lambda c: c.name)
+def test_tensorflow_matches_reference(case, mode):
+  """The same programs on TF tensors: eager, tf.function, XLA, stackless."""
+  pytest.importorskip('tensorflow')
+  if case.numpy_primitives and mode in ('graph', 'xla'):
+    pytest.skip('calls NumPy functions, which cannot be staged in a graph')
+  from tests.test_tf_backend import run_tf  # pylint: disable=g-import-not-at-top
+  batch = 6
+  args = case.make_args(np.random.default_rng(21), batch)
+  result = run_tf(case.fn, args, mode, max_stack_depth=case.depth)
+  assert_same(result, progs.reference_batch(case, args, batch), case.rtol)
