@@ -37,7 +37,8 @@ the program steps eagerly from then on; if the staged run fails inside
 TensorFlow, that run is repeated step by step eagerly, which raises the
 error naming the members.
 
-RunStats: eagerly, ints as on NumPy.  In a graph, `steps` and the
+RunStats: eagerly, ints as on NumPy (with `profile=True` the run steps
+eagerly so that each block can be timed).  In a graph, `steps` and the
 per-block counts are scalar int32 tensors of that graph (return them from
 your `tf.function` to read them); `str(stats)` and `utilization` need ints.
 """
@@ -45,6 +46,7 @@ your `tf.function` to read them); `str(stats)` and `utilization` need ints.
 import collections
 import contextlib
 import threading
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -554,7 +556,8 @@ class TensorFlowBackend:
     """Runs the staged loop via a cached tf.function; steps eagerly if not."""
     batch = stats.batch_size
     staged = _eager_cache_get(self, blocks, num_blocks, schedule, batch)
-    if not staged.stageable:
+    if not staged.stageable or stats.profile:
+      # profile=True times each block, which only stepping can do.
       return self._step_eagerly(blocks, state, num_blocks, schedule, stats,
                                 labels)
     try:
@@ -585,6 +588,7 @@ class TensorFlowBackend:
     batch = stats.batch_size
     runs = [0] * num_blocks
     active = [0] * num_blocks
+    seconds = [0.0] * num_blocks
     steps = 0
     while True:
       pc = state[_PC].numpy()
@@ -595,11 +599,15 @@ class TensorFlowBackend:
       count = int(mask.sum())
       m = _Mask(tf.constant(mask), count, count == batch, batch)
       m._idx = np.flatnonzero(mask)  # pylint: disable=protected-access
+      start = time.perf_counter()
       blocks[b](state, m)
+      seconds[b] += time.perf_counter() - start
       runs[b] += 1
       active[b] += count
       steps += 1
     _fill_stats(stats, labels, steps, runs, active)
+    if stats.profile:
+      stats.block_time.update(zip(labels, seconds))
     return state
 
 

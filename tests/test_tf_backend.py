@@ -321,6 +321,18 @@ def test_stats_in_graph_are_tensors():
   assert {k: int(v) for k, v in active.items()} == expected.block_active
 
 
+def test_profile_eagerly_times_every_block():
+  args, on_numpy, _ = numpy_and_alone('fibonacci', 5)
+  result = fibonacci(*to_tf(args), max_stack_depth=20, profile=True)
+  assert_same(to_np(result), on_numpy)
+  stats = fibonacci.last_stats
+  assert set(stats.block_time) == set(stats.block_executions)
+  assert 'fibonacci.1' in stats.table()
+  # In a graph there is nothing to time per block; the run still works.
+  run = tf.function(lambda n: fibonacci(n, max_stack_depth=20, profile=True))
+  assert_same(to_np(run(*to_tf(args))), on_numpy)
+
+
 # -- gradients ------------------------------------------------------------------
 
 @ctx.batch()
