@@ -358,6 +358,15 @@ class TensorFlowBackend:
     return tf.where(active, tf.constant(0, tf.int32),
                     tf.constant(num_blocks, tf.int32))
 
+  def fill_inactive(self, x, m):
+    """`x` with the lanes outside `m` copied from the first lane inside."""
+    x = self.asarray(x)
+    if len(x.shape) == 0:
+      return x
+    first = tf.gather(x, tf.argmax(tf.cast(m.mask, tf.int32),
+                                   output_type=tf.int32))
+    return tf.where(m.expanded(len(x.shape)), x, first[tf.newaxis])
+
   def members(self, m):
     """Indices of the members in `m`, or None in a graph (unknown)."""
     if not tf.executing_eagerly():
