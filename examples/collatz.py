@@ -11,7 +11,7 @@ result against plain Python.
     python examples/collatz.py
     python examples/collatz.py --batch_size=1000 --high=100000
     python examples/collatz.py --branch_free     # a select instead of if/else
-    python examples/collatz.py --backend=tf      # once tf_backend has landed
+    python examples/collatz.py --backend=tf      # eager TensorFlow
 """
 
 import time
@@ -38,6 +38,7 @@ def define_flags():
   flags.DEFINE_enum('backend', 'numpy', ['numpy', 'tf'],
                     'numpy, or tf (eager TensorFlow; needs tf_backend).')
   flags.DEFINE_boolean('stackless', False, 'Use the stackless executor.')
+
 
 ctx = ab.Context()
 

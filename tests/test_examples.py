@@ -119,6 +119,15 @@ def test_collatz_branch_free_needs_fewer_steps():
   assert branch_free.steps < branching.steps
 
 
+@needs_tf
+@pytest.mark.slow
+def test_collatz_tensorflow():
+  n = np.array([1, 6, 27, 97])
+  steps, stats, _ = collatz.run(n, backend='tf')
+  assert steps.tolist() == [collatz.collatz_plain(int(k)) for k in n]
+  assert stats.steps > 0
+
+
 def test_collatz_dry_run():
   n = np.array([1, 6, 27])
   out = collatz.collatz_steps(n, dry_run=True)
