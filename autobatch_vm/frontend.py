@@ -180,21 +180,29 @@ class Context:
     """Names of the batched functions of this Context, in definition order."""
     return list(self._functions)
 
+  def _function_ir(self, name):
+    """The IR of one function, compiled on first use.
+
+    Functions are compiled one by one, so a mistake in a function that the
+    called one cannot reach does not stop it.
+    """
+    if self._module is None:
+      self._module = {}
+    if name not in self._module:
+      bf = self._functions[name]
+      self._module[name] = python_to_ir.compile_function(
+          bf.python_function, self._resolve, self._params_of,
+          bf.type_inference)
+    return self._module[name]
+
   def module(self):
     """Every function of the Context compiled to IR (a `Program`)."""
-    if self._module is None:
-      functions = tuple(
-          python_to_ir.compile_function(
-              bf.python_function, self._resolve, self._params_of,
-              bf.type_inference)
-          for bf in self._functions.values())
-      main = functions[0].name if functions else ''
-      self._module = inst.Program(functions, main)
-    return self._module
+    functions = tuple(self._function_ir(n) for n in self._functions)
+    main = functions[0].name if functions else ''
+    return inst.Program(functions, main)
 
   def program(self, main):
     """The untyped `Program` of `main` and the functions it can reach."""
-    module = self.module()
     if main not in self._functions:
       raise errors.ArgumentError(
           f'{main!r} is not a batched function of this Context; it has '
@@ -205,11 +213,11 @@ class Context:
       if name in order:
         continue
       order.append(name)
-      for b in module.function(name).blocks:
+      for b in self._function_ir(name).blocks:
         for op in b.instructions:
           if isinstance(op, inst.FunctionCallOp):
             stack.append(op.function)
-    return inst.Program(tuple(module.function(n) for n in order), main)
+    return inst.Program(tuple(self._function_ir(n) for n in order), main)
 
   def program_compiled(self, main, sig=None, backend=None):
     """The typed and allocated `Program` for input types `sig`."""

@@ -84,7 +84,7 @@ def type_of_value(value, backend, batched, describe):
   without inputs), which the VM broadcasts.
   """
   def leaf(v):
-    if isinstance(v, _PY_SCALARS):
+    if type(v) in _PY_SCALARS:  # not np.float64, a float subclass
       return inst.TensorType(np.asarray(v).dtype, (), weak=True)
     if v is None or isinstance(v, (str, bytes, dict, set)):
       raise errors.TypeInferenceError(
@@ -203,6 +203,10 @@ class _Inference:
       return
     key = (id(op), tuple(inst.type_str(t) + repr(t) for t in in_types))
     if key not in self.prim_cache:
+      weak = self.prim_with_literals(op, in_types)
+      if weak is not None:
+        self.prim_cache[key] = weak
+    if key not in self.prim_cache:
       dummies = [inst.pattern_map(lambda t: self.backend.dummy(t, 1), t,
                                   inst.TensorType) for t in in_types]
       try:
@@ -231,6 +235,37 @@ class _Inference:
     result = self.prim_cache[key]
     if result is not None:
       self.bind(fn, op.vars_out, result, op.loc)
+
+  def prim_with_literals(self, op, in_types):
+    """Result types when literal-typed (weak) scalars meet typed inputs.
+
+    Dummy arrays would make a weak `1` an int64 array, and `acc + x` with
+    float32 `x` float64; NumPy (like Python run per member) keeps float32.
+    So weak scalar inputs are passed as Python scalars, which NumPy and TF
+    promote as they would the literal itself.  None where there are no
+    weak or no strong inputs, or where this run fails (the caller then
+    runs the primitive on arrays for every input, as usual).
+    """
+    leaves = [leaf for t in in_types
+              for leaf in inst.pattern_flatten(t, inst.TensorType)]
+    if not (any(l.weak and not l.shape for l in leaves)
+            and any(not l.weak for l in leaves)):
+      return None
+
+    def dummy(t):
+      if t.weak and not t.shape:
+        return t.dtype.type(0).item()
+      return self.backend.dummy(t, 1)
+    dummies = [inst.pattern_map(dummy, t, inst.TensorType) for t in in_types]
+    try:
+      with self.backend.error_context():
+        value = op.function(*dummies)
+      if value is None:
+        return None
+      return type_of_value(value, self.backend, batched=True,
+                           describe=lambda: f'`{op.text}`')
+    except Exception:  # pylint: disable=broad-except
+      return None
 
   def call(self, fn, op):
     env = self.env[fn.name]

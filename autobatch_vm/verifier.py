@@ -85,11 +85,11 @@ def _check_blocks(blocks, params, var_defs, var_alloc, lowered, listing,
           if a == VA.TEMPORARY and v not in temps:
             _fail(listing, text, f'TEMPORARY {v!r} read before its write '
                   'in this block', stage)
-      for v in liveness.writes(op):
+      if isinstance(op, inst.FunctionCallOp):
+        temps.clear()  # a call ends the segment TEMPORARYs live in...
+      for v in liveness.writes(op):  # ...and its results start the next
         if var_alloc and var_alloc.get(v) == VA.TEMPORARY:
           temps.add(v)
-      if isinstance(op, inst.FunctionCallOp):
-        temps.clear()  # a call ends the segment TEMPORARYs live in
     if var_defs and isinstance(t, inst.BranchOp):
       ct = var_defs[t.cond].tensors
       if not isinstance(ct, inst.TensorType) or ct.shape != ():

@@ -533,3 +533,36 @@ def test_unbatched_constant_inside_tuple_says_how_to_fix():
 
   out = g(X)
   np.testing.assert_array_equal(out[0], [0, 0, 0])
+
+
+def test_whole_batch_reduction_of_float64_is_rejected():
+  """np.float64 is a float subclass; it is no broadcast literal."""
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def f(x):
+    return x.sum()  # ERR:f64sum
+
+  with pytest.raises(errors.TypeInferenceError) as e:
+    f(np.ones((4, 2)))
+  check(e, errors.TypeInferenceError, 'f64sum', 'batch dimension')
+
+
+def test_mistake_in_unreachable_function_does_not_stop_others():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def good(x):
+    return x + 1
+
+  @ctx.batch()
+  def bad(x):
+    try:  # ERR:unreachable_bad
+      return x
+    except ValueError:
+      return x
+
+  np.testing.assert_array_equal(good(X), X + 1)
+  with pytest.raises(errors.UnsupportedSyntaxError) as e:
+    bad(X)
+  check(e, errors.UnsupportedSyntaxError, 'unreachable_bad', 'try')
