@@ -1,0 +1,407 @@
+"""Each compiler pass on the hand-built programs of `tests/programs.py`.
+
+Passes must be pure (their input prints the same afterwards), keep every
+program's meaning (the reference interpreter agrees with plain Python after
+each stage), and do their specific job: allocation classes, caller-saves
+around exactly the calls that need them, pop+push fusion into `restore`,
+self tail calls into `goto`.  The verifier must reject broken programs and
+show the offending instruction.
+"""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from autobatch_vm import allocation_strategy
+from autobatch_vm import dsl
+from autobatch_vm import errors
+from autobatch_vm import instructions as inst
+from autobatch_vm import liveness
+from autobatch_vm import lowering
+from autobatch_vm import pipeline
+from autobatch_vm import stack_optimization
+from autobatch_vm import type_inference
+from autobatch_vm import verifier
+from autobatch_vm.numpy_backend import NumpyBackend
+from tests import programs as progs
+
+VA = inst.VariableAllocation
+CASES = progs.CASES
+IDS = [c.name for c in CASES]
+BACKEND = NumpyBackend()
+
+
+def typed(name):
+  case = progs.BY_NAME[name]
+  return pipeline.typed(case.program, case.input_types, BACKEND, verify=True)
+
+
+def lowered(name, optimize=True):
+  program = typed(name)
+  if optimize:
+    return pipeline.lowered(program, verify=True)
+  return verifier.verify(lowering.lower(program), 'lowering')
+
+
+def ops_of(program, kind):
+  blocks = (program.blocks if isinstance(program, inst.LoweredProgram) else
+            [b for f in program.functions for b in f.blocks])
+  return [op for b in blocks for op in b.instructions + (b.terminator,)
+          if isinstance(op, kind)]
+
+
+def block_lines(program, label):
+  b = next(b for b in program.blocks if b.label == label)
+  return [inst.op_str(op) for op in b.instructions + (b.terminator,)]
+
+
+# -- purity and determinism ----------------------------------------------------------
+
+@pytest.mark.parametrize('case', CASES, ids=IDS)
+def test_passes_are_pure_and_deterministic(case):
+  untyped = case.program
+  before = str(untyped)
+  t1 = type_inference.infer_types(untyped, case.input_types, BACKEND)
+  assert str(untyped) == before
+  t1_text = str(t1)
+  a1 = allocation_strategy.allocate(t1)
+  assert str(t1) == t1_text
+  a1_text = str(a1)
+  l1 = lowering.lower(a1)
+  assert str(a1) == a1_text
+  l1_text = str(l1)
+  o1 = stack_optimization.optimize(l1)
+  assert str(l1) == l1_text
+  # Running the whole pipeline again gives equal results.
+  o2 = pipeline.lowered(pipeline.typed(untyped, case.input_types, BACKEND))
+  assert str(o1) == str(o2)
+  assert o1 == o2 or str(o1) == str(o2)
+  # And the passes did something: types, allocations, no calls left.
+  assert all(f.var_defs for f in t1.functions)
+  assert all(not f.var_alloc for f in t1.functions)
+  assert all(set(f.var_alloc) == set(f.var_defs) for f in a1.functions)
+  assert not ops_of(l1, (inst.FunctionCallOp, inst.ReturnOp))
+
+
+@pytest.mark.parametrize('case', CASES, ids=IDS)
+def test_every_stage_verifies_and_keeps_the_meaning(case):
+  args = case.make_args(np.random.default_rng(1), 8)
+  typed_program = typed(case.name)
+  stages = [typed_program, lowering.lower(typed_program),
+            pipeline.lowered(typed_program, verify=True)]
+  for program in stages:
+    for i in range(8):
+      member = [np.int64(a) for a in case.member_args(args, i)]
+      got = inst.interpret(program, *member, max_steps=10**5)
+      assert progs.scalar(got) == case.expected(args, i)
+
+
+# -- type inference -----------------------------------------------------------------
+
+def test_types_of_tuple_results_and_literals():
+  program = typed('tuple_return')
+  main, helper = program.function('tuple_main'), program.function('divmod3')
+  i64, f64 = inst.TensorType(np.int64), inst.TensorType(np.float64)
+  assert helper.var_defs['%ret'] == inst.Type((i64, i64))
+  assert main.var_defs['%ret'] == inst.Type((i64, f64))
+  assert main.var_defs['half'] == inst.Type(f64)
+  assert typed('even_odd').function('is_odd').var_defs['%ret'] == \
+      inst.Type(inst.TensorType(np.bool_))
+
+
+def test_weak_literal_takes_the_type_it_meets():
+  pb = dsl.ProgramBuilder()
+  with pb.function('f', ['x']):
+    pb.const(1, out='acc')
+    pb.primop(lambda acc, x: acc + x, out='acc')
+    pb.return_('acc')
+  program = pipeline.typed(pb.program(), [inst.TensorType(np.float32)],
+                           BACKEND)
+  # NumPy keeps float32 for `1 + float32` (as a per-member Python run does).
+  assert program.main_function.var_defs['acc'] == inst.Type(
+      inst.TensorType(np.float32))
+  pb = dsl.ProgramBuilder()
+  with pb.function('g', ['x']):
+    pb.const(0.5, out='acc')
+    pb.primop(lambda acc, x: acc * x, out='acc')
+    pb.return_('acc')
+  program = pipeline.typed(pb.program(), [inst.TensorType(np.int32)], BACKEND)
+  assert program.main_function.var_defs['acc'] == inst.Type(
+      inst.TensorType(np.float64))
+  narrow = pipeline.typed(progs.BY_NAME['fibonacci'].program,
+                          [inst.TensorType(np.int8)], BACKEND)
+  assert {str(t) for t in narrow.main_function.var_defs.values()} == {
+      'int8', 'bool'}
+
+
+def test_inconsistent_types_are_a_user_error():
+  pb = dsl.ProgramBuilder()
+  with pb.function('f', ['x']):
+    pb.primop(lambda x: x > 0, out='y')
+    pb.primop(lambda x: x + 1, out='y')
+    pb.return_('y')
+  with pytest.raises(errors.TypeInferenceError, match="variable 'y'"):
+    pipeline.typed(pb.program(), [progs.INT], BACKEND)
+
+
+def test_recursion_without_base_case_asks_for_type_inference():
+  pb = dsl.ProgramBuilder()
+  with pb.function('f', ['x']):
+    pb.return_(pb.call('f', ['x']))
+  with pytest.raises(errors.TypeInferenceError, match='return type'):
+    pipeline.typed(pb.program(), [progs.INT], BACKEND)
+
+
+# -- liveness and allocation -----------------------------------------------------------
+
+def test_liveness_across_the_calls_of_fibonacci():
+  live = liveness.analyze(typed('fibonacci').main_function)
+  assert live.across_call == {('fibonacci.1', 1): {'n'},
+                              ('fibonacci.1', 3): {'%2'}}
+  assert live.live_in['fibonacci.0'] == {'n'}
+  assert live.live_out['fibonacci.1'] == set()
+
+
+def test_call_graph_closure():
+  reach = allocation_strategy.call_graph_closure(typed('even_odd'))
+  assert reach == {'is_even': {'is_odd', 'is_even'},
+                   'is_odd': {'is_odd', 'is_even'}}
+  reach = allocation_strategy.call_graph_closure(typed('sum_squares'))
+  assert reach == {'sum_squares': {'sum_squares', 'square'}, 'square': set()}
+
+
+def test_allocation_of_fibonacci():
+  alloc = dict(typed('fibonacci').main_function.var_alloc)
+  assert alloc == {'n': VA.FULL, '%2': VA.FULL, '%ret': VA.REGISTER,
+                   '%0': VA.TEMPORARY, '%1': VA.TEMPORARY,
+                   '%3': VA.TEMPORARY, '%4': VA.TEMPORARY}
+
+
+def test_allocation_sees_recursion_through_other_functions():
+  program = typed('hofstadter')
+  for name in ('female', 'male'):
+    alloc = program.function(name).var_alloc
+    # `twice` lives only across the call of the other function, which
+    # calls back: it must be saved all the same.
+    assert alloc['n'] == VA.FULL, name
+    assert alloc['twice'] == VA.FULL, name
+    assert alloc['%2'] == VA.TEMPORARY, name
+  low = lowered('hofstadter')
+  assert block_lines(low, 'female.2.1')[0] == 'restore female.n'
+  assert block_lines(low, 'female.2.2')[0] == 'pop female.n, female.twice'
+
+
+def test_allocation_saves_only_what_a_recursive_callee_can_clobber():
+  program = typed('sum_squares')
+  alloc = program.function('sum_squares').var_alloc
+  # `n` lives across the call of the helper, which cannot re-enter
+  # sum_squares: a register is enough.  `sq` lives across the recursion.
+  assert alloc['n'] == VA.REGISTER
+  assert alloc['sq'] == VA.FULL
+  assert alloc['rest'] == VA.TEMPORARY
+  assert dict(program.function('square').var_alloc) == {
+      'x': VA.REGISTER, '%ret': VA.REGISTER}
+  for name in ('collatz', 'gcd', 'even_odd', 'popcount', 'tuple_return'):
+    allocs = [a for f in typed(name).functions for a in f.var_alloc.values()]
+    assert VA.FULL not in allocs, name
+
+
+def test_unread_variables_are_null():
+  pb = dsl.ProgramBuilder()
+  with pb.function('f', ['x', 'unused']):
+    pb.primop(lambda x: x * 2, out='dead')
+    pb.return_('x')
+  program = pipeline.typed(pb.program(), [progs.INT, progs.INT], BACKEND,
+                           verify=True)
+  alloc = program.main_function.var_alloc
+  assert alloc['dead'] == VA.NULL and alloc['unused'] == VA.NULL
+  result = pipeline.lowered(program, verify=True)
+  assert int(inst.interpret(result, np.int64(4), np.int64(5))) == 4
+
+
+# -- lowering -------------------------------------------------------------------------
+
+def test_lowering_flattens_and_qualifies():
+  program = lowered('sum_squares', optimize=False)
+  labels = [b.label for b in program.blocks]
+  assert labels[0] == 'sum_squares.0' and 'square.0' in labels
+  assert program.vars_in == ('sum_squares.n',)
+  assert program.vars_out == 'sum_squares.%ret'
+  assert all('.' in v for v in program.var_defs)
+  assert set(program.var_alloc) == set(program.var_defs)
+  # The call of the helper saves nothing; the recursive call saves `sq`.
+  assert block_lines(program, 'sum_squares.2') == [
+      'square.x = prim[sum_squares.n](sum_squares.n)',
+      'push_goto sum_squares.2.1, square.0']
+  assert ops_of(program, inst.PushOp) == [inst.PushOp(('sum_squares.sq',))]
+  assert ops_of(program, inst.PopOp) == [inst.PopOp(('sum_squares.sq',))]
+
+
+def test_lowering_copies_arguments_in_parallel():
+  program = lowered('gcd', optimize=False)
+  assert '(gcd.a, gcd.b) = prim[gcd.b, gcd.%1](gcd.b, gcd.%1)' in \
+      block_lines(program, 'gcd.2')
+
+
+# -- stack optimization -----------------------------------------------------------------
+
+def test_pop_push_fusion_makes_restore():
+  before = lowered('fib_plus_n', optimize=False)
+  after = lowered('fib_plus_n')
+  lines = block_lines(before, 'fib_plus_n.1.1')
+  assert lines[0] == 'pop fib_plus_n.n'
+  assert 'push fib_plus_n.a, fib_plus_n.n' in lines
+  lines = block_lines(after, 'fib_plus_n.1.1')
+  assert lines[0] == 'restore fib_plus_n.n'
+  assert 'push fib_plus_n.a' in lines
+  assert not any(l.startswith('pop') for l in lines)
+  # One push of `n` per call instead of two.
+  pushed = [v for op in ops_of(after, inst.PushOp) for v in op.vars]
+  assert pushed.count('fib_plus_n.n') == 1
+  assert ops_of(after, inst.RestoreOp) == [inst.RestoreOp(('fib_plus_n.n',))]
+
+
+def test_no_fusion_when_nothing_is_live_across_both_calls():
+  assert not ops_of(lowered('fibonacci'), inst.RestoreOp)
+  assert not ops_of(lowered('sum_squares'), inst.RestoreOp)
+
+
+def _lowered_block(ops):
+  program = lowered('fib_plus_n', optimize=False)
+  blocks = tuple(dataclasses.replace(b, instructions=tuple(ops))
+                 if b.label == 'fib_plus_n.1.1' else b for b in program.blocks)
+  return dataclasses.replace(program, blocks=blocks)
+
+
+def test_no_fusion_when_the_variable_changes_in_between():
+  n = 'fib_plus_n.n'
+  write_n = inst.PrimOp(('fib_plus_n.%ret',), n, inst.identity, 'x')
+  program = _lowered_block([inst.PopOp((n,)), write_n, inst.PushOp((n,))])
+  out = stack_optimization.optimize(program)
+  assert block_lines(out, 'fib_plus_n.1.1')[:3] == [
+      f'pop {n}', f'{n} = prim[x](fib_plus_n.%ret)', f'push {n}']
+  program = _lowered_block([inst.PopOp((n, 'fib_plus_n.a')),
+                            inst.PushOp(('fib_plus_n.a',))])
+  out = stack_optimization.optimize(program)
+  assert block_lines(out, 'fib_plus_n.1.1')[:2] == [
+      'restore fib_plus_n.a', f'pop {n}']
+
+
+def test_self_tail_call_becomes_goto():
+  before = lowered('gcd', optimize=False)
+  after = lowered('gcd')
+  assert block_lines(before, 'gcd.2')[-1] == 'push_goto gcd.2.1, gcd.0'
+  assert block_lines(before, 'gcd.2.1') == [
+      'gcd.%ret = prim[gcd.%ret](gcd.%ret)', 'indirect_goto']
+  assert block_lines(after, 'gcd.2')[-1] == 'goto gcd.0'
+  assert 'gcd.2.1' not in [b.label for b in after.blocks]
+  assert not ops_of(after, inst.PushGotoOp)
+
+
+def test_tail_call_to_another_function_keeps_its_frame():
+  after = lowered('even_odd')
+  assert block_lines(after, 'is_even.2')[-1] == \
+      'push_goto is_even.2.1, is_odd.0'
+  assert block_lines(after, 'is_even.2.1') == [
+      'is_even.%ret = prim[is_odd.%ret](is_odd.%ret)', 'indirect_goto']
+
+
+# -- verifier -----------------------------------------------------------------------------
+
+def _replace_block(program, label, **changes):
+  if isinstance(program, inst.LoweredProgram):
+    return dataclasses.replace(program, blocks=tuple(
+        dataclasses.replace(b, **changes) if b.label == label else b
+        for b in program.blocks))
+  fns = []
+  for f in program.functions:
+    fns.append(dataclasses.replace(f, blocks=tuple(
+        dataclasses.replace(b, **changes) if b.label == label else b
+        for b in f.blocks)))
+  return dataclasses.replace(program, functions=tuple(fns))
+
+
+def _with_alloc(program, var, alloc):
+  return dataclasses.replace(
+      program, var_alloc=program.var_alloc.set(var, alloc))
+
+
+def _broken_programs():
+  fib_untyped = progs.BY_NAME['fibonacci'].program
+  fib_typed = typed('fibonacci')
+  fib_low = lowered('fibonacci')
+  fib_block1 = fib_untyped.main_function.blocks[1]
+  yield ('branch to a missing block', _replace_block(
+      fib_untyped, 'fibonacci.0',
+      terminator=inst.BranchOp('%0', 'fibonacci.1', 'fibonacci.9')),
+         'branch %0 ? fibonacci.1 : fibonacci.9', 'unknown block')
+  yield ('read of a never-written variable', _replace_block(
+      fib_untyped, 'fibonacci.2', instructions=(inst.PrimOp(
+          ('ghost',), '%ret', inst.identity, 'ghost'),)),
+         '%ret = prim[ghost](ghost)', "'ghost' is read but never written")
+  yield ('call of a missing function', _replace_block(
+      fib_untyped, 'fibonacci.1', instructions=(
+          fib_block1.instructions[:1] + (inst.FunctionCallOp(
+              'fibonaci', ('%1',), '%2'),) + fib_block1.instructions[2:])),
+         '%2 = call fibonaci(%1)', 'unknown function')
+  yield ('stack op before lowering', _replace_block(
+      fib_untyped, 'fibonacci.2',
+      instructions=(inst.PushOp(('n',)),) +
+      fib_untyped.main_function.blocks[2].instructions),
+         'push n', 'stack operation before lowering')
+  yield ('return after lowering', _replace_block(
+      fib_low, 'fibonacci.2', terminator=inst.ReturnOp()),
+         'return', 'ReturnOp not allowed')
+  yield ('push of a non-FULL variable', _with_alloc(
+      fib_low, 'fibonacci.n', VA.REGISTER),
+         'push fibonacci.n', "non-FULL 'fibonacci.n'")
+  yield ('read of a NULL variable', _with_alloc(
+      fib_low, 'fibonacci.%1', VA.NULL),
+         'fibonacci.n = prim[fibonacci.%1](fibonacci.%1)',
+         "'fibonacci.%1' is read but allocated")
+  yield ('TEMPORARY read outside its block', _with_alloc(
+      fib_low, 'fibonacci.%ret', VA.TEMPORARY),
+         'fibonacci.%2 = prim[fibonacci.%ret](fibonacci.%ret)',
+         "TEMPORARY 'fibonacci.%ret'")
+  bad_cond = dataclasses.replace(fib_typed.main_function, var_defs=(
+      fib_typed.main_function.var_defs.set(
+          '%0', inst.Type(inst.TensorType(np.bool_, (3,))))))
+  yield ('vector condition', fib_typed.replace_function(bad_cond),
+         'branch %0 ? fibonacci.1 : fibonacci.2', 'condition is not a scalar')
+  untyped_var = dataclasses.replace(fib_typed.main_function, var_defs=(
+      inst.FrozenDict((k, v) for k, v in
+                      fib_typed.main_function.var_defs.items() if k != '%3')))
+  yield ('variable without a type', fib_typed.replace_function(untyped_var),
+         '%4 = call fibonacci(%3)', "'%3' has no type")
+  yield ('call left after lowering', _replace_block(
+      fib_low, 'fibonacci.2', instructions=(inst.FunctionCallOp(
+          'fibonacci', ('fibonacci.n',), 'fibonacci.%ret'),)),
+         'fibonacci.%ret = call fibonacci(fibonacci.n)',
+         'call left after lowering')
+
+
+BROKEN = list(_broken_programs())
+
+
+@pytest.mark.parametrize('what, program, offending, message', BROKEN,
+                         ids=[b[0] for b in BROKEN])
+def test_verifier_rejects_and_points_at_the_instruction(
+    what, program, offending, message):
+  del what
+  with pytest.raises(errors.InternalError) as info:
+    verifier.verify(program, 'test')
+  text = str(info.value)
+  assert message in text
+  assert 'after test' in text and 'bug in autobatch_vm' in text
+  marked = [l for l in text.split('\n') if l.startswith('>> ')]
+  assert len(marked) == 1 and marked[0].strip().endswith(offending), text
+
+
+@pytest.mark.parametrize('case', CASES, ids=IDS)
+def test_verifier_accepts_every_stage(case):
+  program = typed(case.name)
+  assert verifier.verify(case.program, 'x') is case.program
+  assert verifier.verify(program) is program
+  verifier.verify(lowering.lower(program))
+  verifier.verify(pipeline.lowered(program))

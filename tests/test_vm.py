@@ -1,0 +1,214 @@
+"""The batched executors against plain Python, member by member.
+
+Every program of `tests/programs.py` runs on the stack VM (lowered program)
+and on the stackless executor (typed program) at batch sizes 1, 7 and 300;
+each member's result must equal the Python reference run alone.  Also:
+stack overflow is reported (for exactly the members that overflow, at
+exactly the depth the recursion needs), tail calls need no stack, and the
+batched run does per member exactly the work of a solo run.
+"""
+
+import signal
+import sys
+
+import numpy as np
+import pytest
+
+from autobatch_vm import errors
+from autobatch_vm import instructions as inst
+from autobatch_vm import lowering
+from autobatch_vm import pipeline
+from autobatch_vm import stackless
+from autobatch_vm import virtual_machine
+from autobatch_vm.numpy_backend import NumpyBackend
+from tests import programs as progs
+
+BACKEND = NumpyBackend()
+CASES = progs.CASES
+IDS = [c.name for c in CASES]
+BATCH_SIZES = [1, 7, 300]
+
+_compiled = {}
+
+
+@pytest.fixture(autouse=True)
+def _time_limit():
+  """A VM bug that never lets a member finish fails instead of hanging."""
+  if not hasattr(signal, 'SIGALRM'):
+    yield
+    return
+
+  def fail(*_):
+    raise TimeoutError('the run did not finish within 10 s')
+  previous = signal.signal(signal.SIGALRM, fail)
+  signal.alarm(10)
+  try:
+    yield
+  finally:
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def compiled(case):
+  """(typed, lowered) programs of a case, built once per test session."""
+  if case.name not in _compiled:
+    typed = pipeline.typed(case.program, case.input_types, BACKEND,
+                           verify=True)
+    _compiled[case.name] = typed, pipeline.lowered(typed, verify=True)
+  return _compiled[case.name]
+
+
+def run_vm(case, args, batch, **kwargs):
+  kwargs.setdefault('max_stack_depth', case.max_stack_depth)
+  return virtual_machine.execute(compiled(case)[1], args, BACKEND, batch,
+                                 **kwargs)
+
+
+def check_members(case, args, out, batch):
+  typed = compiled(case)[0]
+  want_types = inst.pattern_flatten(
+      typed.main_function.var_defs['%ret'].tensors, inst.TensorType)
+  leaves = inst.pattern_flatten(out)
+  assert [np.asarray(l).dtype for l in leaves] == [t.dtype for t in
+                                                    want_types]
+  assert all(np.shape(l) == (batch,) for l in leaves)
+  for i in range(batch):
+    assert progs.member_result(out, i) == case.expected(args, i), (
+        case.name, case.member_args(args, i))
+
+
+def _args(case, batch, seed=0):
+  return case.make_args(np.random.default_rng(seed + batch), batch)
+
+
+@pytest.mark.parametrize('batch', BATCH_SIZES)
+@pytest.mark.parametrize('case', CASES, ids=IDS)
+def test_stack_vm_matches_python(case, batch):
+  args = _args(case, batch)
+  saved = [a.copy() for a in args]
+  out, stats = run_vm(case, args, batch)
+  check_members(case, args, out, batch)
+  for a, s in zip(args, saved):     # the caller's arrays are not touched
+    np.testing.assert_array_equal(a, s)
+  assert 0 < stats.utilization <= 1
+  if batch == 1:
+    assert stats.utilization == 1
+
+
+@pytest.mark.parametrize('batch', BATCH_SIZES)
+@pytest.mark.parametrize('case', CASES, ids=IDS)
+def test_stackless_matches_python(case, batch):
+  args = _args(case, batch)
+  out, _ = stackless.execute(compiled(case)[0], args, BACKEND, batch)
+  check_members(case, args, out, batch)
+
+
+@pytest.mark.parametrize('case', CASES, ids=IDS)
+def test_most_populated_schedule_agrees(case):
+  args = _args(case, 50)
+  out, _ = run_vm(case, args, 50, schedule='most')
+  check_members(case, args, out, 50)
+  out, _ = stackless.execute(compiled(case)[0], args, BACKEND, 50,
+                             schedule='most')
+  check_members(case, args, out, 50)
+
+
+@pytest.mark.parametrize('case', CASES, ids=IDS)
+def test_batched_run_does_each_members_solo_work(case):
+  """Masking is exact: member-block executions = sum of solo step counts."""
+  batch = 9
+  args = _args(case, batch)
+  _, stats = run_vm(case, args, batch)
+  solo = 0
+  for i in range(batch):
+    _, s = run_vm(case, [a[i:i + 1] for a in args], 1)
+    solo += s.steps
+  assert stats.member_block_executions == solo
+  assert stats.steps <= solo
+
+
+def test_empty_batch():
+  case = progs.BY_NAME['tuple_return']
+  args = [np.zeros((0,), np.int64)]
+  for out in (run_vm(case, args, 0)[0],
+              stackless.execute(compiled(case)[0], args, BACKEND, 0)[0]):
+    r, half = out
+    assert r.shape == half.shape == (0,)
+    assert (r.dtype, half.dtype) == (np.int64, np.float64)
+
+
+def test_block_code_cache_is_reused_and_runs_stay_independent():
+  case = progs.BY_NAME['fibonacci']
+  cache = {}
+  a1, a2 = _args(case, 20, seed=1), _args(case, 20, seed=2)
+  out1, stats1 = run_vm(case, a1, 20, block_code_cache=cache)
+  assert len(cache) == 1
+  out2, stats2 = run_vm(case, a2, 20, block_code_cache=cache)
+  assert len(cache) == 1
+  check_members(case, a1, out1, 20)
+  check_members(case, a2, out2, 20)
+  assert stats1 is not stats2
+
+
+# -- stack overflow ------------------------------------------------------------------
+
+def _fib_depth(n):
+  """Nested calls fibonacci(n) makes: the stack depth it needs."""
+  return max(n - 2, 0)
+
+
+@pytest.mark.parametrize('ns', [[12], [12, 3, 12, 7], [5, 9, 1, 2, 9]])
+def test_overflow_exactly_at_the_needed_depth(ns):
+  case = progs.BY_NAME['fibonacci']
+  args = [np.array(ns, np.int64)]
+  need = max(_fib_depth(n) for n in ns)
+  out, _ = run_vm(case, args, len(ns), max_stack_depth=need)
+  check_members(case, args, out, len(ns))
+  with pytest.raises(errors.StackOverflowError) as info:
+    run_vm(case, args, len(ns), max_stack_depth=need - 1)
+  deepest = [i for i, n in enumerate(ns) if _fib_depth(n) == need]
+  text = str(info.value)
+  assert f'max_stack_depth={need - 1}' in text
+  assert f'batch members {deepest}' in text, text
+  assert 'larger max_stack_depth' in text
+
+
+def test_call_stack_overflow_in_mutual_recursion():
+  case = progs.BY_NAME['even_odd']
+  args = [np.array([3, 15, 4], np.int64)]
+  out, _ = run_vm(case, args, 3, max_stack_depth=15)   # 15 nested calls
+  check_members(case, args, out, 3)
+  with pytest.raises(errors.StackOverflowError,
+                     match=r"call stack, calling 'is_(even|odd)'.*\[1\]"):
+    run_vm(case, args, 3, max_stack_depth=14)
+
+
+def test_self_tail_call_needs_no_stack():
+  case = progs.BY_NAME['gcd']
+  args = [np.array([89, 144, 7], np.int64), np.array([55, 89, 0], np.int64)]
+  out, _ = run_vm(case, args, 3, max_stack_depth=1)
+  check_members(case, args, out, 3)
+  unoptimized = lowering.lower(compiled(case)[0])
+  with pytest.raises(errors.StackOverflowError):
+    virtual_machine.execute(unoptimized, args, BACKEND, 3, max_stack_depth=1)
+  out, _ = virtual_machine.execute(unoptimized, args, BACKEND, 3,
+                                   max_stack_depth=12)
+  check_members(case, args, out, 3)
+
+
+def test_stackless_reports_python_recursion_limit_as_overflow():
+  case = progs.BY_NAME['even_odd']
+  limit = sys.getrecursionlimit()
+  sys.setrecursionlimit(150)
+  try:
+    with pytest.raises(errors.StackOverflowError, match='stackless'):
+      stackless.execute(compiled(case)[0], [np.array([400], np.int64)],
+                        BACKEND, 1)
+  finally:
+    sys.setrecursionlimit(limit)
+
+
+def test_unknown_schedule_is_an_argument_error():
+  case = progs.BY_NAME['collatz']
+  with pytest.raises(errors.ArgumentError, match='schedule'):
+    run_vm(case, _args(case, 2), 2, schedule='random')
