@@ -155,21 +155,22 @@ def _lambda_text(fn, vars_in):
   """The body of a lambda as source text (`n - 1`), or None if unclear.
 
   Parameters are shown as the variables they read (`lambda a: a + 1` on
-  `%2` reads `%2 + 1`).
+  `%2` reads `%2 + 1`).  Several lambdas on one line are told apart by the
+  columns of their code (Python >= 3.11).
   """
   code = getattr(fn, '__code__', None)
   if code is None or getattr(fn, '__name__', '') != '<lambda>':
     return None
-  tree = _parse_file(code.co_filename)
-  if tree is None:
+  lines = linecache.getlines(code.co_filename)
+  if not lines:
     return None
   args = list(code.co_varnames[:code.co_argcount])
-  spans = [(p[0], p[2], p[1], p[3]) for p in code.co_positions()
+  positions = getattr(code, 'co_positions', lambda: ())()
+  spans = [(p[0], p[2], p[1], p[3]) for p in positions
            if None not in p and (p[2], p[3]) != (0, 0)]
   candidates = [
-      n for n in ast.walk(tree) if isinstance(n, ast.Lambda)
-      and n.lineno == code.co_firstlineno
-      and [a.arg for a in n.args.args] == args
+      n for n in _lambdas_by_line(''.join(lines)).get(code.co_firstlineno, ())
+      if [a.arg for a in n.args.args] == args
       and all((n.lineno, n.col_offset) <= (l, c) and
               (el, ec) <= (n.end_lineno, n.end_col_offset)
               for l, c, el, ec in spans)]
@@ -183,17 +184,18 @@ def _lambda_text(fn, vars_in):
   return ast.unparse(body)
 
 
-@functools.lru_cache(maxsize=64)
-def _parse_source(source):
+@functools.lru_cache(maxsize=32)
+def _lambdas_by_line(source):
+  """line -> the `ast.Lambda` nodes starting there, for one source file."""
   try:
-    return ast.parse(source)
+    tree = ast.parse(source)
   except SyntaxError:
-    return None
-
-
-def _parse_file(filename):
-  lines = linecache.getlines(filename)
-  return _parse_source(''.join(lines)) if lines else None
+    return {}
+  by_line = {}
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Lambda):
+      by_line.setdefault(node.lineno, []).append(node)
+  return by_line
 
 
 def _pack(template):

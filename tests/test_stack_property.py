@@ -16,6 +16,8 @@ from autobatch_vm.numpy_backend import NumpyBackend
 from autobatch_vm.instructions import TensorType
 
 BACKEND = NumpyBackend()
+# At least 150 examples; more under the `--long` profile (tests/conftest.py).
+EXAMPLES = max(150, hypothesis.settings().max_examples)
 TYPES = [TensorType(np.int32, ()), TensorType(np.float64, (2,))]
 
 
@@ -55,7 +57,7 @@ OPS = st.lists(st.tuples(st.sampled_from(['push', 'pop', 'peek']),
                          st.integers(0, 2**31)), max_size=40)
 
 
-@hypothesis.settings(max_examples=150, deadline=None)
+@hypothesis.settings(max_examples=EXAMPLES, deadline=None)
 @hypothesis.given(batch=st.integers(1, 12), depth=st.integers(1, 5), ops=OPS)
 def test_masked_stack_ops_match_the_model(batch, depth, ops):
   model = Model(batch)
@@ -96,7 +98,7 @@ def test_masked_stack_ops_match_the_model(batch, depth, ops):
     _check(model, regs, sp, stacks)
 
 
-@hypothesis.settings(max_examples=100, deadline=None)
+@hypothesis.settings(max_examples=EXAMPLES, deadline=None)
 @hypothesis.given(batch=st.integers(1, 10),
                   bits=st.lists(st.booleans(), min_size=10, max_size=10),
                   seed=st.integers(0, 2**31), vector=st.booleans())
