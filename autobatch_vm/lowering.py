@@ -18,6 +18,7 @@ starts with the exit index, so main's return ends the member.
 """
 
 from autobatch_vm import allocation_strategy
+from autobatch_vm import errors
 from autobatch_vm import instructions as inst
 from autobatch_vm import liveness
 
@@ -34,7 +35,7 @@ def _qualify_op(op, fn_name):
   if isinstance(op, inst.PrimOp):
     return inst.PrimOp(tuple(_q(fn_name, v) for v in op.vars_in),
                        _q(fn_name, op.vars_out), op.function, op.text, op.loc)
-  raise AssertionError(op)
+  raise errors.InternalError(f'cannot qualify {inst.op_str(op)}')
 
 
 def _copy(vars_in, vars_out, loc):

@@ -47,9 +47,6 @@ class NumpyBackend:
 
   # -- values --------------------------------------------------------------
 
-  def is_array(self, x):
-    return isinstance(x, (np.ndarray, np.generic))
-
   def asarray(self, x):
     return np.asarray(x)
 
@@ -184,14 +181,6 @@ class NumpyBackend:
     return out
 
   # -- loop ----------------------------------------------------------------
-
-  def while_loop(self, cond, body, state):
-    while cond(state):
-      state = body(state)
-    return state
-
-  def check_overflow(self, *args):
-    del args  # NumPy raises at the push itself.
 
   def run(self, blocks, state, num_blocks, schedule, stats, labels):
     """The VM loop: pick a block, run it masked, until every member exits."""

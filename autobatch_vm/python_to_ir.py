@@ -125,10 +125,11 @@ def _assigned_names(fn_node):
 class _Compiler:
   """Walks one function's AST and builds its blocks."""
 
-  def __init__(self, fn, resolve_batched, type_inference):
+  def __init__(self, fn, resolve_batched, params_of, type_inference):
     self.src = _Source(fn)
     self.fn = fn
     self.resolve_batched = resolve_batched
+    self.params_of = params_of
     self.type_inference = type_inference
     self.blocks = []          # finished blocks, in creation order
     self.label_count = 0
@@ -332,38 +333,30 @@ class _Compiler:
     """Compiles a condition; returns a variable name."""
     return self.expr(test)
 
-  def _loop(self, s, header_label, continue_label, body_label):
-    exit_label = self.new_label()
-    self.loops.append((continue_label, exit_label))
+  def _loop_body(self, s, body_label, continue_label, exit_label,
+                 prologue=()):
+    """Compiles the body of loop `s`; `break`/`continue` jump as given."""
     self.start(body_label, s.body[0])
+    for op in prologue:
+      self.emit(op)
+    self.loops.append((continue_label, exit_label))
     self.statements(s.body)
     if self.cur_label is not None:
       self.terminate(inst.GotoOp(continue_label))
     self.loops.pop()
-    return exit_label
 
   def stmt_While(self, s):
     if s.orelse:
       self.unsupported(s.orelse[0], '`else` clauses on loops',
                        'Use a flag variable set before `break`.')
     header = self.goto_new(s)
-    body = self.new_label()
-    exit_placeholder = '%exit'
+    body, exit_label = self.new_label(), self.new_label()
     if isinstance(s.test, ast.Constant) and s.test.value is True:
       self.terminate(inst.GotoOp(body))
-      exit_label = self._loop(s, header, header, body)
-      self.start(exit_label, s)
-      return
-    cond = self._condition(s.test)
-    # The exit label is created inside _loop; branch to a placeholder first.
-    branch_index = len(self.blocks)
-    self.terminate(inst.BranchOp(cond, body, exit_placeholder,
-                                 self.src.loc(s)))
-    exit_label = self._loop(s, header, header, body)
-    b = self.blocks[branch_index]
-    self.blocks[branch_index] = inst.Block(
-        b.label, b.instructions,
-        inst.BranchOp(cond, body, exit_label, self.src.loc(s)), b.loc)
+    else:
+      cond = self._condition(s.test)
+      self.terminate(inst.BranchOp(cond, body, exit_label, self.src.loc(s)))
+    self._loop_body(s, body, header, exit_label)
     self.start(exit_label, s)
 
   def stmt_For(self, s):
@@ -408,25 +401,17 @@ class _Compiler:
     ins = (counter, stop_var) if step_sign == 1 else (
         counter, stop_var, step_var)
     self.emit(inst.PrimOp(ins, cond, fn, text, loc))
-    body, latch = self.new_label(), self.new_label()
-    branch_index = len(self.blocks)
-    self.terminate(inst.BranchOp(cond, body, '%exit', loc))
-    self.start(body, s.body[0])
-    self.emit(inst.PrimOp((counter,), s.target.id, inst.identity, counter, loc))
-    exit_label = self.new_label()
-    self.loops.append((latch, exit_label))
-    self.statements(s.body)
-    if self.cur_label is not None:
-      self.terminate(inst.GotoOp(latch))
-    self.loops.pop()
+    body, latch, exit_label = (self.new_label(), self.new_label(),
+                               self.new_label())
+    self.terminate(inst.BranchOp(cond, body, exit_label, loc))
+    # The user's variable gets the counter at the top of each iteration, so
+    # after the loop it holds the last value, as in Python.
+    self._loop_body(s, body, latch, exit_label, prologue=[inst.PrimOp(
+        (counter,), s.target.id, inst.identity, counter, loc)])
     self.start(latch, s)
     self.emit(inst.PrimOp((counter, step_var), counter, _add,
                           f'{counter} + {step_var}', loc))
     self.terminate(inst.GotoOp(header))
-    b = self.blocks[branch_index]
-    self.blocks[branch_index] = inst.Block(
-        b.label, b.instructions, inst.BranchOp(cond, body, exit_label, loc),
-        b.loc)
     self.start(exit_label, s)
 
   def stmt_Break(self, s):
@@ -533,7 +518,7 @@ class _Compiler:
       if k.arg is None:
         self.unsupported(node, '**kwargs in calls of batched functions',
                          'Pass each argument explicitly.')
-    params = self.resolve_params(callee)
+    params = self.params_of(callee)
     loc = self.src.loc(node)
     nargs = len(node.args) + len(node.keywords)
     if nargs != len(params):
@@ -663,9 +648,6 @@ class _Compiler:
                             f'{self.src.name}_line{loc.line}', None,
                             tuple(cells))
     return fn
-
-  def resolve_params(self, callee):
-    return self._params_of(callee)
 
 
 _NOT_STATIC = object()
@@ -939,6 +921,4 @@ def compile_function(fn, resolve_batched, params_of, type_inference=None):
     params_of: batched function name -> its parameter names.
     type_inference: the user's optional type-inference callable.
   """
-  c = _Compiler(fn, resolve_batched, type_inference)
-  c._params_of = params_of
-  return c.compile()
+  return _Compiler(fn, resolve_batched, params_of, type_inference).compile()

@@ -266,9 +266,6 @@ class TensorFlowBackend:
 
   # -- values --------------------------------------------------------------
 
-  def is_array(self, x):
-    return tf.is_tensor(x) or isinstance(x, (np.ndarray, np.generic))
-
   def asarray(self, x):
     if isinstance(x, tf.Variable):
       return x.read_value()

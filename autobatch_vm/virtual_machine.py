@@ -430,11 +430,7 @@ class CompiledProgram:
     bc = _BlockCompiler(program, self.layout)
     self.blocks = [bc.block(b) for b in program.blocks]
     self.inputs = [bc.writer(v) for v in program.vars_in]
-    self.output = (bc.reader(program.vars_out)
-                   if isinstance(program.vars_out, str) else None)
-    self.output_readers = inst.pattern_map(
-        bc.reader, program.vars_out) if not isinstance(
-            program.vars_out, str) else None
+    self.outputs = inst.pattern_map(bc.reader, program.vars_out)
 
 
 def compile_blocks(program, backend, batch, depth, cache=None):
@@ -467,9 +463,5 @@ def execute(program, args, backend, batch_size, max_stack_depth=15,
   with backend.error_context():
     state = backend.run(c.blocks, state, len(program.blocks), schedule,
                         stats, [b.label for b in program.blocks])
-  temps = {}
-  if c.output is not None:
-    out = c.output(state, temps)
-  else:
-    out = inst.pattern_map(lambda r: r(state, temps), c.output_readers)
+  out = inst.pattern_map(lambda read: read(state, {}), c.outputs)
   return out, stats
