@@ -9,14 +9,18 @@ Reference (TFP 0.25 auto_batching, NumPy backend, 2-core machine):
 B=64 2.64 s, B=1024 228 s.
 """
 
+import os
 import statistics
+import sys
 import time
 
 from absl import app
 from absl import flags
 import numpy as np
 
-import autobatch_vm as ab
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks import workloads  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list('batch_sizes', ['1', '64', '1024'], 'Batch sizes.')
@@ -26,15 +30,7 @@ flags.DEFINE_enum('schedule', 'lowest', ['lowest', 'most'], 'VM schedule.')
 
 TFP_REFERENCE = {64: 2.64, 1024: 228.0}
 
-ctx = ab.Context()
-
-
-@ctx.batch(type_inference=lambda arg_types: arg_types[0])
-def fibonacci(n):
-  if n > 2:
-    return fibonacci(n - 1) + fibonacci(n - 2)
-  else:
-    return 1
+fibonacci = workloads.fibonacci
 
 
 def time_it(fn, repeats):

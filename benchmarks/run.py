@@ -29,6 +29,9 @@ import numpy as np
 
 import autobatch_vm as ab
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks import workloads  # pylint: disable=g-import-not-at-top,wrong-import-position
+
 FLAGS = flags.FLAGS
 flags.DEFINE_boolean('quick', False, 'Small batch sizes and repeats.')
 flags.DEFINE_list('workloads', ['fibonacci', 'collatz', 'tree_rnn', 'nuts'],
@@ -88,15 +91,7 @@ def _alone_seconds(fn, inputs, batch, sample=8):
   return (time.perf_counter() - start) * batch / k
 
 
-_ctx = ab.Context()
-
-
-@_ctx.batch(type_inference=lambda arg_types: arg_types[0])
-def fibonacci(n):
-  if n > 2:
-    return fibonacci(n - 1) + fibonacci(n - 2)
-  else:
-    return 1
+fibonacci = workloads.fibonacci
 
 
 def make_fibonacci(backend, batch):
@@ -109,12 +104,12 @@ def make_fibonacci(backend, batch):
 
 
 def make_collatz(backend, batch):
-  collatz = _example('collatz')
+  collatz = workloads.collatz
   n = np.random.default_rng(batch).integers(1, 10**4, size=batch)
-  run = _staged(collatz.collatz_steps, backend, schedule=FLAGS.schedule)
+  run = _staged(collatz, backend, schedule=FLAGS.schedule)
   return Cell(lambda: run(n), batch, 'members/s',
-              lambda: collatz.collatz_steps.last_stats,
-              lambda: _alone_seconds(collatz.collatz_steps, [n], batch))
+              lambda: collatz.last_stats,
+              lambda: _alone_seconds(collatz, [n], batch))
 
 
 def make_tree_rnn(backend, batch):

@@ -8,6 +8,8 @@ batch size with max_stack_depth=--depth on NumPy (and TensorFlow with
 the allocation promises it (stacks only for variables live across calls).
 """
 
+import os
+import sys
 import time
 import tracemalloc
 
@@ -16,6 +18,9 @@ from absl import flags
 import numpy as np
 
 import autobatch_vm as ab
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks import workloads  # pylint: disable=g-import-not-at-top,wrong-import-position
 from autobatch_vm import virtual_machine
 
 FLAGS = flags.FLAGS
@@ -23,26 +28,9 @@ flags.DEFINE_integer('batch_size', 100000, 'Batch members.')
 flags.DEFINE_integer('depth', 1000, 'max_stack_depth.')
 flags.DEFINE_boolean('tf', False, 'Also run on the TensorFlow backend.')
 
-ctx = ab.Context()
-
-
-@ctx.batch()
-def fibonacci(n):
-  if n > 2:
-    return fibonacci(n - 1) + fibonacci(n - 2)
-  return 1
-
-
-@ctx.batch()
-def collatz(n):
-  steps = 0
-  while n > 1:
-    if n % 2 == 0:
-      n = n // 2
-    else:
-      n = 3 * n + 1
-    steps += 1
-  return steps
+ctx = workloads.ctx
+fibonacci = workloads.fibonacci
+collatz = workloads.collatz
 
 
 def promised_memory(fn, args, depth, backend):

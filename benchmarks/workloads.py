@@ -1,0 +1,34 @@
+"""The batched programs the benchmarks share (one Context).
+
+Scripts in benchmarks/ import it as `from benchmarks import workloads`
+after putting the repository root on sys.path, so they run both as
+`python benchmarks/NAME.py` and as `python -m benchmarks.NAME`.
+"""
+
+import autobatch_vm as ab
+
+ctx = ab.Context()
+
+
+@ctx.batch(type_inference=lambda arg_types: arg_types[0])
+def fibonacci(n):
+  if n > 2:
+    return fibonacci(n - 1) + fibonacci(n - 2)
+  else:
+    return 1
+
+
+def fibonacci_ref(n):
+  return fibonacci_ref(n - 1) + fibonacci_ref(n - 2) if n > 2 else 1
+
+
+@ctx.batch()
+def collatz(n):
+  steps = 0
+  while n > 1:
+    if n % 2 == 0:
+      n = n // 2
+    else:
+      n = 3 * n + 1
+    steps += 1
+  return steps
