@@ -1,9 +1,18 @@
 """NumPy backend: eager, a Python loop over VM steps, array work inside.
 
 Every operation here is vectorized over the batch; none loops over members.
+
+Blocks run *compacted*: a block's primitives get arrays with one row per
+member at the block (the registers' rows gathered by the members' indices),
+and results are scattered back in place.  So a block that only a few
+members reach costs in proportion to those few, and leftover data of the
+other members never flows through a primitive (no junk lanes).  When every
+member is at the block, registers are passed as they are, with no gather.
+
 Stacks are arrays `[max_stack_depth, batch, *shape]` with one stack pointer
 per member; push and pop touch only the active members (by their indices),
-so their cost does not depend on the stack depth.
+so their cost does not depend on the stack depth.  Stacks belong to the run
+and are updated in place; every other value is immutable.
 """
 
 import time
@@ -14,20 +23,14 @@ __all__ = ['NumpyBackend']
 
 
 class _Mask:
-  """The members at the block being run, in the forms ops want."""
-  __slots__ = ('mask', 'count', 'full', '_idx')
+  """The members at the block being run: a bool mask and their indices."""
+  __slots__ = ('mask', 'idx', 'count', 'full')
 
-  def __init__(self, mask, count, batch):
+  def __init__(self, mask, batch):
     self.mask = mask
-    self.count = count
-    self.full = count == batch
-    self._idx = None
-
-  @property
-  def idx(self):
-    if self._idx is None:
-      self._idx = np.flatnonzero(self.mask)
-    return self._idx
+    self.idx = mask.nonzero()[0]
+    self.count = self.idx.size
+    self.full = self.count == batch
 
 
 class NumpyBackend:
@@ -35,6 +38,7 @@ class NumpyBackend:
 
   name = 'numpy'
   staged = False
+  compacts = True   # primitives get the active members' rows only
 
   def __repr__(self):
     return 'NumpyBackend()'
@@ -75,6 +79,33 @@ class NumpyBackend:
       return x
     return coerce
 
+  def rows_coerce_fn(self, tensor_type):
+    """A function making a result `[members at the block, *shape]`."""
+    dtype, shape = tensor_type.dtype, tensor_type.shape
+    ndim = len(shape) + 1
+
+    def coerce(x, m):
+      if type(x) is not np.ndarray or x.dtype != dtype:
+        x = np.asarray(x, dtype)
+      if x.ndim != ndim or x.shape[0] != m.count:
+        x = np.broadcast_to(x, (m.count,) + shape)
+      return x
+    return coerce
+
+  def gather(self, x, m):
+    """The rows of `x` of the members in `m` (all of `x` if all are)."""
+    return x if m is None or m.full else x[m.idx]
+
+  def scatter(self, x, rows, m):
+    """`x` with the members of `m` set to `rows` (a new array: values are
+    never changed in place, so a value that a primitive returned twice,
+    or that another variable holds, stays what it was)."""
+    if m.full:
+      return rows
+    x = x.copy()
+    x[m.idx] = rows
+    return x
+
   def concat(self, xs):
     return np.concatenate(xs, axis=0)
 
@@ -94,11 +125,10 @@ class NumpyBackend:
   # -- masks ---------------------------------------------------------------
 
   def make_mask(self, pc, block, batch):
-    mask = pc == block
-    return _Mask(mask, int(np.count_nonzero(mask)), batch)
+    return _Mask(pc == block, batch)
 
   def mask_of(self, mask, batch):
-    return _Mask(mask, int(np.count_nonzero(mask)), batch)
+    return _Mask(np.asarray(mask, bool), batch)
 
   def start_pc(self, active, num_blocks):
     """Entry (0) for `active` members, exit for the rest."""
@@ -132,8 +162,17 @@ class NumpyBackend:
       return np.full_like(pc, target)
     return np.where(m.mask, target, pc)
 
-  def branch(self, pc, m, cond, true_target, false_target):
-    return np.where(m.mask, np.where(cond, true_target, false_target), pc)
+  def branch(self, pc, m, cond, true_target, false_target, compact=False):
+    """`cond` has a row per member at the block if `compact`, else per
+    member of the batch."""
+    target = np.where(cond, true_target, false_target)
+    if m.full:
+      return target.astype(pc.dtype)
+    if not compact:
+      return np.where(m.mask, target, pc)
+    pc = pc.copy()
+    pc[m.idx] = target
+    return pc
 
   def next_block(self, pc, num_blocks, schedule):
     if schedule == 'most':
@@ -154,18 +193,18 @@ class NumpyBackend:
     """Pushes each of `values` on its stack for the members in `m`."""
     idx = m.idx
     top = sp[idx]
-    if top.size and top.max() >= depth:
+    if m.count and top.max() >= depth:
       raise overflow_error(idx[top >= depth])
+    full = m.full
     for stack, value in zip(stacks, values):
-      stack[top, idx] = value[idx]   # stacks are owned by the VM run
-    sp = sp.copy()
-    sp[idx] = top + 1
+      # Stacks are owned by the VM run.
+      stack[top, idx] = value if full else value[idx]
+    sp[idx] = top + 1   # stack pointers, like stacks, belong to the run
     return stacks, sp
 
   def pop(self, stacks, sp, values, m):
     """Restores `values` from the top of their stacks and drops the frame."""
     out = self.peek(stacks, sp, values, m)
-    sp = sp.copy()
     sp[m.idx] -= 1
     return out, sp
 
@@ -175,8 +214,11 @@ class NumpyBackend:
     top = sp[idx] - 1
     out = []
     for stack, value in zip(stacks, values):
-      value = value.copy()
-      value[idx] = stack[top, idx]
+      if m.full:
+        value = stack[top, idx]
+      else:
+        value = value.copy()
+        value[idx] = stack[top, idx]
       out.append(value)
     return out
 

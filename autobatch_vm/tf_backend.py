@@ -384,7 +384,8 @@ class TensorFlowBackend:
       return tf.fill(tf.shape(pc), target)
     return tf.where(m.mask, target, pc)
 
-  def branch(self, pc, m, cond, true_target, false_target):
+  def branch(self, pc, m, cond, true_target, false_target, compact=False):
+    del compact  # TF runs primitives on the whole batch
     to = tf.where(cond, tf.constant(true_target, tf.int32),
                   tf.constant(false_target, tf.int32))
     if m.full:

@@ -164,6 +164,7 @@ class _BlockCompiler:
     self.layout = layout
     self.be = layout.backend
     self.batch = layout.batch
+    self.compact = getattr(self.be, 'compacts', False)
     self.index = program.block_index()
     self.num_blocks = len(program.blocks)
     self.function_of = {}
@@ -173,18 +174,44 @@ class _BlockCompiler:
   # -- reading and writing variables ---------------------------------------
 
   def reader(self, var):
+    """A function `(state, temps, m)` returning `var`'s value.
+
+    On a compacting backend a register is read as the rows of the members
+    in `m` (gathered once per block run and cached in `temps`); otherwise
+    as the whole batch.  `m=None` reads the whole batch.
+    """
     alloc = self.p.var_alloc.get(var, VA.NULL)
     if alloc == VA.TEMPORARY:
-      return lambda state, temps: temps[var]
-    if alloc in (VA.REGISTER, VA.FULL):
-      slots = self.layout.regs[var]
-      template = self.p.var_defs[var].tensors
-      if isinstance(template, inst.TensorType):
+      return lambda state, temps, m: temps[var]
+    if alloc not in (VA.REGISTER, VA.FULL):
+      raise errors.InternalError(f'read of {alloc.name} variable {var}')
+    slots = self.layout.regs[var]
+    template = self.p.var_defs[var].tensors
+    single = isinstance(template, inst.TensorType)
+    if not self.compact:
+      if single:
         slot = slots[0]
-        return lambda state, temps: state[slot]
-      return lambda state, temps: inst.pattern_unflatten(
+        return lambda state, temps, m: state[slot]
+      return lambda state, temps, m: inst.pattern_unflatten(
           template, [state[s] for s in slots], inst.TensorType)
-    raise errors.InternalError(f'read of {alloc.name} variable {var}')
+    gather = self.be.gather
+    if single:
+      slot = slots[0]
+
+      def read_rows(state, temps, m):
+        value = temps.get(var, _MISSING)
+        if value is _MISSING:
+          value = temps[var] = gather(state[slot], m)
+        return value
+      return read_rows
+
+    def read_rows_pattern(state, temps, m):
+      value = temps.get(var, _MISSING)
+      if value is _MISSING:
+        value = temps[var] = inst.pattern_unflatten(
+            template, [gather(state[s], m) for s in slots], inst.TensorType)
+      return value
+    return read_rows_pattern
 
   def writer(self, var):
     """A function `(state, temps, value, m)` storing `value` into `var`."""
@@ -193,33 +220,58 @@ class _BlockCompiler:
       return lambda state, temps, value, m: None
     template = self.p.var_defs[var].tensors
     leaves = inst.pattern_flatten(template, inst.TensorType)
-    coerces = [self.be.coerce_fn(t, self.batch) for t in leaves]
+    if self.compact:
+      coerces = [self.be.rows_coerce_fn(t) for t in leaves]
+    else:
+      coerces = [_ignore_mask(self.be.coerce_fn(t, self.batch))
+                 for t in leaves]
     single = isinstance(template, inst.TensorType)
     if alloc == VA.TEMPORARY:
       if single:
         coerce = coerces[0]
 
         def write_temp(state, temps, value, m):
-          temps[var] = coerce(value)
+          temps[var] = coerce(value, m)
         return write_temp
 
       def write_temp_pattern(state, temps, value, m):
         values = _flatten_like(template, value)
         temps[var] = inst.pattern_unflatten(
-            template, [c(v) for c, v in zip(coerces, values)], inst.TensorType)
+            template, [c(v, m) for c, v in zip(coerces, values)],
+            inst.TensorType)
       return write_temp_pattern
     slots = self.layout.regs[var]
+    if self.compact:
+      # The members' rows are scattered into the register, and kept in
+      # `temps` for later reads in the block.
+      scatter = self.be.scatter
+      if single:
+        slot, coerce = slots[0], coerces[0]
+
+        def write_rows(state, temps, value, m):
+          value = coerce(value, m)
+          state[slot] = scatter(state[slot], value, m)
+          temps[var] = value
+        return write_rows
+
+      def write_rows_pattern(state, temps, value, m):
+        rows = [c(v, m) for c, v in zip(coerces, _flatten_like(template,
+                                                               value))]
+        for slot, v in zip(slots, rows):
+          state[slot] = scatter(state[slot], v, m)
+        temps[var] = inst.pattern_unflatten(template, rows, inst.TensorType)
+      return write_rows_pattern
     write = self.be.write
     if single:
       slot, coerce = slots[0], coerces[0]
 
       def write_reg(state, temps, value, m):
-        state[slot] = write(state[slot], coerce(value), m)
+        state[slot] = write(state[slot], coerce(value, m), m)
       return write_reg
 
     def write_reg_pattern(state, temps, value, m):
       for slot, c, v in zip(slots, coerces, _flatten_like(template, value)):
-        state[slot] = write(state[slot], c(v), m)
+        state[slot] = write(state[slot], c(v, m), m)
     return write_reg_pattern
 
   def binder(self, pattern):
@@ -254,17 +306,20 @@ class _BlockCompiler:
     readers = [self.reader(v) for v in op.vars_in]
     bind = self.binder(op.vars_out)
     fn = op.function
-    be = self.be
+    be, compact = self.be, self.compact
 
     def run_prim(state, temps, m):
-      args = [r(state, temps) for r in readers]
+      args = [r(state, temps, m) for r in readers]
       try:
         result = fn(*args)
       except errors.AutoBatchError:
         raise
       except Exception as e:  # pylint: disable=broad-except
-        result = retry_on_live_data(e, op, args, be, m)
-      bind(state, temps, result, m)
+        result = retry_on_live_data(e, op, args, be, m, compact)
+      try:
+        bind(state, temps, result, m)
+      except ValueError as e:
+        raise result_shape_error(e, op, be, m) from e
     return run_prim
 
   def _stack_slots(self, var):
@@ -295,10 +350,11 @@ class _BlockCompiler:
     groups = []
     for var in op.vars:
       stack_slots, sp_slot = self._stack_slots(var)
-      groups.append((stack_slots, sp_slot, self.layout.regs[var]))
+      groups.append((var, stack_slots, sp_slot, self.layout.regs[var]))
 
     def run_pop(state, temps, m):
-      for stack_slots, sp_slot, reg_slots in groups:
+      for var, stack_slots, sp_slot, reg_slots in groups:
+        temps.pop(var, None)   # drop rows cached before the restore
         stacks = [state[s] for s in stack_slots]
         values = [state[s] for s in reg_slots]
         if keep:
@@ -323,9 +379,11 @@ class _BlockCompiler:
       cond = self.reader(t.cond)
       tt, ff = self.index[t.true_block], self.index[t.false_block]
 
+      compact = self.compact
+
       def run_branch(state, temps, m):
-        c = be.to_bool(cond(state, temps))
-        state[_PC] = be.branch(state[_PC], m, c, tt, ff)
+        c = be.to_bool(cond(state, temps, m))
+        state[_PC] = be.branch(state[_PC], m, c, tt, ff, compact)
       return run_branch
     if isinstance(t, inst.PushGotoOp):
       ret, target = self.index[t.push_block], self.index[t.goto_block]
@@ -362,6 +420,13 @@ class _BlockCompiler:
     return run_block
 
 
+_MISSING = object()
+
+
+def _ignore_mask(coerce):
+  return lambda x, m: coerce(x)
+
+
 def _flatten_like(template, value):
   """Leaves of `value` following the structure of type pattern `template`."""
   if isinstance(template, inst.TensorType):
@@ -386,25 +451,38 @@ def _overflow(what, loc, depth):
   return make
 
 
-def retry_on_live_data(error, op, args, backend, m):
+def retry_on_live_data(error, op, args, backend, m, compacted=False):
   """Re-runs a primitive that raised, with leftover lanes made harmless.
 
   Members not at the block still flow through the primitive with leftover
   data (e.g. an out-of-range index).  Their results are discarded anyway,
   so the primitive is re-run with their inputs replaced by a live member's;
   if it still raises, the error is the live members' and is reported.
+  With `compacted` arguments (rows of live members only) it is at once.
   """
-  if not (getattr(m, 'full', True) or backend.staged):
+  if not (getattr(m, 'full', True) or backend.staged or compacted):
     fill = backend.fill_inactive
     clean = [inst.pattern_map(lambda x: fill(x, m), a) for a in args]
     try:
       return op.function(*clean)
     except Exception:  # pylint: disable=broad-except
       pass
-  raise primitive_error(error, op, backend.members(m)) from error
+  raise primitive_error(error, op, backend.members(m), compacted) from error
 
 
-def primitive_error(e, op, members):
+def result_shape_error(e, op, backend, m):
+  text = op.text or getattr(op.function, '__name__', '?')
+  rows = getattr(m, 'count', None)
+  return errors.PrimitiveError(
+      f'`{text}` returned a value that does not fit its variable(s) '
+      f'{op.vars_out} ({e})', loc=op.loc,
+      hint=(f'On {backend.name} a primitive gets arrays with one row per '
+            f'member at this block (here {rows}); it must return one row '
+            'per input row. Pass per-member data as an argument of the '
+            'batched function instead of closing over a batch-sized array.'))
+
+
+def primitive_error(e, op, members, compacted=False):
   members = ([int(i) for i in np.asarray(members).reshape(-1)[:10]]
              if members is not None else None)
   if isinstance(e, AssertionError):
@@ -414,8 +492,11 @@ def primitive_error(e, op, members):
   who = f' (members at this block: {members})' if members is not None else ''
   return errors.PrimitiveError(
       f'{type(e).__name__} in `{text}`{who}: {e}', loc=op.loc,
-      hint='The primitive is called on whole batched arrays (leading '
-      'dimension = batch); members not at this block carry leftover data.')
+      hint=('The primitive is called on the rows of the members at this '
+            'block (leading dimension = their number).' if compacted else
+            'The primitive is called on whole batched arrays (leading '
+            'dimension = batch); members not at this block carry leftover '
+            'data.'))
 
 
 class CompiledProgram:
@@ -454,7 +535,7 @@ def execute(program, args, backend, batch_size, max_stack_depth=15,
   state = c.layout.initial_state()
   full = backend.make_mask(state[_PC], 0, batch_size)
   for write, arg in zip(c.inputs, args):
-    write(state, None, arg, full)
+    write(state, {}, arg, full)
   stats = RunStats(batch_size=batch_size, profile=profile)
   for b in program.blocks:
     stats.block_executions[b.label] = 0
@@ -463,5 +544,5 @@ def execute(program, args, backend, batch_size, max_stack_depth=15,
   with backend.error_context():
     state = backend.run(c.blocks, state, len(program.blocks), schedule,
                         stats, [b.label for b in program.blocks])
-  out = inst.pattern_map(lambda read: read(state, {}), c.outputs)
+  out = inst.pattern_map(lambda read: read(state, {}, None), c.outputs)
   return out, stats
