@@ -12,6 +12,7 @@ when tensorflow_probability is installed, TFP's auto_batching on the same
 fibonacci program.  Writes benchmarks/results/results.md and results.png.
 """
 
+import functools
 import importlib.util
 import os
 
@@ -46,6 +47,7 @@ flags.DEFINE_string('out', os.path.join(os.path.dirname(__file__), 'results'),
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@functools.lru_cache(maxsize=None)
 def _example(name):
   """Imports examples/NAME.py (examples are scripts, not a package)."""
   path = os.path.join(ROOT, 'examples', f'{name}.py')
@@ -129,13 +131,29 @@ def make_tree_rnn(backend, batch):
   return Cell(fn, batch, 'trees/s', lambda: encode.last_stats, alone)
 
 
+NUTS_TRANSITIONS = 5
+NUTS_MAX_TREE_DEPTH = 6
+NUTS_WARMUP = 100
+
+
+@functools.lru_cache(maxsize=None)
+def nuts_warm_state(batch):
+  """Chains after NUTS_WARMUP adapting iterations (NumPy, not timed), so
+  that every backend samples from the typical set at adapted step sizes."""
+  nuts = _example('nuts')
+  sampler = nuts.Sampler(nuts.make_target('logistic'), 'numpy', chunk=25,
+                         max_tree_depth=NUTS_MAX_TREE_DEPTH)
+  return sampler.warmup(batch, NUTS_WARMUP, seed=batch)
+
+
 def make_nuts(backend, batch):
   nuts = _example('nuts')
   target = nuts.make_target('logistic')
   kind = {'numpy': 'numpy', 'function': 'tf', 'xla': 'xla'}[backend]
-  sampler = nuts.Sampler(target, kind, chunk=5, max_tree_depth=6,
+  sampler = nuts.Sampler(target, kind, chunk=NUTS_TRANSITIONS,
+                         max_tree_depth=NUTS_MAX_TREE_DEPTH,
                          schedule=FLAGS.schedule)
-  state = sampler.init(batch, seed=batch)
+  state = nuts_warm_state(batch)
   adapt = np.zeros(batch, bool)
   leapfrogs = []
 

@@ -521,14 +521,22 @@ class Sampler:
     da = DualAveraging(np.log(eps), z, z, z, np.log(10.0 * eps))
     return point, da, seeds, np.asarray(counter)
 
-  def run(self, num_chains, num_warmup, num_samples, seed=0):
-    """Warmup (adapting) then sampling; returns a dict of results."""
+  def warmup(self, num_chains, num_warmup, seed=0):
+    """`init`, then `num_warmup` adapting iterations (rounded up to whole
+    chunks); returns the state (point, da, seeds, counter), from which
+    `run_chunk` with `adapt` False samples at the adapted step sizes."""
     point, da, seeds, counter = self.init(num_chains, seed)
     adapt = np.ones(num_chains, bool)
-    start = time.perf_counter()
     for _ in range(-(-num_warmup // self.chunk)):
       point, da, _, _, counter = self._call('run_chunk', point, da, seeds,
                                             counter, adapt)
+    return point, da, seeds, counter
+
+  def run(self, num_chains, num_warmup, num_samples, seed=0):
+    """Warmup (adapting) then sampling; returns a dict of results."""
+    start = time.perf_counter()
+    point, da, seeds, counter = self.warmup(num_chains, num_warmup, seed)
+    adapt = np.ones(num_chains, bool)
     warmup_time = time.perf_counter() - start
     chunks, leapfrogs, steps = [], 0.0, 0
     start = time.perf_counter()
