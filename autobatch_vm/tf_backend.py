@@ -7,12 +7,19 @@ so the same graph runs under `tf.function` and `tf.function(jit_compile=
 True)` (XLA), and `tf.GradientTape` differentiates through it.
 
 Stacks are preallocated `[depth + 1, batch, *shape]` tensors: one spare
-row above the capacity.  A push writes the members at the block with a
-one-hot `tf.where` over the stack (several times faster on CPU than
-`tf.tensor_scatter_nd_update`, and it fuses under XLA); a member writing
-the spare row has overflowed.  A pop reads every member's top with one
-`tf.gather` and keeps it where the mask says.  The VM caches the top of
-each stack in its register, so reads never touch the stack.
+row above the capacity; a member writing the spare row has overflowed.  A
+pop reads every member's top with one `tf.gather` and keeps it where the
+mask says.  The VM caches the top of each stack in its register, so reads
+never touch the stack.
+
+The loop carries the state packed, one tensor per (kind, dtype, shape), and
+each block's branch returns only what the block writes: register values,
+and pushes as `[batch, *shape]` rows with each member's target frame.
+These are scattered into the packs after the switch (in place under XLA).
+A step therefore costs what its block computes and writes, not the size of
+the state: XLA copies every value that a conditional merely passes through,
+which made a step of a program with large state (NUTS) several times
+slower.
 
 Errors that only data can reveal (recursion deeper than `max_stack_depth`,
 a failing `assert`) cannot raise in a graph.  Instead the members involved
@@ -410,20 +417,15 @@ class TensorFlowBackend:
 
   def push(self, stacks, sp, values, m, depth, overflow_error):
     """Pushes each of `values` on its stack for the members in `m`."""
-    rows = depth + 1
-    # A one-hot `where` over the whole stack: several times faster on CPU
-    # than `tf.tensor_scatter_nd_update`, and it fuses under XLA.  Members
-    # parked after an overflow (sp > depth) match no row.
+    # Members not in `m`, and members parked after an overflow (sp >
+    # depth), target row -1: no row.
     target = sp if m.full else tf.where(m.mask, sp, -1)
-    hot = tf.equal(tf.range(rows, dtype=tf.int32)[:, tf.newaxis],
-                   target[tf.newaxis, :])
     out = []
     for s, v in zip(stacks, values):
       v = tf.convert_to_tensor(v, s.dtype)
-      h = hot
-      if len(s.shape) > 2:
-        h = tf.reshape(hot, hot.shape.as_list() + [1] * (len(s.shape) - 2))
-      out.append(tf.where(h, v[tf.newaxis], s))
+      out.append(_StackWrite(s, target, v))
+    if _current_step() is None:   # not in the staged loop: apply at once
+      out = [w.materialize() for w in out]
     new_sp = sp + 1 if m.full else sp + m.as_int
     if overflow_error is not None:
       # Members in `m` writing the spare row `depth` overflowed.
@@ -482,37 +484,48 @@ class TensorFlowBackend:
     return state
 
   def _staged_loop(self, blocks, state, num_blocks, schedule, batch, sites):
-    """Builds the `tf.while_loop`; returns (state, [num_blocks, 2] counts)."""
-    n = len(state)
-    state = [tf.convert_to_tensor(s) for s in state]
-    branch_fns = [self._branch_fn(blk, batch, sites) for blk in blocks]
+    """Builds the `tf.while_loop`; returns (state, [num_blocks, 2] counts).
 
-    def cond(b, acc, *st):
-      del acc, st
+    The loop carries the state packed by dtype and shape (`_Packing`), and
+    a block's branch of the `tf.switch_case` returns only the slots the
+    block may write, as rows to scatter into the packs.  So a step costs
+    what its block computes and writes, not the size of the whole state
+    (XLA copies every value a conditional merely passes through).
+    """
+    state = [tf.convert_to_tensor(s) for s in state]
+    packing = _Packing(state, [blk.writes for blk in blocks],
+                       blocks[0].stack_slots if blocks else frozenset())
+    branch_fns = [self._branch_fn(blk, batch, sites, packing)
+                  for blk in blocks]
+    pc_pack, pc_row = packing.where[_PC]
+
+    def cond(b, acc, *packs):
+      del acc, packs
       return b < num_blocks
 
-    def body(b, acc, *st):
-      mask = tf.equal(st[_PC], b)
+    def body(b, acc, *packs):
+      mask = tf.equal(packs[pc_pack][pc_row], b)
       count = tf.reduce_sum(tf.cast(mask, tf.int32))
       acc = tf.tensor_scatter_nd_add(
           acc, tf.reshape(b, [1, 1]),
           tf.reshape(tf.stack([tf.constant(1, tf.int32), count]), [1, 2]))
-      branches = [_bind(f, mask, st) for f in branch_fns]
-      new = tf.switch_case(b, branches)
-      new = list(new) if n > 1 else [new]
-      return [_next_block_tf(new[_PC], num_blocks, schedule), acc] + new
+      branches = [_bind(f, mask, packs) for f in branch_fns]
+      ports = tf.switch_case(b, branches)
+      packs = packing.scatter(list(packs), ports)
+      return [_next_block_tf(packs[pc_pack][pc_row], num_blocks, schedule),
+              acc] + packs
 
     b0 = _next_block_tf(state[_PC], num_blocks, schedule)
     acc0 = tf.zeros([num_blocks, 2], tf.int32)
-    out = tf.while_loop(cond, body, [b0, acc0] + state,
+    out = tf.while_loop(cond, body, [b0, acc0] + packing.pack(state),
                         parallel_iterations=self.while_parallel_iterations)
-    return list(out[2:]), out[1]
+    return packing.unpack(out[2:]), out[1]
 
-  def _branch_fn(self, block_fn, batch, sites):
-    """`f(mask, state) -> state`: one block, traced into a switch branch."""
+  def _branch_fn(self, block_fn, batch, sites, packing):
+    """`f(mask, *packs) -> ports`: one block, traced into a switch branch."""
 
-    def run_block(mask, *st):
-      st = list(st)
+    def run_block(mask, *packs):
+      st = _BlockState(packs, packing, block_fn.writes)
       m = _Mask(mask, None, False, batch)
       step = _Step(sites)
       with _tracing_step(step):
@@ -529,16 +542,16 @@ class TensorFlowBackend:
       for where, code in reversed(step.park):
         pc = tf.where(where, tf.constant(code, tf.int32), pc)
       st[_PC] = pc
-      return [tf.convert_to_tensor(s) for s in st]
+      return packing.ports(st, block_fn.writes)
 
     if self.basic_block_xla_device is None:
       return run_block
     device = self.basic_block_xla_device
     compiled = tf.function(run_block, jit_compile=True, autograph=False)
 
-    def run_on_device(mask, *st):
+    def run_on_device(mask, *packs):
       with tf.device(device):
-        return list(compiled(mask, *st))
+        return compiled(mask, *packs)
     return run_on_device
 
   def _fail_in_graph(self, state, num_blocks, sites):
@@ -618,8 +631,162 @@ class TensorFlowBackend:
     return state
 
 
-def _bind(f, mask, st):
-  return lambda: f(mask, *st)
+def _bind(f, mask, packs):
+  return lambda: f(mask, *packs)
+
+
+class _StackWrite:
+  """A push not yet applied: `value[b]` goes to row `target[b]` of `base`
+  for members with `target[b] >= 0`.  In the staged loop it becomes a
+  scatter of `[batch, *shape]` rows after the switch; read in the block, it
+  is applied with a one-hot `tf.where` over the stack."""
+
+  def __init__(self, base, target, value):
+    self.base = base
+    self.target = target
+    self.value = value
+
+  def materialize(self):
+    rows = self.base.shape[0]
+    hot = tf.equal(tf.range(rows, dtype=tf.int32)[:, tf.newaxis],
+                   self.target[tf.newaxis, :])
+    extra = len(self.base.shape) - 2
+    if extra:
+      hot = tf.reshape(hot, hot.shape.as_list() + [1] * extra)
+    return tf.where(hot, self.value[tf.newaxis], self.base)
+
+
+class _Packing:
+  """The VM state packed into one tensor per (kind, dtype, shape).
+
+  Pack g stacks its slots' tensors `[len(slots) + 1, *shape]`; the last row
+  is scratch.  A block's branch returns, per pack that any block writes,
+  ports for the slots it may write, padded to the most any block writes in
+  that pack (with writes to the scratch row).  After the switch they are
+  scattered into the packs, in place under XLA:
+  - a register pack's port is (values `[K, *shape]`, rows `[K]`);
+  - a stack pack's port is a push (values `[K, batch, *event]`, rows `[K]`,
+    targets `[K, batch]`): only the pushed members' frames are written.
+  """
+
+  def __init__(self, state, block_writes, stack_slots):
+    groups = collections.OrderedDict()
+    for slot, x in enumerate(state):
+      key = (slot in stack_slots, x.dtype, tuple(x.shape.as_list()))
+      groups.setdefault(key, []).append(slot)
+    self.keys = list(groups)
+    self.slots = list(groups.values())
+    self.where = {}
+    for g, slots in enumerate(self.slots):
+      for row, slot in enumerate(slots):
+        self.where[slot] = (g, row)
+    self.size = len(state)
+    # Ports per pack: the most slots of that pack one block writes.
+    self.width = [0] * len(self.slots)
+    for writes in block_writes:
+      per_pack = collections.Counter(self.where[s][0] for s in writes)
+      for g, k in per_pack.items():
+        self.width[g] = max(self.width[g], k)
+
+  def pack(self, state):
+    return [tf.stack([state[s] for s in slots] +
+                     [tf.zeros_like(state[slots[0]])])
+            for slots in self.slots]
+
+  def unpack(self, packs):
+    state = [None] * self.size
+    for slots, pack in zip(self.slots, packs):
+      for slot, x in zip(slots, tf.unstack(pack)):
+        state[slot] = x
+    return state
+
+  def ports(self, st, writes):
+    """What a branch returns: the values of `writes`, per pack."""
+    out = []
+    for g, k in enumerate(self.width):
+      if not k:
+        continue
+      is_stack, dtype, shape = self.keys[g]
+      slots = sorted(s for s in writes if self.where[s][0] == g)
+      rows = [self.where[s][1] for s in slots]
+      pad = k - len(slots)
+      rows += [len(self.slots[g])] * pad     # the scratch row
+      rows = tf.constant(rows, tf.int32)
+      if not is_stack:
+        values = [tf.convert_to_tensor(st.written(s)) for s in slots]
+        values += [tf.zeros(shape, dtype)] * pad
+        out.append((tf.stack(values), rows))
+        continue
+      pushes = [st.written(s) for s in slots]
+      if not all(isinstance(w, _StackWrite) for w in pushes):
+        raise errors.InternalError('a stack was written other than by a '
+                                   'push')
+      batch = shape[1]
+      values = [w.value for w in pushes]
+      values += [tf.zeros(shape[1:], dtype)] * pad
+      targets = [w.target for w in pushes]
+      targets += [tf.fill([batch], -1)] * pad
+      out.append((tf.stack(values), rows, tf.stack(targets)))
+    return out
+
+  def scatter(self, packs, ports):
+    it = iter(ports)
+    for g, k in enumerate(self.width):
+      if not k:
+        continue
+      if not self.keys[g][0]:
+        values, rows = next(it)
+        packs[g] = tf.tensor_scatter_nd_update(
+            packs[g], rows[:, tf.newaxis], values)
+        continue
+      values, rows, targets = next(it)
+      batch = self.keys[g][2][1]
+      # Members that do not push write frame 0 of the scratch stack.
+      pushed = targets >= 0
+      scratch = tf.constant(len(self.slots[g]), tf.int32)
+      index = tf.stack([
+          tf.where(pushed, rows[:, tf.newaxis], scratch),
+          tf.maximum(targets, 0),
+          tf.broadcast_to(tf.range(batch, dtype=tf.int32), [k, batch])],
+                       axis=-1)
+      packs[g] = tf.tensor_scatter_nd_update(packs[g], index, values)
+    return packs
+
+
+class _BlockState:
+  """The state as a block sees it inside a branch: reads slice the packs,
+  writes are kept (and must be among the block's declared writes)."""
+
+  def __init__(self, packs, packing, writes):
+    self._packs = packs
+    self._where = packing.where
+    self._writes = writes
+    self._values = {}
+
+  def __getitem__(self, slot):
+    value = self._values.get(slot)
+    if value is None:
+      g, row = self._where[slot]
+      value = self._values[slot] = self._packs[g][row]
+    if isinstance(value, _StackWrite):
+      raise errors.InternalError('a block read a stack after pushing it')
+    return value
+
+  def written(self, slot):
+    """The slot's value at the end of the block (a push stays pending)."""
+    value = self._values.get(slot)
+    if value is None:
+      g, row = self._where[slot]
+      value = self._packs[g][row]
+    return value
+
+  def __setitem__(self, slot, value):
+    if slot not in self._writes:
+      raise errors.InternalError(
+          f'a block wrote state slot {slot} outside its declared writes')
+    if isinstance(self._values.get(slot), _StackWrite):
+      raise errors.InternalError('a block pushed the same stack twice')
+    self._values[slot] = value
 
 
 def _fill_stats(stats, labels, steps, runs, active):

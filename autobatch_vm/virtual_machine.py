@@ -165,6 +165,9 @@ class _BlockCompiler:
     self.be = layout.backend
     self.batch = layout.batch
     self.compact = getattr(self.be, 'compacts', False)
+    self.stack_slots = frozenset(
+        [_PC_STACK] + [s for slots, _ in layout.stacks.values()
+                       for s in slots])
     self.index = program.block_index()
     self.num_blocks = len(program.blocks)
     self.function_of = {}
@@ -408,6 +411,30 @@ class _BlockCompiler:
       return run_return
     raise errors.InternalError(f'Unexpected terminator {t!r}')
 
+  def writes(self, block):
+    """The state slots that running `block` may write (always the PC)."""
+    regs, stacks = self.layout.regs, self.layout.stacks
+    out = {_PC}
+    for op in block.instructions:
+      if isinstance(op, inst.PrimOp):
+        for var in inst.pattern_flatten(op.vars_out):
+          out.update(regs.get(var, ()))
+      elif isinstance(op, inst.PushOp):
+        for var in op.vars:
+          stack_slots, sp_slot = stacks[var]
+          out.update(stack_slots)
+          out.add(sp_slot)
+      elif isinstance(op, (inst.PopOp, inst.RestoreOp)):
+        for var in op.vars:
+          out.update(regs[var])
+          if isinstance(op, inst.PopOp):
+            out.add(stacks[var][1])
+    if isinstance(block.terminator, inst.PushGotoOp):
+      out.update((_PC_STACK, _PC_SP))
+    elif isinstance(block.terminator, inst.IndirectGotoOp):
+      out.add(_PC_SP)
+    return frozenset(out)
+
   def block(self, block):
     steps = [self.instruction(op) for op in block.instructions]
     steps.append(self.terminator(block.terminator))
@@ -417,6 +444,10 @@ class _BlockCompiler:
       temps = {}
       for s in steps:
         s(state, temps, m)
+    # For staged backends, which carry only what a block may change: the
+    # slots it may write, and which slots are stacks (written by pushes).
+    run_block.writes = self.writes(block)
+    run_block.stack_slots = self.stack_slots
     return run_block
 
 
