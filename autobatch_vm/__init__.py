@@ -7,6 +7,7 @@ runs here by changing its import.
 """
 
 from autobatch_vm import allocation_strategy
+from autobatch_vm import block_order
 from autobatch_vm import dsl
 from autobatch_vm import errors
 from autobatch_vm import frontend
@@ -27,17 +28,19 @@ from autobatch_vm.frontend import truthy
 from autobatch_vm.instructions import TensorType
 from autobatch_vm.instructions import Type
 from autobatch_vm.numpy_backend import NumpyBackend
+from autobatch_vm.ops import sync_point
 from autobatch_vm.virtual_machine import RunStats
 
 __version__ = '0.1.0'
 
 __all__ = [
     'AutoBatchError', 'Context', 'InternalError', 'NumpyBackend', 'RunStats',
-    'TensorFlowBackend', 'TensorType', 'Type', 'allocation_strategy', 'dsl',
+    'TensorFlowBackend', 'TensorType', 'Type', 'allocation_strategy',
+    'block_order', 'dsl',
     'errors', 'frontend', 'instructions', 'liveness', 'lowering',
     'numpy_backend', 'pipeline', 'stack_optimization', 'stackless',
-    'tf_backend', 'truthy', 'type_inference', 'verifier', 'virtual_machine',
-    'xla',
+    'sync_point', 'tf_backend', 'truthy', 'type_inference', 'verifier',
+    'virtual_machine', 'xla',
 ]
 
 

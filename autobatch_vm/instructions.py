@@ -268,16 +268,19 @@ class PrimOp:
 
   `text` is the readable form for the printer (e.g. `n - 1`).  A PrimOp with
   no inputs computes a member-independent value that is broadcast to the
-  batch.
+  batch.  `sync` marks one that calls a `sync_point` primitive (expensive,
+  worth waiting for): blocks holding one are scheduled last.
   """
   vars_in: Tuple[str, ...]
   vars_out: Any
   function: Callable
   text: str = ''
   loc: Optional[SourceLoc] = None
+  sync: bool = False
 
   def _key(self):
-    return (self.vars_in, _freeze(self.vars_out), self.function, self.text)
+    return (self.vars_in, _freeze(self.vars_out), self.function, self.text,
+            self.sync)
 
   def __eq__(self, other):
     return isinstance(other, PrimOp) and self._key() == other._key()
@@ -473,7 +476,8 @@ def op_str(op):
   if isinstance(op, PrimOp):
     ins = ', '.join(op.vars_in)
     text = op.text or getattr(op.function, '__name__', 'prim')
-    return f'{pattern_str(op.vars_out)} = prim[{text}]({ins})'
+    sync = ' sync' if op.sync else ''
+    return f'{pattern_str(op.vars_out)} = prim[{text}]({ins}){sync}'
   if isinstance(op, FunctionCallOp):
     return (f'{pattern_str(op.vars_out)} = call {op.function}'
             f'({", ".join(op.vars_in)})')

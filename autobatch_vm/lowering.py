@@ -17,6 +17,8 @@ stack; a `return` becomes `indirect_goto`, which pops it.  The VM's PC stack
 starts with the exit index, so main's return ends the member.
 """
 
+import dataclasses
+
 from autobatch_vm import allocation_strategy
 from autobatch_vm import errors
 from autobatch_vm import instructions as inst
@@ -33,8 +35,9 @@ def _q(fn_name, pattern):
 
 def _qualify_op(op, fn_name):
   if isinstance(op, inst.PrimOp):
-    return inst.PrimOp(tuple(_q(fn_name, v) for v in op.vars_in),
-                       _q(fn_name, op.vars_out), op.function, op.text, op.loc)
+    return dataclasses.replace(
+        op, vars_in=tuple(_q(fn_name, v) for v in op.vars_in),
+        vars_out=_q(fn_name, op.vars_out))
   raise errors.InternalError(f'cannot qualify {inst.op_str(op)}')
 
 

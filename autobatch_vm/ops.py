@@ -6,13 +6,38 @@ They work on NumPy arrays, Python scalars and TensorFlow tensors, and
 import TensorFlow only when they are given a tensor.
 """
 
+import functools
 import operator
 import sys
 
 import numpy as np
 
 __all__ = ['logical_and', 'logical_or', 'logical_not', 'where', 'mod',
-           'floordiv', 'fail']
+           'floordiv', 'fail', 'sync_point', 'SYNC_ATTRIBUTE']
+
+SYNC_ATTRIBUTE = '__autobatch_sync_point__'
+
+
+def sync_point(fn):
+  """Marks primitive `fn` as expensive: worth waiting for more members.
+
+  The virtual machine runs the lowest-numbered block that has members;
+  blocks that call a sync point are numbered last, so they run only when
+  no other block has members.  Members then gather there, and the expensive
+  primitive runs on as many of them at once as the program allows (NUTS:
+  the gradient of every chain at a leaf of its tree in one evaluation).
+
+      leapfrog = ab.sync_point(leapfrog)      # or @ab.sync_point
+
+  The call must name the marked function statically (a global, a closed
+  over name, or an attribute of one, e.g. `lib.leapfrog(...)`).  Returns a
+  wrapper; `fn` itself is unchanged.
+  """
+  @functools.wraps(fn)
+  def wrapper(*args, **kwargs):
+    return fn(*args, **kwargs)
+  setattr(wrapper, SYNC_ATTRIBUTE, True)
+  return wrapper
 
 
 def _is_tf(*xs):

@@ -5,10 +5,12 @@
     allocation_strategy      -> NULL / TEMPORARY / REGISTER / FULL
     lowering                 -> one flat CFG, explicit stacks and PC
     stack_optimization       -> fewer pushes and pops, tail calls
+    block_order              -> sync-point blocks last (scheduled last)
     virtual_machine          runs it (stackless runs the typed Program)
 """
 
 from autobatch_vm import allocation_strategy
+from autobatch_vm import block_order
 from autobatch_vm import lowering
 from autobatch_vm import stack_optimization
 from autobatch_vm import type_inference
@@ -36,4 +38,7 @@ def lowered(program, verify=False):
   program = stack_optimization.optimize(program)
   if verify:
     verifier.verify(program, 'stack_optimization')
+  program = block_order.order_blocks(program)
+  if verify:
+    verifier.verify(program, 'block_order')
   return program

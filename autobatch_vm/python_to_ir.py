@@ -587,7 +587,10 @@ class _Compiler:
     rewritten, inputs = _PrimitiveRewriter(self).rewrite(node)
     fn = self._make_function(rewritten, len(inputs), loc)
     out = target if target is not None else self.temp()
-    self.emit(inst.PrimOp(tuple(inputs), out, fn, _text(node), loc))
+    sync = any(getattr(self._static_value(n.func), ops_module.SYNC_ATTRIBUTE,
+                       False)
+               is True for n in ast.walk(node) if isinstance(n, ast.Call))
+    self.emit(inst.PrimOp(tuple(inputs), out, fn, _text(node), loc, sync))
     return out
 
   def _check_pure(self, node):

@@ -211,7 +211,10 @@ def numpy_lib(target):
     return np.where(hit[:, :, None], theta[:, None, :], samples)
 
   return types.SimpleNamespace(
-      uniform=uniform, normal=normal, leapfrog=leapfrog, where=where,
+      uniform=uniform, normal=normal, where=where,
+      # The gradient is the expensive step: run it for every chain at a
+      # leaf of its tree at once (see ab.sync_point).
+      leapfrog=ab.sync_point(leapfrog),
       put=put, log=np.log, exp=np.exp, minimum=np.minimum,
       sqrt=np.sqrt, to_float=lambda x: np.asarray(x, np.float64),
       kinetic=lambda r: 0.5 * (r * r).sum(axis=-1),
@@ -278,7 +281,7 @@ def tf_lib(target):
 
   return types.SimpleNamespace(
       uniform=lambda seed, counter: to_unit(bits(seed, counter, 1))[:, 0],
-      normal=normal, leapfrog=leapfrog, where=where, put=put,
+      normal=normal, leapfrog=ab.sync_point(leapfrog), where=where, put=put,
       log=tf.math.log, exp=tf.exp, minimum=tf.minimum, sqrt=tf.sqrt,
       to_float=lambda x: tf.cast(x, tf.float64),
       kinetic=lambda r: 0.5 * tf.reduce_sum(r * r, axis=-1),

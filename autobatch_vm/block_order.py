@@ -1,0 +1,34 @@
+"""Block order: blocks that call a sync point are numbered last.
+
+A pure pass `LoweredProgram -> LoweredProgram`.  The VM's default schedule
+runs the lowest-numbered block that has members, so a block numbered last
+runs only when every unfinished member is waiting there (or at another such
+block).  Blocks holding a `PrimOp` with `sync=True` (a call of a primitive
+marked with `autobatch_vm.sync_point`) are moved to the end, in their
+original order; the entry block stays first.  Other programs are returned
+unchanged.  Labels, not positions, name jump targets, so nothing else
+changes.
+"""
+
+import dataclasses
+
+from autobatch_vm import instructions as inst
+
+__all__ = ['order_blocks']
+
+
+def _has_sync(block):
+  return any(isinstance(op, inst.PrimOp) and op.sync
+             for op in block.instructions)
+
+
+def order_blocks(program):
+  """`program` with its sync-point blocks (all but the entry) last."""
+  if not program.blocks:
+    return program
+  entry, rest = program.blocks[0], program.blocks[1:]
+  late = [b for b in rest if _has_sync(b)]
+  if not late:
+    return program
+  early = [b for b in rest if not _has_sync(b)]
+  return dataclasses.replace(program, blocks=(entry, *early, *late))

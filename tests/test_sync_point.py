@@ -1,0 +1,90 @@
+"""`ab.sync_point`: blocks calling a marked primitive are scheduled last."""
+
+import numpy as np
+import pytest
+
+import autobatch_vm as ab
+
+
+def _expensive(x):
+  return x * 2 + 1
+
+
+def _make(mark):
+  """A recursion whose leaves call `leaf`, marked or not."""
+  ctx = ab.Context()
+  leaf = ab.sync_point(_expensive) if mark else _expensive
+
+  @ctx.batch(type_inference=lambda t: t[0])
+  def walk(n):
+    if n <= 1:
+      return leaf(n)
+    # Members reach their leaves at different steps: depth differs.
+    return walk(n - 1) + walk(n // 2)
+  return ctx, walk
+
+
+def _walk_ref(n):
+  return _expensive(n) if n <= 1 else _walk_ref(n - 1) + _walk_ref(n // 2)
+
+
+N = np.array([1, 5, 9, 2, 12, 7, 3, 0])
+
+
+def test_sync_point_wraps_without_changing_the_function():
+  marked = ab.sync_point(_expensive)
+  assert marked is not _expensive
+  assert marked(np.array([3]))[0] == 7
+  assert not hasattr(_expensive, ab.ops.SYNC_ATTRIBUTE)
+  assert marked.__name__ == '_expensive'
+
+
+def test_marked_primitive_is_sync_in_the_ir_and_its_block_is_last():
+  ctx, _ = _make(True)
+  program = ctx.lowered_for_args('walk', [N])
+  listing = str(program)
+  assert 'prim[leaf(n)](walk.n) sync' in listing
+  last = program.blocks[-1]
+  assert any(isinstance(op, ab.instructions.PrimOp) and op.sync
+             for op in last.instructions)
+  assert not any(isinstance(op, ab.instructions.PrimOp) and op.sync
+                 for b in program.blocks[:-1] for op in b.instructions)
+  # Unmarked: the same program in source order.
+  ctx2, _ = _make(False)
+  plain = ctx2.lowered_for_args('walk', [N])
+  assert 'sync' not in str(plain)
+  assert [b.label for b in plain.blocks] != [b.label for b in program.blocks]
+  assert sorted(b.label for b in plain.blocks) == sorted(
+      b.label for b in program.blocks)
+  assert program.blocks[0].label == plain.blocks[0].label
+
+
+@pytest.mark.parametrize('stackless', [False, True])
+def test_same_results_and_fewer_runs_of_the_sync_block(stackless):
+  expected = [_walk_ref(int(n)) for n in N]
+  runs = {}
+  for mark in (False, True):
+    ctx, walk = _make(mark)
+    out = walk(N, max_stack_depth=30, stackless=stackless)
+    np.testing.assert_array_equal(out, expected)
+    np.testing.assert_array_equal(walk(N, dry_run=True), expected)
+    if not stackless:
+      program = ctx.lowered_for_args('walk', [N])
+      leaf_block = next(b.label for b in program.blocks if any(
+          isinstance(op, ab.instructions.PrimOp) and 'leaf' in op.text
+          for op in b.instructions))
+      runs[mark] = walk.last_stats.block_executions[leaf_block]
+  if not stackless:
+    # Deferred, the leaf runs only when every member waits there.
+    assert runs[True] < runs[False]
+
+
+def test_sync_point_on_tensorflow():
+  tf = pytest.importorskip('tensorflow')
+  expected = [_walk_ref(int(n)) for n in N]
+  _, walk = _make(True)
+  np.testing.assert_array_equal(walk(tf.constant(N), max_stack_depth=30),
+                                expected)
+  xla = tf.function(lambda n: walk(n, max_stack_depth=30),
+                    jit_compile=True)
+  np.testing.assert_array_equal(xla(tf.constant(N)), expected)
