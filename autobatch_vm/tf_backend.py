@@ -701,32 +701,33 @@ class _Packing:
     return state
 
   def ports(self, st, writes):
-    """What a branch returns: the values of `writes`, per pack."""
+    """What a branch returns: the values of `writes`, per pack.
+
+    Few graph nodes: a pack the block does not write gets constants only.
+    """
     out = []
     for g, k in enumerate(self.width):
       if not k:
         continue
       is_stack, dtype, shape = self.keys[g]
       slots = sorted(s for s in writes if self.where[s][0] == g)
-      rows = [self.where[s][1] for s in slots]
       pad = k - len(slots)
-      rows += [len(self.slots[g])] * pad     # the scratch row
-      rows = tf.constant(rows, tf.int32)
+      rows = [self.where[s][1] for s in slots] + [len(self.slots[g])] * pad
+      rows = tf.constant(np.reshape(rows, [k, 1]), tf.int32)
       if not is_stack:
         values = [tf.convert_to_tensor(st.written(s)) for s in slots]
-        values += [tf.zeros(shape, dtype)] * pad
-        out.append((tf.stack(values), rows))
+        out.append((_stack_padded(values, pad, shape, dtype), rows))
         continue
       pushes = [st.written(s) for s in slots]
       if not all(isinstance(w, _StackWrite) for w in pushes):
         raise errors.InternalError('a stack was written other than by a '
                                    'push')
       batch = shape[1]
-      values = [w.value for w in pushes]
-      values += [tf.zeros(shape[1:], dtype)] * pad
-      targets = [w.target for w in pushes]
-      targets += [tf.fill([batch], -1)] * pad
-      out.append((tf.stack(values), rows, tf.stack(targets)))
+      values = _stack_padded([w.value for w in pushes], pad, shape[1:],
+                             dtype)
+      targets = _stack_padded([w.target for w in pushes], pad, [batch],
+                              tf.int32, fill=-1)
+      out.append((values, rows, targets))
     return out
 
   def scatter(self, packs, ports):
@@ -736,21 +737,27 @@ class _Packing:
         continue
       if not self.keys[g][0]:
         values, rows = next(it)
-        packs[g] = tf.tensor_scatter_nd_update(
-            packs[g], rows[:, tf.newaxis], values)
+        packs[g] = tf.tensor_scatter_nd_update(packs[g], rows, values)
         continue
       values, rows, targets = next(it)
       batch = self.keys[g][2][1]
       # Members that do not push write frame 0 of the scratch stack.
-      pushed = targets >= 0
-      scratch = tf.constant(len(self.slots[g]), tf.int32)
+      members = np.broadcast_to(np.arange(batch, dtype=np.int32), [k, batch])
       index = tf.stack([
-          tf.where(pushed, rows[:, tf.newaxis], scratch),
-          tf.maximum(targets, 0),
-          tf.broadcast_to(tf.range(batch, dtype=tf.int32), [k, batch])],
-                       axis=-1)
+          tf.where(targets >= 0, rows, len(self.slots[g])),
+          tf.maximum(targets, 0), tf.constant(members)], axis=-1)
       packs[g] = tf.tensor_scatter_nd_update(packs[g], index, values)
     return packs
+
+
+def _stack_padded(values, pad, shape, dtype, fill=0):
+  """`tf.stack(values)` followed by `pad` rows of `fill`."""
+  filler = tf.constant(np.full([pad] + list(shape), fill,
+                               dtype.as_numpy_dtype)) if pad else None
+  if not values:
+    return filler
+  stacked = tf.stack(values)
+  return stacked if filler is None else tf.concat([stacked, filler], 0)
 
 
 class _BlockState:

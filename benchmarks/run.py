@@ -8,8 +8,12 @@ For each cell: median wall time of `--repeats` calls after a warm-up call,
 throughput in the workload's unit, peak traced memory (NumPy only), VM
 steps, mean utilization, and baselines measured in the same run: every
 member run alone (the dry-run loop, timed on a few members and scaled) and,
-when tensorflow_probability is installed, TFP's auto_batching on the same
-fibonacci program.  Writes benchmarks/results/results.md and results.png.
+when tensorflow_probability is installed (TFP 0.25 needs TensorFlow 2.18:
+see benchmarks/tfp_baselines.py), TFP's auto_batching VM on the same
+fibonacci, TFP's autobatched NUTS and its hand-batched NUTS
+(`tfp.mcmc.NoUTurnSampler`) from the same chains and step sizes.  For NUTS
+it also compares effective samples per second (--nuts_ess_samples).
+Writes benchmarks/results/results.md and results.png.
 """
 
 import functools
@@ -31,6 +35,7 @@ import numpy as np
 import autobatch_vm as ab
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks import tfp_baselines  # pylint: disable=g-import-not-at-top,wrong-import-position
 from benchmarks import workloads  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 FLAGS = flags.FLAGS
@@ -41,6 +46,11 @@ flags.DEFINE_list('backends', ['numpy', 'function', 'xla'],
                   'numpy, function (tf.function), xla (jit_compile=True).')
 flags.DEFINE_integer('repeats', 3, 'Timed repeats per cell (median).')
 flags.DEFINE_enum('schedule', 'lowest', ['lowest', 'most'], 'VM schedule.')
+flags.DEFINE_integer('nuts_ess_samples', 100, 'Samples per chain for the '
+                     'NUTS effective-samples-per-second comparison at 64 '
+                     'chains (0: skip).')
+flags.DEFINE_integer('tfp_numpy_max_batch', 64, 'Largest B for TFP\'s NumPy '
+                     'VM (228 s at B=1024).')
 flags.DEFINE_string('out', os.path.join(os.path.dirname(__file__), 'results'),
                     'Directory for results.md and results.png.')
 
@@ -63,12 +73,15 @@ def _example(name):
 class Cell:
   """One workload at one batch size on one backend."""
 
-  def __init__(self, run, units, unit, stats=None, alone=None):
+  def __init__(self, run, units, unit, stats=None, alone=None, tfp=None,
+               hand=None):
     self.run = run          # () -> None, the timed call
     self.units = units      # work units per call (members, trees, leapfrogs)
     self.unit = unit
     self.stats = stats      # () -> RunStats or None
     self.alone = alone      # () -> seconds to do the same work unbatched
+    self.tfp = tfp          # () -> seconds of TFP's auto_batching, or None
+    self.hand = hand        # () -> seconds of hand-batched code, or None
 
 
 def _staged(fn, backend, **kwargs):
@@ -100,9 +113,14 @@ def make_fibonacci(backend, batch):
   n = np.random.default_rng(batch).integers(8, 16, size=batch)
   run = _staged(fibonacci, backend, max_stack_depth=20,
                 schedule=FLAGS.schedule)
+
+  def tfp():
+    if backend == 'numpy' and batch > FLAGS.tfp_numpy_max_batch:
+      return None
+    return tfp_baselines.fibonacci_seconds(backend, n)
   return Cell(lambda: run(n), batch, 'members/s',
               lambda: fibonacci.last_stats,
-              lambda: _alone_seconds(fibonacci, [n], batch))
+              lambda: _alone_seconds(fibonacci, [n], batch), tfp=tfp)
 
 
 def make_collatz(backend, batch):
@@ -178,6 +196,16 @@ def make_nuts(backend, batch):
     seconds = time.perf_counter() - start
     return seconds / max(float(np.sum(out[3])), 1.0) * cell.units
   cell.alone = alone
+  if backend != 'numpy':
+    point, da = state[0], state[1]
+    eps = np.exp(da.log_eps_bar)
+
+    def tfp_nuts(kind):
+      r = tfp_baselines.nuts(kind, backend, target, point.theta, eps,
+                             NUTS_TRANSITIONS, NUTS_MAX_TREE_DEPTH)
+      return None if r is None else r['seconds']
+    cell.tfp = lambda: tfp_nuts('autobatched')
+    cell.hand = lambda: tfp_nuts('unrolled')
   return cell
 
 
@@ -191,33 +219,55 @@ def batch_sizes(workload):
   return [1, 64, 256] if workload == 'nuts' else [1, 64, 1024]
 
 
-# -- TFP's auto_batching baseline (optional) ----------------------------------
+def nuts_ess(backends, chains=64):
+  """Effective samples per second, NUTS_MAX_TREE_DEPTH, from the warmed
+  chains: ours per backend, and TFP's two samplers when installed."""
+  nuts = _example('nuts')
+  target = nuts.make_target('logistic')
+  num = FLAGS.nuts_ess_samples
+  state = nuts_warm_state(chains)
+  eps = np.exp(state[1].log_eps_bar)
+  rows = []
 
-def tfp_fibonacci_seconds(backend, batch):
-  """TFP 0.25's VM on the same fibonacci, or None if TFP is missing."""
-  try:
-    from tensorflow_probability.python.experimental import auto_batching as tfp_ab  # pylint: disable=g-import-not-at-top
-  except Exception:  # pylint: disable=broad-except
-    return None
-  ctx = tfp_ab.Context()
+  def add(system, backend, seconds, samples):   # samples [chains, n, dim]
+    ess = nuts.effective_sample_size(samples)
+    rows.append(dict(system=system, backend=backend, seconds=seconds,
+                     ess_min=float(ess.min()),
+                     ess_median=float(np.median(ess))))
+    print(f'  ESS {system:<26} {backend:<8} {seconds:7.2f} s  min ESS/s '
+          f'{ess.min() / seconds:8.1f}', flush=True)
 
-  @ctx.batch(type_inference=lambda arg_types: arg_types[0])
-  def fib(n):
-    if n > 2:
-      return fib(n - 1) + fib(n - 2)
-    else:
-      return 1
-  n = np.random.default_rng(batch).integers(8, 16, size=batch)
-  if backend == 'numpy':
-    run = lambda: fib(n, max_stack_depth=20, backend=tfp_ab.NumpyBackend())
-  else:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    staged = tf.function(
-        lambda x: fib(x, max_stack_depth=20,
-                      backend=tfp_ab.TensorFlowBackend()),
-        jit_compile=(backend == 'xla'))
-    run = lambda: staged(tf.constant(n))
-  return _median_time(run, 1)
+  for backend in backends:
+    kind = {'numpy': 'numpy', 'function': 'tf', 'xla': 'xla'}[backend]
+    sampler = nuts.Sampler(target, kind, chunk=num,
+                           max_tree_depth=NUTS_MAX_TREE_DEPTH)
+    adapt = np.zeros(chains, bool)
+    sampler._call('run_chunk', *state, adapt)  # pylint: disable=protected-access
+    start = time.perf_counter()
+    out = sampler._call('run_chunk', *state, adapt)  # pylint: disable=protected-access
+    add('autobatch_vm', backend, time.perf_counter() - start, out[2])
+    if backend == 'numpy' or not tfp_baselines.available():
+      continue
+    for kind in ('autobatched', 'unrolled'):
+      r = tfp_baselines.nuts(kind, backend, target, state[0].theta, eps, num,
+                             NUTS_MAX_TREE_DEPTH)
+      name = ('TFP autobatched NUTS' if kind == 'autobatched'
+              else 'TFP NoUTurnSampler')
+      add(name, backend, r['seconds'], np.swapaxes(r['samples'], 0, 1))
+  return rows
+
+
+def ess_markdown(rows, chains=64):
+  lines = [f'NUTS, logistic regression, {chains} chains, '
+           f'{FLAGS.nuts_ess_samples} samples per chain after '
+           f'{NUTS_WARMUP} warm-up iterations, same start and step sizes:',
+           '', '| system | backend | time (s) | min ESS | min ESS/s | '
+           'median ESS/s |', '|---|---|---|---|---|---|']
+  for r in rows:
+    lines.append(f'| {r["system"]} | {r["backend"]} | {r["seconds"]:.2f} | '
+                 f'{r["ess_min"]:.0f} | {r["ess_min"] / r["seconds"]:.1f} | '
+                 f'{r["ess_median"] / r["seconds"]:.1f} |')
+  return '\n'.join(lines)
 
 
 # -- driver ---------------------------------------------------------------------
@@ -246,13 +296,13 @@ def measure(workload, backend, batch):
   if stats is not None and isinstance(stats.steps, int):
     steps, util = stats.steps, stats.utilization
   alone = cell.alone() if cell.alone and backend == 'numpy' else None
-  tfp = (tfp_fibonacci_seconds(backend, batch)
-         if workload == 'fibonacci' else None)
+  tfp = cell.tfp() if cell.tfp else None
+  hand = cell.hand() if cell.hand else None
   return dict(workload=workload, backend=backend, batch=batch,
               seconds=seconds, throughput=cell.units / seconds,
               unit=cell.unit, peak_mib=(peak / 2**20 if peak else None),
               steps=steps, utilization=util, alone_seconds=alone,
-              tfp_seconds=tfp)
+              tfp_seconds=tfp, hand_seconds=hand)
 
 
 def _fmt(x, spec):
@@ -261,18 +311,22 @@ def _fmt(x, spec):
 
 def markdown(rows):
   lines = ['| workload | backend | B | time (s) | throughput | peak MiB | '
-           'steps | util | alone (s) | speed-up vs alone | TFP (s) |',
-           '|---|---|---|---|---|---|---|---|---|---|---|']
+           'steps | util | alone (s) | speed-up vs alone | TFP VM (s) | '
+           'vs TFP VM | hand-batched (s) | vs hand |',
+           '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|']
   for r in rows:
     speedup = (r['alone_seconds'] / r['seconds']
                if r['alone_seconds'] else None)
+    vs_tfp = r['tfp_seconds'] / r['seconds'] if r['tfp_seconds'] else None
+    vs_hand = r['hand_seconds'] / r['seconds'] if r['hand_seconds'] else None
     lines.append(
         f'| {r["workload"]} | {r["backend"]} | {r["batch"]} | '
         f'{r["seconds"]:.4f} | {r["throughput"]:,.0f} {r["unit"]} | '
         f'{_fmt(r["peak_mib"], ".1f")} | {_fmt(r["steps"], "d")} | '
         f'{_fmt(r["utilization"], ".2f")} | '
         f'{_fmt(r["alone_seconds"], ".3f")} | {_fmt(speedup, ".1f")} | '
-        f'{_fmt(r["tfp_seconds"], ".3f")} |')
+        f'{_fmt(r["tfp_seconds"], ".3f")} | {_fmt(vs_tfp, ".2f")} | '
+        f'{_fmt(r["hand_seconds"], ".3f")} | {_fmt(vs_hand, ".2f")} |')
   return '\n'.join(lines)
 
 
@@ -330,14 +384,45 @@ def main(argv):
         print(f'[{time.perf_counter() - start:6.1f}s] {workload:<10} '
               f'{backend:<8} B={batch:<5} {r["seconds"]:.4f} s  '
               f'{r["throughput"]:,.0f} {r["unit"]}', flush=True)
+  ess = ''
+  if 'nuts' in FLAGS.workloads and FLAGS.nuts_ess_samples:
+    ess = '\n\n' + ess_markdown(nuts_ess(backends))
   os.makedirs(FLAGS.out, exist_ok=True)
   table = markdown(rows)
+  versions = _versions()
   with open(os.path.join(FLAGS.out, 'results.md'), 'w') as f:
     f.write(f'# Benchmark results\n\n`python benchmarks/run.py'
             f'{" --quick" if FLAGS.quick else ""}`, schedule '
-            f'{FLAGS.schedule}, {os.cpu_count()} CPUs.\n\n{table}\n')
+            f'{FLAGS.schedule}, {os.cpu_count()} CPUs, {versions}.\n\n'
+            f'{table}\n\n{NOTES}{ess}\n')
   plot(rows, os.path.join(FLAGS.out, 'results.png'))
-  print(table)
+  print(table + ess)
+
+
+NOTES = ('Times are medians of calls after a warm-up call.  "alone": every '
+         'member run alone with `dry_run=True` (measured on a few, scaled).  '
+         '"TFP VM": TensorFlow Probability\'s `auto_batching` on the same '
+         'program (fibonacci) or its autobatched NUTS '
+         '(`tfp.experimental.mcmc.NoUTurnSampler`); "hand-batched": '
+         '`tfp.mcmc.NoUTurnSampler`.  NUTS cells time '
+         f'{NUTS_TRANSITIONS} transitions at max tree depth '
+         f'{NUTS_MAX_TREE_DEPTH} from the same warmed-up chains and step '
+         'sizes for every system; leapfrogs are counted by our sampler '
+         '(TFP\'s samplers count theirs differently), so compare NUTS '
+         'systems by time and by ESS/s.  "vs": their time / ours.')
+
+
+def _versions():
+  out = [f'numpy {np.__version__}']
+  try:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    out.append(f'TensorFlow {tf.__version__}')
+  except ImportError:
+    pass
+  if tfp_baselines.available():
+    import tensorflow_probability as tfp  # pylint: disable=g-import-not-at-top
+    out.append(f'TFP {tfp.__version__}')
+  return ', '.join(out)
 
 
 if __name__ == '__main__':

@@ -1,11 +1,20 @@
 """A generator of random programs in the supported subset, for fuzzing.
 
 `program_strategy()` is a hypothesis strategy of Python source text: 1-3
-functions `f0..fk` over int state `a, b` and float state `x`, with
-arithmetic, `if/elif/else`, `while` loops with bounded trip counts, `break`
+functions `f0..fk` over int state `a, b, c` and float state `x`, with
+arithmetic (`+ - * % //`, conditional expressions, min/max, int -> float
+conversion), `if/elif/else`, `while` loops with bounded trip counts, `break`
 and `continue`, `for ... in range(...)`, recursion on a decreasing depth
 argument `d`, calls to earlier functions, and tuple returns.  Values stay
-small (`% 997`), so plain Python ints and NumPy int64 agree exactly.
+small (`% 997`), so plain Python ints and NumPy/TF int32 and int64 agree
+exactly; float operations are the same IEEE operations in every backend.
+
+`program_strategy(portable=True)` generates only what runs on NumPy arrays
+*and* TensorFlow tensors (eagerly, in `tf.function` and under XLA): Python
+operators and comparisons, `x if c else y` (which the compiler turns into
+`ab.ops.where`), `%` and `//` (`ab.ops.mod` / `ab.ops.floordiv`) and the
+generated `to_float` helper.  Without it, min/max may also be
+`np.minimum`/`np.maximum`, which do not stage in TensorFlow.
 
 The same text is loaded twice: once plain (the per-member reference) and
 once with every function decorated by one `ab.Context().batch()`.
@@ -24,38 +33,77 @@ INT_VARS = ('a', 'b', 'c')
 MAX_FUNCTIONS = 3
 
 
+# Defined at the top of every generated program: int -> float64 for Python
+# ints (the reference), NumPy arrays and TF tensors alike (TensorFlow does
+# not promote `int * float` by itself).
+TO_FLOAT = """\
+def to_float(v):
+    tf = sys.modules.get('tensorflow')
+    if tf is not None and tf.is_tensor(v):
+        return tf.cast(v, tf.float64)
+    if isinstance(v, np.ndarray):
+        return v.astype(np.float64)
+    return float(v)
+"""
+
+
+def _has_var(text):
+  return any(v in text for v in INT_VARS)
+
+
 @st.composite
-def int_expr(draw, depth=0):
-  """An int expression over a, b, c (and literals)."""
+def int_expr(draw, depth=0, portable=False):
+  """An int expression over a, b, c (and literals), in [-996, 996]."""
   if depth > 2 or draw(st.integers(0, 3)) == 0:
     if draw(st.booleans()):
       return draw(st.sampled_from(INT_VARS))
     return str(draw(st.integers(-9, 9)))
-  op = draw(st.sampled_from(['+', '-', '*', 'min', 'max', '%']))
-  left = draw(int_expr(depth + 1))
-  right = draw(int_expr(depth + 1))
+  op = draw(st.sampled_from(['+', '-', '*', 'min', 'max', '%', '//', '%v',
+                             'ifexp']))
+  left = draw(int_expr(depth + 1, portable))
+  right = draw(int_expr(depth + 1, portable))
+  if op in ('min', 'max', 'ifexp'):
+    if not _has_var(left + right):
+      return left  # a select of literals is an unbatched constant
   if op in ('min', 'max'):
-    if not any(v in left + right for v in INT_VARS):
-      return left  # np.minimum of literals is an unbatched constant
-    return f'np.{"minimum" if op == "min" else "maximum"}({left}, {right})'
+    if not portable and draw(st.booleans()):
+      return f'np.{"minimum" if op == "min" else "maximum"}({left}, {right})'
+    cmp = '<' if op == 'min' else '>'
+    return f'({left} if {left} {cmp} {right} else {right})'
+  if op == 'ifexp':
+    cmp = draw(st.sampled_from(['<', '>', '<=', '>=', '==', '!=']))
+    var = draw(st.sampled_from(INT_VARS))
+    return (f'({left} if {var} {cmp} {draw(st.integers(-5, 50))} '
+            f'else {right})')
   if op == '%':
     return f'({left}) % {draw(st.integers(2, 7))}'
+  if op == '//':
+    return f'({left}) // {draw(st.integers(2, 7))}'
+  if op == '%v':
+    # A per-member divisor in [1, 7] (in every lane, active or not).
+    if not _has_var(right):
+      return f'({left}) % {draw(st.integers(2, 7))}'
+    return f'({left}) % (({right}) % 7 + 1)'
   return f'({left} {op} {right}) % 997'
 
 
 @st.composite
 def float_expr(draw):
-  a = draw(st.sampled_from(['x', 'x * 0.5', 'x - 1.25', '(a % 5) * 0.75']))
-  b = draw(st.sampled_from(['x', '0.5', 'b * 0.125', 'x * x * 0.01']))
+  """A float expression in [0, 50), over x and (converted) a, b."""
+  a = draw(st.sampled_from(['x', 'x * 0.5', 'x - 1.25',
+                            'to_float(a % 5) * 0.75',
+                            '(x * 0.25 if a % 3 == 0 else x + 1.5)']))
+  b = draw(st.sampled_from(['x', '0.5', 'to_float(b) * 0.125', 'x * x * 0.01',
+                            '(x if x < 10.5 else to_float(c % 9))']))
   return f'({a} + {b}) % 50.0'
 
 
 @st.composite
-def condition(draw):
+def condition(draw, portable=False):
   kind = draw(st.integers(0, 4))
   cmp = draw(st.sampled_from(['<', '>', '<=', '>=', '==', '!=']))
-  left = draw(int_expr(1))
-  right = draw(int_expr(1))
+  left = draw(int_expr(1, portable))
+  right = draw(int_expr(1, portable))
   base = f'{left} {cmp} {right}'
   if kind == 0:
     return f'{base} and {draw(st.sampled_from(INT_VARS))} % 2 == 0'
@@ -71,16 +119,23 @@ def condition(draw):
 class _Gen:
   """Generates statement lists; tracks loop nesting and callable functions."""
 
-  def __init__(self, draw, index, n_functions):
+  def __init__(self, draw, index, n_functions, portable):
     self.draw = draw
     self.index = index
     self.n_functions = n_functions
+    self.portable = portable
+
+  def int_expr(self, depth=0):
+    return self.draw(int_expr(depth, self.portable))
+
+  def condition(self):
+    return self.draw(condition(self.portable))
 
   def call(self):
     """A call of an earlier function, or of ourselves with d - 1."""
     choices = list(range(self.index))
     target = self.draw(st.sampled_from(choices + [self.index]))
-    args = ', '.join(self.draw(int_expr(1)) for _ in range(2))
+    args = ', '.join(self.int_expr(1) for _ in range(2))
     fx = self.draw(float_expr())
     if target == self.index:
       return f'f{target}({args}, {fx}, d - 1)', True
@@ -102,16 +157,16 @@ class _Gen:
       kinds += ['break', 'continue']
     kind = draw(st.sampled_from(kinds))
     if kind == 'assign':
-      return [f'{draw(st.sampled_from(INT_VARS))} = {draw(int_expr())}']
+      return [f'{draw(st.sampled_from(INT_VARS))} = {self.int_expr()}']
     if kind == 'float':
       return [f'x = {draw(float_expr())}']
     if kind == 'aug':
       var = draw(st.sampled_from(INT_VARS))
       return [f'{var} += {draw(st.integers(1, 5))}', f'{var} = {var} % 997']
     if kind == 'break':
-      return [f'if {draw(condition())}:', '    break']
+      return [f'if {self.condition()}:', '    break']
     if kind == 'continue':
-      return [f'if {draw(condition())}:', '    continue']
+      return [f'if {self.condition()}:', '    continue']
     if kind == 'call':
       call, recursive = self.call()
       lhs = draw(st.sampled_from(['a, x', 'b, x', 'c, x']))
@@ -121,22 +176,22 @@ class _Gen:
         return ['if d > 0:'] + _indent(body)
       return body
     if kind == 'if':
-      lines = [f'if {draw(condition())}:']
+      lines = [f'if {self.condition()}:']
       lines += _indent(self.statements(depth + 1, in_loop))
       if draw(st.booleans()):
-        lines += [f'elif {draw(condition())}:']
+        lines += [f'elif {self.condition()}:']
         lines += _indent(self.statements(depth + 1, in_loop))
       if draw(st.booleans()):
         lines += ['else:'] + _indent(self.statements(depth + 1, in_loop))
       if draw(st.integers(0, 3)) == 0:
-        lines += [f'if {draw(condition())}:',
-                  f'    return {draw(int_expr())}, x']
+        lines += [f'if {self.condition()}:',
+                  f'    return {self.int_expr()}, x']
       return lines
     if kind == 'while':
       t = f't{depth}'
       limit = draw(st.integers(0, 6))
       body = [f'{t} += 1'] + self.statements(depth + 1, True)
-      return [f'{t} = 0', f'while {t} < {limit} and ({draw(condition())}):'] + \
+      return [f'{t} = 0', f'while {t} < {limit} and ({self.condition()}):'] + \
           _indent(body)
     if kind == 'for':
       var = f'i{depth}'
@@ -151,14 +206,18 @@ def _indent(lines):
 
 
 @st.composite
-def program_strategy(draw):
-  """Source text of a random program; the last function is main."""
+def program_strategy(draw, portable=False):
+  """Source text of a random program; the last function is main.
+
+  portable=True: only operations that also stage in TensorFlow.
+  """
   n = draw(st.integers(1, MAX_FUNCTIONS))
-  parts = ['import numpy as np', 'import autobatch_vm as ab', '']
+  parts = ['import sys', 'import numpy as np', 'import autobatch_vm as ab',
+           '', TO_FLOAT]
   for i in range(n):
-    gen = _Gen(draw, i, n)
+    gen = _Gen(draw, i, n, portable)
     body = ['c = (a + b) % 997'] + gen.statements(0, False)
-    body += [f'return {draw(int_expr())}, x']
+    body += [f'return {gen.int_expr()}, x']
     parts.append(f'@DECORATOR\ndef f{i}(a, b, x, d):')
     parts.extend(_indent(body))
     parts.append('')
