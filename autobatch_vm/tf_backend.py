@@ -64,6 +64,15 @@ __all__ = ['TensorFlowBackend']
 
 _PC = 0
 _EAGER_CACHE_SIZE = 64
+# Outside XLA, registers up to this size are packed (see _staged_loop).
+_PACK_BYTES = 16 * 1024
+
+
+def _in_xla_context():
+  """Whether ops are being traced for XLA (tf.function(jit_compile=True))."""
+  from tensorflow.python.ops import control_flow_util  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+  graph = tf.compat.v1.get_default_graph()
+  return bool(control_flow_util.GraphOrParentsInXlaContext(graph))
 
 
 # -- masks ---------------------------------------------------------------------
@@ -486,46 +495,55 @@ class TensorFlowBackend:
   def _staged_loop(self, blocks, state, num_blocks, schedule, batch, sites):
     """Builds the `tf.while_loop`; returns (state, [num_blocks, 2] counts).
 
-    The loop carries the state packed by dtype and shape (`_Packing`), and
-    a block's branch of the `tf.switch_case` returns only the slots the
-    block may write, as rows to scatter into the packs.  So a step costs
-    what its block computes and writes, not the size of the whole state
-    (XLA copies every value a conditional merely passes through).
+    The loop carries the state partly packed by dtype and shape
+    (`_Packing`): a block's branch of the `tf.switch_case` returns the
+    packed slots it may write as rows to scatter into the packs, and the
+    other ("flat") slots as they are.  Under XLA everything is packed: XLA
+    copies every value a conditional merely passes through, so a step
+    would cost the size of the whole state.  In a plain graph, passing a
+    tensor through is free but a scatter copies its pack, so only small
+    registers are packed (fewer loop variables and branch outputs).
     """
     state = [tf.convert_to_tensor(s) for s in state]
-    packing = _Packing(state, [blk.writes for blk in blocks],
-                       blocks[0].stack_slots if blocks else frozenset())
+    stack_slots = blocks[0].stack_slots if blocks else frozenset()
+    if _in_xla_context():
+      packed = range(len(state))
+    else:
+      packed = [i for i, x in enumerate(state) if i not in stack_slots
+                and x.shape.num_elements() * x.dtype.size <= _PACK_BYTES]
+    packing = _Packing(state, [blk.writes for blk in blocks], stack_slots,
+                       frozenset(packed))
     branch_fns = [self._branch_fn(blk, batch, sites, packing)
                   for blk in blocks]
-    pc_pack, pc_row = packing.where[_PC]
 
-    def cond(b, acc, *packs):
-      del acc, packs
+    def cond(b, acc, *carried):
+      del acc, carried
       return b < num_blocks
 
-    def body(b, acc, *packs):
-      mask = tf.equal(packs[pc_pack][pc_row], b)
+    def body(b, acc, *carried):
+      mask = tf.equal(packing.read(carried, _PC), b)
       count = tf.reduce_sum(tf.cast(mask, tf.int32))
       acc = tf.tensor_scatter_nd_add(
           acc, tf.reshape(b, [1, 1]),
           tf.reshape(tf.stack([tf.constant(1, tf.int32), count]), [1, 2]))
-      branches = [_bind(f, mask, packs) for f in branch_fns]
-      ports = tf.switch_case(b, branches)
-      packs = packing.scatter(list(packs), ports)
-      return [_next_block_tf(packs[pc_pack][pc_row], num_blocks, schedule),
-              acc] + packs
+      branches = [_bind(f, mask, carried) for f in branch_fns]
+      ports, flat = tf.switch_case(b, branches)
+      carried = packing.update(list(carried), ports, flat)
+      return [_next_block_tf(packing.read(carried, _PC), num_blocks,
+                             schedule), acc] + carried
 
     b0 = _next_block_tf(state[_PC], num_blocks, schedule)
     acc0 = tf.zeros([num_blocks, 2], tf.int32)
-    out = tf.while_loop(cond, body, [b0, acc0] + packing.pack(state),
+    out = tf.while_loop(cond, body, [b0, acc0] + packing.carry(state),
                         parallel_iterations=self.while_parallel_iterations)
     return packing.unpack(out[2:]), out[1]
 
   def _branch_fn(self, block_fn, batch, sites, packing):
-    """`f(mask, *packs) -> ports`: one block, traced into a switch branch."""
+    """`f(mask, *carried) -> (ports, flat)`: one block, traced into a
+    switch branch."""
 
-    def run_block(mask, *packs):
-      st = _BlockState(packs, packing, block_fn.writes)
+    def run_block(mask, *carried):
+      st = _BlockState(carried, packing, block_fn.writes)
       m = _Mask(mask, None, False, batch)
       step = _Step(sites)
       with _tracing_step(step):
@@ -542,16 +560,16 @@ class TensorFlowBackend:
       for where, code in reversed(step.park):
         pc = tf.where(where, tf.constant(code, tf.int32), pc)
       st[_PC] = pc
-      return packing.ports(st, block_fn.writes)
+      return packing.ports(st, block_fn.writes), packing.flat_values(st)
 
     if self.basic_block_xla_device is None:
       return run_block
     device = self.basic_block_xla_device
     compiled = tf.function(run_block, jit_compile=True, autograph=False)
 
-    def run_on_device(mask, *packs):
+    def run_on_device(mask, *carried):
       with tf.device(device):
-        return compiled(mask, *packs)
+        return compiled(mask, *carried)
     return run_on_device
 
   def _fail_in_graph(self, state, num_blocks, sites):
@@ -631,8 +649,8 @@ class TensorFlowBackend:
     return state
 
 
-def _bind(f, mask, packs):
-  return lambda: f(mask, *packs)
+def _bind(f, mask, carried):
+  return lambda: f(mask, *carried)
 
 
 class _StackWrite:
@@ -669,11 +687,16 @@ class _Packing:
     targets `[K, batch]`): only the pushed members' frames are written.
   """
 
-  def __init__(self, state, block_writes, stack_slots):
+  def __init__(self, state, block_writes, stack_slots, packed):
     groups = collections.OrderedDict()
+    self.flat = []                  # slots carried as they are
     for slot, x in enumerate(state):
+      if slot not in packed:
+        self.flat.append(slot)
+        continue
       key = (slot in stack_slots, x.dtype, tuple(x.shape.as_list()))
       groups.setdefault(key, []).append(slot)
+    self.flat_index = {s: i for i, s in enumerate(self.flat)}
     self.keys = list(groups)
     self.slots = list(groups.values())
     self.where = {}
@@ -684,21 +707,47 @@ class _Packing:
     # Ports per pack: the most slots of that pack one block writes.
     self.width = [0] * len(self.slots)
     for writes in block_writes:
-      per_pack = collections.Counter(self.where[s][0] for s in writes)
+      per_pack = collections.Counter(self.where[s][0] for s in writes
+                                     if s in self.where)
       for g, k in per_pack.items():
         self.width[g] = max(self.width[g], k)
 
-  def pack(self, state):
-    return [tf.stack([state[s] for s in slots] +
-                     [tf.zeros_like(state[slots[0]])])
-            for slots in self.slots]
+  def carry(self, state):
+    """The loop variables: the packs, then the flat slots."""
+    packs = [tf.stack([state[s] for s in slots] +
+                      [tf.zeros_like(state[slots[0]])])
+             for slots in self.slots]
+    return packs + [state[s] for s in self.flat]
 
-  def unpack(self, packs):
+  def read(self, carried, slot):
+    if slot in self.where:
+      g, row = self.where[slot]
+      return carried[g][row]
+    return carried[len(self.slots) + self.flat_index[slot]]
+
+  def unpack(self, carried):
     state = [None] * self.size
-    for slots, pack in zip(self.slots, packs):
+    for slots, pack in zip(self.slots, carried):
       for slot, x in zip(slots, tf.unstack(pack)):
         state[slot] = x
+    for slot, x in zip(self.flat, carried[len(self.slots):]):
+      state[slot] = x
     return state
+
+  def flat_values(self, st):
+    """The flat slots' values at the end of a block (pushes applied)."""
+    out = []
+    for slot in self.flat:
+      value = st.written(slot)
+      if isinstance(value, _StackWrite):
+        value = value.materialize()
+      out.append(tf.convert_to_tensor(value))
+    return out
+
+  def update(self, carried, ports, flat):
+    """The loop variables after a step: ports scattered, flat replaced."""
+    packs = self.scatter(carried[:len(self.slots)], ports)
+    return packs + list(flat)
 
   def ports(self, st, writes):
     """What a branch returns: the values of `writes`, per pack.
@@ -710,7 +759,8 @@ class _Packing:
       if not k:
         continue
       is_stack, dtype, shape = self.keys[g]
-      slots = sorted(s for s in writes if self.where[s][0] == g)
+      slots = sorted(s for s in writes
+                     if s in self.where and self.where[s][0] == g)
       pad = k - len(slots)
       rows = [self.where[s][1] for s in slots] + [len(self.slots[g])] * pad
       rows = tf.constant(np.reshape(rows, [k, 1]), tf.int32)
@@ -764,17 +814,16 @@ class _BlockState:
   """The state as a block sees it inside a branch: reads slice the packs,
   writes are kept (and must be among the block's declared writes)."""
 
-  def __init__(self, packs, packing, writes):
-    self._packs = packs
-    self._where = packing.where
+  def __init__(self, carried, packing, writes):
+    self._carried = carried
+    self._packing = packing
     self._writes = writes
     self._values = {}
 
   def __getitem__(self, slot):
     value = self._values.get(slot)
     if value is None:
-      g, row = self._where[slot]
-      value = self._values[slot] = self._packs[g][row]
+      value = self._values[slot] = self._packing.read(self._carried, slot)
     if isinstance(value, _StackWrite):
       raise errors.InternalError('a block read a stack after pushing it')
     return value
@@ -783,8 +832,7 @@ class _BlockState:
     """The slot's value at the end of the block (a push stays pending)."""
     value = self._values.get(slot)
     if value is None:
-      g, row = self._where[slot]
-      value = self._packs[g][row]
+      value = self._packing.read(self._carried, slot)
     return value
 
   def __setitem__(self, slot, value):

@@ -7,7 +7,8 @@
 For each cell: median wall time of `--repeats` calls after a warm-up call,
 throughput in the workload's unit, peak traced memory (NumPy only), VM
 steps, mean utilization, and baselines measured in the same run: every
-member run alone (the dry-run loop, timed on a few members and scaled) and,
+member run alone on the same backend (the dry-run loop: plain Python per
+member on NumPy arrays or eager TF tensors; timed on a few, scaled) and,
 when tensorflow_probability is installed (TFP 0.25 needs TensorFlow 2.18:
 see benchmarks/tfp_baselines.py), TFP's auto_batching VM on the same
 fibonacci, TFP's autobatched NUTS and its hand-batched NUTS
@@ -98,11 +99,21 @@ def _staged(fn, backend, **kwargs):
   return call
 
 
-def _alone_seconds(fn, inputs, batch, sample=8):
-  """Time to run every member alone: measured on a few, scaled."""
+def _on(backend, x):
+  """`x` as the backend's array: NumPy, or an eager TF tensor."""
+  if backend == 'numpy':
+    return x
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return tf.nest.map_structure(tf.convert_to_tensor, x)
+
+
+def _alone_seconds(fn, inputs, batch, backend, sample=8):
+  """Time to run every member alone (the dry-run loop: plain Python per
+  member, on NumPy or eager TensorFlow): measured on a few, scaled."""
   k = max(1, min(batch, sample))
+  args = [_on(backend, x[:k]) for x in inputs]
   start = time.perf_counter()
-  fn(*[x[:k] for x in inputs], dry_run=True)
+  fn(*args, dry_run=True)
   return (time.perf_counter() - start) * batch / k
 
 
@@ -120,7 +131,8 @@ def make_fibonacci(backend, batch):
     return tfp_baselines.fibonacci_seconds(backend, n)
   return Cell(lambda: run(n), batch, 'members/s',
               lambda: fibonacci.last_stats,
-              lambda: _alone_seconds(fibonacci, [n], batch), tfp=tfp)
+              lambda: _alone_seconds(fibonacci, [n], batch, backend),
+              tfp=tfp)
 
 
 def make_collatz(backend, batch):
@@ -129,7 +141,7 @@ def make_collatz(backend, batch):
   run = _staged(collatz, backend, schedule=FLAGS.schedule)
   return Cell(lambda: run(n), batch, 'members/s',
               lambda: collatz.last_stats,
-              lambda: _alone_seconds(collatz, [n], batch))
+              lambda: _alone_seconds(collatz, [n], batch, backend))
 
 
 def make_tree_rnn(backend, batch):
@@ -140,12 +152,7 @@ def make_tree_rnn(backend, batch):
   tf_name = {'numpy': 'numpy', 'function': 'tf', 'xla': 'xla'}[backend]
   fn, encode = tr.encode_batched(forest, params, tf_name, FLAGS.schedule)
 
-  def alone():
-    k = min(batch, 16)
-    sub = tr.Forest(**{**vars(forest), 'roots': forest.roots[:k]})
-    start = time.perf_counter()
-    tr.encode_each_alone(sub, params)
-    return (time.perf_counter() - start) * batch / k
+  alone = lambda: _alone_seconds(encode, [forest.roots], batch, backend, 16)
   return Cell(fn, batch, 'trees/s', lambda: encode.last_stats, alone)
 
 
@@ -189,7 +196,7 @@ def make_nuts(backend, batch):
     point, da, seeds, counter = state
     k = min(batch, 2)
     first = lambda x: x[:k]
-    args = [ab.instructions.pattern_map(first, a)
+    args = [_on(backend, ab.instructions.pattern_map(first, a))
             for a in (point, da, seeds, counter, adapt)]
     start = time.perf_counter()
     out = sampler.fns.run_chunk(*args, dry_run=True)
@@ -216,6 +223,8 @@ WORKLOADS = {'fibonacci': make_fibonacci, 'collatz': make_collatz,
 def batch_sizes(workload):
   if FLAGS.quick:
     return [1, 16] if workload == 'nuts' else [1, 64]
+  if workload == 'tree_rnn':   # the issue's target is at B=256
+    return [1, 64, 256, 1024]
   return [1, 64, 256] if workload == 'nuts' else [1, 64, 1024]
 
 
@@ -295,7 +304,7 @@ def measure(workload, backend, batch):
   steps = util = None
   if stats is not None and isinstance(stats.steps, int):
     steps, util = stats.steps, stats.utilization
-  alone = cell.alone() if cell.alone and backend == 'numpy' else None
+  alone = cell.alone() if cell.alone else None
   tfp = cell.tfp() if cell.tfp else None
   hand = cell.hand() if cell.hand else None
   return dict(workload=workload, backend=backend, batch=batch,
@@ -400,7 +409,9 @@ def main(argv):
 
 
 NOTES = ('Times are medians of calls after a warm-up call.  "alone": every '
-         'member run alone with `dry_run=True` (measured on a few, scaled).  '
+         'member run alone with `dry_run=True` on the same backend\'s arrays '
+         '(NumPy, or eager TensorFlow for the TF rows; measured on a few, '
+         'scaled).  '
          '"TFP VM": TensorFlow Probability\'s `auto_batching` on the same '
          'program (fibonacci) or its autobatched NUTS '
          '(`tfp.experimental.mcmc.NoUTurnSampler`); "hand-batched": '
