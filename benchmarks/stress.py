@@ -1,11 +1,26 @@
 """Load test: very large batches and deep stacks.
 
-    python benchmarks/stress.py [--batch_size=100000] [--depth=1000]
+    python benchmarks/stress.py [--batch_size=100000] [--depth=1000] [--tf]
+        [--nonumpy] [--tf_modes=eager,function,xla] [--programs=fibonacci]
 
 Runs fibonacci (n ~ U[8,16)) and Collatz (n ~ U[1, 10^4)) at the given
 batch size with max_stack_depth=--depth on NumPy (and TensorFlow with
---tf), and reports time, peak traced memory, and the VM state's memory as
-the allocation promises it (stacks only for variables live across calls).
+--tf), checks the results against the NumPy backend's, and reports per run:
+
+- time: the run alone.  A warm-up call at the same batch size and depth
+  with inputs that finish at once (n = 1) compiles the blocks, and on
+  TensorFlow traces (and for XLA compiles) the loop first;
+- peak RSS: the process's resident-memory high-water mark during the run
+  minus its resident memory before (Linux: VmHWM reset through
+  /proc/self/clear_refs).  TensorFlow's allocations are not visible to
+  tracemalloc, RSS sees every backend;
+- peak traced (NumPy only; --tracemalloc): tracemalloc's peak during a
+  second run.  It counts allocated bytes, RSS only the pages touched: a
+  `np.zeros` stack is calloc'ed, so rows never pushed to never become
+  resident;
+- the VM state as the allocation promises it (`_Layout.memory()`: stacks
+  only for FULL variables, those live across a call), next to the bytes
+  the backend's initial state actually allocates for those stacks.
 """
 
 import os
@@ -17,49 +32,108 @@ from absl import app
 from absl import flags
 import numpy as np
 
-import autobatch_vm as ab
-
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import autobatch_vm as ab  # pylint: disable=g-import-not-at-top,wrong-import-position
+from autobatch_vm import virtual_machine  # pylint: disable=g-import-not-at-top,wrong-import-position
 from benchmarks import workloads  # pylint: disable=g-import-not-at-top,wrong-import-position
-from autobatch_vm import virtual_machine
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer('batch_size', 100000, 'Batch members.')
 flags.DEFINE_integer('depth', 1000, 'max_stack_depth.')
+flags.DEFINE_boolean('numpy', True, 'Run on the NumPy backend.')
 flags.DEFINE_boolean('tf', False, 'Also run on the TensorFlow backend.')
+flags.DEFINE_list('tf_modes', ['eager'],
+                  'TensorFlow modes: eager (the VM\'s cached tf.function), '
+                  'function (inside a tf.function), xla (jit_compile=True).')
+flags.DEFINE_list('programs', ['fibonacci', 'collatz'], 'Programs to run.')
+flags.DEFINE_boolean('tracemalloc', False,
+                     'NumPy: run once more under tracemalloc for its peak.')
 
 ctx = workloads.ctx
-fibonacci = workloads.fibonacci
-collatz = workloads.collatz
+PROGRAMS = {'fibonacci': workloads.fibonacci, 'collatz': workloads.collatz}
+MIB = 2**20
 
 
-def promised_memory(fn, args, depth, backend):
+def _status_kib(field):
+  with open('/proc/self/status') as f:
+    for line in f:
+      if line.startswith(field + ':'):
+        return int(line.split()[1])
+  return None
+
+
+def reset_peak_rss():
+  """Resets VmHWM to the current RSS; returns the current RSS in bytes."""
+  try:
+    with open('/proc/self/clear_refs', 'w') as f:
+      f.write('5')
+  except OSError:
+    return None
+  return _status_kib('VmRSS') * 1024
+
+
+def peak_rss():
+  kib = _status_kib('VmHWM')
+  return None if kib is None else kib * 1024
+
+
+def state_memory(fn, args, depth, backend):
+  """(promised bytes by kind, FULL vars, bytes the stacks really take)."""
   program = ctx.lowered_for_args(fn.name, args, backend)
   layout = virtual_machine.CompiledProgram(
       program, backend, len(args[0]), depth).layout
   full = [v for v, a in program.var_alloc.items()
           if a == ab.instructions.VariableAllocation.FULL]
-  return layout.memory(), full
+  state = layout.initial_state()
+  stack_slots = [s for slots, sp in layout.stacks.values()
+                 for s in slots + [sp]]
+  allocated = sum(
+      int(np.prod(state[s].shape)) *
+      np.dtype(getattr(state[s].dtype, 'as_numpy_dtype',
+                       state[s].dtype)).itemsize for s in stack_slots)
+  del state
+  return layout.memory(), full, allocated
 
 
-def run_one(name, fn, n, depth, backend, convert):
-  args = [convert(n)]
-  fn(*[convert(n[:4])], max_stack_depth=depth, backend=backend)  # compile
-  tracemalloc.start()
+def make_runner(fn, backend, mode, depth):
+  if mode == 'numpy' or mode == 'eager':
+    return lambda x: fn(x, max_stack_depth=depth, backend=backend)
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return tf.function(lambda x: fn(x, max_stack_depth=depth, backend=backend),
+                     jit_compile=(mode == 'xla'))
+
+
+def run_one(name, n, depth, backend, mode, convert, expected):
+  fn = PROGRAMS[name]
+  run = make_runner(fn, backend, mode, depth)
+  x = convert(n)
   start = time.perf_counter()
-  out = fn(*args, max_stack_depth=depth, backend=backend)
+  np.asarray(run(convert(np.ones_like(n))))   # compile / trace at this size
+  warmup = time.perf_counter() - start
+  before = reset_peak_rss()
+  start = time.perf_counter()
+  out = np.asarray(run(x))
   seconds = time.perf_counter() - start
-  _, peak = tracemalloc.get_traced_memory()
-  tracemalloc.stop()
-  mem, full = promised_memory(fn, args, depth, backend)
-  stats = fn.last_stats
-  print(f'{name:<10} {backend.name:<6} B={len(n):<7} depth={depth:<5} '
-        f'{seconds:8.2f} s  steps={stats.steps:<6} '
-        f'util={stats.utilization:.2f}  peak traced={peak / 2**20:8.1f} MiB  '
-        f'state: stacks={mem["stacks"] / 2**20:.1f} MiB '
+  peak = peak_rss()
+  rss = (peak - before) / MIB if before is not None else float('nan')
+  steps = fn.last_stats.steps if mode in ('numpy', 'eager') else None
+  traced = ''
+  if FLAGS.tracemalloc and mode == 'numpy':
+    tracemalloc.start()
+    run(x)
+    traced = f'peak traced={tracemalloc.get_traced_memory()[1] / MIB:.1f} MiB  '
+    tracemalloc.stop()
+  mem, full, allocated = state_memory(fn, [x], depth, backend)
+  ok = 'ok' if expected is None or np.array_equal(out, expected) else 'WRONG'
+  print(f'{name:<10} {mode:<8} B={len(n):<7} depth={depth:<5} '
+        f'{seconds:8.2f} s (warm-up {warmup:.1f} s)  steps={steps}  '
+        f'peak RSS +{rss:.1f} MiB  {traced}'
+        f'promised: stacks={mem["stacks"] / MIB:.1f} MiB '
         f'(FULL: {", ".join(full) or "none"}) '
-        f'registers={mem["registers"] / 2**20:.1f} MiB '
-        f'pc={mem["pc"] / 2**20:.1f} MiB', flush=True)
+        f'registers={mem["registers"] / MIB:.1f} MiB '
+        f'pc={mem["pc"] / MIB:.1f} MiB total={mem["total"] / MIB:.1f} MiB; '
+        f'stacks allocated={allocated / MIB:.1f} MiB  result {ok}',
+        flush=True)
   return out
 
 
@@ -67,15 +141,19 @@ def main(argv):
   del argv
   rng = np.random.default_rng(0)
   b, depth = FLAGS.batch_size, FLAGS.depth
-  fib_n = rng.integers(8, 16, size=b)
-  col_n = rng.integers(1, 10**4, size=b)
-  backends = [(ab.NumpyBackend(), np.asarray)]
+  inputs = {'fibonacci': rng.integers(8, 16, size=b),
+            'collatz': rng.integers(1, 10**4, size=b)}
+  expected = {}
+  if FLAGS.numpy:
+    for name in FLAGS.programs:
+      expected[name] = run_one(name, inputs[name], depth, ab.NumpyBackend(),
+                               'numpy', np.asarray, None)
   if FLAGS.tf:
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    backends.append((ab.TensorFlowBackend(), tf.constant))
-  for backend, convert in backends:
-    run_one('fibonacci', fibonacci, fib_n, depth, backend, convert)
-    run_one('collatz', collatz, col_n, depth, backend, convert)
+    for mode in FLAGS.tf_modes:
+      for name in FLAGS.programs:
+        run_one(name, inputs[name], depth, ab.TensorFlowBackend(), mode,
+                tf.constant, expected.get(name))
 
 
 if __name__ == '__main__':

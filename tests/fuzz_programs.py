@@ -147,7 +147,10 @@ class _Gen:
     """A call of an earlier function, or of ourselves with d - 1."""
     choices = list(range(self.index))
     target = self.draw(st.sampled_from(choices + [self.index]))
-    args = ', '.join(self.int_expr(1) for _ in range(2))
+    args = [self.int_expr(1) for _ in range(2)]
+    if self.int32_safe:  # a literal argument would make the parameter int64
+      args = [a if _has_var(a) else f'({a} + c - c)' for a in args]
+    args = ', '.join(args)
     fx = self.draw(float_expr())
     if target == self.index:
       return f'f{target}({args}, {fx}, d - 1)', True
@@ -227,8 +230,9 @@ def program_strategy(draw, portable=False, int32_safe=False):
 
   portable=True: only operations that also stage in TensorFlow.
   int32_safe=True: avoids the known bugs with int32 state (tests/test_fuzz.py,
-  WHERE_LITERAL_BUG and RANGE_INT32_BUG): no select with a literal side, and
-  `for` loops only over `range(<literal>)`, not reading the loop variable.
+  WHERE_LITERAL_BUG, RANGE_INT32_BUG, CALL_LITERAL_BUG): no select with a
+  literal side, `for` loops only over `range(<literal>)`, not reading the
+  loop variable, and no literal argument in calls of batched functions.
   """
   n = draw(st.integers(1, MAX_FUNCTIONS))
   parts = ['import sys', 'import numpy as np', 'import autobatch_vm as ab',

@@ -122,12 +122,82 @@ def test_random_programs_match_python_on_tf(case):
   run_program(source, seed, NUMPY_MODES + TF_MODES, int_dtype)
 
 
-# Programs that once failed, with the seed, the modes and the int dtype.
-REGRESSIONS = []
+# -- regressions ------------------------------------------------------------------
+# Programs the fuzzer found failing, minimized.  Each runs in every mode; the
+# modes where it still fails are xfailed (strict) with the bug's description.
+
+WHERE_LITERAL_BUG = (
+    'BUG (NumPy backend): `x if c else <literal>` (ab.ops.where) turns the '
+    'Python literal into an int64/float64 array (np.asarray), so a select '
+    'of an int32 (float32) variable and a literal is int64 (float64): '
+    '`a = 0 if a > 1 else a` with int32 `a` raises TypeInferenceError '
+    '(int32 vs int64).  np.where and the TF path keep the literal weak.')
+
+RANGE_INT32_BUG = (
+    'BUG: `for i in range(n)` with an int32 `n` starts its counter at an '
+    'int64 literal 0: on TensorFlow `counter < n` fails (int64 vs int32, '
+    'PrimitiveError while inferring types), on NumPy the loop variable is '
+    'int64, so `c = c + i` with int32 `c` raises TypeInferenceError.')
+
+CALL_LITERAL_BUG = (
+    'BUG: a literal argument of a batched call (`f0(a, 1, ...)`) makes the '
+    'callee\'s parameter int64, but type inference treats it as a weak '
+    'literal (`a + b` with int32 `a` is typed int32): on TensorFlow the '
+    'primitive then adds int32 and int64 tensors and fails (PrimitiveError: '
+    'AddV2 expected int32); NumPy silently computes in int64.')
+
+_HEADER = 'import sys\nimport numpy as np\nimport autobatch_vm as ab\n\n'
+
+_REGRESSION_PROGRAMS = [
+    # (name, source, int dtype, {mode: bug that makes it fail})
+    ('where_literal_int32', _HEADER + (
+        '@DECORATOR\n'
+        'def f0(a, b, x, d):\n'
+        '    a = (0 if a > 1 else a)\n'
+        '    return a, x\n'), np.int32,
+     {'stack': WHERE_LITERAL_BUG, 'stackless': WHERE_LITERAL_BUG}),
+    ('range_int32', _HEADER + (
+        '@DECORATOR\n'
+        'def f0(a, b, x, d):\n'
+        '    c = a % 7\n'
+        '    for i0 in range(ab.truthy(a % 5)):\n'
+        '        c = (c + i0) % 997\n'
+        '    return c, x\n'), np.int32,
+     {m: RANGE_INT32_BUG for m in NUMPY_MODES + TF_MODES}),
+    ('call_literal_int32', _HEADER + (
+        '@DECORATOR\n'
+        'def f0(a, b, x, d):\n'
+        '    return (a + b) % 997, x\n'
+        '\n'
+        '@DECORATOR\n'
+        'def f1(a, b, x, d):\n'
+        '    a, x = f0(a, 1, x, d)\n'
+        '    return a, x\n'), np.int32,
+     {m: CALL_LITERAL_BUG for m in TF_MODES}),
+    # The same programs with int64 state work everywhere.
+    ('where_literal_int64', None, np.int64, {}),
+    ('range_int64', None, np.int64, {}),
+    ('call_literal_int64', None, np.int64, {}),
+]
 
 
-@pytest.mark.parametrize('source, seed, modes, int_dtype', REGRESSIONS)
-def test_regressions(source, seed, modes, int_dtype):
-  if any(m.startswith('tf') for m in modes) and tf is None:
-    pytest.skip('needs TensorFlow')
-  run_program(source, seed, modes, int_dtype)
+def _regression_params():
+  sources = {}
+  params = []
+  for name, source, int_dtype, failing in _REGRESSION_PROGRAMS:
+    key = name.rsplit('_', 1)[0]
+    source = sources.setdefault(key, source)
+    for mode in NUMPY_MODES + TF_MODES:
+      marks = []
+      if mode in failing:
+        marks.append(pytest.mark.xfail(strict=True, reason=failing[mode]))
+      if mode.startswith('tf') and tf is None:
+        marks.append(pytest.mark.skip(reason='needs TensorFlow'))
+      params.append(pytest.param(source, mode, int_dtype, marks=marks,
+                                 id=f'{name}-{mode}'))
+  return params
+
+
+@pytest.mark.parametrize('source, mode, int_dtype', _regression_params())
+def test_regressions(source, mode, int_dtype):
+  run_program(source, 0, (mode,), int_dtype)
