@@ -1,0 +1,116 @@
+"""TensorFlow Probability baselines, run in the same process as ours.
+
+Used by `benchmarks/run.py` when `tensorflow_probability` imports (the
+`bench` extra: TFP 0.25 and the tf-keras matching the TensorFlow installed;
+tried with TF 2.18 and with TF 2.21 + tf-keras 2.21).  Each function
+returns None when TFP is missing, so the harness runs either way.  Compare
+systems only within one run: XLA on TF 2.18 ran both TFP's NUTS and ours
+several times slower than on TF 2.21 on the same machine.
+
+- `fibonacci_seconds`: TFP's `auto_batching` VM on the same fibonacci.
+- `nuts`: TFP's autobatched NUTS (`tfp.experimental.mcmc.NoUTurnSampler`,
+  built on that VM) and its hand-batched NUTS (`tfp.mcmc.NoUTurnSampler`),
+  on the same logistic-regression target, from the same warmed-up chains,
+  at the same per-chain step sizes, for the same number of transitions.
+"""
+
+import statistics
+import time
+
+import numpy as np
+
+
+def _tfp():
+  try:
+    import tensorflow_probability as tfp  # pylint: disable=g-import-not-at-top
+  except Exception:  # pylint: disable=broad-except  (missing, or wrong TF)
+    return None
+  return tfp
+
+
+def available():
+  return _tfp() is not None
+
+
+def _median_time(run, repeats):
+  run()
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    run()
+    times.append(time.perf_counter() - start)
+  return statistics.median(times)
+
+
+def fibonacci_seconds(backend, n, repeats=1):
+  """Median seconds of TFP's VM on fibonacci(n); backend is 'numpy',
+  'function' (tf.function) or 'xla'."""
+  if _tfp() is None:
+    return None
+  from tensorflow_probability.python.experimental import auto_batching as tfp_ab  # pylint: disable=g-import-not-at-top
+  ctx = tfp_ab.Context()
+
+  @ctx.batch(type_inference=lambda arg_types: arg_types[0])
+  def fib(n):
+    if n > 2:
+      return fib(n - 1) + fib(n - 2)
+    else:
+      return 1
+
+  if backend == 'numpy':
+    run = lambda: fib(n, max_stack_depth=20, backend=tfp_ab.NumpyBackend())
+  else:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    staged = tf.function(
+        lambda x: fib(x, max_stack_depth=20,
+                      backend=tfp_ab.TensorFlowBackend()),
+        jit_compile=(backend == 'xla'))
+    n_t = tf.constant(n)
+    run = lambda: staged(n_t)
+  return _median_time(run, repeats)
+
+
+def nuts(kind, backend, target, theta, step_size, num_transitions,
+         max_tree_depth, repeats=1, seed=0):
+  """TFP's NUTS from `theta` [chains, dim] at per-chain `step_size`.
+
+  kind: 'autobatched' (tfp.experimental.mcmc.NoUTurnSampler, TFP's VM) or
+  'unrolled' (tfp.mcmc.NoUTurnSampler, hand-batched).  backend: 'function'
+  (tf.function, graph) or 'xla'.  Returns dict(seconds=median per call,
+  leapfrogs=summed over chains and transitions, samples=[transitions,
+  chains, dim]), or None without TFP.
+  """
+  tfp = _tfp()
+  if tfp is None:
+    return None
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  theta = tf.constant(theta)
+  step = tf.constant(np.asarray(step_size).reshape(-1, 1), theta.dtype)
+
+  if kind == 'unrolled':
+    kernel = tfp.mcmc.NoUTurnSampler(target.tf_log_prob, step_size=step,
+                                     max_tree_depth=max_tree_depth)
+  elif kind == 'autobatched':
+    kernel = tfp.experimental.mcmc.NoUTurnSampler(
+        target.tf_log_prob, step_size=step, max_tree_depth=max_tree_depth,
+        seed=seed)
+  else:
+    raise ValueError(f'kind {kind!r}')
+
+  def sample(x):
+    kwargs = {} if kind == 'autobatched' else {'seed': [seed, 1]}
+    return tfp.mcmc.sample_chain(
+        num_results=num_transitions, current_state=x, kernel=kernel,
+        num_burnin_steps=0, trace_fn=lambda _, kr: kr.leapfrogs_taken,
+        **kwargs)
+
+  staged = tf.function(sample, jit_compile=(backend == 'xla'),
+                       autograph=False)
+  out = {}
+
+  def run():
+    samples, leapfrogs = staged(theta)
+    out['samples'] = samples.numpy()
+    out['leapfrogs'] = float(np.sum(leapfrogs.numpy()))
+  seconds = _median_time(run, repeats)
+  return dict(seconds=seconds, **out)
