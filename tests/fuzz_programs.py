@@ -100,12 +100,24 @@ def int_expr(draw, depth=0, portable=False, int32_safe=False):
 
 @st.composite
 def float_expr(draw):
-  """A float expression in [0, 50), over x and (converted) a, b."""
+  """A float expression in [0, 50), over x and (converted) a, b, c.
+
+  Rounded the same way by Python, NumPy, TF graphs and XLA: TensorFlow's
+  graph optimizer reassociates constants (`(x - 1.25) + 0.5` becomes
+  `x + -0.75`, `x * x * 0.01` is regrouped) and XLA fuses multiply-adds,
+  which changes the last bit, and iterated `x + x * x * k` amplifies that
+  (see test_tf_float_rounding_differs_only_by_reassociation in
+  tests/test_fuzz.py).  So constants that multiply are powers of two or
+  small ints (exact products) and no two constants meet in one sum.
+  """
   a = draw(st.sampled_from(['x', 'x * 0.5', 'x - 1.25',
                             'to_float(a % 5) * 0.75',
                             '(x * 0.25 if a % 3 == 0 else x + 1.5)']))
-  b = draw(st.sampled_from(['x', '0.5', 'to_float(b) * 0.125', 'x * x * 0.01',
+  b = draw(st.sampled_from(['x', '0.5', 'to_float(b) * 0.125',
+                            'x * x * 0.0078125', 'to_float(b % 3) * 0.5',
                             '(x if x < 10.5 else to_float(c % 9))']))
+  if a == 'x - 1.25' and b == '0.5':
+    b = 'x'
   return f'({a} + {b}) % 50.0'
 
 
