@@ -248,13 +248,25 @@ def nuts_ess(backends, chains=64):
 
   for backend in backends:
     kind = {'numpy': 'numpy', 'function': 'tf', 'xla': 'xla'}[backend]
-    sampler = nuts.Sampler(target, kind, chunk=num,
+    # Chunks of NUTS_TRANSITIONS, as a user would run it: the samples
+    # array of one call is part of the VM state (a step under XLA costs
+    # in proportion to what the blocks write, and `put` writes it whole).
+    sampler = nuts.Sampler(target, kind, chunk=NUTS_TRANSITIONS,
                            max_tree_depth=NUTS_MAX_TREE_DEPTH)
     adapt = np.zeros(chains, bool)
+
+    def sample_all():
+      point, da, seeds, counter = state
+      chunks = []
+      for _ in range(-(-num // NUTS_TRANSITIONS)):
+        point, da, samples, _, counter = sampler._call(  # pylint: disable=protected-access
+            'run_chunk', point, da, seeds, counter, adapt)
+        chunks.append(np.asarray(samples))
+      return np.concatenate(chunks, axis=1)[:, :num]
     sampler._call('run_chunk', *state, adapt)  # pylint: disable=protected-access
     start = time.perf_counter()
-    out = sampler._call('run_chunk', *state, adapt)  # pylint: disable=protected-access
-    add('autobatch_vm', backend, time.perf_counter() - start, out[2])
+    samples = sample_all()
+    add('autobatch_vm', backend, time.perf_counter() - start, samples)
     if backend == 'numpy' or not tfp_baselines.available():
       continue
     for kind in ('autobatched', 'unrolled'):
