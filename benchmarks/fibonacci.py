@@ -10,9 +10,7 @@ B=64 2.64 s, B=1024 228 s.
 """
 
 import os
-import statistics
 import sys
-import time
 
 from absl import app
 from absl import flags
@@ -33,24 +31,15 @@ TFP_REFERENCE = {64: 2.64, 1024: 228.0}
 fibonacci = workloads.fibonacci
 
 
-def time_it(fn, repeats):
-  fn()  # warm-up: compiles the program and the block code
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
-
-
 def measure(batch, repeats, stackless=False, schedule='lowest'):
   rng = np.random.default_rng(batch)
   n = rng.integers(8, 16, size=batch)
-  t = time_it(lambda: fibonacci(n, max_stack_depth=20, stackless=stackless,
-                                schedule=schedule), repeats)
+  t = workloads.median_time(
+      lambda: fibonacci(n, max_stack_depth=20, stackless=stackless,
+                        schedule=schedule), repeats)
   stats = fibonacci.last_stats
   subset = n[:min(batch, 16)]
-  t_alone = time_it(lambda: fibonacci(subset, dry_run=True), 1)
+  t_alone = workloads.median_time(lambda: fibonacci(subset, dry_run=True), 1)
   return dict(batch=batch, seconds=t, steps=stats.steps,
               utilization=stats.utilization,
               members_per_s=batch / t,

@@ -24,7 +24,6 @@ import os
 # Multi-threaded OpenBLAS is pathological on small shared machines (a
 # [64,25]@[25,1000] product: 31 ms with 2 threads, 0.7 ms with 1).
 os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')
-import statistics
 import sys
 import time
 import tracemalloc
@@ -293,19 +292,9 @@ def ess_markdown(rows, chains=64):
 
 # -- driver ---------------------------------------------------------------------
 
-def _median_time(run, repeats):
-  run()
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    run()
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
-
-
 def measure(workload, backend, batch):
   cell = WORKLOADS[workload](backend, batch)
-  seconds = _median_time(cell.run, FLAGS.repeats)
+  seconds = workloads.median_time(cell.run, FLAGS.repeats)
   peak = None
   if backend == 'numpy':
     tracemalloc.start()

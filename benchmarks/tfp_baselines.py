@@ -14,10 +14,9 @@ several times slower than on TF 2.21 on the same machine.
   at the same per-chain step sizes, for the same number of transitions.
 """
 
-import statistics
-import time
-
 import numpy as np
+
+from benchmarks import workloads
 
 
 def _tfp():
@@ -30,16 +29,6 @@ def _tfp():
 
 def available():
   return _tfp() is not None
-
-
-def _median_time(run, repeats):
-  run()
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    run()
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
 
 
 def fibonacci_seconds(backend, n, repeats=1):
@@ -67,7 +56,7 @@ def fibonacci_seconds(backend, n, repeats=1):
         jit_compile=(backend == 'xla'))
     n_t = tf.constant(n)
     run = lambda: staged(n_t)
-  return _median_time(run, repeats)
+  return workloads.median_time(run, repeats)
 
 
 def nuts(kind, backend, target, theta, step_size, num_transitions,
@@ -112,5 +101,5 @@ def nuts(kind, backend, target, theta, step_size, num_transitions,
     samples, leapfrogs = staged(theta)
     out['samples'] = samples.numpy()
     out['leapfrogs'] = float(np.sum(leapfrogs.numpy()))
-  seconds = _median_time(run, repeats)
+  seconds = workloads.median_time(run, repeats)
   return dict(seconds=seconds, **out)

@@ -1,9 +1,12 @@
-"""The batched programs the benchmarks share (one Context).
+"""The batched programs the benchmarks share (one Context), and timing.
 
 Scripts in benchmarks/ import it as `from benchmarks import workloads`
 after putting the repository root on sys.path, so they run both as
 `python benchmarks/NAME.py` and as `python -m benchmarks.NAME`.
 """
+
+import statistics
+import time
 
 import autobatch_vm as ab
 
@@ -32,3 +35,15 @@ def collatz(n):
       n = 3 * n + 1
     steps += 1
   return steps
+
+
+def median_time(run, repeats):
+  """Median seconds of `repeats` calls of `run()`, after one untimed call
+  (compiles the program and the block code, traces TF functions)."""
+  run()
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    run()
+    times.append(time.perf_counter() - start)
+  return statistics.median(times)
