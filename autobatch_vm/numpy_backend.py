@@ -33,6 +33,21 @@ class _Mask:
     self.full = self.count == batch
 
 
+def _coercer(tensor_type):
+  """`coerce(x, rows)`: `x` as an array `[rows, *shape]` of the type's
+  dtype (a cast and a broadcast only where needed)."""
+  dtype, shape = tensor_type.dtype, tuple(tensor_type.shape)
+  ndim = len(shape) + 1
+
+  def coerce(x, rows):
+    if type(x) is not np.ndarray or x.dtype != dtype:
+      x = np.asarray(x, dtype)
+    if x.ndim != ndim or x.shape[0] != rows:
+      x = np.broadcast_to(x, (rows,) + shape)
+    return x
+  return coerce
+
+
 class NumpyBackend:
   """Runs autobatch_vm programs on NumPy arrays."""
 
@@ -67,30 +82,13 @@ class NumpyBackend:
 
   def coerce_fn(self, tensor_type, batch):
     """A function making a primitive's result `[batch, *shape]` of dtype."""
-    dtype = tensor_type.dtype
-    full_shape = (batch,) + tensor_type.shape
-    ndim = len(full_shape)
-
-    def coerce(x):
-      if type(x) is not np.ndarray or x.dtype != dtype:
-        x = np.asarray(x, dtype)
-      if x.ndim != ndim:
-        x = np.broadcast_to(x, full_shape)
-      return x
-    return coerce
+    coerce = _coercer(tensor_type)
+    return lambda x: coerce(x, batch)
 
   def rows_coerce_fn(self, tensor_type):
     """A function making a result `[members at the block, *shape]`."""
-    dtype, shape = tensor_type.dtype, tensor_type.shape
-    ndim = len(shape) + 1
-
-    def coerce(x, m):
-      if type(x) is not np.ndarray or x.dtype != dtype:
-        x = np.asarray(x, dtype)
-      if x.ndim != ndim or x.shape[0] != m.count:
-        x = np.broadcast_to(x, (m.count,) + shape)
-      return x
-    return coerce
+    coerce = _coercer(tensor_type)
+    return lambda x, m: coerce(x, m.count)
 
   def gather(self, x, m):
     """The rows of `x` of the members in `m` (all of `x` if all are)."""
