@@ -60,6 +60,11 @@ import tensorflow as tf
 
 from autobatch_vm import errors
 
+try:  # The functional Case without lowering (see _switch); TF >= 2.2.
+  from tensorflow.python.ops.cond_v2 import indexed_case as _indexed_case  # pylint: disable=g-direct-tensorflow-import,g-import-not-at-top
+except ImportError:  # pragma: no cover
+  _indexed_case = None
+
 __all__ = ['TensorFlowBackend']
 
 _PC = 0
@@ -527,7 +532,7 @@ class TensorFlowBackend:
           acc, tf.reshape(b, [1, 1]),
           tf.reshape(tf.stack([tf.constant(1, tf.int32), count]), [1, 2]))
       branches = [_bind(f, mask, carried) for f in branch_fns]
-      ports, flat = tf.switch_case(b, branches)
+      ports, flat = _switch(b, branches)
       carried = packing.update(list(carried), ports, flat)
       return [_next_block_tf(packing.read(carried, _PC), num_blocks,
                              schedule), acc] + carried
@@ -647,6 +652,21 @@ class TensorFlowBackend:
     if stats.profile:
       stats.block_time.update(zip(labels, seconds))
     return state
+
+
+def _switch(b, branches):
+  """`tf.switch_case(b, branches)`, kept as one `Case` op outside XLA.
+
+  By default TensorFlow lowers a `Case` in a graph to `Switch`/`Merge`
+  nodes, and the executor then visits every node of every branch at each
+  step (the untaken ones with dead tensors), so a step costs the size of
+  the whole program.  Kept as a functional `Case`, a step runs only the
+  taken block's function: fibonacci at B=1024 under `tf.function`, 0.15
+  -> 0.10 s.  XLA compiles the `Case` as a conditional either way.
+  """
+  if _in_xla_context() or _indexed_case is None:
+    return tf.switch_case(b, branches)
+  return _indexed_case(b, branches, lower_using_switch_merge=False)
 
 
 def _bind(f, mask, carried):
