@@ -269,7 +269,11 @@ class PrimOp:
   `text` is the readable form for the printer (e.g. `n - 1`).  A PrimOp with
   no inputs computes a member-independent value that is broadcast to the
   batch.  `sync` marks one that calls a `sync_point` primitive (expensive,
-  worth waiting for): blocks holding one are scheduled last.
+  worth waiting for): blocks holding one are scheduled last.  `casts` are
+  `(input index, dtype)` pairs that type inference adds where an input
+  holds a Python literal (a "weak" variable, e.g. a `range` counter) and
+  meets typed arrays: the VM casts that input before the call, so the
+  batched primitive computes in the dtype that the literal would take.
   """
   vars_in: Tuple[str, ...]
   vars_out: Any
@@ -277,10 +281,11 @@ class PrimOp:
   text: str = ''
   loc: Optional[SourceLoc] = None
   sync: bool = False
+  casts: Tuple[Tuple[int, Any], ...] = ()
 
   def _key(self):
     return (self.vars_in, _freeze(self.vars_out), self.function, self.text,
-            self.sync)
+            self.sync, self.casts)
 
   def __eq__(self, other):
     return isinstance(other, PrimOp) and self._key() == other._key()
@@ -477,7 +482,9 @@ def op_str(op):
     ins = ', '.join(op.vars_in)
     text = op.text or getattr(op.function, '__name__', 'prim')
     sync = ' sync' if op.sync else ''
-    return f'{pattern_str(op.vars_out)} = prim[{text}]({ins}){sync}'
+    casts = ''.join(f' cast({op.vars_in[i]}:{np.dtype(d).name})'
+                    for i, d in op.casts)
+    return f'{pattern_str(op.vars_out)} = prim[{text}]({ins}){sync}{casts}'
   if isinstance(op, FunctionCallOp):
     return (f'{pattern_str(op.vars_out)} = call {op.function}'
             f'({", ".join(op.vars_in)})')

@@ -75,6 +75,9 @@ class NumpyBackend:
   def dtype(self, x):
     return np.asarray(x).dtype
 
+  def cast(self, x, dtype):
+    return np.asarray(x).astype(dtype, copy=False)
+
   def dummy(self, tensor_type, batch):
     return np.zeros((batch,) + tensor_type.shape, tensor_type.dtype)
 

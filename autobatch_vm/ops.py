@@ -116,9 +116,10 @@ def where(cond, x, y):
       y = tf.convert_to_tensor(y, dtype=x.dtype)
     rank = max(len(x.shape), len(y.shape))
     return tf.where(_expand_to(cond, rank), x, y)
-  x = np.asarray(x)
-  y = np.asarray(y)
-  rank = max(x.ndim, y.ndim)
+  # A Python scalar stays one: np.where promotes it as a literal (weakly:
+  # `0 if c else a` with int32 `a` is int32), where np.asarray would make
+  # it an int64 array, which NumPy >= 2 promotes like any array.
+  rank = max(np.ndim(x), np.ndim(y))
   return np.where(_expand_to(cond, rank), x, y)
 
 

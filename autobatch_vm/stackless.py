@@ -92,7 +92,11 @@ class _Executor:
 
   def op(self, fn, env, op, m):
     if isinstance(op, inst.PrimOp):
-      args = [env[v] for v in op.vars_in]
+      args = virtual_machine.cast_args(op, [env[v] for v in op.vars_in],
+                                       self.be)
+      sanitize = getattr(self.be, 'sanitize', None)
+      if sanitize is not None:   # see TensorFlowBackend.sanitize
+        args = [inst.pattern_map(lambda x: sanitize(x, m), a) for a in args]
       try:
         result = op.function(*args)
       except errors.AutoBatchError:

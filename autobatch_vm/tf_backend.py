@@ -69,8 +69,9 @@ __all__ = ['TensorFlowBackend']
 
 _PC = 0
 _EAGER_CACHE_SIZE = 64
-# Outside XLA, registers up to this size are packed (see _staged_loop).
-_PACK_BYTES = 16 * 1024
+# Outside XLA, packs (of small registers) stay below this size: see
+# _staged_loop.
+_PACK_BYTES = 128 * 1024
 
 
 def _in_xla_context():
@@ -90,7 +91,7 @@ class _Mask:
   new `_Mask` per traced branch (tensors cannot cross graphs).
   """
   __slots__ = ('mask', 'count', 'full', 'batch', '_as_int', '_expanded',
-               '_idx')
+               '_idx', '_first')
 
   def __init__(self, mask, count, full, batch):
     self.mask = mask
@@ -100,6 +101,14 @@ class _Mask:
     self._as_int = None
     self._expanded = {}
     self._idx = None
+    self._first = None
+
+  @property
+  def first(self):
+    """The index of the first member in the mask (a scalar tensor)."""
+    if self._first is None:
+      self._first = tf.argmax(self.as_int, output_type=tf.int32)
+    return self._first
 
   @property
   def as_int(self):
@@ -310,6 +319,9 @@ class TensorFlowBackend:
       return np.dtype(x.dtype.as_numpy_dtype)
     return np.asarray(x).dtype
 
+  def cast(self, x, dtype):
+    return tf.cast(x, tf.as_dtype(np.dtype(dtype)))
+
   def dummy(self, tensor_type, batch):
     return tf.zeros((batch,) + tuple(tensor_type.shape),
                     tf.as_dtype(tensor_type.dtype))
@@ -381,9 +393,23 @@ class TensorFlowBackend:
     x = self.asarray(x)
     if len(x.shape) == 0:
       return x
-    first = tf.gather(x, tf.argmax(tf.cast(m.mask, tf.int32),
-                                   output_type=tf.int32))
+    first = tf.gather(x, m.first)
     return tf.where(m.expanded(len(x.shape)), x, first[tf.newaxis])
+
+  def sanitize(self, x, m):
+    """A register as a block's primitives see it: the lanes of members not
+    at the block hold a copy of a member's that is (`fill_inactive`).
+
+    Primitives run on the whole batch here, and leftover data in the other
+    lanes must not matter: an index out of range there would fail the run
+    (`tf.gather` checks indices on CPU), and a derivative that is inf there
+    would make gradients NaN (0 * inf through the masked write).  With a
+    live member's data, those lanes compute what it computes.  Not under
+    XLA, which clamps indices and cannot differentiate the loop anyway.
+    """
+    if m is None or m.full or _in_xla_context():
+      return x
+    return self.fill_inactive(x, m)
 
   def members(self, m):
     """Indices of the members in `m`, or None in a graph (unknown)."""
@@ -507,17 +533,20 @@ class TensorFlowBackend:
     copies every value a conditional merely passes through, so a step
     would cost the size of the whole state.  In a plain graph, passing a
     tensor through is free but a scatter copies its pack, so only small
-    registers are packed (fewer loop variables and branch outputs).
+    registers are packed, in packs of at most `_PACK_BYTES` (fewer loop
+    variables and branch outputs; NUTS at 64 chains had a 384 KB pack of
+    `[64, 25]` registers, copied at every step).
     """
     state = [tf.convert_to_tensor(s) for s in state]
     stack_slots = blocks[0].stack_slots if blocks else frozenset()
     if _in_xla_context():
-      packed = range(len(state))
+      packed, limit = range(len(state)), None
     else:
       packed = [i for i, x in enumerate(state) if i not in stack_slots
-                and x.shape.num_elements() * x.dtype.size <= _PACK_BYTES]
+                and 2 * x.shape.num_elements() * x.dtype.size <= _PACK_BYTES]
+      limit = _PACK_BYTES
     packing = _Packing(state, [blk.writes for blk in blocks], stack_slots,
-                       frozenset(packed))
+                       frozenset(packed), limit)
     branch_fns = [self._branch_fn(blk, batch, sites, packing)
                   for blk in blocks]
 
@@ -695,7 +724,8 @@ class _StackWrite:
 
 
 class _Packing:
-  """The VM state packed into one tensor per (kind, dtype, shape).
+  """The VM state packed into one tensor per (kind, dtype, shape) (several
+  outside XLA, where each pack is kept below `max_bytes`).
 
   Pack g stacks its slots' tensors `[len(slots) + 1, *shape]`; the last row
   is scratch.  A block's branch returns, per pack that any block writes,
@@ -707,17 +737,26 @@ class _Packing:
     targets `[K, batch]`): only the pushed members' frames are written.
   """
 
-  def __init__(self, state, block_writes, stack_slots, packed):
+  def __init__(self, state, block_writes, stack_slots, packed,
+               max_bytes=None):
     groups = collections.OrderedDict()
+    chunk = collections.Counter()   # per (kind, dtype, shape): packs full
     self.flat = []                  # slots carried as they are
     for slot, x in enumerate(state):
       if slot not in packed:
         self.flat.append(slot)
         continue
-      key = (slot in stack_slots, x.dtype, tuple(x.shape.as_list()))
+      kind = (slot in stack_slots, x.dtype, tuple(x.shape.as_list()))
+      key = kind + (chunk[kind],)
+      if max_bytes is not None and key in groups:
+        # A scatter copies its whole pack outside XLA: keep packs small.
+        size = x.shape.num_elements() * x.dtype.size
+        if (len(groups[key]) + 2) * size > max_bytes:
+          chunk[kind] += 1
+          key = kind + (chunk[kind],)
       groups.setdefault(key, []).append(slot)
     self.flat_index = {s: i for i, s in enumerate(self.flat)}
-    self.keys = list(groups)
+    self.keys = [key[:3] for key in groups]
     self.slots = list(groups.values())
     self.where = {}
     for g, slots in enumerate(self.slots):

@@ -201,7 +201,7 @@ class _Inference:
     in_types = [env.get(v) for v in op.vars_in]
     if any(t is None for t in in_types):
       return
-    key = (id(op), tuple(inst.type_str(t) + repr(t) for t in in_types))
+    key = _prim_key(op, in_types)
     if key not in self.prim_cache:
       weak = self.prim_with_literals(op, in_types)
       if weak is not None:
@@ -237,7 +237,9 @@ class _Inference:
       self.bind(fn, op.vars_out, result, op.loc)
 
   def prim_with_literals(self, op, in_types):
-    """Result types when literal-typed (weak) scalars meet typed inputs.
+    """Result types when literal-typed (weak) scalars meet typed inputs,
+    or meet only each other (`i = i + 1` with `i = 0` stays a literal:
+    weak, if the op gives a Python scalar).
 
     Dummy arrays would make a weak `1` an int64 array, and `acc + x` with
     float32 `x` float64; NumPy (like Python run per member) keeps float32.
@@ -248,9 +250,9 @@ class _Inference:
     """
     leaves = [leaf for t in in_types
               for leaf in inst.pattern_flatten(t, inst.TensorType)]
-    if not (any(l.weak and not l.shape for l in leaves)
-            and any(not l.weak for l in leaves)):
+    if not any(l.weak and not l.shape for l in leaves):
       return None
+    only_weak = all(l.weak and not l.shape for l in leaves)
 
     def dummy(t):
       if t.weak and not t.shape:
@@ -262,10 +264,76 @@ class _Inference:
         value = op.function(*dummies)
       if value is None:
         return None
+      if only_weak and not all(
+          type(v) in _PY_SCALARS for v in inst.pattern_flatten(value)):
+        return None   # typed by running on arrays, as usual
       return type_of_value(value, self.backend, batched=True,
                            describe=lambda: f'`{op.text}`')
     except Exception:  # pylint: disable=broad-except
       return None
+
+  def weak_casts(self, op, in_types):
+    """`PrimOp.casts` for an op whose inputs mix weak variables and arrays.
+
+    Inference runs such an op with each weak scalar as a Python scalar (as
+    the member's own Python code would see it), but at run time a weak
+    variable (`i = 0`, a `range` counter, a literal argument of a call) is
+    an array of its default dtype (int64, float64), which NumPy promotes
+    differently and TensorFlow refuses to mix.  Each such input is cast to
+    the first dtype, among its own and the other inputs' dtypes, with which
+    the op gives the inferred result types.
+    """
+    expected = self.prim_cache.get(_prim_key(op, in_types))
+    weak = [i for i, t in enumerate(in_types)
+            if isinstance(t, inst.TensorType) and t.weak and not t.shape]
+    leaves = [leaf for t in in_types
+              for leaf in inst.pattern_flatten(t, inst.TensorType)]
+    if expected is None or not weak or all(l.weak for l in leaves):
+      return ()
+    expected = _strip(expected)
+    candidates = []
+    for leaf in leaves:
+      if not leaf.weak and leaf.dtype not in candidates:
+        candidates.append(leaf.dtype)
+
+    def gives_expected(as_arrays):
+      def dummy(i, t):
+        if i in as_arrays:
+          return self.backend.dummy(inst.TensorType(as_arrays[i], ()), 1)
+        return inst.pattern_map(
+            lambda x: (x.dtype.type(0).item() if x.weak and not x.shape
+                       else self.backend.dummy(x, 1)), t, inst.TensorType)
+      try:
+        with self.backend.error_context():
+          value = op.function(*[dummy(i, t) for i, t in enumerate(in_types)])
+        got = type_of_value(value, self.backend, batched=True,
+                            describe=lambda: '')
+      except Exception:  # pylint: disable=broad-except
+        return False
+      return _strip(got) == expected
+
+    own = {i: in_types[i].dtype for i in weak}
+    if gives_expected(own):
+      return ()
+    chosen = {}
+    for i in weak:
+      for dtype in [in_types[i].dtype] + candidates:
+        if gives_expected({i: dtype}):
+          chosen[i] = dtype
+          break
+      else:
+        chosen = None
+        break
+    if chosen is None or not gives_expected(chosen):
+      names = ', '.join(repr(op.vars_in[i]) for i in weak)
+      raise errors.TypeInferenceError(
+          f'`{op.text}` mixes {names}, which holds a Python literal, with '
+          f'typed arrays, and no dtype for it gives the type it has per '
+          f'member ({inst.type_str(expected)})', loc=op.loc,
+          hint='Give the literal a dtype where it is assigned, e.g. '
+          '`i = np.int32(0)`.')
+    return tuple((i, np.dtype(d)) for i, d in sorted(chosen.items())
+                 if np.dtype(d) != np.dtype(in_types[i].dtype))
 
   def call(self, fn, op):
     env = self.env[fn.name]
@@ -341,6 +409,20 @@ class _Inference:
       raise errors.InternalError('type inference did not converge')
     return self.finish()
 
+  def with_casts(self, block, env):
+    """`block` with `casts` on the PrimOps that need them."""
+    ops = []
+    for op in block.instructions:
+      if isinstance(op, inst.PrimOp):
+        casts = self.weak_casts(op, [env[v] for v in op.vars_in])
+        if casts:
+          op = dataclasses.replace(op, casts=casts)
+      ops.append(op)
+    ops = tuple(ops)
+    if ops == tuple(block.instructions):
+      return block
+    return dataclasses.replace(block, instructions=ops)
+
   def finish(self):
     functions = []
     for fn in self.program.functions:
@@ -371,8 +453,14 @@ class _Inference:
                 hint='Reduce it per member, e.g. np.all(x, axis=-1).')
       var_defs = inst.FrozenDict(
           (v, inst.Type(_strip(env[v]))) for v in sorted(env))
-      functions.append(dataclasses.replace(fn, var_defs=var_defs))
+      functions.append(dataclasses.replace(
+          fn, var_defs=var_defs, blocks=tuple(
+              self.with_casts(block, env) for block in fn.blocks)))
     return dataclasses.replace(self.program, functions=tuple(functions))
+
+
+def _prim_key(op, in_types):
+  return (id(op), tuple(inst.type_str(t) + repr(t) for t in in_types))
 
 
 def _strip(t):

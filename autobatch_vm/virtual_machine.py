@@ -192,12 +192,19 @@ class _BlockCompiler:
     template = self.p.var_defs[var].tensors
     single = isinstance(template, inst.TensorType)
     if not self.compact:
-      if single:
-        slot = slots[0]
-        return lambda state, temps, m: state[slot]
-      return lambda state, temps, m: inst.pattern_unflatten(
-          template, [state[s] for s in slots], inst.TensorType)
-    gather = self.be.gather
+      sanitize = getattr(self.be, 'sanitize', None)
+      if sanitize is None:
+        if single:
+          slot = slots[0]
+          return lambda state, temps, m: state[slot]
+        return lambda state, temps, m: inst.pattern_unflatten(
+            template, [state[s] for s in slots], inst.TensorType)
+      # Whole-batch primitives that must not see leftover data in the
+      # lanes of members not at the block (TensorFlow): sanitized once per
+      # block run, cached in `temps` until the register is written.
+      gather = sanitize
+    else:
+      gather = self.be.gather
     if single:
       slot = slots[0]
 
@@ -270,11 +277,13 @@ class _BlockCompiler:
 
       def write_reg(state, temps, value, m):
         state[slot] = write(state[slot], coerce(value, m), m)
+        temps.pop(var, None)   # a sanitized read is stale now
       return write_reg
 
     def write_reg_pattern(state, temps, value, m):
       for slot, c, v in zip(slots, coerces, _flatten_like(template, value)):
         state[slot] = write(state[slot], c(v, m), m)
+      temps.pop(var, None)
     return write_reg_pattern
 
   def binder(self, pattern):
@@ -307,6 +316,8 @@ class _BlockCompiler:
 
   def prim(self, op):
     readers = [self.reader(v) for v in op.vars_in]
+    for i, dtype in op.casts:   # weak variables: see PrimOp.casts
+      readers[i] = _cast_reader(readers[i], self.be.cast, dtype)
     bind = self.binder(op.vars_out)
     fn = op.function
     be, compact = self.be, self.compact
@@ -452,6 +463,20 @@ class _BlockCompiler:
 
 
 _MISSING = object()
+
+
+def _cast_reader(read, cast, dtype):
+  return lambda state, temps, m: cast(read(state, temps, m), dtype)
+
+
+def cast_args(op, args, backend):
+  """`args` of `op` with its `casts` applied (for the stackless executor)."""
+  if not op.casts:
+    return args
+  args = list(args)
+  for i, dtype in op.casts:
+    args[i] = backend.cast(args[i], dtype)
+  return args
 
 
 def _ignore_mask(coerce):

@@ -370,6 +370,47 @@ def early_return_in_loop_ref(n):
   return n
 
 
+# -- Python literals meeting int32 / float32 state ------------------------------
+# A literal is "weak" (it takes the dtype it meets, as in NumPy 2 and in the
+# member's own Python code), also when it sits in a variable: a `range`
+# counter, a literal argument of a call, `t = 0; t += 1`.
+
+@ctx.batch()
+def literal_weighted(x, k, n):
+  """int32 `n`/`k`, float32 `x`: every result keeps the inputs' dtypes."""
+  acc = k % 7
+  total = x * 0
+  t = 0
+  for i in range(ab.truthy(n)):
+    acc = (acc + i) % 997           # int32 + counter
+    total = total + x * i           # float32 * counter
+    t += 1
+  capped = 0 if acc > 5 else acc    # select with a literal side
+  return literal_add(capped, 3) + t, total + literal_scale(x, 2)
+
+
+@ctx.batch()
+def literal_add(a, b):
+  return a + b                      # b: a literal argument
+
+
+@ctx.batch()
+def literal_scale(x, s):
+  return x * s
+
+
+def literal_weighted_ref(x, k, n):
+  acc = k % 7
+  total = x * 0
+  t = 0
+  for i in range(n):
+    acc = (acc + i) % 997
+    total = total + x * i
+    t += 1
+  capped = 0 if acc > 5 else acc
+  return capped + 3 + t, total + x * 2
+
+
 # -- cases -------------------------------------------------------------------
 
 @dataclasses.dataclass
@@ -382,6 +423,7 @@ class Case:
   dry_run: bool = True         # whether `dry_run=True` works for it
   rtol: float = 1e-9
   numpy_primitives: bool = False   # NumPy calls: TF runs it eagerly only
+  dtypes: tuple = ()           # the result leaves' dtypes, where checked
 
 
 def _ints(low, high):
@@ -434,6 +476,16 @@ CASES = [
     Case('short_circuit', short_circuit, _ints(0, 40), short_circuit_ref),
     Case('early_return_in_loop', early_return_in_loop, _ints(2, 200),
          early_return_in_loop_ref),
+    Case('literals_int32_float32', literal_weighted,
+         lambda rng, b: (rng.uniform(-2, 2, size=b).astype(np.float32),
+                         rng.integers(0, 50, size=b).astype(np.int32),
+                         rng.integers(0, 6, size=b).astype(np.int32)),
+         literal_weighted_ref, rtol=1e-5, dtypes=('int32', 'float32')),
+    Case('literals_int64_float64', literal_weighted,
+         lambda rng, b: (rng.uniform(-2, 2, size=b),
+                         rng.integers(0, 50, size=b),
+                         rng.integers(0, 6, size=b)),
+         literal_weighted_ref, rtol=1e-12, dtypes=('int64', 'float64')),
 ]
 
 

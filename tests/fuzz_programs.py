@@ -53,32 +53,22 @@ def _has_var(text):
 
 
 @st.composite
-def int_expr(draw, depth=0, portable=False, int32_safe=False):
-  """An int expression over a, b, c (and literals), in [-996, 996].
-
-  int32_safe=True: both sides of a select (`x if c else y`) read a
-  variable (WHERE_LITERAL_BUG in tests/test_fuzz.py: on NumPy a literal
-  side makes the select int64 even when the variables are int32).
-  """
+def int_expr(draw, depth=0, portable=False):
+  """An int expression over a, b, c (and literals), in [-996, 996]."""
   if depth > 2 or draw(st.integers(0, 3)) == 0:
     if draw(st.booleans()):
       return draw(st.sampled_from(INT_VARS))
     return str(draw(st.integers(-9, 9)))
   op = draw(st.sampled_from(['+', '-', '*', 'min', 'max', '%', '//', '%v',
                              'ifexp']))
-  left = draw(int_expr(depth + 1, portable, int32_safe))
-  right = draw(int_expr(depth + 1, portable, int32_safe))
+  left = draw(int_expr(depth + 1, portable))
+  right = draw(int_expr(depth + 1, portable))
   if op in ('min', 'max', 'ifexp'):
     if not _has_var(left + right):
       return left  # a select of literals is an unbatched constant
-    if int32_safe and op == 'ifexp' and not (
-        _has_var(left) and _has_var(right)):
-      return left if _has_var(left) else right
   if op in ('min', 'max'):
     if not portable and draw(st.booleans()):
       return f'np.{"minimum" if op == "min" else "maximum"}({left}, {right})'
-    if int32_safe and not (_has_var(left) and _has_var(right)):
-      return left if _has_var(left) else right
     cmp = '<' if op == 'min' else '>'
     return f'({left} if {left} {cmp} {right} else {right})'
   if op == 'ifexp':
@@ -122,11 +112,11 @@ def float_expr(draw):
 
 
 @st.composite
-def condition(draw, portable=False, int32_safe=False):
+def condition(draw, portable=False):
   kind = draw(st.integers(0, 4))
   cmp = draw(st.sampled_from(['<', '>', '<=', '>=', '==', '!=']))
-  left = draw(int_expr(1, portable, int32_safe))
-  right = draw(int_expr(1, portable, int32_safe))
+  left = draw(int_expr(1, portable))
+  right = draw(int_expr(1, portable))
   base = f'{left} {cmp} {right}'
   if kind == 0:
     return f'{base} and {draw(st.sampled_from(INT_VARS))} % 2 == 0'
@@ -142,27 +132,23 @@ def condition(draw, portable=False, int32_safe=False):
 class _Gen:
   """Generates statement lists; tracks loop nesting and callable functions."""
 
-  def __init__(self, draw, index, n_functions, portable, int32_safe):
+  def __init__(self, draw, index, n_functions, portable):
     self.draw = draw
     self.index = index
     self.n_functions = n_functions
     self.portable = portable
-    self.int32_safe = int32_safe
 
   def int_expr(self, depth=0):
-    return self.draw(int_expr(depth, self.portable, self.int32_safe))
+    return self.draw(int_expr(depth, self.portable))
 
   def condition(self):
-    return self.draw(condition(self.portable, self.int32_safe))
+    return self.draw(condition(self.portable))
 
   def call(self):
     """A call of an earlier function, or of ourselves with d - 1."""
     choices = list(range(self.index))
     target = self.draw(st.sampled_from(choices + [self.index]))
-    args = [self.int_expr(1) for _ in range(2)]
-    if self.int32_safe:  # a literal argument would make the parameter int64
-      args = [a if _has_var(a) else f'({a} + c - c)' for a in args]
-    args = ', '.join(args)
+    args = ', '.join(self.int_expr(1) for _ in range(2))
     fx = self.draw(float_expr())
     if target == self.index:
       return f'f{target}({args}, {fx}, d - 1)', True
@@ -222,12 +208,8 @@ class _Gen:
           _indent(body)
     if kind == 'for':
       var = f'i{depth}'
-      if self.int32_safe:  # the loop variable would be int64
-        stop = str(draw(st.integers(0, 4)))
-        body = ['c = (c + 1) % 997'] + self.statements(depth + 1, True)
-      else:
-        stop = draw(st.sampled_from(['a % 5', 'b % 4', '3', 'c % 6']))
-        body = [f'c = (c + {var}) % 997'] + self.statements(depth + 1, True)
+      stop = draw(st.sampled_from(['a % 5', 'b % 4', '3', 'c % 6']))
+      body = [f'c = (c + {var}) % 997'] + self.statements(depth + 1, True)
       return [f'for {var} in range(ab.truthy({stop})):'] + _indent(body)
     raise AssertionError(kind)
 
@@ -237,20 +219,16 @@ def _indent(lines):
 
 
 @st.composite
-def program_strategy(draw, portable=False, int32_safe=False):
+def program_strategy(draw, portable=False):
   """Source text of a random program; the last function is main.
 
   portable=True: only operations that also stage in TensorFlow.
-  int32_safe=True: avoids the known bugs with int32 state (tests/test_fuzz.py,
-  WHERE_LITERAL_BUG, RANGE_INT32_BUG, CALL_LITERAL_BUG): no select with a
-  literal side, `for` loops only over `range(<literal>)`, not reading the
-  loop variable, and no literal argument in calls of batched functions.
   """
   n = draw(st.integers(1, MAX_FUNCTIONS))
   parts = ['import sys', 'import numpy as np', 'import autobatch_vm as ab',
            '', TO_FLOAT]
   for i in range(n):
-    gen = _Gen(draw, i, n, portable, int32_safe)
+    gen = _Gen(draw, i, n, portable)
     body = ['c = (a + b) % 997'] + gen.statements(0, False)
     body += [f'return {gen.int_expr()}, x']
     parts.append(f'@DECORATOR\ndef f{i}(a, b, x, d):')

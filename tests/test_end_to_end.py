@@ -16,10 +16,12 @@ BATCH_SIZES = [1, 7, 200]
 MODES = ['stack', 'stackless']
 
 
-def assert_same(actual, expected, rtol):
+def assert_same(actual, expected, rtol, dtypes=()):
   a_leaves = ab.instructions.pattern_flatten(actual)
   e_leaves = ab.instructions.pattern_flatten(expected)
   assert len(a_leaves) == len(e_leaves)
+  if dtypes:
+    assert [np.asarray(a).dtype.name for a in a_leaves] == list(dtypes)
   for a, e in zip(a_leaves, e_leaves):
     a, e = np.asarray(a), np.asarray(e)
     assert a.shape == e.shape, (a.shape, e.shape)
@@ -37,7 +39,7 @@ def test_batched_matches_reference(case, batch, mode):
   args = case.make_args(rng, batch)
   result = case.fn(*args, stackless=(mode == 'stackless'),
                    max_stack_depth=case.depth)
-  assert_same(result, progs.reference_batch(case, args, batch), case.rtol)
+  assert_same(result, progs.reference_batch(case, args, batch), case.rtol, case.dtypes)
   stats = case.fn.last_stats
   assert stats.steps > 0 and 0 < stats.utilization <= 1
 
@@ -226,4 +228,4 @@ def test_tensorflow_matches_reference(case, mode):
   batch = 6
   args = case.make_args(np.random.default_rng(21), batch)
   result = run_tf(case.fn, args, mode, max_stack_depth=case.depth)
-  assert_same(result, progs.reference_batch(case, args, batch), case.rtol)
+  assert_same(result, progs.reference_batch(case, args, batch), case.rtol, case.dtypes)

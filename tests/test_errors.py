@@ -293,6 +293,42 @@ def test_branches_with_different_dtypes():
         'different dtypes')
 
 
+def _literal_sensitive(x, k):
+  """A primitive that is one thing for a Python literal `k`, another for an
+  array: no dtype of the array makes the batched run agree with a member's."""
+  if isinstance(k, int):
+    return np.stack([x, x], axis=-1)
+  return x
+
+
+def test_literal_variable_that_no_dtype_can_represent():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def f(x):
+    k = 2
+    return _literal_sensitive(x, k)  # ERR:literal
+
+  with pytest.raises(errors.TypeInferenceError) as e:
+    f(np.array([1.0, 2.0], np.float32))
+  check(e, errors.TypeInferenceError, 'literal', "'k', which holds a Python "
+        'literal', 'np.int32(0)')
+
+
+def test_literal_variables_are_cast_where_they_meet_arrays():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def f(n):
+    k = 2
+    return n + k
+
+  n = np.array([1, 2], np.int32)
+  assert 'cast(f.k:int32)' in str(ctx.lowered_for_args('f', [n]))
+  assert f(n).dtype == np.int32
+  np.testing.assert_array_equal(f(n), [3, 4])
+
+
 def test_branches_with_different_shapes():
   ctx = ab.Context()
 

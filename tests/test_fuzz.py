@@ -109,10 +109,7 @@ def run_program(source, seed, modes=NUMPY_MODES, int_dtype=np.int64,
 def cases(draw, portable=False):
   """(source, seed, int dtype of a, b, d)."""
   int_dtype = draw(st.sampled_from(INT_DTYPES))
-  # With int32 state, avoid WHERE_LITERAL_BUG, RANGE_INT32_BUG and
-  # CALL_LITERAL_BUG (below).
-  source = draw(fuzz_programs.program_strategy(
-      portable=portable, int32_safe=(int_dtype == np.int32)))
+  source = draw(fuzz_programs.program_strategy(portable=portable))
   return source, draw(st.integers(0, 2**16)), int_dtype
 
 
@@ -133,28 +130,9 @@ def test_random_programs_match_python_on_tf(case):
 # -- regressions ------------------------------------------------------------------
 # Programs the fuzzer found failing, minimized.  Each runs in every mode; the
 # modes where it still fails are xfailed (strict) with the bug's description.
-
-WHERE_LITERAL_BUG = (
-    'BUG (NumPy >= 2 backend): `x if c else <literal>` (ab.ops.where) turns '
-    'the Python literal into an int64/float64 array (np.asarray), which '
-    'NEP 50 promotes like any array, so a select of an int32 (float32) '
-    'variable and a literal is int64 (float64): `a = 0 if a > 1 else a` '
-    'with int32 `a` raises TypeInferenceError (int32 vs int64).  np.where '
-    'and the TF path keep the literal weak; NumPy 1.x casts by value.')
-NUMPY2 = np.lib.NumpyVersion(np.__version__) >= '2.0.0'
-
-RANGE_INT32_BUG = (
-    'BUG: `for i in range(n)` with an int32 `n` starts its counter at an '
-    'int64 literal 0: on TensorFlow `counter < n` fails (int64 vs int32, '
-    'PrimitiveError while inferring types), on NumPy the loop variable is '
-    'int64, so `c = c + i` with int32 `c` raises TypeInferenceError.')
-
-CALL_LITERAL_BUG = (
-    'BUG: a literal argument of a batched call (`f0(a, 1, ...)`) makes the '
-    'callee\'s parameter int64, but type inference treats it as a weak '
-    'literal (`a + b` with int32 `a` is typed int32): on TensorFlow the '
-    'primitive then adds int32 and int64 tensors and fails (PrimitiveError: '
-    'AddV2 expected int32); NumPy silently computes in int64.')
+# Fixed: with int32 state, `x if c else <literal>` was int64 on NumPy >= 2;
+# a `for i in range(n)` counter and a literal argument of a batched call were
+# int64 arrays where inference took them as literals (PrimOp.casts now).
 
 _HEADER = 'import sys\nimport numpy as np\nimport autobatch_vm as ab\n\n'
 
@@ -165,7 +143,7 @@ _REGRESSION_PROGRAMS = [
         'def f0(a, b, x, d):\n'
         '    a = (0 if a > 1 else a)\n'
         '    return a, x\n'), np.int32,
-     {m: WHERE_LITERAL_BUG for m in NUMPY_MODES if NUMPY2}),
+     {}),
     ('range_int32', _HEADER + (
         '@DECORATOR\n'
         'def f0(a, b, x, d):\n'
@@ -173,7 +151,7 @@ _REGRESSION_PROGRAMS = [
         '    for i0 in range(ab.truthy(a % 5)):\n'
         '        c = (c + i0) % 997\n'
         '    return c, x\n'), np.int32,
-     {m: RANGE_INT32_BUG for m in NUMPY_MODES + TF_MODES}),
+     {}),
     ('call_literal_int32', _HEADER + (
         '@DECORATOR\n'
         'def f0(a, b, x, d):\n'
@@ -183,7 +161,7 @@ _REGRESSION_PROGRAMS = [
         'def f1(a, b, x, d):\n'
         '    a, x = f0(a, 1, x, d)\n'
         '    return a, x\n'), np.int32,
-     {m: CALL_LITERAL_BUG for m in TF_MODES}),
+     {}),
     # The same programs with int64 state work everywhere.
     ('where_literal_int64', None, np.int64, {}),
     ('range_int64', None, np.int64, {}),

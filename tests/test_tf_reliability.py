@@ -8,8 +8,9 @@ write, so they must neither raise nor leak into the active members'
 results (or gradients).  Each program runs eagerly, inside `tf.function`,
 inside `tf.function(jit_compile=True)` (XLA) and with `stackless=True`
 (eager), and is compared with a plain-Python reference computed one member
-at a time.  Failures that are bugs of autobatch_vm are xfailed (strict)
-with the bug's description.
+at a time.  (These found two bugs, now fixed by
+`TensorFlowBackend.sanitize`: a junk index made `tf.gather` fail the run,
+and an inf derivative in a junk lane made gradients NaN.)
 """
 
 import math
@@ -18,37 +19,12 @@ import numpy as np
 import pytest
 
 import autobatch_vm as ab
-from autobatch_vm import errors
 
 tf = pytest.importorskip('tensorflow')
 
 ctx = ab.Context()
 
 MODES = ['eager', 'graph', 'xla', 'stackless']
-
-JUNK_GATHER_RAISES = (
-    'BUG: on TensorFlow (eagerly, in tf.function and stackless; not under '
-    'XLA, which clamps indices) a tf.gather whose index is out of range only in the '
-    'lanes of members NOT at the block fails the whole run with '
-    'InvalidArgumentError (eagerly a PrimitiveError naming the members at '
-    'the block, who are fine); the inactive lanes are not made harmless '
-    '(e.g. with backend.fill_inactive) before a staged block runs')
-
-JUNK_NAN_GRADIENTS = (
-    'BUG: gradients on TensorFlow (eager, tf.function and stackless): a '
-    'primitive whose derivative is inf at the leftover data of members not '
-    'at its block (1/y at y == 0, 1/x at x == 0) gives those members NaN '
-    'gradients (0 * inf through the masked tf.where write), though their '
-    'results are right and each member alone has a finite gradient; '
-    'docs/guide.md section 2 says NaN or Inf in discarded lanes is harmless')
-
-
-def junk_gather_modes():
-  """MODES, with eager and graph xfailed (strict) for JUNK_GATHER_RAISES."""
-  xfail = pytest.mark.xfail(
-      strict=True, reason=JUNK_GATHER_RAISES,
-      raises=(errors.PrimitiveError, tf.errors.InvalidArgumentError))
-  return [m if m == 'xla' else pytest.param(m, marks=xfail) for m in MODES]
 
 # A linked list in two tables: NEXT[i] is the successor of node i, -1 (or
 # BIG) ends the walk.  VALUES[i] is the node's value.
@@ -210,7 +186,7 @@ def reference(ref, *args):
 START = np.array([0, 3, 6, 2, 7, 5, 1, 4], np.int64)
 
 
-@pytest.mark.parametrize('mode', junk_gather_modes())
+@pytest.mark.parametrize('mode', MODES)
 @pytest.mark.parametrize('fn', [walk_to_minus_one, walk_to_big],
                          ids=['index_-1', 'index_1e9'])
 def test_gather_with_leftover_out_of_range_index(fn, mode):
@@ -224,14 +200,14 @@ def test_gather_with_clipped_index_works_in_every_mode(mode):
   np.testing.assert_array_equal(result, reference(walk_ref, START))
 
 
-@pytest.mark.parametrize('mode', junk_gather_modes())
+@pytest.mark.parametrize('mode', MODES)
 def test_gather_with_invalid_input_in_lanes_not_at_the_block(mode):
   i = np.array([2, -1, 7, BIG, 0, 8, -BIG, 5], np.int64)
   result = run(lookup_if_valid, [i], mode)
   np.testing.assert_array_equal(result, reference(lookup_ref, i))
 
 
-@pytest.mark.parametrize('mode', junk_gather_modes())
+@pytest.mark.parametrize('mode', MODES)
 def test_gather_batch_dims_with_invalid_index_in_inactive_lanes(mode):
   rng = np.random.default_rng(0)
   table = rng.integers(0, 100, size=(6, 4))
@@ -241,7 +217,7 @@ def test_gather_batch_dims_with_invalid_index_in_inactive_lanes(mode):
   np.testing.assert_array_equal(result, expected)
 
 
-@pytest.mark.parametrize('mode', junk_gather_modes())
+@pytest.mark.parametrize('mode', MODES)
 @pytest.mark.parametrize('dtype', [np.int32, np.int64])
 def test_gather_junk_index_does_not_change_active_results(dtype, mode):
   # Same active members, different junk in the inactive lanes: same results.
@@ -318,8 +294,6 @@ def _grad(fn, args, mode):
 
 # XLA is left out: TensorFlow cannot compile the gradient of a while_loop
 # without a static trip count (its accumulators), with or without autobatch.
-@pytest.mark.xfail(strict=True, reason=JUNK_NAN_GRADIENTS,
-                   raises=AssertionError)
 @pytest.mark.parametrize('mode', ['eager', 'graph', 'stackless'])
 def test_gradient_of_division_ignores_zero_divisors_in_inactive_lanes(mode):
   x = np.array([1.0, 2.0, -3.0, 5.0])
@@ -328,8 +302,6 @@ def test_gradient_of_division_ignores_zero_divisors_in_inactive_lanes(mode):
   np.testing.assert_allclose(dx, [0.5, 0.0, 0.25, 0.0])
 
 
-@pytest.mark.xfail(strict=True, reason=JUNK_NAN_GRADIENTS,
-                   raises=AssertionError)
 @pytest.mark.parametrize('mode', ['eager', 'graph', 'stackless'])
 def test_gradient_of_log_ignores_zeros_in_inactive_lanes(mode):
   x = np.array([2.0, 0.0, 0.5, -1.0])
