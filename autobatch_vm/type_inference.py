@@ -264,11 +264,32 @@ class _Inference:
         value = op.function(*dummies)
       if value is None:
         return None
-      if only_weak and not all(
-          type(v) in _PY_SCALARS for v in inst.pattern_flatten(value)):
+      # A result computed from literals only is a literal: a Python scalar,
+      # or NumPy's default dtype for one (`np.where(c, 0, 1)` on Python
+      # scalars is an int64 scalar).
+      raw = inst.pattern_flatten(value)
+      value = inst.pattern_map(_as_literal, value)
+      converted = [a is not b for a, b in zip(raw, inst.pattern_flatten(value))]
+      if only_weak and not all(type(v) in _PY_SCALARS
+                               for v in inst.pattern_flatten(value)):
         return None   # typed by running on arrays, as usual
-      return type_of_value(value, self.backend, batched=True,
-                           describe=lambda: f'`{op.text}`')
+      typed = type_of_value(value, self.backend, batched=True,
+                            describe=lambda: f'`{op.text}`')
+      if any(converted) and not only_weak:
+        # Next to arrays, such a scalar must still be one value per member
+        # when the literals are arrays too (not, say, a sum over the batch).
+        arrays = [inst.pattern_map(lambda t: self.backend.dummy(t, 1), t,
+                                   inst.TensorType) for t in in_types]
+        with self.backend.error_context():
+          per_member = type_of_value(op.function(*arrays), self.backend,
+                                     batched=True, describe=lambda: '')
+        flat = inst.pattern_flatten(typed, inst.TensorType)
+        strong = inst.pattern_flatten(per_member, inst.TensorType)
+        if len(flat) != len(strong) or any(
+            c and (s.shape != () or s.dtype != t.dtype)
+            for c, t, s in zip(converted, flat, strong)):
+          return None
+      return typed
     except Exception:  # pylint: disable=broad-except
       return None
 
@@ -457,6 +478,17 @@ class _Inference:
           fn, var_defs=var_defs, blocks=tuple(
               self.with_casts(block, env) for block in fn.blocks)))
     return dataclasses.replace(self.program, functions=tuple(functions))
+
+
+_LITERAL_DTYPES = frozenset(np.dtype(t) for t in (bool, int, float, complex))
+
+
+def _as_literal(v):
+  """`v` as a Python scalar if it is what NumPy makes of literals."""
+  if (isinstance(v, (np.ndarray, np.generic)) and v.ndim == 0
+      and v.dtype in _LITERAL_DTYPES):
+    return v.item()
+  return v
 
 
 def _prim_key(op, in_types):

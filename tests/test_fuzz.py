@@ -162,10 +162,24 @@ _REGRESSION_PROGRAMS = [
         '    a, x = f0(a, 1, x, d)\n'
         '    return a, x\n'), np.int32,
      {}),
+    # A select of literals returned next to an array, assigned to an int32
+    # variable: the result must stay a (weak) literal.
+    ('literal_result_int32', _HEADER + (
+        '@DECORATOR\n'
+        'def f0(a, b, x, d):\n'
+        '    a = 0\n'
+        '    return (0 if 0 < a % 997 else a % 997), x\n'
+        '\n'
+        '@DECORATOR\n'
+        'def f1(a, b, x, d):\n'
+        '    a, x = f0(0, 0, x, d)\n'
+        '    a = a % 997\n'
+        '    return a, x\n'), np.int32, {}),
     # The same programs with int64 state work everywhere.
     ('where_literal_int64', None, np.int64, {}),
     ('range_int64', None, np.int64, {}),
     ('call_literal_int64', None, np.int64, {}),
+    ('literal_result_int64', None, np.int64, {}),
 ]
 
 
