@@ -100,6 +100,12 @@ def _expand_to(cond, rank):
 
 def where(cond, x, y):
   """Per-member select: `cond` is `[B]`, `x` and `y` are `[B, ...]`."""
+  scalars = (bool, int, float)
+  if (type(x) in scalars and type(y) in scalars
+      and isinstance(cond, (bool, np.bool_))):
+    # All literals (type inference runs literals as Python scalars): a
+    # literal, as `x if cond else y` is in Python, of the joint type.
+    return np.asarray(x if cond else y, np.result_type(x, y)).item()
   cond = _as_bool(cond)
   if _is_tf(cond, x, y):
     tf = _tf()

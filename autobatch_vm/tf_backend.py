@@ -547,7 +547,11 @@ class TensorFlowBackend:
       limit = _PACK_BYTES
     packing = _Packing(state, [blk.writes for blk in blocks], stack_slots,
                        frozenset(packed), limit)
-    branch_fns = [self._branch_fn(blk, batch, sites, packing)
+    # Outside XLA each branch scatters into the packs it writes and passes
+    # the others through; under XLA the branches return rows to scatter
+    # after the switch, in place (a conditional's outputs are copies).
+    in_branch = limit is not None
+    branch_fns = [self._branch_fn(blk, batch, sites, packing, in_branch)
                   for blk in blocks]
 
     def cond(b, acc, *carried):
@@ -561,8 +565,11 @@ class TensorFlowBackend:
           acc, tf.reshape(b, [1, 1]),
           tf.reshape(tf.stack([tf.constant(1, tf.int32), count]), [1, 2]))
       branches = [_bind(f, mask, carried) for f in branch_fns]
-      ports, flat = _switch(b, branches)
-      carried = packing.update(list(carried), ports, flat)
+      if in_branch:
+        carried = list(_switch(b, branches))
+      else:
+        ports, flat = _switch(b, branches)
+        carried = packing.update(list(carried), ports, flat)
       return [_next_block_tf(packing.read(carried, _PC), num_blocks,
                              schedule), acc] + carried
 
@@ -572,7 +579,7 @@ class TensorFlowBackend:
                         parallel_iterations=self.while_parallel_iterations)
     return packing.unpack(out[2:]), out[1]
 
-  def _branch_fn(self, block_fn, batch, sites, packing):
+  def _branch_fn(self, block_fn, batch, sites, packing, in_branch):
     """`f(mask, *carried) -> (ports, flat)`: one block, traced into a
     switch branch."""
 
@@ -594,6 +601,8 @@ class TensorFlowBackend:
       for where, code in reversed(step.park):
         pc = tf.where(where, tf.constant(code, tf.int32), pc)
       st[_PC] = pc
+      if in_branch:
+        return packing.carried_after(st, block_fn.writes, carried)
       return packing.ports(st, block_fn.writes), packing.flat_values(st)
 
     if self.basic_block_xla_device is None:
@@ -808,13 +817,30 @@ class _Packing:
     packs = self.scatter(carried[:len(self.slots)], ports)
     return packs + list(flat)
 
-  def ports(self, st, writes):
+  def block_width(self, writes):
+    """Per pack, how many of its slots a block with `writes` writes."""
+    counts = collections.Counter(self.where[s][0] for s in writes
+                                 if s in self.where)
+    return [counts[g] for g in range(len(self.slots))]
+
+  def carried_after(self, st, writes, carried):
+    """All loop variables after a block, scattered in its branch: only the
+    packs the block writes are touched (outside XLA, where a scatter
+    copies its pack and passing a tensor through a `Case` is free)."""
+    width = self.block_width(writes)
+    packs = self.scatter(list(carried[:len(self.slots)]),
+                         self.ports(st, writes, width), width)
+    return packs + self.flat_values(st)
+
+  def ports(self, st, writes, width=None):
     """What a branch returns: the values of `writes`, per pack.
 
     Few graph nodes: a pack the block does not write gets constants only.
+    `width`: ports per pack (default: the most any block writes, so that
+    every branch returns the same).
     """
     out = []
-    for g, k in enumerate(self.width):
+    for g, k in enumerate(self.width if width is None else width):
       if not k:
         continue
       is_stack, dtype, shape = self.keys[g]
@@ -839,9 +865,9 @@ class _Packing:
       out.append((values, rows, targets))
     return out
 
-  def scatter(self, packs, ports):
+  def scatter(self, packs, ports, width=None):
     it = iter(ports)
-    for g, k in enumerate(self.width):
+    for g, k in enumerate(self.width if width is None else width):
       if not k:
         continue
       if not self.keys[g][0]:

@@ -175,11 +175,24 @@ _REGRESSION_PROGRAMS = [
         '    a, x = f0(0, 0, x, d)\n'
         '    a = a % 997\n'
         '    return a, x\n'), np.int32, {}),
+    # A select between a literal parameter and a literal, added to an int32
+    # parameter: a literal too (Python's `x if c else y`), so still int32.
+    ('literal_select_int32', _HEADER + (
+        '@DECORATOR\n'
+        'def f0(a, b, x, d):\n'
+        '    return (b + (a if a < -1 else -1)) % 997, x\n'
+        '\n'
+        '@DECORATOR\n'
+        'def f1(a, b, x, d):\n'
+        '    a, x = f0(0, a, x, d)\n'
+        '    a = a % 997\n'
+        '    return a, x\n'), np.int32, {}),
     # The same programs with int64 state work everywhere.
     ('where_literal_int64', None, np.int64, {}),
     ('range_int64', None, np.int64, {}),
     ('call_literal_int64', None, np.int64, {}),
     ('literal_result_int64', None, np.int64, {}),
+    ('literal_select_int64', None, np.int64, {}),
 ]
 
 
