@@ -9,7 +9,7 @@ __all__ = [
     'AutoBatchError', 'UnsupportedSyntaxError', 'NameResolutionError',
     'TypeInferenceError', 'ArgumentError', 'StackOverflowError',
     'PrimitiveError', 'AssertionFailedError', 'InternalError',
-    'BackendError',
+    'BackendError', 'XlaErrorsWarning',
 ]
 
 
@@ -81,6 +81,12 @@ class AssertionFailedError(AutoBatchError):
 
 class BackendError(AutoBatchError):
   """A backend cannot do what was asked in this mode."""
+
+
+class XlaErrorsWarning(UserWarning):
+  """Issued while tracing a batched run under bare `jit_compile=True`: XLA
+  cannot raise at run time, so a stack overflow or failed `assert` poisons
+  the outputs instead; `autobatch_vm.xla.compile_nested_output` raises it."""
 
 
 class InternalError(Exception):

@@ -54,6 +54,7 @@ import collections
 import contextlib
 import threading
 import time
+import warnings
 
 import numpy as np
 import tensorflow as tf
@@ -238,9 +239,26 @@ def collect_errors(sink):
 
 
 def _report_to_collector(code, failed, sites):
+  """Hands the run's error code to `collect_errors`; False if none."""
   stack = getattr(_collectors, 'stack', None)
   if stack:
     stack[-1].append((code, failed, sites))
+  return bool(stack)
+
+
+def _warn_uncollected_under_xla(sites):
+  """Says, while tracing, that this XLA run cannot raise its errors."""
+  if not _in_xla_context():
+    return
+  what = sorted({type(sites.error(sites.base + k, [])).__name__
+                 for k in range(len(sites.makers))})
+  warnings.warn(
+      f'autobatch_vm under tf.function(jit_compile=True): XLA cannot raise '
+      f'at run time, so a {" or ".join(what)} in this batched run poisons '
+      'its outputs (NaN for floats, the minimum for integers; booleans are '
+      'left as they are) instead of raising.  Compile with '
+      'autobatch_vm.xla.compile_nested_output(fn) to get the exception.',
+      errors.XlaErrorsWarning, stacklevel=2)
 
 
 def _poison(x, bad):
@@ -627,7 +645,8 @@ class TensorFlowBackend:
     checks = [tf.debugging.Assert(tf.not_equal(code, sites.base + k), [msg],
                                   summarize=1)
               for k, msg in enumerate(sites.graph_messages())]
-    _report_to_collector(code, pc > num_blocks, sites)
+    if not _report_to_collector(code, pc > num_blocks, sites):
+      _warn_uncollected_under_xla(sites)
     with tf.control_dependencies(checks):
       return [tf.identity(_poison(s, bad)) for s in state]
 

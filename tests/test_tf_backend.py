@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import subprocess
 import sys
+import warnings
 from typing import Callable
 
 import numpy as np
@@ -413,18 +414,22 @@ def test_overflow_in_graph_fails_the_run():
     run(*to_tf(OVERFLOW_ARGS))
 
 
-def test_overflow_under_xla_poisons_the_results():
+def test_overflow_under_xla_poisons_the_results_and_warns_when_traced():
   run = tf.function(lambda n: fibonacci(n, max_stack_depth=8),
                     jit_compile=True)
-  result = run(*to_tf(OVERFLOW_ARGS)).numpy()
+  with pytest.warns(errors.XlaErrorsWarning,
+                    match='StackOverflowError.*compile_nested_output'):
+    result = run(*to_tf(OVERFLOW_ARGS)).numpy()
   assert (result == np.iinfo(np.int64).min).all()
 
 
 def test_overflow_under_xla_compile_nested_output_raises():
   run = ab.xla.compile_nested_output(
       lambda n: fibonacci(n, max_stack_depth=8))
-  with pytest.raises(errors.StackOverflowError, match=r'members \[3\]'):
-    run(*to_tf(OVERFLOW_ARGS))
+  with warnings.catch_warnings():
+    warnings.simplefilter('error', errors.XlaErrorsWarning)  # none here
+    with pytest.raises(errors.StackOverflowError, match=r'members \[3\]'):
+      run(*to_tf(OVERFLOW_ARGS))
   ok = ab.xla.compile_nested_output(
       lambda n: fibonacci(n, max_stack_depth=13))
   np.testing.assert_array_equal(ok(*to_tf(OVERFLOW_ARGS)).numpy(),
