@@ -501,10 +501,12 @@ class Sampler:
     def call(name, *args):
       if name not in staged:
         fn = getattr(self.fns, name)
-        staged[name] = tf.function(
-            lambda *a: fn(*a, max_stack_depth=self.depth,
-                          schedule=self.schedule),
-            jit_compile=(self.tf_kind == 'xla'))
+        run = lambda *a: fn(*a, max_stack_depth=self.depth,
+                            schedule=self.schedule)
+        # Under XLA, compile_nested_output raises a stack overflow as an
+        # exception after the compiled call (XLA itself cannot raise).
+        staged[name] = (ab.xla.compile_nested_output(run)
+                        if self.tf_kind == 'xla' else tf.function(run))
       args = tf.nest.map_structure(tf.convert_to_tensor, args)
       out = staged[name](*args)
       return tf.nest.map_structure(lambda t: t.numpy(), out)

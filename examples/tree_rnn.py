@@ -208,9 +208,11 @@ def encode_batched(forest, params, backend='numpy', schedule='most'):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   _, encode = make_encoder(tf_lib(forest, params))
   roots = tf.constant(forest.roots)
-  staged = tf.function(lambda r: encode(r, max_stack_depth=depth,
-                                        schedule=schedule),
-                       jit_compile=(backend == 'xla'))
+  run = lambda r: encode(r, max_stack_depth=depth, schedule=schedule)
+  # Under XLA, compile_nested_output raises a stack overflow as an
+  # exception after the compiled call (XLA itself cannot raise).
+  staged = (ab.xla.compile_nested_output(run) if backend == 'xla'
+            else tf.function(run))
   return (lambda: staged(roots).numpy()), encode
 
 
