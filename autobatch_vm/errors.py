@@ -9,7 +9,7 @@ __all__ = [
     'AutoBatchError', 'UnsupportedSyntaxError', 'NameResolutionError',
     'TypeInferenceError', 'ArgumentError', 'StackOverflowError',
     'PrimitiveError', 'AssertionFailedError', 'InternalError',
-    'BackendError', 'XlaErrorsWarning',
+    'BackendError', 'StepLimitError', 'XlaErrorsWarning',
 ]
 
 
@@ -69,6 +69,10 @@ class ArgumentError(AutoBatchError):
 
 class StackOverflowError(AutoBatchError):
   """Recursion deeper than `max_stack_depth`."""
+
+
+class StepLimitError(AutoBatchError):
+  """Members had not finished after `max_steps` VM steps."""
 
 
 class PrimitiveError(AutoBatchError):

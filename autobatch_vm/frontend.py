@@ -82,7 +82,7 @@ class BatchedFunction:
   def __call__(self, *args, dry_run=False, stackless=False,
                max_stack_depth=DEFAULT_MAX_STACK_DEPTH, backend=None,
                block_code_cache=None, schedule='lowest', profile=False,
-               **kwargs):
+               max_steps=None, **kwargs):
     if self.context._dry_run_depth():  # inside a dry run: plain Python
       return self.python_function(*args, **kwargs)
     args = self._bind_arguments(args, kwargs)
@@ -92,7 +92,8 @@ class BatchedFunction:
                              max_stack_depth=max_stack_depth,
                              backend=backend,
                              block_code_cache=block_code_cache,
-                             schedule=schedule, profile=profile)
+                             schedule=schedule, profile=profile,
+                             max_steps=max_steps)
 
   def _bind_arguments(self, args, kwargs):
     params = self.context._params_of(self.name)
@@ -108,7 +109,7 @@ class BatchedFunction:
             f'{self.name}() got an unexpected keyword argument {k!r}',
             loc=loc, hint=f'Its parameters are: {", ".join(params)}; the '
             'modes are dry_run, stackless, max_stack_depth, backend, '
-            'block_code_cache, schedule and profile.')
+            'block_code_cache, schedule, profile and max_steps.')
       if k in bound:
         raise errors.ArgumentError(
             f'{self.name}() got multiple values for argument {k!r}', loc=loc)
@@ -319,7 +320,7 @@ class Context:
     return None
 
   def _run(self, bf, args, stackless, max_stack_depth, backend,
-           block_code_cache, schedule, profile=False):
+           block_code_cache, schedule, profile=False, max_steps=None):
     backend = backend or _default_backend(args)
     args = self._convert_args(bf.name, args, backend)
     batch = self._batch_size(args, backend)
@@ -332,16 +333,23 @@ class Context:
     if not isinstance(max_stack_depth, int) or max_stack_depth < 1:
       raise errors.ArgumentError(
           f'max_stack_depth must be a positive int, got {max_stack_depth!r}')
+    if max_steps is not None and (not isinstance(max_steps, int)
+                                  or isinstance(max_steps, bool)
+                                  or max_steps < 1):
+      raise errors.ArgumentError(
+          f'max_steps must be None or a positive int, got {max_steps!r}')
     if stackless:
       program = self.program_compiled(bf.name, sig, backend)
       out, stats = stackless_lib.execute(program, args, backend, batch,
-                                         schedule=schedule)
+                                         schedule=schedule,
+                                         max_steps=max_steps)
     else:
       program = self.program_lowered(bf.name, sig, backend)
       cache = self._cache if block_code_cache is None else block_code_cache
       out, stats = virtual_machine.execute(
           program, args, backend, batch, max_stack_depth=max_stack_depth,
-          schedule=schedule, block_code_cache=cache, profile=profile)
+          schedule=schedule, block_code_cache=cache, profile=profile,
+          max_steps=max_steps)
     bf.last_stats = stats
     self.last_stats = stats
     return out

@@ -225,8 +225,10 @@ class NumpyBackend:
 
   # -- loop ----------------------------------------------------------------
 
-  def run(self, blocks, state, num_blocks, schedule, stats, labels):
-    """The VM loop: pick a block, run it masked, until every member exits."""
+  def run(self, blocks, state, num_blocks, schedule, stats, labels,
+          max_steps=None, step_limit_error=None):
+    """The VM loop: pick a block, run it masked, until every member exits
+    (or `max_steps` steps have run: `step_limit_error(members, block)`)."""
     batch = stats.batch_size
     runs = [0] * num_blocks
     active = [0] * num_blocks
@@ -240,6 +242,8 @@ class NumpyBackend:
         b = next_block(pc, num_blocks, schedule)
         if b >= num_blocks:
           break
+        if steps == max_steps:
+          raise step_limit_error(np.flatnonzero(pc < num_blocks), b)
         m = make_mask(pc, b, batch)
         if clock is None:
           blocks[b](state, m)

@@ -14,6 +14,8 @@ eagerly only.
 
 import sys
 
+import numpy as np
+
 from autobatch_vm import errors
 from autobatch_vm import instructions as inst
 from autobatch_vm import virtual_machine
@@ -23,8 +25,10 @@ __all__ = ['execute']
 
 class _Executor:
 
-  def __init__(self, program, backend, batch, schedule, stats):
+  def __init__(self, program, backend, batch, schedule, stats,
+               max_steps=None):
     self.program = program
+    self.max_steps = max_steps
     self.be = backend
     self.batch = batch
     self.schedule = schedule
@@ -69,6 +73,14 @@ class _Executor:
         break
       block = fn.blocks[b]
       m = self.be.make_mask(pc, b, self.batch)
+      if self.stats.steps == self.max_steps:
+        members = [int(i) for i in np.asarray(self.be.members(m))[:10]]
+        raise errors.StepLimitError(
+            f'Not finished after max_steps={self.max_steps} VM steps for '
+            f'batch members {members}; they are at this line',
+            loc=block.loc, hint='Pass a larger max_steps= (or None for no '
+            'limit), or check that every loop and recursion terminates for '
+            'these members.')
       self.stats.block_executions[block.label] = \
           self.stats.block_executions.get(block.label, 0) + 1
       self.stats.block_active[block.label] = \
@@ -120,8 +132,12 @@ class _Executor:
       raise errors.InternalError(f'{inst.op_str(op)} in stackless mode')
 
 
-def execute(program, args, backend, batch_size, schedule='lowest'):
-  """Runs typed `program` on batched `args`; returns (outputs, RunStats)."""
+def execute(program, args, backend, batch_size, schedule='lowest',
+            max_steps=None):
+  """Runs typed `program` on batched `args`; returns (outputs, RunStats).
+
+  `max_steps` bounds the blocks run, counted over all calls.
+  """
   if getattr(backend, 'staged', False) and backend.in_graph():
     raise errors.BackendError(
         'stackless=True cannot run inside tf.function: Python drives its '
@@ -129,7 +145,7 @@ def execute(program, args, backend, batch_size, schedule='lowest'):
         hint='Call it eagerly, or use the stack VM (stackless=False) inside '
         'tf.function.')
   stats = virtual_machine.RunStats(batch_size=batch_size)
-  ex = _Executor(program, backend, batch_size, schedule, stats)
+  ex = _Executor(program, backend, batch_size, schedule, stats, max_steps)
   if batch_size == 0:
     main = program.main_function
     t = main.var_defs[main.vars_out].tensors

@@ -207,6 +207,7 @@ def _explain_symbolic(e):
 
 
 def _overflow_maker(overflow_error):
+  """A site's maker from `overflow_error(members)` (also a step limit's)."""
   def make(members):
     return overflow_error([] if members is None else members)
   return make
@@ -523,25 +524,33 @@ class TensorFlowBackend:
 
   # -- the loop ------------------------------------------------------------
 
-  def run(self, blocks, state, num_blocks, schedule, stats, labels):
-    """Runs the VM loop; fills `stats` (ints eagerly, tensors in a graph)."""
+  def run(self, blocks, state, num_blocks, schedule, stats, labels,
+          max_steps=None, step_limit_error=None):
+    """Runs the VM loop; fills `stats` (ints eagerly, tensors in a graph).
+
+    `max_steps` is the loop's `maximum_iterations` (members left then fail
+    with `step_limit_error(members)`); a static trip count also lets XLA
+    differentiate the loop.
+    """
     batch = stats.batch_size
     if not batch:
       _fill_stats(stats, labels, 0, [0] * num_blocks, [0] * num_blocks)
       return state
+    limit = (max_steps, step_limit_error)
     if tf.executing_eagerly():
       return self._run_eagerly(blocks, state, num_blocks, schedule, stats,
-                               labels)
+                               labels, limit)
     sites = _Sites(num_blocks)
     state, acc = self._staged_loop(blocks, state, num_blocks, schedule,
-                                   batch, sites)
+                                   batch, sites, limit)
     state = self._fail_in_graph(state, num_blocks, sites)
     runs, active = tf.unstack(acc, axis=1)
     _fill_stats(stats, labels, tf.reduce_sum(runs), tf.unstack(runs),
                 tf.unstack(active))
     return state
 
-  def _staged_loop(self, blocks, state, num_blocks, schedule, batch, sites):
+  def _staged_loop(self, blocks, state, num_blocks, schedule, batch, sites,
+                   step_limit=(None, None)):
     """Builds the `tf.while_loop`; returns (state, [num_blocks, 2] counts).
 
     The loop carries the state partly packed by dtype and shape
@@ -593,9 +602,17 @@ class TensorFlowBackend:
 
     b0 = _next_block_tf(state[_PC], num_blocks, schedule)
     acc0 = tf.zeros([num_blocks, 2], tf.int32)
+    max_steps, step_limit_error = step_limit
     out = tf.while_loop(cond, body, [b0, acc0] + packing.carry(state),
-                        parallel_iterations=self.while_parallel_iterations)
-    return packing.unpack(out[2:]), out[1]
+                        parallel_iterations=self.while_parallel_iterations,
+                        maximum_iterations=max_steps)
+    state = packing.unpack(out[2:])
+    if max_steps is not None:
+      # Members still running after max_steps: parked at the limit's site.
+      code = sites.add(_overflow_maker(step_limit_error))
+      pc = state[_PC]
+      state[_PC] = tf.where(pc < num_blocks, tf.constant(code, tf.int32), pc)
+    return state, out[1]
 
   def _branch_fn(self, block_fn, batch, sites, packing, in_branch):
     """`f(mask, *carried) -> (ports, flat)`: one block, traced into a
@@ -652,27 +669,29 @@ class TensorFlowBackend:
 
   # -- eager ---------------------------------------------------------------
 
-  def _run_eagerly(self, blocks, state, num_blocks, schedule, stats, labels):
+  def _run_eagerly(self, blocks, state, num_blocks, schedule, stats, labels,
+                   limit):
     """Runs the staged loop via a cached tf.function; steps eagerly if not."""
     batch = stats.batch_size
-    staged = _eager_cache_get(self, blocks, num_blocks, schedule, batch)
+    staged = _eager_cache_get(self, blocks, num_blocks, schedule, batch,
+                              limit)
     if not staged.stageable or stats.profile:
       # profile=True times each block, which only stepping can do.
       return self._step_eagerly(blocks, state, num_blocks, schedule, stats,
-                                labels)
+                                labels, limit)
     try:
       out_state, acc = staged(state)
     except tf.errors.OpError:
       # Failed at run time (say a primitive's own check): step eagerly to
       # report it with the members and the user's line.
       return self._step_eagerly(blocks, state, num_blocks, schedule, stats,
-                                labels)
+                                labels, limit)
     except Exception:  # pylint: disable=broad-except
       # Could not be traced (say a primitive calls NumPy on the tensor):
       # from now on this program steps eagerly, which works or raises.
       staged.stageable = False
       return self._step_eagerly(blocks, state, num_blocks, schedule, stats,
-                                labels)
+                                labels, limit)
     pc = out_state[_PC].numpy()
     if (pc > num_blocks).any():
       code = int(pc.max())
@@ -683,8 +702,9 @@ class TensorFlowBackend:
     return out_state
 
   def _step_eagerly(self, blocks, state, num_blocks, schedule, stats,
-                    labels):
+                    labels, limit):
     """The NumPy backend's loop, on eager tensors (for diagnostics)."""
+    max_steps, step_limit_error = limit
     batch = stats.batch_size
     runs = [0] * num_blocks
     active = [0] * num_blocks
@@ -695,6 +715,8 @@ class TensorFlowBackend:
       b = _next_block_np(pc, num_blocks, schedule)
       if b >= num_blocks:
         break
+      if steps == max_steps:
+        raise step_limit_error(np.flatnonzero(pc < num_blocks), b)
       mask = pc == b
       count = int(mask.sum())
       m = _Mask(tf.constant(mask), count, count == batch, batch)
@@ -980,7 +1002,7 @@ def _next_block_tf(pc, num_blocks, schedule):
 class _StagedRun:
   """A `tf.function` running one compiled program's loop, and its sites."""
 
-  def __init__(self, backend, blocks, num_blocks, schedule, batch):
+  def __init__(self, backend, blocks, num_blocks, schedule, batch, limit):
     self.blocks = blocks      # keeps id(blocks) unique while cached
     self.sites = None
     self.stageable = True
@@ -988,7 +1010,7 @@ class _StagedRun:
     def loop(state):
       self.sites = _Sites(num_blocks)
       out, acc = backend._staged_loop(  # pylint: disable=protected-access
-          blocks, state, num_blocks, schedule, batch, self.sites)
+          blocks, state, num_blocks, schedule, batch, self.sites, limit)
       return out, acc
     self.function = tf.function(loop, autograph=False)
     # One tf.function per program: tracing each once is expected, not the
@@ -1003,14 +1025,14 @@ _eager_cache = collections.OrderedDict()
 _eager_lock = threading.Lock()
 
 
-def _eager_cache_get(backend, blocks, num_blocks, schedule, batch):
-  key = (id(blocks), backend, schedule)
+def _eager_cache_get(backend, blocks, num_blocks, schedule, batch, limit):
+  key = (id(blocks), backend, schedule, limit[0])
   with _eager_lock:
     entry = _eager_cache.get(key)
     if entry is not None and entry.blocks is blocks:
       _eager_cache.move_to_end(key)
       return entry
-    entry = _StagedRun(backend, blocks, num_blocks, schedule, batch)
+    entry = _StagedRun(backend, blocks, num_blocks, schedule, batch, limit)
     _eager_cache[key] = entry
     while len(_eager_cache) > _EAGER_CACHE_SIZE:
       _eager_cache.popitem(last=False)

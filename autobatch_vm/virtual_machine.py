@@ -496,6 +496,24 @@ def _flatten_like(template, value):
   return out
 
 
+def _step_limit(program, max_steps):
+  """`make(members, block=None) -> StepLimitError` for this program."""
+  locs = [b.loc for b in program.blocks]
+
+  def make(members, block=None):
+    members = [int(i) for i in np.asarray(members).reshape(-1)[:10]]
+    where = ('; the block due next is at this line' if block is not None
+             else ' (started here)')
+    return errors.StepLimitError(
+        f'Not finished after max_steps={max_steps} VM steps for batch '
+        f'members {members}{where}',
+        loc=locs[block if block is not None else 0],
+        hint='Pass a larger max_steps= (or None for no limit), or check '
+        'that every loop and recursion terminates for these members '
+        '(fn(..., profile=True) shows which blocks run most).')
+  return make
+
+
 def _overflow(what, loc, depth):
   def make(members):
     members = [int(i) for i in np.asarray(members).reshape(-1)[:10]]
@@ -581,8 +599,14 @@ def compile_blocks(program, backend, batch, depth, cache=None):
 
 
 def execute(program, args, backend, batch_size, max_stack_depth=15,
-            schedule='lowest', block_code_cache=None, profile=False):
-  """Runs `program` on batched `args`; returns (outputs, RunStats)."""
+            schedule='lowest', block_code_cache=None, profile=False,
+            max_steps=None):
+  """Runs `program` on batched `args`; returns (outputs, RunStats).
+
+  `max_steps`: fail with `StepLimitError` if members have not finished
+  after that many VM steps (None: no limit).  On TensorFlow it also gives
+  the loop a static trip count, which XLA needs to differentiate it.
+  """
   if schedule not in SCHEDULES:
     raise errors.ArgumentError(
         f'Unknown schedule {schedule!r}; choose one of {SCHEDULES}')
@@ -599,6 +623,8 @@ def execute(program, args, backend, batch_size, max_stack_depth=15,
     stats.block_loc[b.label] = b.loc
   with backend.error_context():
     state = backend.run(c.blocks, state, len(program.blocks), schedule,
-                        stats, [b.label for b in program.blocks])
+                        stats, [b.label for b in program.blocks],
+                        max_steps=max_steps,
+                        step_limit_error=_step_limit(program, max_steps))
   out = inst.pattern_map(lambda read: read(state, {}, None), c.outputs)
   return out, stats

@@ -529,6 +529,40 @@ def test_bad_mode_arguments():
     f(X, schedule='random')
 
 
+def test_step_limit_names_where_the_members_are():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def spin(n):
+    k = 0
+    while n > 0:  # ERR:spin
+      n = n + 1
+      k += 1
+    return k
+
+  np.testing.assert_array_equal(spin(np.array([0, -3]), max_steps=10), [0, 0])
+  for stackless in (False, True):
+    with pytest.raises(errors.StepLimitError) as e:
+      spin(np.array([4, 2]), max_steps=40, stackless=stackless)
+    assert e.value.function == 'spin' and e.value.filename == __file__
+    assert line_of('spin') <= e.value.lineno <= line_of('spin') + 2
+    assert 'max_steps=40' in str(e.value) and '[0, 1]' in str(e.value)
+    assert 'larger max_steps=' in str(e.value)
+
+
+def test_max_steps_must_be_a_positive_int():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def f(x):
+    return x
+
+  for bad in (0, -1, 2.5, True, '10'):
+    with pytest.raises(errors.ArgumentError, match='max_steps'):
+      f(X, max_steps=bad)
+  np.testing.assert_array_equal(f(X, max_steps=1), X)
+
+
 def test_internal_errors_are_separate():
   assert not issubclass(errors.InternalError, errors.AutoBatchError)
   assert 'bug in autobatch_vm' in str(errors.InternalError('x'))

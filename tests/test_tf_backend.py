@@ -361,17 +361,20 @@ def _gradients(fn, x, n, mode):
       tape.watch(x)
       if mode == 'alone':
         y = fn(x, n, dry_run=True)   # each member alone, plain Python
+      elif mode == 'xla':
+        # XLA differentiates a while_loop only with a static trip count.
+        y = fn(x, n, max_stack_depth=16, max_steps=500)
       else:
         y = fn(x, n, max_stack_depth=16)
       total = tf.reduce_sum(y)
     dx, dscale = tape.gradient(total, [x, SCALE])
     return y, dx, dscale
-  if mode == 'graph':
-    grad = tf.function(grad)
+  if mode in ('graph', 'xla'):
+    grad = tf.function(grad, jit_compile=(mode == 'xla'))
   return grad(x, n)
 
 
-@pytest.mark.parametrize('mode', ['eager', 'graph'])
+@pytest.mark.parametrize('mode', ['eager', 'graph', 'xla'])
 @pytest.mark.parametrize('fn, dtype', [(power, np.float32),
                                        (power, np.float64),
                                        (wiggle, np.float64),
@@ -391,6 +394,47 @@ def test_gradients_match_each_member_alone(fn, dtype, mode):
     np.testing.assert_allclose(dscale.numpy(), dscale0.numpy(), rtol=rtol)
   else:
     assert dscale is None and dscale0 is None
+
+
+# -- max_steps ------------------------------------------------------------------
+
+@ctx.batch()
+def count_up(n):
+  """Never finishes for n > 0."""
+  k = 0
+  while n > 0:
+    n = n + 1
+    k += 1
+  return k
+
+
+@pytest.mark.parametrize('mode', ['eager', 'stackless'])
+def test_step_limit_stops_a_run_eagerly(mode):
+  # The stack VM names every unfinished member: those that would finish
+  # but wait behind the spinning ones (the default schedule runs the lowest
+  # block) too.  Stackless names the members at the block due next.
+  n = tf.constant([0, 3, -2, 1])
+  members = '1, 3' if mode == 'stackless' else '0, 1, 2, 3'
+  with pytest.raises(errors.StepLimitError,
+                     match=rf'max_steps=50 .*members \[{members}\]') as e:
+    count_up(n, max_steps=50, stackless=(mode == 'stackless'))
+  assert e.value.function == 'count_up'
+  np.testing.assert_array_equal(
+      count_up(tf.constant([0, -2]), max_steps=50).numpy(), [0, 0])
+
+
+def test_step_limit_fails_the_graph():
+  run = tf.function(lambda n: count_up(n, max_steps=50))
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match='StepLimitError.*max_steps=50.*count_up'):
+    run(tf.constant([0, 3]))
+
+
+def test_step_limit_under_xla_with_compile_nested_output():
+  run = ab.xla.compile_nested_output(lambda n: count_up(n, max_steps=50))
+  with pytest.raises(errors.StepLimitError, match=r'members \[0, 1\]'):
+    run(tf.constant([0, 3]))
+  np.testing.assert_array_equal(run(tf.constant([0, -1])).numpy(), [0, 0])
 
 
 # -- stack overflow and failed asserts --------------------------------------------
