@@ -194,25 +194,35 @@ class NumpyBackend:
     """Pushes each of `values` on its stack for the members in `m`."""
     idx = m.idx
     top = sp[idx]
-    if m.count and top.max() >= depth:
-      raise overflow_error(idx[top >= depth])
     full = m.full
-    for stack, value in zip(stacks, values):
-      # Stacks are owned by the VM run.
-      stack[top, idx] = value if full else value[idx]
+    if not stacks and m.count and top.max() >= depth:  # nothing to index
+      raise overflow_error(idx[top >= depth])
+    try:
+      for stack, value in zip(stacks, values):
+        # Stacks are owned by the VM run.  A full stack has no row `top`:
+        # NumPy's own bounds check finds an overflow (stack pointers are
+        # never negative), with no extra pass over `top`.
+        stack[top, idx] = value if full else value[idx]
+    except IndexError:
+      if (top >= depth).any():
+        raise overflow_error(idx[top >= depth]) from None
+      raise
     sp[idx] = top + 1   # stack pointers, like stacks, belong to the run
     return stacks, sp
 
   def pop(self, stacks, sp, values, m):
     """Restores `values` from the top of their stacks and drops the frame."""
-    out = self.peek(stacks, sp, values, m)
-    sp[m.idx] -= 1
+    top = sp[m.idx] - 1
+    out = self.peek(stacks, sp, values, m, top)
+    sp[m.idx] = top
     return out, sp
 
-  def peek(self, stacks, sp, values, m):
-    """Restores `values` from the top of their stacks, keeping the frame."""
+  def peek(self, stacks, sp, values, m, top=None):
+    """Restores `values` from the top of their stacks, keeping the frame.
+    `top`: the members' top frames, `sp[m.idx] - 1`, if known."""
     idx = m.idx
-    top = sp[idx] - 1
+    if top is None:
+      top = sp[idx] - 1
     out = []
     for stack, value in zip(stacks, values):
       if m.full:
