@@ -7,7 +7,6 @@ is compared with the NumPy backend and with each member run alone
 overflow and failed `assert`s in every mode, dtypes, stats, and errors.
 """
 
-import collections
 import dataclasses
 import functools
 import subprocess
@@ -20,6 +19,15 @@ import pytest
 
 import autobatch_vm as ab
 from autobatch_vm import errors
+from tests.e2e_programs import Particle
+from tests.e2e_programs import break_continue
+from tests.e2e_programs import collatz_loop
+from tests.e2e_programs import divmod_rec
+from tests.e2e_programs import fibonacci
+from tests.e2e_programs import gcd
+from tests.e2e_programs import is_even
+from tests.e2e_programs import power
+from tests.e2e_programs import simulate
 
 tf = pytest.importorskip('tensorflow')
 
@@ -27,75 +35,8 @@ ctx = ab.Context()
 
 
 # -- programs ------------------------------------------------------------------
-
-@ctx.batch(type_inference=lambda arg_types: arg_types[0])
-def fibonacci(n):
-  if n > 2:
-    return fibonacci(n - 1) + fibonacci(n - 2)
-  else:
-    return 1
-
-
-@ctx.batch()
-def is_even(n):
-  if n == 0:
-    return True
-  return is_odd(n - 1)
-
-
-@ctx.batch()
-def is_odd(n):
-  if n == 0:
-    return False
-  return is_even(n - 1)
-
-
-@ctx.batch()
-def gcd(a, b):
-  if b == 0:
-    return a
-  return gcd(b, a % b)
-
-
-@ctx.batch()
-def collatz(n):
-  steps = 0
-  while n > 1:
-    if n % 2 == 0:
-      n = n // 2
-    else:
-      n = 3 * n + 1
-    steps += 1
-  return steps
-
-
-@ctx.batch()
-def power(x, k):
-  if k == 0:
-    return x * 0.0 + 1.0
-  half = power(x, k // 2)
-  if k % 2 == 0:
-    return half * half
-  return half * half * x
-
-
-@ctx.batch()
-def divmod_rec(a, b):
-  if a < b:
-    return 0, a
-  q, r = divmod_rec(a - b, b)
-  return q + 1, r
-
-
-Particle = collections.namedtuple('Particle', ['x', 'v'])
-
-
-@ctx.batch()
-def simulate(p, n):
-  if n <= 0:
-    return p
-  return simulate(Particle(p.x + p.v, p.v * 0.5 - 0.25 * p.x), n - 1)
-
+# The shared end-to-end programs, plus a vector program written with
+# operators only (e2e's `vec_halve` calls NumPy, which cannot be staged).
 
 @ctx.batch()
 def vec_halve(v, count):
@@ -103,22 +44,6 @@ def vec_halve(v, count):
   if v[:, 0] * v[:, 0] + v[:, 1] * v[:, 1] + v[:, 2] * v[:, 2] > 1.0:
     return vec_halve(v * 0.5, count + 1)
   return v, count
-
-
-@ctx.batch()
-def break_continue(n):
-  total = 0
-  i = 0
-  while True:
-    i += 1
-    if i > n:
-      break
-    if i % 3 == 0:
-      continue
-    total += i * i
-    if total > 500:
-      break
-  return total
 
 
 @dataclasses.dataclass
@@ -139,7 +64,7 @@ CASES = [
     Case('even_odd', is_even, _ints(0, 18)),
     Case('gcd', gcd, lambda rng, b: (rng.integers(0, 300, size=b),
                                      rng.integers(0, 300, size=b))),
-    Case('collatz_while', collatz, _ints(1, 40)),
+    Case('collatz_while', collatz_loop, _ints(1, 40)),
     Case('power_f64', power, lambda rng, b: (rng.uniform(-2, 2, size=b),
                                              rng.integers(0, 12, size=b)),
          rtol=1e-12),
