@@ -207,8 +207,7 @@ class _Inference:
       if weak is not None:
         self.prim_cache[key] = weak
     if key not in self.prim_cache:
-      dummies = [inst.pattern_map(lambda t: self.backend.dummy(t, 1), t,
-                                  inst.TensorType) for t in in_types]
+      dummies = self.dummies(in_types, literals=False)
       try:
         with self.backend.error_context():
           value = op.function(*dummies)
@@ -236,6 +235,20 @@ class _Inference:
     if result is not None:
       self.bind(fn, op.vars_out, result, op.loc)
 
+  def dummies(self, in_types, literals=True, as_arrays=None):
+    """Arguments to run a primitive on at batch size 1: zeros, with each
+    weak scalar a Python scalar if `literals`, or (input `i` in
+    `as_arrays`) an array of dtype `as_arrays[i]`."""
+    as_arrays = as_arrays or {}
+
+    def leaf(t):
+      if literals and _is_literal(t):
+        return t.dtype.type(0).item()
+      return self.backend.dummy(t, 1)
+    return [self.backend.dummy(inst.TensorType(as_arrays[i], ()), 1)
+            if i in as_arrays else inst.pattern_map(leaf, t, inst.TensorType)
+            for i, t in enumerate(in_types)]
+
   def prim_with_literals(self, op, in_types):
     """Result types when literal-typed (weak) scalars meet typed inputs,
     or meet only each other (`i = i + 1` with `i = 0` stays a literal:
@@ -248,20 +261,13 @@ class _Inference:
     weak or no strong inputs, or where this run fails (the caller then
     runs the primitive on arrays for every input, as usual).
     """
-    leaves = [leaf for t in in_types
-              for leaf in inst.pattern_flatten(t, inst.TensorType)]
-    if not any(l.weak and not l.shape for l in leaves):
+    leaves = _leaves(in_types)
+    if not any(_is_literal(l) for l in leaves):
       return None
-    only_weak = all(l.weak and not l.shape for l in leaves)
-
-    def dummy(t):
-      if t.weak and not t.shape:
-        return t.dtype.type(0).item()
-      return self.backend.dummy(t, 1)
-    dummies = [inst.pattern_map(dummy, t, inst.TensorType) for t in in_types]
+    only_weak = all(_is_literal(l) for l in leaves)
     try:
       with self.backend.error_context():
-        value = op.function(*dummies)
+        value = op.function(*self.dummies(in_types))
       if value is None:
         return None
       # A result computed from literals only is a literal: a Python scalar,
@@ -278,11 +284,10 @@ class _Inference:
       if any(converted) and not only_weak:
         # Next to arrays, such a scalar must still be one value per member
         # when the literals are arrays too (not, say, a sum over the batch).
-        arrays = [inst.pattern_map(lambda t: self.backend.dummy(t, 1), t,
-                                   inst.TensorType) for t in in_types]
         with self.backend.error_context():
-          per_member = type_of_value(op.function(*arrays), self.backend,
-                                     batched=True, describe=lambda: '')
+          per_member = type_of_value(
+              op.function(*self.dummies(in_types, literals=False)),
+              self.backend, batched=True, describe=lambda: '')
         flat = inst.pattern_flatten(typed, inst.TensorType)
         strong = inst.pattern_flatten(per_member, inst.TensorType)
         if len(flat) != len(strong) or any(
@@ -306,9 +311,8 @@ class _Inference:
     """
     expected = self.prim_cache.get(_prim_key(op, in_types))
     weak = [i for i, t in enumerate(in_types)
-            if isinstance(t, inst.TensorType) and t.weak and not t.shape]
-    leaves = [leaf for t in in_types
-              for leaf in inst.pattern_flatten(t, inst.TensorType)]
+            if isinstance(t, inst.TensorType) and _is_literal(t)]
+    leaves = _leaves(in_types)
     if expected is None or not weak or all(l.weak for l in leaves):
       return ()
     expected = _strip(expected)
@@ -318,15 +322,9 @@ class _Inference:
         candidates.append(leaf.dtype)
 
     def gives_expected(as_arrays):
-      def dummy(i, t):
-        if i in as_arrays:
-          return self.backend.dummy(inst.TensorType(as_arrays[i], ()), 1)
-        return inst.pattern_map(
-            lambda x: (x.dtype.type(0).item() if x.weak and not x.shape
-                       else self.backend.dummy(x, 1)), t, inst.TensorType)
       try:
         with self.backend.error_context():
-          value = op.function(*[dummy(i, t) for i, t in enumerate(in_types)])
+          value = op.function(*self.dummies(in_types, as_arrays=as_arrays))
         got = type_of_value(value, self.backend, batched=True,
                             describe=lambda: '')
       except Exception:  # pylint: disable=broad-except
@@ -489,6 +487,16 @@ def _as_literal(v):
       and v.dtype in _LITERAL_DTYPES):
     return v.item()
   return v
+
+
+def _is_literal(t):
+  """Whether leaf type `t` is a weak scalar (a Python literal)."""
+  return t.weak and not t.shape
+
+
+def _leaves(in_types):
+  return [leaf for t in in_types
+          for leaf in inst.pattern_flatten(t, inst.TensorType)]
 
 
 def _prim_key(op, in_types):
