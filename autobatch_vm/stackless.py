@@ -14,8 +14,6 @@ eagerly only.
 
 import sys
 
-import numpy as np
-
 from autobatch_vm import errors
 from autobatch_vm import instructions as inst
 from autobatch_vm import virtual_machine
@@ -30,6 +28,7 @@ class _Executor:
     self.program = program
     self.max_steps = max_steps
     self.be = backend
+    self.sanitize = getattr(backend, 'sanitize', None)
     self.batch = batch
     self.schedule = schedule
     self.stats = stats
@@ -74,13 +73,9 @@ class _Executor:
       block = fn.blocks[b]
       m = self.be.make_mask(pc, b, self.batch)
       if self.stats.steps == self.max_steps:
-        members = [int(i) for i in np.asarray(self.be.members(m))[:10]]
-        raise errors.StepLimitError(
-            f'Not finished after max_steps={self.max_steps} VM steps for '
-            f'batch members {members}; they are at this line',
-            loc=block.loc, hint='Pass a larger max_steps= (or None for no '
-            'limit), or check that every loop and recursion terminates for '
-            'these members.')
+        raise virtual_machine.step_limit_error(
+            self.max_steps, self.be.members(m), block.loc,
+            '; they are at this line')
       self.stats.block_executions[block.label] = \
           self.stats.block_executions.get(block.label, 0) + 1
       self.stats.block_active[block.label] = \
@@ -106,9 +101,9 @@ class _Executor:
     if isinstance(op, inst.PrimOp):
       args = virtual_machine.cast_args(op, [env[v] for v in op.vars_in],
                                        self.be)
-      sanitize = getattr(self.be, 'sanitize', None)
-      if sanitize is not None:   # see TensorFlowBackend.sanitize
-        args = [inst.pattern_map(lambda x: sanitize(x, m), a) for a in args]
+      if self.sanitize is not None:   # see TensorFlowBackend.sanitize
+        args = [inst.pattern_map(lambda x: self.sanitize(x, m), a)
+                for a in args]
       try:
         result = op.function(*args)
       except errors.AutoBatchError:

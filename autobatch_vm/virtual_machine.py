@@ -496,21 +496,26 @@ def _flatten_like(template, value):
   return out
 
 
+def step_limit_error(max_steps, members, loc, where):
+  """The `StepLimitError` for `members` (`where`: how `loc` relates)."""
+  members = [int(i) for i in np.asarray(members).reshape(-1)[:10]]
+  return errors.StepLimitError(
+      f'Not finished after max_steps={max_steps} VM steps for batch '
+      f'members {members}{where}', loc=loc,
+      hint='Pass a larger max_steps= (or None for no limit), or check '
+      'that every loop and recursion terminates for these members '
+      '(fn(..., profile=True) shows which blocks run most).')
+
+
 def _step_limit(program, max_steps):
   """`make(members, block=None) -> StepLimitError` for this program."""
   locs = [b.loc for b in program.blocks]
 
   def make(members, block=None):
-    members = [int(i) for i in np.asarray(members).reshape(-1)[:10]]
-    where = ('; the block due next is at this line' if block is not None
-             else ' (started here)')
-    return errors.StepLimitError(
-        f'Not finished after max_steps={max_steps} VM steps for batch '
-        f'members {members}{where}',
-        loc=locs[block if block is not None else 0],
-        hint='Pass a larger max_steps= (or None for no limit), or check '
-        'that every loop and recursion terminates for these members '
-        '(fn(..., profile=True) shows which blocks run most).')
+    if block is None:   # staged: where each member is is not known
+      return step_limit_error(max_steps, members, locs[0], ' (started here)')
+    return step_limit_error(max_steps, members, locs[block],
+                            '; the block due next is at this line')
   return make
 
 
