@@ -52,6 +52,7 @@ your `tf.function` to read them); `str(stats)` and `utilization` need ints.
 
 import collections
 import contextlib
+import functools
 import threading
 import time
 import warnings
@@ -73,6 +74,9 @@ _EAGER_CACHE_SIZE = 64
 # Outside XLA, packs (of small registers) stay below this size: see
 # _staged_loop.
 _PACK_BYTES = 128 * 1024
+# Under XLA, what one more group of blocks costs a step (its single-trip
+# loop), in bytes of ports it would save: see _write_groups.
+_GROUP_STEP_BYTES = 32 * 1024
 
 
 def _in_xla_context():
@@ -554,32 +558,43 @@ class TensorFlowBackend:
     """Builds the `tf.while_loop`; returns (state, [num_blocks, 2] counts).
 
     The loop carries the state partly packed by dtype and shape
-    (`_Packing`): a block's branch of the `tf.switch_case` returns the
-    packed slots it may write as rows to scatter into the packs, and the
-    other ("flat") slots as they are.  Under XLA everything is packed: XLA
-    copies every value a conditional merely passes through, so a step
-    would cost the size of the whole state.  In a plain graph, passing a
-    tensor through is free but a scatter copies its pack, so only small
-    registers are packed, in packs of at most `_PACK_BYTES` (fewer loop
-    variables and branch outputs; NUTS at 64 chains had a 384 KB pack of
-    `[64, 25]` registers, copied at every step).
+    (`_Packing`).
+
+    In a plain graph, the step is one `Case` over the blocks, and each
+    branch scatters into the packs its block writes and passes the others
+    through (free outside XLA).  A scatter copies its pack there, so only
+    small registers are packed, in packs of at most `_PACK_BYTES` (NUTS at
+    64 chains had a 384 KB pack of `[64, 25]` registers, copied at every
+    step).
+
+    Under XLA everything is packed, and no pack goes through a
+    conditional: XLA copies every value a conditional returns, so a step
+    would cost the size of the whole state.  A branch returns instead, per
+    pack, rows to scatter after the switch, in place (ports).  All branches
+    of a switch return the same shapes, so a step costs the widest block's
+    ports; the blocks are therefore split into groups of similar writes
+    (`_write_groups`), each a switch with its own ports run in a
+    single-trip `while_loop` (which, unlike a conditional, updates its
+    state in place) taken only when the block is one of its own.  Tree-RNN
+    at B=256: 0.019 -> 0.008 s; NUTS at 64 chains: 0.029 -> 0.025 s.
     """
     state = [tf.convert_to_tensor(s) for s in state]
     stack_slots = blocks[0].stack_slots if blocks else frozenset()
-    if _in_xla_context():
+    xla = _in_xla_context()
+    if xla:
       packed, limit = range(len(state)), None
     else:
       packed = [i for i, x in enumerate(state) if i not in stack_slots
                 and 2 * x.shape.num_elements() * x.dtype.size <= _PACK_BYTES]
       limit = _PACK_BYTES
-    packing = _Packing(state, [blk.writes for blk in blocks], stack_slots,
-                       frozenset(packed), limit)
-    # Outside XLA each branch scatters into the packs it writes and passes
-    # the others through; under XLA the branches return rows to scatter
-    # after the switch, in place (a conditional's outputs are copies).
-    in_branch = limit is not None
-    branch_fns = [self._branch_fn(blk, batch, sites, packing, in_branch)
-                  for blk in blocks]
+    packing = _Packing(state, stack_slots, frozenset(packed), limit)
+    groups = (_write_groups(packing, [blk.writes for blk in blocks])
+              if xla else None)
+    widths = {}
+    for members, width in groups or ():
+      widths.update((k, width) for k in members)
+    branch_fns = [self._branch_fn(blk, batch, sites, packing, widths.get(k))
+                  for k, blk in enumerate(blocks)]
 
     def cond(b, acc, *carried):
       del acc, carried
@@ -591,12 +606,12 @@ class TensorFlowBackend:
       acc = tf.tensor_scatter_nd_add(
           acc, tf.reshape(b, [1, 1]),
           tf.reshape(tf.stack([tf.constant(1, tf.int32), count]), [1, 2]))
-      branches = [_bind(f, mask, carried) for f in branch_fns]
-      if in_branch:
-        carried = list(_switch(b, branches))
+      if groups is None:
+        carried = list(_switch(b, [_bind(f, mask, carried)
+                                   for f in branch_fns]))
       else:
-        ports, flat = _switch(b, branches)
-        carried = packing.update(list(carried), ports, flat)
+        carried = _run_groups(b, mask, groups, branch_fns, packing,
+                              list(carried))
       return [_next_block_tf(packing.read(carried, _PC), num_blocks,
                              schedule), acc] + carried
 
@@ -614,9 +629,10 @@ class TensorFlowBackend:
       state[_PC] = tf.where(pc < num_blocks, tf.constant(code, tf.int32), pc)
     return state, out[1]
 
-  def _branch_fn(self, block_fn, batch, sites, packing, in_branch):
-    """`f(mask, *carried) -> (ports, flat)`: one block, traced into a
-    switch branch."""
+  def _branch_fn(self, block_fn, batch, sites, packing, width):
+    """One block, traced into a switch branch: `f(mask, *carried)` returns
+    the loop variables after it (outside XLA), or, given its group's ports
+    per pack (`width`, under XLA), `(ports, flat)`."""
 
     def run_block(mask, *carried):
       st = _BlockState(carried, packing, block_fn.writes)
@@ -636,9 +652,10 @@ class TensorFlowBackend:
       for where, code in reversed(step.park):
         pc = tf.where(where, tf.constant(code, tf.int32), pc)
       st[_PC] = pc
-      if in_branch:
+      if width is None:
         return packing.carried_after(st, block_fn.writes, carried)
-      return packing.ports(st, block_fn.writes), packing.flat_values(st)
+      return (packing.ports(st, block_fn.writes, width),
+              packing.flat_values(st))
 
     if self.basic_block_xla_device is None:
       return run_block
@@ -748,6 +765,81 @@ def _switch(b, branches):
   return _indexed_case(b, branches, lower_using_switch_merge=False)
 
 
+def _write_groups(packing, block_writes):
+  """Splits the blocks into groups for XLA's step (see `_staged_loop`).
+
+  Returns `[(members, width)]`: block indices and, per pack, the ports
+  their switch returns (the most any member writes).  A step of a block
+  costs its group's ports, in bytes, plus `_GROUP_STEP_BYTES` per group;
+  with blocks sorted by the bytes they write, the groups are the
+  contiguous runs that minimize that cost summed over all blocks (each
+  block counted once: which run most is not known when tracing).
+  """
+  row_bytes = []
+  for is_stack, dtype, shape in packing.keys:
+    row = shape[1:] if is_stack else shape
+    row_bytes.append(int(np.prod(row, dtype=np.int64)) * dtype.size)
+  widths = [packing.block_width(w) for w in block_writes]
+
+  def cost(width):
+    return sum(r * w for r, w in zip(row_bytes, width))
+  order = sorted(range(len(widths)), key=lambda k: (cost(widths[k]), k))
+  n = len(order)
+  # best[j]: the cheapest split of order[:j], as (cost, groups).
+  best = [(0, [])]
+  for j in range(1, n + 1):
+    options = []
+    for i in range(j):
+      width = [max(widths[order[k]][g] for k in range(i, j))
+               for g in range(len(row_bytes))]
+      total = (best[i][0] + (j - i) * cost(width) +
+               n * _GROUP_STEP_BYTES)
+      options.append((total, best[i][1] + [(tuple(order[i:j]), width)]))
+    best.append(min(options, key=lambda o: o[0]))
+  return best[n][1]
+
+
+def _run_groups(b, mask, groups, branch_fns, packing, carried):
+  """XLA's step: block `b`'s group switches to it and scatters its ports."""
+  num_packs = len(packing.slots)
+  if len(groups) == 1:
+    return _run_group(b, mask, groups[0], branch_fns, packing, num_packs,
+                      *carried)
+  for group in groups:
+    members = group[0]
+    taken = tf.reduce_any(tf.equal(b, tf.constant(members, tf.int32)))
+    carried = _run_once(
+        taken, functools.partial(_run_group, b, mask, group, branch_fns,
+                                 packing, num_packs), carried)
+  return carried
+
+
+def _run_group(b, mask, group, branch_fns, packing, num_packs, *carried):
+  members, width = group
+  if len(members) == 1:
+    ports, flat = branch_fns[members[0]](mask, *carried)
+  else:
+    position = np.zeros(max(members) + 1, np.int32)
+    position[list(members)] = np.arange(len(members), dtype=np.int32)
+    case = tf.gather(tf.constant(position),
+                     tf.minimum(b, len(position) - 1))
+    ports, flat = tf.switch_case(
+        case, [_bind(branch_fns[k], mask, carried) for k in members])
+  packs = packing.scatter(list(carried[:num_packs]), list(ports), width)
+  return packs + list(flat)
+
+
+def _run_once(taken, fn, carried):
+  """`fn(*carried)` if `taken`, else `carried`: a `while_loop` of at most
+  one trip, which XLA runs in place, unlike a conditional."""
+
+  def body(go, *values):
+    del go
+    return [tf.constant(False)] + list(fn(*values))
+  return tf.while_loop(lambda go, *values: go, body, [taken] + list(carried),
+                       maximum_iterations=1)[1:]
+
+
 def _bind(f, mask, carried):
   return lambda: f(mask, *carried)
 
@@ -778,17 +870,16 @@ class _Packing:
   outside XLA, where each pack is kept below `max_bytes`).
 
   Pack g stacks its slots' tensors `[len(slots) + 1, *shape]`; the last row
-  is scratch.  A block's branch returns, per pack that any block writes,
-  ports for the slots it may write, padded to the most any block writes in
-  that pack (with writes to the scratch row).  After the switch they are
-  scattered into the packs, in place under XLA:
+  is scratch.  A block's writes become ports, per pack, which are scattered
+  into the packs: in its branch outside XLA, after its group's switch under
+  XLA (there a block's ports are padded, with writes to the scratch row, to
+  the most any block of its group writes in that pack):
   - a register pack's port is (values `[K, *shape]`, rows `[K]`);
   - a stack pack's port is a push (values `[K, batch, *event]`, rows `[K]`,
     targets `[K, batch]`): only the pushed members' frames are written.
   """
 
-  def __init__(self, state, block_writes, stack_slots, packed,
-               max_bytes=None):
+  def __init__(self, state, stack_slots, packed, max_bytes=None):
     groups = collections.OrderedDict()
     chunk = collections.Counter()   # per (kind, dtype, shape): packs full
     self.flat = []                  # slots carried as they are
@@ -813,13 +904,6 @@ class _Packing:
       for row, slot in enumerate(slots):
         self.where[slot] = (g, row)
     self.size = len(state)
-    # Ports per pack: the most slots of that pack one block writes.
-    self.width = [0] * len(self.slots)
-    for writes in block_writes:
-      per_pack = collections.Counter(self.where[s][0] for s in writes
-                                     if s in self.where)
-      for g, k in per_pack.items():
-        self.width[g] = max(self.width[g], k)
 
   def carry(self, state):
     """The loop variables: the packs, then the flat slots."""
@@ -853,11 +937,6 @@ class _Packing:
       out.append(tf.convert_to_tensor(value))
     return out
 
-  def update(self, carried, ports, flat):
-    """The loop variables after a step: ports scattered, flat replaced."""
-    packs = self.scatter(carried[:len(self.slots)], ports)
-    return packs + list(flat)
-
   def block_width(self, writes):
     """Per pack, how many of its slots a block with `writes` writes."""
     counts = collections.Counter(self.where[s][0] for s in writes
@@ -873,15 +952,13 @@ class _Packing:
                          self.ports(st, writes, width), width)
     return packs + self.flat_values(st)
 
-  def ports(self, st, writes, width=None):
-    """What a branch returns: the values of `writes`, per pack.
+  def ports(self, st, writes, width):
+    """The values of `writes`, per pack: `width[g]` ports for pack g.
 
     Few graph nodes: a pack the block does not write gets constants only.
-    `width`: ports per pack (default: the most any block writes, so that
-    every branch returns the same).
     """
     out = []
-    for g, k in enumerate(self.width if width is None else width):
+    for g, k in enumerate(width):
       if not k:
         continue
       is_stack, dtype, shape = self.keys[g]
@@ -906,9 +983,9 @@ class _Packing:
       out.append((values, rows, targets))
     return out
 
-  def scatter(self, packs, ports, width=None):
+  def scatter(self, packs, ports, width):
     it = iter(ports)
-    for g, k in enumerate(self.width if width is None else width):
+    for g, k in enumerate(width):
       if not k:
         continue
       if not self.keys[g][0]:

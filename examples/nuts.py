@@ -330,14 +330,13 @@ def make_sampler(lib, chunk, max_tree_depth, target_accept):
     else:
       tree = build_tree(point, slice_, v, j - 1, eps, seed, counter)
       if ab.truthy(tree.s):
-        if ab.truthy(v < 0):
-          other = build_tree(tree.minus, slice_, v, j - 1, eps, seed,
-                             tree.counter)
-          minus, plus = other.minus, tree.plus
-        else:
-          other = build_tree(tree.plus, slice_, v, j - 1, eps, seed,
-                             tree.counter)
-          minus, plus = tree.minus, other.plus
+        # Extend the tree at the end facing v.  A select rather than an
+        # `if` on v: one call site, so chains going either way share steps.
+        backward = v < 0
+        start = lib.where(backward, tree.minus, tree.plus)
+        other = build_tree(start, slice_, v, j - 1, eps, seed, tree.counter)
+        minus = lib.where(backward, other.minus, tree.minus)
+        plus = lib.where(backward, tree.plus, other.plus)
         n = tree.n + other.n
         # Take the new half's proposal with probability n'' / (n' + n'').
         take = lib.uniform(seed, other.counter) * n < other.n
@@ -362,12 +361,11 @@ def make_sampler(lib, chunk, max_tree_depth, target_accept):
     alpha, n_alpha = 0.0, 0.0
     while s and j < max_tree_depth:
       v = lib.direction(lib.uniform(seed, counter))
-      if ab.truthy(v < 0):
-        tree = build_tree(minus, slice_, v, j, eps, seed, counter + 1)
-        minus = tree.minus
-      else:
-        tree = build_tree(plus, slice_, v, j, eps, seed, counter + 1)
-        plus = tree.plus
+      backward = v < 0
+      tree = build_tree(lib.where(backward, minus, plus), slice_, v, j, eps,
+                        seed, counter + 1)
+      minus = lib.where(backward, tree.minus, minus)
+      plus = lib.where(backward, plus, tree.plus)
       counter = tree.counter
       if ab.truthy(tree.s):
         # Move to the new subtree's proposal with probability n' / n.
