@@ -110,9 +110,10 @@ class _Mask:
 
   @property
   def first(self):
-    """The index of the first member in the mask (a scalar tensor)."""
+    """The index of the first member in the mask, as a `[1]` tensor."""
     if self._first is None:
-      self._first = tf.argmax(self.as_int, output_type=tf.int32)
+      self._first = tf.argmax(self.as_int[tf.newaxis], axis=1,
+                              output_type=tf.int32)
     return self._first
 
   @property
@@ -416,8 +417,7 @@ class TensorFlowBackend:
     x = self.asarray(x)
     if len(x.shape) == 0:
       return x
-    first = tf.gather(x, m.first)
-    return tf.where(m.expanded(len(x.shape)), x, first[tf.newaxis])
+    return tf.where(m.expanded(len(x.shape)), x, tf.gather(x, m.first))
 
   def sanitize(self, x, m):
     """A register as a block's primitives see it: the lanes of members not
@@ -427,11 +427,16 @@ class TensorFlowBackend:
     lanes must not matter: an index out of range there would fail the run
     (`tf.gather` checks indices on CPU), and a derivative that is inf there
     would make gradients NaN (0 * inf through the masked write).  With a
-    live member's data, those lanes compute what it computes.  Not under
-    XLA, which clamps indices and cannot differentiate the loop anyway.
+    live member's data, those lanes compute what it computes.  Under XLA,
+    which clamps indices and defines integer division by zero, only
+    floating registers are filled (for gradients, with `max_steps`).
     """
-    if m is None or m.full or _in_xla_context():
+    if m is None or m.full:
       return x
+    if _in_xla_context():
+      dtype = tf.as_dtype(getattr(x, 'dtype', tf.float32))
+      if not (dtype.is_floating or dtype.is_complex):
+        return x
     return self.fill_inactive(x, m)
 
   def members(self, m):
