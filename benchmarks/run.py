@@ -132,7 +132,8 @@ def make_fibonacci(backend, batch):
   def tfp():
     if backend == 'numpy' and batch > FLAGS.tfp_numpy_max_batch:
       return None
-    return tfp_baselines.fibonacci_seconds(backend, n)
+    # Timed like ours: the median of --repeats calls after a warm-up.
+    return tfp_baselines.fibonacci_seconds(backend, n, FLAGS.repeats)
   return Cell(lambda: run(n), batch, 'members/s',
               lambda: fibonacci.last_stats,
               lambda: _alone_seconds(fibonacci, [n], batch, backend),
@@ -213,7 +214,8 @@ def make_nuts(backend, batch):
 
     def tfp_nuts(kind):
       r = tfp_baselines.nuts(kind, backend, target, point.theta, eps,
-                             NUTS_TRANSITIONS, NUTS_MAX_TREE_DEPTH)
+                             NUTS_TRANSITIONS, NUTS_MAX_TREE_DEPTH,
+                             repeats=FLAGS.repeats)
       return None if r is None else r['seconds']
     cell.tfp = lambda: tfp_nuts('autobatched')
     cell.hand = lambda: tfp_nuts('unrolled')
