@@ -75,8 +75,11 @@ _EAGER_CACHE_SIZE = 64
 # _staged_loop.
 _PACK_BYTES = 128 * 1024
 # Under XLA, what one more group of blocks costs a step (its single-trip
-# loop), in bytes of ports it would save: see _write_groups.
+# loop), in bytes of ports it would save: see _write_groups.  Measured on
+# CPU.  On a GPU a while loop's trip test copies its predicate to the host
+# (microseconds, megabytes of ports), so there groups cost far more.
 _GROUP_STEP_BYTES = 32 * 1024
+_GROUP_STEP_BYTES_GPU = 16 * 1024 * 1024
 
 
 def _in_xla_context():
@@ -775,7 +778,7 @@ def _write_groups(packing, block_writes):
 
   Returns `[(members, width)]`: block indices and, per pack, the ports
   their switch returns (the most any member writes).  A step of a block
-  costs its group's ports, in bytes, plus `_GROUP_STEP_BYTES` per group;
+  costs its group's ports, in bytes, plus `_group_step_bytes()` per group;
   with blocks sorted by the bytes they write, the groups are the
   contiguous runs that minimize that cost summed over all blocks (each
   block counted once: which run most is not known when tracing).
@@ -785,6 +788,7 @@ def _write_groups(packing, block_writes):
     row = shape[1:] if is_stack else shape
     row_bytes.append(int(np.prod(row, dtype=np.int64)) * dtype.size)
   widths = [packing.block_width(w) for w in block_writes]
+  step_bytes = _group_step_bytes()
 
   def cost(width):
     return sum(r * w for r, w in zip(row_bytes, width))
@@ -798,10 +802,21 @@ def _write_groups(packing, block_writes):
       width = [max(widths[order[k]][g] for k in range(i, j))
                for g in range(len(row_bytes))]
       total = (best[i][0] + (j - i) * cost(width) +
-               n * _GROUP_STEP_BYTES)
+               n * step_bytes)
       options.append((total, best[i][1] + [(tuple(order[i:j]), width)]))
     best.append(min(options, key=lambda o: o[0]))
   return best[n][1]
+
+
+def _group_step_bytes():
+  """`_GROUP_STEP_BYTES`, or its GPU value when the run is placed on one
+  (a `tf.device` scope, or none and a GPU is visible)."""
+  requested = tf.DeviceSpec.from_string(tf.constant(0).device).device_type
+  if requested is None:
+    on_gpu = bool(tf.config.list_logical_devices('GPU'))
+  else:
+    on_gpu = requested.upper() == 'GPU'
+  return _GROUP_STEP_BYTES_GPU if on_gpu else _GROUP_STEP_BYTES
 
 
 def _run_groups(b, mask, groups, branch_fns, packing, carried):

@@ -372,6 +372,23 @@ def test_xla_groups_blocks_by_what_they_write(differentiate, monkeypatch):
     np.testing.assert_allclose(dh.numpy(), dh0.numpy(), rtol=1e-10)
 
 
+def test_group_cost_follows_the_device():
+  """On a GPU a one-trip loop's test syncs with the host: groups cost more
+  there (so XLA keeps fewer), whatever machine traces the program."""
+  from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
+  seen = {}
+
+  @tf.function
+  def trace():
+    with tf.device('/device:GPU:0'):
+      seen['gpu'] = tf_backend._group_step_bytes()  # pylint: disable=protected-access
+    with tf.device('/device:CPU:0'):
+      seen['cpu'] = tf_backend._group_step_bytes()  # pylint: disable=protected-access
+    return tf.constant(0)
+  trace.get_concrete_function()
+  assert seen['gpu'] > 100 * seen['cpu'], seen
+
+
 # -- max_steps ------------------------------------------------------------------
 
 @ctx.batch()
