@@ -436,8 +436,9 @@ class TensorFlowBackend:
     """
     if m is None or m.full:
       return x
-    if _in_xla_context():
-      dtype = tf.as_dtype(getattr(x, 'dtype', tf.float32))
+    dtype = getattr(x, 'dtype', None)   # None: a Python scalar, left as is
+    if dtype is not None and _in_xla_context():
+      dtype = tf.as_dtype(dtype)
       if not (dtype.is_floating or dtype.is_complex):
         return x
     return self.fill_inactive(x, m)
@@ -794,18 +795,25 @@ def _write_groups(packing, block_writes):
     return sum(r * w for r, w in zip(row_bytes, width))
   order = sorted(range(len(widths)), key=lambda k: (cost(widths[k]), k))
   n = len(order)
-  # best[j]: the cheapest split of order[:j], as (cost, groups).
-  best = [(0, [])]
+  # best[j]: the cheapest split of order[:j], whose last group is
+  # order[cut[j]:j] with ports last_width[j].  For each end j the start i
+  # goes down, so the group's ports grow by one block's writes at a time;
+  # ties keep the earliest start.
+  best = [0] + [None] * n
+  cut = [0] * (n + 1)
+  last_width = [None] * (n + 1)
   for j in range(1, n + 1):
-    options = []
-    for i in range(j):
-      width = [max(widths[order[k]][g] for k in range(i, j))
-               for g in range(len(row_bytes))]
-      total = (best[i][0] + (j - i) * cost(width) +
-               n * step_bytes)
-      options.append((total, best[i][1] + [(tuple(order[i:j]), width)]))
-    best.append(min(options, key=lambda o: o[0]))
-  return best[n][1]
+    width = [0] * len(row_bytes)
+    for i in range(j - 1, -1, -1):
+      width = [max(a, b) for a, b in zip(width, widths[order[i]])]
+      total = best[i] + (j - i) * cost(width) + n * step_bytes
+      if best[j] is None or total <= best[j]:
+        best[j], cut[j], last_width[j] = total, i, width
+  groups = []
+  while n:
+    groups.append((tuple(order[cut[n]:n]), last_width[n]))
+    n = cut[n]
+  return groups[::-1]
 
 
 def _group_step_bytes():
