@@ -5,12 +5,19 @@ user's function, file and line (when known), shows the source line and says
 what to do.  `InternalError` is a bug in autobatch_vm itself.
 """
 
+import numpy as np
+
 __all__ = [
     'AutoBatchError', 'UnsupportedSyntaxError', 'NameResolutionError',
     'TypeInferenceError', 'ArgumentError', 'StackOverflowError',
     'PrimitiveError', 'AssertionFailedError', 'InternalError',
     'BackendError', 'StepLimitError', 'XlaErrorsWarning',
 ]
+
+
+def member_indices(members):
+  """Up to ten batch member indices, as ints, for an error message."""
+  return [int(i) for i in np.asarray(members).reshape(-1)[:10]]
 
 
 def _where(loc):

@@ -224,7 +224,7 @@ def _overflow_maker(overflow_error):
 def _assert_maker(err):
   def make(members):
     who = 'some batch members' if members is None else \
-        f'batch members {[int(i) for i in np.asarray(members)[:10]]}'
+        f'batch members {errors.member_indices(members)}'
     cause = err.__cause__ if err.__cause__ is not None else err.message
     return errors.AssertionFailedError(f'Assertion failed for {who}: {cause}',
                                        loc=err.loc, hint=err.hint)

@@ -498,7 +498,7 @@ def _flatten_like(template, value):
 
 def step_limit_error(max_steps, members, loc, where):
   """The `StepLimitError` for `members` (`where`: how `loc` relates)."""
-  members = [int(i) for i in np.asarray(members).reshape(-1)[:10]]
+  members = errors.member_indices(members)
   return errors.StepLimitError(
       f'Not finished after max_steps={max_steps} VM steps for batch '
       f'members {members}{where}', loc=loc,
@@ -521,7 +521,7 @@ def _step_limit(program, max_steps):
 
 def _overflow(what, loc, depth):
   def make(members):
-    members = [int(i) for i in np.asarray(members).reshape(-1)[:10]]
+    members = errors.member_indices(members)
     return errors.StackOverflowError(
         f'Recursion deeper than max_stack_depth={depth} ({what}) '
         f'for batch members {members}', loc=loc,
@@ -562,8 +562,7 @@ def result_shape_error(e, op, backend, m):
 
 
 def primitive_error(e, op, members, compacted=False):
-  members = ([int(i) for i in np.asarray(members).reshape(-1)[:10]]
-             if members is not None else None)
+  members = errors.member_indices(members) if members is not None else None
   if isinstance(e, AssertionError):
     return errors.AssertionFailedError(
         f'Assertion failed for batch members {members}: {e}', loc=op.loc)
