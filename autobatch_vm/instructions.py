@@ -365,13 +365,53 @@ class PushGotoOp:
 
 
 @dataclasses.dataclass(frozen=True)
+class PushBranchOp:
+  """Push `push_block` on the program-counter stack, then branch on `cond`.
+
+  A call whose callee's entry block (a base-case test) was merged into the
+  caller's block by `block_merge`.
+  """
+  push_block: str
+  cond: str
+  true_block: str
+  false_block: str
+  loc: Optional[SourceLoc] = dataclasses.field(default=None, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
 class IndirectGotoOp:
   """Pop the program-counter stack and jump there (a lowered return)."""
   loc: Optional[SourceLoc] = dataclasses.field(default=None, compare=False)
 
 
 OPS = (PrimOp, FunctionCallOp, PushOp, PopOp, RestoreOp)
-TERMINATORS = (GotoOp, BranchOp, ReturnOp, PushGotoOp, IndirectGotoOp)
+TERMINATORS = (GotoOp, BranchOp, ReturnOp, PushGotoOp, PushBranchOp,
+               IndirectGotoOp)
+
+
+def jump_targets(t):
+  """The labels terminator `t` names (a pushed return block included)."""
+  if isinstance(t, GotoOp):
+    return [t.block]
+  if isinstance(t, BranchOp):
+    return [t.true_block, t.false_block]
+  if isinstance(t, PushGotoOp):
+    return [t.push_block, t.goto_block]
+  if isinstance(t, PushBranchOp):
+    return [t.push_block, t.true_block, t.false_block]
+  return []
+
+
+def reachable_blocks(blocks):
+  """`blocks` without those no jump from the entry (`blocks[0]`) reaches."""
+  by_label = {b.label: b for b in blocks}
+  seen, stack = set(), [blocks[0].label]
+  while stack:
+    label = stack.pop()
+    if label not in seen:
+      seen.add(label)
+      stack += jump_targets(by_label[label].terminator)
+  return [b for b in blocks if b.label in seen]
 
 
 def _freeze(pattern):
@@ -502,6 +542,9 @@ def op_str(op):
     return 'return'
   if isinstance(op, PushGotoOp):
     return f'push_goto {op.push_block}, {op.goto_block}'
+  if isinstance(op, PushBranchOp):
+    return (f'push_branch {op.push_block}, {op.cond} ? {op.true_block} : '
+            f'{op.false_block}')
   if isinstance(op, IndirectGotoOp):
     return 'indirect_goto'
   raise errors.InternalError(f'Unknown instruction {op!r}')
@@ -671,6 +714,9 @@ def _interpret_lowered(program, args, max_steps):
     elif isinstance(t, PushGotoOp):
       pc_stack.append(t.push_block)
       label = t.goto_block
+    elif isinstance(t, PushBranchOp):
+      pc_stack.append(t.push_block)
+      label = t.true_block if bool(env[t.cond]) else t.false_block
     elif isinstance(t, IndirectGotoOp):
       label = pc_stack.pop()
     else:

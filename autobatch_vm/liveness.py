@@ -29,7 +29,7 @@ def reads(op, fn=None):
   """Variables an instruction or terminator reads."""
   if isinstance(op, (inst.PrimOp, inst.FunctionCallOp)):
     return set(op.vars_in)
-  if isinstance(op, inst.BranchOp):
+  if isinstance(op, (inst.BranchOp, inst.PushBranchOp)):
     return {op.cond}
   if isinstance(op, inst.ReturnOp):
     return set(inst.pattern_flatten(fn.vars_out)) if fn else set()

@@ -5,11 +5,13 @@
     allocation_strategy      -> NULL / TEMPORARY / REGISTER / FULL
     lowering                 -> one flat CFG, explicit stacks and PC
     stack_optimization       -> fewer pushes and pops, tail calls
+    block_merge              -> fewer, larger blocks (fewer VM steps)
     block_order              -> sync-point blocks last (scheduled last)
     virtual_machine          runs it (stackless runs the typed Program)
 """
 
 from autobatch_vm import allocation_strategy
+from autobatch_vm import block_merge
 from autobatch_vm import block_order
 from autobatch_vm import lowering
 from autobatch_vm import stack_optimization
@@ -38,6 +40,9 @@ def lowered(program, verify=False):
   program = stack_optimization.optimize(program)
   if verify:
     verifier.verify(program, 'stack_optimization')
+  program = block_merge.merge_blocks(program)
+  if verify:
+    verifier.verify(program, 'block_merge')
   program = block_order.order_blocks(program)
   if verify:
     verifier.verify(program, 'block_order')

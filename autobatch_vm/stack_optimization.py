@@ -79,26 +79,8 @@ def _tail_calls(blocks):
   return out
 
 
-def _prune(blocks):
-  by_label = {b.label: b for b in blocks}
-  seen, stack = set(), [blocks[0].label]
-  while stack:
-    label = stack.pop()
-    if label in seen:
-      continue
-    seen.add(label)
-    t = by_label[label].terminator
-    if isinstance(t, inst.GotoOp):
-      stack.append(t.block)
-    elif isinstance(t, inst.BranchOp):
-      stack += [t.true_block, t.false_block]
-    elif isinstance(t, inst.PushGotoOp):
-      stack += [t.push_block, t.goto_block]
-  return [b for b in blocks if b.label in seen]
-
-
 def optimize(program):
   """Returns an equivalent `LoweredProgram` with fewer stack operations."""
   blocks = [_fuse_pop_push(_drop_self_copies(b)) for b in program.blocks]
-  blocks = _prune(_tail_calls(blocks))
+  blocks = inst.reachable_blocks(_tail_calls(blocks))
   return dataclasses.replace(program, blocks=tuple(blocks))

@@ -39,7 +39,7 @@ def _check_blocks(blocks, params, var_defs, var_alloc, lowered, listing,
   if len(labels) != len(blocks):
     _fail(listing, '', 'duplicate block labels', stage)
   allowed = ((inst.GotoOp, inst.BranchOp, inst.PushGotoOp,
-              inst.IndirectGotoOp) if lowered else
+              inst.PushBranchOp, inst.IndirectGotoOp) if lowered else
              (inst.GotoOp, inst.BranchOp, inst.ReturnOp))
   written = set(params)
   for b in blocks:
@@ -52,14 +52,7 @@ def _check_blocks(blocks, params, var_defs, var_alloc, lowered, listing,
     line = inst.op_str(t)
     if not isinstance(t, allowed):
       _fail(listing, line, f'{type(t).__name__} not allowed here', stage)
-    targets = []
-    if isinstance(t, inst.GotoOp):
-      targets = [t.block]
-    elif isinstance(t, inst.BranchOp):
-      targets = [t.true_block, t.false_block]
-    elif isinstance(t, inst.PushGotoOp):
-      targets = [t.push_block, t.goto_block]
-    for target in targets:
+    for target in inst.jump_targets(t):
       if target not in labels:
         _fail(listing, line, f'unknown block {target!r}', stage)
     temps = set()
@@ -90,7 +83,7 @@ def _check_blocks(blocks, params, var_defs, var_alloc, lowered, listing,
       for v in liveness.writes(op):  # ...and its results start the next
         if var_alloc and var_alloc.get(v) == VA.TEMPORARY:
           temps.add(v)
-    if var_defs and isinstance(t, inst.BranchOp):
+    if var_defs and isinstance(t, (inst.BranchOp, inst.PushBranchOp)):
       ct = var_defs[t.cond].tensors
       if not isinstance(ct, inst.TensorType) or ct.shape != ():
         _fail(listing, inst.op_str(t), 'condition is not a scalar', stage)

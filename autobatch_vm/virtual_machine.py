@@ -33,6 +33,8 @@ __all__ = ['execute', 'RunStats', 'SCHEDULES']
 VA = inst.VariableAllocation
 SCHEDULES = ('lowest', 'most')
 _PC, _PC_STACK, _PC_SP = 0, 1, 2
+# Terminators that push a return block on the PC stack.
+_CALLS = (inst.PushGotoOp, inst.PushBranchOp)
 
 
 @dataclasses.dataclass
@@ -98,8 +100,7 @@ class _Layout:
     self.leaf_types = {}
     # The PC stack holds the exit frame plus one frame per active call; a
     # program without calls (only loops) needs just the exit frame.
-    has_calls = any(isinstance(b.terminator, inst.PushGotoOp)
-                    for b in program.blocks)
+    has_calls = any(isinstance(b.terminator, _CALLS) for b in program.blocks)
     self.pc_depth = depth + 1 if has_calls else 1
     n = 3
     for var, alloc in program.var_alloc.items():
@@ -170,9 +171,6 @@ class _BlockCompiler:
                        for s in slots])
     self.index = program.block_index()
     self.num_blocks = len(program.blocks)
-    self.function_of = {}
-    for b in program.blocks:
-      self.function_of[b.label] = b.label.rsplit('.', 1)[0]
 
   # -- reading and writing variables ---------------------------------------
 
@@ -399,20 +397,27 @@ class _BlockCompiler:
         c = be.to_bool(cond(state, temps, m))
         state[_PC] = be.branch(state[_PC], m, c, tt, ff, compact)
       return run_branch
-    if isinstance(t, inst.PushGotoOp):
-      ret, target = self.index[t.push_block], self.index[t.goto_block]
+    if isinstance(t, _CALLS):
+      ret = self.index[t.push_block]
       # A NumPy constant, not a backend array: compiled blocks are cached
       # and may be traced into several graphs.
       ret_pc = np.full((self.batch,), ret, np.int32)
       depth = self.layout.pc_depth
-      callee = self.function_of.get(t.goto_block, t.goto_block)
+      # Labels are `<function>.<n>[.<k>]`; the jump lands in the callee.
+      callee = (t.goto_block if isinstance(t, inst.PushGotoOp)
+                else t.true_block).split('.', 1)[0]
       overflow = _overflow(f'call stack, calling {callee!r}', t.loc,
                            depth - 1)
+      if isinstance(t, inst.PushGotoOp):
+        jump = self.terminator(inst.GotoOp(t.goto_block, t.loc))
+      else:
+        jump = self.terminator(inst.BranchOp(t.cond, t.true_block,
+                                             t.false_block, t.loc))
 
       def run_push_goto(state, temps, m):
         (state[_PC_STACK],), state[_PC_SP] = be.push(
             [state[_PC_STACK]], state[_PC_SP], [ret_pc], m, depth, overflow)
-        state[_PC] = be.goto(state[_PC], m, target)
+        jump(state, temps, m)
       return run_push_goto
     if isinstance(t, inst.IndirectGotoOp):
 
@@ -440,7 +445,7 @@ class _BlockCompiler:
           out.update(regs[var])
           if isinstance(op, inst.PopOp):
             out.add(stacks[var][1])
-    if isinstance(block.terminator, inst.PushGotoOp):
+    if isinstance(block.terminator, _CALLS):
       out.update((_PC_STACK, _PC_SP))
     elif isinstance(block.terminator, inst.IndirectGotoOp):
       out.add(_PC_SP)

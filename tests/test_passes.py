@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from autobatch_vm import allocation_strategy
+from autobatch_vm import block_merge
 from autobatch_vm import dsl
 from autobatch_vm import errors
 from autobatch_vm import instructions as inst
@@ -23,6 +24,7 @@ from autobatch_vm import pipeline
 from autobatch_vm import stack_optimization
 from autobatch_vm import type_inference
 from autobatch_vm import verifier
+from autobatch_vm import virtual_machine
 from autobatch_vm.numpy_backend import NumpyBackend
 from tests import programs as progs
 
@@ -38,7 +40,11 @@ def typed(name):
 
 
 def lowered(name, optimize=True):
+  """`name` lowered: whole pipeline, only stack optimization, or neither."""
   program = typed(name)
+  if optimize == 'stack':
+    return verifier.verify(stack_optimization.optimize(
+        lowering.lower(program)), 'stack_optimization')
   if optimize:
     return pipeline.lowered(program, verify=True)
   return verifier.verify(lowering.lower(program), 'lowering')
@@ -71,8 +77,11 @@ def test_passes_are_pure_and_deterministic(case):
   l1 = lowering.lower(a1)
   assert str(a1) == a1_text
   l1_text = str(l1)
-  o1 = stack_optimization.optimize(l1)
+  o0 = stack_optimization.optimize(l1)
   assert str(l1) == l1_text
+  o0_text = str(o0)
+  o1 = block_merge.merge_blocks(o0)
+  assert str(o0) == o0_text
   # Running the whole pipeline again gives equal results.
   o2 = pipeline.lowered(pipeline.typed(untyped, case.input_types, BACKEND))
   assert str(o1) == str(o2)
@@ -290,7 +299,7 @@ def test_no_fusion_when_the_variable_changes_in_between():
 
 def test_self_tail_call_becomes_goto():
   before = lowered('gcd', optimize=False)
-  after = lowered('gcd')
+  after = lowered('gcd', optimize='stack')
   assert block_lines(before, 'gcd.2')[-1] == 'push_goto gcd.2.1, gcd.0'
   assert block_lines(before, 'gcd.2.1') == [
       'gcd.%ret = prim[gcd.%ret](gcd.%ret)', 'indirect_goto']
@@ -300,11 +309,112 @@ def test_self_tail_call_becomes_goto():
 
 
 def test_tail_call_to_another_function_keeps_its_frame():
-  after = lowered('even_odd')
+  after = lowered('even_odd', optimize='stack')
   assert block_lines(after, 'is_even.2')[-1] == \
       'push_goto is_even.2.1, is_odd.0'
   assert block_lines(after, 'is_even.2.1') == [
       'is_even.%ret = prim[is_odd.%ret](is_odd.%ret)', 'indirect_goto']
+
+
+# -- block merging ----------------------------------------------------------------
+
+def _vm_run(program, case, args, batch):
+  return virtual_machine.execute(program, args, BACKEND, batch,
+                                 max_stack_depth=case.max_stack_depth)
+
+
+@pytest.mark.parametrize('case', CASES, ids=IDS)
+def test_block_merge_keeps_the_meaning_in_fewer_steps(case):
+  before = lowered(case.name, optimize='stack')
+  text = str(before)
+  after = verifier.verify(block_merge.merge_blocks(before), 'block_merge')
+  assert str(before) == text
+  assert len(after.blocks) <= len(before.blocks)
+  args = case.make_args(np.random.default_rng(3), 7)
+  _, steps_before = _vm_run(before, case, args, 7)
+  out, steps_after = _vm_run(after, case, args, 7)
+  for i in range(7):
+    assert progs.member_result(out, i) == case.expected(args, i)
+    member = [np.int64(a) for a in case.member_args(args, i)]
+    assert progs.scalar(inst.interpret(after, *member)) == \
+        case.expected(args, i)
+  assert steps_after.steps <= steps_before.steps
+  assert steps_after.member_block_executions <= \
+      steps_before.member_block_executions
+
+
+def test_a_call_tests_the_callees_base_case_in_the_callers_step():
+  before = lowered('fibonacci', optimize='stack')
+  after = lowered('fibonacci')
+  entry = after.blocks[0]
+  calls = ops_of(after, inst.PushBranchOp)
+  assert len(calls) == 2 and not ops_of(after, inst.PushGotoOp)
+  old_calls = ops_of(before, inst.PushGotoOp)
+  for call, old in zip(calls, old_calls):
+    assert (call.push_block, call.true_block, call.false_block) == (
+        old.push_block, entry.terminator.true_block,
+        entry.terminator.false_block)
+    assert call.loc == old.loc   # a call-stack overflow names the call
+  for b in after.blocks:
+    if isinstance(b.terminator, inst.PushBranchOp):
+      assert b.instructions[-1] == entry.instructions[-1]   # the test
+  args = progs.BY_NAME['fibonacci'].make_args(np.random.default_rng(0), 20)
+  case = progs.BY_NAME['fibonacci']
+  _, s0 = _vm_run(before, case, args, 20)
+  _, s1 = _vm_run(after, case, args, 20)
+  assert s1.steps < 0.8 * s0.steps
+
+
+def _prim(out, fn, *ins, sync=False):
+  return inst.PrimOp(tuple(ins), out, fn, text=fn.__name__, sync=sync)
+
+
+def test_block_merge_rules():
+  """Small blocks are copied, single-predecessor ones merged, a sync block
+  stays where it is, and a loop is not unrolled."""
+  def inc(x):
+    return x + 1
+
+  def double(x):
+    return x * 2
+
+  def small(x):
+    return x < 50
+
+  def expensive(x):
+    return x - 3
+
+  five = tuple(_prim('e.x', f, 'e.x')
+               for f in (double, inc, inc, expensive, inc))
+  blocks = (
+      inst.Block('e.0', (_prim('e.x', inc, 'e.x'),), inst.GotoOp('e.1')),
+      inst.Block('e.1', (_prim('e.c', small, 'e.x'),),
+                 inst.BranchOp('e.c', 'e.2', 'e.3')),
+      inst.Block('e.2', five, inst.GotoOp('e.1')),
+      inst.Block('e.3', (_prim('e.x', inc, 'e.x'),), inst.GotoOp('e.4')),
+      inst.Block('e.4', (_prim('e.x', expensive, 'e.x', sync=True),),
+                 inst.GotoOp('e.5')),
+      inst.Block('e.5', five, inst.GotoOp('e.6')),
+      inst.Block('e.6', five, inst.GotoOp('e.7')),
+      inst.Block('e.7', (), inst.IndirectGotoOp()))
+  program = inst.LoweredProgram(blocks, inst.FrozenDict(),
+                                inst.FrozenDict(), ('e.x',), 'e.x', 'e')
+  merged = block_merge.merge_blocks(program)
+  got = {b.label: b for b in merged.blocks}
+  # The loop test is copied into the entry and the loop body, and dropped.
+  assert list(got) == ['e.0', 'e.2', 'e.3', 'e.4']
+  assert got['e.0'].instructions == blocks[0].instructions + \
+      blocks[1].instructions
+  assert got['e.0'].terminator == blocks[1].terminator
+  assert got['e.2'].instructions == five + blocks[1].instructions
+  # The sync block is not pulled into its only predecessor...
+  assert got['e.3'] == blocks[3]
+  # ...but takes its large successors, which have no other way in.
+  assert got['e.4'].instructions == blocks[4].instructions + five + five
+  assert isinstance(got['e.4'].terminator, inst.IndirectGotoOp)
+  for x in range(1, 60, 7):
+    assert inst.interpret(merged, np.int64(x), max_steps=100) == \
+        inst.interpret(program, np.int64(x), max_steps=100)
 
 
 # -- verifier -----------------------------------------------------------------------------

@@ -1,0 +1,113 @@
+"""Block merging: fewer, larger blocks, so fewer VM steps.
+
+A pure pass `LoweredProgram -> LoweredProgram`, after stack optimization.
+Every VM step costs a fixed dispatch overhead (pick a block, build its mask,
+update the program counters) on top of the block's own work, and the
+frontend makes many blocks that do almost nothing: a loop header testing its
+condition, a function's entry testing `if n <= 1`, a join that only
+returns.  Following a block's unconditional jump, it takes the code of the
+block it jumps to when either
+
+1. that block has no other predecessor and is not the entry (a plain merge:
+   the block then disappears), or
+2. that block is small: at most `_SMALL` primitive instructions, no stack
+   operation and no sync primitive (a copy: the block stays for its other
+   predecessors).  Past a copy, the chain continues only through small
+   blocks: a large block with one predecessor is not copied along.
+
+A call (`push_goto R, E`) can take the callee's small entry block too: the
+terminator becomes `push_goto R, F` or `push_branch R, c ? T : F`, so a
+recursive call tests its base case in the caller's step.  A block follows
+at most `_MAX_HOPS` jumps, never back to itself, and never into a block
+holding a sync primitive (those are scheduled last on purpose).
+
+Each member runs exactly the instructions it ran before, in the same order;
+only how they are cut into steps changes.  Blocks left unreachable are
+dropped.
+"""
+
+import collections
+import dataclasses
+
+from autobatch_vm import instructions as inst
+
+__all__ = ['merge_blocks']
+
+# A block copied into its predecessors runs in each of their steps: keep
+# copies to a few (cheap, as a rule) primitives.
+_SMALL = 4
+_MAX_HOPS = 4
+
+
+def _references(blocks):
+  """How many jumps (of any kind) name each label; the entry counts once."""
+  refs = collections.Counter([blocks[0].label])
+  for b in blocks:
+    refs.update(inst.jump_targets(b.terminator))
+  return refs
+
+
+def _has_sync(block):
+  return any(isinstance(op, inst.PrimOp) and op.sync
+             for op in block.instructions)
+
+
+def _small(block):
+  return (len(block.instructions) <= _SMALL and
+          all(isinstance(op, inst.PrimOp) for op in block.instructions))
+
+
+def _then(call, t):
+  """Terminator for call `call` (or None: no call) followed by `t`, or None.
+
+  A merged call keeps the call's source line: a call-stack overflow names it.
+  """
+  if call is None:
+    return t
+  if isinstance(t, inst.GotoOp):
+    return inst.PushGotoOp(call.push_block, t.block, call.loc)
+  if isinstance(t, inst.BranchOp):
+    return inst.PushBranchOp(call.push_block, t.cond, t.true_block,
+                             t.false_block, call.loc)
+  return None   # a second push, or a return straight after the call
+
+
+def _jump(t):
+  """(target, the call or None) of an unconditional jump; else (None, None)."""
+  if isinstance(t, inst.GotoOp):
+    return t.block, None
+  if isinstance(t, inst.PushGotoOp):
+    return t.goto_block, t
+  return None, None
+
+
+def _merged(block, by_label, refs):
+  ops, t = list(block.instructions), block.terminator
+  seen = {block.label}
+  copying = False   # once a copied block's code is in, only copy small ones
+  for _ in range(_MAX_HOPS):
+    target, call = _jump(t)
+    if target is None or target in seen:
+      break
+    nxt = by_label[target]
+    only_way_in = refs[target] == 1 and not copying
+    if _has_sync(nxt) or not (only_way_in or _small(nxt)):
+      break
+    new_t = _then(call, nxt.terminator)
+    if new_t is None:
+      break
+    ops += nxt.instructions
+    t = new_t
+    seen.add(target)
+    copying = copying or not only_way_in
+  return dataclasses.replace(block, instructions=tuple(ops), terminator=t)
+
+
+def merge_blocks(program):
+  """An equivalent `LoweredProgram` with fewer blocks per member's path."""
+  if not program.blocks:
+    return program
+  by_label = {b.label: b for b in program.blocks}
+  refs = _references(program.blocks)
+  blocks = [_merged(b, by_label, refs) for b in program.blocks]
+  return dataclasses.replace(program, blocks=tuple(inst.reachable_blocks(blocks)))
