@@ -1,6 +1,7 @@
 """Block merging: fewer, larger blocks, so fewer VM steps.
 
-A pure pass `LoweredProgram -> LoweredProgram`, after stack optimization.
+A pure pass `LoweredProgram -> LoweredProgram`, last in the pipeline (block
+numbers are final: the schedule rule below reads them).
 Every VM step costs a fixed dispatch overhead (pick a block, build its mask,
 update the program counters) on top of the block's own work, and the
 frontend makes many blocks that do almost nothing: a loop header testing its
@@ -13,7 +14,10 @@ block it jumps to when either
 2. that block is small: at most `_SMALL` primitive instructions, no stack
    operation and no sync primitive (a copy: the block stays for its other
    predecessors).  Past a copy, the chain continues only through small
-   blocks: a large block with one predecessor is not copied along.
+   blocks: a large block with one predecessor is not copied along.  Under
+   the default lowest-first schedule a copy must also not split members
+   that would have run the block together (`_loses_no_company`): copying
+   an if's join into both arms would send the arms on separately.
 
 A call (`push_goto R, E`) can take the callee's small entry block too: the
 terminator becomes `push_goto R, F` or `push_branch R, c ? T : F`, so a
@@ -81,9 +85,38 @@ def _jump(t):
   return None, None
 
 
-def _merged(block, by_label, refs):
+def _destinations(t):
+  """Where members go after a block ending in `t` (not where they return)."""
+  if isinstance(t, inst.GotoOp):
+    return [t.block]
+  if isinstance(t, (inst.BranchOp, inst.PushBranchOp)):
+    return [t.true_block, t.false_block]
+  if isinstance(t, inst.PushGotoOp):
+    return [t.goto_block]
+  return None   # a return: anywhere
+
+
+def _loses_no_company(origin, target, index):
+  """Whether copying block `target` into the block at index `origin` keeps
+  the steps members share under the lowest-first schedule.
+
+  When a block runs, every lower-numbered block is empty (else it would
+  have run first): members it sends to a lower block run there next, alone
+  either way, so copying that block only saves the step.  Members it sends
+  to a higher block may meet others there; copied, they meet them at that
+  block's destinations instead, provided those come later still.
+  """
+  y = index[target.label]
+  if y < origin:
+    return True
+  after = _destinations(target.terminator)
+  return after is not None and all(index[d] > y for d in after)
+
+
+def _merged(block, by_label, refs, index, schedule):
   ops, t = list(block.instructions), block.terminator
   seen = {block.label}
+  origin = index[block.label]
   copying = False   # once a copied block's code is in, only copy small ones
   for _ in range(_MAX_HOPS):
     target, call = _jump(t)
@@ -91,7 +124,9 @@ def _merged(block, by_label, refs):
       break
     nxt = by_label[target]
     only_way_in = refs[target] == 1 and not copying
-    if _has_sync(nxt) or not (only_way_in or _small(nxt)):
+    if _has_sync(nxt) or not (only_way_in or (
+        _small(nxt) and (schedule != 'lowest' or
+                         _loses_no_company(origin, nxt, index)))):
       break
     new_t = _then(call, nxt.terminator)
     if new_t is None:
@@ -103,11 +138,18 @@ def _merged(block, by_label, refs):
   return dataclasses.replace(block, instructions=tuple(ops), terminator=t)
 
 
-def merge_blocks(program):
-  """An equivalent `LoweredProgram` with fewer blocks per member's path."""
+def merge_blocks(program, schedule='most'):
+  """An equivalent `LoweredProgram` with fewer blocks per member's path.
+
+  `schedule`: the VM schedule it will run under.  Under `'lowest'` a small
+  block is copied only where that keeps members together (see
+  `_loses_no_company`); under `'most'`, wherever it is small.
+  """
   if not program.blocks:
     return program
   by_label = {b.label: b for b in program.blocks}
   refs = _references(program.blocks)
-  blocks = [_merged(b, by_label, refs) for b in program.blocks]
+  index = program.block_index()
+  blocks = [_merged(b, by_label, refs, index, schedule)
+            for b in program.blocks]
   return dataclasses.replace(program, blocks=tuple(inst.reachable_blocks(blocks)))

@@ -81,7 +81,8 @@ class BatchedFunction:
 
   def __call__(self, *args, dry_run=False, stackless=False,
                max_stack_depth=DEFAULT_MAX_STACK_DEPTH, backend=None,
-               block_code_cache=None, schedule='lowest', profile=False,
+               block_code_cache=None,
+               schedule=virtual_machine.DEFAULT_SCHEDULE, profile=False,
                max_steps=None, **kwargs):
     if self.context._dry_run_depth():  # inside a dry run: plain Python
       return self.python_function(*args, **kwargs)
@@ -230,22 +231,27 @@ class Context:
                                         verify=self._verify())
     return self._cache[key]
 
-  def program_lowered(self, main, sig=None, backend=None):
-    """The lowered, optimized `LoweredProgram` for input types `sig`."""
+  def program_lowered(self, main, sig=None, backend=None,
+                      schedule=virtual_machine.DEFAULT_SCHEDULE):
+    """The lowered, optimized `LoweredProgram` for input types `sig`, as
+    run under `schedule` (its blocks are merged for that schedule)."""
     backend = backend or numpy_backend.NumpyBackend()
     sig = self._signature(main, sig)
-    key = ('lowered', main, repr(sig), backend)
+    virtual_machine.check_schedule(schedule)
+    key = ('lowered', main, repr(sig), backend, schedule)
     if key not in self._cache:
       self._cache[key] = pipeline.lowered(
-          self.program_compiled(main, sig, backend), verify=self._verify())
+          self.program_compiled(main, sig, backend), verify=self._verify(),
+          schedule=schedule)
     return self._cache[key]
 
-  def lowered_for_args(self, name, args, backend=None):
+  def lowered_for_args(self, name, args, backend=None,
+                      schedule=virtual_machine.DEFAULT_SCHEDULE):
     """The lowered program `name` would run for these (batched) args."""
     backend = backend or _default_backend(args)
     args = self._convert_args(name, list(args), backend)
     return self.program_lowered(name, self._arg_types(args, backend),
-                                backend)
+                                backend, schedule)
 
   def _verify(self):
     return bool(self.debug)
@@ -344,7 +350,7 @@ class Context:
                                          schedule=schedule,
                                          max_steps=max_steps)
     else:
-      program = self.program_lowered(bf.name, sig, backend)
+      program = self.program_lowered(bf.name, sig, backend, schedule)
       cache = self._cache if block_code_cache is None else block_code_cache
       out, stats = virtual_machine.execute(
           program, args, backend, batch, max_stack_depth=max_stack_depth,

@@ -5,8 +5,8 @@
     allocation_strategy      -> NULL / TEMPORARY / REGISTER / FULL
     lowering                 -> one flat CFG, explicit stacks and PC
     stack_optimization       -> fewer pushes and pops, tail calls
-    block_merge              -> fewer, larger blocks (fewer VM steps)
     block_order              -> sync-point blocks last (scheduled last)
+    block_merge              -> fewer, larger blocks (fewer VM steps)
     virtual_machine          runs it (stackless runs the typed Program)
 """
 
@@ -32,18 +32,21 @@ def typed(program, input_types, backend, verify=False):
   return program
 
 
-def lowered(program, verify=False):
-  """Typed and allocated `Program` -> optimized `LoweredProgram`."""
+def lowered(program, verify=False, schedule='most'):
+  """Typed and allocated `Program` -> optimized `LoweredProgram`.
+
+  `schedule`: the VM schedule the program is for (block merging differs).
+  """
   program = lowering.lower(program)
   if verify:
     verifier.verify(program, 'lowering')
   program = stack_optimization.optimize(program)
   if verify:
     verifier.verify(program, 'stack_optimization')
-  program = block_merge.merge_blocks(program)
-  if verify:
-    verifier.verify(program, 'block_merge')
   program = block_order.order_blocks(program)
   if verify:
     verifier.verify(program, 'block_order')
+  program = block_merge.merge_blocks(program, schedule)
+  if verify:
+    verifier.verify(program, 'block_merge')
   return program

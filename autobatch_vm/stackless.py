@@ -127,7 +127,7 @@ class _Executor:
       raise errors.InternalError(f'{inst.op_str(op)} in stackless mode')
 
 
-def execute(program, args, backend, batch_size, schedule='lowest',
+def execute(program, args, backend, batch_size, schedule='most',
             max_steps=None):
   """Runs typed `program` on batched `args`; returns (outputs, RunStats).
 

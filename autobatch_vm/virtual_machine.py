@@ -28,10 +28,13 @@ import numpy as np
 from autobatch_vm import errors
 from autobatch_vm import instructions as inst
 
-__all__ = ['execute', 'RunStats', 'SCHEDULES']
+__all__ = ['execute', 'RunStats', 'SCHEDULES', 'DEFAULT_SCHEDULE']
 
 VA = inst.VariableAllocation
 SCHEDULES = ('lowest', 'most')
+# Measured better on three of the four benchmark workloads (collatz,
+# tree-RNN, NUTS) and about even on fibonacci: docs/guide.md, section 6.
+DEFAULT_SCHEDULE = 'most'
 _PC, _PC_STACK, _PC_SP = 0, 1, 2
 # Terminators that push a return block on the PC stack.
 _CALLS = (inst.PushGotoOp, inst.PushBranchOp)
@@ -464,6 +467,9 @@ class _BlockCompiler:
     # slots it may write, and which slots are stacks (written by pushes).
     run_block.writes = self.writes(block)
     run_block.stack_slots = self.stack_slots
+    # Sync blocks (numbered last) run only when no other block has members.
+    run_block.sync = any(isinstance(op, inst.PrimOp) and op.sync
+                         for op in block.instructions)
     return run_block
 
 
@@ -607,8 +613,14 @@ def compile_blocks(program, backend, batch, depth, cache=None):
   return compiled
 
 
+def check_schedule(schedule):
+  if schedule not in SCHEDULES:
+    raise errors.ArgumentError(
+        f'Unknown schedule {schedule!r}; choose one of {SCHEDULES}')
+
+
 def execute(program, args, backend, batch_size, max_stack_depth=15,
-            schedule='lowest', block_code_cache=None, profile=False,
+            schedule=DEFAULT_SCHEDULE, block_code_cache=None, profile=False,
             max_steps=None):
   """Runs `program` on batched `args`; returns (outputs, RunStats).
 
@@ -616,9 +628,7 @@ def execute(program, args, backend, batch_size, max_stack_depth=15,
   after that many VM steps (None: no limit).  On TensorFlow it also gives
   the loop a static trip count, which XLA needs to differentiate it.
   """
-  if schedule not in SCHEDULES:
-    raise errors.ArgumentError(
-        f'Unknown schedule {schedule!r}; choose one of {SCHEDULES}')
+  check_schedule(schedule)
   c = compile_blocks(program, backend, batch_size, max_stack_depth,
                      block_code_cache)
   state = c.layout.initial_state()

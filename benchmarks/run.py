@@ -4,7 +4,8 @@
     python benchmarks/run.py --quick    # B = 1, 64 (NUTS 1, 16), fewer repeats
     python benchmarks/run.py --workloads=fibonacci,collatz --backends=numpy
 
-For each cell: median wall time of `--repeats` calls after a warm-up call,
+For each cell (under --schedule, the library's default 'most'): median
+wall time of `--repeats` calls after a warm-up call,
 throughput in the workload's unit, peak traced memory (NumPy only), VM
 steps, mean utilization, and baselines measured in the same run: every
 member run alone on the same backend (the dry-run loop: plain Python per
@@ -13,8 +14,9 @@ when tensorflow_probability is installed (TFP 0.25 needs TensorFlow 2.18:
 see benchmarks/tfp_baselines.py), TFP's auto_batching VM on the same
 fibonacci, TFP's autobatched NUTS and its hand-batched NUTS
 (`tfp.mcmc.NoUTurnSampler`) from the same chains and step sizes.  For NUTS
-it also compares effective samples per second (--nuts_ess_samples).
-Writes benchmarks/results/results.md and results.png.
+it also compares effective samples per second (--nuts_ess_samples), and
+every workload and backend runs under both schedules at one batch size
+(--schedule_batch).  Writes benchmarks/results/results.md and results.png.
 """
 
 import functools
@@ -34,6 +36,7 @@ from absl import flags
 import numpy as np
 
 import autobatch_vm as ab
+from autobatch_vm import virtual_machine
 
 # Timed like TFP's runs, under a bare jit_compile=True (where an overflow
 # would poison outputs, not raise): the tracing-time warning is known here.
@@ -50,7 +53,10 @@ flags.DEFINE_list('workloads', ['fibonacci', 'collatz', 'tree_rnn', 'nuts'],
 flags.DEFINE_list('backends', ['numpy', 'function', 'xla'],
                   'numpy, function (tf.function), xla (jit_compile=True).')
 flags.DEFINE_integer('repeats', 3, 'Timed repeats per cell (median).')
-flags.DEFINE_enum('schedule', 'lowest', ['lowest', 'most'], 'VM schedule.')
+flags.DEFINE_enum('schedule', 'most', ['lowest', 'most'],
+                  'VM schedule of the main table (the library default).')
+flags.DEFINE_integer('schedule_batch', 64, 'Batch size (NUTS: chains) of '
+                     'the table comparing both schedules; 0: no table.')
 flags.DEFINE_integer('nuts_ess_samples', 100, 'Samples per chain for the '
                      'NUTS effective-samples-per-second comparison at 64 '
                      'chains (0: skip).')
@@ -380,6 +386,49 @@ def plot(rows, path):
   fig.savefig(path, dpi=90)
 
 
+def compare_schedules(backends, batch):
+  """Each workload on each backend under both schedules: our time and
+  (NumPy, where the run reports them) VM steps and utilization."""
+  rows = []
+  chosen = FLAGS.schedule
+  try:
+    for workload in FLAGS.workloads:
+      for backend in backends:
+        row = {'workload': workload, 'backend': backend}
+        for schedule in virtual_machine.SCHEDULES:
+          FLAGS.schedule = schedule
+          cell = WORKLOADS[workload](backend, batch)
+          row[schedule] = workloads.median_time(cell.run, FLAGS.repeats)
+          stats = cell.stats() if cell.stats else None
+          if stats is not None and isinstance(stats.steps, int):
+            row[schedule + '_steps'] = (stats.steps, stats.utilization)
+        rows.append(row)
+        print(f'schedules {workload:<10} {backend:<8} B={batch:<5} ' +
+              '  '.join(f'{s} {row[s]:.4f} s'
+                        for s in virtual_machine.SCHEDULES), flush=True)
+  finally:
+    FLAGS.schedule = chosen
+  return rows
+
+
+def schedules_markdown(rows, batch):
+  lines = [f'Both schedules at B={batch} (NUTS: chains), median seconds; '
+           'steps and utilization where the run reports them (NumPy):', '',
+           '| workload | backend | lowest (s) | most (s) | lowest / most | '
+           'steps lowest | steps most |', '|---|---|---|---|---|---|---|']
+  for r in rows:
+    steps = []
+    for s in virtual_machine.SCHEDULES:
+      st = r.get(s + '_steps')
+      steps.append(f'{st[0]} ({st[1]:.0%})' if st else '-')
+    lines.append(f'| {r["workload"]} | {r["backend"]} | {r["lowest"]:.4f} | '
+                 f'{r["most"]:.4f} | {r["lowest"] / r["most"]:.2f} | '
+                 f'{steps[0]} | {steps[1]} |')
+  better = sum(r['most'] < r['lowest'] for r in rows)
+  lines += ['', f"`'most'` is faster in {better} of {len(rows)} cells."]
+  return '\n'.join(lines)
+
+
 def main(argv):
   del argv
   if FLAGS.quick:
@@ -401,6 +450,11 @@ def main(argv):
         print(f'[{time.perf_counter() - start:6.1f}s] {workload:<10} '
               f'{backend:<8} B={batch:<5} {r["seconds"]:.4f} s  '
               f'{r["throughput"]:,.0f} {r["unit"]}', flush=True)
+  schedules = ''
+  if FLAGS.schedule_batch:
+    schedules = '\n\n' + schedules_markdown(
+        compare_schedules(backends, FLAGS.schedule_batch),
+        FLAGS.schedule_batch)
   ess = ''
   if 'nuts' in FLAGS.workloads and FLAGS.nuts_ess_samples:
     ess = '\n\n' + ess_markdown(nuts_ess(backends))
@@ -411,9 +465,9 @@ def main(argv):
     f.write(f'# Benchmark results\n\n`python benchmarks/run.py'
             f'{" --quick" if FLAGS.quick else ""}`, schedule '
             f'{FLAGS.schedule}, {os.cpu_count()} CPUs, {versions}.\n\n'
-            f'{table}\n\n{NOTES}{ess}\n')
+            f'{table}\n\n{NOTES}{schedules}{ess}\n')
   plot(rows, os.path.join(FLAGS.out, 'results.png'))
-  print(table + ess)
+  print(table + schedules + ess)
 
 
 NOTES = ('Times are medians of calls after a warm-up call.  "alone": every '

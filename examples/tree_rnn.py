@@ -20,7 +20,7 @@ members that are elsewhere carry leftover data).
 
     python examples/tree_rnn.py
     python examples/tree_rnn.py --num_trees=1024 --max_leaves=64
-    python examples/tree_rnn.py --schedule=lowest  # the VM's default policy
+    python examples/tree_rnn.py --schedule=lowest  # the other VM policy
     python examples/tree_rnn.py --backend=xla    # tf.function(jit_compile=True)
 """
 

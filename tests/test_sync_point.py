@@ -28,6 +28,10 @@ def _walk_ref(n):
   return _expensive(n) if n <= 1 else _walk_ref(n - 1) + _walk_ref(n // 2)
 
 
+def _leaves(n):
+  return 1 if n <= 1 else _leaves(n - 1) + _leaves(n // 2)
+
+
 N = np.array([1, 5, 9, 2, 12, 7, 3, 0])
 
 
@@ -59,32 +63,46 @@ def test_marked_primitive_is_sync_in_the_ir_and_its_block_is_last():
   assert program.blocks[0].label == plain.blocks[0].label
 
 
+@pytest.mark.parametrize('schedule', ab.virtual_machine.SCHEDULES)
 @pytest.mark.parametrize('stackless', [False, True])
-def test_same_results_and_fewer_runs_of_the_sync_block(stackless):
+def test_same_results_and_fewer_runs_of_the_sync_block(stackless, schedule):
   expected = [_walk_ref(int(n)) for n in N]
   runs = {}
   for mark in (False, True):
     ctx, walk = _make(mark)
-    out = walk(N, max_stack_depth=30, stackless=stackless)
+    out = walk(N, max_stack_depth=30, stackless=stackless,
+               schedule=schedule)
     np.testing.assert_array_equal(out, expected)
     np.testing.assert_array_equal(walk(N, dry_run=True), expected)
     if not stackless:
-      program = ctx.lowered_for_args('walk', [N])
+      program = ctx.lowered_for_args('walk', [N], schedule=schedule)
       leaf_block = next(b.label for b in program.blocks if any(
           isinstance(op, ab.instructions.PrimOp) and 'leaf' in op.text
           for op in b.instructions))
       runs[mark] = walk.last_stats.block_executions[leaf_block]
   if not stackless:
-    # Deferred, the leaf runs only when every member waits there.
-    assert runs[True] < runs[False]
+    # Deferred, the leaf runs only when every unfinished member waits
+    # there, so each run takes one leaf of every member: as many runs as
+    # the member with the most leaves has leaves.
+    assert runs[True] == max(_leaves(int(n)) for n in N) < runs[False]
 
 
-def test_sync_point_on_tensorflow():
+@pytest.mark.parametrize('schedule', ab.virtual_machine.SCHEDULES)
+def test_sync_point_on_tensorflow(schedule):
   tf = pytest.importorskip('tensorflow')
   expected = [_walk_ref(int(n)) for n in N]
-  _, walk = _make(True)
-  np.testing.assert_array_equal(walk(tf.constant(N), max_stack_depth=30),
-                                expected)
-  xla = tf.function(lambda n: walk(n, max_stack_depth=30),
-                    jit_compile=True)
-  np.testing.assert_array_equal(xla(tf.constant(N)), expected)
+  ctx, walk = _make(True)
+  program = ctx.lowered_for_args('walk', [N], schedule=schedule)
+  leaf_block = next(b.label for b in program.blocks if any(
+      isinstance(op, ab.instructions.PrimOp) and op.sync
+      for op in b.instructions))
+  np.testing.assert_array_equal(
+      walk(tf.constant(N), max_stack_depth=30, schedule=schedule), expected)
+  assert walk.last_stats.block_executions[leaf_block] == max(
+      _leaves(int(n)) for n in N)
+  graph = tf.function(lambda n: walk(n, max_stack_depth=30,
+                                     schedule=schedule))
+  xla = tf.function(lambda n: walk(n, max_stack_depth=30,
+                                   schedule=schedule), jit_compile=True)
+  for staged in (graph, xla):
+    np.testing.assert_array_equal(staged(tf.constant(N)), expected)
