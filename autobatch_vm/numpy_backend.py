@@ -19,8 +19,6 @@ import time
 
 import numpy as np
 
-from autobatch_vm import ops
-
 __all__ = ['NumpyBackend']
 
 
@@ -177,13 +175,11 @@ class NumpyBackend:
     pc[m.idx] = target
     return pc
 
-  def next_block(self, pc, num_blocks, schedule, first_sync=None):
+  def next_block(self, pc, num_blocks, schedule):
     """The block to run: the lowest with members, or the one with the most
-    members; blocks from `first_sync` on only if no other has members."""
+    members (ties: the lowest of them)."""
     if schedule == 'most':
       counts = np.bincount(pc, minlength=num_blocks + 1)[:num_blocks]
-      if first_sync is not None and counts[:first_sync].any():
-        counts = counts[:first_sync]
       best = int(counts.argmax())
       return best if counts[best] else num_blocks
     return int(pc.min())
@@ -252,11 +248,10 @@ class NumpyBackend:
     steps = 0
     if batch:
       next_block, make_mask = self.next_block, self.make_mask
-      first_sync = ops.first_sync_block(blocks, num_blocks)
       clock = time.perf_counter if stats.profile else None
       while True:
         pc = state[0]
-        b = next_block(pc, num_blocks, schedule, first_sync)
+        b = next_block(pc, num_blocks, schedule)
         if b >= num_blocks:
           break
         if steps == max_steps:

@@ -21,9 +21,10 @@ SYNC_ATTRIBUTE = '__autobatch_sync_point__'
 def sync_point(fn):
   """Marks primitive `fn` as expensive: worth waiting for more members.
 
-  Blocks that call a sync point are numbered last, and under either
-  schedule the virtual machine runs them only when no other block has
-  members.  Members then gather there, and the expensive
+  Blocks that call a sync point are numbered last.  Under
+  `schedule='lowest'` the virtual machine runs them only when no other
+  block has members; under `'most'` when they have the most members, ties
+  going to other blocks.  Members then gather there, and the expensive
   primitive runs on as many of them at once as the program allows (NUTS:
   the gradient of every chain at a leaf of its tree in one evaluation).
 
@@ -38,13 +39,6 @@ def sync_point(fn):
     return fn(*args, **kwargs)
   setattr(wrapper, SYNC_ATTRIBUTE, True)
   return wrapper
-
-
-def first_sync_block(blocks, num_blocks):
-  """Index of the first compiled block calling a sync point (`block_order`
-  numbers them last), or `num_blocks` if none does."""
-  return next((i for i, b in enumerate(blocks) if getattr(b, 'sync', False)),
-              num_blocks)
 
 
 def _is_tf(*xs):

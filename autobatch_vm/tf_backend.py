@@ -61,7 +61,6 @@ import numpy as np
 import tensorflow as tf
 
 from autobatch_vm import errors
-from autobatch_vm import ops
 
 try:  # The functional Case without lowering (see _switch); TF >= 2.2.
   from tensorflow.python.ops.cond_v2 import indexed_case as _indexed_case  # pylint: disable=g-direct-tensorflow-import,g-import-not-at-top
@@ -472,11 +471,11 @@ class TensorFlowBackend:
       return to
     return tf.where(m.mask, to, pc)
 
-  def next_block(self, pc, num_blocks, schedule, first_sync=None):
+  def next_block(self, pc, num_blocks, schedule):
     """The block to run next (an int eagerly, a scalar tensor in a graph)."""
     if tf.executing_eagerly():
-      return _next_block_np(pc.numpy(), num_blocks, schedule, first_sync)
-    return _next_block_tf(pc, num_blocks, schedule, first_sync)
+      return _next_block_np(pc.numpy(), num_blocks, schedule)
+    return _next_block_tf(pc, num_blocks, schedule)
 
   # -- stacks --------------------------------------------------------------
   # A stack of capacity `depth` has `depth + 1` rows; the last is scratch.
@@ -623,10 +622,9 @@ class TensorFlowBackend:
         carried = _run_groups(b, mask, groups, branch_fns, packing,
                               list(carried))
       return [_next_block_tf(packing.read(carried, _PC), num_blocks,
-                             schedule, first_sync), acc] + carried
+                             schedule), acc] + carried
 
-    first_sync = ops.first_sync_block(blocks, num_blocks)
-    b0 = _next_block_tf(state[_PC], num_blocks, schedule, first_sync)
+    b0 = _next_block_tf(state[_PC], num_blocks, schedule)
     acc0 = tf.zeros([num_blocks, 2], tf.int32)
     max_steps, step_limit_error = step_limit
     out = tf.while_loop(cond, body, [b0, acc0] + packing.carry(state),
@@ -738,10 +736,9 @@ class TensorFlowBackend:
     active = [0] * num_blocks
     seconds = [0.0] * num_blocks
     steps = 0
-    first_sync = ops.first_sync_block(blocks, num_blocks)
     while True:
       pc = state[_PC].numpy()
-      b = _next_block_np(pc, num_blocks, schedule, first_sync)
+      b = _next_block_np(pc, num_blocks, schedule)
       if b >= num_blocks:
         break
       if steps == max_steps:
@@ -1085,12 +1082,10 @@ def _fill_stats(stats, labels, steps, runs, active):
     stats.block_active[label] = a
 
 
-def _next_block_np(pc, num_blocks, schedule, first_sync=None):
+def _next_block_np(pc, num_blocks, schedule):
   if schedule == 'most':
     counts = np.bincount(np.minimum(pc, num_blocks),
                          minlength=num_blocks + 1)[:num_blocks]
-    if first_sync is not None and counts[:first_sync].any():
-      counts = counts[:first_sync]
     best = int(counts.argmax())
     return best if counts[best] else num_blocks
   return int(pc.min())
@@ -1102,7 +1097,7 @@ def _next_block_np(pc, num_blocks, schedule, first_sync=None):
 _ONE_HOT_MAX = 1 << 18
 
 
-def _next_block_tf(pc, num_blocks, schedule, first_sync=None):
+def _next_block_tf(pc, num_blocks, schedule):
   if schedule == 'most':
     if pc.shape[0] is not None and pc.shape[0] * num_blocks <= _ONE_HOT_MAX:
       # Compare-and-sum fuses into one loop; a segment sum is a scatter.
@@ -1112,11 +1107,6 @@ def _next_block_tf(pc, num_blocks, schedule, first_sync=None):
       counts = tf.math.unsorted_segment_sum(
           tf.ones_like(pc), tf.minimum(pc, num_blocks), num_blocks + 1)
       counts = counts[:num_blocks]
-    if first_sync is not None and first_sync < num_blocks:
-      # Sync blocks only when no other block has members.
-      early = counts * tf.constant(
-          [1] * first_sync + [0] * (num_blocks - first_sync), tf.int32)
-      counts = tf.where(tf.reduce_max(early) > 0, early, counts)
     best = tf.argmax(counts, output_type=tf.int32)
     return tf.where(tf.reduce_max(counts) > 0, best,
                     tf.constant(num_blocks, tf.int32))

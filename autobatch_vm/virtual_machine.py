@@ -467,9 +467,6 @@ class _BlockCompiler:
     # slots it may write, and which slots are stacks (written by pushes).
     run_block.writes = self.writes(block)
     run_block.stack_slots = self.stack_slots
-    # Sync blocks (numbered last) run only when no other block has members.
-    run_block.sync = any(isinstance(op, inst.PrimOp) and op.sync
-                         for op in block.instructions)
     return run_block
 
 
