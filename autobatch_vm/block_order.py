@@ -17,18 +17,13 @@ from autobatch_vm import instructions as inst
 __all__ = ['order_blocks']
 
 
-def _has_sync(block):
-  return any(isinstance(op, inst.PrimOp) and op.sync
-             for op in block.instructions)
-
-
 def order_blocks(program):
   """`program` with its sync-point blocks (all but the entry) last."""
   if not program.blocks:
     return program
   entry, rest = program.blocks[0], program.blocks[1:]
-  late = [b for b in rest if _has_sync(b)]
+  late = [b for b in rest if inst.has_sync(b)]
   if not late:
     return program
-  early = [b for b in rest if not _has_sync(b)]
+  early = [b for b in rest if not inst.has_sync(b)]
   return dataclasses.replace(program, blocks=(entry, *early, *late))

@@ -389,6 +389,11 @@ TERMINATORS = (GotoOp, BranchOp, ReturnOp, PushGotoOp, PushBranchOp,
                IndirectGotoOp)
 
 
+def has_sync(block):
+  """Whether `block` calls a primitive marked with `sync_point`."""
+  return any(isinstance(op, PrimOp) and op.sync for op in block.instructions)
+
+
 def jump_targets(t):
   """The labels terminator `t` names (a pushed return block included)."""
   if isinstance(t, GotoOp):
