@@ -135,7 +135,7 @@ def _merged(block, by_label, refs, index, schedule):
   return dataclasses.replace(block, instructions=tuple(ops), terminator=t)
 
 
-def merge_blocks(program, schedule='most'):
+def merge_blocks(program, schedule):
   """An equivalent `LoweredProgram` with fewer blocks per member's path.
 
   `schedule`: the VM schedule it will run under.  Under `'lowest'` a small

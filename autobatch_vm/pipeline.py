@@ -17,6 +17,7 @@ from autobatch_vm import lowering
 from autobatch_vm import stack_optimization
 from autobatch_vm import type_inference
 from autobatch_vm import verifier
+from autobatch_vm import virtual_machine
 
 __all__ = ['typed', 'lowered']
 
@@ -32,7 +33,8 @@ def typed(program, input_types, backend, verify=False):
   return program
 
 
-def lowered(program, verify=False, schedule='most'):
+def lowered(program, verify=False,
+            schedule=virtual_machine.DEFAULT_SCHEDULE):
   """Typed and allocated `Program` -> optimized `LoweredProgram`.
 
   `schedule`: the VM schedule the program is for (block merging differs).

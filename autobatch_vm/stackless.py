@@ -127,8 +127,8 @@ class _Executor:
       raise errors.InternalError(f'{inst.op_str(op)} in stackless mode')
 
 
-def execute(program, args, backend, batch_size, schedule='most',
-            max_steps=None):
+def execute(program, args, backend, batch_size,
+            schedule=virtual_machine.DEFAULT_SCHEDULE, max_steps=None):
   """Runs typed `program` on batched `args`; returns (outputs, RunStats).
 
   `max_steps` bounds the blocks run, counted over all calls.

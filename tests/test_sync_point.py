@@ -106,9 +106,8 @@ def test_sync_point_on_tensorflow(schedule):
   assert eager_runs < plain.last_stats.block_executions[leaf_block]
   if schedule == 'lowest':
     assert eager_runs == max(_leaves(int(n)) for n in N)
-  graph = tf.function(lambda n: walk(n, max_stack_depth=30,
-                                     schedule=schedule))
-  xla = tf.function(lambda n: walk(n, max_stack_depth=30,
-                                   schedule=schedule), jit_compile=True)
-  for staged in (graph, xla):
+  for jit_compile in (False, True):
+    staged = tf.function(
+        lambda n: walk(n, max_stack_depth=30, schedule=schedule),
+        jit_compile=jit_compile)
     np.testing.assert_array_equal(staged(tf.constant(N)), expected)
