@@ -71,9 +71,15 @@ __all__ = ['TensorFlowBackend']
 
 _PC = 0
 _EAGER_CACHE_SIZE = 64
-# Outside XLA, packs (of small registers) stay below this size: see
-# _staged_loop.
+# Outside XLA, packs (of small registers and stacks) stay below this size:
+# see _staged_loop.
 _PACK_BYTES = 128 * 1024
+# Outside XLA, registers with rows of at least this many bytes are packed
+# with the registers of their dtype and shape that the same blocks write:
+# such a block writes the whole pack, which it stacks anew instead of
+# copying the pack to scatter into it (NUTS at 64 chains: the leaf block
+# copied five 128 KB packs).
+_SIGNATURE_BYTES = 4 * 1024
 # Under XLA, what one more group of blocks costs a step (its single-trip
 # loop), in bytes of ports it would save: see _write_groups.  Measured on
 # CPU.  On a GPU a while loop's trip test copies its predicate to the host
@@ -99,7 +105,7 @@ class _Mask:
   new `_Mask` per traced branch (tensors cannot cross graphs).
   """
   __slots__ = ('mask', 'count', 'full', 'batch', '_as_int', '_expanded',
-               '_idx', '_first')
+               '_idx', '_first', '_fill_index')
 
   def __init__(self, mask, count, full, batch):
     self.mask = mask
@@ -110,6 +116,7 @@ class _Mask:
     self._expanded = {}
     self._idx = None
     self._first = None
+    self._fill_index = None
 
   @property
   def first(self):
@@ -125,14 +132,30 @@ class _Mask:
       self._as_int = tf.cast(self.mask, tf.int32)
     return self._as_int
 
-  def expanded(self, ndim):
-    """The mask reshaped to broadcast against a rank-`ndim` value."""
+  @property
+  def fill_index(self):
+    """Per lane: itself inside the mask, the first member's lane outside."""
+    if self._fill_index is None:
+      self._fill_index = tf.where(
+          self.mask, tf.range(self.batch, dtype=tf.int32),
+          tf.fill([self.batch], self.first[0]))
+    return self._fill_index
+
+  def like(self, shape):
+    """The mask broadcast to `shape` (`[batch, ...]`), to select between
+    values of that shape: on CPU TensorFlow's select is several times
+    slower when it broadcasts its condition (a `[64, 1]` mask against
+    `[64, 25]` values)."""
+    ndim = len(shape)
     if ndim <= 1:
       return self.mask
-    if ndim not in self._expanded:
-      self._expanded[ndim] = tf.reshape(
-          self.mask, [self.batch] + [1] * (ndim - 1))
-    return self._expanded[ndim]
+    key = tuple(shape)
+    if key not in self._expanded:
+      mask = tf.reshape(self.mask, [self.batch] + [1] * (ndim - 1))
+      if None not in key:
+        mask = tf.broadcast_to(mask, key)
+      self._expanded[key] = mask
+    return self._expanded[key]
 
   @property
   def idx(self):
@@ -420,7 +443,12 @@ class TensorFlowBackend:
     x = self.asarray(x)
     if len(x.shape) == 0:
       return x
-    return tf.where(m.expanded(len(x.shape)), x, tf.gather(x, m.first))
+    filled = tf.gather(x, m.fill_index)
+    if x.dtype.is_floating or x.dtype.is_complex:
+      # A gather alone would make the gradient `IndexedSlices`, which
+      # tape.gradient then returns as the gradient of the run's inputs.
+      filled = tf.where(m.like(x.shape.as_list()), x, filled)
+    return filled
 
   def sanitize(self, x, m):
     """A register as a block's primitives see it: the lanes of members not
@@ -453,7 +481,7 @@ class TensorFlowBackend:
     """`new` for the members in `m`, `old` for the rest."""
     if m.full:
       return new
-    return tf.where(m.expanded(len(new.shape)), new, old)
+    return tf.where(m.like(new.shape.as_list()), new, old)
 
   # -- program counter -----------------------------------------------------
 
@@ -571,10 +599,20 @@ class TensorFlowBackend:
 
     In a plain graph, the step is one `Case` over the blocks, and each
     branch scatters into the packs its block writes and passes the others
-    through (free outside XLA).  A scatter copies its pack there, so only
-    small registers are packed, in packs of at most `_PACK_BYTES` (NUTS at
-    64 chains had a 384 KB pack of `[64, 25]` registers, copied at every
-    step).
+    through (free outside XLA).  There a step's cost is mostly graph nodes
+    (about a microsecond each), and every loop variable costs several (the
+    loop's and the `Case`'s plumbing), so the state is packed:
+    - small registers and stacks by dtype and shape, in packs of at most
+      `_PACK_BYTES`, since a scatter copies its pack (NUTS at 64 chains had
+      a 384 KB pack of `[64, 25]` registers, copied at every step);
+    - large registers (rows of `_SIGNATURE_BYTES` or more) with those that
+      the same blocks write, so that a block writing one writes the whole
+      pack, stacked anew (no copy of the old pack, no scatter).
+    A block reads a pack's rows by one unstack.  The `Case` has two
+    branches per block: one for a step with every member at the block,
+    which reads and writes without masks (a select per register written,
+    a gather and a select per register read), and one for the others.
+    NUTS at 64 chains: 0.067 -> 0.047 s per call.
 
     Under XLA everything is packed, and no pack goes through a
     conditional: XLA copies every value a conditional returns, so a step
@@ -593,10 +631,16 @@ class TensorFlowBackend:
     if xla:
       packed, limit = range(len(state)), None
     else:
-      packed = [i for i, x in enumerate(state) if i not in stack_slots
-                and 2 * x.shape.num_elements() * x.dtype.size <= _PACK_BYTES]
+      packed = [i for i, x in enumerate(state)
+                if 2 * x.shape.num_elements() * x.dtype.size <= _PACK_BYTES]
       limit = _PACK_BYTES
-    packing = _Packing(state, stack_slots, frozenset(packed), limit)
+    writers = None
+    if not xla:
+      writers = collections.defaultdict(set)
+      for k, blk in enumerate(blocks):
+        for slot in blk.writes:
+          writers[slot].add(k)
+    packing = _Packing(state, stack_slots, frozenset(packed), limit, writers)
     groups = (_write_groups(packing, [blk.writes for blk in blocks])
               if xla else None)
     widths = {}
@@ -604,6 +648,16 @@ class TensorFlowBackend:
       widths.update((k, width) for k in members)
     branch_fns = [self._branch_fn(blk, batch, sites, packing, widths.get(k))
                   for k, blk in enumerate(blocks)]
+    # Outside XLA, each block also gets a variant for a step where every
+    # member is at the block (70% of NUTS's steps at 64 chains): it reads
+    # and writes registers without masks.  A batch of one is always full.
+    full_fns = None
+    if groups is None:
+      full_fns = [self._branch_fn(blk, batch, sites, packing, None,
+                                  full=True) for blk in blocks]
+      if batch == 1:
+        branch_fns = full_fns
+        full_fns = None
 
     def cond(b, acc, *carried):
       del acc, carried
@@ -615,7 +669,11 @@ class TensorFlowBackend:
       acc = tf.tensor_scatter_nd_add(
           acc, tf.reshape(b, [1, 1]),
           tf.reshape(tf.stack([tf.constant(1, tf.int32), count]), [1, 2]))
-      if groups is None:
+      if full_fns is not None:
+        index = b + num_blocks * tf.cast(tf.equal(count, batch), tf.int32)
+        carried = list(_switch(index, [_bind(f, mask, carried)
+                                       for f in branch_fns + full_fns]))
+      elif groups is None:
         carried = list(_switch(b, [_bind(f, mask, carried)
                                    for f in branch_fns]))
       else:
@@ -638,14 +696,15 @@ class TensorFlowBackend:
       state[_PC] = tf.where(pc < num_blocks, tf.constant(code, tf.int32), pc)
     return state, out[1]
 
-  def _branch_fn(self, block_fn, batch, sites, packing, width):
+  def _branch_fn(self, block_fn, batch, sites, packing, width, full=False):
     """One block, traced into a switch branch: `f(mask, *carried)` returns
     the loop variables after it (outside XLA), or, given its group's ports
-    per pack (`width`, under XLA), `(ports, flat)`."""
+    per pack (`width`, under XLA), `(ports, flat)`.  `full`: for a step
+    with every member at the block (`mask` all true)."""
 
     def run_block(mask, *carried):
       st = _BlockState(carried, packing, block_fn.writes)
-      m = _Mask(mask, None, False, batch)
+      m = _Mask(mask, batch if full else None, full, batch)
       step = _Step(sites)
       with _tracing_step(step):
         try:
@@ -907,7 +966,8 @@ class _Packing:
     targets `[K, batch]`): only the pushed members' frames are written.
   """
 
-  def __init__(self, state, stack_slots, packed, max_bytes=None):
+  def __init__(self, state, stack_slots, packed, max_bytes=None,
+               writers=None):
     groups = collections.OrderedDict()
     chunk = collections.Counter()   # per (kind, dtype, shape): packs full
     self.flat = []                  # slots carried as they are
@@ -916,17 +976,29 @@ class _Packing:
         self.flat.append(slot)
         continue
       kind = (slot in stack_slots, x.dtype, tuple(x.shape.as_list()))
+      size = x.shape.num_elements() * x.dtype.size
+      if (writers is not None and slot not in stack_slots and
+          size >= _SIGNATURE_BYTES):
+        # With the registers the same blocks write (`_SIGNATURE_BYTES`).
+        groups.setdefault(kind + (frozenset(writers[slot]),), []).append(
+            slot)
+        continue
       key = kind + (chunk[kind],)
       if max_bytes is not None and key in groups:
         # A scatter copies its whole pack outside XLA: keep packs small.
-        size = x.shape.num_elements() * x.dtype.size
         if (len(groups[key]) + 2) * size > max_bytes:
           chunk[kind] += 1
           key = kind + (chunk[kind],)
       groups.setdefault(key, []).append(slot)
     self.flat_index = {s: i for i, s in enumerate(self.flat)}
+    # Outside XLA a block writing every row of a pack builds it anew; XLA
+    # updates packs in place.
+    self.rewrite = writers is not None
     self.keys = [key[:3] for key in groups]
     self.slots = list(groups.values())
+    # Pack g's last row is scratch: for a padded port or a member that
+    # does not push.  Outside XLA ports are not padded: only stacks.
+    self.scratch = [not self.rewrite or key[0] for key in self.keys]
     self.where = {}
     for g, slots in enumerate(self.slots):
       for row, slot in enumerate(slots):
@@ -936,14 +1008,21 @@ class _Packing:
   def carry(self, state):
     """The loop variables: the packs, then the flat slots."""
     packs = [tf.stack([state[s] for s in slots] +
-                      [tf.zeros_like(state[slots[0]])])
-             for slots in self.slots]
+                      [tf.zeros_like(state[slots[0]])] * scratch)
+             for slots, scratch in zip(self.slots, self.scratch)]
     return packs + [state[s] for s in self.flat]
 
-  def read(self, carried, slot):
+  def read(self, carried, slot, rows=None):
+    """The slot's value; `rows`, a dict, caches packs unstacked (outside
+    XLA: one node per pack instead of a slice per register)."""
     if slot in self.where:
       g, row = self.where[slot]
-      return carried[g][row]
+      if rows is None or not self.rewrite:
+        return carried[g][row]
+      unstacked = rows.get(g)
+      if unstacked is None:
+        unstacked = rows[g] = tf.unstack(carried[g])
+      return unstacked[row]
     return carried[len(self.slots) + self.flat_index[slot]]
 
   def unpack(self, carried):
@@ -1018,7 +1097,11 @@ class _Packing:
         continue
       if not self.keys[g][0]:
         values, rows = next(it)
-        packs[g] = tf.tensor_scatter_nd_update(packs[g], rows, values)
+        if k == len(self.slots[g]) and not self.scratch[g]:
+          # Every row (rows are in order): a new pack, no copy of the old.
+          packs[g] = values
+        else:
+          packs[g] = tf.tensor_scatter_nd_update(packs[g], rows, values)
         continue
       values, rows, targets = next(it)
       batch = self.keys[g][2][1]
@@ -1050,11 +1133,13 @@ class _BlockState:
     self._packing = packing
     self._writes = writes
     self._values = {}
+    self._rows = {}
 
   def __getitem__(self, slot):
     value = self._values.get(slot)
     if value is None:
-      value = self._values[slot] = self._packing.read(self._carried, slot)
+      value = self._values[slot] = self._packing.read(self._carried, slot,
+                                                      self._rows)
     if isinstance(value, _StackWrite):
       raise errors.InternalError('a block read a stack after pushing it')
     return value
@@ -1063,7 +1148,7 @@ class _BlockState:
     """The slot's value at the end of the block (a push stays pending)."""
     value = self._values.get(slot)
     if value is None:
-      value = self._packing.read(self._carried, slot)
+      value = self._packing.read(self._carried, slot, self._rows)
     return value
 
   def __setitem__(self, slot, value):

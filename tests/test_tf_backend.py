@@ -372,6 +372,43 @@ def test_xla_groups_blocks_by_what_they_write(differentiate, monkeypatch):
     np.testing.assert_allclose(dh.numpy(), dh0.numpy(), rtol=1e-10)
 
 
+@pytest.mark.parametrize('same', [True, False], ids=['all_full', 'mixed'])
+def test_graph_full_steps_and_packs_match_members_alone(same, monkeypatch):
+  """In a plain graph every block has a branch for steps with all members
+  at it (no masks) besides the masked one, and `[16, 512]` float64
+  registers (4 KB rows) are packed with those the same blocks write:
+  results and gradients match each member alone, whether every step is
+  full (identical members) or not."""
+  from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
+  branches = []
+
+  def spy(b, fns):
+    branches.append(len(fns))
+    return real(b, fns)
+  real = tf_backend._switch  # pylint: disable=protected-access
+  monkeypatch.setattr(tf_backend, '_switch', spy)
+  rng = np.random.default_rng(5)
+  rows = 1 if same else 16
+  h = tf.constant(np.repeat(rng.normal(size=(rows, 512)), 16 // rows, 0))
+  x = tf.constant(np.repeat(rng.normal(size=(rows,)), 16 // rows, 0))
+  n = tf.constant(np.repeat(rng.integers(1, 8, size=rows), 16 // rows, 0))
+
+  def run(h, x, n, **kwargs):
+    with tf.GradientTape() as tape:
+      tape.watch(h)
+      out = sparse_history(h, x, n, **kwargs)
+      total = tf.reduce_sum(out[0] * out[0]) + tf.reduce_sum(out[1])
+    return out, tape.gradient(total, h)
+  out, dh = tf.function(run)(h, x, n)
+  out0, dh0 = run(h, x, n, dry_run=True)
+  program = ctx.lowered_for_args('sparse_history', (h, x, n))
+  assert branches == [2 * len(program.blocks)], branches
+  for a, e in zip(out, out0):
+    np.testing.assert_allclose(a.numpy(), e.numpy(), rtol=1e-12)
+  assert isinstance(dh, tf.Tensor)   # dense, not IndexedSlices
+  np.testing.assert_allclose(dh.numpy(), dh0.numpy(), rtol=1e-12)
+
+
 def test_group_cost_follows_the_device():
   """On a GPU a one-trip loop's test syncs with the host: groups cost more
   there (so XLA keeps fewer), whatever machine traces the program."""
