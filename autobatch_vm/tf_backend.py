@@ -152,7 +152,7 @@ class _Mask:
     key = tuple(shape)
     if key not in self._expanded:
       mask = tf.reshape(self.mask, [self.batch] + [1] * (ndim - 1))
-      if None not in key:
+      if None not in key and not _in_xla_context():   # XLA fuses it
         mask = tf.broadcast_to(mask, key)
       self._expanded[key] = mask
     return self._expanded[key]
@@ -443,6 +443,9 @@ class TensorFlowBackend:
     x = self.asarray(x)
     if len(x.shape) == 0:
       return x
+    if _in_xla_context():
+      # XLA fuses the broadcast of one row into the select.
+      return tf.where(m.like(x.shape.as_list()), x, tf.gather(x, m.first))
     filled = tf.gather(x, m.fill_index)
     if x.dtype.is_floating or x.dtype.is_complex:
       # A gather alone would make the gradient `IndexedSlices`, which
