@@ -53,6 +53,9 @@ flags.DEFINE_list('workloads', ['fibonacci', 'collatz', 'tree_rnn', 'nuts'],
 flags.DEFINE_list('backends', ['numpy', 'function', 'xla'],
                   'numpy, function (tf.function), xla (jit_compile=True).')
 flags.DEFINE_integer('repeats', 3, 'Timed repeats per cell (median).')
+flags.DEFINE_integer('nuts_repeats', 7, 'Least timed repeats per NUTS cell '
+                     '(a call takes 0.02-0.6 s, and this machine\'s speed '
+                     'drifts).')
 flags.DEFINE_enum('schedule', 'most', ['lowest', 'most'],
                   'VM schedule of the main table (the library default).')
 flags.DEFINE_integer('schedule_batch', 64, 'Batch size (NUTS: chains) of '
@@ -91,8 +94,11 @@ class Cell:
     self.unit = unit
     self.stats = stats      # () -> RunStats or None
     self.alone = alone      # () -> seconds to do the same work unbatched
-    self.tfp = tfp          # () -> seconds of TFP's auto_batching, or None
-    self.hand = hand        # () -> seconds of hand-batched code, or None
+    # () -> a call doing the same work by TFP's auto_batching, or by
+    # hand-batched code; None where there is none (timed with `run`, in
+    # turns: `workloads.interleaved_median_times`).
+    self.tfp = tfp
+    self.hand = hand
 
 
 def _staged(fn, backend, **kwargs):
@@ -138,8 +144,7 @@ def make_fibonacci(backend, batch):
   def tfp():
     if backend == 'numpy' and batch > FLAGS.tfp_numpy_max_batch:
       return None
-    # Timed like ours: the median of --repeats calls after a warm-up.
-    return tfp_baselines.fibonacci_seconds(backend, n, FLAGS.repeats)
+    return tfp_baselines.fibonacci_runner(backend, n)
   return Cell(lambda: run(n), batch, 'members/s',
               lambda: fibonacci.last_stats,
               lambda: _alone_seconds(fibonacci, [n], batch, backend),
@@ -219,10 +224,9 @@ def make_nuts(backend, batch):
     eps = np.exp(da.log_eps_bar)
 
     def tfp_nuts(kind):
-      r = tfp_baselines.nuts(kind, backend, target, point.theta, eps,
-                             NUTS_TRANSITIONS, NUTS_MAX_TREE_DEPTH,
-                             repeats=FLAGS.repeats)
-      return None if r is None else r['seconds']
+      return tfp_baselines.nuts_runner(kind, backend, target, point.theta,
+                                       eps, NUTS_TRANSITIONS,
+                                       NUTS_MAX_TREE_DEPTH)[0]
     cell.tfp = lambda: tfp_nuts('autobatched')
     cell.hand = lambda: tfp_nuts('unrolled')
   return cell
@@ -307,7 +311,14 @@ def ess_markdown(rows, chains=64):
 
 def measure(workload, backend, batch):
   cell = WORKLOADS[workload](backend, batch)
-  seconds = workloads.median_time(cell.run, FLAGS.repeats)
+  # Ours and the baselines doing the same work, timed in turns.
+  tfp_run = cell.tfp() if cell.tfp else None
+  hand_run = cell.hand() if cell.hand else None
+  repeats = FLAGS.repeats
+  if workload == 'nuts':
+    repeats = max(repeats, FLAGS.nuts_repeats)
+  seconds, tfp, hand = workloads.interleaved_median_times(
+      [cell.run, tfp_run, hand_run], repeats)
   peak = None
   if backend == 'numpy':
     tracemalloc.start()
@@ -319,8 +330,6 @@ def measure(workload, backend, batch):
   if stats is not None and isinstance(stats.steps, int):
     steps, util = stats.steps, stats.utilization
   alone = cell.alone() if cell.alone else None
-  tfp = cell.tfp() if cell.tfp else None
-  hand = cell.hand() if cell.hand else None
   return dict(workload=workload, backend=backend, batch=batch,
               seconds=seconds, throughput=cell.units / seconds,
               unit=cell.unit, peak_mib=(peak / 2**20 if peak else None),
@@ -433,6 +442,7 @@ def main(argv):
   del argv
   if FLAGS.quick:
     FLAGS.repeats = min(FLAGS.repeats, 2)
+    FLAGS.nuts_repeats = min(FLAGS.nuts_repeats, 2)
   backends = list(FLAGS.backends)
   if any(b != 'numpy' for b in backends):
     try:
@@ -470,7 +480,10 @@ def main(argv):
   print(table + schedules + ess)
 
 
-NOTES = ('Times are medians of calls after a warm-up call.  "alone": every '
+NOTES = ('Times are medians of calls after a warm-up call (NUTS: at least '
+         '`--nuts_repeats` calls); ours and the TFP '
+         'systems of a row are timed in turns, a call of each per round.  '
+         '"alone": every '
          'member run alone with `dry_run=True` on the same backend\'s arrays '
          '(NumPy, or eager TensorFlow for the TF rows; measured on a few, '
          'scaled).  '

@@ -34,6 +34,12 @@ def available():
 def fibonacci_seconds(backend, n, repeats=1):
   """Median seconds of TFP's VM on fibonacci(n); backend is 'numpy',
   'function' (tf.function) or 'xla'."""
+  run = fibonacci_runner(backend, n)
+  return None if run is None else workloads.median_time(run, repeats)
+
+
+def fibonacci_runner(backend, n):
+  """A call running TFP's VM on fibonacci(n) (None without TFP)."""
   if _tfp() is None:
     return None
   from tensorflow_probability.python.experimental import auto_batching as tfp_ab  # pylint: disable=g-import-not-at-top
@@ -56,7 +62,7 @@ def fibonacci_seconds(backend, n, repeats=1):
         jit_compile=(backend == 'xla'))
     n_t = tf.constant(n)
     run = lambda: staged(n_t)
-  return workloads.median_time(run, repeats)
+  return run
 
 
 def nuts(kind, backend, target, theta, step_size, num_transitions,
@@ -69,9 +75,21 @@ def nuts(kind, backend, target, theta, step_size, num_transitions,
   leapfrogs=summed over chains and transitions, samples=[transitions,
   chains, dim]), or None without TFP.
   """
+  run, out = nuts_runner(kind, backend, target, theta, step_size,
+                         num_transitions, max_tree_depth, seed)
+  if run is None:
+    return None
+  seconds = workloads.median_time(run, repeats)
+  return dict(seconds=seconds, **out)
+
+
+def nuts_runner(kind, backend, target, theta, step_size, num_transitions,
+                max_tree_depth, seed=0):
+  """`(run, out)`: a call sampling as `nuts` describes, and the dict its
+  calls fill with `samples` and `leapfrogs`; `(None, None)` without TFP."""
   tfp = _tfp()
   if tfp is None:
-    return None
+    return None, None
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   theta = tf.constant(theta)
   step = tf.constant(np.asarray(step_size).reshape(-1, 1), theta.dtype)
@@ -101,5 +119,4 @@ def nuts(kind, backend, target, theta, step_size, num_transitions,
     samples, leapfrogs = staged(theta)
     out['samples'] = samples.numpy()
     out['leapfrogs'] = float(np.sum(leapfrogs.numpy()))
-  seconds = workloads.median_time(run, repeats)
-  return dict(seconds=seconds, **out)
+  return run, out

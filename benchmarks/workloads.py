@@ -37,6 +37,24 @@ def collatz(n):
   return steps
 
 
+def interleaved_median_times(runs, repeats):
+  """Median seconds of each of `runs` (None: skipped, None returned), each
+  warmed up by one untimed call, then timed in turns, a call of each per
+  round, so that all of them meet the same machine conditions (on a shared
+  machine, speed drifts by tens of percent over seconds)."""
+  live = [r for r in runs if r is not None]
+  for run in live:
+    run()
+  times = {id(run): [] for run in live}
+  for _ in range(repeats):
+    for run in live:
+      start = time.perf_counter()
+      run()
+      times[id(run)].append(time.perf_counter() - start)
+  return [None if r is None else statistics.median(times[id(r)])
+          for r in runs]
+
+
 def median_time(run, repeats):
   """Median seconds of `repeats` calls of `run()`, after one untimed call
   (compiles the program and the block code, traces TF functions)."""

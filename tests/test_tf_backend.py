@@ -409,6 +409,59 @@ def test_graph_full_steps_and_packs_match_members_alone(same, monkeypatch):
   np.testing.assert_allclose(dh.numpy(), dh0.numpy(), rtol=1e-12)
 
 
+@ctx.batch()
+def deep_blend(h, x, n):
+  """Recursion keeping `[512]` rows (`h`, `g`) on the stack across a call."""
+  if n <= 0:
+    return h * x[..., None]   # (a primitive sees the whole batch)
+  g = h * 0.5 + x[..., None]
+  r = deep_blend(g, x * 0.9, n - 1)
+  return r + g * h
+
+
+def test_graph_large_stacks_packed_by_pushers(monkeypatch):
+  """In a plain graph stacks of `[depth + 1, 16, 512]` float64 (over the
+  pack limit) are packed with the stacks the same blocks push, pushed by a
+  scatter (members not pushing write the spare frame): results, gradients
+  and overflow match each member alone / fail the run."""
+  from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
+  layouts = []
+
+  class Spy(tf_backend._Packing):  # pylint: disable=protected-access
+
+    def __init__(self, state, stack_slots, *args):
+      super().__init__(state, stack_slots, *args)
+      layouts.append([(g, tuple(key[2]), len(slots))
+                      for g, (key, slots) in enumerate(zip(self.keys,
+                                                           self.slots))
+                      if key[0]])
+  monkeypatch.setattr(tf_backend, '_Packing', Spy)
+  rng = np.random.default_rng(7)
+  h = tf.constant(rng.normal(size=(16, 512)))
+  x = tf.constant(rng.normal(size=(16,)))
+  n = tf.constant(rng.integers(0, 9, size=16))
+
+  def run(h, x, n, **kwargs):
+    with tf.GradientTape() as tape:
+      tape.watch(h)
+      out = deep_blend(h, x, n, max_stack_depth=12, **kwargs)
+      total = tf.reduce_sum(out * out)
+    return out, tape.gradient(total, h)
+  out, dh = tf.function(run)(h, x, n)
+  out0, dh0 = run(h, x, n, dry_run=True)
+  # `h` and `g`, pushed by the same block, in one pack.
+  big = [(shape, count) for layout in layouts for _, shape, count in layout
+         if np.prod(shape) * 8 * 2 > tf_backend._PACK_BYTES]  # pylint: disable=protected-access
+  assert big == [((13, 16, 512), 2)], layouts
+  np.testing.assert_allclose(out.numpy(), out0.numpy(), rtol=1e-12)
+  np.testing.assert_allclose(dh.numpy(), dh0.numpy(), rtol=1e-12)
+  shallow = tf.function(lambda h, x, n: deep_blend(h, x, n,
+                                                   max_stack_depth=6))
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match='StackOverflowError.*max_stack_depth=6'):
+    shallow(h, x, n)
+
+
 def test_group_cost_follows_the_device():
   """On a GPU a one-trip loop's test syncs with the host: groups cost more
   there (so XLA keeps fewer), whatever machine traces the program."""
