@@ -1005,10 +1005,17 @@ class _Packing:
           chunk[kind] += 1
           key = kind + (chunk[kind],)
       groups.setdefault(key, []).append(slot)
-    self.flat_index = {s: i for i, s in enumerate(self.flat)}
     # Outside XLA a block writing every row of a pack builds it anew; XLA
     # updates packs in place.
     self.rewrite = writers is not None
+    if self.rewrite:
+      # A pack of one slot is carried as the slot itself: no unstack to
+      # read it, no stack to write it (fibonacci at B=1024, where every
+      # `[1024]` register is large enough to go by its writers, had 13
+      # such nodes in a 45-node block: 1.1-1.2x faster without).
+      for key in [k for k, slots in groups.items() if len(slots) == 1]:
+        self.flat.append(groups.pop(key)[0])
+    self.flat_index = {s: i for i, s in enumerate(self.flat)}
     self.keys = [key[:3] for key in groups]
     self.slots = list(groups.values())
     # Pack g's last row is scratch: for a padded port or a member that
