@@ -56,6 +56,9 @@ flags.DEFINE_integer('repeats', 3, 'Timed repeats per cell (median).')
 flags.DEFINE_integer('nuts_repeats', 7, 'Least timed repeats per NUTS cell '
                      '(a call takes 0.02-0.6 s, and this machine\'s speed '
                      'drifts).')
+flags.DEFINE_float('min_seconds', 1.0, 'More repeats (up to --max_repeats) '
+                   'until our timed calls of a cell add up to this.')
+flags.DEFINE_integer('max_repeats', 25, 'Most timed repeats per cell.')
 flags.DEFINE_enum('schedule', 'most', ['lowest', 'most'],
                   'VM schedule of the main table (the library default).')
 flags.DEFINE_integer('schedule_batch', 64, 'Batch size (NUTS: chains) of '
@@ -318,7 +321,8 @@ def measure(workload, backend, batch):
   if workload == 'nuts':
     repeats = max(repeats, FLAGS.nuts_repeats)
   seconds, tfp, hand = workloads.interleaved_median_times(
-      [cell.run, tfp_run, hand_run], repeats)
+      [cell.run, tfp_run, hand_run], repeats, FLAGS.min_seconds,
+      max(repeats, FLAGS.max_repeats))
   peak = None
   if backend == 'numpy':
     tracemalloc.start()
@@ -404,13 +408,19 @@ def compare_schedules(backends, batch):
     for workload in FLAGS.workloads:
       for backend in backends:
         row = {'workload': workload, 'backend': backend}
+        cells = []
         for schedule in virtual_machine.SCHEDULES:
           FLAGS.schedule = schedule
           cell = WORKLOADS[workload](backend, batch)
-          row[schedule] = workloads.median_time(cell.run, FLAGS.repeats)
+          cell.run()   # (stats are the function's last run's)
           stats = cell.stats() if cell.stats else None
           if stats is not None and isinstance(stats.steps, int):
             row[schedule + '_steps'] = (stats.steps, stats.utilization)
+          cells.append(cell)
+        times = workloads.interleaved_median_times(
+            [cell.run for cell in cells], FLAGS.repeats, FLAGS.min_seconds,
+            max(FLAGS.repeats, FLAGS.max_repeats))
+        row.update(zip(virtual_machine.SCHEDULES, times))
         rows.append(row)
         print(f'schedules {workload:<10} {backend:<8} B={batch:<5} ' +
               '  '.join(f'{s} {row[s]:.4f} s'
@@ -443,6 +453,7 @@ def main(argv):
   if FLAGS.quick:
     FLAGS.repeats = min(FLAGS.repeats, 2)
     FLAGS.nuts_repeats = min(FLAGS.nuts_repeats, 2)
+    FLAGS.min_seconds = 0.0
   backends = list(FLAGS.backends)
   if any(b != 'numpy' for b in backends):
     try:
@@ -480,9 +491,11 @@ def main(argv):
   print(table + schedules + ess)
 
 
-NOTES = ('Times are medians of calls after a warm-up call (NUTS: at least '
-         '`--nuts_repeats` calls); ours and the TFP '
-         'systems of a row are timed in turns, a call of each per round.  '
+NOTES = ('Times are medians of calls after a warm-up call: at least '
+         '`--repeats` (NUTS: `--nuts_repeats`), and more, up to '
+         '`--max_repeats`, until ours add up to `--min_seconds`; ours and '
+         'the TFP systems of a row (and both schedules of a workload) are '
+         'timed in turns, a call of each per round.  '
          '"alone": every '
          'member run alone with `dry_run=True` on the same backend\'s arrays '
          '(NumPy, or eager TensorFlow for the TF rows; measured on a few, '

@@ -37,20 +37,29 @@ def collatz(n):
   return steps
 
 
-def interleaved_median_times(runs, repeats):
+def interleaved_median_times(runs, repeats, min_seconds=0.0,
+                             max_repeats=25):
   """Median seconds of each of `runs` (None: skipped, None returned), each
   warmed up by one untimed call, then timed in turns, a call of each per
   round, so that all of them meet the same machine conditions (on a shared
-  machine, speed drifts by tens of percent over seconds)."""
+  machine, speed drifts by tens of percent over seconds).
+
+  At least `repeats` rounds; more, up to `max_repeats`, until the first
+  run's timed calls add up to `min_seconds` (a median of 3 calls of a few
+  milliseconds moved by 1.5x between runs here).
+  """
   live = [r for r in runs if r is not None]
   for run in live:
     run()
   times = {id(run): [] for run in live}
-  for _ in range(repeats):
+  rounds = 0
+  while live and (rounds < repeats or (
+      rounds < max_repeats and sum(times[id(live[0])]) < min_seconds)):
     for run in live:
       start = time.perf_counter()
       run()
       times[id(run)].append(time.perf_counter() - start)
+    rounds += 1
   return [None if r is None else statistics.median(times[id(r)])
           for r in runs]
 

@@ -1,0 +1,74 @@
+"""The benchmark harness: its timing helper, and a short run end to end."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks import workloads
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+class _Clock:
+  """Runs whose calls advance a fake `time.perf_counter` by set amounts."""
+
+  def __init__(self):
+    self.now = 0.0
+    self.calls = {}
+
+  def run(self, name, seconds):
+    self.calls[name] = 0
+
+    def call():
+      self.calls[name] += 1
+      self.now += seconds
+    return call
+
+
+@pytest.fixture
+def clock(monkeypatch):
+  c = _Clock()
+  monkeypatch.setattr(workloads.time, 'perf_counter', lambda: c.now)
+  return c
+
+
+def test_interleaved_times_each_run_in_turns(clock):
+  fast, slow = clock.run('fast', 0.01), clock.run('slow', 0.5)
+  times = workloads.interleaved_median_times([fast, None, slow], repeats=3)
+  assert times[1] is None
+  assert times[0] == pytest.approx(0.01) and times[2] == pytest.approx(0.5)
+  # One warm-up call, then three timed rounds of each.
+  assert clock.calls == {'fast': 4, 'slow': 4}
+
+
+def test_interleaved_times_repeat_until_min_seconds(clock):
+  fast, slow = clock.run('fast', 0.125), clock.run('slow', 1.0)
+  workloads.interleaved_median_times([fast, slow], repeats=3, min_seconds=1.0)
+  # The first run's timed calls add up to 1 s after 8 rounds.
+  assert clock.calls == {'fast': 9, 'slow': 9}
+  tiny = clock.run('tiny', 0.001)
+  workloads.interleaved_median_times([tiny], repeats=3, min_seconds=1.0,
+                                     max_repeats=25)
+  assert clock.calls['tiny'] == 26
+
+
+def test_quick_run_writes_table_and_schedules(tmp_path):
+  env = dict(os.environ, OPENBLAS_NUM_THREADS='1', TF_CPP_MIN_LOG_LEVEL='2')
+  proc = subprocess.run(
+      [sys.executable, str(ROOT / 'benchmarks' / 'run.py'), '--quick',
+       '--workloads=fibonacci,collatz', '--backends=numpy',
+       '--schedule_batch=8', '--nuts_ess_samples=0', f'--out={tmp_path}'],
+      capture_output=True, text=True, timeout=600, env=env, check=False,
+      cwd=ROOT)
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  text = (tmp_path / 'results.md').read_text()
+  for workload in ('fibonacci', 'collatz'):
+    for batch in (1, 64):
+      assert f'| {workload} | numpy | {batch} |' in text, text
+    assert f'| {workload} | numpy | 0.' in text   # the schedule table
+  assert "'most'` is faster in" in text
+  # A progress line per cell while it runs.
+  assert proc.stdout.count(' numpy    B=') >= 4, proc.stdout
