@@ -5,14 +5,16 @@
     python benchmarks/run.py --workloads=fibonacci,collatz --backends=numpy
 
 For each cell (under --schedule, the library's default 'most'): median
-wall time of `--repeats` calls after a warm-up call,
+wall time of at least `--repeats` calls after a warm-up call (more, up to
+`--max_repeats`, until they add up to `--min_seconds`), ours and the TFP
+baselines of the cell timed in turns (a call of each per round),
 throughput in the workload's unit, peak traced memory (NumPy only), VM
 steps, mean utilization, and baselines measured in the same run: every
 member run alone on the same backend (the dry-run loop: plain Python per
 member on NumPy arrays or eager TF tensors; timed on a few, scaled) and,
-when tensorflow_probability is installed (TFP 0.25 needs TensorFlow 2.18:
-see benchmarks/tfp_baselines.py), TFP's auto_batching VM on the same
-fibonacci, TFP's autobatched NUTS and its hand-batched NUTS
+when tensorflow_probability is installed (TFP 0.25 with TensorFlow 2.18,
+or 2.21 with tf-keras 2.21: see benchmarks/tfp_baselines.py), TFP's
+auto_batching VM on the same fibonacci, TFP's autobatched NUTS and its hand-batched NUTS
 (`tfp.mcmc.NoUTurnSampler`) from the same chains and step sizes.  For NUTS
 it also compares effective samples per second (--nuts_ess_samples), and
 every workload and backend runs under both schedules at one batch size
