@@ -202,8 +202,11 @@ def numpy_lib(target):
     return Point(theta, r + 0.5 * step * grad, logp, grad)
 
   def where(cond, x, y):
-    return type(x)(*[np.where(np.reshape(cond, (-1,) + (1,) * (a.ndim - 1)),
-                              a, b) for a, b in zip(x, y)])
+    """Per chain, `x` where `cond` else `y` (arrays, or namedtuples)."""
+    if isinstance(x, tuple):
+      return type(x)(*[where(cond, a, b) for a, b in zip(x, y)])
+    x = np.asarray(x)
+    return np.where(np.reshape(cond, (-1,) + (1,) * (x.ndim - 1)), x, y)
 
   def put(samples, i, theta):
     """samples[:, i] = theta, for a per-chain (or Python int) index i."""
@@ -217,6 +220,7 @@ def numpy_lib(target):
       leapfrog=ab.sync_point(leapfrog),
       put=put, log=np.log, exp=np.exp, minimum=np.minimum,
       sqrt=np.sqrt, to_float=lambda x: np.asarray(x, np.float64),
+      to_int=lambda x: np.asarray(x, np.int64),
       kinetic=lambda r: 0.5 * (r * r).sum(axis=-1),
       dot=lambda a, b: (a * b).sum(axis=-1),
       zeros_samples=lambda theta, n: np.zeros(
@@ -263,11 +267,10 @@ def tf_lib(target):
     return Point(theta, r + 0.5 * step * grad, logp, grad)
 
   def where(cond, x, y):
-    out = []
-    for a, b in zip(x, y):
-      c = tf.reshape(cond, [-1] + [1] * (len(a.shape) - 1))
-      out.append(tf.where(c, a, b))
-    return type(x)(*out)
+    if isinstance(x, tuple):
+      return type(x)(*[where(cond, a, b) for a, b in zip(x, y)])
+    x = tf.convert_to_tensor(x)
+    return tf.where(tf.reshape(cond, [-1] + [1] * (len(x.shape) - 1)), x, y)
 
   def put(samples, i, theta):
     i = tf.cast(tf.reshape(i, [-1, 1]), tf.int64)
@@ -284,6 +287,7 @@ def tf_lib(target):
       normal=normal, leapfrog=ab.sync_point(leapfrog), where=where, put=put,
       log=tf.math.log, exp=tf.exp, minimum=tf.minimum, sqrt=tf.sqrt,
       to_float=lambda x: tf.cast(x, tf.float64),
+      to_int=lambda x: tf.cast(x, tf.int64),
       kinetic=lambda r: 0.5 * tf.reduce_sum(r * r, axis=-1),
       dot=lambda a, b: tf.reduce_sum(a * b, axis=-1),
       zeros_samples=lambda theta, n: tf.zeros(
@@ -367,11 +371,12 @@ def make_sampler(lib, chunk, max_tree_depth, target_accept):
       minus = lib.where(backward, tree.minus, minus)
       plus = lib.where(backward, plus, tree.plus)
       counter = tree.counter
-      if ab.truthy(tree.s):
-        # Move to the new subtree's proposal with probability n' / n.
-        take = lib.uniform(seed, counter) * n < tree.n
-        proposal = lib.where(take, tree.proposal, proposal)
-        counter = counter + 1
+      # Where the subtree is valid, move to its proposal with probability
+      # n' / n (a draw that only those chains count).  Selects rather than
+      # an `if`: the step after the call also runs the loop's update.
+      take = tree.s & (lib.uniform(seed, counter) * n < tree.n)
+      proposal = lib.where(take, tree.proposal, proposal)
+      counter = counter + lib.to_int(tree.s)
       n = n + tree.n
       s = tree.s & no_uturn(minus, plus)
       alpha = alpha + tree.alpha
@@ -402,20 +407,19 @@ def make_sampler(lib, chunk, max_tree_depth, target_accept):
     samples = lib.zeros_samples(point.theta, chunk)
     leapfrogs = 0.0
     for i in range(chunk):
-      if ab.truthy(adapt):
-        eps = lib.exp(da.log_eps)
-      else:
-        eps = lib.exp(da.log_eps_bar)
+      # Selects on `adapt` rather than `if`s: small arms cost a VM step
+      # each, and their arithmetic is harmless for the other chains.
+      eps = lib.exp(lib.where(adapt, da.log_eps, da.log_eps_bar))
       point, accept, steps, counter = transition(point, eps, seed, counter)
-      if ab.truthy(adapt):
-        # Algorithm 5's dual averaging update of log eps.
-        m = da.m + 1.0
-        w = 1.0 / (m + T0)
-        h_bar = (1.0 - w) * da.h_bar + w * (target_accept - accept)
-        log_eps = da.mu - lib.sqrt(m) / GAMMA * h_bar
-        eta = m ** -KAPPA
-        da = DualAveraging(log_eps, eta * log_eps + (1.0 - eta) *
-                           da.log_eps_bar, h_bar, m, da.mu)
+      # Algorithm 5's dual averaging update of log eps, where adapting.
+      m = da.m + 1.0
+      w = 1.0 / (m + T0)
+      h_bar = (1.0 - w) * da.h_bar + w * (target_accept - accept)
+      log_eps = da.mu - lib.sqrt(m) / GAMMA * h_bar
+      eta = m ** -KAPPA
+      da = lib.where(adapt, DualAveraging(
+          log_eps, eta * log_eps + (1.0 - eta) * da.log_eps_bar, h_bar, m,
+          da.mu), da)
       samples = lib.put(samples, i, point.theta)
       leapfrogs = leapfrogs + steps
     return point, da, samples, leapfrogs, counter
