@@ -113,11 +113,27 @@ class _Layout:
         self.leaf_types[var] = leaves
         self.regs[var] = list(range(n, n + len(leaves)))
         n += len(leaves)
+    # Variables that the same push and pop instructions save and restore
+    # share a stack pointer: their pointers would move together anyway, and
+    # each costs a register and its own index arithmetic per push and pop
+    # (NUTS's recursion pops 5 variables at once).
+    saved_by = {}
+    for b, block in enumerate(program.blocks):
+      for i, op in enumerate(block.instructions):
+        if isinstance(op, (inst.PushOp, inst.PopOp)):
+          for var in op.vars:
+            saved_by.setdefault(var, []).append((b, i))
+    sp_of = {}
     for var, alloc in program.var_alloc.items():
       if alloc == VA.FULL:
         k = len(self.regs[var])
-        self.stacks[var] = (list(range(n, n + k)), n + k)
-        n += k + 1
+        slots = list(range(n, n + k))
+        n += k
+        key = tuple(saved_by.get(var, ()))
+        if key not in sp_of:
+          sp_of[key] = n
+          n += 1
+        self.stacks[var] = (slots, sp_of[key])
     self.size = n
 
   def memory(self):
@@ -130,8 +146,9 @@ class _Layout:
     def nbytes(t):
       return int(np.prod(t.shape, dtype=np.int64)) * t.dtype.itemsize * b
     regs = sum(nbytes(t) for v in self.regs for t in self.leaf_types[v])
-    stacks = sum(d * nbytes(t) + 4 * b for v in self.stacks
+    stacks = sum(d * nbytes(t) for v in self.stacks
                  for t in self.leaf_types[v])
+    stacks += 4 * b * len({sp for _, sp in self.stacks.values()})
     pc = self.pc_depth * b * 4 + 2 * b * 4
     return {'stacks': stacks, 'registers': regs, 'pc': pc,
             'total': stacks + regs + pc}
@@ -343,33 +360,45 @@ class _BlockCompiler:
     except KeyError:
       raise errors.InternalError(f'push/pop of non-FULL variable {var}')
 
+  def _sp_groups(self, op):
+    """`op.vars` by stack pointer: [(vars, stack slots, register slots,
+    sp slot)] (see `_Layout`: all of a pointer's variables are in `op`)."""
+    groups = {}
+    for var in op.vars:
+      stack_slots, sp_slot = self._stack_slots(var)
+      names, stacks, regs = groups.setdefault(sp_slot, ([], [], []))
+      names.append(var)
+      stacks.extend(stack_slots)
+      regs.extend(self.layout.regs[var])
+    return [(names, stacks, regs, sp) for sp, (names, stacks, regs)
+            in groups.items()]
+
   def push(self, op):
     be, depth = self.be, self.layout.depth
     groups = []
-    for var in op.vars:
-      stack_slots, sp_slot = self._stack_slots(var)
-      groups.append((var, stack_slots, sp_slot, self.layout.regs[var]))
+    for names, stack_slots, reg_slots, sp_slot in self._sp_groups(op):
+      what = ('saving variable ' if len(names) == 1 else
+              'saving variables ') + ', '.join(repr(v) for v in names)
+      groups.append((stack_slots, reg_slots, sp_slot,
+                     _overflow(what, op.loc, depth)))
 
     def run_push(state, temps, m):
-      for var, stack_slots, sp_slot, reg_slots in groups:
+      for stack_slots, reg_slots, sp_slot, overflow in groups:
         stacks, state[sp_slot] = be.push(
             [state[s] for s in stack_slots], state[sp_slot],
-            [state[s] for s in reg_slots], m, depth,
-            _overflow(f'saving variable {var!r}', op.loc, depth))
+            [state[s] for s in reg_slots], m, depth, overflow)
         for s, st in zip(stack_slots, stacks):
           state[s] = st
     return run_push
 
   def pop(self, op, keep):
     be = self.be
-    groups = []
-    for var in op.vars:
-      stack_slots, sp_slot = self._stack_slots(var)
-      groups.append((var, stack_slots, sp_slot, self.layout.regs[var]))
+    groups = self._sp_groups(op)
 
     def run_pop(state, temps, m):
-      for var, stack_slots, sp_slot, reg_slots in groups:
-        temps.pop(var, None)   # drop rows cached before the restore
+      for names, stack_slots, reg_slots, sp_slot in groups:
+        for var in names:
+          temps.pop(var, None)   # drop rows cached before the restore
         stacks = [state[s] for s in stack_slots]
         values = [state[s] for s in reg_slots]
         if keep:

@@ -212,3 +212,47 @@ def test_unknown_schedule_is_an_argument_error():
   case = progs.BY_NAME['collatz']
   with pytest.raises(errors.ArgumentError, match='schedule'):
     run_vm(case, _args(case, 2), 2, schedule='random')
+
+
+# -- stack pointers shared by variables saved together ---------------------------
+
+def _blend_program():
+  import autobatch_vm as ab  # pylint: disable=g-import-not-at-top
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def blend(n, a, b):
+    """`a` and `b` live across the call: saved and restored together."""
+    if n <= 0:
+      return a + b
+    r = blend(n - 1, a * 2, b + 1)
+    return r + a * b
+  return ctx, blend
+
+
+def test_variables_saved_together_share_a_stack_pointer():
+  ctx, blend = _blend_program()
+  n = np.array([0, 3, 7, 1, 5], np.int64)
+  a = np.array([1, -2, 3, 4, 0], np.int64)
+  b = np.array([5, 6, -7, 8, 9], np.int64)
+  program = ctx.lowered_for_args('blend', (n, a, b))
+  layout = virtual_machine._Layout(program, BACKEND, 5, 8)  # pylint: disable=protected-access
+  saved_by = {}
+  for k, block in enumerate(program.blocks):
+    for i, op in enumerate(block.instructions):
+      if isinstance(op, (inst.PushOp, inst.PopOp)):
+        for var in op.vars:
+          saved_by.setdefault(var, set()).add((k, i))
+  stacks = layout.stacks
+  assert {'blend.a', 'blend.b'} <= set(stacks), stacks
+  assert stacks['blend.a'][1] == stacks['blend.b'][1]
+  for u in stacks:   # shared exactly when saved by the same instructions
+    for v in stacks:
+      assert (stacks[u][1] == stacks[v][1]) == (saved_by[u] == saved_by[v])
+  out = blend(n, a, b, max_stack_depth=8)
+  want = blend(n, a, b, dry_run=True)
+  np.testing.assert_array_equal(out, want)
+  with pytest.raises(errors.StackOverflowError,
+                     match=r"saving variables 'blend\.\w+', 'blend\.\w+'"
+                     r".*batch members \[2\]"):
+    blend(n, a, b, max_stack_depth=6)
