@@ -951,8 +951,9 @@ class _StackWrite:
     rows = self.base.shape[0]
     if not _in_xla_context():
       # A scatter of one row per member (members not pushing write the
-      # scratch row): on CPU a select over the whole stack, with the
-      # one-hot broadcast, cost 4x more (NUTS's [11, 64, 25] stacks).
+      # spare row, `rows - 1`, whose content is never read): on CPU a
+      # select over the whole stack, with the one-hot broadcast, cost 4x
+      # more (NUTS's [11, 64, 25] stacks).
       batch = self.target.shape[0]
       index = tf.stack([tf.where(self.target >= 0, self.target, rows - 1),
                         tf.range(batch, dtype=tf.int32)], axis=-1)
