@@ -1019,10 +1019,10 @@ class _Packing:
     self.flat_index = {s: i for i, s in enumerate(self.flat)}
     self.keys = [key[:3] for key in groups]
     self.slots = list(groups.values())
-    # Pack g's last row is scratch: for a padded port or a member that
-    # does not push.  Outside XLA ports are not padded, and a member that
-    # does not push writes its stack's own spare frame: no scratch row.
-    self.scratch = [not self.rewrite for _ in self.keys]
+    # Under XLA a pack's last row is scratch: for a padded port or a member
+    # that does not push.  Outside XLA ports are not padded, and a member
+    # that does not push writes its stack's own spare frame: no scratch row.
+    self.scratch = not self.rewrite
     self.where = {}
     for g, slots in enumerate(self.slots):
       for row, slot in enumerate(slots):
@@ -1032,8 +1032,8 @@ class _Packing:
   def carry(self, state):
     """The loop variables: the packs, then the flat slots."""
     packs = [tf.stack([state[s] for s in slots] +
-                      [tf.zeros_like(state[slots[0]])] * scratch)
-             for slots, scratch in zip(self.slots, self.scratch)]
+                      [tf.zeros_like(state[slots[0]])] * self.scratch)
+             for slots in self.slots]
     return packs + [state[s] for s in self.flat]
 
   def read(self, carried, slot, rows=None):
@@ -1121,7 +1121,7 @@ class _Packing:
         continue
       if not self.keys[g][0]:
         values, rows = next(it)
-        if k == len(self.slots[g]) and not self.scratch[g]:
+        if k == len(self.slots[g]) and not self.scratch:
           # Every row (rows are in order): a new pack, no copy of the old.
           packs[g] = values
         else:
@@ -1130,7 +1130,7 @@ class _Packing:
       values, rows, targets = next(it)
       depth, batch = self.keys[g][2][:2]
       members = np.broadcast_to(np.arange(batch, dtype=np.int32), [k, batch])
-      if self.scratch[g]:
+      if self.scratch:
         # Members that do not push write frame 0 of the scratch stack.
         index = tf.stack([
             tf.where(targets >= 0, rows, len(self.slots[g])),

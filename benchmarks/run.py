@@ -15,10 +15,11 @@ member on NumPy arrays or eager TF tensors; timed on a few, scaled) and,
 when tensorflow_probability is installed (TFP 0.25 with TensorFlow 2.18,
 or 2.21 with tf-keras 2.21: see benchmarks/tfp_baselines.py), TFP's
 auto_batching VM on the same fibonacci, TFP's autobatched NUTS and its
-hand-batched NUTS (`tfp.mcmc.NoUTurnSampler`) from the same chains and step sizes.  For NUTS
-it also compares effective samples per second (--nuts_ess_samples), and
-every workload and backend runs under both schedules at one batch size
-(--schedule_batch).  Writes benchmarks/results/results.md and results.png.
+hand-batched NUTS (`tfp.mcmc.NoUTurnSampler`) from the same chains and
+step sizes.  For NUTS it also compares effective samples per second
+(--nuts_ess_samples), and every workload and backend runs under both
+schedules at one batch size (--schedule_batch).  Writes
+benchmarks/results/results.md and results.png.
 """
 
 import functools

@@ -7,8 +7,8 @@ returns None when TFP is missing, so the harness runs either way.  Compare
 systems only within one run: XLA on TF 2.18 ran both TFP's NUTS and ours
 several times slower than on TF 2.21 on the same machine.
 
-- `fibonacci_seconds`: TFP's `auto_batching` VM on the same fibonacci.
-- `nuts`: TFP's autobatched NUTS (`tfp.experimental.mcmc.NoUTurnSampler`,
+- `fibonacci_runner`: TFP's `auto_batching` VM on the same fibonacci.
+- `nuts` (and `nuts_runner`, a call to time): TFP's autobatched NUTS (`tfp.experimental.mcmc.NoUTurnSampler`,
   built on that VM) and its hand-batched NUTS (`tfp.mcmc.NoUTurnSampler`),
   on the same logistic-regression target, from the same warmed-up chains,
   at the same per-chain step sizes, for the same number of transitions.
@@ -31,15 +31,9 @@ def available():
   return _tfp() is not None
 
 
-def fibonacci_seconds(backend, n, repeats=1):
-  """Median seconds of TFP's VM on fibonacci(n); backend is 'numpy',
-  'function' (tf.function) or 'xla'."""
-  run = fibonacci_runner(backend, n)
-  return None if run is None else workloads.median_time(run, repeats)
-
-
 def fibonacci_runner(backend, n):
-  """A call running TFP's VM on fibonacci(n) (None without TFP)."""
+  """A call running TFP's VM on fibonacci(n) (None without TFP); backend is
+  'numpy', 'function' (tf.function) or 'xla'."""
   if _tfp() is None:
     return None
   from tensorflow_probability.python.experimental import auto_batching as tfp_ab  # pylint: disable=g-import-not-at-top
