@@ -19,6 +19,10 @@ stack operations):
     terminator ::= GotoOp(label) | BranchOp(cond: name, true: label, false: label)
                  | ReturnOp()                                 # before lowering
                  | PushGotoOp(push: label, goto: label)       # after lowering
+                 | PushBranchOp(push: label, cond: name,      # after lowering
+                                true: label, false: label)
+                 | CallBranchOp(push: label, cond: name,      # after lowering
+                                true: label, false: label, call_side: bool)
                  | IndirectGotoOp()                           # after lowering
     type       ::= Type(tensors: pattern(TensorType(dtype, shape)))
     pattern(x) ::= x | tuple(pattern(x)*) | list(pattern(x)*) | namedtuple
@@ -41,10 +45,11 @@ import numpy as np
 from autobatch_vm import errors
 
 __all__ = [
-    'Block', 'BranchOp', 'Function', 'FunctionCallOp', 'GotoOp',
-    'IndirectGotoOp', 'LoweredProgram', 'PopOp', 'PrimOp', 'Program',
-    'PushGotoOp', 'PushOp', 'RestoreOp', 'ReturnOp', 'SourceLoc',
-    'TensorType', 'Type', 'VariableAllocation', 'FrozenDict',
+    'Block', 'BranchOp', 'CallBranchOp', 'Function', 'FunctionCallOp',
+    'GotoOp', 'IndirectGotoOp', 'LoweredProgram', 'PopOp', 'PrimOp',
+    'Program', 'PushBranchOp', 'PushGotoOp', 'PushOp', 'RestoreOp',
+    'ReturnOp', 'SourceLoc', 'TensorType', 'Type', 'VariableAllocation',
+    'FrozenDict',
     'pattern_map', 'pattern_map2', 'pattern_zip', 'pattern_flatten',
     'pattern_traverse', 'pattern_unflatten', 'is_namedtuple',
     'interpret', 'print_program',
@@ -379,6 +384,29 @@ class PushBranchOp:
 
 
 @dataclasses.dataclass(frozen=True)
+class CallBranchOp:
+  """Branch on `cond`; only the members going to the `call_side` block
+  (True: `true_block`) push `push_block` first.
+
+  A call on one side, a plain jump on the other: made by `return_inlining`
+  from `push_branch R, c ? T : F` whose `F` (the callee's base case) only
+  sets constants and returns.  `F`'s code then runs in the caller's block
+  and its members jump straight back to `R`, with no push, no pop and no
+  step at `F`.
+  """
+  push_block: str
+  cond: str
+  true_block: str
+  false_block: str
+  call_side: bool = True
+  loc: Optional[SourceLoc] = dataclasses.field(default=None, compare=False)
+
+  @property
+  def call_block(self):
+    return self.true_block if self.call_side else self.false_block
+
+
+@dataclasses.dataclass(frozen=True)
 class IndirectGotoOp:
   """Pop the program-counter stack and jump there (a lowered return)."""
   loc: Optional[SourceLoc] = dataclasses.field(default=None, compare=False)
@@ -386,7 +414,7 @@ class IndirectGotoOp:
 
 OPS = (PrimOp, FunctionCallOp, PushOp, PopOp, RestoreOp)
 TERMINATORS = (GotoOp, BranchOp, ReturnOp, PushGotoOp, PushBranchOp,
-               IndirectGotoOp)
+               CallBranchOp, IndirectGotoOp)
 
 
 def has_sync(block):
@@ -402,7 +430,7 @@ def jump_targets(t):
     return [t.true_block, t.false_block]
   if isinstance(t, PushGotoOp):
     return [t.push_block, t.goto_block]
-  if isinstance(t, PushBranchOp):
+  if isinstance(t, (PushBranchOp, CallBranchOp)):
     return [t.push_block, t.true_block, t.false_block]
   return []
 
@@ -550,6 +578,11 @@ def op_str(op):
   if isinstance(op, PushBranchOp):
     return (f'push_branch {op.push_block}, {op.cond} ? {op.true_block} : '
             f'{op.false_block}')
+  if isinstance(op, CallBranchOp):
+    sides = [op.true_block, op.false_block]
+    sides[0 if op.call_side else 1] = 'call ' + op.call_block
+    return (f'call_branch {op.push_block}, {op.cond} ? {sides[0]} : '
+            f'{sides[1]}')
   if isinstance(op, IndirectGotoOp):
     return 'indirect_goto'
   raise errors.InternalError(f'Unknown instruction {op!r}')
@@ -722,6 +755,11 @@ def _interpret_lowered(program, args, max_steps):
     elif isinstance(t, PushBranchOp):
       pc_stack.append(t.push_block)
       label = t.true_block if bool(env[t.cond]) else t.false_block
+    elif isinstance(t, CallBranchOp):
+      taken = bool(env[t.cond])
+      if taken == t.call_side:
+        pc_stack.append(t.push_block)
+      label = t.true_block if taken else t.false_block
     elif isinstance(t, IndirectGotoOp):
       label = pc_stack.pop()
     else:

@@ -29,7 +29,8 @@ def reads(op, fn=None):
   """Variables an instruction or terminator reads."""
   if isinstance(op, (inst.PrimOp, inst.FunctionCallOp)):
     return set(op.vars_in)
-  if isinstance(op, (inst.BranchOp, inst.PushBranchOp)):
+  if isinstance(op, (inst.BranchOp, inst.PushBranchOp,
+                     inst.CallBranchOp)):
     return {op.cond}
   if isinstance(op, inst.ReturnOp):
     return set(inst.pattern_flatten(fn.vars_out)) if fn else set()

@@ -135,6 +135,21 @@ class NumpyBackend:
     """Entry (0) for `active` members, exit for the rest."""
     return np.where(active, 0, num_blocks).astype(np.int32)
 
+  def submask(self, m, cond, compact=False, negate=False):
+    """The members of `m` where `cond` holds (fails, if `negate`);
+    `cond` has a row per member at the block if `compact`."""
+    cond = np.asarray(cond, bool)
+    if negate:
+      cond = ~cond
+    if m.full:
+      return _Mask(cond, m.mask.size)
+    if compact:
+      mask = np.zeros_like(m.mask)
+      mask[m.idx] = cond
+    else:
+      mask = m.mask & cond
+    return _Mask(mask, mask.size)
+
   def fill_inactive(self, x, m):
     """`x` with the lanes outside `m` copied from the first lane inside."""
     x = np.asarray(x)

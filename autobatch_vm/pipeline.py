@@ -7,6 +7,7 @@
     stack_optimization       -> fewer pushes and pops, tail calls
     block_order              -> sync-point blocks last (scheduled last)
     block_merge              -> fewer, larger blocks (fewer VM steps)
+    return_inlining          -> constant base cases taken at the call
     virtual_machine          runs it (stackless runs the typed Program)
 """
 
@@ -14,6 +15,7 @@ from autobatch_vm import allocation_strategy
 from autobatch_vm import block_merge
 from autobatch_vm import block_order
 from autobatch_vm import lowering
+from autobatch_vm import return_inlining
 from autobatch_vm import stack_optimization
 from autobatch_vm import type_inference
 from autobatch_vm import verifier
@@ -51,4 +53,7 @@ def lowered(program, verify=False,
   program = block_merge.merge_blocks(program, schedule)
   if verify:
     verifier.verify(program, 'block_merge')
+  program = return_inlining.inline_returns(program)
+  if verify:
+    verifier.verify(program, 'return_inlining')
   return program

@@ -433,6 +433,14 @@ class TensorFlowBackend:
       return _Mask(mask, count, count == batch, batch)
     return _Mask(mask, None, False, batch)
 
+  def submask(self, m, cond, compact=False, negate=False):
+    """The members of `m` where `cond` holds (fails, if `negate`)."""
+    del compact  # TF runs primitives on the whole batch
+    if negate:
+      cond = tf.logical_not(cond)
+    return self.mask_of(cond if m.full else tf.logical_and(m.mask, cond),
+                        m.batch)
+
   def start_pc(self, active, num_blocks):
     """Entry (0) for `active` members, exit for the rest."""
     return tf.where(active, tf.constant(0, tf.int32),
@@ -526,7 +534,7 @@ class TensorFlowBackend:
     out = []
     for s, v in zip(stacks, values):
       v = tf.convert_to_tensor(v, s.dtype)
-      out.append(_StackWrite(s, target, v))
+      out.append(_StackWrite(s, target, v, m.full))
     if _current_step() is None:   # not in the staged loop: apply at once
       out = [w.materialize() for w in out]
     new_sp = sp + 1 if m.full else sp + m.as_int
@@ -942,22 +950,28 @@ class _StackWrite:
   scatter of `[batch, *shape]` rows after the switch; read in the block, or
   on a stack carried unpacked, it is applied here."""
 
-  def __init__(self, base, target, value):
+  def __init__(self, base, target, value, full=False):
     self.base = base
     self.target = target
     self.value = value
+    self.full = full     # every member pushes
 
   def materialize(self):
     rows = self.base.shape[0]
     if not _in_xla_context():
-      # A scatter of one row per member (members not pushing write the
-      # spare row, `rows - 1`, whose content is never read): on CPU a
-      # select over the whole stack, with the one-hot broadcast, cost 4x
-      # more (NUTS's [11, 64, 25] stacks).
+      # A scatter of the rows of the members that push: on CPU a select
+      # over the whole stack, with the one-hot broadcast, cost 4x more
+      # (NUTS's [11, 64, 25] stacks), and a scatter costs per row.
       batch = self.target.shape[0]
-      index = tf.stack([tf.where(self.target >= 0, self.target, rows - 1),
-                        tf.range(batch, dtype=tf.int32)], axis=-1)
-      return tf.tensor_scatter_nd_update(self.base, index, self.value)
+      if self.full:
+        index = tf.stack([self.target, tf.range(batch, dtype=tf.int32)],
+                         axis=-1)
+        return tf.tensor_scatter_nd_update(self.base, index, self.value)
+      members = tf.reshape(tf.where(self.target >= 0), [-1])
+      index = tf.stack([tf.gather(self.target, members),
+                        tf.cast(members, tf.int32)], axis=-1)
+      return tf.tensor_scatter_nd_update(self.base, index,
+                                         tf.gather(self.value, members))
     hot = tf.equal(tf.range(rows, dtype=tf.int32)[:, tf.newaxis],
                    self.target[tf.newaxis, :])
     extra = len(self.base.shape) - 2
@@ -1111,7 +1125,9 @@ class _Packing:
                              dtype)
       targets = _stack_padded([w.target for w in pushes], pad, [batch],
                               tf.int32, fill=-1)
-      out.append((values, rows, targets))
+      # Outside XLA (scattered in the branch): whether every member pushes.
+      full = () if self.scratch else (all(w.full for w in pushes),)
+      out.append((values, rows, targets) + full)
     return out
 
   def scatter(self, packs, ports, width):
@@ -1127,9 +1143,18 @@ class _Packing:
         else:
           packs[g] = tf.tensor_scatter_nd_update(packs[g], rows, values)
         continue
-      values, rows, targets = next(it)
+      values, rows, targets, *full = next(it)
       depth, batch = self.keys[g][2][:2]
       members = np.broadcast_to(np.arange(batch, dtype=np.int32), [k, batch])
+      if full and not full[0]:
+        # Outside XLA a scatter costs per row: only the pushing members'.
+        hit = tf.where(targets >= 0)    # [pushes, 2]: (port, member)
+        port, member = tf.unstack(tf.cast(hit, tf.int32), axis=1)
+        index = tf.stack([tf.gather(rows[:, 0], port),
+                          tf.gather_nd(targets, hit), member], axis=-1)
+        packs[g] = tf.tensor_scatter_nd_update(packs[g], index,
+                                               tf.gather_nd(values, hit))
+        continue
       if self.scratch:
         # Members that do not push write frame 0 of the scratch stack.
         index = tf.stack([
@@ -1207,15 +1232,22 @@ def _next_block_np(pc, num_blocks, schedule):
   return int(pc.min())
 
 
-# The 'most' schedule counts members per block by a [batch, blocks]
-# comparison up to this many elements (fib at 1024 members under XLA:
-# 15% faster than a segment sum), and by a segment sum beyond.
+# Under XLA the 'most' schedule counts members per block by a [batch,
+# blocks] comparison up to this many elements (fib at 1024 members: 15%
+# faster than a segment sum), and by a segment sum beyond.
 _ONE_HOT_MAX = 1 << 18
 
 
 def _next_block_tf(pc, num_blocks, schedule):
   if schedule == 'most':
-    if pc.shape[0] is not None and pc.shape[0] * num_blocks <= _ONE_HOT_MAX:
+    if not _in_xla_context():
+      # One kernel, no broadcast: in a loop on CPU, 16 -> 10 us per step
+      # at 1024 members (the broadcast comparison), 7 -> 5 at 64.  Finished
+      # and parked members (pc >= num_blocks) count nowhere.
+      counts = tf.reduce_sum(tf.one_hot(pc, num_blocks, dtype=tf.int32),
+                             axis=0)
+    elif (pc.shape[0] is not None and
+          pc.shape[0] * num_blocks <= _ONE_HOT_MAX):
       # Compare-and-sum fuses into one loop; a segment sum is a scatter.
       hits = tf.equal(pc[:, tf.newaxis], tf.range(num_blocks, dtype=pc.dtype))
       counts = tf.reduce_sum(tf.cast(hits, tf.int32), axis=0)

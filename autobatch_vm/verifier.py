@@ -39,7 +39,8 @@ def _check_blocks(blocks, params, var_defs, var_alloc, lowered, listing,
   if len(labels) != len(blocks):
     _fail(listing, '', 'duplicate block labels', stage)
   allowed = ((inst.GotoOp, inst.BranchOp, inst.PushGotoOp,
-              inst.PushBranchOp, inst.IndirectGotoOp) if lowered else
+              inst.PushBranchOp, inst.CallBranchOp, inst.IndirectGotoOp)
+             if lowered else
              (inst.GotoOp, inst.BranchOp, inst.ReturnOp))
   written = set(params)
   for b in blocks:
@@ -83,7 +84,8 @@ def _check_blocks(blocks, params, var_defs, var_alloc, lowered, listing,
       for v in liveness.writes(op):  # ...and its results start the next
         if var_alloc and var_alloc.get(v) == VA.TEMPORARY:
           temps.add(v)
-    if var_defs and isinstance(t, (inst.BranchOp, inst.PushBranchOp)):
+    if var_defs and isinstance(t, (inst.BranchOp, inst.PushBranchOp,
+                                   inst.CallBranchOp)):
       ct = var_defs[t.cond].tensors
       if not isinstance(ct, inst.TensorType) or ct.shape != ():
         _fail(listing, inst.op_str(t), 'condition is not a scalar', stage)

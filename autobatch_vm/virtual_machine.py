@@ -37,7 +37,7 @@ SCHEDULES = ('lowest', 'most')
 DEFAULT_SCHEDULE = 'most'
 _PC, _PC_STACK, _PC_SP = 0, 1, 2
 # Terminators that push a return block on the PC stack.
-_CALLS = (inst.PushGotoOp, inst.PushBranchOp)
+_CALLS = (inst.PushGotoOp, inst.PushBranchOp, inst.CallBranchOp)
 
 
 @dataclasses.dataclass
@@ -290,18 +290,24 @@ class _BlockCompiler:
         temps[var] = inst.pattern_unflatten(template, rows, inst.TensorType)
       return write_rows_pattern
     write = self.be.write
+    # Later reads in the block take the value as computed, before the
+    # masked write: a primitive's inputs are sanitized (see `reader`), so
+    # its result is clean in every lane, and needs no second sanitizing.
     if single:
       slot, coerce = slots[0], coerces[0]
 
       def write_reg(state, temps, value, m):
-        state[slot] = write(state[slot], coerce(value, m), m)
-        temps.pop(var, None)   # a sanitized read is stale now
+        value = coerce(value, m)
+        state[slot] = write(state[slot], value, m)
+        temps[var] = value
       return write_reg
 
     def write_reg_pattern(state, temps, value, m):
-      for slot, c, v in zip(slots, coerces, _flatten_like(template, value)):
-        state[slot] = write(state[slot], c(v, m), m)
-      temps.pop(var, None)
+      rows = [c(v, m) for c, v in zip(coerces, _flatten_like(template,
+                                                             value))]
+      for slot, v in zip(slots, rows):
+        state[slot] = write(state[slot], v, m)
+      temps[var] = inst.pattern_unflatten(template, rows, inst.TensorType)
     return write_reg_pattern
 
   def binder(self, pattern):
@@ -436,10 +442,25 @@ class _BlockCompiler:
       ret_pc = np.full((self.batch,), ret, np.int32)
       depth = self.layout.pc_depth
       # Labels are `<function>.<n>[.<k>]`; the jump lands in the callee.
-      callee = (t.goto_block if isinstance(t, inst.PushGotoOp)
+      callee = (t.goto_block if isinstance(t, inst.PushGotoOp) else
+                t.call_block if isinstance(t, inst.CallBranchOp)
                 else t.true_block).split('.', 1)[0]
       overflow = _overflow(f'call stack, calling {callee!r}', t.loc,
                            depth - 1)
+      if isinstance(t, inst.CallBranchOp):
+        cond = self.reader(t.cond)
+        tt, ff = self.index[t.true_block], self.index[t.false_block]
+        compact, negate = self.compact, not t.call_side
+
+        def run_call_branch(state, temps, m):
+          # Only the members going to the callee push the return block.
+          c = be.to_bool(cond(state, temps, m))
+          calls = be.submask(m, c, compact, negate)
+          (state[_PC_STACK],), state[_PC_SP] = be.push(
+              [state[_PC_STACK]], state[_PC_SP], [ret_pc], calls, depth,
+              overflow)
+          state[_PC] = be.branch(state[_PC], m, c, tt, ff, compact)
+        return run_call_branch
       if isinstance(t, inst.PushGotoOp):
         jump = self.terminator(inst.GotoOp(t.goto_block, t.loc))
       else:

@@ -38,6 +38,29 @@ def fibonacci_ref(n):
 
 
 @ctx.batch()
+def fibonacci_base_first(n):
+  # The base case on the test's true side: a call whose members that fail
+  # the test push (return_inlining's call_branch, the other way round).
+  if n <= 2:
+    return 1
+  return fibonacci_base_first(n - 1) + fibonacci_base_first(n - 2)
+
+
+@ctx.batch()
+def reset_sum(n):
+  # The base case writes the parameter, which the recursive path reads on
+  # entry: it must not run in the caller's block for the members calling.
+  if n <= 1:
+    n = 0
+    return n
+  return reset_sum(n - 1) + reset_sum(n - 2) + n
+
+
+def reset_sum_ref(n):
+  return 0 if n <= 1 else reset_sum_ref(n - 1) + reset_sum_ref(n - 2) + n
+
+
+@ctx.batch()
 def is_even(n):
   if n == 0:
     return True
@@ -433,6 +456,9 @@ def _ints(low, high):
 CASES = [
     Case('fibonacci', fibonacci, _ints(1, 14), fibonacci_ref),
     Case('fibonacci_untyped', fibonacci_untyped, _ints(1, 14), fibonacci_ref),
+    Case('fibonacci_base_first', fibonacci_base_first, _ints(1, 14),
+         fibonacci_ref),
+    Case('reset_sum', reset_sum, _ints(0, 14), reset_sum_ref),
     Case('even_odd', is_even, _ints(0, 30), is_even_ref),
     Case('collatz_rec', collatz_rec,
          lambda rng, b: (rng.integers(1, 60, size=b), np.zeros(b, np.int64)),

@@ -151,7 +151,7 @@ def test_inspection_is_printable():
   sig = [ab.TensorType(np.int64, ())]
   assert 'int64' in str(ctx.program_compiled('fibonacci', sig))
   lowered = ctx.program_lowered('fibonacci', sig)
-  assert 'push_branch' in str(lowered)
+  assert 'call_branch' in str(lowered)
   assert str(ctx.lowered_for_args('fibonacci', [np.array([3, 4])])) == \
       str(lowered)
 

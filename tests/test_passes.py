@@ -22,6 +22,7 @@ from autobatch_vm import instructions as inst
 from autobatch_vm import liveness
 from autobatch_vm import lowering
 from autobatch_vm import pipeline
+from autobatch_vm import return_inlining
 from autobatch_vm import stack_optimization
 from autobatch_vm import type_inference
 from autobatch_vm import verifier
@@ -41,8 +42,13 @@ def typed(name):
 
 
 def lowered(name, optimize=True):
-  """`name` lowered: whole pipeline, only stack optimization, or neither."""
+  """`name` lowered: whole pipeline, up to block merging ('merge'), only
+  stack optimization ('stack'), or neither."""
   program = typed(name)
+  if optimize == 'merge':
+    return verifier.verify(block_merge.merge_blocks(
+        lowered(name, 'stack'), virtual_machine.DEFAULT_SCHEDULE),
+                           'block_merge')
   if optimize == 'stack':
     return verifier.verify(stack_optimization.optimize(
         lowering.lower(program)), 'stack_optimization')
@@ -81,8 +87,11 @@ def test_passes_are_pure_and_deterministic(case):
   o0 = stack_optimization.optimize(l1)
   assert str(l1) == l1_text
   o0_text = str(o0)
-  o1 = block_merge.merge_blocks(o0, virtual_machine.DEFAULT_SCHEDULE)
+  m1 = block_merge.merge_blocks(o0, virtual_machine.DEFAULT_SCHEDULE)
   assert str(o0) == o0_text
+  m1_text = str(m1)
+  o1 = return_inlining.inline_returns(m1)
+  assert str(m1) == m1_text
   # Running the whole pipeline again gives equal results.
   o2 = pipeline.lowered(pipeline.typed(untyped, case.input_types, BACKEND))
   assert str(o1) == str(o2)
@@ -349,7 +358,7 @@ def test_block_merge_keeps_the_meaning_in_fewer_steps(case, schedule):
 
 def test_a_call_tests_the_callees_base_case_in_the_callers_step():
   before = lowered('fibonacci', optimize='stack')
-  after = lowered('fibonacci')
+  after = lowered('fibonacci', optimize='merge')
   entry = after.blocks[0]
   calls = ops_of(after, inst.PushBranchOp)
   assert len(calls) == 2 and not ops_of(after, inst.PushGotoOp)
@@ -367,6 +376,71 @@ def test_a_call_tests_the_callees_base_case_in_the_callers_step():
   _, s0 = _vm_run(before, case, args, 20)
   _, s1 = _vm_run(after, case, args, 20)
   assert s1.steps < 0.8 * s0.steps
+
+
+@pytest.mark.parametrize('schedule', virtual_machine.SCHEDULES)
+def test_return_inlining_takes_a_constant_base_case_at_the_call(schedule):
+  before = lowered('fibonacci', optimize='merge')
+  text = str(before)
+  after = verifier.verify(return_inlining.inline_returns(before),
+                          'return_inlining')
+  assert str(before) == text   # pure
+  by_label = {b.label: b for b in before.blocks}
+  olds = ops_of(before, inst.PushBranchOp)
+  calls = ops_of(after, inst.CallBranchOp)
+  assert len(calls) == len(olds) == 2
+  assert not ops_of(after, inst.PushBranchOp)
+  for call, old in zip(calls, olds):
+    # `push_branch R, c ? T : F` -> `call_branch R, c ? call T : R`.
+    assert (call.push_block, call.cond, call.true_block, call.false_block,
+            call.call_side) == (old.push_block, old.cond, old.true_block,
+                                old.push_block, True)
+    assert call.loc == old.loc   # a call-stack overflow names the call
+    leaf = by_label[old.false_block]
+    caller = next(b for b in after.blocks if b.terminator == call)
+    assert caller.instructions[-len(leaf.instructions):] == \
+        leaf.instructions
+  case = progs.BY_NAME['fibonacci']
+  args = case.make_args(np.random.default_rng(0), 20)
+  out0, s0 = _vm_run(before, case, args, 20, schedule)
+  out1, s1 = _vm_run(after, case, args, 20, schedule)
+  np.testing.assert_array_equal(out1, out0)
+  for i in range(20):
+    member = [np.int64(a) for a in case.member_args(args, i)]
+    assert progs.scalar(inst.interpret(after, *member)) == \
+        case.expected(args, i)
+  # Half of fibonacci's calls are base cases: a quarter fewer steps.
+  assert s1.steps < 0.8 * s0.steps
+
+
+def test_return_inlining_only_where_the_base_case_is_harmless():
+  """A base case moves into its callers only if it sets constants or
+  copies, writes nothing live where the callers' other members go, and
+  not the branch's condition."""
+  from tests import e2e_programs  # pylint: disable=g-import-not-at-top
+  ctx = e2e_programs.ctx
+  n = np.arange(6)
+  # Base case on the test's true side: the members that fail it call.
+  first = ctx.lowered_for_args('fibonacci_base_first', [n])
+  calls = ops_of(first, inst.CallBranchOp)
+  assert len(calls) == 2 and all(not c.call_side for c in calls)
+  # `n = 0; return n`: `n` is live on entry to the recursive path.
+  reset = ctx.lowered_for_args('reset_sum', [n])
+  assert not ops_of(reset, inst.CallBranchOp)
+  assert len(ops_of(reset, inst.PushBranchOp)) == 2
+  # A base case that computes (`return n * 2`) stays where it is.
+  local = ab.Context()
+
+  @local.batch(type_inference=lambda t: t[0])
+  def doubling(n):
+    if n <= 1:
+      return n * 2
+    return doubling(n - 1) + doubling(n - 2)
+
+  program = local.lowered_for_args('doubling', [n])
+  assert not ops_of(program, inst.CallBranchOp)
+  np.testing.assert_array_equal(doubling(np.arange(10)),
+                                doubling(np.arange(10), dry_run=True))
 
 
 def test_lowest_first_keeps_an_ifs_arms_together():
