@@ -134,9 +134,10 @@ def _alone_seconds(fn, inputs, batch, backend, sample=8):
   member, on NumPy or eager TensorFlow): measured on a few, scaled."""
   k = max(1, min(batch, sample))
   args = [_on(backend, x[:k]) for x in inputs]
-  start = time.perf_counter()
-  fn(*args, dry_run=True)
-  return (time.perf_counter() - start) * batch / k
+  with workloads.no_garbage_collection():
+    start = time.perf_counter()
+    fn(*args, dry_run=True)
+    return (time.perf_counter() - start) * batch / k
 
 
 fibonacci = workloads.fibonacci
@@ -220,9 +221,10 @@ def make_nuts(backend, batch):
     first = lambda x: x[:k]
     args = [_on(backend, ab.instructions.pattern_map(first, a))
             for a in (point, da, seeds, counter, adapt)]
-    start = time.perf_counter()
-    out = sampler.fns.run_chunk(*args, dry_run=True)
-    seconds = time.perf_counter() - start
+    with workloads.no_garbage_collection():
+      start = time.perf_counter()
+      out = sampler.fns.run_chunk(*args, dry_run=True)
+      seconds = time.perf_counter() - start
     return seconds / max(float(np.sum(out[3])), 1.0) * cell.units
   cell.alone = alone
   if backend != 'numpy':
@@ -286,9 +288,11 @@ def nuts_ess(backends, chains=64):
         chunks.append(np.asarray(samples))
       return np.concatenate(chunks, axis=1)[:, :num]
     sampler._call('run_chunk', *state, adapt)  # pylint: disable=protected-access
-    start = time.perf_counter()
-    samples = sample_all()
-    add('autobatch_vm', backend, time.perf_counter() - start, samples)
+    with workloads.no_garbage_collection():
+      start = time.perf_counter()
+      samples = sample_all()
+      seconds = time.perf_counter() - start
+    add('autobatch_vm', backend, seconds, samples)
     if backend == 'numpy' or not tfp_baselines.available():
       continue
     for kind in ('autobatched', 'unrolled'):
@@ -498,7 +502,9 @@ NOTES = ('Times are medians of calls after a warm-up call: at least '
          '`--repeats` (NUTS: `--nuts_repeats`), and more, up to '
          '`--max_repeats`, until ours add up to `--min_seconds`; ours and '
          'the TFP systems of a row (and both schedules of a workload) are '
-         'timed in turns, a call of each per round.  '
+         'timed in turns, a call of each per round.  Python\'s garbage '
+         'collector is run before and off during timed calls, as `timeit` '
+         'does (a full collection in this process takes ~0.2 s).  '
          '"alone": every '
          'member run alone with `dry_run=True` on the same backend\'s arrays '
          '(NumPy, or eager TensorFlow for the TF rows; measured on a few, '

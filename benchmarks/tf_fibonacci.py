@@ -65,10 +65,11 @@ def measure(mode, batch, repeats, backend):
   if result.tolist() != expected:
     raise AssertionError(f'wrong result in mode {mode}, batch {batch}')
   times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    run(n).numpy()
-    times.append(time.perf_counter() - start)
+  with workloads.no_garbage_collection():
+    for _ in range(repeats):
+      start = time.perf_counter()
+      run(n).numpy()
+      times.append(time.perf_counter() - start)
   return first, statistics.median(times)
 
 

@@ -5,6 +5,8 @@ after putting the repository root on sys.path, so they run both as
 `python benchmarks/NAME.py` and as `python -m benchmarks.NAME`.
 """
 
+import contextlib
+import gc
 import statistics
 import time
 
@@ -53,13 +55,14 @@ def interleaved_median_times(runs, repeats, min_seconds=0.0,
     run()
   times = {id(run): [] for run in live}
   rounds = 0
-  while live and (rounds < repeats or (
-      rounds < max_repeats and sum(times[id(live[0])]) < min_seconds)):
-    for run in live:
-      start = time.perf_counter()
-      run()
-      times[id(run)].append(time.perf_counter() - start)
-    rounds += 1
+  with no_garbage_collection():
+    while live and (rounds < repeats or (
+        rounds < max_repeats and sum(times[id(live[0])]) < min_seconds)):
+      for run in live:
+        start = time.perf_counter()
+        run()
+        times[id(run)].append(time.perf_counter() - start)
+      rounds += 1
   return [None if r is None else statistics.median(times[id(r)])
           for r in runs]
 
@@ -69,8 +72,29 @@ def median_time(run, repeats):
   (compiles the program and the block code, traces TF functions)."""
   run()
   times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    run()
-    times.append(time.perf_counter() - start)
+  with no_garbage_collection():
+    for _ in range(repeats):
+      start = time.perf_counter()
+      run()
+      times.append(time.perf_counter() - start)
   return statistics.median(times)
+
+
+@contextlib.contextmanager
+def no_garbage_collection():
+  """Python's garbage collector collected, then off (as `timeit` does).
+
+  A benchmark process holds the traced graphs of every cell so far: with
+  millions of objects, a full collection takes ~0.2 s, and calls made
+  soon after a cell was built each triggered one.  TFP's autobatched NUTS
+  under XLA measured 0.24 s per call next to ours, 0.045 s alone; with
+  the collector off, 0.045 s either way (and ours 0.047 -> 0.026 s).
+  """
+  enabled = gc.isenabled()
+  gc.collect()
+  gc.disable()
+  try:
+    yield
+  finally:
+    if enabled:
+      gc.enable()

@@ -1,5 +1,6 @@
 """The benchmark harness: its timing helper, and a short run end to end."""
 
+import gc
 import os
 import pathlib
 import subprocess
@@ -53,6 +54,26 @@ def test_interleaved_times_repeat_until_min_seconds(clock):
   workloads.interleaved_median_times([tiny], repeats=3, min_seconds=1.0,
                                      max_repeats=25)
   assert clock.calls['tiny'] == 26
+
+
+def test_timed_calls_run_without_garbage_collection(clock):
+  seen = []
+  run = clock.run('run', 0.01)
+
+  def spy():
+    seen.append(gc.isenabled())
+    run()
+  was = gc.isenabled()
+  gc.enable()
+  try:
+    workloads.interleaved_median_times([spy], repeats=3)
+    workloads.median_time(spy, repeats=2)
+    assert gc.isenabled()          # restored afterwards
+  finally:
+    if not was:
+      gc.disable()
+  # Warm-up calls with the collector on; every timed call with it off.
+  assert seen == [True, False, False, False, True, False, False]
 
 
 def test_quick_run_writes_table_and_schedules(tmp_path):
