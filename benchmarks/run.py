@@ -18,18 +18,22 @@ auto_batching VM on the same fibonacci, TFP's autobatched NUTS and its
 hand-batched NUTS (`tfp.mcmc.NoUTurnSampler`) from the same chains and
 step sizes.  For NUTS it also compares effective samples per second
 (--nuts_ess_samples), and every workload and backend runs under both
-schedules at one batch size (--schedule_batch).  Writes
-benchmarks/results/results.md and results.png.
+schedules at one batch size (--schedule_batch).  Each (workload, backend)
+is measured in a fresh Python process (--one_process: all in this one).
+Writes benchmarks/results/results.md and results.png.
 """
 
 import functools
 import importlib.util
+import json
 import os
 
 # Multi-threaded OpenBLAS is pathological on small shared machines (a
 # [64,25]@[25,1000] product: 31 ms with 2 threads, 0.7 ms with 1).
 os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')
+import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 import warnings
@@ -73,6 +77,15 @@ flags.DEFINE_integer('tfp_numpy_max_batch', 64, 'Largest B for TFP\'s NumPy '
                      'VM (228 s at B=1024).')
 flags.DEFINE_string('out', os.path.join(os.path.dirname(__file__), 'results'),
                     'Directory for results.md and results.png.')
+flags.DEFINE_boolean('one_process', False, 'Measure every workload and '
+                     'backend in this process, instead of each (workload, '
+                     'backend) in a fresh one.  Faster to start, but one '
+                     'backend\'s leftovers slow the next: after graph-mode '
+                     'runs, XLA runs of every system here took 20% longer, '
+                     'and after a full run TFP\'s autobatched NUTS 5x.')
+flags.DEFINE_string('worker', None, 'Internal: measure --workloads on '
+                    '--backends in this process and write the rows as JSON '
+                    'to this path.')
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -455,6 +468,40 @@ def schedules_markdown(rows, batch):
   return '\n'.join(lines)
 
 
+def measure_here(backends):
+  """Every cell of --workloads on `backends`, in this process: the main
+  table's rows, the schedule table's and the ESS table's."""
+  rows = []
+  for workload in FLAGS.workloads:
+    for backend in backends:
+      for batch in batch_sizes(workload):
+        start = time.perf_counter()
+        r = measure(workload, backend, batch)
+        rows.append(r)
+        print(f'[{time.perf_counter() - start:6.1f}s] {workload:<10} '
+              f'{backend:<8} B={batch:<5} {r["seconds"]:.4f} s  '
+              f'{r["throughput"]:,.0f} {r["unit"]}', flush=True)
+  schedules = (compare_schedules(backends, FLAGS.schedule_batch)
+               if FLAGS.schedule_batch else [])
+  ess = (nuts_ess(backends) if 'nuts' in FLAGS.workloads and
+         FLAGS.nuts_ess_samples else [])
+  return {'rows': rows, 'schedules': schedules, 'ess': ess}
+
+
+def measure_in_a_process(workload, backend):
+  """`measure_here` for one workload and backend in a fresh Python process
+  (same flags), so that no other cell's leftovers (thread pools, a large
+  heap, caches) weigh on it."""
+  with tempfile.TemporaryDirectory() as tmp:
+    path = os.path.join(tmp, 'rows.json')
+    subprocess.run(
+        [sys.executable, os.path.abspath(__file__)] + sys.argv[1:] +
+        [f'--workloads={workload}', f'--backends={backend}',
+         f'--worker={path}'], check=True)
+    with open(path) as f:
+      return json.load(f)
+
+
 def main(argv):
   del argv
   if FLAGS.quick:
@@ -468,24 +515,29 @@ def main(argv):
     except ImportError:
       print('TensorFlow is not installed: NumPy only.')
       backends = ['numpy']
-  rows = []
-  for workload in FLAGS.workloads:
-    for backend in backends:
-      for batch in batch_sizes(workload):
-        start = time.perf_counter()
-        r = measure(workload, backend, batch)
-        rows.append(r)
-        print(f'[{time.perf_counter() - start:6.1f}s] {workload:<10} '
-              f'{backend:<8} B={batch:<5} {r["seconds"]:.4f} s  '
-              f'{r["throughput"]:,.0f} {r["unit"]}', flush=True)
+  if FLAGS.worker or FLAGS.one_process:
+    results = measure_here(backends)
+    if FLAGS.worker:
+      with open(FLAGS.worker, 'w') as f:
+        json.dump(results, f)
+      return
+  else:
+    results = {'rows': [], 'schedules': [], 'ess': []}
+    for workload in FLAGS.workloads:
+      for backend in backends:
+        for key, value in measure_in_a_process(workload, backend).items():
+          results[key] += value
   schedules = ''
   if FLAGS.schedule_batch:
-    schedules = '\n\n' + schedules_markdown(
-        compare_schedules(backends, FLAGS.schedule_batch),
-        FLAGS.schedule_batch)
+    schedules = '\n\n' + schedules_markdown(results['schedules'],
+                                            FLAGS.schedule_batch)
   ess = ''
-  if 'nuts' in FLAGS.workloads and FLAGS.nuts_ess_samples:
-    ess = '\n\n' + ess_markdown(nuts_ess(backends))
+  if results['ess']:
+    # Each backend's rows were measured in its own process.
+    order = {b: i for i, b in enumerate(backends)}
+    ess = '\n\n' + ess_markdown(
+        sorted(results['ess'], key=lambda r: order[r['backend']]))
+  rows = results['rows']
   os.makedirs(FLAGS.out, exist_ok=True)
   table = markdown(rows)
   versions = _versions()

@@ -76,12 +76,16 @@ def test_timed_calls_run_without_garbage_collection(clock):
   assert seen == [True, False, False, False, True, False, False]
 
 
-def test_quick_run_writes_table_and_schedules(tmp_path):
+@pytest.mark.parametrize('processes', ['--one_process', '--noone_process'])
+def test_quick_run_writes_table_and_schedules(tmp_path, processes):
+  """Each (workload, backend) measured in a process of its own (the
+  default), or all in one: the same tables."""
   env = dict(os.environ, OPENBLAS_NUM_THREADS='1', TF_CPP_MIN_LOG_LEVEL='2')
   proc = subprocess.run(
       [sys.executable, str(ROOT / 'benchmarks' / 'run.py'), '--quick',
        '--workloads=fibonacci,collatz', '--backends=numpy',
-       '--schedule_batch=8', '--nuts_ess_samples=0', f'--out={tmp_path}'],
+       '--schedule_batch=8', '--nuts_ess_samples=0', f'--out={tmp_path}',
+       processes],
       capture_output=True, text=True, timeout=600, env=env, check=False,
       cwd=ROOT)
   assert proc.returncode == 0, proc.stdout + proc.stderr
