@@ -26,9 +26,9 @@ class _Mask:
   """The members at the block being run: a bool mask and their indices."""
   __slots__ = ('mask', 'idx', 'count', 'full')
 
-  def __init__(self, mask, batch):
+  def __init__(self, mask, batch, idx=None):
     self.mask = mask
-    self.idx = mask.nonzero()[0]
+    self.idx = mask.nonzero()[0] if idx is None else idx
     self.count = self.idx.size
     self.full = self.count == batch
 
@@ -43,6 +43,8 @@ def _coercer(tensor_type):
     if type(x) is not np.ndarray or x.dtype != dtype:
       x = np.asarray(x, dtype)
     if x.ndim != ndim or x.shape[0] != rows:
+      if not x.ndim:   # a constant: `np.full` costs a third of a broadcast
+        return np.full((rows,) + shape, x, dtype)
       x = np.broadcast_to(x, (rows,) + shape)
     return x
   return coerce
@@ -141,14 +143,15 @@ class NumpyBackend:
     cond = np.asarray(cond, bool)
     if negate:
       cond = ~cond
+    batch = m.mask.size
     if m.full:
-      return _Mask(cond, m.mask.size)
-    if compact:
-      mask = np.zeros_like(m.mask)
-      mask[m.idx] = cond
-    else:
-      mask = m.mask & cond
-    return _Mask(mask, mask.size)
+      return _Mask(cond, batch)
+    if not compact:
+      return _Mask(m.mask & cond, batch)
+    idx = m.idx[cond]
+    mask = np.zeros(batch, bool)
+    mask[idx] = True
+    return _Mask(mask, batch, idx)
 
   def fill_inactive(self, x, m):
     """`x` with the lanes outside `m` copied from the first lane inside."""
