@@ -15,7 +15,7 @@ Here `F`'s code moves into the calling block, and the call becomes
 
 where only the members going to `T` push `R`: the others are at `R` at
 once.  In fibonacci, half of all calls are base cases: a quarter fewer VM
-steps (2438 -> 1829 at n = 15).  The same goes for `push_goto R, F`
+steps (2438 -> 1828 for n = 15 alone).  The same goes for `push_goto R, F`
 (the whole block's members return: `F`'s code, then `goto R`).
 
 `F`'s code now runs for every member at the calling block, the ones that
