@@ -330,26 +330,30 @@ def make_sampler(lib, chunk, max_tree_depth, target_accept):
       n = lib.to_float(slice_.log_u <= joint)
       s = joint > slice_.log_u - DELTA_MAX
       alpha = lib.minimum(lib.exp(joint - slice_.joint0), 1.0)
-      return Tree(new, new, new, n, s, alpha, 1.0, counter)
+      one = lib.to_float(1.0)   # float64: the select on tree.s needs it
+      return Tree(new, new, new, n, s, alpha, one, counter)
     else:
       tree = build_tree(point, slice_, v, j - 1, eps, seed, counter)
-      if ab.truthy(tree.s):
-        # Extend the tree at the end facing v.  A select rather than an
-        # `if` on v: one call site, so chains going either way share steps.
-        backward = v < 0
-        start = lib.where(backward, tree.minus, tree.plus)
-        other = build_tree(start, slice_, v, j - 1, eps, seed, tree.counter)
-        minus = lib.where(backward, other.minus, tree.minus)
-        plus = lib.where(backward, tree.plus, other.plus)
-        n = tree.n + other.n
-        # Take the new half's proposal with probability n'' / (n' + n'').
-        take = lib.uniform(seed, other.counter) * n < other.n
-        tree = Tree(minus, plus, lib.where(take, other.proposal,
-                                           tree.proposal),
-                    n, other.s & no_uturn(minus, plus),
-                    tree.alpha + other.alpha, tree.n_alpha + other.n_alpha,
-                    other.counter + 1)
-      return tree
+      # Extend the tree at the end facing v.  Selects rather than `if`s:
+      # on v (one call site, so chains going either way share steps), and
+      # on tree.s: a chain whose first half stopped builds the second half
+      # too, in the same steps as the others, and keeps its first half (the
+      # same sample; the extra leapfrogs are not counted).  An `if` there
+      # cost every subtree a VM step of its own.
+      backward = v < 0
+      start = lib.where(backward, tree.minus, tree.plus)
+      other = build_tree(start, slice_, v, j - 1, eps, seed, tree.counter)
+      minus = lib.where(backward, other.minus, tree.minus)
+      plus = lib.where(backward, tree.plus, other.plus)
+      n = tree.n + other.n
+      # Take the new half's proposal with probability n'' / (n' + n'').
+      take = lib.uniform(seed, other.counter) * n < other.n
+      grown = Tree(minus, plus, lib.where(take, other.proposal,
+                                          tree.proposal),
+                   n, other.s & no_uturn(minus, plus),
+                   tree.alpha + other.alpha, tree.n_alpha + other.n_alpha,
+                   other.counter + 1)
+      return lib.where(tree.s, grown, tree)
 
   @ctx.batch()
   def transition(point, eps, seed, counter):
