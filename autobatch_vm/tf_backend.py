@@ -1034,8 +1034,8 @@ class _Packing:
     self.keys = [key[:3] for key in groups]
     self.slots = list(groups.values())
     # Under XLA a pack's last row is scratch: for a padded port or a member
-    # that does not push.  Outside XLA ports are not padded, and a member
-    # that does not push writes its stack's own spare frame: no scratch row.
+    # that does not push.  Outside XLA ports are not padded, and only the
+    # members that push are scattered: no scratch row.
     self.scratch = not self.rewrite
     self.where = {}
     for g, slots in enumerate(self.slots):
@@ -1144,28 +1144,24 @@ class _Packing:
           packs[g] = tf.tensor_scatter_nd_update(packs[g], rows, values)
         continue
       values, rows, targets, *full = next(it)
-      depth, batch = self.keys[g][2][:2]
+      batch = self.keys[g][2][1]
       members = np.broadcast_to(np.arange(batch, dtype=np.int32), [k, batch])
-      if full and not full[0]:
-        # Outside XLA a scatter costs per row: only the pushing members'.
-        hit = tf.where(targets >= 0)    # [pushes, 2]: (port, member)
-        port, member = tf.unstack(tf.cast(hit, tf.int32), axis=1)
-        index = tf.stack([tf.gather(rows[:, 0], port),
-                          tf.gather_nd(targets, hit), member], axis=-1)
-        packs[g] = tf.tensor_scatter_nd_update(packs[g], index,
-                                               tf.gather_nd(values, hit))
-        continue
       if self.scratch:
         # Members that do not push write frame 0 of the scratch stack.
         index = tf.stack([
             tf.where(targets >= 0, rows, len(self.slots[g])),
             tf.maximum(targets, 0), tf.constant(members)], axis=-1)
+      elif full[0]:
+        # Outside XLA, every member pushes: every target is a frame.
+        index = tf.stack([tf.broadcast_to(rows, [k, batch]), targets,
+                          tf.constant(members)], axis=-1)
       else:
-        # They write their stack's spare frame (the last).
-        index = tf.stack([
-            tf.broadcast_to(rows, [k, batch]),
-            tf.where(targets >= 0, targets, depth - 1),
-            tf.constant(members)], axis=-1)
+        # Outside XLA a scatter costs per row: only the pushing members'.
+        hit = tf.where(targets >= 0)    # [pushes, 2]: (port, member)
+        port, member = tf.unstack(tf.cast(hit, tf.int32), axis=1)
+        index = tf.stack([tf.gather(rows[:, 0], port),
+                          tf.gather_nd(targets, hit), member], axis=-1)
+        values = tf.gather_nd(values, hit)
       packs[g] = tf.tensor_scatter_nd_update(packs[g], index, values)
     return packs
 
