@@ -82,17 +82,6 @@ def _jump(t):
   return None, None
 
 
-def _destinations(t):
-  """Where members go after a block ending in `t` (not where they return)."""
-  if isinstance(t, inst.GotoOp):
-    return [t.block]
-  if isinstance(t, (inst.BranchOp, inst.PushBranchOp)):
-    return [t.true_block, t.false_block]
-  if isinstance(t, inst.PushGotoOp):
-    return [t.goto_block]
-  return None   # a return: anywhere
-
-
 def _loses_no_company(origin, target, index):
   """Whether copying block `target` into the block at index `origin` keeps
   the steps members share under the lowest-first schedule.
@@ -106,7 +95,7 @@ def _loses_no_company(origin, target, index):
   y = index[target.label]
   if y < origin:
     return True
-  after = _destinations(target.terminator)
+  after = inst.destinations(target.terminator)
   return after is not None and all(index[d] > y for d in after)
 
 

@@ -435,6 +435,18 @@ def jump_targets(t):
   return []
 
 
+def destinations(t):
+  """Where members go after a block ending in `t` (not the block a call
+  pushes to return to); None for a return: any pushed block, or the exit."""
+  if isinstance(t, GotoOp):
+    return [t.block]
+  if isinstance(t, (BranchOp, PushBranchOp, CallBranchOp)):
+    return [t.true_block, t.false_block]
+  if isinstance(t, PushGotoOp):
+    return [t.goto_block]
+  return None
+
+
 def reachable_blocks(blocks):
   """`blocks` without those no jump from the entry (`blocks[0]`) reaches."""
   by_label = {b.label: b for b in blocks}

@@ -14,7 +14,7 @@ from typing import Dict, FrozenSet, Tuple
 from autobatch_vm import errors
 from autobatch_vm import instructions as inst
 
-__all__ = ['Liveness', 'analyze', 'reads', 'writes']
+__all__ = ['Liveness', 'analyze', 'reads', 'transfer', 'writes']
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,8 +61,10 @@ def successors(block):
   return []
 
 
-def _transfer(block, fn, live_out, across=None):
-  """Live-in of `block` given its live-out; records live-across-call sets."""
+def transfer(block, fn, live_out, across=None):
+  """Live-in of `block` given its live-out (any block, lowered too; `fn`:
+  the function whose `ReturnOp` reads its `vars_out`, or None); records
+  live-across-call sets in `across`."""
   live = set(live_out) | reads(block.terminator, fn)
   for i in range(len(block.instructions) - 1, -1, -1):
     op = block.instructions[i]
@@ -83,12 +85,12 @@ def analyze(fn):
     changed = False
     for block in reversed(fn.blocks):
       out = frozenset().union(*[live_in[s] for s in successors(block)])
-      new_in = frozenset(_transfer(block, fn, out))
+      new_in = frozenset(transfer(block, fn, out))
       if out != live_out[block.label] or new_in != live_in[block.label]:
         live_out[block.label] = out
         live_in[block.label] = new_in
         changed = True
   across = {}
   for block in fn.blocks:
-    _transfer(block, fn, live_out[block.label], across)
+    transfer(block, fn, live_out[block.label], across)
   return Liveness(live_in, live_out, across)

@@ -58,16 +58,6 @@ def _writes(block):
   return out
 
 
-def _successors(t, return_sites):
-  if isinstance(t, inst.GotoOp):
-    return [t.block]
-  if isinstance(t, (inst.BranchOp, inst.PushBranchOp, inst.CallBranchOp)):
-    return [t.true_block, t.false_block]
-  if isinstance(t, inst.PushGotoOp):
-    return [t.goto_block]
-  return return_sites   # a return: any pushed block, or the exit (None)
-
-
 def live_in(program):
   """Variables live on entry to each block of a lowered program."""
   return_sites = sorted({t.push_block for t in
@@ -80,15 +70,12 @@ def live_in(program):
   while changed:
     changed = False
     for block in reversed(program.blocks):
-      out = set().union(*[live[s] for s in
-                          _successors(block.terminator, return_sites)])
-      out |= liveness.reads(block.terminator)
-      for op in reversed(block.instructions):
-        out -= liveness.writes(op)
-        out |= liveness.reads(op)
-      out = frozenset(out)
-      if out != live[block.label]:
-        live[block.label] = out
+      after = inst.destinations(block.terminator)
+      live_out = set().union(*[live[s] for s in (
+          return_sites if after is None else after)])
+      new_in = frozenset(liveness.transfer(block, None, live_out))
+      if new_in != live[block.label]:
+        live[block.label] = new_in
         changed = True
   del live[None]
   return live
