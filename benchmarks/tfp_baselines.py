@@ -8,8 +8,9 @@ systems only within one run: XLA on TF 2.18 ran both TFP's NUTS and ours
 several times slower than on TF 2.21 on the same machine.
 
 - `fibonacci_runner`: TFP's `auto_batching` VM on the same fibonacci.
-- `nuts` (and `nuts_runner`, a call to time): TFP's autobatched NUTS (`tfp.experimental.mcmc.NoUTurnSampler`,
-  built on that VM) and its hand-batched NUTS (`tfp.mcmc.NoUTurnSampler`),
+- `nuts` (and `nuts_runner`, a call to time): TFP's autobatched NUTS
+  (`tfp.experimental.mcmc.NoUTurnSampler`, built on that VM) and its
+  hand-batched NUTS (`tfp.mcmc.NoUTurnSampler`),
   on the same logistic-regression target, from the same warmed-up chains,
   at the same per-chain step sizes, for the same number of transitions.
 """
