@@ -8,12 +8,14 @@
     block_order              -> sync-point blocks last (scheduled last)
     block_merge              -> fewer, larger blocks (fewer VM steps)
     return_inlining          -> constant base cases taken at the call
+    copy_propagation         -> fewer copies (temporaries sunk, forwarded)
     virtual_machine          runs it (stackless runs the typed Program)
 """
 
 from autobatch_vm import allocation_strategy
 from autobatch_vm import block_merge
 from autobatch_vm import block_order
+from autobatch_vm import copy_propagation
 from autobatch_vm import lowering
 from autobatch_vm import return_inlining
 from autobatch_vm import stack_optimization
@@ -56,4 +58,7 @@ def lowered(program, verify=False,
   program = return_inlining.inline_returns(program)
   if verify:
     verifier.verify(program, 'return_inlining')
+  program = copy_propagation.propagate_copies(program)
+  if verify:
+    verifier.verify(program, 'copy_propagation')
   return program

@@ -16,6 +16,7 @@ import pytest
 import autobatch_vm as ab
 from autobatch_vm import allocation_strategy
 from autobatch_vm import block_merge
+from autobatch_vm import copy_propagation
 from autobatch_vm import dsl
 from autobatch_vm import errors
 from autobatch_vm import instructions as inst
@@ -90,8 +91,11 @@ def test_passes_are_pure_and_deterministic(case):
   m1 = block_merge.merge_blocks(o0, virtual_machine.DEFAULT_SCHEDULE)
   assert str(o0) == o0_text
   m1_text = str(m1)
-  o1 = return_inlining.inline_returns(m1)
+  r1 = return_inlining.inline_returns(m1)
   assert str(m1) == m1_text
+  r1_text = str(r1)
+  o1 = copy_propagation.propagate_copies(r1)
+  assert str(r1) == r1_text
   # Running the whole pipeline again gives equal results.
   o2 = pipeline.lowered(pipeline.typed(untyped, case.input_types, BACKEND))
   assert str(o1) == str(o2)
@@ -523,6 +527,134 @@ def test_block_merge_rules():
         inst.interpret(program, np.int64(x), max_steps=100)
 
 
+INT = inst.Type(inst.TensorType(np.int64, ()))
+
+
+def _copy(out, src):
+  return inst.PrimOp((src,), out, inst.identity, text=src)
+
+
+def _one_block(ops, terminator=None, temporaries=(), types=None):
+  """A one-function lowered program `x, y -> r` of one block (ending in a
+  return) plus whatever `terminator` branches to."""
+  names = {'e.x', 'e.y', 'e.r'} | set(temporaries)
+  for op in ops:
+    names |= set(op.vars_in) | {op.vars_out}
+  types = dict(types or {})
+  var_defs = inst.FrozenDict({v: types.get(v, INT) for v in sorted(names)})
+  var_alloc = inst.FrozenDict({
+      v: VA.TEMPORARY if v in temporaries else VA.REGISTER
+      for v in sorted(names)})
+  blocks = [inst.Block('e.0', tuple(ops), terminator or inst.IndirectGotoOp())]
+  if terminator is not None:
+    blocks += [inst.Block('e.1', (_prim('e.r', neg, 'e.r'),),
+                          inst.IndirectGotoOp()),
+               inst.Block('e.2', (), inst.IndirectGotoOp())]
+  return inst.LoweredProgram(tuple(blocks), var_defs, var_alloc,
+                             ('e.x', 'e.y'), 'e.r', 'e')
+
+
+def inc(x):
+  return x + 1
+
+
+def neg(x):
+  return -x
+
+
+def add(x, y):
+  return x + y
+
+
+def positive(x):
+  return x > 0
+
+
+def _propagated(program):
+  text = str(program)
+  out = verifier.verify(copy_propagation.propagate_copies(program),
+                        'copy_propagation')
+  assert str(program) == text   # pure
+  for x in range(-3, 4):
+    for y in (-2, 5):
+      assert inst.interpret(out, np.int64(x), np.int64(y)) == \
+          inst.interpret(program, np.int64(x), np.int64(y))
+  return out
+
+
+def test_copy_propagation_sinks_a_temporary_into_its_copy():
+  """`t = f(x); push x; x = t`: f moves down and writes x (the push still
+  saves the old x), and t leaves the variable table."""
+  ops = [_prim('e.t', inc, 'e.x'), _prim('e.r', add, 'e.x', 'e.y'),
+         _copy('e.x', 'e.t'), _prim('e.r', add, 'e.r', 'e.x')]
+  out = _propagated(_one_block(ops, temporaries=['e.t']))
+  assert out.blocks[0].instructions == (
+      ops[1], _prim('e.x', inc, 'e.x'), ops[3])
+  assert 'e.t' not in out.var_defs and 'e.t' not in out.var_alloc
+
+
+def test_copy_propagation_forwards_a_copy_into_its_reads():
+  """`t = r; r = r + t`: reads of t read r (the instruction writing r reads
+  it first), the copy goes; a branch condition is forwarded too (here from
+  a register: from a temporary, its producer would be sunk instead)."""
+  ops = [_copy('e.t', 'e.x'), _prim('e.x', add, 'e.y', 'e.t'),
+         _prim('e.r', add, 'e.x', 'e.y'), _prim('e.c', positive, 'e.r'),
+         _copy('e.d', 'e.c')]
+  program = _one_block(ops, inst.BranchOp('e.d', 'e.1', 'e.2'),
+                       temporaries=['e.t', 'e.d'],
+                       types={'e.c': inst.Type(inst.TensorType(bool, ())),
+                              'e.d': inst.Type(inst.TensorType(bool, ()))})
+  out = _propagated(program)
+  assert out.blocks[0].instructions == (
+      _prim('e.x', add, 'e.y', 'e.x'), ops[2], ops[3])
+  assert out.blocks[0].terminator == inst.BranchOp('e.c', 'e.1', 'e.2')
+
+
+def test_copy_propagation_keeps_copies_it_cannot_remove():
+  """No sinking past a write of the producer's input or where the
+  temporary is read again; no forwarding past a write of the source; no
+  copy that converts (different types)."""
+  cases = [
+      # f's input x changes before the copy: f must run where it is.
+      [_prim('e.t', inc, 'e.x'), _prim('e.x', neg, 'e.y'),
+       _copy('e.y', 'e.t'), _prim('e.r', add, 'e.x', 'e.y')],
+      # t is read again after the copy.
+      [_prim('e.t', inc, 'e.x'), _copy('e.y', 'e.t'),
+       _prim('e.r', add, 'e.t', 'e.y')],
+      # The source x is written between the copy and the read of t.
+      [_copy('e.t', 'e.x'), _prim('e.x', neg, 'e.y'),
+       _prim('e.r', add, 'e.t', 'e.x')],
+  ]
+  for ops in cases:
+    program = _one_block(ops, temporaries=['e.t'])
+    assert copy_propagation.propagate_copies(program) is program
+    _propagated(program)
+  narrow = inst.Type(inst.TensorType(np.int32, ()))
+  ops = [_copy('e.t', 'e.x'), _prim('e.r', add, 'e.t', 'e.y')]
+  program = _one_block(ops, temporaries=['e.t'], types={'e.t': narrow})
+  assert copy_propagation.propagate_copies(program) is program
+
+
+@pytest.mark.parametrize('schedule', virtual_machine.SCHEDULES)
+def test_copy_propagation_on_fibonacci(schedule):
+  """Fibonacci's call sites lose 3 of 12 primitives: `%1 = n - 1; push n;
+  n = %1` becomes `push n; n = n - 1`, and `%4 = %ret; %ret = %2 + %4`
+  reads %ret; same results, same steps."""
+  case = progs.BY_NAME['fibonacci']
+  before = return_inlining.inline_returns(lowered('fibonacci', 'merge'))
+  after = lowered('fibonacci')
+  assert after == copy_propagation.propagate_copies(before)
+  copies = lambda p: [op for op in ops_of(p, inst.PrimOp)
+                      if op.function is inst.identity]
+  assert len(ops_of(after, inst.PrimOp)) < len(ops_of(before, inst.PrimOp))
+  assert len(copies(after)) < len(copies(before))
+  args = case.make_args(np.random.default_rng(0), 20)
+  out0, s0 = _vm_run(before, case, args, 20, schedule)
+  out1, s1 = _vm_run(after, case, args, 20, schedule)
+  np.testing.assert_array_equal(out1, out0)
+  assert s1.steps == s0.steps
+
+
 # -- verifier -----------------------------------------------------------------------------
 
 def _replace_block(program, label, **changes):
@@ -573,9 +705,9 @@ def _broken_programs():
       fib_low, 'fibonacci.n', VA.REGISTER),
          'push fibonacci.n', "non-FULL 'fibonacci.n'")
   yield ('read of a NULL variable', _with_alloc(
-      fib_low, 'fibonacci.%1', VA.NULL),
-         'fibonacci.n = prim[fibonacci.%1](fibonacci.%1)',
-         "'fibonacci.%1' is read but allocated")
+      fib_low, 'fibonacci.%0', VA.NULL),
+         'branch fibonacci.%0 ? fibonacci.1 : fibonacci.2',
+         "'fibonacci.%0' is read but allocated")
   yield ('TEMPORARY read outside its block', _with_alloc(
       fib_low, 'fibonacci.%ret', VA.TEMPORARY),
          'fibonacci.%2 = prim[fibonacci.%ret](fibonacci.%ret)',
