@@ -467,8 +467,9 @@ class TensorFlowBackend:
       # whose gradients are `IndexedSlices`: tape.gradient would return
       # those as the gradient of the run's inputs.  With `[1, batch, 1]`
       # indices the gradient is dense.  One gather and a reshape instead of
-      # a gather and a select: NUTS at 64 chains and tree-RNN at 256 trees
-      # 1.03x faster under `tf.function` (in-process A/B runs).
+      # a gather and a select: under `tf.function`, NUTS at 64 chains
+      # 1.01-1.03x and tree-RNN at 256 trees 1.02-1.06x faster (in-process
+      # A/B runs).
       filled = tf.gather_nd(x, m.fill_index_nd)
       return tf.reshape(filled, tf.shape(x) if None in x.shape.as_list()
                         else x.shape)
