@@ -8,6 +8,7 @@
     block_order              -> sync-point blocks last (scheduled last)
     block_merge              -> fewer, larger blocks (fewer VM steps)
     return_inlining          -> constant base cases taken at the call
+    leaf_returns             -> a leaf call goes on at its return site
     copy_propagation         -> fewer copies (temporaries sunk, forwarded)
     virtual_machine          runs it (stackless runs the typed Program)
 """
@@ -16,6 +17,7 @@ from autobatch_vm import allocation_strategy
 from autobatch_vm import block_merge
 from autobatch_vm import block_order
 from autobatch_vm import copy_propagation
+from autobatch_vm import leaf_returns
 from autobatch_vm import lowering
 from autobatch_vm import return_inlining
 from autobatch_vm import stack_optimization
@@ -58,6 +60,9 @@ def lowered(program, verify=False,
   program = return_inlining.inline_returns(program)
   if verify:
     verifier.verify(program, 'return_inlining')
+  program = leaf_returns.merge_leaf_returns(program, schedule)
+  if verify:
+    verifier.verify(program, 'leaf_returns')
   program = copy_propagation.propagate_copies(program)
   if verify:
     verifier.verify(program, 'copy_propagation')

@@ -494,10 +494,12 @@ def test_stack_overflow():
       return depth(n - 1) + 1  # ERR:overflow
     return n
 
-  np.testing.assert_array_equal(depth(np.array([3, 10]),
-                                      max_stack_depth=10), [3, 10])
+  # depth(11) makes 11 nested calls; the last, to the base case, pushes
+  # nothing (it jumps to a copy of the base case: leaf_returns).
+  np.testing.assert_array_equal(depth(np.array([3, 11]),
+                                      max_stack_depth=10), [3, 11])
   with pytest.raises(errors.StackOverflowError) as e:
-    depth(np.array([3, 11]), max_stack_depth=10)
+    depth(np.array([3, 12]), max_stack_depth=10)
   check(e, errors.StackOverflowError, 'overflow', 'max_stack_depth=10',
         "'depth'", '[1]')
 

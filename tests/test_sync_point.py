@@ -43,24 +43,37 @@ def test_sync_point_wraps_without_changing_the_function():
   assert marked.__name__ == '_expensive'
 
 
-def test_marked_primitive_is_sync_in_the_ir_and_its_block_is_last():
+def _runs(fn, program, text):
+  """How many steps ran a block holding the primitive `text` (a leaf and
+  its copies followed by their return blocks: leaf_returns)."""
+  return sum(fn.last_stats.block_executions[b.label] for b in program.blocks
+             if any(isinstance(op, ab.instructions.PrimOp) and
+                    text in op.text for op in b.instructions))
+
+
+@pytest.mark.parametrize('schedule', ab.virtual_machine.SCHEDULES)
+def test_marked_primitive_is_sync_in_the_ir_and_its_blocks_are_last(
+    schedule):
   ctx, _ = _make(True)
-  program = ctx.lowered_for_args('walk', [N])
+  program = ctx.lowered_for_args('walk', [N], schedule=schedule)
   listing = str(program)
   assert 'prim[leaf(n)](walk.n) sync' in listing
-  last = program.blocks[-1]
-  assert any(isinstance(op, ab.instructions.PrimOp) and op.sync
-             for op in last.instructions)
-  assert not any(isinstance(op, ab.instructions.PrimOp) and op.sync
-                 for b in program.blocks[:-1] for op in b.instructions)
-  # Unmarked: the same program in source order.
+  sync = [ab.instructions.has_sync(b) for b in program.blocks]
+  assert sync[-1] and sync == sorted(sync)   # every sync block after the rest
+  # Under 'lowest', which runs them last on purpose, the sync leaf is not
+  # copied for its return blocks (leaf_returns): one block holds it.
+  assert (sum(sync) == 1) == (schedule == 'lowest')
+  # Unmarked: the same program in source order (and, the leaf being
+  # unmarked, its copies for its return blocks, labelled `leaf>return`).
   ctx2, _ = _make(False)
-  plain = ctx2.lowered_for_args('walk', [N])
+  plain = ctx2.lowered_for_args('walk', [N], schedule=schedule)
   assert 'sync' not in str(plain)
-  assert [b.label for b in plain.blocks] != [b.label for b in program.blocks]
-  assert sorted(b.label for b in plain.blocks) == sorted(
-      b.label for b in program.blocks)
-  assert program.blocks[0].label == plain.blocks[0].label
+  originals = [b.label for b in plain.blocks if '>' not in b.label]
+  assert any('>' in b.label for b in plain.blocks)
+  lowest = ctx.lowered_for_args('walk', [N], schedule='lowest')
+  assert originals != [b.label for b in lowest.blocks]
+  assert sorted(originals) == sorted(b.label for b in lowest.blocks)
+  assert lowest.blocks[0].label == plain.blocks[0].label
 
 
 @pytest.mark.parametrize('schedule', ab.virtual_machine.SCHEDULES)
@@ -76,10 +89,7 @@ def test_same_results_and_fewer_runs_of_the_sync_block(stackless, schedule):
     np.testing.assert_array_equal(walk(N, dry_run=True), expected)
     if not stackless:
       program = ctx.lowered_for_args('walk', [N], schedule=schedule)
-      leaf_block = next(b.label for b in program.blocks if any(
-          isinstance(op, ab.instructions.PrimOp) and 'leaf' in op.text
-          for op in b.instructions))
-      runs[mark] = walk.last_stats.block_executions[leaf_block]
+      runs[mark] = _runs(walk, program, 'leaf')
   if not stackless:
     assert runs[True] < runs[False]
     if schedule == 'lowest':
@@ -95,15 +105,13 @@ def test_sync_point_on_tensorflow(schedule):
   expected = [_walk_ref(int(n)) for n in N]
   ctx, walk = _make(True)
   program = ctx.lowered_for_args('walk', [N], schedule=schedule)
-  leaf_block = next(b.label for b in program.blocks if any(
-      isinstance(op, ab.instructions.PrimOp) and op.sync
-      for op in b.instructions))
   np.testing.assert_array_equal(
       walk(tf.constant(N), max_stack_depth=30, schedule=schedule), expected)
-  eager_runs = walk.last_stats.block_executions[leaf_block]
-  _, plain = _make(False)
+  eager_runs = _runs(walk, program, 'leaf')
+  ctx2, plain = _make(False)
   plain(tf.constant(N), max_stack_depth=30, schedule=schedule)
-  assert eager_runs < plain.last_stats.block_executions[leaf_block]
+  assert eager_runs < _runs(
+      plain, ctx2.lowered_for_args('walk', [N], schedule=schedule), 'leaf')
   if schedule == 'lowest':
     assert eager_runs == max(_leaves(int(n)) for n in N)
   for jit_compile in (False, True):
