@@ -29,17 +29,27 @@ only the push and pop around a leaf go (so a leaf call can no longer
 overflow the PC stack) and how the code is cut into steps changes.  A leaf
 reached by any other jump keeps its original block for it.
 
-Limits.  A leaf entered from calls with several return blocks becomes
-several blocks: members at the leaf that would have run it in one step may
-now run it in several, one per return block (members sent back by different
-callers).  Where the leaf holds a sync point (`ab.sync_point`) that splits
-the one batched call the sync point is for, so the pass leaves such leaves
-alone under the `'lowest'` schedule, which counts on running them last and
-together; under `'most'` (the default) members that arrive together take
-the same copy, and measured on NUTS the steps saved outweigh the splits.
-Copies are made only of leaves with at most `_MAX_SITES` return blocks and
-of return blocks of at most `_MAX_COPIED` instructions, to bound the
-program's growth.
+Limits.  The pass trades waiting for company against steps.  A member
+that leaves a leaf runs the return block's code at once, in the copy,
+where it used to wait at the return block and run it with the members
+that reach it from elsewhere (returning from a deeper call); and members
+at one leaf that return to different blocks run different copies, in
+different steps, where they ran the leaf in one.  Where members move in
+step (NUTS's chains: 99% utilization), nothing is lost and a step per
+leaf is saved: NUTS at 64 chains runs 142 -> 107 steps, 1.10x faster under
+`tf.function` and 1.03x under XLA (same on NumPy, whose time is the
+gradient's).  Where they do not, the saving is smaller and can cost: the
+tree encoder at 256 trees runs 250 -> 211 steps, 1.13x faster under XLA
+(whose steps are dear) but about 5% slower on NumPy and under
+`tf.function` (more primitive runs, each for fewer members).  Under the
+`'lowest'` schedule, which gathers members by running blocks in order,
+the copies scatter them (the tree encoder: 853 -> 952 steps, 2x slower),
+so the pass leaves programs for that schedule unchanged.  Copies are made
+only of leaves with at most `_MAX_SITES` return blocks, and of return
+blocks of at most `_MAX_COPIED` instructions, to bound the program's
+growth.  A leaf that holds a sync point (`ab.sync_point`) is copied too:
+its copies are numbered last, like it, and members that reach it together
+return together where they move in step.
 """
 
 import dataclasses
@@ -52,16 +62,10 @@ _MAX_SITES = 4      # most return blocks a leaf is copied for
 _MAX_COPIED = 64    # most instructions of a return block copied into a leaf
 
 
-def _leaves(program, schedule):
+def _leaves(program):
   """Labels of the blocks that may be copied: returning, not the entry."""
-  out = set()
-  for b in program.blocks[1:]:
-    if not isinstance(b.terminator, inst.IndirectGotoOp):
-      continue
-    if schedule == 'lowest' and inst.has_sync(b):
-      continue
-    out.add(b.label)
-  return out
+  return {b.label for b in program.blocks[1:]
+          if isinstance(b.terminator, inst.IndirectGotoOp)}
 
 
 def _call_edges(blocks, leaves):
@@ -120,12 +124,13 @@ def _rewritten(t, copy_of):
 def merge_leaf_returns(program, schedule):
   """An equivalent `LoweredProgram` in which calls to leaf blocks jump to
   copies of the leaf that go on with the return block's code (see the
-  module docstring).  `schedule`: the VM schedule it will run under.
+  module docstring).  `schedule`: the VM schedule it will run under; under
+  `'lowest'` the program is returned unchanged.
   """
-  if not program.blocks:
+  if not program.blocks or schedule == 'lowest':
     return program
   by_label = {b.label: b for b in program.blocks}
-  leaves = _leaves(program, schedule)
+  leaves = _leaves(program)
   sites = _call_edges(program.blocks, leaves)
   copyable = {leaf for leaf, rets in sites.items()
               if len(rets) <= _MAX_SITES and

@@ -250,16 +250,20 @@ def main(argv):
       print(f'  VM steps: {stats.steps}, utilization '
             f'{stats.utilization:.1%}, cell evaluations: '
             f'{int(forest.leaves.sum() - n)} unbatched in '
-            f'{cell_runs(encode, forest)} batched matrix products')
+            f'{cell_runs(encode, forest, FLAGS.schedule)} batched matrix '
+            'products')
 
 
-def cell_runs(encode, forest):
-  """How many times the last run executed the block holding `lib.cell`."""
-  program = encode.context.lowered_for_args('encode', [forest.roots])
-  for block in program.blocks:
-    if any('lib.cell' in getattr(op, 'text', '') for op in block.instructions):
-      return encode.last_stats.block_executions.get(block.label, 0)
-  return '?'
+def cell_runs(encode, forest, schedule='most'):
+  """How many times the last run (under `schedule`) executed a block holding
+  `lib.cell` (the one after the second call, and under 'most' its copy
+  that follows a leaf: see autobatch_vm/leaf_returns.py)."""
+  program = encode.context.lowered_for_args('encode', [forest.roots],
+                                            schedule=schedule)
+  return sum(encode.last_stats.block_executions.get(block.label, 0)
+             for block in program.blocks
+             if any('lib.cell' in getattr(op, 'text', '')
+                    for op in block.instructions))
 
 
 if __name__ == '__main__':

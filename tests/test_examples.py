@@ -151,7 +151,7 @@ def test_tree_rnn_batched_matches_each_tree_alone(schedule):
   np.testing.assert_allclose(fn(), expected, rtol=1e-5, atol=1e-6)
   assert encode.last_stats.steps > 0
   # Every internal node is one `cell` evaluation, batched into fewer runs.
-  runs = tree_rnn.cell_runs(encode, forest)
+  runs = tree_rnn.cell_runs(encode, forest, schedule)
   assert 0 < runs <= int(forest.leaves.sum() - len(forest.roots))
 
 
