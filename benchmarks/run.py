@@ -398,24 +398,28 @@ def plot(rows, path):
   workloads = sorted({r['workload'] for r in rows})
   fig, axes = plt.subplots(1, len(workloads),
                            figsize=(4.5 * len(workloads), 4), squeeze=False)
+  # One line per system and backend: the backend's colour, the system's
+  # style.  Others' throughput: the same work in their time.
+  systems = [('seconds', 'autobatch_vm', '-', 'o'),
+             ('alone_seconds', 'each member alone', '--', 'x'),
+             ('tfp_seconds', 'TFP auto_batching', ':', 's'),
+             ('hand_seconds', 'TFP hand-batched', '-.', '^')]
   for ax, w in zip(axes[0], workloads):
     mine = [r for r in rows if r['workload'] == w]
-    for backend in sorted({r['backend'] for r in mine}):
-      pts = sorted((r['batch'], r['throughput']) for r in mine
-                   if r['backend'] == backend)
-      ax.plot(*zip(*pts), marker='o', label=f'autobatch_vm {backend}')
-    alone = sorted((r['batch'], r['throughput'] * r['seconds'] /
-                    r['alone_seconds']) for r in mine
-                   if r['alone_seconds'])
-    if alone:
-      ax.plot(*zip(*alone), marker='x', linestyle='--',
-              label='each member alone')
+    for k, backend in enumerate(sorted({r['backend'] for r in mine})):
+      of_backend = [r for r in mine if r['backend'] == backend]
+      for key, name, style, marker in systems:
+        pts = sorted((r['batch'], r['throughput'] * r['seconds'] / r[key])
+                     for r in of_backend if r.get(key))
+        if pts:
+          ax.plot(*zip(*pts), color=f'C{k}', linestyle=style, marker=marker,
+                  label=f'{name}, {backend}')
     ax.set_xscale('log')
     ax.set_yscale('log')
     ax.set_xlabel('batch size')
     ax.set_ylabel(mine[0]['unit'])
     ax.set_title(w)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=6)
   fig.tight_layout()
   fig.savefig(path, dpi=90)
 
@@ -548,6 +552,8 @@ def main(argv):
             f'{FLAGS.schedule}, {os.cpu_count()} CPUs ({_cpu()}), '
             f'{versions}.\n\n'
             f'{table}\n\n{NOTES}{schedules}{ess}\n')
+  with open(os.path.join(FLAGS.out, 'results.json'), 'w') as f:
+    json.dump(results, f, indent=1)   # to re-plot or compare runs
   plot(rows, os.path.join(FLAGS.out, 'results.png'))
   print(table + schedules + ess)
 

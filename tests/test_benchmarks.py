@@ -1,6 +1,7 @@
 """The benchmark harness: its timing helper, and a short run end to end."""
 
 import gc
+import json
 import os
 import pathlib
 import subprocess
@@ -97,3 +98,40 @@ def test_quick_run_writes_table_and_schedules(tmp_path, processes):
   assert "'most'` is faster in" in text
   # A progress line per cell while it runs.
   assert proc.stdout.count(' numpy    B=') >= 4, proc.stdout
+  # The rows as measured, to re-plot or compare runs.
+  rows = json.loads((tmp_path / 'results.json').read_text())['rows']
+  assert {(r['workload'], r['batch']) for r in rows} == {
+      (w, b) for w in ('fibonacci', 'collatz') for b in (1, 64)}
+
+
+def test_plot_draws_a_line_per_system_and_backend(tmp_path):
+  """Ours, members alone, TFP's VM and hand-batched code: each a line
+  per backend (not one line zig-zagging across backends)."""
+  pytest.importorskip('matplotlib')
+  from benchmarks import run  # pylint: disable=g-import-not-at-top
+  rows = [dict(workload='w', backend=backend, batch=batch, seconds=1.0,
+               throughput=10.0 * batch, unit='members/s',
+               alone_seconds=2.0, tfp_seconds=tfp, hand_seconds=None)
+          for backend, tfp in (('numpy', 4.0), ('xla', None))
+          for batch in (1, 64)]
+  lines = []
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  original = plt.Axes.plot
+
+  def spy(ax, *args, **kwargs):
+    lines.append((kwargs['label'], list(args[1])))
+    return original(ax, *args, **kwargs)
+  plt.Axes.plot = spy
+  try:
+    run.plot(rows, tmp_path / 'results.png')
+  finally:
+    plt.Axes.plot = original
+  assert (tmp_path / 'results.png').stat().st_size > 0
+  assert dict(lines) == {
+      'autobatch_vm, numpy': [10.0, 640.0],
+      'each member alone, numpy': [5.0, 320.0],
+      'TFP auto_batching, numpy': [2.5, 160.0],
+      'autobatch_vm, xla': [10.0, 640.0],
+      'each member alone, xla': [5.0, 320.0]}
