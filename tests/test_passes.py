@@ -342,6 +342,16 @@ def _vm_run(program, case, args, batch, schedule='lowest'):
                                  schedule=schedule)
 
 
+def _check_each_member(program, out, case, args, batch):
+  """Each member's batched result (`out`) and `program` interpreted for
+  that member alone are the case's expected value."""
+  for i in range(batch):
+    assert progs.member_result(out, i) == case.expected(args, i)
+    member = [np.int64(a) for a in case.member_args(args, i)]
+    assert progs.scalar(inst.interpret(program, *member)) == \
+        case.expected(args, i)
+
+
 @pytest.mark.parametrize('schedule', virtual_machine.SCHEDULES)
 @pytest.mark.parametrize('case', CASES, ids=IDS)
 def test_block_merge_keeps_the_meaning_in_fewer_steps(case, schedule):
@@ -354,11 +364,7 @@ def test_block_merge_keeps_the_meaning_in_fewer_steps(case, schedule):
   args = case.make_args(np.random.default_rng(3), 7)
   _, steps_before = _vm_run(before, case, args, 7, schedule)
   out, steps_after = _vm_run(after, case, args, 7, schedule)
-  for i in range(7):
-    assert progs.member_result(out, i) == case.expected(args, i)
-    member = [np.int64(a) for a in case.member_args(args, i)]
-    assert progs.scalar(inst.interpret(after, *member)) == \
-        case.expected(args, i)
+  _check_each_member(after, out, case, args, 7)
   assert steps_after.steps <= steps_before.steps
   assert steps_after.member_block_executions <= \
       steps_before.member_block_executions
@@ -454,17 +460,20 @@ def test_return_inlining_only_where_the_base_case_is_harmless():
                                 doubling(np.arange(10), dry_run=True))
 
 
-def _through_return_inlining(name, schedule):
-  return verifier.verify(return_inlining.inline_returns(
-      verifier.verify(block_merge.merge_blocks(
-          lowered(name, optimize='stack'), schedule), 'block_merge')),
+def _through_return_inlining(typed_program, schedule):
+  """`typed_program` through the passes before leaf_returns, verified."""
+  program = verifier.verify(stack_optimization.optimize(
+      lowering.lower(typed_program)), 'stack_optimization')
+  program = verifier.verify(block_merge.merge_blocks(program, schedule),
+                            'block_merge')
+  return verifier.verify(return_inlining.inline_returns(program),
                          'return_inlining')
 
 
 @pytest.mark.parametrize('schedule', virtual_machine.SCHEDULES)
 @pytest.mark.parametrize('case', CASES, ids=IDS)
 def test_leaf_returns_keep_the_meaning(case, schedule):
-  before = _through_return_inlining(case.name, schedule)
+  before = _through_return_inlining(typed(case.name), schedule)
   text = str(before)
   after = verifier.verify(leaf_returns.merge_leaf_returns(before, schedule),
                           'leaf_returns')
@@ -472,11 +481,7 @@ def test_leaf_returns_keep_the_meaning(case, schedule):
   args = case.make_args(np.random.default_rng(5), 9)
   _, s0 = _vm_run(before, case, args, 9, schedule)
   out, s1 = _vm_run(after, case, args, 9, schedule)
-  for i in range(9):
-    assert progs.member_result(out, i) == case.expected(args, i)
-    member = [np.int64(a) for a in case.member_args(args, i)]
-    assert progs.scalar(inst.interpret(after, *member)) == \
-        case.expected(args, i)
+  _check_each_member(after, out, case, args, 9)
   # Every member runs the same instructions in fewer (or as many) block
   # visits: a leaf and its return block are one visit now.
   assert s1.member_block_executions <= s0.member_block_executions
@@ -498,7 +503,7 @@ def test_leaf_returns_go_on_at_the_return_block():
 
   typed_program = ctx.program_compiled('doubling', [progs.INT])
   schedule = virtual_machine.DEFAULT_SCHEDULE
-  before = _through_return_inlining_of(typed_program, schedule)
+  before = _through_return_inlining(typed_program, schedule)
   after = leaf_returns.merge_leaf_returns(before, schedule)
   by_label = {b.label: b for b in before.blocks}
   olds = ops_of(before, inst.PushBranchOp)
@@ -537,12 +542,6 @@ def test_leaf_returns_go_on_at_the_return_block():
   np.testing.assert_array_equal(out1, expected)
   assert s1.steps < 0.85 * s0.steps
   np.testing.assert_array_equal(doubling(n), expected)
-
-
-def _through_return_inlining_of(typed_program, schedule):
-  program = stack_optimization.optimize(lowering.lower(typed_program))
-  return return_inlining.inline_returns(
-      block_merge.merge_blocks(program, schedule))
 
 
 def test_lowest_first_keeps_an_ifs_arms_together():
