@@ -86,6 +86,9 @@ _SIGNATURE_BYTES = 4 * 1024
 # (microseconds, megabytes of ports), so there groups cost far more.
 _GROUP_STEP_BYTES = 32 * 1024
 _GROUP_STEP_BYTES_GPU = 16 * 1024 * 1024
+# Outside XLA, on CPU, a pack of stacks this large or larger is pushed in
+# place (`_update_rows`) instead of copied by a scatter: see `_Packing`.
+_INPLACE_STACK_BYTES = 128 * 1024
 
 
 def _in_xla_context():
@@ -668,7 +671,13 @@ class TensorFlowBackend:
       for k, blk in enumerate(blocks):
         for slot in blk.writes:
           writers[slot].add(k)
-    packing = _Packing(state, stack_slots, frozenset(packed), limit, writers)
+    # Large stacks are pushed in place where that is safe and supported:
+    # not under XLA (which updates in place itself), not in blocks compiled
+    # by XLA one at a time, and on CPU.
+    inplace = (None if xla or self.basic_block_xla_device is not None
+               or _on_gpu() else _INPLACE_STACK_BYTES)
+    packing = _Packing(state, stack_slots, frozenset(packed), limit, writers,
+                       inplace)
     groups = (_write_groups(packing, [blk.writes for blk in blocks])
               if xla else None)
     widths = {}
@@ -699,11 +708,11 @@ class TensorFlowBackend:
           tf.reshape(tf.stack([tf.constant(1, tf.int32), count]), [1, 2]))
       if full_fns is not None:
         index = b + num_blocks * tf.cast(tf.equal(count, batch), tf.int32)
-        carried = list(_switch(index, [_bind(f, mask, carried)
-                                       for f in branch_fns + full_fns]))
+        carried = packing.after_switch(carried, _switch(
+            index, [_bind(f, mask, carried) for f in branch_fns + full_fns]))
       elif groups is None:
-        carried = list(_switch(b, [_bind(f, mask, carried)
-                                   for f in branch_fns]))
+        carried = packing.after_switch(carried, _switch(
+            b, [_bind(f, mask, carried) for f in branch_fns]))
       else:
         carried = _run_groups(b, mask, groups, branch_fns, packing,
                               list(carried))
@@ -904,14 +913,17 @@ def _write_groups(packing, block_writes):
 
 
 def _group_step_bytes():
-  """`_GROUP_STEP_BYTES`, or its GPU value when the run is placed on one
-  (a `tf.device` scope, or none and a GPU is visible)."""
+  """`_GROUP_STEP_BYTES`, or its GPU value when the run is on a GPU."""
+  return _GROUP_STEP_BYTES_GPU if _on_gpu() else _GROUP_STEP_BYTES
+
+
+def _on_gpu():
+  """Whether ops traced here run on a GPU (a `tf.device` scope says so, or
+  there is none and a GPU is visible)."""
   requested = tf.DeviceSpec.from_string(tf.constant(0).device).device_type
   if requested is None:
-    on_gpu = bool(tf.config.list_logical_devices('GPU'))
-  else:
-    on_gpu = requested.upper() == 'GPU'
-  return _GROUP_STEP_BYTES_GPU if on_gpu else _GROUP_STEP_BYTES
+    return bool(tf.config.list_logical_devices('GPU'))
+  return requested.upper() == 'GPU'
 
 
 def _run_groups(b, mask, groups, branch_fns, packing, carried):
@@ -1020,10 +1032,24 @@ class _Packing:
   - a register pack's port is (values `[K, *shape]`, rows `[K]`);
   - a stack pack's port is a push (values `[K, batch, *event]`, rows `[K]`,
     targets `[K, batch]`): only the pushed members' frames are written.
+
+  Outside XLA a scatter copies its pack: a `Case` branch cannot update a
+  tensor it was passed, nor can a scatter in the loop body (the loop keeps
+  a reference).  For a stack pack of `inplace_bytes` or more (NUTS at 64
+  chains: a 900 KB pack of the saved subtree's nine `[8, 64, 25]` stacks,
+  copied at every push, 6% of a call) the branch returns the push instead,
+  as flat row indices and rows, and the loop body writes those rows in
+  place (`_update_rows`) after the switch.  That is safe because the pack
+  is private to the loop: it starts as a fresh buffer (`_private_copy`),
+  every read of it in a block is a gather, which copies, so no alias
+  escapes, and the write follows the switch, whose block has then done
+  all its reads.  Gradients only ever need the pack's shape, never its
+  values (gathers' and pushes' gradients), so a loop that is
+  differentiated stays correct.
   """
 
   def __init__(self, state, stack_slots, packed, max_bytes=None,
-               writers=None):
+               writers=None, inplace_bytes=None):
     groups = collections.OrderedDict()
     chunk = collections.Counter()   # per (kind, dtype, shape): packs full
     self.flat = []                  # slots carried as they are
@@ -1056,8 +1082,11 @@ class _Packing:
       # read it, no stack to write it (fibonacci at B=1024, where every
       # `[1024]` register is large enough to go by its writers, had 13
       # such nodes in a 45-node block: 1.1-1.2x faster without).
+      # Except a stack to push in place: that is done to packs only.
       for key in [k for k, slots in groups.items() if len(slots) == 1]:
-        self.flat.append(groups.pop(key)[0])
+        if not (key[0] and _nbytes(key[1], key[2]) >= (inplace_bytes or
+                                                        np.inf)):
+          self.flat.append(groups.pop(key)[0])
     self.flat_index = {s: i for i, s in enumerate(self.flat)}
     self.keys = [key[:3] for key in groups]
     self.slots = list(groups.values())
@@ -1065,6 +1094,12 @@ class _Packing:
     # that does not push.  Outside XLA ports are not padded, and only the
     # members that push are scattered: no scratch row.
     self.scratch = not self.rewrite
+    self.inplace = []   # stack packs pushed in place, in order
+    if inplace_bytes is not None and self.rewrite:
+      for g, (key, slots) in enumerate(zip(self.keys, self.slots)):
+        is_stack, dtype, shape = key
+        if is_stack and len(slots) * _nbytes(dtype, shape) >= inplace_bytes:
+          self.inplace.append(g)
     self.where = {}
     for g, slots in enumerate(self.slots):
       for row, slot in enumerate(slots):
@@ -1076,6 +1111,8 @@ class _Packing:
     packs = [tf.stack([state[s] for s in slots] +
                       [tf.zeros_like(state[slots[0]])] * self.scratch)
              for slots in self.slots]
+    for g in self.inplace:
+      packs[g] = _private_copy(packs[g], [state[s] for s in self.slots[g]])
     return packs + [state[s] for s in self.flat]
 
   def read(self, carried, slot, rows=None):
@@ -1121,9 +1158,62 @@ class _Packing:
     packs the block writes are touched (outside XLA, where a scatter
     copies its pack and passing a tensor through a `Case` is free)."""
     width = self.block_width(writes)
+    copied = [0 if g in self.inplace else k for g, k in enumerate(width)]
     packs = self.scatter(list(carried[:len(self.slots)]),
-                         self.ports(st, writes, width), width)
-    return packs + self.flat_values(st)
+                         self.ports(st, writes, copied), copied)
+    in_place = [k if g in self.inplace else 0 for g, k in enumerate(width)]
+    pushes = iter(self.ports(st, writes, in_place))
+    updates = []
+    for g in self.inplace:
+      updates.extend(self._flat_push(g, next(pushes)) if width[g]
+                     else self._no_push(g))
+    kept = [p for g, p in enumerate(packs) if g not in self.inplace]
+    return kept + self.flat_values(st) + updates
+
+  def after_switch(self, carried, outputs):
+    """The loop variables after a step, from those before and the switch's
+    `outputs` (`carried_after`'s): the in-place pushes are applied here."""
+    outputs = list(outputs)
+    if not self.inplace:
+      return outputs
+    num_packs = len(self.slots)
+    kept = num_packs - len(self.inplace)
+    updates = outputs[len(outputs) - 2 * len(self.inplace):]
+    rest = iter(outputs[:kept])
+    packs = []
+    for g in range(num_packs):
+      if g in self.inplace:
+        k = self.inplace.index(g)
+        index, rows = updates[2 * k], updates[2 * k + 1]
+        pack = carried[g]
+        row_shape = pack.shape.as_list()[3:]
+        flat = tf.reshape(pack, [-1] + row_shape)
+        packs.append(tf.reshape(_update_rows(flat, index, rows),
+                                tf.shape(pack)))
+      else:
+        packs.append(next(rest))
+    return packs + outputs[kept:len(outputs) - len(updates)]
+
+  def _flat_push(self, g, port):
+    """Pack g's push as (flat row indices `[n]`, rows `[n, *event]`) of
+    the pack seen as `[slots * (depth + 1) * batch, *event]`."""
+    values, rows, targets, full = port
+    _, dtype, shape = self.keys[g]
+    frames, batch, event = shape[0], shape[1], list(shape[2:])
+    members = tf.range(batch, dtype=tf.int32)
+    if full:
+      # Every member pushes: every target is a frame.
+      index = (rows * frames + targets) * batch + members
+      return [tf.reshape(index, [-1]), tf.reshape(values, [-1] + event)]
+    hit = tf.where(targets >= 0)    # [pushes, 2]: (port, member)
+    port, member = tf.unstack(tf.cast(hit, tf.int32), axis=1)
+    index = ((tf.gather(rows[:, 0], port) * frames +
+              tf.gather_nd(targets, hit)) * batch + member)
+    return [index, tf.gather_nd(values, hit)]
+
+  def _no_push(self, g):
+    _, dtype, shape = self.keys[g]
+    return [tf.zeros([0], tf.int32), tf.zeros([0] + list(shape[2:]), dtype)]
 
   def ports(self, st, writes, width):
     """The values of `writes`, per pack: `width[g]` ports for pack g.
@@ -1199,6 +1289,42 @@ class _Packing:
         values = tf.gather_nd(values, hit)
       packs[g] = tf.tensor_scatter_nd_update(packs[g], index, values)
     return packs
+
+
+def _nbytes(dtype, shape):
+  return int(np.prod(shape, dtype=np.int64)) * dtype.size
+
+
+@tf.custom_gradient
+def _update_rows(x, index, rows):
+  """`x` with rows `index` (distinct) set to `rows`, written in place:
+  only for a buffer no one else holds (see `_Packing`)."""
+  y = tf.raw_ops.InplaceUpdate(x=x, i=index, v=rows)
+
+  def grad(dy):
+    d_rows = tf.gather(dy, index)
+    dx = tf.tensor_scatter_nd_update(dy, index[:, tf.newaxis],
+                                     tf.zeros_like(d_rows))
+    return dx, None, d_rows
+  return y, grad
+
+
+def _private_copy(x, parts):
+  """A copy of `x` (which stacks `parts`) in a buffer of its own, fresh
+  at every run (`Empty` is stateful: never constant-folded nor shared),
+  for `_update_rows`.  Stacks start empty: then the buffer is only zeroed."""
+  if all(_is_zeros(p) for p in parts):
+    return tf.raw_ops.Empty(shape=tf.shape(x), dtype=x.dtype, init=True)
+  buffer = tf.raw_ops.Empty(shape=tf.shape(x), dtype=x.dtype, init=False)
+  return _update_rows(buffer, tf.range(tf.shape(x)[0]), x)
+
+
+def _is_zeros(x):
+  """Whether `x` is known, when tracing, to be all zeros."""
+  if x.op.type not in ('Const', 'Fill', 'ZerosLike'):
+    return False
+  value = tf.get_static_value(x)
+  return value is not None and not np.any(value)
 
 
 def _stack_padded(values, pad, shape, dtype, fill=0):

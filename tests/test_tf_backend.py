@@ -462,6 +462,96 @@ def test_graph_large_stacks_packed_by_pushers(monkeypatch):
     shallow(h, x, n)
 
 
+def _pushes_in_place(monkeypatch):
+  """Every stack pack pushed in place (`_update_rows`), not only those of
+  `_INPLACE_STACK_BYTES` or more; returns a list that counts the pushes
+  traced in place."""
+  from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
+  traced = []
+  real = tf_backend._update_rows  # pylint: disable=protected-access
+
+  def spy(*args):
+    traced.append(1)
+    return real(*args)
+  monkeypatch.setattr(tf_backend, '_INPLACE_STACK_BYTES', 1)
+  monkeypatch.setattr(tf_backend, '_update_rows', spy)
+  return traced
+
+
+@pytest.mark.parametrize('batch', [1, 5, 33])
+@pytest.mark.parametrize('case', CASES, ids=lambda c: c.name)
+def test_graph_stacks_pushed_in_place_match_members_alone(case, batch,
+                                                          monkeypatch):
+  """Outside XLA, large stacks are written in place after the switch.
+  With every stack so written: each program matches the NumPy backend and
+  each member alone, and again on a second call with other arguments (the
+  stacks' buffer is fresh per run, so nothing is left from the first)."""
+  traced = _pushes_in_place(monkeypatch)
+  args, on_numpy, alone = numpy_and_alone(case.name, batch)
+  other, on_numpy_other, _ = numpy_and_alone(case.name, batch + 1)
+  run = tf.function(lambda *a: case.fn(*a, max_stack_depth=case.depth))
+  assert_same(to_np(run(*to_tf(args))), on_numpy, case.rtol)
+  assert_same(to_np(run(*to_tf(args))), alone, case.rtol)
+  assert traced   # the PC stack at least
+  assert_same(to_np(run(*to_tf(other))), on_numpy_other, case.rtol)
+  assert_same(to_np(run(*to_tf(args))), alone, case.rtol)
+
+
+@pytest.mark.parametrize('fn, dtype', [(power, np.float64),
+                                       (wiggle, np.float64),
+                                       (scaled, np.float64)],
+                         ids=['power', 'branches', 'closed_over_variable'])
+def test_graph_gradients_through_stacks_pushed_in_place(fn, dtype,
+                                                        monkeypatch):
+  """The in-place push has its own gradient (rows to the pushed values,
+  the rest to the stack), and a differentiated loop never needs a stack's
+  values, which later pushes overwrite: gradients match each member's."""
+  traced = _pushes_in_place(monkeypatch)
+  rng = np.random.default_rng(11)
+  x = tf.constant(rng.uniform(-1.5, 1.5, size=9).astype(dtype))
+  n = tf.constant(rng.integers(0, 9, size=9))
+  y, dx, dscale = _gradients(fn, x, n, 'graph')
+  y0, dx0, dscale0 = _gradients(fn, x, n, 'alone')
+  assert traced
+  np.testing.assert_allclose(y.numpy(), y0.numpy(), rtol=1e-12)
+  np.testing.assert_allclose(dx.numpy(), dx0.numpy(), rtol=1e-12)
+  if fn is scaled:
+    np.testing.assert_allclose(dscale.numpy(), dscale0.numpy(), rtol=1e-12)
+
+
+def test_stacks_pushed_in_place_only_when_large_on_cpu_outside_xla():
+  """`deep_blend`'s `[13, 16, 512]` float64 stacks (two, 1.7 MB) are pushed
+  in place in a plain graph on CPU; not under XLA (in place by itself),
+  nor on a GPU, nor where the stacks are small."""
+  from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
+  seen = []
+
+  class Spy(tf_backend._Packing):  # pylint: disable=protected-access
+
+    def __init__(self, *args):
+      super().__init__(*args)
+      seen.append([tuple(self.keys[g][2]) for g in self.inplace])
+  rng = np.random.default_rng(2)
+
+  def args(rows):
+    return (tf.constant(rng.normal(size=(16, rows))),
+            tf.constant(rng.normal(size=(16,))),
+            tf.constant(rng.integers(0, 5, size=16)))
+  run = lambda *a: deep_blend(*a, max_stack_depth=12)
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(tf_backend, '_Packing', Spy)
+    tf.function(run)(*args(512))
+    tf.function(run, jit_compile=True)(*args(512))
+    tf.function(run)(*args(4))
+
+    @tf.function
+    def on_gpu(*a):
+      with tf.device('/device:GPU:0'):
+        return run(*a)
+    on_gpu.get_concrete_function(*args(512))
+  assert seen == [[(13, 16, 512)], [], [], []], seen
+
+
 def test_group_cost_follows_the_device():
   """On a GPU a one-trip loop's test syncs with the host: groups cost more
   there (so XLA keeps fewer), whatever machine traces the program."""
