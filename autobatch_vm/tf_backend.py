@@ -152,6 +152,15 @@ class _Mask:
       self._fill_index_nd = tf.reshape(self.fill_index, [1, self.batch, 1])
     return self._fill_index_nd
 
+  def like_rows(self, k, shape):
+    """The mask broadcast to `[k, *shape]` (`shape` is `[batch, ...]`):
+    for a select over `k` stacked values."""
+    key = (k,) + tuple(shape)
+    if key not in self._expanded:
+      mask = tf.reshape(self.mask, [1, self.batch] + [1] * (len(shape) - 1))
+      self._expanded[key] = tf.broadcast_to(mask, key)
+    return self._expanded[key]
+
   def like(self, shape):
     """The mask broadcast to `shape` (`[batch, ...]`), to select between
     values of that shape: on CPU TensorFlow's select is several times
@@ -491,7 +500,11 @@ class TensorFlowBackend:
     floating registers are filled (for gradients, with `max_steps`).
     """
     if m is None or m.full:
-      return x
+      return _value(x)
+    if isinstance(x, _MaskedWrite):
+      # Written (say popped) in this block for the members in `m`: their
+      # lanes are `new`, and the others' are filled from them anyway.
+      x = x.new if x.m is m else x.materialize()
     dtype = getattr(x, 'dtype', None)   # None: a Python scalar, left as is
     if dtype is not None and _in_xla_context():
       dtype = tf.as_dtype(dtype)
@@ -506,10 +519,19 @@ class TensorFlowBackend:
     return m.idx
 
   def write(self, old, new, m):
-    """`new` for the members in `m`, `old` for the rest."""
+    """`new` for the members in `m`, `old` for the rest.
+
+    In a block of the staged loop outside XLA the select waits
+    (`_MaskedWrite`): the registers a block writes into one pack then take
+    one select over the pack instead of one each (`_Packing.ports`).
+    """
     if m.full:
       return new
-    return tf.where(m.like(new.shape.as_list()), new, old)
+    if _current_step() is not None and not _in_xla_context():
+      if isinstance(old, _MaskedWrite) and old.m is m:
+        old = old.old   # written twice in the block: the last one counts
+      return _MaskedWrite(old, new, m)
+    return tf.where(m.like(new.shape.as_list()), new, _value(old))
 
   # -- program counter -----------------------------------------------------
 
@@ -550,6 +572,9 @@ class TensorFlowBackend:
     target = sp if m.full else tf.where(m.mask, sp, -1)
     out = []
     for s, v in zip(stacks, values):
+      if isinstance(v, _MaskedWrite):
+        # Only the members in `m` push: their lanes are enough.
+        v = v.new if v.m is m else v.materialize()
       v = tf.convert_to_tensor(v, s.dtype)
       out.append(_StackWrite(s, target, v, m.full))
     if _current_step() is None:   # not in the staged loop: apply at once
@@ -971,6 +996,25 @@ def _bind(f, mask, carried):
   return lambda: f(mask, *carried)
 
 
+class _MaskedWrite:
+  """A masked register write not yet done: `new` for the members in `m`,
+  `old` for the rest (see `TensorFlowBackend.write`)."""
+
+  def __init__(self, old, new, m):
+    self.old = old
+    self.new = new
+    self.m = m
+
+  def materialize(self):
+    return tf.where(self.m.like(self.new.shape.as_list()), self.new,
+                    _value(self.old))
+
+
+def _value(x):
+  """`x`, with a pending masked write done."""
+  return x.materialize() if isinstance(x, _MaskedWrite) else x
+
+
 class _StackWrite:
   """A push not yet applied: `value[b]` goes to row `target[b]` of `base`
   for members with `target[b] >= 0`.  In the staged loop it becomes a
@@ -1160,7 +1204,7 @@ class _Packing:
     width = self.block_width(writes)
     copied = [0 if g in self.inplace else k for g, k in enumerate(width)]
     packs = self.scatter(list(carried[:len(self.slots)]),
-                         self.ports(st, writes, copied), copied)
+                         self.ports(st, writes, copied, carried), copied)
     in_place = [k if g in self.inplace else 0 for g, k in enumerate(width)]
     pushes = iter(self.ports(st, writes, in_place))
     updates = []
@@ -1215,7 +1259,7 @@ class _Packing:
     _, dtype, shape = self.keys[g]
     return [tf.zeros([0], tf.int32), tf.zeros([0] + list(shape[2:]), dtype)]
 
-  def ports(self, st, writes, width):
+  def ports(self, st, writes, width, carried=None):
     """The values of `writes`, per pack: `width[g]` ports for pack g.
 
     Few graph nodes: a pack the block does not write gets constants only.
@@ -1231,8 +1275,14 @@ class _Packing:
       rows = [self.where[s][1] for s in slots] + [len(self.slots[g])] * pad
       rows = tf.constant(np.reshape(rows, [k, 1]), tf.int32)
       if not is_stack:
-        values = [tf.convert_to_tensor(st.written(s)) for s in slots]
-        out.append((_stack_padded(values, pad, shape, dtype), rows))
+        values = _masked_rows([st.written(s, masked=not self.scratch)
+                               for s in slots],
+                              carried[g] if k == len(self.slots[g]) and
+                              carried is not None else None)
+        if values is None:
+          values = _stack_padded([tf.convert_to_tensor(st.written(s))
+                                  for s in slots], pad, shape, dtype)
+        out.append((values, rows))
         continue
       pushes = [st.written(s) for s in slots]
       if not all(isinstance(w, _StackWrite) for w in pushes):
@@ -1327,6 +1377,23 @@ def _is_zeros(x):
   return value is not None and not np.any(value)
 
 
+def _masked_rows(writes, old_pack=None):
+  """Stacked values of a pack's `writes` (the pack's rows in order), if
+  they are all masked writes with one mask: one select over the stacked
+  new values and the old ones (the whole `old_pack` when every row is
+  written).  None otherwise."""
+  if not writes or not all(isinstance(w, _MaskedWrite) for w in writes):
+    return None
+  m = writes[0].m
+  if any(w.m is not m for w in writes):
+    return None
+  new = tf.stack([w.new for w in writes])
+  old = old_pack if old_pack is not None else tf.stack(
+      [_value(w.old) for w in writes])
+  return tf.where(m.like_rows(len(writes), new.shape.as_list()[1:]), new,
+                  old)
+
+
 def _stack_padded(values, pad, shape, dtype, fill=0):
   """`tf.stack(values)` followed by `pad` rows of `fill`."""
   filler = tf.constant(np.full([pad] + list(shape), fill,
@@ -1355,13 +1422,18 @@ class _BlockState:
                                                       self._rows)
     if isinstance(value, _StackWrite):
       raise errors.InternalError('a block read a stack after pushing it')
+    # A masked write stays pending: the backend's `sanitize`, `push` and
+    # `write` take it as it is, or do it (`_value`).
     return value
 
-  def written(self, slot):
-    """The slot's value at the end of the block (a push stays pending)."""
+  def written(self, slot, masked=False):
+    """The slot's value at the end of the block (a push stays pending;
+    so does a masked write, if `masked`)."""
     value = self._values.get(slot)
     if value is None:
       value = self._packing.read(self._carried, slot, self._rows)
+    if isinstance(value, _MaskedWrite) and not masked:
+      value = self._values[slot] = value.materialize()
     return value
 
   def __setitem__(self, slot, value):
