@@ -609,11 +609,30 @@ class TensorFlowBackend:
     # Row-major flat index of (top, member); a member with an empty stack
     # (only ever one not in `m`) reads row 0, which `write` discards.
     flat = tf.maximum(sp - 1, 0) * batch + tf.range(batch, dtype=tf.int32)
+    tops = {}
+    packs = collections.defaultdict(list)
+    for s in stacks:
+      if isinstance(s, _PackRow):
+        packs[id(s.pack)].append(s)
+    for key, rows_of in packs.items():
+      pack = rows_of[0].pack
+      shape = pack.shape.as_list()
+      if len(rows_of) < 2 or 2 * len(rows_of) < shape[0]:
+        continue   # a gather per stack: the pack is mostly other stacks
+      # Most stacks of one pack (NUTS: the nine `[25]` stacks of a
+      # subtree): one gather of every row's top frames, then an unstack.
+      rows = tf.reshape(pack, [shape[0], shape[1] * batch] + shape[3:])
+      tops[key] = tf.unstack(tf.gather(rows, flat, axis=1))
     out = []
     for s, v in zip(stacks, values):
-      shape = s.shape.as_list()
-      rows = tf.reshape(s, [shape[0] * batch] + shape[2:])
-      out.append(self.write(v, tf.gather(rows, flat), m))
+      if isinstance(s, _PackRow) and id(s.pack) in tops:
+        top = tops[id(s.pack)][s.row]
+      else:
+        s = _value(s)
+        shape = s.shape.as_list()
+        rows = tf.reshape(s, [shape[0] * batch] + shape[2:])
+        top = tf.gather(rows, flat)
+      out.append(self.write(v, top, m))
     return out
 
   # -- the loop ------------------------------------------------------------
@@ -996,6 +1015,28 @@ def _bind(f, mask, carried):
   return lambda: f(mask, *carried)
 
 
+class _PackRow:
+  """A stack as a block reads it outside XLA: row `row` of its pack,
+  not sliced out (pops gather from the whole pack; pushes only need its
+  dtype)."""
+  __slots__ = ('pack', 'row')
+
+  def __init__(self, pack, row):
+    self.pack = pack
+    self.row = row
+
+  @property
+  def dtype(self):
+    return self.pack.dtype
+
+  @property
+  def shape(self):
+    return self.pack.shape[1:]
+
+  def materialize(self):
+    return self.pack[self.row]
+
+
 class _MaskedWrite:
   """A masked register write not yet done: `new` for the members in `m`,
   `old` for the rest (see `TensorFlowBackend.write`)."""
@@ -1011,8 +1052,8 @@ class _MaskedWrite:
 
 
 def _value(x):
-  """`x`, with a pending masked write done."""
-  return x.materialize() if isinstance(x, _MaskedWrite) else x
+  """`x` as a tensor: a pending masked write done, a stack sliced out."""
+  return x.materialize() if isinstance(x, (_MaskedWrite, _PackRow)) else x
 
 
 class _StackWrite:
@@ -1166,6 +1207,9 @@ class _Packing:
       g, row = self.where[slot]
       if rows is None or not self.rewrite:
         return carried[g][row]
+      if self.keys[g][0]:
+        # A stack: popped by a gather over its whole pack (`peek`).
+        return _PackRow(carried[g], row)
       unstacked = rows.get(g)
       if unstacked is None:
         unstacked = rows[g] = tf.unstack(carried[g])
