@@ -464,8 +464,8 @@ def test_graph_large_stacks_packed_by_pushers(monkeypatch):
 
 def _pushes_in_place(monkeypatch):
   """Every stack pack pushed in place (`_update_rows`), not only those of
-  `_INPLACE_STACK_BYTES` or more; returns a list that counts the pushes
-  traced in place."""
+  `_INPLACE_STACK_BYTES` or more, nor only stacks of events; returns a
+  list that counts the pushes traced in place."""
   from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
   traced = []
   real = tf_backend._update_rows  # pylint: disable=protected-access
@@ -474,6 +474,7 @@ def _pushes_in_place(monkeypatch):
     traced.append(1)
     return real(*args)
   monkeypatch.setattr(tf_backend, '_INPLACE_STACK_BYTES', 1)
+  monkeypatch.setattr(tf_backend, '_INPLACE_SCALAR_STACKS', True)
   monkeypatch.setattr(tf_backend, '_update_rows', spy)
   return traced
 
@@ -522,7 +523,7 @@ def test_graph_gradients_through_stacks_pushed_in_place(fn, dtype,
 def test_stacks_pushed_in_place_only_when_large_on_cpu_outside_xla():
   """`deep_blend`'s `[13, 16, 512]` float64 stacks (two, 1.7 MB) are pushed
   in place in a plain graph on CPU; not under XLA (in place by itself),
-  nor on a GPU, nor where the stacks are small."""
+  nor on a GPU, nor where the stacks are small, nor stacks of scalars."""
   from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
   seen = []
 
@@ -549,7 +550,10 @@ def test_stacks_pushed_in_place_only_when_large_on_cpu_outside_xla():
       with tf.device('/device:GPU:0'):
         return run(*a)
     on_gpu.get_concrete_function(*args(512))
-  assert seen == [[(13, 16, 512)], [], [], []], seen
+    # Stacks of scalars (here `[21, 8000]` int64, 1.3 MB) keep their select.
+    tf.function(lambda n: fibonacci(n, max_stack_depth=20))(
+        tf.constant(np.arange(8000) % 5))
+  assert seen == [[(13, 16, 512)], [], [], [], []], seen
 
 
 @ctx.batch()
