@@ -509,7 +509,7 @@ class TensorFlowBackend:
     if isinstance(x, _MaskedWrite):
       # Written (say popped) in this block for the members in `m`: their
       # lanes are `new`, and the others' are filled from them anyway.
-      x = x.new if x.m is m else x.materialize()
+      x = x.for_members(m)
     dtype = getattr(x, 'dtype', None)   # None: a Python scalar, left as is
     if dtype is not None and _in_xla_context():
       dtype = tf.as_dtype(dtype)
@@ -579,7 +579,7 @@ class TensorFlowBackend:
     for s, v in zip(stacks, values):
       if isinstance(v, _MaskedWrite):
         # Only the members in `m` push: their lanes are enough.
-        v = v.new if v.m is m else v.materialize()
+        v = v.for_members(m)
       v = tf.convert_to_tensor(v, s.dtype)
       out.append(_StackWrite(s, target, v, m.full))
     if _current_step() is None:   # not in the staged loop: apply at once
@@ -1034,10 +1034,6 @@ class _PackRow:
   def dtype(self):
     return self.pack.dtype
 
-  @property
-  def shape(self):
-    return self.pack.shape[1:]
-
   def materialize(self):
     return self.pack[self.row]
 
@@ -1054,6 +1050,11 @@ class _MaskedWrite:
   def materialize(self):
     return tf.where(self.m.like(self.new.shape.as_list()), self.new,
                     _value(self.old))
+
+  def for_members(self, m):
+    """A value right in the lanes of the members in `m` (the others' do
+    not matter): `new`, with no select, if this write is for them."""
+    return self.new if self.m is m else self.materialize()
 
 
 def _value(x):
@@ -1299,11 +1300,8 @@ class _Packing:
       # Every member pushes: every target is a frame.
       index = (rows * frames + targets) * batch + members
       return [tf.reshape(index, [-1]), tf.reshape(values, [-1] + event)]
-    hit = tf.where(targets >= 0)    # [pushes, 2]: (port, member)
-    port, member = tf.unstack(tf.cast(hit, tf.int32), axis=1)
-    index = ((tf.gather(rows[:, 0], port) * frames +
-              tf.gather_nd(targets, hit)) * batch + member)
-    return [index, tf.gather_nd(values, hit)]
+    row, frame, member, pushed = _pushing_members(values, rows, targets)
+    return [(row * frames + frame) * batch + member, pushed]
 
   def _no_push(self, g):
     _, dtype, shape = self.keys[g]
@@ -1382,13 +1380,21 @@ class _Packing:
                           tf.constant(members)], axis=-1)
       else:
         # Outside XLA a scatter costs per row: only the pushing members'.
-        hit = tf.where(targets >= 0)    # [pushes, 2]: (port, member)
-        port, member = tf.unstack(tf.cast(hit, tf.int32), axis=1)
-        index = tf.stack([tf.gather(rows[:, 0], port),
-                          tf.gather_nd(targets, hit), member], axis=-1)
-        values = tf.gather_nd(values, hit)
+        row, frame, member, values = _pushing_members(values, rows, targets)
+        index = tf.stack([row, frame, member], axis=-1)
       packs[g] = tf.tensor_scatter_nd_update(packs[g], index, values)
     return packs
+
+
+def _pushing_members(values, rows, targets):
+  """A push's frames of the members that push (those with a target), as
+  (pack rows, frames, members), each `[n]`, and their values
+  `[n, *event]`; from a stack port (values `[K, batch, *event]`, rows
+  `[K, 1]`, targets `[K, batch]`)."""
+  hit = tf.where(targets >= 0)    # [n, 2]: (port, member)
+  port, member = tf.unstack(tf.cast(hit, tf.int32), axis=1)
+  return (tf.gather(rows[:, 0], port), tf.gather_nd(targets, hit), member,
+          tf.gather_nd(values, hit))
 
 
 def _inplace_kind(shape):
