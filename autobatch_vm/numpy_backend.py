@@ -11,8 +11,12 @@ member is at the block, registers are passed as they are, with no gather.
 
 Stacks are arrays `[max_stack_depth, batch, *shape]` with one stack pointer
 per member; push and pop touch only the active members (by their indices),
-so their cost does not depend on the stack depth.  Stacks belong to the run
-and are updated in place; every other value is immutable.
+so their cost does not depend on the stack depth.  Stacks, stack pointers
+and the program counter belong to the run and are updated in place.  A
+register is written in place only where the VM says it owns the array
+(`in_place=`: no one else can hold it, see `virtual_machine._Layout`);
+otherwise a write copies, so a value a primitive returned, or an input
+array, is never changed.
 """
 
 import time
@@ -23,14 +27,32 @@ __all__ = ['NumpyBackend']
 
 
 class _Mask:
-  """The members at the block being run: a bool mask and their indices."""
-  __slots__ = ('mask', 'idx', 'count', 'full')
+  """The members at the block being run: a bool mask and their indices.
+
+  Compacted blocks use only the indices; the mask of a submask is made
+  when first asked for.
+  """
+  __slots__ = ('_mask', 'idx', 'count', 'full', 'batch')
 
   def __init__(self, mask, batch, idx=None):
-    self.mask = mask
+    self._mask = mask
     self.idx = mask.nonzero()[0] if idx is None else idx
     self.count = self.idx.size
     self.full = self.count == batch
+    self.batch = batch
+
+  @property
+  def mask(self):
+    if self._mask is None:
+      mask = np.zeros(self.batch, bool)
+      mask[self.idx] = True
+      self._mask = mask
+    return self._mask
+
+
+def _rows(x, idx):
+  """`x[idx]`: `take` is 2-3x faster on arrays of vectors, slower on 1-D."""
+  return x[idx] if x.ndim == 1 else x.take(idx, axis=0)
 
 
 def _coercer(tensor_type):
@@ -97,15 +119,17 @@ class NumpyBackend:
 
   def gather(self, x, m):
     """The rows of `x` of the members in `m` (all of `x` if all are)."""
-    return x if m is None or m.full else x[m.idx]
+    return x if m is None or m.full else _rows(x, m.idx)
 
-  def scatter(self, x, rows, m):
-    """`x` with the members of `m` set to `rows` (a new array: values are
-    never changed in place, so a value that a primitive returned twice,
-    or that another variable holds, stays what it was)."""
+  def scatter(self, x, rows, m, in_place=False):
+    """`x` with the members of `m` set to `rows`.  A new array unless
+    `in_place` (the caller owns `x`: no one else can see it change), so a
+    value that a primitive returned twice, or that another variable
+    holds, stays what it was."""
     if m.full:
       return rows
-    x = x.copy()
+    if not in_place:
+      x = x.copy()
     x[m.idx] = rows
     return x
 
@@ -148,10 +172,7 @@ class NumpyBackend:
       return _Mask(cond, batch)
     if not compact:
       return _Mask(m.mask & cond, batch)
-    idx = m.idx[cond]
-    mask = np.zeros(batch, bool)
-    mask[idx] = True
-    return _Mask(mask, batch, idx)
+    return _Mask(None, batch, m.idx[cond])
 
   def fill_inactive(self, x, m):
     """`x` with the lanes outside `m` copied from the first lane inside."""
@@ -175,22 +196,26 @@ class NumpyBackend:
     return np.where(mask, new, old)
 
   # -- program counter -----------------------------------------------------
+  # The PC belongs to the run (the VM's, or a stackless frame's): moved in
+  # place, and returned for the backend-neutral `pc = goto(pc, ...)`.
 
   def goto(self, pc, m, target):
     if m.full:
-      return np.full_like(pc, target)
-    return np.where(m.mask, target, pc)
+      pc.fill(target)
+    else:
+      pc[m.idx] = target
+    return pc
 
   def branch(self, pc, m, cond, true_target, false_target, compact=False):
     """`cond` has a row per member at the block if `compact`, else per
     member of the batch."""
     target = np.where(cond, true_target, false_target)
     if m.full:
-      return target.astype(pc.dtype)
-    if not compact:
-      return np.where(m.mask, target, pc)
-    pc = pc.copy()
-    pc[m.idx] = target
+      pc[:] = target
+    elif compact:
+      pc[m.idx] = target
+    else:
+      pc[m.idx] = target[m.idx]
     return pc
 
   def next_block(self, pc, num_blocks, schedule):
@@ -222,7 +247,7 @@ class NumpyBackend:
         # Stacks are owned by the VM run.  A full stack has no row `top`:
         # NumPy's own bounds check finds an overflow (stack pointers are
         # never negative), with no extra pass over `top`.
-        stack[top, idx] = value if full else value[idx]
+        stack[top, idx] = value if full else _rows(value, idx)
     except IndexError:
       if (top >= depth).any():
         raise overflow_error(idx[top >= depth]) from None
@@ -230,25 +255,29 @@ class NumpyBackend:
     sp[idx] = top + 1   # stack pointers, like stacks, belong to the run
     return stacks, sp
 
-  def pop(self, stacks, sp, values, m):
+  def pop(self, stacks, sp, values, m, in_place=None):
     """Restores `values` from the top of their stacks and drops the frame."""
     top = sp[m.idx] - 1
-    out = self.peek(stacks, sp, values, m, top)
+    out = self.peek(stacks, sp, values, m, top, in_place)
     sp[m.idx] = top
     return out, sp
 
-  def peek(self, stacks, sp, values, m, top=None):
+  def peek(self, stacks, sp, values, m, top=None, in_place=None):
     """Restores `values` from the top of their stacks, keeping the frame.
-    `top`: the members' top frames, `sp[m.idx] - 1`, if known."""
+    `top`: the members' top frames, `sp[m.idx] - 1`, if known.
+    `in_place`: a flag per value, true where the caller owns it (see
+    `scatter`); the others are copied.  The results are new arrays or the
+    owned ones: the caller owns every result."""
     idx = m.idx
     if top is None:
       top = sp[idx] - 1
     out = []
-    for stack, value in zip(stacks, values):
+    for k, (stack, value) in enumerate(zip(stacks, values)):
       if m.full:
         value = stack[top, idx]
       else:
-        value = value.copy()
+        if not (in_place and in_place[k]):
+          value = value.copy()
         value[idx] = stack[top, idx]
       out.append(value)
     return out

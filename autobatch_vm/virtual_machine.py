@@ -91,7 +91,18 @@ class RunStats:
 
 
 class _Layout:
-  """Assigns state slots to variables and builds the initial state."""
+  """Assigns state slots to variables and builds the initial state.
+
+  On a compacting backend (NumPy) the last slot holds the set of register
+  slots whose array the run owns: made by the run (a copy on a masked
+  write, a restore from a stack) and never seen outside it.  A masked
+  write to an owned register changes its rows in place instead of copying
+  the whole array.  A register stops being owned when it is read for the
+  whole batch (the array itself goes to a primitive, which may keep or
+  return it) or written for the whole batch (it then holds a primitive's
+  result).  A masked read gathers rows into a new array, so it cannot
+  leak the register.
+  """
 
   def __init__(self, program, backend, batch, depth):
     self.program = program
@@ -134,7 +145,8 @@ class _Layout:
           sp_of[key] = n
           n += 1
         self.stacks[var] = (slots, sp_of[key])
-    self.size = n
+    self.owned_slot = n if getattr(backend, 'compacts', False) else None
+    self.size = n if self.owned_slot is None else n + 1
 
   def memory(self):
     """Bytes the VM state takes: {'stacks': ..., 'registers': ..., 'pc': ...}.
@@ -174,6 +186,8 @@ class _Layout:
       for slot, t in zip(slots, self.leaf_types[var]):
         state[slot] = be.stack_zeros(t, self.depth, b)
       state[sp_slot] = be.sp_zeros(b)
+    if self.owned_slot is not None:
+      state[self.owned_slot] = set()
     return state
 
 
@@ -225,6 +239,17 @@ class _BlockCompiler:
       gather = self.be.gather
     if single:
       slot = slots[0]
+      if self.compact:
+        owned = self.layout.owned_slot
+
+        def read_rows_owned(state, temps, m):
+          value = temps.get(var, _MISSING)
+          if value is _MISSING:
+            if m is None or m.full:   # the array itself escapes
+              state[owned].discard(slot)
+            value = temps[var] = gather(state[slot], m)
+          return value
+        return read_rows_owned
 
       def read_rows(state, temps, m):
         value = temps.get(var, _MISSING)
@@ -233,9 +258,13 @@ class _BlockCompiler:
         return value
       return read_rows
 
+    owned = self.layout.owned_slot
+
     def read_rows_pattern(state, temps, m):
       value = temps.get(var, _MISSING)
       if value is _MISSING:
+        if owned is not None and (m is None or m.full):
+          state[owned].difference_update(slots)
         value = temps[var] = inst.pattern_unflatten(
             template, [gather(state[s], m) for s in slots], inst.TensorType)
       return value
@@ -270,15 +299,28 @@ class _BlockCompiler:
       return write_temp_pattern
     slots = self.layout.regs[var]
     if self.compact:
-      # The members' rows are scattered into the register, and kept in
-      # `temps` for later reads in the block.
-      scatter = self.be.scatter
+      # The members' rows are scattered into the register (in place if
+      # the run owns it: see `_Layout`), and kept in `temps` for later
+      # reads in the block.
+      scatter, owned = self.be.scatter, self.layout.owned_slot
+
+      def store(state, slot, rows, m):
+        own = state[owned]
+        if m.full:   # the register now holds the primitive's array
+          own.discard(slot)
+          state[slot] = rows
+        elif slot in own:
+          scatter(state[slot], rows, m, in_place=True)
+        else:
+          state[slot] = scatter(state[slot], rows, m)
+          own.add(slot)
+
       if single:
         slot, coerce = slots[0], coerces[0]
 
         def write_rows(state, temps, value, m):
           value = coerce(value, m)
-          state[slot] = scatter(state[slot], value, m)
+          store(state, slot, value, m)
           temps[var] = value
         return write_rows
 
@@ -286,7 +328,7 @@ class _BlockCompiler:
         rows = [c(v, m) for c, v in zip(coerces, _flatten_like(template,
                                                                value))]
         for slot, v in zip(slots, rows):
-          state[slot] = scatter(state[slot], v, m)
+          store(state, slot, v, m)
         temps[var] = inst.pattern_unflatten(template, rows, inst.TensorType)
       return write_rows_pattern
     write = self.be.write
@@ -400,6 +442,7 @@ class _BlockCompiler:
   def pop(self, op, keep):
     be = self.be
     groups = self._sp_groups(op)
+    owned = self.layout.owned_slot
 
     def run_pop(state, temps, m):
       for names, stack_slots, reg_slots, sp_slot in groups:
@@ -407,10 +450,16 @@ class _BlockCompiler:
           temps.pop(var, None)   # drop rows cached before the restore
         stacks = [state[s] for s in stack_slots]
         values = [state[s] for s in reg_slots]
+        kwargs = {}
+        if owned is not None:   # restored in place where owned (_Layout)
+          own = state[owned]
+          kwargs['in_place'] = [s in own for s in reg_slots]
+          own.update(reg_slots)   # every restored value is the run's
         if keep:
-          values = be.peek(stacks, state[sp_slot], values, m)
+          values = be.peek(stacks, state[sp_slot], values, m, **kwargs)
         else:
-          values, state[sp_slot] = be.pop(stacks, state[sp_slot], values, m)
+          values, state[sp_slot] = be.pop(stacks, state[sp_slot], values, m,
+                                          **kwargs)
         for s, v in zip(reg_slots, values):
           state[s] = v
     return run_pop
@@ -473,10 +522,12 @@ class _BlockCompiler:
         jump(state, temps, m)
       return run_push_goto
     if isinstance(t, inst.IndirectGotoOp):
+      # A compacting backend moves the run's PC in place (see goto).
+      kwargs = {'in_place': (True,)} if self.compact else {}
 
       def run_return(state, temps, m):
         (state[_PC],), state[_PC_SP] = be.pop(
-            [state[_PC_STACK]], state[_PC_SP], [state[_PC]], m)
+            [state[_PC_STACK]], state[_PC_SP], [state[_PC]], m, **kwargs)
       return run_return
     raise errors.InternalError(f'Unexpected terminator {t!r}')
 

@@ -85,11 +85,20 @@ def test_masked_stack_ops_match_the_model(batch, depth, ops):
         model.stacks[i].append((values[0][i], tuple(values[1][i])))
     else:
       old_sp = sp.copy()
+      # Registers the caller owns are restored in place; others copied.
+      in_place = [bool(seed & 1), bool(seed & 2)]
+      before = [r.copy() for r in regs]
       if kind == 'pop':
-        regs, sp = BACKEND.pop(stacks, sp, regs, m)
+        new_regs, sp = BACKEND.pop(stacks, sp, regs, m, in_place=in_place)
         np.testing.assert_array_equal(old_sp, sp + mask)
       else:
-        regs = BACKEND.peek(stacks, sp, regs, m)
+        new_regs = BACKEND.peek(stacks, sp, regs, m, in_place=in_place)
+      for old, new, own, b in zip(regs, new_regs, in_place, before):
+        if not own:
+          np.testing.assert_array_equal(old, b)   # not changed
+        elif not m.full:
+          assert new is old
+      regs = new_regs
       for i in members:
         top = (model.stacks[i].pop() if kind == 'pop'
                else model.stacks[i][-1])
@@ -111,10 +120,15 @@ def test_masked_write_and_goto(batch, bits, seed, vector):
   out = BACKEND.write(old, new, m)
   for i in range(batch):
     np.testing.assert_array_equal(out[i], new[i] if mask[i] else old[i])
+  # The PC belongs to the run: goto and branch move it in place.
   pc = rng.integers(0, 5, size=batch).astype(np.int32)
-  moved = BACKEND.goto(pc, m, 7)
   cond = rng.integers(0, 2, size=batch).astype(bool)
-  branched = BACKEND.branch(pc, m, cond, 8, 9)
+  moved = pc.copy()
+  assert BACKEND.goto(moved, m, 7) is moved
+  branched, compacted = pc.copy(), pc.copy()
+  assert BACKEND.branch(branched, m, cond, 8, 9) is branched
+  BACKEND.branch(compacted, m, cond[mask], 8, 9, compact=True)
   for i in range(batch):
     assert moved[i] == (7 if mask[i] else pc[i])
     assert branched[i] == ((8 if cond[i] else 9) if mask[i] else pc[i])
+    assert compacted[i] == branched[i]

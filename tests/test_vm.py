@@ -258,3 +258,90 @@ def test_variables_saved_together_share_a_stack_pointer():
                      match=r"saving variables 'blend\.\w+', 'blend\.\w+'"
                      r".*batch members \[2\]"):
     blend(n, a, b, max_stack_depth=6)
+
+
+# -- registers written in place (NumPy) ------------------------------------------
+
+def test_in_place_register_writes_never_change_arrays_seen_outside():
+  """On NumPy a masked write changes an owned register's rows in place.
+  Every array the run hands out (to a primitive, as an input or output)
+  must keep its contents: a primitive may keep it or return it as is."""
+  import autobatch_vm as ab  # pylint: disable=g-import-not-at-top
+  seen = []
+
+  def spy(x):
+    seen.append((x, np.array(x, copy=True)))
+    return x
+
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def walk(n, v):
+    steps = n * 0
+    while n > 1:
+      v = spy(v)
+      if n % 2 == 0:
+        n = n // 2
+        v = v * 0.5
+      else:
+        n = 3 * n + 1
+        v = v + 1.0
+      steps = steps + 1
+    return steps, spy(v)
+
+  @ctx.batch()
+  def join(n, v):
+    w = v * 0.0
+    if n % 2 == 0:   # masked writes: both registers copied, then owned
+      v = v * 0.5
+      w = w + 1.0
+    else:
+      v = v + 1.0
+    k = n * 0
+    while k < 1:     # a loop header: every member meets here
+      w = spy(v)     # whole batch: `w` is `v`'s array
+      k = k + 1
+    if n % 3 == 0:
+      v = v * 3.0    # must not change `w`
+    else:
+      w = w - 1.0    # must not change `v`
+    return spy(w) * 10.0 + v
+
+  @ctx.batch()
+  def rec(n, v):
+    u = spy(v * 1.0)   # the whole batch on the first call
+    if n <= 0:
+      return u
+    r = rec(n - 1, v + 1.0)
+    return r + u       # `u` restored for some members first
+
+  @ctx.batch()
+  def tree(n, v):
+    if n <= 1:
+      return spy(v)
+    a = tree(n - 1, v + 1.0)
+    w = spy(v) * 2.0   # `v` restored from the stack
+    b = tree(n - 2, w)
+    return a + b + spy(w)
+
+  rng = np.random.default_rng(0)
+  n = rng.integers(1, 30, size=40)
+  v = rng.normal(size=(40, 3))
+  n0, v0 = n.copy(), v.copy()
+  for fn, args, depth in ((walk, (n, v), 15), (join, (n, v), 15),
+                          (rec, (np.where(n % 4 == 0, 3, 1), v), 6),
+                          (tree, (n % 9, v), 12)):
+    seen.clear()
+    for stackless, schedule in ((False, 'lowest'), (False, 'most'),
+                                (True, 'lowest')):
+      out = fn(*args, max_stack_depth=depth, stackless=stackless,
+               schedule=schedule)
+      want = fn(*args, dry_run=True)
+      for got, ref in zip(out if isinstance(out, tuple) else (out,),
+                          want if isinstance(want, tuple) else (want,)):
+        np.testing.assert_allclose(got, ref)
+    assert seen
+    for array, snapshot in seen:
+      np.testing.assert_array_equal(array, snapshot)
+    np.testing.assert_array_equal(n, n0)
+    np.testing.assert_array_equal(v, v0)
