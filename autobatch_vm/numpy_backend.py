@@ -296,6 +296,8 @@ class NumpyBackend:
     if batch:
       next_block, make_mask = self.next_block, self.make_mask
       clock = time.perf_counter if stats.profile else None
+      if clock is not None:
+        member_blocks = stats.member_blocks = np.zeros(batch, np.int64)
       while True:
         pc = state[0]
         b = next_block(pc, num_blocks, schedule)
@@ -310,6 +312,7 @@ class NumpyBackend:
           start = clock()
           blocks[b](state, m)
           seconds[b] += clock() - start
+          member_blocks[m.idx] += 1
         runs[b] += 1
         active[b] += m.count
         steps += 1

@@ -14,7 +14,7 @@ steps, so it runs again and again for a few of them.  The guide
 
 import os
 
-__all__ = ['rows', 'format_table', 'plot']
+__all__ = ['rows', 'summary', 'format_table', 'plot']
 
 
 def rows(stats):
@@ -44,12 +44,24 @@ def rows(stats):
   return sorted(out, key=key)
 
 
+def summary(stats):
+  """One line: steps, batch, utilization, time in blocks and (with
+  `profile=True`) how the steps compare with the longest member alone."""
+  line = (f'{stats.steps} VM steps, batch {stats.batch_size}, mean '
+          f'utilization {stats.utilization:.1%}'
+          + (f', {sum(stats.block_time.values()):.4f} s in blocks'
+             if stats.block_time else ''))
+  longest = getattr(stats, 'longest_member_blocks', None)
+  if longest:
+    line += (f'\nlongest member alone: {longest} blocks, so at least '
+             f'{longest} steps under any schedule; this run took '
+             f'{stats.schedule_overhead:.2f}x that')
+  return line
+
+
 def format_table(stats, max_rows=30):
   """The profile as a fixed-width text table with a summary line."""
-  lines = [f'{stats.steps} VM steps, batch {stats.batch_size}, mean '
-           f'utilization {stats.utilization:.1%}'
-           + (f', {sum(stats.block_time.values()):.4f} s in blocks'
-              if stats.block_time else '')]
+  lines = [summary(stats)]
   header = (f'{"block":<22} {"runs":>7} {"active":>8} {"util":>6} '
             f'{"time s":>8} {"time%":>6}  source')
   lines.append(header)
@@ -89,7 +101,11 @@ def plot(stats, path=None, max_rows=20):
   ax.set_yticks(range(len(data)))
   ax.set_yticklabels(labels, fontsize=8)
   ax.set_xlabel('seconds' if timed else 'executions')
-  ax.set_title(f'{stats.steps} steps, batch {stats.batch_size}, '
+  overhead = getattr(stats, 'schedule_overhead', None)
+  ax.set_title(f'{stats.steps} steps'
+               + (f' ({overhead:.2f}x the longest member)' if overhead
+                  else '')
+               + f', batch {stats.batch_size}, '
                f'utilization {stats.utilization:.0%} (color: red = low)')
   fig.tight_layout()
   if path is not None:

@@ -880,6 +880,7 @@ class TensorFlowBackend:
     runs = [0] * num_blocks
     active = [0] * num_blocks
     seconds = [0.0] * num_blocks
+    member_blocks = np.zeros(batch, np.int64)
     steps = 0
     while True:
       pc = state[_PC].numpy()
@@ -895,12 +896,14 @@ class TensorFlowBackend:
       start = time.perf_counter()
       blocks[b](state, m)
       seconds[b] += time.perf_counter() - start
+      member_blocks[m._idx] += 1  # pylint: disable=protected-access
       runs[b] += 1
       active[b] += count
       steps += 1
     _fill_stats(stats, labels, steps, runs, active)
     if stats.profile:
       stats.block_time.update(zip(labels, seconds))
+      stats.member_blocks = member_blocks
     return state
 
 

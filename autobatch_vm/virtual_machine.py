@@ -21,7 +21,7 @@ closures over their slots; `block_code_cache` lets a caller keep them.
 """
 
 import dataclasses
-from typing import Dict
+from typing import Dict, Optional
 
 import numpy as np
 
@@ -49,6 +49,8 @@ class RunStats:
   block_active: label -> members active, summed over its executions.
   block_loc: label -> source location (function, file, line) it came from.
   block_time: label -> seconds spent in the block (only with profile=True).
+  member_blocks: blocks each member executed, a NumPy int array [batch]
+    (only with profile=True): what it would execute alone.
   """
   batch_size: int
   steps: int = 0
@@ -57,6 +59,26 @@ class RunStats:
   block_loc: Dict[str, object] = dataclasses.field(default_factory=dict)
   block_time: Dict[str, float] = dataclasses.field(default_factory=dict)
   profile: bool = False
+  member_blocks: Optional[np.ndarray] = None
+
+  @property
+  def longest_member_blocks(self):
+    """Blocks of the member that executes the most (profile=True only,
+    else None).  A step moves each member by at most one block, so no
+    schedule can finish in fewer steps than this."""
+    if self.member_blocks is None or not self.member_blocks.size:
+      return None
+    return int(self.member_blocks.max())
+
+  @property
+  def schedule_overhead(self):
+    """`steps / longest_member_blocks` (profile=True only, else None): 1.0
+    means the run took no more steps than its longest member alone; the
+    excess is divergence, which a schedule or a sync point can reduce."""
+    longest = self.longest_member_blocks
+    if not longest:
+      return None
+    return self.steps / longest
 
   @property
   def utilization(self):

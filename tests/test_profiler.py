@@ -32,12 +32,42 @@ def test_profile_rows_and_table():
       pytest.approx(alone)
 
 
+BACKENDS = ['numpy', 'tf']
+
+
+@pytest.mark.parametrize('backend', BACKENDS)
+@pytest.mark.parametrize('schedule', ['lowest', 'most'])
+def test_blocks_per_member_are_each_members_solo_run(backend, schedule):
+  """profile=True counts each member's blocks: exactly the steps of a run
+  of that member alone; the longest of them bounds the run's steps."""
+  n = np.array([3, 9, 12, 5, 1, 7])
+  args = n
+  if backend == 'tf':
+    tf = pytest.importorskip('tensorflow')
+    args = tf.constant(n)
+  progs.fibonacci(args, profile=True, schedule=schedule)
+  stats = progs.fibonacci.last_stats
+  alone = []
+  for k in n:
+    progs.fibonacci(np.array([k]), schedule=schedule)
+    alone.append(progs.fibonacci.last_stats.steps)
+  np.testing.assert_array_equal(stats.member_blocks, alone)
+  assert stats.longest_member_blocks == max(alone)
+  assert stats.steps >= max(alone)
+  assert stats.schedule_overhead == stats.steps / max(alone)
+  assert (f'longest member alone: {max(alone)} blocks'
+          in profiler.summary(stats))
+  assert profiler.summary(stats) in stats.table()
+
+
 def test_profile_off_has_no_times():
   progs.fibonacci(np.array([5, 6]))
   stats = progs.fibonacci.last_stats
   assert not stats.block_time
   assert profiler.rows(stats)[0]['seconds'] is None
   assert '-' in profiler.format_table(stats)
+  assert stats.member_blocks is None and stats.schedule_overhead is None
+  assert 'longest member' not in profiler.summary(stats)
 
 
 def test_plot(tmp_path):
