@@ -1,5 +1,8 @@
 """Liveness analysis of one function (an analysis, not a transform).
 
+`lowered_live_out` does the same for a whole lowered program, where calls
+and returns are jumps (see there).
+
 Expects a `Function` before lowering.  Computes, by the usual backward
 dataflow to a fixpoint over the CFG, which variables are live on entry to
 and exit from each block, and which are live across each `FunctionCallOp`
@@ -14,7 +17,8 @@ from typing import Dict, FrozenSet, Tuple
 from autobatch_vm import errors
 from autobatch_vm import instructions as inst
 
-__all__ = ['Liveness', 'analyze', 'reads', 'transfer', 'writes']
+__all__ = ['Liveness', 'analyze', 'lowered_live_out', 'reads', 'transfer',
+           'writes']
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,3 +98,47 @@ def analyze(fn):
   for block in fn.blocks:
     transfer(block, fn, live_out[block.label], across)
   return Liveness(live_in, live_out, across)
+
+
+def lowered_live_out(program):
+  """Variables live on exit from each block of a lowered `Program`.
+
+  Calls and returns are jumps there: a call goes to the callee's entry
+  (and a `CallBranchOp` or `PushBranchOp` to either side); a return
+  (`IndirectGotoOp`) may go to any block that a call pushed as its return
+  point, or leave the program, which reads `vars_out`.  A variable
+  restored by a pop is written there.  This over-approximates each
+  member's real path, so a variable not live here is never read again
+  before it is written.
+  """
+  returns = sorted({b.terminator.push_block for b in program.blocks
+                    if hasattr(b.terminator, 'push_block')})
+  exit_reads = frozenset(inst.pattern_flatten(program.vars_out))
+
+  def succ(block):
+    t = block.terminator
+    if isinstance(t, inst.GotoOp):
+      return [t.block]
+    if isinstance(t, inst.PushGotoOp):
+      return [t.goto_block]
+    if isinstance(t, (inst.BranchOp, inst.PushBranchOp, inst.CallBranchOp)):
+      return [t.true_block, t.false_block]
+    if isinstance(t, inst.IndirectGotoOp):
+      return returns
+    raise errors.InternalError(f'Unknown terminator {t!r}')
+
+  live_in = {b.label: frozenset() for b in program.blocks}
+  live_out = dict(live_in)
+  changed = True
+  while changed:
+    changed = False
+    for block in reversed(program.blocks):
+      out = frozenset().union(*[live_in[s] for s in succ(block)])
+      if isinstance(block.terminator, inst.IndirectGotoOp):
+        out |= exit_reads
+      new_in = frozenset(transfer(block, None, out))
+      if out != live_out[block.label] or new_in != live_in[block.label]:
+        live_out[block.label] = out
+        live_in[block.label] = new_in
+        changed = True
+  return live_out

@@ -2,28 +2,29 @@
 
 Every operation here is vectorized over the batch; none loops over members.
 
-Blocks run *compacted*: a block's primitives get arrays with one row per
-member at the block (the registers' rows gathered by the members' indices),
-and results are scattered back in place.  So a block that only a few
-members reach costs in proportion to those few, and leftover data of the
-other members never flows through a primitive (no junk lanes).  When every
-member is at the block, registers are passed as they are, with no gather.
+Blocks run *compacted* (each is a generated function, see
+`block_codegen`): a block's primitives get arrays with one row per member
+at the block (the registers' rows gathered by the members' indices), and
+results are scattered back.  So a block that only a few members reach
+costs in proportion to those few, and leftover data of the other members
+never flows through a primitive (no junk lanes).  When every member is at
+the block, registers are passed as they are, with no gather.
 
 Stacks are arrays `[max_stack_depth, batch, *shape]` with one stack pointer
 per member; push and pop touch only the active members (by their indices),
 so their cost does not depend on the stack depth.  Stacks, stack pointers
 and the program counter belong to the run and are updated in place.  A
-register is written in place only where the VM says it owns the array
-(`in_place=`: no one else can hold it, see `virtual_machine._Layout`);
-otherwise a write copies, so a value a primitive returned, or an input
-array, is never changed.
+register is written in place only where the run owns the array (no one
+else can hold it, see `virtual_machine._Layout`); otherwise a write
+copies, so a value a primitive returned, or an input array, is never
+changed.
 """
 
 import time
 
 import numpy as np
 
-__all__ = ['NumpyBackend']
+__all__ = ['NumpyBackend', 'coercer', 'take_rows']
 
 
 class _Mask:
@@ -50,12 +51,12 @@ class _Mask:
     return self._mask
 
 
-def _rows(x, idx):
-  """`x[idx]`: `take` is 2-3x faster on arrays of vectors, slower on 1-D."""
+def take_rows(x, idx):
+  """`x[idx]` (the rows of members `idx`): `take` is 2-3x faster on arrays of vectors, slower on 1-D."""
   return x[idx] if x.ndim == 1 else x.take(idx, axis=0)
 
 
-def _coercer(tensor_type):
+def coercer(tensor_type):
   """`coerce(x, rows)`: `x` as an array `[rows, *shape]` of the type's
   dtype (a cast and a broadcast only where needed)."""
   dtype, shape = tensor_type.dtype, tuple(tensor_type.shape)
@@ -109,27 +110,16 @@ class NumpyBackend:
 
   def coerce_fn(self, tensor_type, batch):
     """A function making a primitive's result `[batch, *shape]` of dtype."""
-    coerce = _coercer(tensor_type)
+    coerce = coercer(tensor_type)
     return lambda x: coerce(x, batch)
 
-  def rows_coerce_fn(self, tensor_type):
-    """A function making a result `[members at the block, *shape]`."""
-    coerce = _coercer(tensor_type)
-    return lambda x, m: coerce(x, m.count)
-
-  def gather(self, x, m):
-    """The rows of `x` of the members in `m` (all of `x` if all are)."""
-    return x if m is None or m.full else _rows(x, m.idx)
-
-  def scatter(self, x, rows, m, in_place=False):
-    """`x` with the members of `m` set to `rows`.  A new array unless
-    `in_place` (the caller owns `x`: no one else can see it change), so a
-    value that a primitive returned twice, or that another variable
-    holds, stays what it was."""
+  def scatter(self, x, rows, m):
+    """`x` with the members of `m` set to `rows` (a new array: a value
+    that a primitive returned twice, or that another variable holds,
+    stays what it was)."""
     if m.full:
       return rows
-    if not in_place:
-      x = x.copy()
+    x = x.copy()
     x[m.idx] = rows
     return x
 
@@ -235,11 +225,13 @@ class NumpyBackend:
   def sp_zeros(self, batch):
     return np.zeros((batch,), np.int32)
 
-  def push(self, stacks, sp, values, m, depth, overflow_error):
-    """Pushes each of `values` on its stack for the members in `m`."""
+  def push(self, stacks, sp, values, m, depth, overflow_error,
+           rows=False):
+    """Pushes each of `values` on its stack for the members in `m`
+    (`values` whole-batch arrays, or their rows of `m` if `rows`)."""
     idx = m.idx
     top = sp[idx]
-    full = m.full
+    full = m.full or rows
     if not stacks and m.count and top.max() >= depth:  # nothing to index
       raise overflow_error(idx[top >= depth])
     try:
@@ -247,7 +239,7 @@ class NumpyBackend:
         # Stacks are owned by the VM run.  A full stack has no row `top`:
         # NumPy's own bounds check finds an overflow (stack pointers are
         # never negative), with no extra pass over `top`.
-        stack[top, idx] = value if full else _rows(value, idx)
+        stack[top, idx] = value if full else take_rows(value, idx)
     except IndexError:
       if (top >= depth).any():
         raise overflow_error(idx[top >= depth]) from None
@@ -255,32 +247,32 @@ class NumpyBackend:
     sp[idx] = top + 1   # stack pointers, like stacks, belong to the run
     return stacks, sp
 
-  def pop(self, stacks, sp, values, m, in_place=None):
-    """Restores `values` from the top of their stacks and drops the frame."""
-    top = sp[m.idx] - 1
-    out = self.peek(stacks, sp, values, m, top, in_place)
-    sp[m.idx] = top
-    return out, sp
-
-  def peek(self, stacks, sp, values, m, top=None, in_place=None):
-    """Restores `values` from the top of their stacks, keeping the frame.
-    `top`: the members' top frames, `sp[m.idx] - 1`, if known.
-    `in_place`: a flag per value, true where the caller owns it (see
-    `scatter`); the others are copied.  The results are new arrays or the
-    owned ones: the caller owns every result."""
+  def pop_rows(self, stacks, sp, m, keep=False):
+    """The top frame of each stack, as rows of the members in `m` (new
+    arrays); drops the frame unless `keep`."""
     idx = m.idx
-    if top is None:
-      top = sp[idx] - 1
+    top = sp[idx] - 1
     out = []
-    for k, (stack, value) in enumerate(zip(stacks, values)):
-      if m.full:
-        value = stack[top, idx]
-      else:
-        if not (in_place and in_place[k]):
-          value = value.copy()
-        value[idx] = stack[top, idx]
-      out.append(value)
+    for stack in stacks:
+      if stack.ndim == 2:
+        out.append(stack[top, idx])
+      else:   # frames of vectors: `take` on the flattened frames is faster
+        flat = stack.reshape((-1,) + stack.shape[2:])
+        out.append(flat.take(top * stack.shape[1] + idx, axis=0))
+    if not keep:
+      sp[idx] = top
     return out
+
+  def pop(self, stacks, sp, values, m):
+    """Restores `values` from the top of their stacks and drops the frame
+    (new arrays: `values` are not changed)."""
+    rows = self.pop_rows(stacks, sp, m)
+    return [self.scatter(v, r, m) for v, r in zip(values, rows)], sp
+
+  def peek(self, stacks, sp, values, m):
+    """Restores `values` from the top of their stacks, keeping the frame."""
+    rows = self.pop_rows(stacks, sp, m, keep=True)
+    return [self.scatter(v, r, m) for v, r in zip(values, rows)]
 
   # -- loop ----------------------------------------------------------------
 

@@ -25,8 +25,10 @@ from typing import Dict, Optional
 
 import numpy as np
 
+from autobatch_vm import block_codegen
 from autobatch_vm import errors
 from autobatch_vm import instructions as inst
+from autobatch_vm import liveness
 
 __all__ = ['execute', 'RunStats', 'SCHEDULES', 'DEFAULT_SCHEDULE']
 
@@ -214,7 +216,14 @@ class _Layout:
 
 
 class _BlockCompiler:
-  """Turns each block into a closure `run(state, m)`."""
+  """Turns each block into a function `run(state, m)`.
+
+  On a compacting backend (NumPy, which steps in Python) a block becomes
+  one generated function (`block_codegen`); otherwise (TensorFlow, whose
+  primitives take the whole batch and whose runs are mostly staged) a
+  chain of closures, one per instruction.  The run's inputs and outputs
+  are read and written here, for the whole batch, on either.
+  """
 
   def __init__(self, program, layout):
     self.p = program
@@ -227,15 +236,19 @@ class _BlockCompiler:
                        for s in slots])
     self.index = program.block_index()
     self.num_blocks = len(program.blocks)
+    self._live_out = None
+
+  def live_out(self):
+    """Variables live on exit from each block (computed once)."""
+    if self._live_out is None:
+      self._live_out = liveness.lowered_live_out(self.p)
+    return self._live_out
 
   # -- reading and writing variables ---------------------------------------
 
   def reader(self, var):
-    """A function `(state, temps, m)` returning `var`'s value.
-
-    On a compacting backend a register is read as the rows of the members
-    in `m` (gathered once per block run and cached in `temps`); otherwise
-    as the whole batch.  `m=None` reads the whole batch.
+    """A function `(state, temps, m)` returning `var`'s value, for the whole
+    batch.  `m=None` reads it outside a block (the run's outputs).
     """
     alloc = self.p.var_alloc.get(var, VA.NULL)
     if alloc == VA.TEMPORARY:
@@ -245,65 +258,45 @@ class _BlockCompiler:
     slots = self.layout.regs[var]
     template = self.p.var_defs[var].tensors
     single = isinstance(template, inst.TensorType)
-    if not self.compact:
-      sanitize = getattr(self.be, 'sanitize', None)
-      if sanitize is None:
-        if single:
-          slot = slots[0]
-          return lambda state, temps, m: state[slot]
-        return lambda state, temps, m: inst.pattern_unflatten(
-            template, [state[s] for s in slots], inst.TensorType)
-      # Whole-batch primitives that must not see leftover data in the
-      # lanes of members not at the block (TensorFlow): sanitized once per
-      # block run, cached in `temps` until the register is written.
-      gather = sanitize
-    else:
-      gather = self.be.gather
+    sanitize = getattr(self.be, 'sanitize', None)
+    if sanitize is None:
+      if single:
+        slot = slots[0]
+        return lambda state, temps, m: state[slot]
+      return lambda state, temps, m: inst.pattern_unflatten(
+          template, [state[s] for s in slots], inst.TensorType)
+    # Whole-batch primitives that must not see leftover data in the lanes
+    # of members not at the block (TensorFlow): sanitized once per block
+    # run, cached in `temps` until the register is written.
     if single:
       slot = slots[0]
-      if self.compact:
-        owned = self.layout.owned_slot
 
-        def read_rows_owned(state, temps, m):
-          value = temps.get(var, _MISSING)
-          if value is _MISSING:
-            if m is None or m.full:   # the array itself escapes
-              state[owned].discard(slot)
-            value = temps[var] = gather(state[slot], m)
-          return value
-        return read_rows_owned
-
-      def read_rows(state, temps, m):
+      def read_sanitized(state, temps, m):
         value = temps.get(var, _MISSING)
         if value is _MISSING:
-          value = temps[var] = gather(state[slot], m)
+          value = temps[var] = sanitize(state[slot], m)
         return value
-      return read_rows
+      return read_sanitized
 
-    owned = self.layout.owned_slot
-
-    def read_rows_pattern(state, temps, m):
+    def read_sanitized_pattern(state, temps, m):
       value = temps.get(var, _MISSING)
       if value is _MISSING:
-        if owned is not None and (m is None or m.full):
-          state[owned].difference_update(slots)
         value = temps[var] = inst.pattern_unflatten(
-            template, [gather(state[s], m) for s in slots], inst.TensorType)
+            template, [sanitize(state[s], m) for s in slots],
+            inst.TensorType)
       return value
-    return read_rows_pattern
+    return read_sanitized_pattern
 
   def writer(self, var):
-    """A function `(state, temps, value, m)` storing `value` into `var`."""
+    """A function `(state, temps, value, m)` storing `value` into `var`
+    (a whole-batch value, written for the members in `m`)."""
     alloc = self.p.var_alloc.get(var, VA.NULL)
     if alloc == VA.NULL:
       return lambda state, temps, value, m: None
     template = self.p.var_defs[var].tensors
     leaves = inst.pattern_flatten(template, inst.TensorType)
-    if self.compact:
-      coerces = [self.be.rows_coerce_fn(t) for t in leaves]
-    else:
-      coerces = [_ignore_mask(self.be.coerce_fn(t, self.batch))
-                 for t in leaves]
+    coerces = [_ignore_mask(self.be.coerce_fn(t, self.batch))
+               for t in leaves]
     single = isinstance(template, inst.TensorType)
     if alloc == VA.TEMPORARY:
       if single:
@@ -320,39 +313,6 @@ class _BlockCompiler:
             inst.TensorType)
       return write_temp_pattern
     slots = self.layout.regs[var]
-    if self.compact:
-      # The members' rows are scattered into the register (in place if
-      # the run owns it: see `_Layout`), and kept in `temps` for later
-      # reads in the block.
-      scatter, owned = self.be.scatter, self.layout.owned_slot
-
-      def store(state, slot, rows, m):
-        own = state[owned]
-        if m.full:   # the register now holds the primitive's array
-          own.discard(slot)
-          state[slot] = rows
-        elif slot in own:
-          scatter(state[slot], rows, m, in_place=True)
-        else:
-          state[slot] = scatter(state[slot], rows, m)
-          own.add(slot)
-
-      if single:
-        slot, coerce = slots[0], coerces[0]
-
-        def write_rows(state, temps, value, m):
-          value = coerce(value, m)
-          store(state, slot, value, m)
-          temps[var] = value
-        return write_rows
-
-      def write_rows_pattern(state, temps, value, m):
-        rows = [c(v, m) for c, v in zip(coerces, _flatten_like(template,
-                                                               value))]
-        for slot, v in zip(slots, rows):
-          store(state, slot, v, m)
-        temps[var] = inst.pattern_unflatten(template, rows, inst.TensorType)
-      return write_rows_pattern
     write = self.be.write
     # Later reads in the block take the value as computed, before the
     # masked write: a primitive's inputs are sanitized (see `reader`), so
@@ -408,7 +368,7 @@ class _BlockCompiler:
       readers[i] = _cast_reader(readers[i], self.be.cast, dtype)
     bind = self.binder(op.vars_out)
     fn = op.function
-    be, compact = self.be, self.compact
+    be = self.be
 
     def run_prim(state, temps, m):
       args = [r(state, temps, m) for r in readers]
@@ -417,7 +377,7 @@ class _BlockCompiler:
       except errors.AutoBatchError:
         raise
       except Exception as e:  # pylint: disable=broad-except
-        result = retry_on_live_data(e, op, args, be, m, compact)
+        result = retry_on_live_data(e, op, args, be, m)
       try:
         bind(state, temps, result, m)
       except ValueError as e:
@@ -464,24 +424,17 @@ class _BlockCompiler:
   def pop(self, op, keep):
     be = self.be
     groups = self._sp_groups(op)
-    owned = self.layout.owned_slot
 
     def run_pop(state, temps, m):
       for names, stack_slots, reg_slots, sp_slot in groups:
         for var in names:
-          temps.pop(var, None)   # drop rows cached before the restore
+          temps.pop(var, None)   # drop values cached before the restore
         stacks = [state[s] for s in stack_slots]
         values = [state[s] for s in reg_slots]
-        kwargs = {}
-        if owned is not None:   # restored in place where owned (_Layout)
-          own = state[owned]
-          kwargs['in_place'] = [s in own for s in reg_slots]
-          own.update(reg_slots)   # every restored value is the run's
         if keep:
-          values = be.peek(stacks, state[sp_slot], values, m, **kwargs)
+          values = be.peek(stacks, state[sp_slot], values, m)
         else:
-          values, state[sp_slot] = be.pop(stacks, state[sp_slot], values, m,
-                                          **kwargs)
+          values, state[sp_slot] = be.pop(stacks, state[sp_slot], values, m)
         for s, v in zip(reg_slots, values):
           state[s] = v
     return run_pop
@@ -500,11 +453,9 @@ class _BlockCompiler:
       cond = self.reader(t.cond)
       tt, ff = self.index[t.true_block], self.index[t.false_block]
 
-      compact = self.compact
-
       def run_branch(state, temps, m):
         c = be.to_bool(cond(state, temps, m))
-        state[_PC] = be.branch(state[_PC], m, c, tt, ff, compact)
+        state[_PC] = be.branch(state[_PC], m, c, tt, ff)
       return run_branch
     if isinstance(t, _CALLS):
       ret = self.index[t.push_block]
@@ -521,16 +472,16 @@ class _BlockCompiler:
       if isinstance(t, inst.CallBranchOp):
         cond = self.reader(t.cond)
         tt, ff = self.index[t.true_block], self.index[t.false_block]
-        compact, negate = self.compact, not t.call_side
+        negate = not t.call_side
 
         def run_call_branch(state, temps, m):
           # Only the members going to the callee push the return block.
           c = be.to_bool(cond(state, temps, m))
-          calls = be.submask(m, c, compact, negate)
+          calls = be.submask(m, c, negate=negate)
           (state[_PC_STACK],), state[_PC_SP] = be.push(
               [state[_PC_STACK]], state[_PC_SP], [ret_pc], calls, depth,
               overflow)
-          state[_PC] = be.branch(state[_PC], m, c, tt, ff, compact)
+          state[_PC] = be.branch(state[_PC], m, c, tt, ff)
         return run_call_branch
       if isinstance(t, inst.PushGotoOp):
         jump = self.terminator(inst.GotoOp(t.goto_block, t.loc))
@@ -544,12 +495,9 @@ class _BlockCompiler:
         jump(state, temps, m)
       return run_push_goto
     if isinstance(t, inst.IndirectGotoOp):
-      # A compacting backend moves the run's PC in place (see goto).
-      kwargs = {'in_place': (True,)} if self.compact else {}
-
       def run_return(state, temps, m):
         (state[_PC],), state[_PC_SP] = be.pop(
-            [state[_PC_STACK]], state[_PC_SP], [state[_PC]], m, **kwargs)
+            [state[_PC_STACK]], state[_PC_SP], [state[_PC]], m)
       return run_return
     raise errors.InternalError(f'Unexpected terminator {t!r}')
 
@@ -578,14 +526,17 @@ class _BlockCompiler:
     return frozenset(out)
 
   def block(self, block):
-    steps = [self.instruction(op) for op in block.instructions]
-    steps.append(self.terminator(block.terminator))
-    steps = tuple(steps)
+    if self.compact:   # NumPy: one generated function per block
+      run_block = block_codegen.compile_block(self, block)
+    else:
+      steps = [self.instruction(op) for op in block.instructions]
+      steps.append(self.terminator(block.terminator))
+      steps = tuple(steps)
 
-    def run_block(state, m):
-      temps = {}
-      for s in steps:
-        s(state, temps, m)
+      def run_block(state, m):
+        temps = {}
+        for s in steps:
+          s(state, temps, m)
     # For staged backends, which carry only what a block may change: the
     # slots it may write, and which slots are stacks (written by pushes).
     run_block.writes = self.writes(block)

@@ -72,9 +72,12 @@ def test_masked_stack_ops_match_the_model(batch, depth, ops):
     members = np.flatnonzero(mask)
     if kind == 'push':
       values = _value(batch, seed)
+      rows = seed % 2 == 1   # pushed as the members' rows
+      pushed = [v[members] for v in values] if rows else values
       full = [i for i in members if len(model.stacks[i]) >= depth]
       try:
-        stacks, new_sp = BACKEND.push(stacks, sp, values, m, depth, Overflow)
+        stacks, new_sp = BACKEND.push(stacks, sp, pushed, m, depth, Overflow,
+                                      rows=rows)
       except Overflow as e:
         assert e.members == full
         _check(model, regs, sp, stacks)   # raised before pushing anything
@@ -85,19 +88,18 @@ def test_masked_stack_ops_match_the_model(batch, depth, ops):
         model.stacks[i].append((values[0][i], tuple(values[1][i])))
     else:
       old_sp = sp.copy()
-      # Registers the caller owns are restored in place; others copied.
-      in_place = [bool(seed & 1), bool(seed & 2)]
       before = [r.copy() for r in regs]
+      # The top frames as rows of the members (what compiled blocks use).
+      tops = BACKEND.pop_rows(stacks, sp.copy(), m)
       if kind == 'pop':
-        new_regs, sp = BACKEND.pop(stacks, sp, regs, m, in_place=in_place)
+        new_regs, sp = BACKEND.pop(stacks, sp, regs, m)
         np.testing.assert_array_equal(old_sp, sp + mask)
       else:
-        new_regs = BACKEND.peek(stacks, sp, regs, m, in_place=in_place)
-      for old, new, own, b in zip(regs, new_regs, in_place, before):
-        if not own:
-          np.testing.assert_array_equal(old, b)   # not changed
-        elif not m.full:
-          assert new is old
+        new_regs = BACKEND.peek(stacks, sp, regs, m)
+        np.testing.assert_array_equal(old_sp, sp)
+      for old, new, b, top in zip(regs, new_regs, before, tops):
+        np.testing.assert_array_equal(old, b)   # registers not changed
+        np.testing.assert_array_equal(new[members], top)
       regs = new_regs
       for i in members:
         top = (model.stacks[i].pop() if kind == 'pop'

@@ -1,0 +1,408 @@
+"""Blocks as generated Python functions, for the NumPy backend.
+
+The VM's generic block compiler (`virtual_machine._BlockCompiler`) makes
+each block a chain of closures: every read, write and primitive is a few
+Python calls and dict look-ups.  On NumPy, which runs a Python loop over
+steps, that overhead is paid at every step.  Here each block becomes one
+straight-line Python function instead, written out as source and compiled
+once per (program, batch, stack depth):
+
+    def encode_2(state, m):          # block encode.2
+      idx, full, rows = m.idx, m.full, m.count
+      own = state[9]
+      # encode.%1 = prim[lib.left(node)](encode.node)
+      if full:
+        own.discard(4)
+        x0 = state[4]
+      else:
+        x0 = take(state[4], idx)
+      ...
+
+A block's reads, writes and temporaries are Python locals (the block is
+straight-line code, so which variables already have their rows here is
+known when generating it); constants, primitives and error builders are
+bound in the function's globals.  The semantics are the closure
+compiler's, compacted (see `numpy_backend`): primitives get the rows of
+the members at the block, results are scattered into registers, in place
+where the run owns the register (`virtual_machine._Layout`).
+
+`source(compiled)` returns the generated code of a
+`virtual_machine.CompiledProgram`, for debugging; each block function
+also has it as its `source` attribute.
+"""
+
+import keyword
+
+import numpy as np
+
+from autobatch_vm import errors
+from autobatch_vm import instructions as inst
+from autobatch_vm import liveness
+from autobatch_vm import numpy_backend
+
+__all__ = ['compile_block', 'source']
+
+
+def _ident(label):
+  """A Python identifier from a block label (deterministic)."""
+  out = ''.join(c if c.isalnum() else '_' for c in label)
+  if not out or out[0].isdigit() or keyword.iskeyword(out):
+    out = 'b_' + out
+  return out
+
+
+class _Gen:
+  """Writes one block's function: `lines` of source, `env` its globals."""
+
+  def __init__(self, bc, block, vm):
+    self.bc = bc          # the VM's _BlockCompiler: program, layout, backend
+    self.vm = vm          # the virtual_machine module (helpers)
+    self.block = block
+    self.p = bc.p
+    self.layout = bc.layout
+    self.be = bc.be
+    self.lines = []
+    self.env = {'np': np, 'take': numpy_backend.take_rows, 'AutoBatchError':
+                errors.AutoBatchError, 'BE': self.be}
+    self.local = {}       # var -> local name holding its rows in this block
+    self.names = 0
+    self.indent = 1
+    # A register write that nothing reads is not stored: the variable is
+    # written again later in the block (reads here use the rows in a
+    # local), or is dead when the block ends.
+    live_out = bc.live_out()[block.label]
+    self.stored = []      # per instruction: variables whose write is stored
+    written = set()
+    for op in reversed(block.instructions):
+      self.stored.append(frozenset(live_out - written))
+      written |= liveness.writes(op)
+    self.stored.reverse()
+    self.i = 0            # the instruction being generated
+
+  # -- plumbing --------------------------------------------------------------
+
+
+  def emit(self, line):
+    self.lines.append('  ' * self.indent + line)
+
+  def fresh(self, prefix='x'):
+    self.names += 1
+    return f'{prefix}{self.names}'
+
+  def const(self, value, prefix='k'):
+    """A global name bound to `value` in the generated function."""
+    name = self.fresh(prefix.upper() + '_')
+    self.env[name] = value
+    return name
+
+  def alloc(self, var):
+    return self.p.var_alloc.get(var, inst.VariableAllocation.NULL)
+
+  def template(self, var):
+    return self.p.var_defs[var].tensors
+
+  # -- reads -------------------------------------------------------------------
+
+  def read(self, var):
+    """An expression (a local name) holding `var`'s rows in this block."""
+    if var in self.local:
+      return self.local[var]
+    alloc = self.alloc(var)
+    va = inst.VariableAllocation
+    if alloc == va.TEMPORARY:
+      raise errors.InternalError(f'read of temporary {var} before a write')
+    if alloc not in (va.REGISTER, va.FULL):
+      raise errors.InternalError(f'read of {alloc.name} variable {var}')
+    slots = self.layout.regs[var]
+    template = self.template(var)
+    leaves = [self.fresh() for _ in slots]
+    # A whole-batch read hands out the register's array: the run no longer
+    # owns it (see virtual_machine._Layout).  A masked one gathers a copy.
+    self.emit('if full:')
+    self.indent += 1
+    for s, x in zip(slots, leaves):
+      self.emit(f'own.discard({s})')
+      self.emit(f'{x} = state[{s}]')
+    self.indent -= 1
+    self.emit('else:')
+    self.indent += 1
+    for s, x in zip(slots, leaves):
+      self.emit(f'{x} = take(state[{s}], idx)')
+    self.indent -= 1
+    if isinstance(template, inst.TensorType):
+      name = leaves[0]
+    else:
+      name = self.fresh()
+      self.emit(f'{name} = {self.unflatten(template)}([{", ".join(leaves)}])')
+    self.local[var] = name
+    return name
+
+  def unflatten(self, template):
+    return self.const(
+        lambda leaves: inst.pattern_unflatten(template, leaves,
+                                              inst.TensorType), 'unflat')
+
+  # -- writes ------------------------------------------------------------------
+
+  def write(self, names, value):
+    """Stores expression `value` into the variable pattern `names`."""
+    if not isinstance(names, str):
+      parts = [self.fresh() for _ in names]
+      unpack = self.const(_unpacker(len(names)), 'unpack')
+      self.emit(f'{", ".join(parts)}, = {unpack}({value})' if len(parts) == 1
+                else f'{", ".join(parts)} = {unpack}({value})')
+      for n, part in zip(names, parts):
+        self.write(n, part)
+      return
+    var = names
+    alloc = self.alloc(var)
+    va = inst.VariableAllocation
+    if alloc == va.NULL:
+      return
+    template = self.template(var)
+    leaf_types = inst.pattern_flatten(template, inst.TensorType)
+    single = isinstance(template, inst.TensorType)
+    if single:
+      leaves = [value]
+    else:
+      leaves = [self.fresh() for _ in leaf_types]
+      flat = self.const(lambda v: self.vm._flatten_like(template, v),  # pylint: disable=protected-access
+                        'flat')
+      self.emit(f'{", ".join(leaves)}, = {flat}({value})')
+    rows = []
+    for leaf, t in zip(leaves, leaf_types):
+      coerce = self.const(numpy_backend.coercer(t), 'coerce')
+      x = self.fresh()
+      self.emit(f'{x} = {coerce}({leaf}, m.count)')
+      rows.append(x)
+    if alloc in (va.REGISTER, va.FULL) and var in self.stored[self.i]:
+      for s, x in zip(self.layout.regs[var], rows):
+        self.store(s, x)
+    if single:
+      self.local[var] = rows[0]
+    else:
+      name = self.fresh()
+      self.emit(f'{name} = {self.unflatten(template)}([{", ".join(rows)}])')
+      self.local[var] = name
+
+  def store(self, slot, x):
+    """Scatters rows `x` into register `slot` (in place if owned)."""
+    self.emit('if full:')
+    self.emit(f'  own.discard({slot})')
+    self.emit(f'  state[{slot}] = {x}')
+    self.emit(f'elif {slot} in own:')
+    self.emit(f'  state[{slot}][idx] = {x}')
+    self.emit('else:')
+    self.emit(f'  t = state[{slot}].copy()')
+    self.emit(f'  t[idx] = {x}')
+    self.emit(f'  state[{slot}] = t')
+    self.emit(f'  own.add({slot})')
+
+  # -- instructions ------------------------------------------------------------
+
+  def instruction(self, op):
+    self.emit(f'# {inst.op_str(op)}'.replace('\n', ' '))
+    if isinstance(op, inst.PrimOp):
+      return self.prim(op)
+    if isinstance(op, inst.PushOp):
+      return self.push(op)
+    if isinstance(op, (inst.PopOp, inst.RestoreOp)):
+      return self.pop(op, keep=isinstance(op, inst.RestoreOp))
+    raise errors.InternalError(f'Unknown instruction {op!r}')
+
+  def prim(self, op):
+    args = [self.read(v) for v in op.vars_in]
+    if op.casts:
+      cast = self.const(self.be.cast, 'cast')
+      args = list(args)
+      for i, dtype in op.casts:
+        x = self.fresh()
+        self.emit(f'{x} = {cast}({args[i]}, {self.const(dtype, "dtype")})')
+        args[i] = x
+    fn = self.const(op.function, 'fn')
+    opname = self.const(op, 'op')
+    retry = self.const(self.vm.retry_on_live_data, 'retry')
+    shape_error = self.const(self.vm.result_shape_error, 'shape_error')
+    r = self.fresh('r')
+    arglist = ', '.join(args)
+    self.emit('try:')
+    self.emit(f'  {r} = {fn}({arglist})')
+    self.emit('except AutoBatchError:')
+    self.emit('  raise')
+    self.emit('except Exception as e:  # raises, naming the members')
+    self.emit(f'  {r} = {retry}(e, {opname}, [{arglist}], BE, m, True)')
+    self.emit('try:')
+    self.indent += 1
+    start = len(self.lines)
+    self.write(op.vars_out, r)
+    if len(self.lines) == start:   # the result is not used
+      self.emit('pass')
+    self.indent -= 1
+    self.emit('except ValueError as e:')
+    self.emit(f'  raise {shape_error}(e, {opname}, BE, m) from e')
+
+  def leaf_rows(self, var):
+    """Expressions for the rows of each leaf of `var`, for a push: its
+    locals if the block has them, else gathered from the registers (not
+    kept: a push copies them, so the registers stay the run's own)."""
+    if var in self.local:
+      template = self.template(var)
+      if isinstance(template, inst.TensorType):
+        return [self.local[var]]
+      leaves = [self.fresh() for _ in inst.pattern_flatten(template,
+                                                           inst.TensorType)]
+      flat = self.const(lambda v: self.vm._flatten_like(template, v),  # pylint: disable=protected-access
+                        'flat')
+      self.emit(f'{", ".join(leaves)}, = {flat}({self.local[var]})')
+      return leaves
+    return [f'(state[{s}] if full else take(state[{s}], idx))'
+            for s in self.layout.regs[var]]
+
+  def push(self, op):
+    depth = self.layout.depth
+    push = self.const(self.be.push, 'push')
+    for names, stack_slots, _, sp_slot in self.bc._sp_groups(op):  # pylint: disable=protected-access
+      what = ('saving variable ' if len(names) == 1 else
+              'saving variables ') + ', '.join(repr(v) for v in names)
+      overflow = self.const(self.vm._overflow(what, op.loc, depth),  # pylint: disable=protected-access
+                            'overflow')
+      values = [x for var in names for x in self.leaf_rows(var)]
+      stacks = ', '.join(f'state[{s}]' for s in stack_slots)
+      self.emit(f'stacks, state[{sp_slot}] = {push}([{stacks}], '
+                f'state[{sp_slot}], [{", ".join(values)}], m, {depth}, '
+                f'{overflow}, rows=True)')
+      for k, s in enumerate(stack_slots):
+        self.emit(f'state[{s}] = stacks[{k}]')
+
+  def pop(self, op, keep):
+    pop_rows = self.const(self.be.pop_rows, 'pop_rows')
+    for names, stack_slots, _, sp_slot in self.bc._sp_groups(op):  # pylint: disable=protected-access
+      stacks = ', '.join(f'state[{s}]' for s in stack_slots)
+      rows = [self.fresh() for _ in stack_slots]
+      self.emit(f'{", ".join(rows)}, = {pop_rows}([{stacks}], '
+                f'state[{sp_slot}], m, {keep})')
+      k = 0
+      for var in names:   # the restored rows are the variable's here
+        template = self.template(var)
+        n = len(self.layout.regs[var])
+        leaves, k = rows[k:k + n], k + n
+        if var in self.stored[self.i]:
+          for s, x in zip(self.layout.regs[var], leaves):
+            self.store(s, x)
+        if isinstance(template, inst.TensorType):
+          self.local[var] = leaves[0]
+        else:
+          name = self.fresh()
+          self.emit(f'{name} = {self.unflatten(template)}'
+                    f'([{", ".join(leaves)}])')
+          self.local[var] = name
+
+  # -- terminators -------------------------------------------------------------
+
+  def goto(self, target):
+    self.emit('if full:')
+    self.emit(f'  state[0].fill({target})')
+    self.emit('else:')
+    self.emit(f'  state[0][idx] = {target}')
+
+  def branch(self, cond, true_target, false_target):
+    c = self.fresh('c')
+    to_bool = self.const(self.be.to_bool, 'to_bool')
+    branch = self.const(self.be.branch, 'branch')
+    self.emit(f'{c} = {to_bool}({self.read(cond)})')
+    self.emit(f'{branch}(state[0], m, {c}, {true_target}, {false_target}, '
+              'True)')
+    return c
+
+  def push_pc(self, t, mask):
+    """Pushes `t`'s return block on the PC stack for the members `mask`."""
+    ret = self.bc.index[t.push_block]
+    ret_pc = self.const(np.full((self.bc.batch,), ret, np.int32), 'ret_pc')
+    depth = self.layout.pc_depth
+    callee = (t.goto_block if isinstance(t, inst.PushGotoOp) else
+              t.call_block if isinstance(t, inst.CallBranchOp)
+              else t.true_block).split('.', 1)[0]
+    overflow = self.const(
+        self.vm._overflow(f'call stack, calling {callee!r}', t.loc,  # pylint: disable=protected-access
+                          depth - 1), 'overflow')
+    push = self.const(self.be.push, 'push')
+    self.emit(f'(state[1],), state[2] = {push}([state[1]], state[2], '
+              f'[{ret_pc}], {mask}, {depth}, {overflow})')
+
+  def terminator(self, t):
+    self.emit(f'# {inst.op_str(t)}')
+    index = self.bc.index
+    if isinstance(t, inst.GotoOp):
+      return self.goto(index[t.block])
+    if isinstance(t, inst.BranchOp):
+      self.branch(t.cond, index[t.true_block], index[t.false_block])
+      return None
+    if isinstance(t, inst.CallBranchOp):
+      # Only the members going to the callee push the return block.
+      c = self.fresh('c')
+      to_bool = self.const(self.be.to_bool, 'to_bool')
+      submask = self.const(self.be.submask, 'submask')
+      branch = self.const(self.be.branch, 'branch')
+      self.emit(f'{c} = {to_bool}({self.read(t.cond)})')
+      self.emit(f'calls = {submask}(m, {c}, True, {not t.call_side})')
+      self.push_pc(t, 'calls')
+      self.emit(f'{branch}(state[0], m, {c}, {index[t.true_block]}, '
+                f'{index[t.false_block]}, True)')
+      return None
+    if isinstance(t, inst.PushGotoOp):
+      self.push_pc(t, 'm')
+      return self.goto(index[t.goto_block])
+    if isinstance(t, inst.PushBranchOp):
+      self.push_pc(t, 'm')
+      self.branch(t.cond, index[t.true_block], index[t.false_block])
+      return None
+    if isinstance(t, inst.IndirectGotoOp):
+      pop_rows = self.const(self.be.pop_rows, 'pop_rows')
+      # The run owns its PC: the return address is restored in place.
+      self.emit(f'ret, = {pop_rows}([state[1]], state[2], m)')
+      self.emit('if full:')
+      self.emit('  state[0][:] = ret')
+      self.emit('else:')
+      self.emit('  state[0][idx] = ret')
+      return None
+    raise errors.InternalError(f'Unexpected terminator {t!r}')
+
+  # -- the function ------------------------------------------------------------
+
+  def function(self):
+    name = _ident(self.block.label)
+    self.emit('idx, full = m.idx, m.full')
+    self.emit(f'own = state[{self.layout.owned_slot}]')
+    for self.i, op in enumerate(self.block.instructions):
+      self.instruction(op)
+    self.terminator(self.block.terminator)
+    source = '\n'.join([f'def {name}(state, m):',
+                        f'  # block {self.block.label}'] + self.lines) + '\n'
+    code = compile(source, f'<autobatch_vm block {self.block.label}>',
+                   'exec')
+    namespace = dict(self.env)
+    exec(code, namespace)  # pylint: disable=exec-used
+    fn = namespace[name]
+    fn.source = source
+    return fn
+
+
+def _unpacker(n):
+  def unpack(value):
+    values = tuple(value)
+    if len(values) != n:
+      raise errors.InternalError(f'cannot unpack {len(values)} into {n}')
+    return values
+  return unpack
+
+
+def compile_block(bc, block):
+  """`block` of `bc`'s program as a function `run(state, m)` (NumPy)."""
+  from autobatch_vm import virtual_machine  # pylint: disable=g-import-not-at-top
+  return _Gen(bc, block, virtual_machine).function()
+
+
+def source(compiled):
+  """The generated code of every block of `compiled` (a
+  `virtual_machine.CompiledProgram` on NumPy), in block order."""
+  return '\n'.join(b.source for b in compiled.blocks)
