@@ -255,8 +255,21 @@ class _Gen:
                         'flat')
       self.emit(f'{", ".join(leaves)}, = {flat}({self.local[var]})')
       return leaves
+    if self.read_later(var):   # the block needs the rows anyway
+      self.read(var)
+      return self.leaf_rows(var)
     return [f'(state[{s}] if full else take(state[{s}], idx))'
             for s in self.layout.regs[var]]
+
+  def read_later(self, var):
+    """Whether an instruction after the current one, or the terminator,
+    reads `var` before any writes it."""
+    for op in self.block.instructions[self.i + 1:]:
+      if var in liveness.reads(op):
+        return True
+      if var in liveness.writes(op):
+        return False
+    return var in liveness.reads(self.block.terminator)
 
   def push(self, op):
     depth = self.layout.depth
@@ -299,35 +312,47 @@ class _Gen:
 
   # -- terminators -------------------------------------------------------------
 
+  # The PC, its stack and stack pointer (state slots 0, 1, 2) belong to
+  # the run: updated in place, for the members' indices.
+
   def goto(self, target):
     self.emit('if full:')
     self.emit(f'  state[0].fill({target})')
     self.emit('else:')
     self.emit(f'  state[0][idx] = {target}')
 
-  def branch(self, cond, true_target, false_target):
+  def condition(self, var):
+    """A local holding `var`'s rows as bools."""
+    x = self.read(var)
+    template = self.template(var)
+    if (isinstance(template, inst.TensorType)
+        and np.dtype(template.dtype) == np.bool_):
+      return x   # already coerced to bool
     c = self.fresh('c')
-    to_bool = self.const(self.be.to_bool, 'to_bool')
-    branch = self.const(self.be.branch, 'branch')
-    self.emit(f'{c} = {to_bool}({self.read(cond)})')
-    self.emit(f'{branch}(state[0], m, {c}, {true_target}, {false_target}, '
-              'True)')
+    self.emit(f'{c} = {self.const(self.be.to_bool, "to_bool")}({x})')
     return c
 
-  def push_pc(self, t, mask):
-    """Pushes `t`'s return block on the PC stack for the members `mask`."""
-    ret = self.bc.index[t.push_block]
-    ret_pc = self.const(np.full((self.bc.batch,), ret, np.int32), 'ret_pc')
+  def branch(self, c, true_target, false_target):
+    self.emit(f'state[0][idx] = np.where({c}, {true_target}, '
+              f'{false_target})')
+
+  def push_pc(self, t, members):
+    """Pushes `t`'s return block on the PC stack for the members with
+    indices `members` (an expression)."""
     depth = self.layout.pc_depth
     callee = (t.goto_block if isinstance(t, inst.PushGotoOp) else
               t.call_block if isinstance(t, inst.CallBranchOp)
               else t.true_block).split('.', 1)[0]
-    overflow = self.const(
+    overflow = self.const(_pc_overflow(
         self.vm._overflow(f'call stack, calling {callee!r}', t.loc,  # pylint: disable=protected-access
-                          depth - 1), 'overflow')
-    push = self.const(self.be.push, 'push')
-    self.emit(f'(state[1],), state[2] = {push}([state[1]], state[2], '
-              f'[{ret_pc}], {mask}, {depth}, {overflow})')
+                          depth - 1), depth), 'pc_overflow')
+    self.emit(f'calls = {members}')
+    self.emit('top = state[2][calls]')
+    self.emit('try:   # a full stack has no row `top`')
+    self.emit(f'  state[1][top, calls] = {self.bc.index[t.push_block]}')
+    self.emit('except IndexError:')
+    self.emit(f'  raise {overflow}(calls, top) from None')
+    self.emit('state[2][calls] = top + 1')
 
   def terminator(self, t):
     self.emit(f'# {inst.op_str(t)}')
@@ -335,35 +360,25 @@ class _Gen:
     if isinstance(t, inst.GotoOp):
       return self.goto(index[t.block])
     if isinstance(t, inst.BranchOp):
-      self.branch(t.cond, index[t.true_block], index[t.false_block])
-      return None
+      c = self.condition(t.cond)
+      return self.branch(c, index[t.true_block], index[t.false_block])
     if isinstance(t, inst.CallBranchOp):
       # Only the members going to the callee push the return block.
-      c = self.fresh('c')
-      to_bool = self.const(self.be.to_bool, 'to_bool')
-      submask = self.const(self.be.submask, 'submask')
-      branch = self.const(self.be.branch, 'branch')
-      self.emit(f'{c} = {to_bool}({self.read(t.cond)})')
-      self.emit(f'calls = {submask}(m, {c}, True, {not t.call_side})')
-      self.push_pc(t, 'calls')
-      self.emit(f'{branch}(state[0], m, {c}, {index[t.true_block]}, '
-                f'{index[t.false_block]}, True)')
-      return None
+      c = self.condition(t.cond)
+      self.push_pc(t, f'idx[{c}]' if t.call_side else f'idx[~{c}]')
+      return self.branch(c, index[t.true_block], index[t.false_block])
     if isinstance(t, inst.PushGotoOp):
-      self.push_pc(t, 'm')
+      self.push_pc(t, 'idx')
       return self.goto(index[t.goto_block])
     if isinstance(t, inst.PushBranchOp):
-      self.push_pc(t, 'm')
-      self.branch(t.cond, index[t.true_block], index[t.false_block])
-      return None
+      self.push_pc(t, 'idx')
+      c = self.condition(t.cond)
+      return self.branch(c, index[t.true_block], index[t.false_block])
     if isinstance(t, inst.IndirectGotoOp):
-      pop_rows = self.const(self.be.pop_rows, 'pop_rows')
-      # The run owns its PC: the return address is restored in place.
-      self.emit(f'ret, = {pop_rows}([state[1]], state[2], m)')
-      self.emit('if full:')
-      self.emit('  state[0][:] = ret')
-      self.emit('else:')
-      self.emit('  state[0][idx] = ret')
+      # Pops the return block into the PC.
+      self.emit('top = state[2][idx] - 1')
+      self.emit('state[2][idx] = top')
+      self.emit('state[0][idx] = state[1][top, idx]')
       return None
     raise errors.InternalError(f'Unexpected terminator {t!r}')
 
@@ -385,6 +400,16 @@ class _Gen:
     fn = namespace[name]
     fn.source = source
     return fn
+
+
+def _pc_overflow(overflow, depth):
+  """`fail(members, top)`: the error for a PC push that did not fit."""
+  def fail(members, top):
+    full = top >= depth
+    if full.any():
+      return overflow(members[full])
+    return errors.InternalError('a push on the PC stack failed')
+  return fail
 
 
 def _unpacker(n):

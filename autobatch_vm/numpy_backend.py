@@ -28,27 +28,14 @@ __all__ = ['NumpyBackend', 'coercer', 'take_rows']
 
 
 class _Mask:
-  """The members at the block being run: a bool mask and their indices.
+  """The members at the block being run: a bool mask and their indices."""
+  __slots__ = ('mask', 'idx', 'count', 'full')
 
-  Compacted blocks use only the indices; the mask of a submask is made
-  when first asked for.
-  """
-  __slots__ = ('_mask', 'idx', 'count', 'full', 'batch')
-
-  def __init__(self, mask, batch, idx=None):
-    self._mask = mask
-    self.idx = mask.nonzero()[0] if idx is None else idx
+  def __init__(self, mask, batch):
+    self.mask = mask
+    self.idx = mask.nonzero()[0]
     self.count = self.idx.size
     self.full = self.count == batch
-    self.batch = batch
-
-  @property
-  def mask(self):
-    if self._mask is None:
-      mask = np.zeros(self.batch, bool)
-      mask[self.idx] = True
-      self._mask = mask
-    return self._mask
 
 
 def take_rows(x, idx):
@@ -151,19 +138,6 @@ class NumpyBackend:
     """Entry (0) for `active` members, exit for the rest."""
     return np.where(active, 0, num_blocks).astype(np.int32)
 
-  def submask(self, m, cond, compact=False, negate=False):
-    """The members of `m` where `cond` holds (fails, if `negate`);
-    `cond` has a row per member at the block if `compact`."""
-    cond = np.asarray(cond, bool)
-    if negate:
-      cond = ~cond
-    batch = m.mask.size
-    if m.full:
-      return _Mask(cond, batch)
-    if not compact:
-      return _Mask(m.mask & cond, batch)
-    return _Mask(None, batch, m.idx[cond])
-
   def fill_inactive(self, x, m):
     """`x` with the lanes outside `m` copied from the first lane inside."""
     x = np.asarray(x)
@@ -196,14 +170,11 @@ class NumpyBackend:
       pc[m.idx] = target
     return pc
 
-  def branch(self, pc, m, cond, true_target, false_target, compact=False):
-    """`cond` has a row per member at the block if `compact`, else per
-    member of the batch."""
+  def branch(self, pc, m, cond, true_target, false_target):
+    """`cond`: a bool per member of the batch."""
     target = np.where(cond, true_target, false_target)
     if m.full:
       pc[:] = target
-    elif compact:
-      pc[m.idx] = target
     else:
       pc[m.idx] = target[m.idx]
     return pc

@@ -458,9 +458,8 @@ class TensorFlowBackend:
       return _Mask(mask, count, count == batch, batch)
     return _Mask(mask, None, False, batch)
 
-  def submask(self, m, cond, compact=False, negate=False):
+  def submask(self, m, cond, negate=False):
     """The members of `m` where `cond` holds (fails, if `negate`)."""
-    del compact  # TF runs primitives on the whole batch
     if negate:
       cond = tf.logical_not(cond)
     return self.mask_of(cond if m.full else tf.logical_and(m.mask, cond),
@@ -546,8 +545,7 @@ class TensorFlowBackend:
       return tf.fill(tf.shape(pc), target)
     return tf.where(m.mask, target, pc)
 
-  def branch(self, pc, m, cond, true_target, false_target, compact=False):
-    del compact  # TF runs primitives on the whole batch
+  def branch(self, pc, m, cond, true_target, false_target):
     to = tf.where(cond, tf.constant(true_target, tf.int32),
                   tf.constant(false_target, tf.int32))
     if m.full:
