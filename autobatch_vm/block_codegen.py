@@ -272,28 +272,41 @@ class _Gen:
     return var in liveness.reads(self.block.terminator)
 
   def push(self, op):
+    """Writes the rows into each stack at the members' pointers (stacks
+    belong to the run: in place) and moves the pointers up."""
     depth = self.layout.depth
-    push = self.const(self.be.push, 'push')
     for names, stack_slots, _, sp_slot in self.bc._sp_groups(op):  # pylint: disable=protected-access
       what = ('saving variable ' if len(names) == 1 else
               'saving variables ') + ', '.join(repr(v) for v in names)
-      overflow = self.const(self.vm._overflow(what, op.loc, depth),  # pylint: disable=protected-access
-                            'overflow')
+      fail = self.const(_push_failure(
+          self.vm._overflow(what, op.loc, depth), depth), 'overflow')  # pylint: disable=protected-access
       values = [x for var in names for x in self.leaf_rows(var)]
-      stacks = ', '.join(f'state[{s}]' for s in stack_slots)
-      self.emit(f'stacks, state[{sp_slot}] = {push}([{stacks}], '
-                f'state[{sp_slot}], [{", ".join(values)}], m, {depth}, '
-                f'{overflow}, rows=True)')
-      for k, s in enumerate(stack_slots):
-        self.emit(f'state[{s}] = stacks[{k}]')
+      self.emit(f'top = state[{sp_slot}][idx]')
+      self.emit('try:   # a full stack has no row `top`')
+      for s, x in zip(stack_slots, values):
+        self.emit(f'  state[{s}][top, idx] = {x}')
+      self.emit('except IndexError:')
+      self.emit(f'  raise {fail}(idx, top) from None')
+      self.emit(f'state[{sp_slot}][idx] = top + 1')
 
   def pop(self, op, keep):
-    pop_rows = self.const(self.be.pop_rows, 'pop_rows')
+    """Reads the top frames as the members' rows; `pop` also moves the
+    pointers down."""
+    batch = self.bc.batch
     for names, stack_slots, _, sp_slot in self.bc._sp_groups(op):  # pylint: disable=protected-access
-      stacks = ', '.join(f'state[{s}]' for s in stack_slots)
+      types = [t for var in names for t in self.layout.leaf_types[var]]
       rows = [self.fresh() for _ in stack_slots]
-      self.emit(f'{", ".join(rows)}, = {pop_rows}([{stacks}], '
-                f'state[{sp_slot}], m, {keep})')
+      self.emit(f'top = state[{sp_slot}][idx] - 1')
+      if any(t.shape for t in types):
+        self.emit(f'frame = top * {batch} + idx')
+      for s, t, x in zip(stack_slots, types, rows):
+        if t.shape:   # frames of vectors: `take` on flattened frames
+          self.emit(f'{x} = state[{s}].reshape({(-1,) + tuple(t.shape)})'
+                    '.take(frame, axis=0)')
+        else:
+          self.emit(f'{x} = state[{s}][top, idx]')
+      if not keep:
+        self.emit(f'state[{sp_slot}][idx] = top')
       k = 0
       for var in names:   # the restored rows are the variable's here
         template = self.template(var)
@@ -343,7 +356,7 @@ class _Gen:
     callee = (t.goto_block if isinstance(t, inst.PushGotoOp) else
               t.call_block if isinstance(t, inst.CallBranchOp)
               else t.true_block).split('.', 1)[0]
-    overflow = self.const(_pc_overflow(
+    overflow = self.const(_push_failure(
         self.vm._overflow(f'call stack, calling {callee!r}', t.loc,  # pylint: disable=protected-access
                           depth - 1), depth), 'pc_overflow')
     self.emit(f'calls = {members}')
@@ -402,13 +415,14 @@ class _Gen:
     return fn
 
 
-def _pc_overflow(overflow, depth):
-  """`fail(members, top)`: the error for a PC push that did not fit."""
+def _push_failure(overflow, depth):
+  """`fail(members, top)`: the error for a push that did not fit (an
+  IndexError writing row `top` of the stack, for these members)."""
   def fail(members, top):
     full = top >= depth
     if full.any():
       return overflow(members[full])
-    return errors.InternalError('a push on the PC stack failed')
+    return errors.InternalError('a push on a stack failed')
   return fail
 
 
