@@ -7,15 +7,23 @@ steps, that overhead is paid at every step.  Here each block becomes one
 straight-line Python function instead, written out as source and compiled
 once per (program, batch, stack depth):
 
-    def encode_2(state, m):          # block encode.2
-      idx, full, rows = m.idx, m.full, m.count
-      own = state[9]
-      # encode.%1 = prim[lib.left(node)](encode.node)
+    def encode_2_2(state, m):
+      # block encode.2.2
+      idx, full = m.idx, m.full
+      own = state[10]
+      # pop encode.h_left
+      top = state[7][idx] - 1
+      frame = top * 256 + idx
+      x1 = state[6].reshape((-1, 64)).take(frame, axis=0)
+      state[7][idx] = top
+      # encode.%ret = prim[lib.cell(h_left, h_right)](encode.h_left, ...)
       if full:
-        own.discard(4)
-        x0 = state[4]
+        own.discard(3)
+        x2 = state[3]
       else:
-        x0 = take(state[4], idx)
+        x2 = take(state[3], idx)
+      try:
+        r7 = FN_3(x1, x2)
       ...
 
 A block's reads, writes and temporaries are Python locals (the block is
@@ -24,7 +32,9 @@ known when generating it); constants, primitives and error builders are
 bound in the function's globals.  The semantics are the closure
 compiler's, compacted (see `numpy_backend`): primitives get the rows of
 the members at the block, results are scattered into registers, in place
-where the run owns the register (`virtual_machine._Layout`).
+where the run owns the register (`virtual_machine._Layout`).  A store
+that nothing reads is left out: above, `h_left` is dead after its pop, so
+its rows stay in `x1` and never reach its register.
 
 `source(compiled)` returns the generated code of a
 `virtual_machine.CompiledProgram`, for debugging; each block function
@@ -80,7 +90,6 @@ class _Gen:
     self.i = 0            # the instruction being generated
 
   # -- plumbing --------------------------------------------------------------
-
 
   def emit(self, line):
     self.lines.append('  ' * self.indent + line)
