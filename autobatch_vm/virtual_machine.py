@@ -61,7 +61,8 @@ class RunStats:
   block_loc: Dict[str, object] = dataclasses.field(default_factory=dict)
   block_time: Dict[str, float] = dataclasses.field(default_factory=dict)
   profile: bool = False
-  member_blocks: Optional[np.ndarray] = None
+  member_blocks: Optional[np.ndarray] = dataclasses.field(default=None,
+                                                          compare=False)
 
   @property
   def longest_member_blocks(self):
