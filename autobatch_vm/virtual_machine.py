@@ -1,23 +1,26 @@
 """The batched virtual machine: runs a `LoweredProgram` across a batch.
 
-Every member has its own program counter (PC).  One step picks a block (by
-default the lowest-indexed block that has any member: later code then runs
-with more members at once) and runs its instructions on the whole batch;
-results are kept only for the members whose PC is at that block (a masked
-update).  Then the terminator moves those members' PCs.  A member whose PC
-reaches `len(program.blocks)` has finished; the run ends when all have.
+Every member has its own program counter (PC).  One step picks a block
+(by default the one with the most members; `schedule='lowest'`: the
+lowest-indexed one that has any) and runs its instructions for the
+members whose PC is at that block: on NumPy on their rows only, on
+TensorFlow on the whole batch with masked updates.  Then the terminator
+moves those members' PCs.  A member whose PC reaches `len(program.blocks)`
+has finished; the run ends when all have.
 
 State is a flat list of arrays, so that a staged backend can carry it
 through a `while_loop`:
   [pc, pc_stack, pc_sp, <register leaves>..., <stack leaves>..., <sps>...]
+(on NumPy, plus the set of registers the run owns: see `_Layout`).
 Registers hold one value per member.  A FULL variable also has a stack
-`[max_stack_depth, batch, *shape]` and a stack pointer per member; its
-register caches the top, so reads cost nothing and only `PushOp`/`PopOp`
-touch the stack.  TEMPORARY variables never enter the state: they live in a
-dict for the duration of one block.
+`[max_stack_depth, batch, *shape]` and a stack pointer per member; only
+`PushOp`/`PopOp` touch the stack.  TEMPORARY variables never enter the
+state: they live for the duration of one block.
 
-Blocks are compiled once per (program, backend, batch size) into Python
-closures over their slots; `block_code_cache` lets a caller keep them.
+Blocks are compiled once per (program, backend, batch size, depth): on
+NumPy into generated Python functions (`block_codegen`), on TensorFlow
+into Python closures over their slots; `block_code_cache` lets a caller
+keep them.
 """
 
 import dataclasses
