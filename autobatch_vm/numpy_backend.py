@@ -257,18 +257,25 @@ class NumpyBackend:
     seconds = [0.0] * num_blocks
     steps = 0
     if batch:
-      next_block, make_mask = self.next_block, self.make_mask
+      # `next_block` inlined: this loop runs once per step.
+      most, bincount, size = schedule == 'most', np.bincount, num_blocks + 1
       clock = time.perf_counter if stats.profile else None
       if clock is not None:
         member_blocks = stats.member_blocks = np.zeros(batch, np.int64)
       while True:
         pc = state[0]
-        b = next_block(pc, num_blocks, schedule)
-        if b >= num_blocks:
-          break
+        if most:
+          counts = bincount(pc, minlength=size)
+          b = int(counts[:num_blocks].argmax())
+          if not counts[b]:
+            break
+        else:
+          b = int(pc.min())
+          if b >= num_blocks:
+            break
         if steps == max_steps:
           raise step_limit_error(np.flatnonzero(pc < num_blocks), b)
-        m = make_mask(pc, b, batch)
+        m = _Mask(pc == b, batch)
         if clock is None:
           blocks[b](state, m)
         else:
