@@ -146,6 +146,11 @@ class _Gen:
     self.local[var] = name
     return name
 
+  def flatten(self, template):
+    """A global: a function from a value of `template` to its leaves."""
+    return self.const(
+        lambda v: self.vm._flatten_like(template, v), 'flat')  # pylint: disable=protected-access
+
   def unflatten(self, template):
     return self.const(
         lambda leaves: inst.pattern_unflatten(template, leaves,
@@ -157,9 +162,8 @@ class _Gen:
     """Stores expression `value` into the variable pattern `names`."""
     if not isinstance(names, str):
       parts = [self.fresh() for _ in names]
-      unpack = self.const(_unpacker(len(names)), 'unpack')
-      self.emit(f'{", ".join(parts)}, = {unpack}({value})' if len(parts) == 1
-                else f'{", ".join(parts)} = {unpack}({value})')
+      unpack = self.const(self.vm.unpack, 'unpack')
+      self.emit(f'{", ".join(parts)}, = {unpack}({value}, {len(parts)})')
       for n, part in zip(names, parts):
         self.write(n, part)
       return
@@ -175,9 +179,7 @@ class _Gen:
       leaves = [value]
     else:
       leaves = [self.fresh() for _ in leaf_types]
-      flat = self.const(lambda v: self.vm._flatten_like(template, v),  # pylint: disable=protected-access
-                        'flat')
-      self.emit(f'{", ".join(leaves)}, = {flat}({value})')
+      self.emit(f'{", ".join(leaves)}, = {self.flatten(template)}({value})')
     rows = []
     for leaf, t in zip(leaves, leaf_types):
       coerce = self.const(numpy_backend.coercer(t), 'coerce')
@@ -260,9 +262,8 @@ class _Gen:
         return [self.local[var]]
       leaves = [self.fresh() for _ in inst.pattern_flatten(template,
                                                            inst.TensorType)]
-      flat = self.const(lambda v: self.vm._flatten_like(template, v),  # pylint: disable=protected-access
-                        'flat')
-      self.emit(f'{", ".join(leaves)}, = {flat}({self.local[var]})')
+      self.emit(f'{", ".join(leaves)}, = '
+                f'{self.flatten(template)}({self.local[var]})')
       return leaves
     if self.read_later(var):   # the block needs the rows anyway
       self.read(var)
@@ -433,15 +434,6 @@ def _push_failure(overflow, depth):
       return overflow(members[full])
     return errors.InternalError('a push on a stack failed')
   return fail
-
-
-def _unpacker(n):
-  def unpack(value):
-    values = tuple(value)
-    if len(values) != n:
-      raise errors.InternalError(f'cannot unpack {len(values)} into {n}')
-    return values
-  return unpack
 
 
 def compile_block(bc, block):

@@ -80,20 +80,28 @@ def transfer(block, fn, live_out, across=None):
   return live
 
 
-def analyze(fn):
-  """Liveness of every block of `fn`."""
-  live_in = {b.label: frozenset() for b in fn.blocks}
+def _fixpoint(blocks, succ, fn, exit_reads=lambda block: frozenset()):
+  """(live_in, live_out) per block label, by backward dataflow over the
+  edges `succ(block)`; `exit_reads(block)`: read after the block too."""
+  live_in = {b.label: frozenset() for b in blocks}
   live_out = dict(live_in)
   changed = True
   while changed:
     changed = False
-    for block in reversed(fn.blocks):
-      out = frozenset().union(*[live_in[s] for s in successors(block)])
+    for block in reversed(blocks):
+      out = frozenset().union(exit_reads(block),
+                              *[live_in[s] for s in succ(block)])
       new_in = frozenset(transfer(block, fn, out))
       if out != live_out[block.label] or new_in != live_in[block.label]:
         live_out[block.label] = out
         live_in[block.label] = new_in
         changed = True
+  return live_in, live_out
+
+
+def analyze(fn):
+  """Liveness of every block of `fn`."""
+  live_in, live_out = _fixpoint(fn.blocks, successors, fn)
   across = {}
   for block in fn.blocks:
     transfer(block, fn, live_out[block.label], across)
@@ -127,18 +135,9 @@ def lowered_live_out(program):
       return returns
     raise errors.InternalError(f'Unknown terminator {t!r}')
 
-  live_in = {b.label: frozenset() for b in program.blocks}
-  live_out = dict(live_in)
-  changed = True
-  while changed:
-    changed = False
-    for block in reversed(program.blocks):
-      out = frozenset().union(*[live_in[s] for s in succ(block)])
-      if isinstance(block.terminator, inst.IndirectGotoOp):
-        out |= exit_reads
-      new_in = frozenset(transfer(block, None, out))
-      if out != live_out[block.label] or new_in != live_in[block.label]:
-        live_out[block.label] = out
-        live_in[block.label] = new_in
-        changed = True
-  return live_out
+  def after(block):
+    if isinstance(block.terminator, inst.IndirectGotoOp):
+      return exit_reads
+    return frozenset()
+
+  return _fixpoint(program.blocks, succ, None, after)[1]

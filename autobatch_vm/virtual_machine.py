@@ -346,10 +346,7 @@ class _BlockCompiler:
     n = len(subs)
 
     def bind(state, temps, value, m):
-      values = tuple(value)
-      if len(values) != n:
-        raise errors.InternalError(f'cannot unpack {len(values)} into {n}')
-      for w, v in zip(subs, values):
+      for w, v in zip(subs, unpack(value, n)):
         w(state, temps, v, m)
     return bind
 
@@ -549,6 +546,15 @@ class _BlockCompiler:
 
 
 _MISSING = object()
+
+
+def unpack(value, n):
+  """`value` as a tuple of its `n` parts (a primitive's result bound to a
+  tuple of variables)."""
+  values = tuple(value)
+  if len(values) != n:
+    raise errors.InternalError(f'cannot unpack {len(values)} into {n}')
+  return values
 
 
 def _cast_reader(read, cast, dtype):
