@@ -11,7 +11,8 @@ baselines of the cell timed in turns (a call of each per round),
 throughput in the workload's unit, peak traced memory (NumPy only), VM
 steps, mean utilization, and baselines measured in the same run: every
 member run alone on the same backend (the dry-run loop: plain Python per
-member on NumPy arrays or eager TF tensors; timed on a few, scaled) and,
+member on NumPy arrays or eager TF tensors; every member where that
+takes under --alone_seconds, else the first ones that fit, scaled) and,
 when tensorflow_probability is installed (TFP 0.25 with TensorFlow 2.18,
 or 2.21 with tf-keras 2.21: see benchmarks/tfp_baselines.py), TFP's
 auto_batching VM on the same fibonacci, TFP's autobatched NUTS and its
@@ -67,6 +68,9 @@ flags.DEFINE_integer('nuts_repeats', 7, 'Least timed repeats per NUTS cell '
 flags.DEFINE_float('min_seconds', 1.0, 'More repeats (up to --max_repeats) '
                    'until our timed calls of a cell add up to this.')
 flags.DEFINE_integer('max_repeats', 25, 'Most timed repeats per cell.')
+flags.DEFINE_float('alone_seconds', 2.0, 'Time for the "alone" baseline of '
+                   'a cell: every member runs alone if that fits, else as '
+                   'many as fit (the time scaled to the batch).')
 flags.DEFINE_enum('schedule', 'most', ['lowest', 'most'],
                   'VM schedule of the main table (the library default).')
 flags.DEFINE_integer('schedule_batch', 64, 'Batch size (NUTS: chains) of '
@@ -145,13 +149,29 @@ def _on(backend, x):
 
 def _alone_seconds(fn, inputs, batch, backend, sample=8):
   """Time to run every member alone (the dry-run loop: plain Python per
-  member, on NumPy or eager TensorFlow): measured on a few, scaled."""
+  member, on NumPy or eager TensorFlow).
+
+  Every member is run when that fits in `--alone_seconds` (estimated from
+  the first `sample`); otherwise as many as fit, from the first, and the
+  time is scaled to the batch.  Members differ in work (a tree's size, a
+  fibonacci argument), so a few first members misstate the whole batch:
+  the first 16 trees of the B=1024 forest have 15.5 leaves on average, the
+  forest 17.0.
+  """
+  done, spent = 0, 0.0
   k = max(1, min(batch, sample))
-  args = [_on(backend, x[:k]) for x in inputs]
   with workloads.no_garbage_collection():
-    start = time.perf_counter()
-    fn(*args, dry_run=True)
-    return (time.perf_counter() - start) * batch / k
+    while done < batch:
+      args = [_on(backend, x[done:done + k]) for x in inputs]
+      start = time.perf_counter()
+      fn(*args, dry_run=True)
+      spent += time.perf_counter() - start
+      done += k
+      left = FLAGS.alone_seconds - spent
+      if left <= 0:
+        break
+      k = min(batch - done, max(1, int(left / (spent / done))))
+  return spent * batch / done
 
 
 fibonacci = workloads.fibonacci
@@ -189,7 +209,7 @@ def make_tree_rnn(backend, batch):
   tf_name = {'numpy': 'numpy', 'function': 'tf', 'xla': 'xla'}[backend]
   fn, encode = tr.encode_batched(forest, params, tf_name, FLAGS.schedule)
 
-  alone = lambda: _alone_seconds(encode, [forest.roots], batch, backend, 16)
+  alone = lambda: _alone_seconds(encode, [forest.roots], batch, backend)
   return Cell(fn, batch, 'trees/s', lambda: encode.last_stats, alone)
 
 
@@ -513,6 +533,7 @@ def main(argv):
     FLAGS.repeats = min(FLAGS.repeats, 2)
     FLAGS.nuts_repeats = min(FLAGS.nuts_repeats, 2)
     FLAGS.min_seconds = 0.0
+    FLAGS.alone_seconds = min(FLAGS.alone_seconds, 0.3)
   backends = list(FLAGS.backends)
   if any(b != 'numpy' for b in backends):
     try:
@@ -567,8 +588,10 @@ NOTES = ('Times are medians of calls after a warm-up call: at least '
          'does (a full collection in this process takes ~0.2 s).  '
          '"alone": every '
          'member run alone with `dry_run=True` on the same backend\'s arrays '
-         '(NumPy, or eager TensorFlow for the TF rows; measured on a few, '
-         'scaled).  '
+         '(NumPy, or eager TensorFlow for the TF rows): all members where '
+         'that takes under `--alone_seconds`, else as many as fit, from '
+         'the first, scaled to the batch (NUTS: two chains, scaled by '
+         'leapfrogs).  '
          '"TFP VM": TensorFlow Probability\'s `auto_batching` on the same '
          'program (fibonacci) or its autobatched NUTS '
          '(`tfp.experimental.mcmc.NoUTurnSampler`); "hand-batched": '

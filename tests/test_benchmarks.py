@@ -135,3 +135,33 @@ def test_plot_draws_a_line_per_system_and_backend(tmp_path):
       'TFP auto_batching, numpy': [2.5, 160.0],
       'autobatch_vm, xla': [10.0, 640.0],
       'each member alone, xla': [5.0, 320.0]}
+
+
+def test_alone_baseline_runs_every_member_that_fits_else_scales(
+    clock, monkeypatch):
+  """The "alone" baseline runs all members when they fit in
+  --alone_seconds (members differ in work, so a few first ones misstate
+  the batch); otherwise the first ones that fit, scaled to the batch."""
+  np = pytest.importorskip('numpy')
+  from benchmarks import run  # pylint: disable=g-import-not-at-top
+  if not run.FLAGS.is_parsed():
+    run.FLAGS.mark_as_parsed()
+  monkeypatch.setattr(run.FLAGS, 'alone_seconds', 1.0)
+  seen = []
+
+  def member_cost(x, dry_run):
+    assert dry_run
+    seen.extend(int(v) for v in x)
+    clock.now += 0.001 * float(np.sum(x))   # member v costs v ms
+
+  # 0 + 1 + ... + 39 ms = 0.78 s: every member runs, nothing is scaled.
+  n = np.arange(40)
+  assert run._alone_seconds(member_cost, [n], 40, 'numpy') == (  # pylint: disable=protected-access
+      pytest.approx(0.78))
+  assert seen == list(range(40))
+  # Members of 10 ms each, 1000 of them: the first 100 fill the second.
+  seen.clear()
+  n = np.full(1000, 10)
+  assert run._alone_seconds(member_cost, [n], 1000, 'numpy') == (  # pylint: disable=protected-access
+      pytest.approx(10.0))
+  assert len(seen) == 100
