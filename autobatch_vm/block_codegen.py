@@ -80,13 +80,7 @@ class _Gen:
     # A register write that nothing reads is not stored: the variable is
     # written again later in the block (reads here use the rows in a
     # local), or is dead when the block ends.
-    live_out = bc.live_out()[block.label]
-    self.stored = []      # per instruction: variables whose write is stored
-    written = set()
-    for op in reversed(block.instructions):
-      self.stored.append(frozenset(live_out - written))
-      written |= liveness.writes(op)
-    self.stored.reverse()
+    self.stored = bc.stored(block)   # per instruction: writes stored
     self.i = 0            # the instruction being generated
 
   # -- plumbing --------------------------------------------------------------

@@ -241,12 +241,27 @@ class _BlockCompiler:
     self.index = program.block_index()
     self.num_blocks = len(program.blocks)
     self._live_out = None
+    # While a block's instruction is compiled: the variables whose writes
+    # there are stored (`stored`); None (outside blocks): all are.
+    self._stored = None
 
   def live_out(self):
     """Variables live on exit from each block (computed once)."""
     if self._live_out is None:
       self._live_out = liveness.lowered_live_out(self.p)
     return self._live_out
+
+  def stored(self, block):
+    """Per instruction of `block`, the variables whose writes there are
+    stored in the state: a write that nothing reads is not, when the
+    variable is written again later in the block (reads in the block take
+    the value as computed) or is dead when the block ends."""
+    live_out = self.live_out()[block.label]
+    out, written = [], set()
+    for op in reversed(block.instructions):
+      out.append(frozenset(live_out - written))
+      written |= liveness.writes(op)
+    return out[::-1]
 
   # -- reading and writing variables ---------------------------------------
 
@@ -302,7 +317,13 @@ class _BlockCompiler:
     coerces = [_ignore_mask(self.be.coerce_fn(t, self.batch))
                for t in leaves]
     single = isinstance(template, inst.TensorType)
-    if alloc == VA.TEMPORARY:
+    if alloc == VA.TEMPORARY or (self._stored is not None and
+                                 var not in self._stored):
+      # A temporary, or a register write that nothing reads from the state
+      # (see `stored`): reads and pushes later in the block take it from
+      # `temps`.  On a staged backend that saves a step the write's select
+      # and scatter (NUTS: a leaf's tree, 9 vectors per member, is pushed
+      # and is then dead).
       if single:
         coerce = coerces[0]
 
@@ -407,17 +428,32 @@ class _BlockCompiler:
   def push(self, op):
     be, depth = self.be, self.layout.depth
     groups = []
-    for names, stack_slots, reg_slots, sp_slot in self._sp_groups(op):
+    for names, stack_slots, _, sp_slot in self._sp_groups(op):
       what = ('saving variable ' if len(names) == 1 else
               'saving variables ') + ', '.join(repr(v) for v in names)
-      groups.append((stack_slots, reg_slots, sp_slot,
+      # Each variable's value: as computed in this block if it was (its
+      # write may not be stored: see `stored`), else its registers.  Only
+      # the members' rows are pushed, so either serves.
+      sources = [(var, self.layout.regs[var], self.p.var_defs[var].tensors)
+                 for var in names]
+      groups.append((stack_slots, sources, sp_slot,
                      _overflow(what, op.loc, depth)))
 
+    def values(state, temps, sources):
+      out = []
+      for var, slots, template in sources:
+        value = temps.get(var, _MISSING)
+        if value is _MISSING:
+          out.extend(state[s] for s in slots)
+        else:
+          out.extend(_flatten_like(template, value))
+      return out
+
     def run_push(state, temps, m):
-      for stack_slots, reg_slots, sp_slot, overflow in groups:
+      for stack_slots, sources, sp_slot, overflow in groups:
         stacks, state[sp_slot] = be.push(
             [state[s] for s in stack_slots], state[sp_slot],
-            [state[s] for s in reg_slots], m, depth, overflow)
+            values(state, temps, sources), m, depth, overflow)
         for s, st in zip(stack_slots, stacks):
           state[s] = st
     return run_push
@@ -506,10 +542,11 @@ class _BlockCompiler:
     """The state slots that running `block` may write (always the PC)."""
     regs, stacks = self.layout.regs, self.layout.stacks
     out = {_PC}
-    for op in block.instructions:
+    for op, stored in zip(block.instructions, self.stored(block)):
       if isinstance(op, inst.PrimOp):
         for var in inst.pattern_flatten(op.vars_out):
-          out.update(regs.get(var, ()))
+          if var in stored:
+            out.update(regs.get(var, ()))
       elif isinstance(op, inst.PushOp):
         for var in op.vars:
           stack_slots, sp_slot = stacks[var]
@@ -530,7 +567,10 @@ class _BlockCompiler:
     if self.compact:   # NumPy: one generated function per block
       run_block = block_codegen.compile_block(self, block)
     else:
-      steps = [self.instruction(op) for op in block.instructions]
+      steps = []
+      for op, self._stored in zip(block.instructions, self.stored(block)):
+        steps.append(self.instruction(op))
+      self._stored = None
       steps.append(self.terminator(block.terminator))
       steps = tuple(steps)
 
