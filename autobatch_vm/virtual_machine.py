@@ -279,11 +279,23 @@ class _BlockCompiler:
     single = isinstance(template, inst.TensorType)
     sanitize = getattr(self.be, 'sanitize', None)
     if sanitize is None:
+      # A value computed in this block is in `temps` (its write may not be
+      # stored: see `stored`).
       if single:
         slot = slots[0]
-        return lambda state, temps, m: state[slot]
-      return lambda state, temps, m: inst.pattern_unflatten(
-          template, [state[s] for s in slots], inst.TensorType)
+
+        def read(state, temps, m):
+          value = temps.get(var, _MISSING)
+          return state[slot] if value is _MISSING else value
+        return read
+
+      def read_pattern(state, temps, m):
+        value = temps.get(var, _MISSING)
+        if value is _MISSING:
+          value = inst.pattern_unflatten(template, [state[s] for s in slots],
+                                         inst.TensorType)
+        return value
+      return read_pattern
     # Whole-batch primitives that must not see leftover data in the lanes
     # of members not at the block (TensorFlow): sanitized once per block
     # run, cached in `temps` until the register is written.
@@ -460,10 +472,18 @@ class _BlockCompiler:
 
   def pop(self, op, keep):
     be = self.be
-    groups = self._sp_groups(op)
+    sanitize = getattr(be, 'sanitize', None)
+    groups = []
+    for names, stack_slots, reg_slots, sp_slot in self._sp_groups(op):
+      # A restored variable that nothing reads from the state afterwards
+      # (see `stored`) is kept in `temps` only, as a read would see it.
+      kept = [(var, len(self.layout.regs[var]),
+               self.p.var_defs[var].tensors,
+               self._stored is None or var in self._stored) for var in names]
+      groups.append((names, stack_slots, reg_slots, sp_slot, kept))
 
     def run_pop(state, temps, m):
-      for names, stack_slots, reg_slots, sp_slot in groups:
+      for names, stack_slots, reg_slots, sp_slot, kept in groups:
         for var in names:
           temps.pop(var, None)   # drop values cached before the restore
         stacks = [state[s] for s in stack_slots]
@@ -472,8 +492,17 @@ class _BlockCompiler:
           values = be.peek(stacks, state[sp_slot], values, m)
         else:
           values, state[sp_slot] = be.pop(stacks, state[sp_slot], values, m)
-        for s, v in zip(reg_slots, values):
-          state[s] = v
+        k = 0
+        for var, n, template, stored in kept:
+          slots, leaves, k = reg_slots[k:k + n], values[k:k + n], k + n
+          if stored:
+            for s, v in zip(slots, leaves):
+              state[s] = v
+            continue
+          if sanitize is not None:
+            leaves = [sanitize(v, m) for v in leaves]
+          temps[var] = inst.pattern_unflatten(template, leaves,
+                                              inst.TensorType)
     return run_pop
 
   # -- terminators -----------------------------------------------------------
@@ -554,7 +583,8 @@ class _BlockCompiler:
           out.add(sp_slot)
       elif isinstance(op, (inst.PopOp, inst.RestoreOp)):
         for var in op.vars:
-          out.update(regs[var])
+          if var in stored:
+            out.update(regs[var])
           if isinstance(op, inst.PopOp):
             out.add(stacks[var][1])
     if isinstance(block.terminator, _CALLS):

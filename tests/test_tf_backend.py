@@ -342,10 +342,10 @@ def encode_tree(node):
 
 
 def test_dead_register_writes_are_not_stored_or_carried():
-  """A block's write of a register that is dead when the block ends (or
-  written again in it) is not stored: a staged step then neither selects
-  nor scatters it.  A push later in the block saves the value as
-  computed.  Results match each member alone in every mode."""
+  """A block's write (or pop) of a register that is dead when the block
+  ends (or written again in it) is not stored: a staged step then neither
+  selects nor scatters it.  Later reads and pushes in the block take the
+  value as computed.  Results match each member alone in every mode."""
   from autobatch_vm import liveness  # pylint: disable=g-import-not-at-top
   from autobatch_vm import virtual_machine  # pylint: disable=g-import-not-at-top
   nodes = np.array([4, 3, 0, 4, 1, 2, 4], np.int32)
@@ -357,7 +357,14 @@ def test_dead_register_writes_are_not_stored_or_carried():
   pushes = [k for k, b in enumerate(program.blocks) if any(
       isinstance(op, ab.instructions.PushOp)
       and 'encode_tree.h_left' in op.vars for op in b.instructions)]
-  assert pushes
+  pops = [k for k, b in enumerate(program.blocks) if any(
+      isinstance(op, ab.instructions.PopOp)
+      and 'encode_tree.h_left' in op.vars for op in b.instructions)]
+  assert pushes and pops
+  for k in pops:
+    # Popped, used once, dead at the end: restored into `temps` only.
+    assert 'encode_tree.h_left' not in live_out[program.blocks[k].label]
+    assert not h_left & compiled.blocks[k].writes
   for k in pushes:
     block = program.blocks[k]
     # Written and pushed here, dead at the end: the register is not
