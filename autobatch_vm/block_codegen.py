@@ -64,7 +64,7 @@ def _ident(label):
 class _Gen:
   """Writes one block's function: `lines` of source, `env` its globals."""
 
-  def __init__(self, bc, block, vm):
+  def __init__(self, bc, block, vm, stored):
     self.bc = bc          # the VM's _BlockCompiler: program, layout, backend
     self.vm = vm          # the virtual_machine module (helpers)
     self.block = block
@@ -80,7 +80,7 @@ class _Gen:
     # A register write that nothing reads is not stored: the variable is
     # written again later in the block (reads here use the rows in a
     # local), or is dead when the block ends.
-    self.stored = bc.stored(block)   # per instruction: writes stored
+    self.stored = stored  # per instruction: the writes stored
     self.i = 0            # the instruction being generated
 
   # -- plumbing --------------------------------------------------------------
@@ -207,13 +207,7 @@ class _Gen:
 
   def instruction(self, op):
     self.emit(f'# {inst.op_str(op)}'.replace('\n', ' '))
-    if isinstance(op, inst.PrimOp):
-      return self.prim(op)
-    if isinstance(op, inst.PushOp):
-      return self.push(op)
-    if isinstance(op, (inst.PopOp, inst.RestoreOp)):
-      return self.pop(op, keep=isinstance(op, inst.RestoreOp))
-    raise errors.InternalError(f'Unknown instruction {op!r}')
+    return self.vm.dispatch(self, op)
 
   def prim(self, op):
     args = [self.read(v) for v in op.vars_in]
@@ -433,10 +427,11 @@ def _push_failure(overflow, depth):
   return fail
 
 
-def compile_block(bc, block):
-  """`block` of `bc`'s program as a function `run(state, m)` (NumPy)."""
+def compile_block(bc, block, stored):
+  """`block` of `bc`'s program as a function `run(state, m)` (NumPy);
+  `stored`: `bc.stored(block)`."""
   from autobatch_vm import virtual_machine  # pylint: disable=g-import-not-at-top
-  return _Gen(bc, block, virtual_machine).function()
+  return _Gen(bc, block, virtual_machine, stored).function()
 
 
 def source(compiled):

@@ -277,46 +277,29 @@ class _BlockCompiler:
     slots = self.layout.regs[var]
     template = self.p.var_defs[var].tensors
     single = isinstance(template, inst.TensorType)
-    sanitize = getattr(self.be, 'sanitize', None)
-    if sanitize is None:
-      # A value computed in this block is in `temps` (its write may not be
-      # stored: see `stored`).
-      if single:
-        slot = slots[0]
-
-        def read(state, temps, m):
-          value = temps.get(var, _MISSING)
-          return state[slot] if value is _MISSING else value
-        return read
-
-      def read_pattern(state, temps, m):
-        value = temps.get(var, _MISSING)
-        if value is _MISSING:
-          value = inst.pattern_unflatten(template, [state[s] for s in slots],
-                                         inst.TensorType)
-        return value
-      return read_pattern
-    # Whole-batch primitives that must not see leftover data in the lanes
-    # of members not at the block (TensorFlow): sanitized once per block
-    # run, cached in `temps` until the register is written.
+    # Whole-batch primitives must not see leftover data in the lanes of
+    # members not at the block (TensorFlow's `sanitize`): read once per
+    # block run and cached in `temps` until the variable is written.  A
+    # value computed in the block is in `temps` too (its write may not be
+    # stored: see `stored`).
+    fetch = getattr(self.be, 'sanitize', None) or _as_is
     if single:
       slot = slots[0]
 
-      def read_sanitized(state, temps, m):
+      def read(state, temps, m):
         value = temps.get(var, _MISSING)
         if value is _MISSING:
-          value = temps[var] = sanitize(state[slot], m)
+          value = temps[var] = fetch(state[slot], m)
         return value
-      return read_sanitized
+      return read
 
-    def read_sanitized_pattern(state, temps, m):
+    def read_pattern(state, temps, m):
       value = temps.get(var, _MISSING)
       if value is _MISSING:
         value = temps[var] = inst.pattern_unflatten(
-            template, [sanitize(state[s], m) for s in slots],
-            inst.TensorType)
+            template, [fetch(state[s], m) for s in slots], inst.TensorType)
       return value
-    return read_sanitized_pattern
+    return read_pattern
 
   def writer(self, var):
     """A function `(state, temps, value, m)` storing `value` into `var`
@@ -386,15 +369,7 @@ class _BlockCompiler:
   # -- instructions ----------------------------------------------------------
 
   def instruction(self, op):
-    if isinstance(op, inst.PrimOp):
-      return self.prim(op)
-    if isinstance(op, inst.PushOp):
-      return self.push(op)
-    if isinstance(op, (inst.PopOp, inst.RestoreOp)):
-      return self.pop(op, keep=isinstance(op, inst.RestoreOp))
-    if isinstance(op, inst.FunctionCallOp):
-      raise errors.InternalError('FunctionCallOp reached the VM unlowered')
-    raise errors.InternalError(f'Unknown instruction {op!r}')
+    return dispatch(self, op)
 
   def prim(self, op):
     readers = [self.reader(v) for v in op.vars_in]
@@ -472,7 +447,7 @@ class _BlockCompiler:
 
   def pop(self, op, keep):
     be = self.be
-    sanitize = getattr(be, 'sanitize', None)
+    fetch = getattr(be, 'sanitize', None) or _as_is   # as `reader` reads
     groups = []
     for names, stack_slots, reg_slots, sp_slot in self._sp_groups(op):
       # A restored variable that nothing reads from the state afterwards
@@ -499,10 +474,8 @@ class _BlockCompiler:
             for s, v in zip(slots, leaves):
               state[s] = v
             continue
-          if sanitize is not None:
-            leaves = [sanitize(v, m) for v in leaves]
-          temps[var] = inst.pattern_unflatten(template, leaves,
-                                              inst.TensorType)
+          temps[var] = inst.pattern_unflatten(
+              template, [fetch(v, m) for v in leaves], inst.TensorType)
     return run_pop
 
   # -- terminators -----------------------------------------------------------
@@ -567,11 +540,12 @@ class _BlockCompiler:
       return run_return
     raise errors.InternalError(f'Unexpected terminator {t!r}')
 
-  def writes(self, block):
-    """The state slots that running `block` may write (always the PC)."""
+  def writes(self, block, stored):
+    """The state slots that running `block` may write (always the PC);
+    `stored`: `self.stored(block)`."""
     regs, stacks = self.layout.regs, self.layout.stacks
     out = {_PC}
-    for op, stored in zip(block.instructions, self.stored(block)):
+    for op, stored in zip(block.instructions, stored):
       if isinstance(op, inst.PrimOp):
         for var in inst.pattern_flatten(op.vars_out):
           if var in stored:
@@ -594,11 +568,12 @@ class _BlockCompiler:
     return frozenset(out)
 
   def block(self, block):
+    stored = self.stored(block)
     if self.compact:   # NumPy: one generated function per block
-      run_block = block_codegen.compile_block(self, block)
+      run_block = block_codegen.compile_block(self, block, stored)
     else:
       steps = []
-      for op, self._stored in zip(block.instructions, self.stored(block)):
+      for op, self._stored in zip(block.instructions, stored):
         steps.append(self.instruction(op))
       self._stored = None
       steps.append(self.terminator(block.terminator))
@@ -610,12 +585,27 @@ class _BlockCompiler:
           s(state, temps, m)
     # For staged backends, which carry only what a block may change: the
     # slots it may write, and which slots are stacks (written by pushes).
-    run_block.writes = self.writes(block)
+    run_block.writes = self.writes(block, stored)
     run_block.stack_slots = self.stack_slots
     return run_block
 
 
 _MISSING = object()
+
+
+def dispatch(compiler, op):
+  """`compiler.prim`, `.push` or `.pop` for instruction `op` (the closure
+  compiler here and the NumPy generator, `block_codegen`, both compile a
+  lowered block's instructions by these three)."""
+  if isinstance(op, inst.PrimOp):
+    return compiler.prim(op)
+  if isinstance(op, inst.PushOp):
+    return compiler.push(op)
+  if isinstance(op, (inst.PopOp, inst.RestoreOp)):
+    return compiler.pop(op, keep=isinstance(op, inst.RestoreOp))
+  if isinstance(op, inst.FunctionCallOp):
+    raise errors.InternalError('FunctionCallOp reached the VM unlowered')
+  raise errors.InternalError(f'Unknown instruction {op!r}')
 
 
 def unpack(value, n):
@@ -625,6 +615,11 @@ def unpack(value, n):
   if len(values) != n:
     raise errors.InternalError(f'cannot unpack {len(values)} into {n}')
   return values
+
+
+def _as_is(x, m):
+  del m
+  return x
 
 
 def _cast_reader(read, cast, dtype):
