@@ -19,6 +19,7 @@ __all__ = ['rows', 'summary', 'format_table', 'plot']
 
 def rows(stats):
   """One dict per executed block, most expensive first."""
+  stats.require_numbers('profiler.rows()')
   out = []
   total_time = sum(stats.block_time.values()) or 0.0
   for label, runs in stats.block_executions.items():

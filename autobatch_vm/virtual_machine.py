@@ -89,6 +89,7 @@ class RunStats:
   @property
   def utilization(self):
     """Mean fraction of the batch active per executed block."""
+    self.require_numbers('utilization')
     total = sum(self.block_executions.values())
     if not total or not self.batch_size:
       return 0.0
@@ -99,12 +100,69 @@ class RunStats:
     """Block executions summed over members: the unbatched block count."""
     return sum(self.block_active.values())
 
+  @property
+  def symbolic(self):
+    """Whether the counts are tensors of a `tf.function` being traced
+    (read them after the call with `counts()` and `with_counts`)."""
+    return not isinstance(self.steps, (int, np.integer))
+
+  def counts(self):
+    """Executions and active members per block: `[num_blocks, 2]` int32,
+    rows in the order of `block_executions`.
+
+    A NumPy array after an eager run.  Inside a `tf.function` (XLA
+    included) the statistics are tensors of the traced graph, which cannot
+    be read once the function returns: return `fn.last_stats.counts()`
+    from the function along with its result, then
+    `fn.last_stats.with_counts(value)` gives the statistics with numbers.
+    """
+    runs = list(self.block_executions.values())
+    active = list(self.block_active.values())
+    if not self.symbolic:
+      return np.array([runs, active], np.int32).reshape(2, -1).T
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    as_int = lambda xs: [tf.cast(x, tf.int32) for x in xs]
+    return tf.stack([tf.stack(as_int(runs)), tf.stack(as_int(active))],
+                    axis=1)
+
+  def require_numbers(self, what):
+    """Raises `ArgumentError` naming `what` if the counts are tensors."""
+    if self.symbolic:
+      raise errors.ArgumentError(
+          f'RunStats.{what} needs numbers, but these statistics are tensors '
+          'of a tf.function being traced',
+          hint='Return fn.last_stats.counts() from the tf.function along '
+          'with its result, and call fn.last_stats.with_counts(value) '
+          'on the value after the call.')
+
+  def with_counts(self, counts):
+    """These statistics with the counts `counts()` returned (a NumPy array
+    or an eager tensor): the way to read a staged run's statistics."""
+    labels = list(self.block_executions)
+    value = np.asarray(counts)
+    if value.shape != (len(labels), 2) or value.dtype.kind not in 'iu':
+      raise errors.ArgumentError(
+          f'with_counts() expects the [{len(labels)}, 2] integer array that '
+          f'counts() returned for this run, got {value.dtype}'
+          f'{list(value.shape)}',
+          hint='Return fn.last_stats.counts() from the tf.function that '
+          'calls fn, and pass its value here.')
+    return dataclasses.replace(
+        self, steps=int(value[:, 0].sum()),
+        block_executions={l: int(r) for l, r in zip(labels, value[:, 0])},
+        block_active={l: int(a) for l, a in zip(labels, value[:, 1])},
+        block_loc=dict(self.block_loc), block_time=dict(self.block_time))
+
   def table(self):
     """The per-block profile as text (see `autobatch_vm.profiler`)."""
+    self.require_numbers('table()')
     from autobatch_vm import profiler  # pylint: disable=g-import-not-at-top
     return profiler.format_table(self)
 
   def __str__(self):
+    if self.symbolic:
+      return (f'RunStats of a staged run (batch {self.batch_size}): counts '
+              'are tensors; see RunStats.counts()')
     lines = [f'steps: {self.steps}   batch: {self.batch_size}   '
              f'utilization: {self.utilization:.1%}']
     lines.append(f'{"block":<24}{"runs":>8}{"active/run":>12}  source')

@@ -8,8 +8,10 @@ For each cell (under --schedule, the library's default 'most'): median
 wall time of at least `--repeats` calls after a warm-up call (more, up to
 `--max_repeats`, until they add up to `--min_seconds`), ours and the TFP
 baselines of the cell timed in turns (a call of each per round),
-throughput in the workload's unit, peak traced memory (NumPy only), VM
-steps, mean utilization, and baselines measured in the same run: every
+throughput in the workload's unit, peak memory (NumPy: traced
+allocations; TensorFlow: the CPU allocator's bytes in use, measured in a
+separate process, see `measure_memory_in_a_process`), VM steps and mean
+utilization (a staged call returns its counts), and baselines measured in the same run: every
 member run alone on the same backend (the dry-run loop: plain Python per
 member on NumPy arrays or eager TF tensors; every member where that
 takes under --alone_seconds, else the first ones that fit, scaled) and,
@@ -91,6 +93,10 @@ flags.DEFINE_boolean('one_process', False, 'Measure every workload and '
 flags.DEFINE_string('worker', None, 'Internal: measure --workloads on '
                     '--backends in this process and write the rows as JSON '
                     'to this path.')
+flags.DEFINE_string('memory_worker', None, 'Internal: measure the peak '
+                    'memory of --workloads on --backends in this process '
+                    '(TensorFlow: started with TF_CPU_ALLOCATOR_USE_BFC) and '
+                    'write it as JSON to this path.')
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -126,17 +132,26 @@ class Cell:
 
 
 def _staged(fn, backend, **kwargs):
-  """`fn` on the backend: NumPy as is, TF inside tf.function (maybe XLA)."""
+  """`fn` on the backend: NumPy as is, TF inside tf.function (maybe XLA).
+
+  Returns (call, stats): `stats()` is the RunStats of the last call, with
+  numbers on every backend (a staged call also returns its counts).
+  """
   if backend == 'numpy':
-    return lambda *a: fn(*a, **kwargs)
+    return (lambda *a: fn(*a, **kwargs)), lambda: fn.last_stats
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  staged = tf.function(lambda *a: fn(*a, **kwargs),
-                       jit_compile=(backend == 'xla'))
+  last = {}
+
+  def traced(*args):
+    out = fn(*args, **kwargs)
+    last['traced'] = fn.last_stats
+    return out, fn.last_stats.counts()
+  staged = tf.function(traced, jit_compile=(backend == 'xla'))
 
   def call(*args):
-    out = staged(*[tf.constant(a) for a in args])
+    out, last['counts'] = staged(*[tf.constant(a) for a in args])
     return tf.nest.map_structure(lambda t: t.numpy(), out)
-  return call
+  return call, lambda: last['traced'].with_counts(last['counts'])
 
 
 def _on(backend, x):
@@ -179,15 +194,14 @@ fibonacci = workloads.fibonacci
 
 def make_fibonacci(backend, batch):
   n = np.random.default_rng(batch).integers(8, 16, size=batch)
-  run = _staged(fibonacci, backend, max_stack_depth=20,
-                schedule=FLAGS.schedule)
+  run, stats = _staged(fibonacci, backend, max_stack_depth=20,
+                       schedule=FLAGS.schedule)
 
   def tfp():
     if backend == 'numpy' and batch > FLAGS.tfp_numpy_max_batch:
       return None
     return tfp_baselines.fibonacci_runner(backend, n)
-  return Cell(lambda: run(n), batch, 'members/s',
-              lambda: fibonacci.last_stats,
+  return Cell(lambda: run(n), batch, 'members/s', stats,
               lambda: _alone_seconds(fibonacci, [n], batch, backend),
               tfp=tfp)
 
@@ -195,9 +209,8 @@ def make_fibonacci(backend, batch):
 def make_collatz(backend, batch):
   collatz = workloads.collatz
   n = np.random.default_rng(batch).integers(1, 10**4, size=batch)
-  run = _staged(collatz, backend, schedule=FLAGS.schedule)
-  return Cell(lambda: run(n), batch, 'members/s',
-              lambda: collatz.last_stats,
+  run, stats = _staged(collatz, backend, schedule=FLAGS.schedule)
+  return Cell(lambda: run(n), batch, 'members/s', stats,
               lambda: _alone_seconds(collatz, [n], batch, backend))
 
 
@@ -207,10 +220,11 @@ def make_tree_rnn(backend, batch):
   forest = tr.random_forest(batch, 2, 32, 100, rng)
   params = tr.random_params(64, 100, rng)
   tf_name = {'numpy': 'numpy', 'function': 'tf', 'xla': 'xla'}[backend]
-  fn, encode = tr.encode_batched(forest, params, tf_name, FLAGS.schedule)
+  fn, encode, stats = tr.encode_batched(forest, params, tf_name,
+                                        FLAGS.schedule)
 
   alone = lambda: _alone_seconds(encode, [forest.roots], batch, backend)
-  return Cell(fn, batch, 'trees/s', lambda: encode.last_stats, alone)
+  return Cell(fn, batch, 'trees/s', stats, alone)
 
 
 NUTS_TRANSITIONS = 5
@@ -245,9 +259,7 @@ def make_nuts(backend, batch):
     leapfrogs.append(float(np.sum(out[3])))
 
   run()   # warm-up also measures the work (leapfrogs) per call
-  cell = Cell(run, leapfrogs[-1], 'leapfrogs/s',
-              lambda: (sampler.fns.run_chunk.last_stats
-                       if backend == 'numpy' else None))
+  cell = Cell(run, leapfrogs[-1], 'leapfrogs/s', lambda: sampler.last_stats)
 
   def alone():
     point, da, seeds, counter = state
@@ -364,22 +376,53 @@ def measure(workload, backend, batch):
   seconds, tfp, hand = workloads.interleaved_median_times(
       [cell.run, tfp_run, hand_run], repeats, FLAGS.min_seconds,
       max(repeats, FLAGS.max_repeats))
-  peak = None
-  if backend == 'numpy':
-    tracemalloc.start()
-    cell.run()
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
+  peak = peak_bytes(cell.run, backend)
   stats = cell.stats() if cell.stats else None
   steps = util = None
-  if stats is not None and isinstance(stats.steps, int):
+  if stats is not None:
     steps, util = stats.steps, stats.utilization
   alone = cell.alone() if cell.alone else None
   return dict(workload=workload, backend=backend, batch=batch,
               seconds=seconds, throughput=cell.units / seconds,
-              unit=cell.unit, peak_mib=(peak / 2**20 if peak else None),
+              unit=cell.unit,
+              peak_mib=(None if peak is None else peak / 2**20),
               steps=steps, utilization=util, alone_seconds=alone,
               tfp_seconds=tfp, hand_seconds=hand)
+
+
+def peak_bytes(run, backend):
+  """The most memory `run()` holds at once beyond what was held before it,
+  in bytes: NumPy's allocations (tracemalloc), or TensorFlow's on the CPU
+  device (XLA's buffers included) where its allocator counts them, that
+  is in a process started with TF_CPU_ALLOCATOR_USE_BFC=true (see
+  `measure_memory_in_a_process`); else None."""
+  if backend == 'numpy':
+    tracemalloc.start()
+    run()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  before = tf.config.experimental.get_memory_info('CPU:0')
+  if not before['current']:   # the default CPU allocator counts nothing
+    return None
+  tf.config.experimental.reset_memory_stats('CPU:0')
+  run()
+  return tf.config.experimental.get_memory_info('CPU:0')['peak'] - (
+      before['current'])
+
+
+def measure_memory_here(backends):
+  """Peak bytes of every cell of --workloads on `backends` (warmed up)."""
+  out = []
+  for workload in FLAGS.workloads:
+    for backend in backends:
+      for batch in batch_sizes(workload):
+        cell = WORKLOADS[workload](backend, batch)
+        cell.run()
+        out.append(dict(workload=workload, backend=backend, batch=batch,
+                        peak_bytes=peak_bytes(cell.run, backend)))
+  return out
 
 
 def _fmt(x, spec):
@@ -445,8 +488,8 @@ def plot(rows, path):
 
 
 def compare_schedules(backends, batch):
-  """Each workload on each backend under both schedules: our time and
-  (NumPy, where the run reports them) VM steps and utilization."""
+  """Each workload on each backend under both schedules: our time, VM
+  steps and utilization."""
   rows = []
   chosen = FLAGS.schedule
   try:
@@ -459,7 +502,7 @@ def compare_schedules(backends, batch):
           cell = WORKLOADS[workload](backend, batch)
           cell.run()   # (stats are the function's last run's)
           stats = cell.stats() if cell.stats else None
-          if stats is not None and isinstance(stats.steps, int):
+          if stats is not None:
             row[schedule + '_steps'] = (stats.steps, stats.utilization)
           cells.append(cell)
         times = workloads.interleaved_median_times(
@@ -477,7 +520,7 @@ def compare_schedules(backends, batch):
 
 def schedules_markdown(rows, batch):
   lines = [f'Both schedules at B={batch} (NUTS: chains), median seconds; '
-           'steps and utilization where the run reports them (NumPy):', '',
+           'VM steps and utilization:', '',
            '| workload | backend | lowest (s) | most (s) | lowest / most | '
            'steps lowest | steps most |', '|---|---|---|---|---|---|---|']
   for r in rows:
@@ -527,6 +570,41 @@ def measure_in_a_process(workload, backend):
       return json.load(f)
 
 
+def measure_memory_in_a_process(workloads_, backends):
+  """Peak memory of the TensorFlow cells, measured in a fresh process whose
+  CPU allocator counts its bytes (TF_CPU_ALLOCATOR_USE_BFC=true; the
+  default allocator keeps no statistics).  Timings are not taken there, so
+  that the timed runs use TensorFlow's default allocator, as users do.
+  Returns {(workload, backend, batch): bytes or None}."""
+  with tempfile.TemporaryDirectory() as tmp:
+    path = os.path.join(tmp, 'memory.json')
+    subprocess.run(
+        [sys.executable, os.path.abspath(__file__)] + sys.argv[1:] +
+        [f'--workloads={",".join(workloads_)}',
+         f'--backends={",".join(backends)}', f'--memory_worker={path}'],
+        check=True, env=dict(os.environ, TF_CPU_ALLOCATOR_USE_BFC='true'))
+    with open(path) as f:
+      return {(r['workload'], r['backend'], r['batch']): r['peak_bytes']
+              for r in json.load(f)}
+
+
+def add_tf_memory(rows, backends):
+  """Fills the TensorFlow rows' peak memory (`measure_memory_in_a_process`,
+  one process per workload)."""
+  tf_backends = [b for b in backends if b != 'numpy']
+  if not tf_backends:
+    return
+  for workload in FLAGS.workloads:
+    start = time.perf_counter()
+    peaks = measure_memory_in_a_process([workload], tf_backends)
+    for r in rows:
+      peak = peaks.get((r['workload'], r['backend'], r['batch']))
+      if peak is not None:
+        r['peak_mib'] = peak / 2**20
+    print(f'[{time.perf_counter() - start:6.1f}s] {workload:<10} peak '
+          f'memory on {", ".join(tf_backends)}', flush=True)
+
+
 def main(argv):
   del argv
   if FLAGS.quick:
@@ -541,6 +619,10 @@ def main(argv):
     except ImportError:
       print('TensorFlow is not installed: NumPy only.')
       backends = ['numpy']
+  if FLAGS.memory_worker:
+    with open(FLAGS.memory_worker, 'w') as f:
+      json.dump(measure_memory_here(backends), f)
+    return
   if FLAGS.worker or FLAGS.one_process:
     results = measure_here(backends)
     if FLAGS.worker:
@@ -564,6 +646,7 @@ def main(argv):
     ess = '\n\n' + ess_markdown(
         sorted(results['ess'], key=lambda r: order[r['backend']]))
   rows = results['rows']
+  add_tf_memory(rows, backends)
   os.makedirs(FLAGS.out, exist_ok=True)
   table = markdown(rows)
   versions = _versions()
@@ -600,7 +683,15 @@ NOTES = ('Times are medians of calls after a warm-up call: at least '
          f'{NUTS_MAX_TREE_DEPTH} from the same warmed-up chains and step '
          'sizes for every system; leapfrogs are counted by our sampler '
          '(TFP\'s samplers count theirs differently), so compare NUTS '
-         'systems by time and by ESS/s.  "vs": their time / ours.')
+         'systems by time and by ESS/s.  "vs": their time / ours.  '
+         '"peak MiB": the most memory a call of ours holds beyond what was '
+         'held before it: NumPy\'s allocations (tracemalloc), or the bytes '
+         'TensorFlow\'s CPU allocator has in use, XLA\'s buffers included '
+         '(measured in a process of its own with '
+         'TF_CPU_ALLOCATOR_USE_BFC=true, the timed runs keeping the default '
+         'allocator).  "steps", "util": VM steps and mean fraction of the '
+         'batch active per step (a staged call returns its counts: '
+         '`RunStats.counts()`).')
 
 
 def _cpu():

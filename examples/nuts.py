@@ -494,27 +494,38 @@ class Sampler:
     self.ctx, self.fns = make_sampler(lib, chunk, max_tree_depth,
                                       target_accept)
     self.lib = lib
+    self.last_stats = None   # RunStats of the last call, on every backend
     self._call = self._numpy_call if backend == 'numpy' else self._tf_call()
 
   def _numpy_call(self, name, *args):
-    return getattr(self.fns, name)(*args, max_stack_depth=self.depth,
-                                   schedule=self.schedule)
+    fn = getattr(self.fns, name)
+    out = fn(*args, max_stack_depth=self.depth, schedule=self.schedule)
+    self.last_stats = fn.last_stats
+    return out
 
   def _tf_call(self):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     staged = {}
 
+    traced = {}   # name -> the statistics of its trace (tensors)
+
     def call(name, *args):
       if name not in staged:
         fn = getattr(self.fns, name)
-        run = lambda *a: fn(*a, max_stack_depth=self.depth,
-                            schedule=self.schedule)
+
+        def run(*a):
+          out = fn(*a, max_stack_depth=self.depth, schedule=self.schedule)
+          # Under tf.function the statistics are tensors: return their
+          # counts, to read them after the call.
+          traced[name] = fn.last_stats
+          return out, fn.last_stats.counts()
         # Under XLA, compile_nested_output raises a stack overflow as an
         # exception after the compiled call (XLA itself cannot raise).
         staged[name] = (ab.xla.compile_nested_output(run)
                         if self.tf_kind == 'xla' else tf.function(run))
       args = tf.nest.map_structure(tf.convert_to_tensor, args)
-      out = staged[name](*args)
+      out, counts = staged[name](*args)
+      self.last_stats = traced[name].with_counts(counts)
       return tf.nest.map_structure(lambda t: t.numpy(), out)
     return call
 
@@ -549,22 +560,21 @@ class Sampler:
     point, da, seeds, counter = self.warmup(num_chains, num_warmup, seed)
     adapt = np.ones(num_chains, bool)
     warmup_time = time.perf_counter() - start
-    chunks, leapfrogs, steps = [], 0.0, 0
+    chunks, leapfrogs, steps, active = [], 0.0, 0, 0
     start = time.perf_counter()
     for _ in range(-(-num_samples // self.chunk)):
       point, da, samples, lf, counter = self._call(
           'run_chunk', point, da, seeds, counter, ~adapt)
       chunks.append(np.asarray(samples))
       leapfrogs += float(np.sum(lf))
-      if self.backend == 'numpy':   # under tf.function stats are symbolic
-        steps += self.fns.run_chunk.last_stats.steps
+      steps += self.last_stats.steps
+      active += self.last_stats.member_block_executions
     sample_time = time.perf_counter() - start
     samples = np.concatenate(chunks, axis=1)[:, :num_samples]
     return dict(samples=samples, step_size=np.exp(np.asarray(da.log_eps_bar)),
                 warmup_time=warmup_time, sample_time=sample_time,
                 leapfrogs=leapfrogs, vm_steps=steps,
-                utilization=(self.fns.run_chunk.last_stats.utilization
-                             if self.backend == 'numpy' else None))
+                utilization=active / max(steps * num_chains, 1))
 
 
 def verify_against_alone(sampler, num_chains, num_alone, seed):
@@ -658,9 +668,8 @@ def main(argv):
         f'{np.median(ess) / t:.1f}; {r["leapfrogs"] / t:.0f} leapfrogs/s '
         f'({r["leapfrogs"] / samples.size * target.dim:.1f} per iteration '
         f'per chain)')
-  if r['vm_steps']:
-    print(f'VM steps while sampling: {r["vm_steps"]}, utilization of the '
-          f'last chunk: {r["utilization"]:.1%}')
+  print(f'VM steps while sampling: {r["vm_steps"]}, mean utilization '
+        f'{r["utilization"]:.1%} ({FLAGS.backend})')
 
 
 if __name__ == '__main__':

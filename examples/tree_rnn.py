@@ -198,22 +198,35 @@ def encode_batched(forest, params, backend='numpy', schedule='most'):
 
   `backend` is 'numpy', 'tf' (tf.function) or 'xla' (tf.function with
   jit_compile=True).  Returns (a function that does so and returns a NumPy
-  array, the batched function, for its statistics).
+  array, the batched function, and a function returning the statistics of
+  the last call as numbers on every backend).
   """
   depth = int(forest.depths.max()) + 2
   if backend == 'numpy':
     _, encode = make_encoder(numpy_lib(forest, params))
     return (lambda: encode(forest.roots, max_stack_depth=depth,
-                           schedule=schedule)), encode
+                           schedule=schedule)), encode, (
+                               lambda: encode.last_stats)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   _, encode = make_encoder(tf_lib(forest, params))
   roots = tf.constant(forest.roots)
-  run = lambda r: encode(r, max_stack_depth=depth, schedule=schedule)
+  last = {}
+
+  def run(r):
+    out = encode(r, max_stack_depth=depth, schedule=schedule)
+    # Inside tf.function the statistics are tensors of the trace: return
+    # their counts too, and read them after the call (with_counts).
+    last['traced'] = encode.last_stats
+    return out, encode.last_stats.counts()
   # Under XLA, compile_nested_output raises a stack overflow as an
   # exception after the compiled call (XLA itself cannot raise).
   staged = (ab.xla.compile_nested_output(run) if backend == 'xla'
             else tf.function(run))
-  return (lambda: staged(roots).numpy()), encode
+
+  def call():
+    out, last['counts'] = staged(roots)
+    return out.numpy()
+  return call, encode, lambda: last['traced'].with_counts(last['counts'])
 
 
 def main(argv):
@@ -238,29 +251,30 @@ def main(argv):
     print('autobatch_vm.tf_backend is not available: skipping TensorFlow.')
     backends = ['numpy']
   for backend in backends:
-    fn, encode = encode_batched(forest, params, backend, FLAGS.schedule)
+    fn, encode, stats = encode_batched(forest, params, backend,
+                                       FLAGS.schedule)
     got, t = best_time(fn, FLAGS.repeats)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
     label = {'numpy': 'batched, NumPy', 'tf': 'batched, TF tf.function',
              'xla': 'batched, TF XLA'}[backend]
     print(f'{label + ":":35s}{n / t:10.1f} trees/s  '
           f'({t_alone / t:.1f}x; matches each tree alone)')
-    if backend == 'numpy':
-      stats = encode.last_stats
-      print(f'  VM steps: {stats.steps}, utilization '
-            f'{stats.utilization:.1%}, cell evaluations: '
-            f'{int(forest.leaves.sum() - n)} unbatched in '
-            f'{cell_runs(encode, forest, FLAGS.schedule)} batched matrix '
-            'products')
+    st = stats()
+    print(f'  VM steps: {st.steps}, utilization {st.utilization:.1%}, cell '
+          f'evaluations: {int(forest.leaves.sum() - n)} unbatched in '
+          f'{cell_runs(encode, forest, FLAGS.schedule, st)} batched matrix '
+          'products')
 
 
-def cell_runs(encode, forest, schedule='most'):
-  """How many times the last run (under `schedule`) executed a block holding
-  `lib.cell` (the one after the second call, and under 'most' its copy
-  that follows a leaf: see autobatch_vm/leaf_returns.py)."""
+def cell_runs(encode, forest, schedule='most', stats=None):
+  """How many times a run (under `schedule`; its `stats`, by default the
+  last NumPy run's) executed a block holding `lib.cell` (the one after the
+  second call, and under 'most' its copy that follows a leaf: see
+  autobatch_vm/leaf_returns.py)."""
+  stats = stats or encode.last_stats
   program = encode.context.lowered_for_args('encode', [forest.roots],
                                             schedule=schedule)
-  return sum(encode.last_stats.block_executions.get(block.label, 0)
+  return sum(stats.block_executions.get(block.label, 0)
              for block in program.blocks
              if any('lib.cell' in getattr(op, 'text', '')
                     for op in block.instructions))

@@ -104,6 +104,42 @@ def test_quick_run_writes_table_and_schedules(tmp_path, processes):
       (w, b) for w in ('fibonacci', 'collatz') for b in (1, 64)}
 
 
+def _has_tf():
+  try:
+    import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
+  except ImportError:
+    return False
+  return True
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _has_tf(), reason='needs TensorFlow')
+def test_tensorflow_rows_report_steps_utilization_and_peak_memory(tmp_path):
+  """Staged runs report their VM steps and utilization (the call returns
+  its counts) and their peak memory (a process with the BFC allocator):
+  the same steps as on NumPy."""
+  env = dict(os.environ, OPENBLAS_NUM_THREADS='1', TF_CPP_MIN_LOG_LEVEL='2')
+  proc = subprocess.run(
+      [sys.executable, str(ROOT / 'benchmarks' / 'run.py'), '--quick',
+       '--workloads=collatz', '--backends=numpy,function,xla',
+       '--schedule_batch=0', '--nuts_ess_samples=0', f'--out={tmp_path}',
+       '--one_process'],
+      capture_output=True, text=True, timeout=600, env=env, check=False,
+      cwd=ROOT)
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  rows = json.loads((tmp_path / 'results.json').read_text())['rows']
+  by = {(r['backend'], r['batch']): r for r in rows}
+  for batch in (1, 64):
+    want = by['numpy', batch]['steps']
+    for backend in ('function', 'xla'):
+      r = by[backend, batch]
+      assert r['steps'] == want > 0, r
+      assert r['utilization'] == by['numpy', batch]['utilization']
+      assert r['peak_mib'] is not None and r['peak_mib'] > 0, r
+  # More members hold more memory.
+  assert by['xla', 64]['peak_mib'] > by['xla', 1]['peak_mib']
+
+
 def test_plot_draws_a_line_per_system_and_backend(tmp_path):
   """Ours, members alone, TFP's VM and hand-batched code: each a line
   per backend (not one line zig-zagging across backends)."""

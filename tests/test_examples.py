@@ -147,9 +147,10 @@ def _small_forest(num_trees=10, hidden=8, seed=3):
 def test_tree_rnn_batched_matches_each_tree_alone(schedule):
   forest, params = _small_forest()
   expected = tree_rnn.encode_each_alone(forest, params)
-  fn, encode = tree_rnn.encode_batched(forest, params, 'numpy', schedule)
+  fn, encode, stats = tree_rnn.encode_batched(forest, params, 'numpy',
+                                              schedule)
   np.testing.assert_allclose(fn(), expected, rtol=1e-5, atol=1e-6)
-  assert encode.last_stats.steps > 0
+  assert stats() is encode.last_stats and stats().steps > 0
   # Every internal node is one `cell` evaluation, batched into fewer runs.
   runs = tree_rnn.cell_runs(encode, forest, schedule)
   assert 0 < runs <= int(forest.leaves.sum() - len(forest.roots))
@@ -178,8 +179,15 @@ def test_tree_rnn_too_shallow_stack_raises():
 def test_tree_rnn_tensorflow(backend):
   forest, params = _small_forest(num_trees=6, hidden=4)
   expected = tree_rnn.encode_each_alone(forest, params)
-  fn, _ = tree_rnn.encode_batched(forest, params, backend)
+  fn, encode, stats = tree_rnn.encode_batched(forest, params, backend)
   np.testing.assert_allclose(fn(), expected, rtol=1e-4, atol=1e-5)
+  # Statistics of the staged call, as numbers: those of the NumPy run.
+  np_fn, np_encode, np_stats = tree_rnn.encode_batched(forest, params)
+  np_fn()
+  assert stats().block_executions == np_stats().block_executions
+  assert stats().block_active == np_stats().block_active
+  assert (tree_rnn.cell_runs(encode, forest, stats=stats())
+          == tree_rnn.cell_runs(np_encode, forest))
 
 
 # -- NUTS ----------------------------------------------------------------------
@@ -322,6 +330,12 @@ def test_nuts_tensorflow_matches_numpy(backend):
   np.testing.assert_allclose(nuts.first_chunk(tf_sampler, chains, 1),
                              nuts.first_chunk(np_sampler, chains, 1),
                              atol=1e-8)
+  # The staged call's statistics, read back through counts(): the same
+  # schedule as NumPy's, block by block.
+  got, want = tf_sampler.last_stats, np_sampler.last_stats
+  assert not got.symbolic and got.steps == want.steps > 0
+  assert got.block_executions == want.block_executions
+  assert got.block_active == want.block_active
 
 
 @needs_tf

@@ -88,3 +88,53 @@ def test_schedules_both_available():
   np.testing.assert_array_equal(low, most)
   assert s_low.member_block_executions == s_most.member_block_executions
   assert ab.virtual_machine.SCHEDULES == ('lowest', 'most')
+
+
+@pytest.mark.parametrize('jit', [False, True], ids=['graph', 'xla'])
+@pytest.mark.parametrize('schedule', ['lowest', 'most'])
+def test_staged_run_statistics_read_back_through_counts(jit, schedule):
+  """Inside tf.function the statistics are tensors: `counts()` returned
+  from the function, then `with_counts`, gives the numbers of the same
+  run on NumPy; asking the tensors for numbers says how to get them."""
+  tf = pytest.importorskip('tensorflow')
+  n = np.array([3, 9, 12, 5, 1, 7])
+  progs.fibonacci(n, schedule=schedule)
+  want = progs.fibonacci.last_stats
+  np.testing.assert_array_equal(
+      want.counts(), [[want.block_executions[l], want.block_active[l]]
+                      for l in want.block_executions])
+  traced = []
+
+  def run(x):
+    out = progs.fibonacci(x, schedule=schedule)
+    stats = progs.fibonacci.last_stats
+    traced.append(stats)
+    assert stats.symbolic and 'counts are tensors' in str(stats)
+    with pytest.raises(ab.errors.ArgumentError, match='with_counts'):
+      stats.utilization   # pylint: disable=pointless-statement
+    with pytest.raises(ab.errors.ArgumentError, match='tensors'):
+      profiler.rows(stats)
+    return out, stats.counts()
+  staged = tf.function(run, jit_compile=jit)
+  if jit:
+    staged = ab.xla.compile_nested_output(run)
+  out, counts = staged(tf.constant(n))
+  np.testing.assert_array_equal(out, [progs.fibonacci_ref(k) for k in n])
+  got = traced[-1].with_counts(counts)
+  assert not got.symbolic
+  assert got.steps == want.steps
+  assert got.block_executions == want.block_executions
+  assert got.block_active == want.block_active
+  assert got.utilization == want.utilization
+  assert got.block_loc == want.block_loc
+  assert profiler.summary(got) == profiler.summary(want)
+
+
+def test_with_counts_rejects_counts_of_another_shape():
+  progs.fibonacci(np.array([4, 5]))
+  stats = progs.fibonacci.last_stats
+  with pytest.raises(ab.errors.ArgumentError, match=r'expects the \['):
+    stats.with_counts(np.zeros((2, 2), np.int32))
+  with pytest.raises(ab.errors.ArgumentError, match='float64'):
+    stats.with_counts(stats.counts().astype(float))
+  assert stats.with_counts(stats.counts()) == stats
