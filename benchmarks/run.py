@@ -94,9 +94,11 @@ flags.DEFINE_string('worker', None, 'Internal: measure --workloads on '
                     '--backends in this process and write the rows as JSON '
                     'to this path.')
 flags.DEFINE_string('memory_worker', None, 'Internal: measure the peak '
-                    'memory of --workloads on --backends in this process '
-                    '(TensorFlow: started with TF_CPU_ALLOCATOR_USE_BFC) and '
-                    'write it as JSON to this path.')
+                    'memory of the first of --workloads on the first of '
+                    '--backends at --memory_batch in this process (started '
+                    'with TF_CPU_ALLOCATOR_USE_BFC=true) and write it as '
+                    'JSON to this path.')
+flags.DEFINE_integer('memory_batch', 1, 'Internal: see --memory_worker.')
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -412,17 +414,11 @@ def peak_bytes(run, backend):
       before['current'])
 
 
-def measure_memory_here(backends):
-  """Peak bytes of every cell of --workloads on `backends` (warmed up)."""
-  out = []
-  for workload in FLAGS.workloads:
-    for backend in backends:
-      for batch in batch_sizes(workload):
-        cell = WORKLOADS[workload](backend, batch)
-        cell.run()
-        out.append(dict(workload=workload, backend=backend, batch=batch,
-                        peak_bytes=peak_bytes(cell.run, backend)))
-  return out
+def measure_memory_here(workload, backend, batch):
+  """Peak bytes of one call of a cell, after a warm-up call."""
+  cell = WORKLOADS[workload](backend, batch)
+  cell.run()
+  return peak_bytes(cell.run, backend)
 
 
 def _fmt(x, spec):
@@ -570,39 +566,39 @@ def measure_in_a_process(workload, backend):
       return json.load(f)
 
 
-def measure_memory_in_a_process(workloads_, backends):
-  """Peak memory of the TensorFlow cells, measured in a fresh process whose
+def measure_memory_in_a_process(workload, backend, batch):
+  """Peak memory of a TensorFlow cell, measured in a fresh process whose
   CPU allocator counts its bytes (TF_CPU_ALLOCATOR_USE_BFC=true; the
   default allocator keeps no statistics).  Timings are not taken there, so
   that the timed runs use TensorFlow's default allocator, as users do.
-  Returns {(workload, backend, batch): bytes or None}."""
+  One process per cell: the allocator counts the chunks it hands out,
+  which depend on what ran before (NUTS at 64 chains under XLA: 4.1 MiB
+  alone, 5.0-7.1 MiB after the graph-mode cells).  Returns bytes or None.
+  """
   with tempfile.TemporaryDirectory() as tmp:
     path = os.path.join(tmp, 'memory.json')
     subprocess.run(
         [sys.executable, os.path.abspath(__file__)] + sys.argv[1:] +
-        [f'--workloads={",".join(workloads_)}',
-         f'--backends={",".join(backends)}', f'--memory_worker={path}'],
+        [f'--workloads={workload}', f'--backends={backend}',
+         f'--memory_batch={batch}', f'--memory_worker={path}'],
         check=True, env=dict(os.environ, TF_CPU_ALLOCATOR_USE_BFC='true'))
     with open(path) as f:
-      return {(r['workload'], r['backend'], r['batch']): r['peak_bytes']
-              for r in json.load(f)}
+      return json.load(f)
 
 
-def add_tf_memory(rows, backends):
-  """Fills the TensorFlow rows' peak memory (`measure_memory_in_a_process`,
-  one process per workload)."""
-  tf_backends = [b for b in backends if b != 'numpy']
-  if not tf_backends:
-    return
-  for workload in FLAGS.workloads:
+def add_tf_memory(rows):
+  """Fills the TensorFlow rows' peak memory (`measure_memory_in_a_process`)."""
+  for r in rows:
+    if r['backend'] == 'numpy':
+      continue
     start = time.perf_counter()
-    peaks = measure_memory_in_a_process([workload], tf_backends)
-    for r in rows:
-      peak = peaks.get((r['workload'], r['backend'], r['batch']))
-      if peak is not None:
-        r['peak_mib'] = peak / 2**20
-    print(f'[{time.perf_counter() - start:6.1f}s] {workload:<10} peak '
-          f'memory on {", ".join(tf_backends)}', flush=True)
+    peak = measure_memory_in_a_process(r['workload'], r['backend'],
+                                       r['batch'])
+    if peak is not None:
+      r['peak_mib'] = peak / 2**20
+    print(f'[{time.perf_counter() - start:6.1f}s] {r["workload"]:<10} '
+          f'{r["backend"]:<8} B={r["batch"]:<5} peak memory '
+          f'{_fmt(r["peak_mib"], ".2f")} MiB', flush=True)
 
 
 def main(argv):
@@ -621,7 +617,8 @@ def main(argv):
       backends = ['numpy']
   if FLAGS.memory_worker:
     with open(FLAGS.memory_worker, 'w') as f:
-      json.dump(measure_memory_here(backends), f)
+      json.dump(measure_memory_here(FLAGS.workloads[0], backends[0],
+                                    FLAGS.memory_batch), f)
     return
   if FLAGS.worker or FLAGS.one_process:
     results = measure_here(backends)
@@ -646,7 +643,7 @@ def main(argv):
     ess = '\n\n' + ess_markdown(
         sorted(results['ess'], key=lambda r: order[r['backend']]))
   rows = results['rows']
-  add_tf_memory(rows, backends)
+  add_tf_memory(rows)
   os.makedirs(FLAGS.out, exist_ok=True)
   table = markdown(rows)
   versions = _versions()
@@ -687,9 +684,10 @@ NOTES = ('Times are medians of calls after a warm-up call: at least '
          '"peak MiB": the most memory a call of ours holds beyond what was '
          'held before it: NumPy\'s allocations (tracemalloc), or the bytes '
          'TensorFlow\'s CPU allocator has in use, XLA\'s buffers included '
-         '(measured in a process of its own with '
-         'TF_CPU_ALLOCATOR_USE_BFC=true, the timed runs keeping the default '
-         'allocator).  "steps", "util": VM steps and mean fraction of the '
+         '(each cell measured after a warm-up call in a process of its own '
+         'with TF_CPU_ALLOCATOR_USE_BFC=true, the timed runs keeping the '
+         'default allocator; it counts the chunks it hands out, rounded '
+         'up).  "steps", "util": VM steps and mean fraction of the '
          'batch active per step (a staged call returns its counts: '
          '`RunStats.counts()`).')
 
