@@ -348,7 +348,8 @@ class Context:
       program = self.program_compiled(bf.name, sig, backend)
       out, stats = stackless_lib.execute(program, args, backend, batch,
                                          schedule=schedule,
-                                         max_steps=max_steps)
+                                         max_steps=max_steps,
+                                         profile=profile)
     else:
       program = self.program_lowered(bf.name, sig, backend, schedule)
       cache = self._cache if block_code_cache is None else block_code_cache

@@ -13,6 +13,9 @@ eagerly only.
 """
 
 import sys
+import time
+
+import numpy as np
 
 from autobatch_vm import errors
 from autobatch_vm import instructions as inst
@@ -32,6 +35,7 @@ class _Executor:
     self.batch = batch
     self.schedule = schedule
     self.stats = stats
+    self.timed = 0.0   # profile=True: blocks' own seconds so far
     self.coerce = {}
     self.index = {}
     for fn in program.functions:
@@ -82,8 +86,18 @@ class _Executor:
           self.stats.block_active.get(block.label, 0) + m.count
       self.stats.block_loc.setdefault(block.label, block.loc)
       self.stats.steps += 1
+      if self.stats.profile:
+        self.stats.member_blocks += np.asarray(m.mask, bool)
+        start, timed_before = time.perf_counter(), self.timed
       for op in block.instructions:
         self.op(fn, env, op, m)
+      if self.stats.profile:
+        # A block's own time: without the blocks of the calls it made,
+        # which were timed (and added to self.timed) on their own.
+        seconds = (time.perf_counter() - start) - (self.timed - timed_before)
+        self.timed += seconds
+        self.stats.block_time[block.label] = (
+            self.stats.block_time.get(block.label, 0.0) + seconds)
       t = block.terminator
       if isinstance(t, inst.GotoOp):
         pc = self.be.goto(pc, m, index[t.block])
@@ -128,10 +142,12 @@ class _Executor:
 
 
 def execute(program, args, backend, batch_size,
-            schedule=virtual_machine.DEFAULT_SCHEDULE, max_steps=None):
+            schedule=virtual_machine.DEFAULT_SCHEDULE, max_steps=None,
+            profile=False):
   """Runs typed `program` on batched `args`; returns (outputs, RunStats).
 
-  `max_steps` bounds the blocks run, counted over all calls.
+  `max_steps` bounds the blocks run, counted over all calls.  `profile`:
+  also time each block and count the blocks each member runs.
   """
   if getattr(backend, 'staged', False) and backend.in_graph():
     raise errors.BackendError(
@@ -139,7 +155,9 @@ def execute(program, args, backend, batch_size,
         'calls, so it cannot be staged into a graph.',
         hint='Call it eagerly, or use the stack VM (stackless=False) inside '
         'tf.function.')
-  stats = virtual_machine.RunStats(batch_size=batch_size)
+  stats = virtual_machine.RunStats(batch_size=batch_size, profile=profile)
+  if profile:
+    stats.member_blocks = np.zeros(batch_size, np.int64)
   ex = _Executor(program, backend, batch_size, schedule, stats, max_steps)
   if batch_size == 0:
     main = program.main_function

@@ -46,8 +46,11 @@ error naming the members.
 
 RunStats: eagerly, ints as on NumPy (with `profile=True` the run steps
 eagerly so that each block can be timed).  In a graph, `steps` and the
-per-block counts are scalar int32 tensors of that graph (return them from
-your `tf.function` to read them); `str(stats)` and `utilization` need ints.
+per-block counts are scalar int32 tensors of that graph, and with
+`profile=True` the loop also carries blocks per member and (outside XLA)
+seconds per block from timestamps around each step: return
+`stats.counts()` from your `tf.function` and read it with
+`stats.with_counts(value)`; `utilization` and tables need numbers.
 """
 
 import collections
@@ -657,17 +660,24 @@ class TensorFlowBackend:
       return self._run_eagerly(blocks, state, num_blocks, schedule, stats,
                                labels, limit)
     sites = _Sites(num_blocks)
-    state, acc = self._staged_loop(blocks, state, num_blocks, schedule,
-                                   batch, sites, limit)
+    state, acc, profiled = self._staged_loop(
+        blocks, state, num_blocks, schedule, batch, sites, limit,
+        profile=stats.profile)
     state = self._fail_in_graph(state, num_blocks, sites)
     runs, active = tf.unstack(acc, axis=1)
     _fill_stats(stats, labels, tf.reduce_sum(runs), tf.unstack(runs),
                 tf.unstack(active))
+    if profiled is not None:
+      seconds, stats.member_blocks = profiled
+      if seconds is not None:
+        stats.block_time.update(zip(labels, tf.unstack(seconds)))
     return state
 
   def _staged_loop(self, blocks, state, num_blocks, schedule, batch, sites,
-                   step_limit=(None, None)):
-    """Builds the `tf.while_loop`; returns (state, [num_blocks, 2] counts).
+                   step_limit=(None, None), profile=False):
+    """Builds the `tf.while_loop`; returns (state, [num_blocks, 2] counts,
+    profile), where with `profile` the last is (seconds per block, or None
+    under XLA, which has no clock; blocks run per member), else None.
 
     The loop carries the state partly packed by dtype and shape
     (`_Packing`).
@@ -743,42 +753,71 @@ class TensorFlowBackend:
         branch_fns = full_fns
         full_fns = None
 
-    def cond(b, acc, *carried):
-      del acc, carried
+    # profile=True: blocks per member and, outside XLA (which has no
+    # clock op), seconds per block between timestamps around the step's
+    # switch, as loop variables.
+    timed = profile and not xla
+    extra0 = []
+    if profile:
+      extra0 = [tf.zeros([batch], tf.int32)]
+      if timed:
+        extra0.append(tf.zeros([num_blocks], tf.float64))
+    num_extra = len(extra0)
+
+    def cond(b, acc, *rest):
+      del acc, rest
       return b < num_blocks
 
-    def body(b, acc, *carried):
+    def body(b, acc, *rest):
+      extra, carried = list(rest[:num_extra]), rest[num_extra:]
       mask = tf.equal(packing.read(carried, _PC), b)
       count = tf.reduce_sum(tf.cast(mask, tf.int32))
       acc = tf.tensor_scatter_nd_add(
           acc, tf.reshape(b, [1, 1]),
           tf.reshape(tf.stack([tf.constant(1, tf.int32), count]), [1, 2]))
-      if full_fns is not None:
-        index = b + num_blocks * tf.cast(tf.equal(count, batch), tf.int32)
-        carried = packing.after_switch(carried, _switch(
-            index, [_bind(f, mask, carried) for f in branch_fns + full_fns]))
-      elif groups is None:
-        carried = packing.after_switch(carried, _switch(
-            b, [_bind(f, mask, carried) for f in branch_fns]))
-      else:
-        carried = _run_groups(b, mask, groups, branch_fns, packing,
-                              list(carried))
+      if profile:
+        extra[0] += tf.cast(mask, tf.int32)
+      start = None
+      if timed:
+        with tf.control_dependencies([mask]):
+          start = tf.timestamp()
+      with tf.control_dependencies([] if start is None else [start]):
+        if full_fns is not None:
+          index = b + num_blocks * tf.cast(tf.equal(count, batch), tf.int32)
+          carried = packing.after_switch(carried, _switch(
+              index,
+              [_bind(f, mask, carried) for f in branch_fns + full_fns]))
+        elif groups is None:
+          carried = packing.after_switch(carried, _switch(
+              b, [_bind(f, mask, carried) for f in branch_fns]))
+        else:
+          carried = _run_groups(b, mask, groups, branch_fns, packing,
+                                list(carried))
+      if timed:
+        with tf.control_dependencies(tf.nest.flatten(carried)):
+          elapsed = tf.timestamp() - start
+        extra[1] = tf.tensor_scatter_nd_add(
+            extra[1], tf.reshape(b, [1, 1]), tf.reshape(elapsed, [1]))
       return [_next_block_tf(packing.read(carried, _PC), num_blocks,
-                             schedule), acc] + carried
+                             schedule), acc] + extra + list(carried)
 
     b0 = _next_block_tf(state[_PC], num_blocks, schedule)
     acc0 = tf.zeros([num_blocks, 2], tf.int32)
     max_steps, step_limit_error = step_limit
-    out = tf.while_loop(cond, body, [b0, acc0] + packing.carry(state),
+    out = tf.while_loop(cond, body,
+                        [b0, acc0] + extra0 + packing.carry(state),
                         parallel_iterations=self.while_parallel_iterations,
                         maximum_iterations=max_steps)
-    state = packing.unpack(out[2:])
+    profiled = None
+    if profile:
+      profiled = (out[3] if timed else None, out[2])
+    state = packing.unpack(out[2 + num_extra:])
     if max_steps is not None:
       # Members still running after max_steps: parked at the limit's site.
       code = sites.add(_overflow_maker(step_limit_error))
       pc = state[_PC]
       state[_PC] = tf.where(pc < num_blocks, tf.constant(code, tf.int32), pc)
-    return state, out[1]
+    return state, out[1], profiled
 
   def _branch_fn(self, block_fn, batch, sites, packing, width, full=False):
     """One block, traced into a switch branch: `f(mask, *carried)` returns
@@ -1564,7 +1603,7 @@ class _StagedRun:
 
     def loop(state):
       self.sites = _Sites(num_blocks)
-      out, acc = backend._staged_loop(  # pylint: disable=protected-access
+      out, acc, _ = backend._staged_loop(  # pylint: disable=protected-access
           blocks, state, num_blocks, schedule, batch, self.sites, limit)
       return out, acc
     self.function = tf.function(loop, autograph=False)

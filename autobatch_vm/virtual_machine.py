@@ -72,7 +72,10 @@ class RunStats:
     """Blocks of the member that executes the most (profile=True only,
     else None).  A step moves each member by at most one block, so no
     schedule can finish in fewer steps than this."""
-    if self.member_blocks is None or not self.member_blocks.size:
+    if self.member_blocks is None:
+      return None
+    self.require_numbers('longest_member_blocks')
+    if not self.member_blocks.size:
       return None
     return int(self.member_blocks.max())
 
@@ -107,10 +110,15 @@ class RunStats:
     return not isinstance(self.steps, (int, np.integer))
 
   def counts(self):
-    """Executions and active members per block: `[num_blocks, 2]` int32,
-    rows in the order of `block_executions`.
+    """The run's numbers as a dict of arrays, to read a staged run's
+    statistics after the call (`with_counts`):
+    - 'counts': executions and active members per block, `[blocks, 2]`
+      int32, rows in the order of `block_executions`;
+    - with `profile=True`: 'member_blocks', the blocks each member ran,
+      `[batch]`, and (not under XLA, which has no clock) 'seconds', the
+      time per block, `[blocks]` float64.
 
-    A NumPy array after an eager run.  Inside a `tf.function` (XLA
+    NumPy arrays after an eager run.  Inside a `tf.function` (XLA
     included) the statistics are tensors of the traced graph, which cannot
     be read once the function returns: return `fn.last_stats.counts()`
     from the function along with its result, then
@@ -118,12 +126,23 @@ class RunStats:
     """
     runs = list(self.block_executions.values())
     active = list(self.block_active.values())
+    seconds = list(self.block_time.values())
     if not self.symbolic:
-      return np.array([runs, active], np.int32).reshape(2, -1).T
+      out = {'counts': np.array([runs, active], np.int32).reshape(2, -1).T}
+      if seconds:
+        out['seconds'] = np.array(seconds, np.float64)
+      if self.member_blocks is not None:
+        out['member_blocks'] = np.asarray(self.member_blocks)
+      return out
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     as_int = lambda xs: [tf.cast(x, tf.int32) for x in xs]
-    return tf.stack([tf.stack(as_int(runs)), tf.stack(as_int(active))],
-                    axis=1)
+    out = {'counts': tf.stack([tf.stack(as_int(runs)),
+                               tf.stack(as_int(active))], axis=1)}
+    if seconds:
+      out['seconds'] = tf.stack(seconds)
+    if self.member_blocks is not None:
+      out['member_blocks'] = self.member_blocks
+    return out
 
   def require_numbers(self, what):
     """Raises `ArgumentError` naming `what` if the counts are tensors."""
@@ -136,22 +155,35 @@ class RunStats:
           'on the value after the call.')
 
   def with_counts(self, counts):
-    """These statistics with the counts `counts()` returned (a NumPy array
-    or an eager tensor): the way to read a staged run's statistics."""
+    """These statistics with the numbers `counts()` returned (its value:
+    NumPy arrays or eager tensors): the way to read a staged run's
+    statistics."""
     labels = list(self.block_executions)
-    value = np.asarray(counts)
+    hint = ('Return fn.last_stats.counts() from the tf.function that calls '
+            'fn, and pass its value here.')
+    if not isinstance(counts, dict) or 'counts' not in counts:
+      raise errors.ArgumentError(
+          'with_counts() expects the dict that counts() returned, got '
+          f'{type(counts).__name__}', hint=hint)
+    value = np.asarray(counts['counts'])
     if value.shape != (len(labels), 2) or value.dtype.kind not in 'iu':
       raise errors.ArgumentError(
-          f'with_counts() expects the [{len(labels)}, 2] integer array that '
-          f'counts() returned for this run, got {value.dtype}'
-          f'{list(value.shape)}',
-          hint='Return fn.last_stats.counts() from the tf.function that '
-          'calls fn, and pass its value here.')
+          f'with_counts() expects counts of shape [{len(labels)}, 2] and an '
+          f'integer dtype for this run, got {value.dtype}'
+          f'{list(value.shape)}', hint=hint)
+    block_time = dict(self.block_time)
+    if 'seconds' in counts:
+      block_time = {l: float(t) for l, t in
+                    zip(labels, np.asarray(counts['seconds']))}
+    member_blocks = self.member_blocks
+    if 'member_blocks' in counts:
+      member_blocks = np.asarray(counts['member_blocks']).astype(np.int64)
     return dataclasses.replace(
         self, steps=int(value[:, 0].sum()),
         block_executions={l: int(r) for l, r in zip(labels, value[:, 0])},
         block_active={l: int(a) for l, a in zip(labels, value[:, 1])},
-        block_loc=dict(self.block_loc), block_time=dict(self.block_time))
+        block_loc=dict(self.block_loc), block_time=block_time,
+        member_blocks=member_blocks)
 
   def table(self):
     """The per-block profile as text (see `autobatch_vm.profiler`)."""

@@ -101,8 +101,10 @@ def test_staged_run_statistics_read_back_through_counts(jit, schedule):
   progs.fibonacci(n, schedule=schedule)
   want = progs.fibonacci.last_stats
   np.testing.assert_array_equal(
-      want.counts(), [[want.block_executions[l], want.block_active[l]]
-                      for l in want.block_executions])
+      want.counts()['counts'], [[want.block_executions[l],
+                                 want.block_active[l]]
+                                for l in want.block_executions])
+  assert set(want.counts()) == {'counts'}   # no profile: no times
   traced = []
 
   def run(x):
@@ -133,8 +135,49 @@ def test_staged_run_statistics_read_back_through_counts(jit, schedule):
 def test_with_counts_rejects_counts_of_another_shape():
   progs.fibonacci(np.array([4, 5]))
   stats = progs.fibonacci.last_stats
-  with pytest.raises(ab.errors.ArgumentError, match=r'expects the \['):
-    stats.with_counts(np.zeros((2, 2), np.int32))
+  with pytest.raises(ab.errors.ArgumentError, match='the dict that'):
+    stats.with_counts(stats.counts()['counts'])
+  with pytest.raises(ab.errors.ArgumentError, match=r'shape \['):
+    stats.with_counts({'counts': np.zeros((2, 2), np.int32)})
   with pytest.raises(ab.errors.ArgumentError, match='float64'):
-    stats.with_counts(stats.counts().astype(float))
+    stats.with_counts({'counts': stats.counts()['counts'].astype(float)})
   assert stats.with_counts(stats.counts()) == stats
+
+
+@pytest.mark.parametrize('mode', ['graph', 'xla', 'stackless'])
+def test_profile_of_staged_and_stackless_runs(mode):
+  """profile=True under tf.function times every block (timestamps around
+  each step), under XLA (no clock) counts blocks per member only, and in
+  stackless mode does both; blocks per member are each member's own."""
+  n = np.array([3, 9, 12, 5, 1, 7])
+  alone = []
+  for k in n:
+    progs.fibonacci(np.array([k]), stackless=(mode == 'stackless'))
+    alone.append(progs.fibonacci.last_stats.steps)
+  if mode == 'stackless':
+    progs.fibonacci(n, profile=True, stackless=True)
+    stats = progs.fibonacci.last_stats
+  else:
+    tf = pytest.importorskip('tensorflow')
+    traced = []
+
+    def run(x):
+      out = progs.fibonacci(x, profile=True)
+      traced.append(progs.fibonacci.last_stats)
+      return out, progs.fibonacci.last_stats.counts()
+    staged = (ab.xla.compile_nested_output(run) if mode == 'xla'
+              else tf.function(run))
+    _, counts = staged(tf.constant(n))
+    assert set(counts) == ({'counts', 'member_blocks'} if mode == 'xla'
+                           else {'counts', 'member_blocks', 'seconds'})
+    stats = traced[-1].with_counts(counts)
+  np.testing.assert_array_equal(stats.member_blocks, alone)
+  assert stats.longest_member_blocks == max(alone)
+  ran = [l for l, r in stats.block_executions.items() if r]
+  if mode == 'xla':
+    assert not stats.block_time
+  else:
+    assert all(stats.block_time[l] > 0 for l in ran)
+    assert all(stats.block_time.get(l, 0.0) == 0.0
+               for l, r in stats.block_executions.items() if not r)
+    assert 's in blocks' in profiler.summary(stats)
