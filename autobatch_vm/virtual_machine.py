@@ -124,9 +124,11 @@ class RunStats:
     from the function along with its result, then
     `fn.last_stats.with_counts(value)` gives the statistics with numbers.
     """
-    runs = list(self.block_executions.values())
-    active = list(self.block_active.values())
-    seconds = list(self.block_time.values())
+    labels = list(self.block_executions)
+    runs = [self.block_executions[l] for l in labels]
+    active = [self.block_active.get(l, 0) for l in labels]
+    seconds = ([self.block_time.get(l, 0.0) for l in labels]
+               if self.block_time else [])
     if not self.symbolic:
       out = {'counts': np.array([runs, active], np.int32).reshape(2, -1).T}
       if seconds:
@@ -139,7 +141,7 @@ class RunStats:
     out = {'counts': tf.stack([tf.stack(as_int(runs)),
                                tf.stack(as_int(active))], axis=1)}
     if seconds:
-      out['seconds'] = tf.stack(seconds)
+      out['seconds'] = tf.stack([tf.cast(t, tf.float64) for t in seconds])
     if self.member_blocks is not None:
       out['member_blocks'] = self.member_blocks
     return out

@@ -181,3 +181,15 @@ def test_profile_of_staged_and_stackless_runs(mode):
     assert all(stats.block_time.get(l, 0.0) == 0.0
                for l, r in stats.block_executions.items() if not r)
     assert 's in blocks' in profiler.summary(stats)
+
+
+def test_counts_round_trip_a_profiled_eager_run():
+  """counts() of a profiled NumPy run and with_counts() give it back."""
+  progs.fibonacci(np.array([3, 9, 12]), profile=True)
+  stats = progs.fibonacci.last_stats
+  counts = stats.counts()
+  assert set(counts) == {'counts', 'seconds', 'member_blocks'}
+  back = stats.with_counts(counts)
+  assert back == stats
+  assert back.block_time == stats.block_time
+  np.testing.assert_array_equal(back.member_blocks, stats.member_blocks)
