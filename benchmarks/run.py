@@ -11,12 +11,13 @@ baselines of the cell timed in turns (a call of each per round),
 throughput in the workload's unit, peak memory (NumPy: traced
 allocations; TensorFlow: the CPU allocator's bytes in use, measured in a
 separate process, see `measure_memory_in_a_process`), VM steps and mean
-utilization (a staged call returns its counts), and baselines measured in the same run: every
-member run alone on the same backend (the dry-run loop: plain Python per
-member on NumPy arrays or eager TF tensors; every member where that
-takes under --alone_seconds, else the first ones that fit, scaled) and,
-when tensorflow_probability is installed (TFP 0.25 with TensorFlow 2.18,
-or 2.21 with tf-keras 2.21: see benchmarks/tfp_baselines.py), TFP's
+utilization (a staged call returns its counts), and baselines measured
+in the same run: every member run alone on the same backend (the dry-run
+loop: plain Python per member on NumPy arrays or eager TF tensors; every
+member where that takes under --alone_seconds, else the first ones that
+fit, scaled) and, when tensorflow_probability is installed (TFP 0.25 with
+TensorFlow 2.18, or 2.21 with tf-keras 2.21: see
+benchmarks/tfp_baselines.py), TFP's
 auto_batching VM on the same fibonacci, TFP's autobatched NUTS and its
 hand-batched NUTS (`tfp.mcmc.NoUTurnSampler`) from the same chains and
 step sizes.  For NUTS it also compares effective samples per second

@@ -506,7 +506,6 @@ class Sampler:
   def _tf_call(self):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     staged = {}
-
     traced = {}   # name -> the statistics of its trace (tensors)
 
     def call(name, *args):
