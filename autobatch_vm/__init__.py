@@ -39,16 +39,19 @@ __all__ = [
     'block_order', 'dsl',
     'errors', 'frontend', 'instructions', 'liveness', 'lowering',
     'numpy_backend', 'pipeline', 'stack_optimization', 'stackless',
-    'sync_point', 'tf_backend', 'truthy', 'type_inference', 'verifier',
-    'virtual_machine', 'xla',
+    'stage', 'staging', 'sync_point', 'tf_backend', 'truthy',
+    'type_inference', 'verifier', 'virtual_machine', 'xla',
 ]
 
 
 def __getattr__(name):
   # TensorFlow is imported only when a TF name is first used.
-  if name in ('TensorFlowBackend', 'tf_backend', 'xla'):
+  modules = {'TensorFlowBackend': 'tf_backend', 'tf_backend': 'tf_backend',
+             'xla': 'xla', 'stage': 'staging', 'staging': 'staging'}
+  if name in modules:
     import importlib  # pylint: disable=g-import-not-at-top
-    module = importlib.import_module(
-        'autobatch_vm.' + ('xla' if name == 'xla' else 'tf_backend'))
-    return module.TensorFlowBackend if name == 'TensorFlowBackend' else module
+    module = importlib.import_module('autobatch_vm.' + modules[name])
+    if name in ('TensorFlowBackend', 'stage'):
+      return getattr(module, name)
+    return module
   raise AttributeError(f'module autobatch_vm has no attribute {name!r}')

@@ -135,26 +135,15 @@ class Cell:
 
 
 def _staged(fn, backend, **kwargs):
-  """`fn` on the backend: NumPy as is, TF inside tf.function (maybe XLA).
+  """`fn` on the backend: NumPy as is, TF staged by `ab.stage` (XLA too).
 
   Returns (call, stats): `stats()` is the RunStats of the last call, with
-  numbers on every backend (a staged call also returns its counts).
+  numbers on every backend.
   """
   if backend == 'numpy':
     return (lambda *a: fn(*a, **kwargs)), lambda: fn.last_stats
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  last = {}
-
-  def traced(*args):
-    out = fn(*args, **kwargs)
-    last['traced'] = fn.last_stats
-    return out, fn.last_stats.counts()
-  staged = tf.function(traced, jit_compile=(backend == 'xla'))
-
-  def call(*args):
-    out, last['counts'] = staged(*[tf.constant(a) for a in args])
-    return tf.nest.map_structure(lambda t: t.numpy(), out)
-  return call, lambda: last['traced'].with_counts(last['counts'])
+  staged = ab.stage(fn, jit_compile=(backend == 'xla'), **kwargs)
+  return staged.numpy, lambda: staged.last_stats
 
 
 def _on(backend, x):

@@ -504,28 +504,20 @@ class Sampler:
     return out
 
   def _tf_call(self):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
     staged = {}
-    traced = {}   # name -> the statistics of its trace (tensors)
 
     def call(name, *args):
       if name not in staged:
-        fn = getattr(self.fns, name)
-
-        def run(*a):
-          out = fn(*a, max_stack_depth=self.depth, schedule=self.schedule)
-          # Under tf.function the statistics are tensors: return their
-          # counts, to read them after the call.
-          traced[name] = fn.last_stats
-          return out, fn.last_stats.counts()
-        # Under XLA, compile_nested_output raises a stack overflow as an
-        # exception after the compiled call (XLA itself cannot raise).
-        staged[name] = (ab.xla.compile_nested_output(run)
-                        if self.tf_kind == 'xla' else tf.function(run))
-      args = tf.nest.map_structure(tf.convert_to_tensor, args)
-      out, counts = staged[name](*args)
-      self.last_stats = traced[name].with_counts(counts)
-      return tf.nest.map_structure(lambda t: t.numpy(), out)
+        # ab.stage: tf.function (XLA: compiled by compile_nested_output,
+        # which raises a stack overflow after the call), and the call's
+        # statistics as numbers in `last_stats`.
+        staged[name] = ab.stage(getattr(self.fns, name),
+                                jit_compile=self.tf_kind == 'xla',
+                                max_stack_depth=self.depth,
+                                schedule=self.schedule)
+      out = staged[name].numpy(*args)
+      self.last_stats = staged[name].last_stats
+      return out
     return call
 
   def init(self, num_chains, seed):

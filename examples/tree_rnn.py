@@ -210,23 +210,12 @@ def encode_batched(forest, params, backend='numpy', schedule='most'):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   _, encode = make_encoder(tf_lib(forest, params))
   roots = tf.constant(forest.roots)
-  last = {}
-
-  def run(r):
-    out = encode(r, max_stack_depth=depth, schedule=schedule)
-    # Inside tf.function the statistics are tensors of the trace: return
-    # their counts too, and read them after the call (with_counts).
-    last['traced'] = encode.last_stats
-    return out, encode.last_stats.counts()
-  # Under XLA, compile_nested_output raises a stack overflow as an
-  # exception after the compiled call (XLA itself cannot raise).
-  staged = (ab.xla.compile_nested_output(run) if backend == 'xla'
-            else tf.function(run))
-
-  def call():
-    out, last['counts'] = staged(roots)
-    return out.numpy()
-  return call, encode, lambda: last['traced'].with_counts(last['counts'])
+  # tf.function, or XLA (where a stack overflow is raised after the call);
+  # `staged.last_stats` are the call's statistics, as numbers.
+  staged = ab.stage(encode, jit_compile=backend == 'xla',
+                    max_stack_depth=depth, schedule=schedule)
+  return (lambda: staged(roots).numpy()), encode, (
+      lambda: staged.last_stats)
 
 
 def main(argv):

@@ -1,0 +1,112 @@
+"""`stage`: a batched function under `tf.function` or XLA, with statistics.
+
+Inside a `tf.function` a batched function's `last_stats` are tensors of the
+graph being traced (`RunStats.symbolic`): once the function returns they
+cannot be read.  The way to read them is to return `last_stats.counts()`
+from the staged function and to call `with_counts` on its value after the
+call (guide, section 9).  `stage` does that for the common case, one
+batched function staged as a whole:
+
+    encode_xla = ab.stage(encode, jit_compile=True, max_stack_depth=20)
+    out = encode_xla(roots)                  # tensors, as tf.function's
+    print(encode_xla.last_stats.table())     # numbers, for this call
+
+Each trace keeps its own statistics (the program, and the batch size, are
+those of the call's signature), and every call returns an id of the trace
+it ran, so `last_stats` describes the call even when calls alternate
+between shapes that `tf.function` traced separately.  With
+`jit_compile=True` the function is compiled by
+`xla.compile_nested_output`, so a stack overflow, which XLA cannot raise,
+is raised after the call as `StackOverflowError`.
+"""
+
+import itertools
+import threading
+
+import tensorflow as tf
+
+from autobatch_vm import errors
+from autobatch_vm import frontend
+from autobatch_vm import numpy_backend
+from autobatch_vm import xla
+
+__all__ = ['StagedFunction', 'stage']
+
+
+class StagedFunction:
+  """A batched function staged with `tf.function` (`stage` makes one).
+
+  Call it like the batched function, without the keyword arguments given to
+  `stage`; `last_stats` is then the `RunStats` of that call, with numbers.
+  """
+
+  def __init__(self, fn, jit_compile=False, **call_kwargs):
+    if not isinstance(fn, frontend.BatchedFunction):
+      raise errors.ArgumentError(
+          f'stage() expects a batched function (decorated with '
+          f'Context().batch()), got {fn!r}',
+          hint='To stage a function that calls batched functions, use '
+          'tf.function and return fn.last_stats.counts() with its result '
+          '(guide, section 9).')
+    if call_kwargs.get('dry_run') or isinstance(
+        call_kwargs.get('backend'), numpy_backend.NumpyBackend):
+      raise errors.ArgumentError(
+          f'stage({fn.name}) runs the VM on TensorFlow: dry_run and other '
+          'backends do not apply', hint='Call the batched function itself '
+          'for a dry run or a NumPy run.', loc=fn.context.function_loc(fn.name))
+    self.fn = fn
+    self.jit_compile = bool(jit_compile)
+    self.call_kwargs = dict(call_kwargs)
+    self.last_stats = None
+    self._traced = {}     # trace id -> RunStats of that trace (tensors)
+    self._ids = itertools.count()
+    self._lock = threading.Lock()
+
+    def traced(*args, **kwargs):
+      out = fn(*args, **self.call_kwargs, **kwargs)
+      stats = fn.last_stats
+      with self._lock:
+        trace_id = next(self._ids)
+        self._traced[trace_id] = stats
+      return out, stats.counts(), tf.constant(trace_id, tf.int32)
+    traced.__name__ = fn.name
+    self._compiled = (xla.compile_nested_output(traced) if self.jit_compile
+                      else tf.function(traced))
+
+  def __repr__(self):
+    mode = 'XLA' if self.jit_compile else 'tf.function'
+    return f'<staged batched function {self.fn.name} ({mode})>'
+
+  def __call__(self, *args, **kwargs):
+    if not tf.executing_eagerly():
+      raise errors.ArgumentError(
+          f'A staged function ({self.fn.name}) was called inside a '
+          'tf.function being traced',
+          loc=self.fn.context.function_loc(self.fn.name),
+          hint=f'Call {self.fn.name} itself there (your tf.function stages '
+          'it), and return its last_stats.counts() to read them after the '
+          'call.')
+    args = tf.nest.map_structure(tf.convert_to_tensor, args)
+    out, counts, trace_id = self._compiled(*args, **kwargs)
+    self.last_stats = self._traced[int(trace_id)].with_counts(
+        tf.nest.map_structure(lambda t: t.numpy(), counts))
+    return out
+
+  def numpy(self, *args, **kwargs):
+    """The call's outputs as NumPy arrays."""
+    return tf.nest.map_structure(lambda t: t.numpy(),
+                                 self(*args, **kwargs))
+
+
+def stage(fn, jit_compile=False, **call_kwargs):
+  """Stages the batched function `fn` with `tf.function` (with
+  `jit_compile=True`, XLA through `xla.compile_nested_output`).
+
+  `call_kwargs` (`max_stack_depth`, `schedule`, `profile`, `max_steps`,
+  `stackless`, or the function's own arguments) are passed to every call.
+  Returns a `StagedFunction`: call it with tensors or arrays; after each
+  call its `last_stats` are that call's statistics as numbers (steps,
+  utilization, `table()`; with `profile=True` blocks per member and,
+  outside XLA, seconds per block).
+  """
+  return StagedFunction(fn, jit_compile, **call_kwargs)

@@ -1,0 +1,80 @@
+"""`ab.stage`: a batched function under tf.function or XLA, its statistics
+read back as numbers for each call, equal to the same run's on NumPy."""
+
+import numpy as np
+import pytest
+
+import autobatch_vm as ab
+from autobatch_vm import profiler
+from tests import e2e_programs as progs
+
+tf = pytest.importorskip('tensorflow')
+
+MODES = [False, True]
+MODE_IDS = ['graph', 'xla']
+
+
+@pytest.mark.parametrize('jit', MODES, ids=MODE_IDS)
+@pytest.mark.parametrize('schedule', ['lowest', 'most'])
+def test_stats_of_each_call_equal_numpy_runs(jit, schedule):
+  """Calls alternate between two batch sizes (two traces): each call's
+  statistics are its own, not those of the latest trace."""
+  staged = ab.stage(progs.fibonacci, jit_compile=jit, schedule=schedule)
+  for n in ([3, 9, 12, 5], [4, 8, 1, 7, 6, 2, 11, 10], [3, 9, 12, 5]):
+    n = np.array(n)
+    out = staged(n)
+    assert tf.is_tensor(out)
+    np.testing.assert_array_equal(out.numpy(),
+                                  [progs.fibonacci_ref(k) for k in n])
+    got = staged.last_stats
+    progs.fibonacci(n, schedule=schedule)
+    want = progs.fibonacci.last_stats
+    assert not got.symbolic
+    assert got.batch_size == want.batch_size == len(n)
+    assert got.steps == want.steps
+    assert got.block_executions == want.block_executions
+    assert got.block_active == want.block_active
+    assert got.utilization == want.utilization
+    assert profiler.summary(got) == profiler.summary(want)
+
+
+@pytest.mark.parametrize('jit', MODES, ids=MODE_IDS)
+def test_profile_and_numpy_outputs(jit):
+  n = np.array([3, 9, 12, 5, 1, 7])
+  staged = ab.stage(progs.fibonacci, jit_compile=jit, profile=True)
+  out = staged.numpy(n)
+  assert isinstance(out, np.ndarray)
+  np.testing.assert_array_equal(out, [progs.fibonacci_ref(k) for k in n])
+  alone = []
+  for k in n:
+    progs.fibonacci(np.array([k]))
+    alone.append(progs.fibonacci.last_stats.steps)
+  stats = staged.last_stats
+  np.testing.assert_array_equal(stats.member_blocks, alone)
+  # Seconds per block under tf.function; XLA has no clock.
+  assert bool(stats.block_time) == (not jit)
+  assert 'longest member alone' in stats.table()
+
+
+def test_stack_overflow_under_xla_is_raised_after_the_call():
+  staged = ab.stage(progs.fibonacci, jit_compile=True, max_stack_depth=3)
+  with pytest.raises(ab.errors.StackOverflowError, match='max_stack_depth'):
+    staged(np.array([2, 10]))
+
+
+def test_mistakes_are_argument_errors():
+  with pytest.raises(ab.errors.ArgumentError, match='batched function'):
+    ab.stage(progs.fibonacci_ref)
+  with pytest.raises(ab.errors.ArgumentError, match='dry_run'):
+    ab.stage(progs.fibonacci, dry_run=True)
+  with pytest.raises(ab.errors.ArgumentError, match='dry_run'):
+    ab.stage(progs.fibonacci, backend=ab.NumpyBackend())
+  staged = ab.stage(progs.fibonacci)
+
+  @tf.function
+  def outer(n):
+    return staged(n)
+  with pytest.raises(ab.errors.ArgumentError,
+                     match='inside a tf.function') as info:
+    outer(tf.constant([3, 4]))
+  assert 'e2e_programs.py' in str(info.value)
