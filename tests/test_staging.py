@@ -78,3 +78,21 @@ def test_mistakes_are_argument_errors():
                      match='inside a tf.function') as info:
     outer(tf.constant([3, 4]))
   assert 'e2e_programs.py' in str(info.value)
+
+
+def test_xla_compile_logs_no_dropped_assertions(capfd):
+  """Under XLA the VM's error checks are error codes, not assertions that
+  XLA would drop, logging "Ignoring Assert operator" for each."""
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def countdown(n):
+    if n > 0:
+      return countdown(n - 1) + 1
+    return n
+  capfd.readouterr()
+  staged = ab.stage(countdown, jit_compile=True, max_stack_depth=12)
+  np.testing.assert_array_equal(staged.numpy(np.array([3, 0, 7])), [3, 0, 7])
+  assert 'Ignoring Assert' not in capfd.readouterr().err
+  with pytest.raises(ab.errors.StackOverflowError):
+    staged(np.array([30]))
