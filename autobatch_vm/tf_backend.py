@@ -31,8 +31,9 @@ which stops them and lets the others finish.  After the loop:
   the same message (`tf.errors.InvalidArgumentError`);
 - under XLA, which drops asserts (the run adds none there), every output
   of the run is poisoned (NaN for floats, the dtype's minimum for
-  integers; booleans cannot be poisoned), and `autobatch_vm.xla.compile_nested_output` turns the error
-  into an exception after the compiled function returns.
+  integers; booleans cannot be poisoned), and
+  `autobatch_vm.xla.compile_nested_output` turns the error into an
+  exception after the compiled function returns.
 
 Eager mode runs the same staged loop through an internal `tf.function`,
 traced once per compiled program and cached (it is tens of times faster
