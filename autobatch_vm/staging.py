@@ -52,8 +52,9 @@ class StagedFunction:
         call_kwargs.get('backend'), numpy_backend.NumpyBackend):
       raise errors.ArgumentError(
           f'stage({fn.name}) runs the VM on TensorFlow: dry_run and other '
-          'backends do not apply', hint='Call the batched function itself '
-          'for a dry run or a NumPy run.', loc=fn.context.function_loc(fn.name))
+          'backends do not apply',
+          hint='Call the batched function itself for a dry run or a NumPy '
+          'run.', loc=fn.context.function_loc(fn.name))
     self.fn = fn
     self.jit_compile = bool(jit_compile)
     self.call_kwargs = dict(call_kwargs)
