@@ -138,4 +138,5 @@ def merge_blocks(program, schedule):
   index = program.block_index()
   blocks = [_merged(b, by_label, refs, index, schedule)
             for b in program.blocks]
-  return dataclasses.replace(program, blocks=tuple(inst.reachable_blocks(blocks)))
+  return dataclasses.replace(program,
+                             blocks=tuple(inst.reachable_blocks(blocks)))

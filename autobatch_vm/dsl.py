@@ -361,7 +361,8 @@ class ProgramBuilder:
     self._terminate(inst.GotoOp(label))
 
   def branch(self, cond, true_label, false_label):
-    """Ends the block: to `true_label` where `cond` holds, else `false_label`."""
+    """Ends the block: to `true_label` where `cond` holds, else to
+    `false_label`."""
     self._state('branch')
     self._check_name(cond)
     self._check_label(true_label)

@@ -62,7 +62,8 @@ def _default_backend(args):
 
 
 class BatchedFunction:
-  """A decorated function: call it on a batch; it also has `.python_function`."""
+  """A decorated function: call it on a batch (the undecorated function is
+  its `.python_function`)."""
 
   # Marks it for TensorFlow's AutoGraph as one of its own artifacts, so a
   # `tf.function` calls it as is rather than converting autobatch_vm's code.

@@ -16,7 +16,8 @@ stack operations):
                  | PushOp(vars: name*)       # save registers on their stacks
                  | PopOp(vars: name*)        # restore registers, drop frame
                  | RestoreOp(vars: name*)    # restore registers, keep frame
-    terminator ::= GotoOp(label) | BranchOp(cond: name, true: label, false: label)
+    terminator ::= GotoOp(label)
+                 | BranchOp(cond: name, true: label, false: label)
                  | ReturnOp()                                 # before lowering
                  | PushGotoOp(push: label, goto: label)       # after lowering
                  | PushBranchOp(push: label, cond: name,      # after lowering
@@ -623,7 +624,8 @@ def _vars_str(var_defs, var_alloc, indent='  '):
 
 
 def print_program(program):
-  """A stable, readable listing of a `Program`, `LoweredProgram` or `Function`."""
+  """A stable, readable listing of a `Program`, `LoweredProgram` or
+  `Function`."""
   lines = []
   if isinstance(program, Function):
     fns = [program]

@@ -49,9 +49,10 @@ members by running blocks in order, the copies scatter them (the tree
 encoder: 853 -> 952 steps, 2x slower), so the pass leaves programs for
 that schedule unchanged.  Copies are made only of leaves with at most
 `_MAX_SITES` return blocks, and of return blocks of at most `_MAX_COPIED`
-instructions, to bound the program's growth.  A leaf that holds a sync point (`ab.sync_point`) is copied too:
-its copies are numbered last, like it, and members that reach it together
-return together where they move in step.
+instructions, to bound the program's growth.  A leaf that holds a sync
+point (`ab.sync_point`) is copied too: its copies are numbered last, like
+it, and members that reach it together return together where they move in
+step.
 """
 
 import dataclasses

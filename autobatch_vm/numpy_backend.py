@@ -39,7 +39,8 @@ class _Mask:
 
 
 def take_rows(x, idx):
-  """`x[idx]` (the rows of members `idx`): `take` is 2-3x faster on arrays of vectors, slower on 1-D."""
+  """`x[idx]` (the rows of members `idx`): `take` is 2-3x faster on arrays
+  of vectors, slower on 1-D."""
   return x[idx] if x.ndim == 1 else x.take(idx, axis=0)
 
 

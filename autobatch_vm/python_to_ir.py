@@ -261,7 +261,8 @@ class _Compiler:
     var = self.expr(s.value)
     for t in s.targets:
       pattern = self._target_pattern(t)
-      self.emit(inst.PrimOp((var,), pattern, inst.identity, var, self.src.loc(s)))
+      self.emit(inst.PrimOp((var,), pattern, inst.identity, var,
+                            self.src.loc(s)))
 
   def stmt_AnnAssign(self, s):
     if s.value is None:
@@ -547,7 +548,8 @@ class _Compiler:
     out = target if target is not None else self.temp()
     if not isinstance(out, str):
       tmp = self._ifexp(node, None)
-      self.emit(inst.PrimOp((tmp,), out, inst.identity, tmp, self.src.loc(node)))
+      self.emit(inst.PrimOp((tmp,), out, inst.identity, tmp,
+                            self.src.loc(node)))
       return out
     cond = self._condition(node.test)
     a, b, join = self.new_label(), self.new_label(), self.new_label()

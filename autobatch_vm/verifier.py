@@ -92,7 +92,8 @@ def _check_blocks(blocks, params, var_defs, var_alloc, lowered, listing,
 
 
 def verify(program, stage='?'):
-  """Raises `InternalError` if `program` breaks an invariant; else returns it."""
+  """Raises `InternalError` if `program` breaks an invariant; else returns
+  it."""
   listing = inst.print_program(program)
   if isinstance(program, inst.LoweredProgram):
     _check_blocks(program.blocks, program.vars_in, program.var_defs,
