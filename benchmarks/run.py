@@ -546,12 +546,19 @@ def measure_in_a_process(workload, backend):
   """`measure_here` for one workload and backend in a fresh Python process
   (same flags), so that no other cell's leftovers (thread pools, a large
   heap, caches) weigh on it."""
+  return _in_a_process([f'--workloads={workload}', f'--backends={backend}'],
+                       '--worker')
+
+
+def _in_a_process(args, output_flag, env=None):
+  """Runs this script in a fresh process with this run's flags plus
+  `args`; the worker writes JSON to the path given to `output_flag`,
+  which is returned loaded."""
   with tempfile.TemporaryDirectory() as tmp:
-    path = os.path.join(tmp, 'rows.json')
+    path = os.path.join(tmp, 'out.json')
     subprocess.run(
-        [sys.executable, os.path.abspath(__file__)] + sys.argv[1:] +
-        [f'--workloads={workload}', f'--backends={backend}',
-         f'--worker={path}'], check=True)
+        [sys.executable, os.path.abspath(__file__)] + sys.argv[1:] + args +
+        [f'{output_flag}={path}'], check=True, env=env)
     with open(path) as f:
       return json.load(f)
 
@@ -565,15 +572,10 @@ def measure_memory_in_a_process(workload, backend, batch):
   which depend on what ran before (NUTS at 64 chains under XLA: 4.1 MiB
   alone, 5.0-7.1 MiB after the graph-mode cells).  Returns bytes or None.
   """
-  with tempfile.TemporaryDirectory() as tmp:
-    path = os.path.join(tmp, 'memory.json')
-    subprocess.run(
-        [sys.executable, os.path.abspath(__file__)] + sys.argv[1:] +
-        [f'--workloads={workload}', f'--backends={backend}',
-         f'--memory_batch={batch}', f'--memory_worker={path}'],
-        check=True, env=dict(os.environ, TF_CPU_ALLOCATOR_USE_BFC='true'))
-    with open(path) as f:
-      return json.load(f)
+  return _in_a_process(
+      [f'--workloads={workload}', f'--backends={backend}',
+       f'--memory_batch={batch}'], '--memory_worker',
+      env=dict(os.environ, TF_CPU_ALLOCATOR_USE_BFC='true'))
 
 
 def add_tf_memory(rows):
