@@ -21,7 +21,6 @@ is raised after the call as `StackOverflowError`.
 """
 
 import itertools
-import threading
 
 import tensorflow as tf
 
@@ -61,14 +60,12 @@ class StagedFunction:
     self.last_stats = None
     self._traced = {}     # trace id -> RunStats of that trace (tensors)
     self._ids = itertools.count()
-    self._lock = threading.Lock()
 
     def traced(*args, **kwargs):
       out = fn(*args, **self.call_kwargs, **kwargs)
       stats = fn.last_stats
-      with self._lock:
-        trace_id = next(self._ids)
-        self._traced[trace_id] = stats
+      trace_id = next(self._ids)   # atomic: no lock needed
+      self._traced[trace_id] = stats
       return out, stats.counts(), tf.constant(trace_id, tf.int32)
     traced.__name__ = fn.name
     self._compiled = (xla.compile_nested_output(traced) if self.jit_compile

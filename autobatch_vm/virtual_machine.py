@@ -152,9 +152,11 @@ class RunStats:
       raise errors.ArgumentError(
           f'RunStats.{what} needs numbers, but these statistics are tensors '
           'of a tf.function being traced',
-          hint='Return fn.last_stats.counts() from the tf.function along '
-          'with its result, and call fn.last_stats.with_counts(value) '
-          'on the value after the call.')
+          hint='Stage the batched function with ab.stage(fn, ...), whose '
+          'last_stats has each call\'s numbers; or return '
+          'fn.last_stats.counts() from the tf.function along with its '
+          'result, and call fn.last_stats.with_counts(value) on the value '
+          'after the call.')
 
   def with_counts(self, counts):
     """These statistics with the numbers `counts()` returned (its value:
