@@ -355,6 +355,96 @@ def ess_markdown(rows, chains=64):
   return '\n'.join(lines)
 
 
+
+# The targets the benchmarks are held to (issue 6): (description, at
+# least (True) or at most, bound, how to measure it from the run's main
+# rows and ESS rows).  A ratio is "theirs / ours" for times and "ours /
+# theirs" for ESS/s: above 1, ours is better.
+NUTS_CHAINS = 64
+
+
+def _cell(rows, workload, backend, batch):
+  for r in rows:
+    if (r['workload'], r['backend'], r['batch']) == (workload, backend,
+                                                     batch):
+      return r
+  return None
+
+
+def _time_ratio(rows, workload, backend, batch, key):
+  """`key`'s time (a baseline's, or ours at another B: a tuple) over ours
+  in the cell, or None where the run did not measure both."""
+  r = _cell(rows, workload, backend, batch)
+  if r is None:
+    return None
+  if isinstance(key, tuple):
+    other = _cell(rows, workload, backend, key[0])
+    theirs = other and other['seconds']
+  else:
+    theirs = r.get(key)
+  return theirs / r['seconds'] if theirs and r['seconds'] else None
+
+
+def _ess_ratio(ess, backend, system):
+  """Our min ESS/s over `system`'s on `backend`, or None."""
+  per = {(e['system'], e['backend']): e['ess_min'] / e['seconds']
+         for e in ess if e['seconds']}
+  ours, theirs = (per.get(('autobatch_vm', backend)),
+                  per.get((system, backend)))
+  return ours / theirs if ours and theirs else None
+
+
+def targets(rows, ess):
+  """Issue 6's targets as this run measured them: a list of dicts
+  (target, bound, at_least, measured, met); `measured` and `met` are None
+  where the run did not measure the cell (a --quick run, no TFP)."""
+  out = []
+
+  def add(target, at_least, bound, measured):
+    met = None
+    if measured is not None:
+      met = measured >= bound if at_least else measured <= bound
+    out.append(dict(target=target, bound=bound, at_least=at_least,
+                    measured=measured, met=met))
+  add('fibonacci, NumPy, B=64: TFP VM time / ours', True, 10,
+      _time_ratio(rows, 'fibonacci', 'numpy', 64, 'tfp_seconds'))
+  add('fibonacci, NumPy: our time at B=1024 / at B=64', False, 3,
+      _time_ratio(rows, 'fibonacci', 'numpy', 64, (1024,)))
+  for backend, name in (('function', 'tf.function'), ('xla', 'XLA')):
+    add(f'fibonacci, {name}, B=1024: TFP VM time / ours', True, 2,
+        _time_ratio(rows, 'fibonacci', backend, 1024, 'tfp_seconds'))
+  for backend, name in (('function', 'tf.function'), ('xla', 'XLA')):
+    at = f'NUTS, {NUTS_CHAINS} chains, {name}'
+    add(f'{at}: TFP autobatched time / ours', True, 2,
+        _time_ratio(rows, 'nuts', backend, NUTS_CHAINS, 'tfp_seconds'))
+    add(f'{at}: our min ESS/s / TFP autobatched\'s', True, 2,
+        _ess_ratio(ess, backend, 'TFP autobatched NUTS'))
+    # "Within 1.5x of the hand-batched sampler": at least 1/1.5 of it.
+    add(f'{at}: hand-batched time / ours', True, 1 / 1.5,
+        _time_ratio(rows, 'nuts', backend, NUTS_CHAINS, 'hand_seconds'))
+    add(f'{at}: our min ESS/s / hand-batched\'s', True, 1 / 1.5,
+        _ess_ratio(ess, backend, 'TFP NoUTurnSampler'))
+  for backend, name in (('numpy', 'NumPy'), ('function', 'tf.function'),
+                        ('xla', 'XLA')):
+    add(f'tree-RNN, {name}, B=256: each tree alone / ours', True, 20,
+        _time_ratio(rows, 'tree_rnn', backend, 256, 'alone_seconds'))
+  return out
+
+
+def targets_markdown(found):
+  lines = ['Targets, as measured in this run ("-": not measured here):', '',
+           '| target | required | measured | met |', '|---|---|---|---|']
+  for t in found:
+    bound = ('>= ' if t['at_least'] else '<= ') + f'{t["bound"]:.3g}'
+    met = {None: '-', True: 'yes', False: '**no**'}[t['met']]
+    lines.append(f'| {t["target"]} | {bound} | '
+                 f'{_fmt(t["measured"], ".2f")} | {met} |')
+  measured = [t for t in found if t['met'] is not None]
+  lines += ['', f'{sum(t["met"] for t in measured)} of {len(measured)} '
+            'measured targets met.']
+  return '\n'.join(lines)
+
+
 # -- driver ---------------------------------------------------------------------
 
 def measure(workload, backend, batch):
@@ -638,17 +728,19 @@ def main(argv):
   add_tf_memory(rows)
   os.makedirs(FLAGS.out, exist_ok=True)
   table = markdown(rows)
+  results['targets'] = targets(rows, results['ess'])
+  goals = '\n\n' + targets_markdown(results['targets'])
   versions = _versions()
   with open(os.path.join(FLAGS.out, 'results.md'), 'w') as f:
     f.write(f'# Benchmark results\n\n`python benchmarks/run.py'
             f'{" --quick" if FLAGS.quick else ""}`, schedule '
             f'{FLAGS.schedule}, {os.cpu_count()} CPUs ({_cpu()}), '
             f'{versions}.\n\n'
-            f'{table}\n\n{NOTES}{schedules}{ess}\n')
+            f'{table}\n\n{NOTES}{goals}{schedules}{ess}\n')
   with open(os.path.join(FLAGS.out, 'results.json'), 'w') as f:
     json.dump(results, f, indent=1)   # to re-plot or compare runs
   plot(rows, os.path.join(FLAGS.out, 'results.png'))
-  print(table + schedules + ess)
+  print(table + goals + schedules + ess)
 
 
 NOTES = ('Times are medians of calls after a warm-up call: at least '

@@ -96,6 +96,10 @@ def test_quick_run_writes_table_and_schedules(tmp_path, processes):
       assert f'| {workload} | numpy | {batch} |' in text, text
     assert f'| {workload} | numpy | 0.' in text   # the schedule table
   assert "'most'` is faster in" in text
+  # The issue's targets; a quick run at B <= 64 measures one of them.
+  assert ('| fibonacci, NumPy: our time at B=1024 / at B=64 | <= 3 | - | - |'
+          in text), text
+  assert 'measured targets met.' in text
   # A progress line per cell while it runs.
   assert proc.stdout.count(' numpy    B=') >= 4, proc.stdout
   # The rows as measured, to re-plot or compare runs.
@@ -201,3 +205,53 @@ def test_alone_baseline_runs_every_member_that_fits_else_scales(
   assert run._alone_seconds(member_cost, [n], 1000, 'numpy') == (  # pylint: disable=protected-access
       pytest.approx(10.0))
   assert len(seen) == 100
+
+
+def test_targets_table_states_each_target_met_missed_or_not_measured():
+  """results.md lists the issue's targets as the run measured them: times
+  as theirs / ours, ESS/s as ours / theirs, "within 1.5x" of the
+  hand-batched sampler as at least 1/1.5 of it, B=1024 / B=64 as at most
+  3; cells the run did not measure are "-", not passes."""
+  from benchmarks import run  # pylint: disable=g-import-not-at-top
+
+  def row(workload, backend, batch, seconds, **others):
+    return dict(workload=workload, backend=backend, batch=batch,
+                seconds=seconds, **others)
+  rows = [
+      row('fibonacci', 'numpy', 64, 0.02, tfp_seconds=0.3),      # 15x
+      row('fibonacci', 'numpy', 1024, 0.07),                     # 3.5
+      row('nuts', 'xla', 64, 0.025, tfp_seconds=0.045,           # 1.8x
+          hand_seconds=0.02),                                    # 0.8
+      row('tree_rnn', 'numpy', 256, 0.005, alone_seconds=0.11),  # 22x
+  ]
+  ess = [dict(system='autobatch_vm', backend='xla', seconds=0.5,
+              ess_min=7000.0),
+         dict(system='TFP autobatched NUTS', backend='xla', seconds=1.0,
+              ess_min=7000.0),                                   # 2x
+         dict(system='TFP NoUTurnSampler', backend='xla', seconds=0.25,
+              ess_min=7000.0)]                                   # 0.5
+  found = {t['target']: t for t in run.targets(rows, ess)}
+  at = 'NUTS, 64 chains, XLA'
+
+  def check(target, measured, met):
+    t = found[target]
+    assert t['met'] is met, t
+    if measured is None:
+      assert t['measured'] is None, t
+    else:
+      assert t['measured'] == pytest.approx(measured), t
+  check('fibonacci, NumPy, B=64: TFP VM time / ours', 15.0, True)
+  check('fibonacci, NumPy: our time at B=1024 / at B=64', 3.5, False)
+  check(f'{at}: TFP autobatched time / ours', 1.8, False)
+  check(f'{at}: our min ESS/s / TFP autobatched\'s', 2.0, True)
+  check(f'{at}: hand-batched time / ours', 0.8, True)
+  check(f'{at}: our min ESS/s / hand-batched\'s', 0.5, False)
+  check('tree-RNN, NumPy, B=256: each tree alone / ours', 22.0, True)
+  check('fibonacci, XLA, B=1024: TFP VM time / ours', None, None)
+  check('tree-RNN, XLA, B=256: each tree alone / ours', None, None)
+  text = run.targets_markdown(run.targets(rows, ess))
+  assert ('| NUTS, 64 chains, XLA: TFP autobatched time / ours | >= 2 | '
+          '1.80 | **no** |') in text, text
+  assert ('| fibonacci, XLA, B=1024: TFP VM time / ours | >= 2 | - | - |'
+          in text), text
+  assert '4 of 7 measured targets met.' in text, text
