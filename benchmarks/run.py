@@ -24,7 +24,9 @@ step sizes.  For NUTS it also compares effective samples per second
 (--nuts_ess_samples), and every workload and backend runs under both
 schedules at one batch size (--schedule_batch).  Each (workload, backend)
 is measured in a fresh Python process (--one_process: all in this one).
-Writes benchmarks/results/results.md and results.png.
+Writes benchmarks/results/results.md (with the targets the benchmarks are
+held to, met or not as this run measured them: `targets`), results.json
+and results.png.
 """
 
 import functools
