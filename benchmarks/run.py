@@ -224,6 +224,7 @@ def make_tree_rnn(backend, batch):
 NUTS_TRANSITIONS = 5
 NUTS_MAX_TREE_DEPTH = 6
 NUTS_WARMUP = 100
+NUTS_CHAINS = 64   # the chains of the ESS comparison and the targets
 
 
 @functools.lru_cache(maxsize=None)
@@ -292,7 +293,7 @@ def batch_sizes(workload):
   return [1, 64, 256] if workload == 'nuts' else [1, 64, 1024]
 
 
-def nuts_ess(backends, chains=64):
+def nuts_ess(backends, chains=NUTS_CHAINS):
   """Effective samples per second, NUTS_MAX_TREE_DEPTH, from the warmed
   chains: ours per backend, and TFP's two samplers when installed."""
   nuts = _example('nuts')
@@ -344,7 +345,7 @@ def nuts_ess(backends, chains=64):
   return rows
 
 
-def ess_markdown(rows, chains=64):
+def ess_markdown(rows, chains=NUTS_CHAINS):
   lines = [f'NUTS, logistic regression, {chains} chains, '
            f'{FLAGS.nuts_ess_samples} samples per chain after '
            f'{NUTS_WARMUP} warm-up iterations, same start and step sizes:',
@@ -358,42 +359,36 @@ def ess_markdown(rows, chains=64):
 
 
 
-# The targets the benchmarks are held to (issue 6): (description, at
-# least (True) or at most, bound, how to measure it from the run's main
-# rows and ESS rows).  A ratio is "theirs / ours" for times and "ours /
-# theirs" for ESS/s: above 1, ours is better.
-NUTS_CHAINS = 64
+# The targets the benchmarks are held to (issue 6), as ratios above 1
+# where ours is better: times as theirs / ours, ESS/s as ours / theirs.
 
 
-def _cell(rows, workload, backend, batch):
+def _ratio(num, den):
+  """num / den, or None where either was not measured (None or 0)."""
+  return num / den if num and den else None
+
+
+def _seconds(rows, workload, backend, batch, key='seconds'):
+  """The cell's time under `key` (ours, or a baseline's), or None."""
   for r in rows:
     if (r['workload'], r['backend'], r['batch']) == (workload, backend,
                                                      batch):
-      return r
+      return r.get(key)
   return None
 
 
 def _time_ratio(rows, workload, backend, batch, key):
-  """`key`'s time (a baseline's, or ours at another B: a tuple) over ours
-  in the cell, or None where the run did not measure both."""
-  r = _cell(rows, workload, backend, batch)
-  if r is None:
-    return None
-  if isinstance(key, tuple):
-    other = _cell(rows, workload, backend, key[0])
-    theirs = other and other['seconds']
-  else:
-    theirs = r.get(key)
-  return theirs / r['seconds'] if theirs and r['seconds'] else None
+  """A baseline's time (`key`) over ours in the cell, or None."""
+  return _ratio(_seconds(rows, workload, backend, batch, key),
+                _seconds(rows, workload, backend, batch))
 
 
 def _ess_ratio(ess, backend, system):
   """Our min ESS/s over `system`'s on `backend`, or None."""
-  per = {(e['system'], e['backend']): e['ess_min'] / e['seconds']
-         for e in ess if e['seconds']}
-  ours, theirs = (per.get(('autobatch_vm', backend)),
-                  per.get((system, backend)))
-  return ours / theirs if ours and theirs else None
+  per = {(e['system'], e['backend']): _ratio(e['ess_min'], e['seconds'])
+         for e in ess}
+  return _ratio(per.get(('autobatch_vm', backend)),
+                per.get((system, backend)))
 
 
 def targets(rows, ess):
@@ -411,7 +406,8 @@ def targets(rows, ess):
   add('fibonacci, NumPy, B=64: TFP VM time / ours', True, 10,
       _time_ratio(rows, 'fibonacci', 'numpy', 64, 'tfp_seconds'))
   add('fibonacci, NumPy: our time at B=1024 / at B=64', False, 3,
-      _time_ratio(rows, 'fibonacci', 'numpy', 64, (1024,)))
+      _ratio(_seconds(rows, 'fibonacci', 'numpy', 1024),
+             _seconds(rows, 'fibonacci', 'numpy', 64)))
   for backend, name in (('function', 'tf.function'), ('xla', 'XLA')):
     add(f'fibonacci, {name}, B=1024: TFP VM time / ours', True, 2,
         _time_ratio(rows, 'fibonacci', backend, 1024, 'tfp_seconds'))
@@ -513,10 +509,9 @@ def markdown(rows):
            'vs TFP VM | hand-batched (s) | vs hand |',
            '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|']
   for r in rows:
-    speedup = (r['alone_seconds'] / r['seconds']
-               if r['alone_seconds'] else None)
-    vs_tfp = r['tfp_seconds'] / r['seconds'] if r['tfp_seconds'] else None
-    vs_hand = r['hand_seconds'] / r['seconds'] if r['hand_seconds'] else None
+    speedup = _ratio(r['alone_seconds'], r['seconds'])
+    vs_tfp = _ratio(r['tfp_seconds'], r['seconds'])
+    vs_hand = _ratio(r['hand_seconds'], r['seconds'])
     lines.append(
         f'| {r["workload"]} | {r["backend"]} | {r["batch"]} | '
         f'{r["seconds"]:.4f} | {r["throughput"]:,.0f} {r["unit"]} | '
