@@ -83,6 +83,9 @@ flags.DEFINE_integer('schedule_batch', 64, 'Batch size (NUTS: chains) of '
 flags.DEFINE_integer('nuts_ess_samples', 100, 'Samples per chain for the '
                      'NUTS effective-samples-per-second comparison at 64 '
                      'chains (0: skip).')
+flags.DEFINE_integer('nuts_ess_repeats', 3, 'Timed runs per system of the '
+                     'NUTS ESS comparison, in turns (median time, median '
+                     'ESS).')
 flags.DEFINE_integer('tfp_numpy_max_batch', 64, 'Largest B for TFP\'s NumPy '
                      'VM (228 s at B=1024).')
 flags.DEFINE_string('out', os.path.join(os.path.dirname(__file__), 'results'),
@@ -295,21 +298,22 @@ def batch_sizes(workload):
 
 def nuts_ess(backends, chains=NUTS_CHAINS):
   """Effective samples per second, NUTS_MAX_TREE_DEPTH, from the warmed
-  chains: ours per backend, and TFP's two samplers when installed."""
+  chains: ours per backend, and TFP's two samplers when installed.
+
+  Each system draws the same number of samples from the same start; after
+  a warm-up call of each, the systems of a backend are run in turns,
+  --nuts_ess_repeats times, and a row has the median time and the median
+  ESS of its runs.  (A single timed run was not enough: on a shared
+  2-core machine, our XLA run of 500 samples took 3.74 s once and 2.52 s
+  the next time; TFP's autobatched sampler draws new numbers at each call,
+  so its ESS varies from run to run too.)
+  """
   nuts = _example('nuts')
   target = nuts.make_target('logistic')
   num = FLAGS.nuts_ess_samples
   state = nuts_warm_state(chains)
   eps = np.exp(state[1].log_eps_bar)
   rows = []
-
-  def add(system, backend, seconds, samples):   # samples [chains, n, dim]
-    ess = nuts.effective_sample_size(samples)
-    rows.append(dict(system=system, backend=backend, seconds=seconds,
-                     ess_min=float(ess.min()),
-                     ess_median=float(np.median(ess))))
-    print(f'  ESS {system:<26} {backend:<8} {seconds:7.2f} s  min ESS/s '
-          f'{ess.min() / seconds:8.1f}', flush=True)
 
   for backend in backends:
     kind = {'numpy': 'numpy', 'function': 'tf', 'xla': 'xla'}[backend]
@@ -320,7 +324,7 @@ def nuts_ess(backends, chains=NUTS_CHAINS):
                            max_tree_depth=NUTS_MAX_TREE_DEPTH)
     adapt = np.zeros(chains, bool)
 
-    def sample_all():
+    def ours(sampler=sampler, adapt=adapt):
       point, da, seeds, counter = state
       chunks = []
       for _ in range(-(-num // NUTS_TRANSITIONS)):
@@ -328,27 +332,45 @@ def nuts_ess(backends, chains=NUTS_CHAINS):
             'run_chunk', point, da, seeds, counter, adapt)
         chunks.append(np.asarray(samples))
       return np.concatenate(chunks, axis=1)[:, :num]
-    sampler._call('run_chunk', *state, adapt)  # pylint: disable=protected-access
-    with workloads.no_garbage_collection():
-      start = time.perf_counter()
-      samples = sample_all()
-      seconds = time.perf_counter() - start
-    add('autobatch_vm', backend, seconds, samples)
-    if backend == 'numpy' or not tfp_baselines.available():
-      continue
-    for kind in ('autobatched', 'unrolled'):
-      r = tfp_baselines.nuts(kind, backend, target, state[0].theta, eps, num,
-                             NUTS_MAX_TREE_DEPTH)
-      name = ('TFP autobatched NUTS' if kind == 'autobatched'
-              else 'TFP NoUTurnSampler')
-      add(name, backend, r['seconds'], np.swapaxes(r['samples'], 0, 1))
+    systems = {'autobatch_vm': ours}     # name -> () -> [chains, n, dim]
+    if backend != 'numpy' and tfp_baselines.available():
+      for tfp_kind, name in (('autobatched', 'TFP autobatched NUTS'),
+                             ('unrolled', 'TFP NoUTurnSampler')):
+        run, out = tfp_baselines.nuts_runner(
+            tfp_kind, backend, target, state[0].theta, eps, num,
+            NUTS_MAX_TREE_DEPTH)
+
+        def theirs(run=run, out=out):
+          run()
+          return np.swapaxes(out['samples'], 0, 1)
+        systems[name] = theirs
+    drawn = {name: [] for name in systems}   # the warm-up call's first
+    names = list(systems)
+    times = workloads.interleaved_median_times(
+        [lambda name=name: drawn[name].append(systems[name]())
+         for name in names], max(FLAGS.nuts_ess_repeats, 1))
+    seconds = dict(zip(names, times))
+    ess = {name: [nuts.effective_sample_size(x) for x in drawn[name][1:]]
+           for name in names}
+    for name in systems:
+      row = dict(system=name, backend=backend, seconds=seconds[name],
+                 ess_min=float(np.median([e.min() for e in ess[name]])),
+                 ess_median=float(np.median([np.median(e)
+                                             for e in ess[name]])),
+                 runs=len(ess[name]))
+      rows.append(row)
+      print(f'  ESS {name:<26} {backend:<8} {row["seconds"]:7.2f} s  min '
+            f'ESS/s {row["ess_min"] / row["seconds"]:8.1f}', flush=True)
   return rows
 
 
 def ess_markdown(rows, chains=NUTS_CHAINS):
+  runs = max((r.get('runs', 1) for r in rows), default=1)
   lines = [f'NUTS, logistic regression, {chains} chains, '
            f'{FLAGS.nuts_ess_samples} samples per chain after '
-           f'{NUTS_WARMUP} warm-up iterations, same start and step sizes:',
+           f'{NUTS_WARMUP} warm-up iterations, same start and step sizes; '
+           f'time and ESS are medians of {runs} runs per system, the '
+           'systems of a backend run in turns:',
            '', '| system | backend | time (s) | min ESS | min ESS/s | '
            'median ESS/s |', '|---|---|---|---|---|---|']
   for r in rows:

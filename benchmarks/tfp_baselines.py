@@ -8,7 +8,7 @@ systems only within one run: XLA on TF 2.18 ran both TFP's NUTS and ours
 several times slower than on TF 2.21 on the same machine.
 
 - `fibonacci_runner`: TFP's `auto_batching` VM on the same fibonacci.
-- `nuts` (and `nuts_runner`, a call to time): TFP's autobatched NUTS
+- `nuts_runner`, a call to time: TFP's autobatched NUTS
   (`tfp.experimental.mcmc.NoUTurnSampler`, built on that VM) and its
   hand-batched NUTS (`tfp.mcmc.NoUTurnSampler`),
   on the same logistic-regression target, from the same warmed-up chains,
@@ -16,8 +16,6 @@ several times slower than on TF 2.21 on the same machine.
 """
 
 import numpy as np
-
-from benchmarks import workloads
 
 
 def _tfp():
@@ -60,28 +58,17 @@ def fibonacci_runner(backend, n):
   return run
 
 
-def nuts(kind, backend, target, theta, step_size, num_transitions,
-         max_tree_depth, repeats=1, seed=0):
+def nuts_runner(kind, backend, target, theta, step_size, num_transitions,
+                max_tree_depth, seed=0):
   """TFP's NUTS from `theta` [chains, dim] at per-chain `step_size`.
 
   kind: 'autobatched' (tfp.experimental.mcmc.NoUTurnSampler, TFP's VM) or
   'unrolled' (tfp.mcmc.NoUTurnSampler, hand-batched).  backend: 'function'
-  (tf.function, graph) or 'xla'.  Returns dict(seconds=median per call,
-  leapfrogs=summed over chains and transitions, samples=[transitions,
-  chains, dim]), or None without TFP.
+  (tf.function, graph) or 'xla'.  Returns `(run, out)`: a call that draws
+  `num_transitions` samples, and the dict its calls fill with `samples`
+  ([transitions, chains, dim]) and `leapfrogs` (summed over chains and
+  transitions); `(None, None)` without TFP.
   """
-  run, out = nuts_runner(kind, backend, target, theta, step_size,
-                         num_transitions, max_tree_depth, seed)
-  if run is None:
-    return None
-  seconds = workloads.median_time(run, repeats)
-  return dict(seconds=seconds, **out)
-
-
-def nuts_runner(kind, backend, target, theta, step_size, num_transitions,
-                max_tree_depth, seed=0):
-  """`(run, out)`: a call sampling as `nuts` describes, and the dict its
-  calls fill with `samples` and `leapfrogs`; `(None, None)` without TFP."""
   tfp = _tfp()
   if tfp is None:
     return None, None

@@ -255,3 +255,36 @@ def test_targets_table_states_each_target_met_missed_or_not_measured():
   assert ('| fibonacci, XLA, B=1024: TFP VM time / ours | >= 2 | - | - |'
           in text), text
   assert '4 of 7 measured targets met.' in text, text
+
+
+def test_nuts_ess_times_systems_in_turns_and_reports_medians(monkeypatch):
+  """The ESS comparison draws the samples of each system after a warm-up
+  draw, --nuts_ess_repeats times in turns (`interleaved_median_times`),
+  and reports the median time and the median ESS of the timed draws (a
+  single timed draw moved by 1.5x between runs on a shared machine)."""
+  np = pytest.importorskip('numpy')
+  from benchmarks import run  # pylint: disable=g-import-not-at-top
+  if not run.FLAGS.is_parsed():
+    run.FLAGS.mark_as_parsed()
+  monkeypatch.setattr(run.FLAGS, 'nuts_ess_samples', 7)
+  monkeypatch.setattr(run.FLAGS, 'nuts_ess_repeats', 2)
+  monkeypatch.setattr(run, 'NUTS_WARMUP', 5)
+  calls = []
+  interleaved = workloads.interleaved_median_times
+
+  def spy(runs, repeats, **kwargs):
+    calls.append((len(runs), repeats))
+    return interleaved(runs, repeats, **kwargs)
+  monkeypatch.setattr(run.workloads, 'interleaved_median_times', spy)
+  run.nuts_warm_state.cache_clear()
+  try:
+    rows = run.nuts_ess(['numpy'], chains=3)
+  finally:
+    run.nuts_warm_state.cache_clear()
+  assert calls == [(1, 2)]   # NumPy: ours only, two timed rounds
+  (row,) = rows
+  assert row['system'] == 'autobatch_vm' and row['backend'] == 'numpy'
+  assert row['runs'] == 2 and row['seconds'] > 0
+  assert np.isfinite(row['ess_min']) and 0 < row['ess_min'] <= (
+      row['ess_median'])
+  assert 'medians of 2 runs per system' in run.ess_markdown(rows)
