@@ -344,15 +344,15 @@ def nuts_ess(backends, chains=NUTS_CHAINS):
           run()
           return np.swapaxes(out['samples'], 0, 1)
         systems[name] = theirs
-    drawn = {name: [] for name in systems}   # the warm-up call's first
     names = list(systems)
+    drawn = {name: [] for name in names}   # samples per call, warm-up first
     times = workloads.interleaved_median_times(
         [lambda name=name: drawn[name].append(systems[name]())
          for name in names], max(FLAGS.nuts_ess_repeats, 1))
     seconds = dict(zip(names, times))
     ess = {name: [nuts.effective_sample_size(x) for x in drawn[name][1:]]
            for name in names}
-    for name in systems:
+    for name in names:
       row = dict(system=name, backend=backend, seconds=seconds[name],
                  ess_min=float(np.median([e.min() for e in ess[name]])),
                  ess_median=float(np.median([np.median(e)
