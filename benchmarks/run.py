@@ -380,7 +380,6 @@ def ess_markdown(rows, chains=NUTS_CHAINS):
   return '\n'.join(lines)
 
 
-
 # The targets the benchmarks are held to (issue 6), as ratios above 1
 # where ours is better: times as theirs / ours, ESS/s as ours / theirs.
 
