@@ -232,6 +232,17 @@ class Context:
                                         verify=self._verify())
     return self._cache[key]
 
+  def program_stackless(self, main, sig=None, backend=None):
+    """The `Program` that `stackless=True` runs for input types `sig`: the
+    typed program with independent calls grouped (`parallel_calls`)."""
+    backend = backend or numpy_backend.NumpyBackend()
+    sig = self._signature(main, sig)
+    key = ('stackless', main, repr(sig), backend)
+    if key not in self._cache:
+      self._cache[key] = pipeline.stackless(
+          self.program_compiled(main, sig, backend), verify=self._verify())
+    return self._cache[key]
+
   def program_lowered(self, main, sig=None, backend=None,
                       schedule=virtual_machine.DEFAULT_SCHEDULE):
     """The lowered, optimized `LoweredProgram` for input types `sig`, as
@@ -346,7 +357,7 @@ class Context:
       raise errors.ArgumentError(
           f'max_steps must be None or a positive int, got {max_steps!r}')
     if stackless:
-      program = self.program_compiled(bf.name, sig, backend)
+      program = self.program_stackless(bf.name, sig, backend)
       out, stats = stackless_lib.execute(program, args, backend, batch,
                                          schedule=schedule,
                                          max_steps=max_steps,

@@ -12,7 +12,8 @@ stack operations):
     block      ::= Block(label, instructions: op*, terminator)
     op         ::= PrimOp(vars_in: name*, vars_out: pattern(name), function)
                  | FunctionCallOp(function: name, vars_in: name*,
-                                  vars_out: pattern(name))    # before lowering
+                                  vars_out: pattern(name),
+                                  parallel: bool)             # before lowering
                  | PushOp(vars: name*)       # save registers on their stacks
                  | PopOp(vars: name*)        # restore registers, drop frame
                  | RestoreOp(vars: name*)    # restore registers, keep frame
@@ -302,14 +303,22 @@ class PrimOp:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class FunctionCallOp:
-  """`vars_out = function(*vars_in)` for a batched function of the program."""
+  """`vars_out = function(*vars_in)` for a batched function of the program.
+
+  `parallel`: the next instruction is a call of the same function that
+  does not depend on this one (`parallel_calls`); the stackless executor
+  runs the two as one call over both calls' members.  Either way the
+  meaning is that of the two calls in sequence.
+  """
   function: str
   vars_in: Tuple[str, ...]
   vars_out: Any
   loc: Optional[SourceLoc] = None
+  parallel: bool = False
 
   def _key(self):
-    return (self.function, self.vars_in, _freeze(self.vars_out))
+    return (self.function, self.vars_in, _freeze(self.vars_out),
+            self.parallel)
 
   def __eq__(self, other):
     return isinstance(other, FunctionCallOp) and self._key() == other._key()
@@ -572,8 +581,9 @@ def op_str(op):
                     for i, d in op.casts)
     return f'{pattern_str(op.vars_out)} = prim[{text}]({ins}){sync}{casts}'
   if isinstance(op, FunctionCallOp):
+    together = ' parallel' if op.parallel else ''
     return (f'{pattern_str(op.vars_out)} = call {op.function}'
-            f'({", ".join(op.vars_in)})')
+            f'({", ".join(op.vars_in)}){together}')
   if isinstance(op, PushOp):
     return f'push {", ".join(op.vars)}'
   if isinstance(op, PopOp):

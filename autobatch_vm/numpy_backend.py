@@ -114,6 +114,10 @@ class NumpyBackend:
   def concat(self, xs):
     return np.concatenate(xs, axis=0)
 
+  def take_rows(self, x, idx):
+    """The rows `idx` (member indices) of `x`."""
+    return take_rows(np.asarray(x), idx)
+
   def slice(self, x, i):
     return x[i:i + 1]
 

@@ -10,7 +10,11 @@
     return_inlining          -> constant base cases taken at the call
     leaf_returns             -> a leaf call goes on at its return site
     copy_propagation         -> fewer copies (temporaries sunk, forwarded)
-    virtual_machine          runs it (stackless runs the typed Program)
+    virtual_machine          runs it
+  or, for stackless=True, from the typed Program:
+    parallel_calls           -> independent calls of a function run as one
+    allocation_strategy      -> again (instructions moved)
+    stackless                runs it (Python's stack for calls)
 """
 
 from autobatch_vm import allocation_strategy
@@ -19,13 +23,14 @@ from autobatch_vm import block_order
 from autobatch_vm import copy_propagation
 from autobatch_vm import leaf_returns
 from autobatch_vm import lowering
+from autobatch_vm import parallel_calls
 from autobatch_vm import return_inlining
 from autobatch_vm import stack_optimization
 from autobatch_vm import type_inference
 from autobatch_vm import verifier
 from autobatch_vm import virtual_machine
 
-__all__ = ['typed', 'lowered']
+__all__ = ['typed', 'lowered', 'stackless']
 
 
 def typed(program, input_types, backend, verify=False):
@@ -66,4 +71,15 @@ def lowered(program, verify=False,
   program = copy_propagation.propagate_copies(program)
   if verify:
     verifier.verify(program, 'copy_propagation')
+  return program
+
+
+def stackless(program, verify=False):
+  """Typed and allocated `Program` -> the `Program` the stackless executor
+  runs (independent calls of one function grouped, `parallel_calls`)."""
+  program = parallel_calls.parallelize_calls(program)
+  # Moved instructions change which variables cross a call.
+  program = allocation_strategy.allocate(program)
+  if verify:
+    verifier.verify(program, 'parallel_calls')
   return program

@@ -35,8 +35,8 @@ def rows(stats):
         source=(loc.source_line.strip() if loc and loc.source_line else ''),
         runs=runs,
         active_per_run=active / runs,
-        utilization=(active / (runs * stats.batch_size)
-                     if stats.batch_size else 0.0),
+        utilization=(active / stats.rows(label) if stats.rows(label)
+                     else 0.0),
         seconds=seconds,
         time_share=(seconds / total_time if seconds is not None and
                     total_time else None)))
@@ -53,7 +53,10 @@ def summary(stats):
           + (f', {sum(stats.block_time.values()):.4f} s in blocks'
              if stats.block_time else ''))
   longest = getattr(stats, 'longest_member_blocks', None)
-  if longest:
+  if longest and stats.block_rows:
+    line += (f'\nlongest member alone: {longest} blocks; stackless mode '
+             f'ran its independent calls together in {stats.steps} steps')
+  elif longest:
     line += (f'\nlongest member alone: {longest} blocks, so at least '
              f'{longest} steps under any schedule; this run took '
              f'{stats.schedule_overhead:.2f}x that')

@@ -1,24 +1,36 @@
 """Stackless executor: Python's own call stack handles batched calls.
 
 Runs a typed `Program` (before lowering).  Each batched call is a Python
-call of `_Frame.run` with the mask of the members making it; inside, the
-function's blocks run like the VM's (pick the lowest block that has
-members, run it masked, move the PCs) until every member of the mask has
-returned.  Variables live in the frame's dict, so no explicit stacks are
-needed; depth is bounded by Python's recursion limit instead.  Results must
-equal the stack VM's: the tests run every program both ways.
+call of `_Executor.call` on the rows of the members making it (a frame's
+batch is its callers' members, not the whole batch); inside, the
+function's blocks run like the VM's (pick a block that has members, run it
+masked, move the PCs) until every member of the frame has returned.
+Variables live in the frame's dict, so no explicit stacks are needed;
+depth is bounded by Python's recursion limit instead.  Results must equal
+the stack VM's: the tests run every program both ways.
+
+Calls that `parallel_calls` marked (independent calls of one function in a
+block, e.g. a tree recursion's two children) run as one call whose frame
+holds the first call's rows followed by the second's: a recursion over
+trees then takes one frame per level, every tree's nodes of that level
+batched together, where the stack VM steps along each path.  A frame
+knows which member of the run each of its rows belongs to (`owners`), for
+errors and `profile=True`.
 
 Cannot be staged (Python drives the calls), so with TensorFlow it runs
 eagerly only.
 """
 
+import collections
 import sys
+import threading
 import time
 
 import numpy as np
 
 from autobatch_vm import errors
 from autobatch_vm import instructions as inst
+from autobatch_vm import liveness
 from autobatch_vm import virtual_machine
 
 __all__ = ['execute']
@@ -36,61 +48,99 @@ class _Executor:
     self.schedule = schedule
     self.stats = stats
     self.timed = 0.0   # profile=True: blocks' own seconds so far
-    self.coerce = {}
-    self.index = {}
-    for fn in program.functions:
-      self.index[fn.name] = {b.label: i for i, b in enumerate(fn.blocks)}
-      for v, t in fn.var_defs.items():
-        leaves = inst.pattern_flatten(t.tensors, inst.TensorType)
-        self.coerce[(fn.name, v)] = [backend.coerce_fn(x, batch)
-                                     for x in leaves]
+    self._coerce = {}
+    self.compacts = getattr(backend, 'compacts', False)
+    self.index, self.local = _program_info(program)
 
-  def write(self, fn, env, names, value, m):
-    if not isinstance(names, str):
-      for n, v in zip(names, tuple(value)):
-        self.write(fn, env, n, v, m)
-      return
-    template = fn.var_defs[names].tensors
+  def coerce(self, fn, var, rows):
+    key = (fn.name, var, rows)
+    out = self._coerce.get(key)
+    if out is None:
+      leaves = inst.pattern_flatten(fn.var_defs[var].tensors,
+                                    inst.TensorType)
+      out = self._coerce[key] = [self.be.coerce_fn(x, rows) for x in leaves]
+    return out
+
+  def coerced(self, fn, var, value, rows):
+    """`value` as variable `var` of `fn` holds it, on `rows` rows."""
+    template = fn.var_defs[var].tensors
+    if isinstance(template, inst.TensorType):
+      return self.coerce(fn, var, rows)[0](value)
     leaves = virtual_machine._flatten_like(template, value)  # pylint: disable=protected-access
-    coerced = [c(v) for c, v in zip(self.coerce[(fn.name, names)], leaves)]
-    old = env.get(names)
+    return inst.pattern_unflatten(
+        template, [c(v) for c, v in zip(self.coerce(fn, var, rows), leaves)],
+        inst.TensorType)
+
+  def write(self, fn, frame, names, value, m, rows=False):
+    """Stores `value` into variable `names` for the members of `m`: a
+    whole-frame value, or (`rows`) one row per member of `m`.  Returns the
+    value as given, coerced to the variable's type."""
+    template = fn.var_defs[names].tensors
+    value = self.coerced(fn, names, value, m.count if rows else frame.batch)
+    owned = frame.owned.pop(names, ())
+    if m.full:   # every row: the value itself
+      frame.env[names] = value
+      return value
+    coerced = inst.pattern_flatten(value, inst.TensorType)
+    old = frame.env.get(names)
     if old is None:
-      old_leaves = [self.be.zeros(t, self.batch) for t in
+      old_leaves = [self.be.zeros(t, frame.batch) for t in
                     inst.pattern_flatten(template, inst.TensorType)]
+      owned = old_leaves
     else:
       old_leaves = inst.pattern_flatten(old, inst.TensorType)
-    new = [self.be.write(o, n, m) for o, n in zip(old_leaves, coerced)]
-    env[names] = inst.pattern_unflatten(template, new, inst.TensorType)
+    if rows and self.compacts:
+      # Into the frame's own arrays in place; others are copied first
+      # (a primitive may have returned an array that another variable,
+      # or its caller, holds).
+      idx = frame.indices(m)
+      new = []
+      for o, n, mine in zip(old_leaves, coerced, owned or [None] * len(
+          old_leaves)):
+        if o is not mine:
+          o = o.copy()
+        o[idx] = n
+        new.append(o)
+      frame.owned[names] = new
+    else:
+      put = self.be.scatter if rows else self.be.write
+      new = [put(o, n, m) for o, n in zip(old_leaves, coerced)]
+    frame.env[names] = inst.pattern_unflatten(template, new, inst.TensorType)
+    return value
 
-  def call(self, fn, args, active):
-    env = {}
-    full = self.be.mask_of(active, self.batch)
+  def call(self, fn, args, owners):
+    """Runs `fn` on a frame of `len(owners)` rows, all active: row `i`
+    belongs to member `owners[i]` of the run."""
+    frame = _Frame(len(owners), owners, self.be)
+    full = self.be.mask_of(frame.all_true(), frame.batch)
     for p, a in zip(fn.vars_in, args):
-      self.write(fn, env, p, a, full)
+      self.write(fn, frame, p, a, full)
     num_blocks = len(fn.blocks)
-    pc = self.be.start_pc(active, num_blocks)
+    pc = self.be.start_pc(frame.all_true(), num_blocks)
     index = self.index[fn.name]
     while True:
       b = self.be.next_block(pc, num_blocks, self.schedule)
       if b >= num_blocks:
         break
       block = fn.blocks[b]
-      m = self.be.make_mask(pc, b, self.batch)
+      m = self.be.make_mask(pc, b, frame.batch)
       if self.stats.steps == self.max_steps:
         raise virtual_machine.step_limit_error(
-            self.max_steps, self.be.members(m), block.loc,
+            self.max_steps, frame.members(m), block.loc,
             '; they are at this line')
       self.stats.block_executions[block.label] = \
           self.stats.block_executions.get(block.label, 0) + 1
       self.stats.block_active[block.label] = \
           self.stats.block_active.get(block.label, 0) + m.count
       self.stats.block_loc.setdefault(block.label, block.loc)
+      self.stats.block_rows[block.label] = \
+          self.stats.block_rows.get(block.label, 0) + frame.batch
       self.stats.steps += 1
       if self.stats.profile:
-        self.stats.member_blocks += np.asarray(m.mask, bool)
+        np.add.at(self.stats.member_blocks,
+                  frame.owners[frame.indices(m)], 1)
         start, timed_before = time.perf_counter(), self.timed
-      for op in block.instructions:
-        self.op(fn, env, op, m)
+      rows = self.run_block(fn, frame, block, m)
       if self.stats.profile:
         # A block's own time: without the blocks of the calls it made,
         # which were timed (and added to self.timed) on their own.
@@ -102,43 +152,219 @@ class _Executor:
       if isinstance(t, inst.GotoOp):
         pc = self.be.goto(pc, m, index[t.block])
       elif isinstance(t, inst.BranchOp):
-        pc = self.be.branch(pc, m, self.be.to_bool(env[t.cond]),
-                            index[t.true_block], index[t.false_block])
+        cond = self.be.to_bool(rows.read(t.cond))
+        tt, ff = index[t.true_block], index[t.false_block]
+        if rows.local and rows.idx is not None:   # one per member of m
+          pc[rows.idx] = np.where(cond, tt, ff)
+        else:
+          pc = self.be.branch(pc, m, cond, tt, ff)
       elif isinstance(t, inst.ReturnOp):
         pc = self.be.goto(pc, m, num_blocks)
       else:
         raise errors.InternalError(f'{inst.op_str(t)} in stackless mode')
+    env = frame.env
     return env.get(fn.vars_out) if isinstance(fn.vars_out, str) else \
         inst.pattern_map(env.get, fn.vars_out)
 
-  def op(self, fn, env, op, m):
-    if isinstance(op, inst.PrimOp):
-      args = virtual_machine.cast_args(op, [env[v] for v in op.vars_in],
-                                       self.be)
-      if self.sanitize is not None:   # see TensorFlowBackend.sanitize
-        args = [inst.pattern_map(lambda x: self.sanitize(x, m), a)
-                for a in args]
-      try:
-        result = op.function(*args)
-      except errors.AutoBatchError:
-        raise
-      except Exception as e:  # pylint: disable=broad-except
-        result = virtual_machine.retry_on_live_data(e, op, args, self.be, m)
-      self.write(fn, env, op.vars_out, result, m)
-    elif isinstance(op, inst.FunctionCallOp):
-      callee = self.program.function(op.function)
-      try:
-        result = self.call(callee, [env[v] for v in op.vars_in], m.mask)
-      except RecursionError:
-        raise errors.StackOverflowError(
-            f'Recursion too deep for stackless mode (Python recursion limit '
-            f'{sys.getrecursionlimit()}) calling {callee.name!r}',
-            loc=op.loc, hint='Use the stack VM (stackless=False) with a '
-            'suitable max_stack_depth, or check that the recursion '
-            'terminates.') from None
-      self.write(fn, env, op.vars_out, result, m)
+  def run_block(self, fn, frame, block, m):
+    """The block's instructions for the members of `m`.  On a compacting
+    backend (NumPy) they see the rows of those members only (`_Rows`)."""
+    rows = _Rows(self, fn, frame, m)
+    ops = block.instructions
+    i = 0
+    while i < len(ops):
+      op = ops[i]
+      if isinstance(op, inst.FunctionCallOp):
+        j = i + 1
+        while ops[j - 1].parallel:
+          j += 1
+        self.calls(frame, ops[i:j], m, rows)
+        i = j
+      elif isinstance(op, inst.PrimOp):
+        self.prim(frame, op, m, rows)
+        i += 1
+      else:
+        raise errors.InternalError(f'{inst.op_str(op)} in stackless mode')
+    return rows
+
+  def calls(self, frame, calls, m, rows):
+    """Calls `calls` (one, or a group marked parallel) for the members of
+    `m`: one frame of the callee holding each call's rows in turn."""
+    callee = self.program.function(calls[0].function)
+    idx = frame.indices(m)
+    arg_sets = [[rows.read(v, compact=True) for v in c.vars_in]
+                for c in calls]
+    if len(calls) == 1:
+      args = arg_sets[0]
     else:
-      raise errors.InternalError(f'{inst.op_str(op)} in stackless mode')
+      args = [_concat_patterns(self.be, same) for same in zip(*arg_sets)]
+    owners = np.tile(frame.owners[idx], len(calls))
+    try:
+      result = self.call(callee, args, owners)
+    except RecursionError:
+      raise errors.StackOverflowError(
+          f'Recursion too deep for stackless mode (Python recursion limit '
+          f'{sys.getrecursionlimit()}) calling {callee.name!r}',
+          loc=calls[0].loc, hint='Use the stack VM (stackless=False) with a '
+          'suitable max_stack_depth, or check that the recursion '
+          'terminates.') from None
+    k = len(idx)
+    for i, c in enumerate(calls):
+      part = result if len(calls) == 1 else inst.pattern_map(
+          lambda x, i=i: x[i * k:(i + 1) * k], result)
+      rows.write(c.vars_out, part, compact=True)
+
+  def prim(self, frame, op, m, rows):
+    args = virtual_machine.cast_args(
+        op, [rows.read(v) for v in op.vars_in], self.be)
+    if self.sanitize is not None:   # see TensorFlowBackend.sanitize
+      args = [inst.pattern_map(lambda x: self.sanitize(x, m), a)
+              for a in args]
+    try:
+      result = op.function(*args)
+    except errors.AutoBatchError:
+      raise
+    except Exception as e:  # pylint: disable=broad-except
+      result = virtual_machine.retry_on_live_data(
+          e, op, args, frame.backend, m,
+          compacted=rows.local and rows.idx is not None)
+    rows.write(op.vars_out, result)
+
+
+class _Rows:
+  """A block's view of its frame's variables, for the members of `m`.
+
+  On a compacting backend (NumPy) primitives get the rows of those members
+  only: each variable read is gathered once, results stay in the block as
+  rows, and only variables that outlive the block (not TEMPORARY or NULL)
+  are scattered into the frame.  Elsewhere (TensorFlow, eagerly) reads are
+  whole-frame values and writes are masked.  Calls always get rows
+  (`compact=True`): a callee's frame holds its callers' rows only.
+  """
+
+  def __init__(self, executor, fn, frame, m):
+    self.ex = executor
+    self.fn = fn
+    self.frame = frame
+    self.m = m
+    self.local = executor.compacts
+    self.idx = None if m.full else frame.indices(m)
+    self._values = {}   # compacting: variable -> its rows in this block
+
+  def read(self, var, compact=False):
+    if self.local:
+      value = self._values.get(var)
+      if value is None:
+        value = self.frame.env[var]
+        if self.idx is None:
+          # Handed out whole: no longer written in place (see `write`).
+          self.frame.owned.pop(var, None)
+        else:
+          value = self._values[var] = self._take(value)
+      return value
+    value = self.frame.env[var]
+    return self._take(value) if compact and self.idx is not None else value
+
+  def _take(self, value):
+    be, idx = self.ex.be, self.idx
+    return inst.pattern_map(lambda x: be.take_rows(x, idx), value)
+
+  def write(self, names, value, compact=False):
+    if not isinstance(names, str):
+      for n, v in zip(names, tuple(value)):
+        self.write(n, v, compact)
+      return
+    if not self.local:
+      self.ex.write(self.fn, self.frame, names, value, self.m,
+                    rows=compact and self.idx is not None)
+      return
+    if names in self.ex.local[self.fn.name]:
+      self._values[names] = self.ex.coerced(self.fn, names, value,
+                                            self.m.count)
+      return
+    self._values[names] = self.ex.write(self.fn, self.frame, names, value,
+                                        self.m, rows=self.idx is not None)
+
+
+_INFO_CACHE_SIZE = 64
+_info_cache = collections.OrderedDict()   # id(program) -> (program, info)
+_info_lock = threading.Lock()
+
+
+def _program_info(program):
+  """Per function: block label -> index, and its block-local variables
+  (computed once per program)."""
+  with _info_lock:
+    hit = _info_cache.get(id(program))
+    if hit is not None and hit[0] is program:
+      return hit[1]
+  index = {fn.name: {b.label: i for i, b in enumerate(fn.blocks)}
+           for fn in program.functions}
+  local = {fn.name: _block_local(fn) for fn in program.functions}
+  with _info_lock:
+    _info_cache[id(program)] = (program, (index, local))
+    while len(_info_cache) > _INFO_CACHE_SIZE:
+      _info_cache.popitem(last=False)
+  return index, local
+
+
+def _block_local(fn):
+  """The variables of `fn` that never leave the block writing them (not
+  live into or out of any block, not a parameter or the result): in a
+  block they are read as computed, without entering the frame."""
+  live = liveness.analyze(fn)
+  boundary = set(fn.vars_in) | set(inst.pattern_flatten(fn.vars_out))
+  for label in live.live_in:
+    boundary |= live.live_in[label] | live.live_out[label]
+  return frozenset(set(fn.var_defs) - boundary)
+
+
+def _concat_patterns(be, values):
+  """Same-structured patterns of arrays, concatenated leaf by leaf."""
+  flat = [inst.pattern_flatten(v) for v in values]
+  return inst.pattern_unflatten(
+      values[0], [be.concat(list(xs)) for xs in zip(*flat)])
+
+
+class _Frame:
+  """One call's variables, on `batch` rows; row `i` is member `owners[i]`."""
+
+  def __init__(self, batch, owners, backend):
+    self.batch = batch
+    self.owners = owners
+    self.env = {}
+    # Variable -> its leaves, where they are arrays this frame made and
+    # handed to no primitive: those can be written in place.
+    self.owned = {}
+    self.backend = _OwnedRows(backend, owners)
+    self._be = backend
+
+  def all_true(self):
+    return self._be.asarray(np.ones(self.batch, bool))
+
+  def indices(self, m):
+    """The rows of the members of `m`, as a NumPy array."""
+    return np.asarray(self._be.members(m), np.int64)
+
+  def members(self, m):
+    """The run's members (not the frame's rows) of mask `m`, sorted."""
+    return np.unique(self.owners[self.indices(m)])
+
+
+class _OwnedRows:
+  """The backend, but naming the run's members rather than a frame's rows
+  in errors (`members`)."""
+
+  def __init__(self, backend, owners):
+    self._be = backend
+    self._owners = owners
+
+  def members(self, m):
+    return np.unique(self._owners[np.asarray(self._be.members(m),
+                                             np.int64)])
+
+  def __getattr__(self, name):
+    return getattr(self._be, name)
 
 
 def execute(program, args, backend, batch_size,
@@ -164,7 +390,7 @@ def execute(program, args, backend, batch_size,
     t = main.var_defs[main.vars_out].tensors
     return inst.pattern_map(lambda x: backend.zeros(x, 0), t,
                             inst.TensorType), stats
-  active = backend.to_bool(backend.asarray([True] * batch_size))
   with backend.error_context():
-    out = ex.call(program.main_function, list(args), active)
+    out = ex.call(program.main_function, list(args),
+                  np.arange(batch_size))
   return out, stats

@@ -428,6 +428,16 @@ class TensorFlowBackend:
       return x
     return coerce
 
+  def take_rows(self, x, idx):
+    """The rows `idx` (member indices) of `x`."""
+    return tf.gather(x, idx)
+
+  def scatter(self, x, rows, m):
+    """`x` with the members of `m` set to `rows` (eager, as `members`)."""
+    if m.full:
+      return tf.convert_to_tensor(rows)
+    return tf.tensor_scatter_nd_update(x, m.idx[:, np.newaxis], rows)
+
   def concat(self, xs):
     return tf.concat(xs, axis=0)
 

@@ -61,6 +61,13 @@ def _check_blocks(blocks, params, var_defs, var_alloc, lowered, listing,
       text = inst.op_str(op)
       if isinstance(op, inst.FunctionCallOp) and lowered:
         _fail(listing, text, 'call left after lowering', stage)
+      if isinstance(op, inst.FunctionCallOp) and op.parallel:
+        ops = list(b.instructions)
+        k = ops.index(op) + 1
+        if not (k < len(ops) and isinstance(ops[k], inst.FunctionCallOp)
+                and ops[k].function == op.function):
+          _fail(listing, text, 'parallel call not followed by a call of '
+                'the same function', stage)
       if isinstance(op, (inst.PushOp, inst.PopOp, inst.RestoreOp)):
         if not lowered:
           _fail(listing, text, 'stack operation before lowering', stage)

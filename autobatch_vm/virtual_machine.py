@@ -56,6 +56,10 @@ class RunStats:
   block_time: label -> seconds spent in the block (only with profile=True).
   member_blocks: blocks each member executed, a NumPy int array [batch]
     (only with profile=True): what it would execute alone.
+  block_rows: label -> rows the block ran on, summed over its executions,
+    where that is not `batch_size` per execution: in stackless mode a
+    call's frame holds its callers' rows only (fewer than the batch, or
+    more when calls run together).  Empty for the VM.
   """
   batch_size: int
   steps: int = 0
@@ -66,12 +70,14 @@ class RunStats:
   profile: bool = False
   member_blocks: Optional[np.ndarray] = dataclasses.field(default=None,
                                                           compare=False)
+  block_rows: Dict[str, int] = dataclasses.field(default_factory=dict)
 
   @property
   def longest_member_blocks(self):
     """Blocks of the member that executes the most (profile=True only,
-    else None).  A step moves each member by at most one block, so no
-    schedule can finish in fewer steps than this."""
+    else None).  On the VM a step moves each member by at most one block,
+    so no schedule can finish in fewer steps than this (stackless mode,
+    which runs a member's independent calls together, can)."""
     if self.member_blocks is None:
       return None
     self.require_numbers('longest_member_blocks')
@@ -89,14 +95,22 @@ class RunStats:
       return None
     return self.steps / longest
 
+  def rows(self, label):
+    """Rows block `label` ran on, summed over its executions (the batch
+    per execution, except in stackless mode: see `block_rows`)."""
+    if self.block_rows:
+      return self.block_rows.get(label, 0)
+    return self.block_executions.get(label, 0) * self.batch_size
+
   @property
   def utilization(self):
-    """Mean fraction of the batch active per executed block."""
+    """Mean fraction of the rows a block ran on that were active (of the
+    batch, except in stackless mode: see `block_rows`)."""
     self.require_numbers('utilization')
-    total = sum(self.block_executions.values())
-    if not total or not self.batch_size:
+    total = sum(self.rows(l) for l in self.block_executions)
+    if not total:
       return 0.0
-    return sum(self.block_active.values()) / (total * self.batch_size)
+    return sum(self.block_active.values()) / total
 
   @property
   def member_block_executions(self):

@@ -1,0 +1,234 @@
+"""Independent calls run together in stackless mode (`parallel_calls`).
+
+The pass groups independent calls of one function in a block; the
+stackless executor runs a group as one call whose frame holds every
+call's rows.  Checked here: which calls the pass groups (and which it must
+not), that it is pure, and that grouped runs equal each member alone and
+the stack VM on NumPy and TensorFlow, with errors naming the run's
+members and statistics per frame row.
+"""
+
+import collections
+import dataclasses
+
+import numpy as np
+import pytest
+
+import autobatch_vm as ab
+from autobatch_vm import instructions as inst
+from autobatch_vm import parallel_calls
+from autobatch_vm import verifier
+from tests import e2e_programs as progs
+
+ctx = ab.Context()
+I64 = [ab.TensorType(np.int64, ())]
+
+
+@ctx.batch()
+def tribonacci(n):
+  if n > 2:
+    return tribonacci(n - 1) + tribonacci(n - 2) + tribonacci(n - 3)
+  return n
+
+
+def tribonacci_ref(n):
+  return (tribonacci_ref(n - 1) + tribonacci_ref(n - 2)
+          + tribonacci_ref(n - 3)) if n > 2 else n
+
+
+@ctx.batch()
+def chained(n):
+  # The second call reads the first's result: they cannot run together.
+  if n > 1:
+    a = chained(n - 1)
+    return chained(a - 1) + 1
+  return n
+
+
+def chained_ref(n):
+  return chained_ref(chained_ref(n - 1) - 1) + 1 if n > 1 else n
+
+
+@ctx.batch()
+def old_value(n):
+  # `c = b + 1` reads the `b` written before the first call: the second
+  # call, which writes `b`, cannot move before it.
+  if n > 1:
+    b = n * 10
+    a = old_value(n - 1)
+    c = b + 1
+    b = old_value(n - 2)
+    return a + b + c
+  return n
+
+
+def old_value_ref(n):
+  if n > 1:
+    return old_value_ref(n - 1) + old_value_ref(n - 2) + n * 10 + 1
+  return n
+
+
+Pair = collections.namedtuple('Pair', ['low', 'high'])
+
+
+@ctx.batch()
+def span(lo, hi):
+  # Pattern results, and an argument computed between the calls.
+  if hi - lo > 1:
+    mid = (lo + hi) // 2
+    left = span(lo, mid)
+    shift = mid + 0
+    right = span(shift, hi)
+    return Pair(np.minimum(left.low, right.low),
+                np.maximum(left.high, right.high) + 1)
+  return Pair(lo * 1, hi * 1)
+
+
+def span_ref(lo, hi):
+  if hi - lo > 1:
+    mid = (lo + hi) // 2
+    left, right = span_ref(lo, mid), span_ref(mid, hi)
+    return Pair(min(left.low, right.low), max(left.high, right.high) + 1)
+  return Pair(lo, hi)
+
+
+def _checked(n, bad):
+  if np.any(bad):
+    raise ValueError('bad leaf')
+  return n
+
+
+@ctx.batch()
+def tree_check(n, bad):
+  if n > 1:
+    return tree_check(n - 1, bad) + tree_check(n - 2, bad)
+  return _checked(n, bad)
+
+
+def _calls(program, name):
+  fn = program.function(name)
+  return [op for b in fn.blocks for op in b.instructions
+          if isinstance(op, inst.FunctionCallOp)]
+
+
+def test_independent_calls_are_grouped_and_adjacent():
+  program = progs.ctx.program_stackless('fibonacci', I64)
+  calls = _calls(program, 'fibonacci')
+  assert [c.parallel for c in calls] == [True, False]
+  block = next(b for b in program.function('fibonacci').blocks
+               if calls[0] in b.instructions)
+  i = block.instructions.index(calls[0])
+  assert block.instructions[i + 1] == calls[1]
+  # The second call's argument (n - 2) was moved before the first call.
+  assert 'parallel' in str(program)
+  assert [c.parallel for c in _calls(
+      ctx.program_stackless('tribonacci', I64), 'tribonacci')] == [
+          True, True, False]
+
+
+@pytest.mark.parametrize('name', ['chained', 'old_value'])
+def test_dependent_calls_are_not_grouped(name):
+  program = ctx.program_stackless(name, I64)
+  assert not any(c.parallel for c in _calls(program, name))
+
+
+def test_argument_computed_between_the_calls_moves_up():
+  program = ctx.program_stackless('span', I64 * 2)
+  calls = _calls(program, 'span')
+  assert [c.parallel for c in calls] == [True, False]
+
+
+def test_pass_is_pure_and_idempotent():
+  typed = progs.ctx.program_compiled('fibonacci', I64)
+  before = str(typed)
+  once = parallel_calls.parallelize_calls(typed)
+  assert str(typed) == before
+  assert not any(c.parallel for c in _calls(typed, 'fibonacci'))
+  assert parallel_calls.parallelize_calls(once) == once
+
+
+def _backends():
+  out = [ab.NumpyBackend()]
+  try:
+    out.append(ab.TensorFlowBackend())
+  except (ImportError, AttributeError):
+    pass
+  return out
+
+
+@pytest.mark.parametrize('backend', _backends(), ids=lambda b: b.name)
+@pytest.mark.parametrize('batch', [1, 7, 60])
+def test_grouped_runs_match_each_member_alone(backend, batch):
+  rng = np.random.default_rng(batch)
+  n = rng.integers(0, 12, size=batch)
+  for fn, ref in [(tribonacci, tribonacci_ref), (chained, chained_ref),
+                  (old_value, old_value_ref)]:
+    stackless = np.asarray(fn(n, stackless=True, backend=backend))
+    np.testing.assert_array_equal(stackless, [ref(int(k)) for k in n])
+    np.testing.assert_array_equal(
+        stackless, np.asarray(fn(n, max_stack_depth=30, backend=backend)))
+    stats = fn.last_stats
+    assert 0 < stats.utilization <= 1
+  lo = rng.integers(0, 5, size=batch)
+  hi = lo + rng.integers(1, 20, size=batch)
+  got = span(lo, hi, stackless=True, backend=backend)
+  want = [span_ref(int(a), int(b)) for a, b in zip(lo, hi)]
+  np.testing.assert_array_equal(np.asarray(got.low), [w.low for w in want])
+  np.testing.assert_array_equal(np.asarray(got.high), [w.high for w in want])
+
+
+def test_grouped_calls_take_fewer_steps_than_the_stack_vm():
+  n = np.random.default_rng(0).integers(8, 16, size=64)
+  progs.fibonacci(n, max_stack_depth=20)
+  stack = progs.fibonacci.last_stats
+  progs.fibonacci(n, stackless=True, profile=True)
+  stats = progs.fibonacci.last_stats
+  # One frame per recursion level, every member's calls of the level in it.
+  assert stats.steps * 10 < stack.steps
+  assert stats.member_block_executions > stats.steps * 64
+  assert 0 < stats.utilization <= 1
+  assert all(stats.rows(l) >= stats.block_active[l]
+             for l in stats.block_executions)
+  assert 'stackless mode ran its independent calls together' in (
+      stats.table())
+
+
+@pytest.mark.parametrize('backend', _backends(), ids=lambda b: b.name)
+def test_error_in_a_grouped_call_names_the_runs_members(backend):
+  # Members 2 and 4 recurse: their leaves run in frames of their own rows.
+  n = np.array([1, 0, 6, 1, 5])
+  bad = np.array([False, False, True, False, True])
+  with pytest.raises(ab.errors.PrimitiveError) as info:
+    tree_check(n, bad, stackless=True, backend=backend)
+  message = str(info.value)
+  assert 'bad leaf' in message and '[2, 4]' in message
+  assert 'test_parallel_calls.py' in message
+
+
+def test_verifier_checks_the_grouped_program():
+  debug = ab.Context(debug=True)
+
+  @debug.batch()
+  def fib(n):
+    if n > 2:
+      return fib(n - 1) + fib(n - 2)
+    return 1
+
+  n = np.arange(12)
+  np.testing.assert_array_equal(fib(n, stackless=True),
+                                [progs.fibonacci_ref(int(k)) for k in n])
+  program = debug.program_stackless('fib', I64)
+  call = next(op for b in program.function('fib').blocks
+              for op in b.instructions
+              if isinstance(op, inst.FunctionCallOp) and op.parallel)
+  broken = program.function('fib')
+  blocks = tuple(
+      b if call not in b.instructions else
+      dataclasses.replace(b, instructions=tuple(
+          op for op in b.instructions
+          if not (isinstance(op, inst.FunctionCallOp) and not op.parallel)))
+      for b in broken.blocks)
+  bad = dataclasses.replace(
+      program, functions=(dataclasses.replace(broken, blocks=blocks),))
+  with pytest.raises(ab.errors.InternalError, match='parallel call'):
+    verifier.verify(bad, 'test')
