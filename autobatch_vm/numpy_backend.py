@@ -96,6 +96,10 @@ class NumpyBackend:
 
   zeros = dummy
 
+  def coercer(self, tensor_type):
+    """`coerce(x, rows)`, as `coerce_fn(tensor_type, rows)(x)`."""
+    return coercer(tensor_type)
+
   def coerce_fn(self, tensor_type, batch):
     """A function making a primitive's result `[batch, *shape]` of dtype."""
     coerce = coercer(tensor_type)

@@ -49,38 +49,41 @@ class _Executor:
     self.stats = stats
     self.timed = 0.0   # profile=True: blocks' own seconds so far
     self._coerce = {}
+    self.tally = {}   # block label -> [runs, active rows, rows]
     self.compacts = getattr(backend, 'compacts', False)
     self.index, self.local = _program_info(program)
 
-  def coerce(self, fn, var, rows):
-    key = (fn.name, var, rows)
+  def coerce(self, fn, var):
+    """`var`'s type, and per leaf `coerce(x, rows)`."""
+    key = (fn.name, var)
     out = self._coerce.get(key)
     if out is None:
-      leaves = inst.pattern_flatten(fn.var_defs[var].tensors,
-                                    inst.TensorType)
-      out = self._coerce[key] = [self.be.coerce_fn(x, rows) for x in leaves]
+      template = fn.var_defs[var].tensors
+      out = self._coerce[key] = (template, [
+          self.be.coercer(t)
+          for t in inst.pattern_flatten(template, inst.TensorType)])
     return out
 
   def coerced(self, fn, var, value, rows):
     """`value` as variable `var` of `fn` holds it, on `rows` rows."""
-    template = fn.var_defs[var].tensors
+    template, coercers = self.coerce(fn, var)
     if isinstance(template, inst.TensorType):
-      return self.coerce(fn, var, rows)[0](value)
+      return coercers[0](value, rows)
     leaves = virtual_machine._flatten_like(template, value)  # pylint: disable=protected-access
     return inst.pattern_unflatten(
-        template, [c(v) for c, v in zip(self.coerce(fn, var, rows), leaves)],
+        template, [c(v, rows) for c, v in zip(coercers, leaves)],
         inst.TensorType)
 
   def write(self, fn, frame, names, value, m, rows=False):
     """Stores `value` into variable `names` for the members of `m`: a
     whole-frame value, or (`rows`) one row per member of `m`.  Returns the
     value as given, coerced to the variable's type."""
-    template = fn.var_defs[names].tensors
     value = self.coerced(fn, names, value, m.count if rows else frame.batch)
     owned = frame.owned.pop(names, ())
     if m.full:   # every row: the value itself
       frame.env[names] = value
       return value
+    template = fn.var_defs[names].tensors
     coerced = inst.pattern_flatten(value, inst.TensorType)
     old = frame.env.get(names)
     if old is None:
@@ -128,13 +131,13 @@ class _Executor:
         raise virtual_machine.step_limit_error(
             self.max_steps, frame.members(m), block.loc,
             '; they are at this line')
-      self.stats.block_executions[block.label] = \
-          self.stats.block_executions.get(block.label, 0) + 1
-      self.stats.block_active[block.label] = \
-          self.stats.block_active.get(block.label, 0) + m.count
-      self.stats.block_loc.setdefault(block.label, block.loc)
-      self.stats.block_rows[block.label] = \
-          self.stats.block_rows.get(block.label, 0) + frame.batch
+      counts = self.tally.get(block.label)
+      if counts is None:
+        counts = self.tally[block.label] = [0, 0, 0]
+        self.stats.block_loc.setdefault(block.label, block.loc)
+      counts[0] += 1             # runs,
+      counts[1] += m.count       # active rows,
+      counts[2] += frame.batch   # rows (see RunStats.block_rows)
       self.stats.steps += 1
       if self.stats.profile:
         np.add.at(self.stats.member_blocks,
@@ -390,7 +393,13 @@ def execute(program, args, backend, batch_size,
     t = main.var_defs[main.vars_out].tensors
     return inst.pattern_map(lambda x: backend.zeros(x, 0), t,
                             inst.TensorType), stats
-  with backend.error_context():
-    out = ex.call(program.main_function, list(args),
-                  np.arange(batch_size))
+  try:
+    with backend.error_context():
+      out = ex.call(program.main_function, list(args),
+                    np.arange(batch_size))
+  finally:
+    for label, (runs, active, rows) in ex.tally.items():
+      stats.block_executions[label] = runs
+      stats.block_active[label] = active
+      stats.block_rows[label] = rows
   return out, stats

@@ -428,6 +428,10 @@ class TensorFlowBackend:
       return x
     return coerce
 
+  def coercer(self, tensor_type):
+    """`coerce(x, rows)`, as `coerce_fn(tensor_type, rows)(x)`."""
+    return lambda x, rows: self.coerce_fn(tensor_type, rows)(x)
+
   def take_rows(self, x, idx):
     """The rows `idx` (member indices) of `x`."""
     return tf.gather(x, idx)

@@ -64,8 +64,10 @@ FLAGS = flags.FLAGS
 flags.DEFINE_boolean('quick', False, 'Small batch sizes and repeats.')
 flags.DEFINE_list('workloads', ['fibonacci', 'collatz', 'tree_rnn', 'nuts'],
                   'Workloads to run.')
-flags.DEFINE_list('backends', ['numpy', 'function', 'xla'],
-                  'numpy, function (tf.function), xla (jit_compile=True).')
+flags.DEFINE_list('backends', ['numpy', 'stackless', 'function', 'xla'],
+                  'numpy, stackless (NumPy with stackless=True: fibonacci '
+                  'and tree-RNN only), function (tf.function), xla '
+                  '(jit_compile=True).')
 flags.DEFINE_integer('repeats', 3, 'Timed repeats per cell (median).')
 flags.DEFINE_integer('nuts_repeats', 7, 'Least timed repeats per NUTS cell '
                      '(a call takes 0.02-0.6 s, and this machine\'s speed '
@@ -147,13 +149,16 @@ def _staged(fn, backend, **kwargs):
   """
   if backend == 'numpy':
     return (lambda *a: fn(*a, **kwargs)), lambda: fn.last_stats
+  if backend == 'stackless':
+    return (lambda *a: fn(*a, stackless=True, **kwargs)), (
+        lambda: fn.last_stats)
   staged = ab.stage(fn, jit_compile=(backend == 'xla'), **kwargs)
   return staged.numpy, lambda: staged.last_stats
 
 
 def _on(backend, x):
   """`x` as the backend's array: NumPy, or an eager TF tensor."""
-  if backend == 'numpy':
+  if backend in NUMPY_BACKENDS:
     return x
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   return tf.nest.map_structure(tf.convert_to_tensor, x)
@@ -195,9 +200,10 @@ def make_fibonacci(backend, batch):
                        schedule=FLAGS.schedule)
 
   def tfp():
-    if backend == 'numpy' and batch > FLAGS.tfp_numpy_max_batch:
+    if backend in NUMPY_BACKENDS and batch > FLAGS.tfp_numpy_max_batch:
       return None
-    return tfp_baselines.fibonacci_runner(backend, n)
+    return tfp_baselines.fibonacci_runner(
+        'numpy' if backend in NUMPY_BACKENDS else backend, n)
   return Cell(lambda: run(n), batch, 'members/s', stats,
               lambda: _alone_seconds(fibonacci, [n], batch, backend),
               tfp=tfp)
@@ -216,7 +222,8 @@ def make_tree_rnn(backend, batch):
   rng = np.random.default_rng(batch)
   forest = tr.random_forest(batch, 2, 32, 100, rng)
   params = tr.random_params(64, 100, rng)
-  tf_name = {'numpy': 'numpy', 'function': 'tf', 'xla': 'xla'}[backend]
+  tf_name = {'numpy': 'numpy', 'stackless': 'stackless', 'function': 'tf',
+             'xla': 'xla'}[backend]
   fn, encode, stats = tr.encode_batched(forest, params, tf_name,
                                         FLAGS.schedule)
 
@@ -286,6 +293,16 @@ def make_nuts(backend, batch):
 
 WORKLOADS = {'fibonacci': make_fibonacci, 'collatz': make_collatz,
              'tree_rnn': make_tree_rnn, 'nuts': make_nuts}
+# The NumPy backends (no TensorFlow needed).  Stackless mode is measured
+# where it changes the batching: recursions whose calls run together
+# (collatz has no calls, NUTS's two subtree calls depend on each other).
+NUMPY_BACKENDS = ('numpy', 'stackless')
+STACKLESS_WORKLOADS = ('fibonacci', 'tree_rnn')
+
+
+def measured(workload, backend):
+  """Whether the run measures `workload` on `backend`."""
+  return backend != 'stackless' or workload in STACKLESS_WORKLOADS
 
 
 def batch_sizes(workload):
@@ -316,6 +333,8 @@ def nuts_ess(backends, chains=NUTS_CHAINS):
   rows = []
 
   for backend in backends:
+    if not measured('nuts', backend):
+      continue
     kind = {'numpy': 'numpy', 'function': 'tf', 'xla': 'xla'}[backend]
     # Chunks of NUTS_TRANSITIONS, as a user would run it: the samples
     # array of one call is part of the VM state (a step under XLA costs
@@ -443,8 +462,9 @@ def targets(rows, ess):
         _time_ratio(rows, 'nuts', backend, NUTS_CHAINS, 'hand_seconds'))
     add(f'{at}: our min ESS/s / hand-batched\'s', True, 1 / 1.5,
         _ess_ratio(ess, backend, 'TFP NoUTurnSampler'))
-  for backend, name in (('numpy', 'NumPy'), ('function', 'tf.function'),
-                        ('xla', 'XLA')):
+  for backend, name in (('numpy', 'NumPy'),
+                        ('stackless', 'NumPy stackless'),
+                        ('function', 'tf.function'), ('xla', 'XLA')):
     add(f'tree-RNN, {name}, B=256: each tree alone / ours', True, 20,
         _time_ratio(rows, 'tree_rnn', backend, 256, 'alone_seconds'))
   return out
@@ -497,7 +517,7 @@ def peak_bytes(run, backend):
   device (XLA's buffers included) where its allocator counts them, that
   is in a process started with TF_CPU_ALLOCATOR_USE_BFC=true (see
   `measure_memory_in_a_process`); else None."""
-  if backend == 'numpy':
+  if backend in NUMPY_BACKENDS:
     tracemalloc.start()
     run()
     peak = tracemalloc.get_traced_memory()[1]
@@ -588,7 +608,11 @@ def compare_schedules(backends, batch):
   chosen = FLAGS.schedule
   try:
     for workload in FLAGS.workloads:
+      # The VM's schedules (stackless frames are scheduled alike, but the
+      # question is the VM's default).
       for backend in backends:
+        if backend == 'stackless':
+          continue
         row = {'workload': workload, 'backend': backend}
         cells = []
         for schedule in virtual_machine.SCHEDULES:
@@ -636,6 +660,8 @@ def measure_here(backends):
   rows = []
   for workload in FLAGS.workloads:
     for backend in backends:
+      if not measured(workload, backend):
+        continue
       for batch in batch_sizes(workload):
         start = time.perf_counter()
         r = measure(workload, backend, batch)
@@ -689,7 +715,7 @@ def measure_memory_in_a_process(workload, backend, batch):
 def add_tf_memory(rows):
   """Fills the TensorFlow rows' peak memory (`measure_memory_in_a_process`)."""
   for r in rows:
-    if r['backend'] == 'numpy':
+    if r['backend'] in NUMPY_BACKENDS:
       continue
     start = time.perf_counter()
     peak = measure_memory_in_a_process(r['workload'], r['backend'],
@@ -709,12 +735,12 @@ def main(argv):
     FLAGS.min_seconds = 0.0
     FLAGS.alone_seconds = min(FLAGS.alone_seconds, 0.3)
   backends = list(FLAGS.backends)
-  if any(b != 'numpy' for b in backends):
+  if any(b not in NUMPY_BACKENDS for b in backends):
     try:
       import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
     except ImportError:
       print('TensorFlow is not installed: NumPy only.')
-      backends = ['numpy']
+      backends = [b for b in backends if b in NUMPY_BACKENDS]
   if FLAGS.memory_worker:
     with open(FLAGS.memory_worker, 'w') as f:
       json.dump(measure_memory_here(FLAGS.workloads[0], backends[0],
@@ -730,6 +756,8 @@ def main(argv):
     results = {'rows': [], 'schedules': [], 'ess': []}
     for workload in FLAGS.workloads:
       for backend in backends:
+        if not measured(workload, backend):
+          continue
         for key, value in measure_in_a_process(workload, backend).items():
           results[key] += value
   schedules = ''

@@ -22,6 +22,7 @@ members that are elsewhere carry leftover data).
     python examples/tree_rnn.py --num_trees=1024 --max_leaves=64
     python examples/tree_rnn.py --schedule=lowest  # the other VM policy
     python examples/tree_rnn.py --backend=xla    # tf.function(jit_compile=True)
+    python examples/tree_rnn.py --backend=stackless  # a frame per tree level
 """
 
 import os
@@ -56,10 +57,13 @@ def define_flags():
                     'Which block the VM runs next: the one with the most '
                     'members (best here: siblings at different depths meet '
                     'at the same block), or the lowest-numbered one.')
-  flags.DEFINE_enum('backend', 'all', ['numpy', 'tf', 'xla', 'all'],
-                    'Batched backend(s) to time: numpy; tf (tf.function); '
-                    'xla (tf.function with jit_compile=True); all.  Without '
-                    'autobatch_vm.tf_backend only numpy runs.')
+  flags.DEFINE_enum('backend', 'all',
+                    ['numpy', 'stackless', 'tf', 'xla', 'all'],
+                    'Batched backend(s) to time: numpy; stackless (NumPy, '
+                    'stackless=True: the two recursive calls run as one); '
+                    'tf (tf.function); xla (tf.function with '
+                    'jit_compile=True); all.  Without '
+                    'autobatch_vm.tf_backend only the NumPy ones run.')
 
 
 # ---------------------------------------------------------------------------
@@ -196,16 +200,19 @@ def best_time(fn, repeats):
 def encode_batched(forest, params, backend='numpy', schedule='most'):
   """Encodes every tree of the forest in one batched call.
 
-  `backend` is 'numpy', 'tf' (tf.function) or 'xla' (tf.function with
-  jit_compile=True).  Returns (a function that does so and returns a NumPy
-  array, the batched function, and a function returning the statistics of
-  the last call as numbers on every backend).
+  `backend` is 'numpy', 'stackless' (NumPy with stackless=True, where the
+  two recursive calls of a node run as one call: one frame per tree
+  level), 'tf' (tf.function) or 'xla' (tf.function with jit_compile=True).
+  Returns (a function that does so and returns a NumPy array, the batched
+  function, and a function returning the statistics of the last call as
+  numbers on every backend).
   """
   depth = int(forest.depths.max()) + 2
-  if backend == 'numpy':
+  if backend in ('numpy', 'stackless'):
     _, encode = make_encoder(numpy_lib(forest, params))
+    stackless = backend == 'stackless'
     return (lambda: encode(forest.roots, max_stack_depth=depth,
-                           schedule=schedule)), encode, (
+                           schedule=schedule, stackless=stackless)), encode, (
                                lambda: encode.last_stats)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   _, encode = make_encoder(tf_lib(forest, params))
@@ -234,17 +241,19 @@ def main(argv):
                                 FLAGS.repeats)
   print(f'each tree alone (recursive NumPy): {n / t_alone:10.1f} trees/s')
 
-  backends = (['numpy', 'tf', 'xla'] if FLAGS.backend == 'all'
+  backends = (['numpy', 'stackless', 'tf', 'xla'] if FLAGS.backend == 'all'
               else [FLAGS.backend])
-  if backends != ['numpy'] and not tf_available():
+  if not set(backends) <= {'numpy', 'stackless'} and not tf_available():
     print('autobatch_vm.tf_backend is not available: skipping TensorFlow.')
-    backends = ['numpy']
+    backends = [b for b in backends if b in ('numpy', 'stackless')]
   for backend in backends:
     fn, encode, stats = encode_batched(forest, params, backend,
                                        FLAGS.schedule)
     got, t = best_time(fn, FLAGS.repeats)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
-    label = {'numpy': 'batched, NumPy', 'tf': 'batched, TF tf.function',
+    label = {'numpy': 'batched, NumPy',
+             'stackless': 'batched, NumPy stackless',
+             'tf': 'batched, TF tf.function',
              'xla': 'batched, TF XLA'}[backend]
     print(f'{label + ":":35s}{n / t:10.1f} trees/s  '
           f'({t_alone / t:.1f}x; matches each tree alone)')
@@ -261,10 +270,15 @@ def cell_runs(encode, forest, schedule='most', stats=None):
   second call, and under 'most' its copy that follows a leaf: see
   autobatch_vm/leaf_returns.py)."""
   stats = stats or encode.last_stats
-  program = encode.context.lowered_for_args('encode', [forest.roots],
-                                            schedule=schedule)
+  if stats.block_rows:   # a stackless run: the typed program's blocks
+    blocks = encode.context.program_stackless(
+        'encode', [ab.TensorType(forest.roots.dtype, ())]).function(
+            'encode').blocks
+  else:
+    blocks = encode.context.lowered_for_args(
+        'encode', [forest.roots], schedule=schedule).blocks
   return sum(stats.block_executions.get(block.label, 0)
-             for block in program.blocks
+             for block in blocks
              if any('lib.cell' in getattr(op, 'text', '')
                     for op in block.instructions))
 

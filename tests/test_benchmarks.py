@@ -108,6 +108,33 @@ def test_quick_run_writes_table_and_schedules(tmp_path, processes):
       (w, b) for w in ('fibonacci', 'collatz') for b in (1, 64)}
 
 
+def test_stackless_rows_only_where_calls_run_together(tmp_path):
+  """The stackless backend (NumPy, stackless=True) is measured for the
+  recursions whose calls it runs together, not for collatz (no calls),
+  and stays out of the VM schedules' table."""
+  env = dict(os.environ, OPENBLAS_NUM_THREADS='1', TF_CPP_MIN_LOG_LEVEL='2')
+  proc = subprocess.run(
+      [sys.executable, str(ROOT / 'benchmarks' / 'run.py'), '--quick',
+       '--workloads=fibonacci,collatz', '--backends=numpy,stackless',
+       '--schedule_batch=8', '--nuts_ess_samples=0', f'--out={tmp_path}',
+       '--one_process'],
+      capture_output=True, text=True, timeout=600, env=env, check=False,
+      cwd=ROOT)
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  results = json.loads((tmp_path / 'results.json').read_text())
+  cells = {(r['workload'], r['backend']) for r in results['rows']}
+  assert cells == {('fibonacci', 'numpy'), ('fibonacci', 'stackless'),
+                   ('collatz', 'numpy')}
+  assert {r['backend'] for r in results['schedules']} == {'numpy'}
+  stackless = [r for r in results['rows'] if r['backend'] == 'stackless']
+  numpy = {r['batch']: r for r in results['rows']
+           if r['backend'] == 'numpy' and r['workload'] == 'fibonacci'}
+  for r in stackless:   # one frame per level: far fewer blocks
+    assert r['steps'] < numpy[r['batch']]['steps']
+    assert 0 < r['utilization'] <= 1
+    assert r['alone_seconds'] and r['peak_mib'] is not None
+
+
 def _has_tf():
   try:
     import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
@@ -249,6 +276,8 @@ def test_targets_table_states_each_target_met_missed_or_not_measured():
   check('tree-RNN, NumPy, B=256: each tree alone / ours', 22.0, True)
   check('fibonacci, XLA, B=1024: TFP VM time / ours', None, None)
   check('tree-RNN, XLA, B=256: each tree alone / ours', None, None)
+  check('tree-RNN, NumPy stackless, B=256: each tree alone / ours', None,
+        None)
   text = run.targets_markdown(run.targets(rows, ess))
   assert ('| NUTS, 64 chains, XLA: TFP autobatched time / ours | >= 2 | '
           '1.80 | **no** |') in text, text
