@@ -239,7 +239,7 @@ class _Rows:
 
   On a compacting backend (NumPy) primitives get the rows of those members
   only: each variable read is gathered once, results stay in the block as
-  rows, and only variables that outlive the block (not TEMPORARY or NULL)
+  rows, and only variables that outlive the block (not `_block_local`)
   are scattered into the frame.  Elsewhere (TensorFlow, eagerly) reads are
   whole-frame values and writes are masked.  Calls always get rows
   (`compact=True`): a callee's frame holds its callers' rows only.
@@ -347,7 +347,7 @@ class _Frame:
 
   def indices(self, m):
     """The rows of the members of `m`, as a NumPy array."""
-    return np.asarray(self._be.members(m), np.int64)
+    return np.asarray(m.idx, np.int64)
 
   def members(self, m):
     """The run's members (not the frame's rows) of mask `m`, sorted."""
