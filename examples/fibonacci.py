@@ -3,6 +3,7 @@
     python examples/fibonacci.py                 # NumPy backend
     python examples/fibonacci.py --backend=tf    # TensorFlow, tf.function
     python examples/fibonacci.py --batch_size=1024 --low=8 --high=16
+    python examples/fibonacci.py --stackless     # calls of a level together
 """
 
 import time
@@ -82,8 +83,12 @@ def main(argv):
     print(f'VM steps: {stats.steps}, mean utilization: '
           f'{stats.utilization:.1%}')
     if add_label is not None:
+      # Stackless mode runs a member's two recursive calls as one call:
+      # a frame holds every call of one recursion level.
+      each = ('on a frame of one recursion level\'s calls' if
+              stats.block_rows else 'on the whole batch')
       print(f'batched additions executed: {stats.block_executions[add_label]}'
-            f' (each on the whole batch) vs {additions} unbatched')
+            f' (each {each}) vs {additions} unbatched')
     print(stats)
 
 

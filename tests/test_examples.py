@@ -91,6 +91,15 @@ def test_tree_rnn_script():
   assert 'trees/s' in out
 
 
+def test_stackless_scripts_batch_a_level_of_calls_together():
+  out = run_example('tree_rnn', '--num_trees=6', '--max_leaves=6',
+                    '--hidden=8', '--repeats=1', '--backend=stackless')
+  assert 'batched, NumPy stackless' in out and 'matches each tree' in out
+  out = run_example('fibonacci', '--batch_size=5', '--low=3', '--high=10',
+                    '--stackless')
+  assert "frame of one recursion level's calls" in out
+
+
 def test_nuts_script():
   out = run_example('nuts', '--num_chains=3', '--num_warmup=4',
                     '--num_samples=6', '--chunk=3', '--verify_chains=2',
