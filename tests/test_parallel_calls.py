@@ -232,3 +232,63 @@ def test_verifier_checks_the_grouped_program():
       program, functions=(dataclasses.replace(broken, blocks=blocks),))
   with pytest.raises(ab.errors.InternalError, match='parallel call'):
     verifier.verify(bad, 'test')
+
+
+State = collections.namedtuple('State', ['depth', 'weight'])
+
+
+@ctx.batch()
+def weigh(s):
+  # A pattern argument, calls inside a loop, mutual recursion.
+  total = s.weight * 1.0
+  k = 0
+  while k < 2:
+    if s.depth > 0:
+      total = (total + weigh(State(s.depth - 1, s.weight * 0.5))
+               + balance(State(s.depth - 1, s.weight * 0.25))
+               + weigh(State(s.depth - 1, s.weight * 0.125)))
+    k = k + 1
+  return total
+
+
+@ctx.batch()
+def balance(s):
+  if s.depth > 0:
+    return weigh(State(s.depth - 1, s.weight)) * 0.5
+  return s.weight * 2.0
+
+
+def weigh_ref(depth, weight):
+  total = weight
+  for _ in range(2):
+    if depth > 0:
+      total += (weigh_ref(depth - 1, weight * 0.5)
+                + balance_ref(depth - 1, weight * 0.25)
+                + weigh_ref(depth - 1, weight * 0.125))
+  return total
+
+
+def balance_ref(depth, weight):
+  return weigh_ref(depth - 1, weight) * 0.5 if depth > 0 else weight * 2.0
+
+
+@pytest.mark.parametrize('backend', _backends(), ids=lambda b: b.name)
+def test_pattern_arguments_loops_and_mutual_recursion(backend):
+  depth = np.array([0, 3, 1, 4, 2])
+  weight = np.array([1.0, 2.0, 0.5, 1.5, 3.0])
+  calls = _calls(ctx.program_stackless(
+      'weigh', [State(ab.TensorType(np.int64, ()),
+                      ab.TensorType(np.float64, ()))]), 'weigh')
+  # The two weigh calls, with balance's between them, run together.
+  assert [(c.function, c.parallel) for c in calls] == [
+      ('weigh', True), ('weigh', False), ('balance', False)]
+  got = weigh(State(depth, weight), stackless=True, backend=backend)
+  np.testing.assert_allclose(
+      np.asarray(got), [weigh_ref(int(d), float(w))
+                        for d, w in zip(depth, weight)])
+
+
+def test_step_limit_in_a_grouped_call_names_the_runs_members():
+  n = np.array([1, 30, 2, 25])
+  with pytest.raises(ab.errors.StepLimitError, match=r'\[1, 3\]'):
+    progs.fibonacci(n, stackless=True, max_steps=40)
