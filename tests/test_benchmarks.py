@@ -77,19 +77,25 @@ def test_timed_calls_run_without_garbage_collection(clock):
   assert seen == [True, False, False, False, True, False, False]
 
 
+def _quick_run(tmp_path, *flags):
+  """`benchmarks/run.py --quick` with `flags`, writing to `tmp_path`;
+  returns the finished process (asserted successful)."""
+  env = dict(os.environ, OPENBLAS_NUM_THREADS='1', TF_CPP_MIN_LOG_LEVEL='2')
+  proc = subprocess.run(
+      [sys.executable, str(ROOT / 'benchmarks' / 'run.py'), '--quick',
+       '--nuts_ess_samples=0', f'--out={tmp_path}', *flags],
+      capture_output=True, text=True, timeout=600, env=env, check=False,
+      cwd=ROOT)
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  return proc
+
+
 @pytest.mark.parametrize('processes', ['--one_process', '--noone_process'])
 def test_quick_run_writes_table_and_schedules(tmp_path, processes):
   """Each (workload, backend) measured in a process of its own (the
   default), or all in one: the same tables."""
-  env = dict(os.environ, OPENBLAS_NUM_THREADS='1', TF_CPP_MIN_LOG_LEVEL='2')
-  proc = subprocess.run(
-      [sys.executable, str(ROOT / 'benchmarks' / 'run.py'), '--quick',
-       '--workloads=fibonacci,collatz', '--backends=numpy',
-       '--schedule_batch=8', '--nuts_ess_samples=0', f'--out={tmp_path}',
-       processes],
-      capture_output=True, text=True, timeout=600, env=env, check=False,
-      cwd=ROOT)
-  assert proc.returncode == 0, proc.stdout + proc.stderr
+  proc = _quick_run(tmp_path, '--workloads=fibonacci,collatz',
+                    '--backends=numpy', '--schedule_batch=8', processes)
   text = (tmp_path / 'results.md').read_text()
   for workload in ('fibonacci', 'collatz'):
     for batch in (1, 64):
@@ -112,15 +118,9 @@ def test_stackless_rows_only_where_calls_run_together(tmp_path):
   """The stackless backend (NumPy, stackless=True) is measured for the
   recursions whose calls it runs together, not for collatz (no calls),
   and stays out of the VM schedules' table."""
-  env = dict(os.environ, OPENBLAS_NUM_THREADS='1', TF_CPP_MIN_LOG_LEVEL='2')
-  proc = subprocess.run(
-      [sys.executable, str(ROOT / 'benchmarks' / 'run.py'), '--quick',
-       '--workloads=fibonacci,collatz', '--backends=numpy,stackless',
-       '--schedule_batch=8', '--nuts_ess_samples=0', f'--out={tmp_path}',
-       '--one_process'],
-      capture_output=True, text=True, timeout=600, env=env, check=False,
-      cwd=ROOT)
-  assert proc.returncode == 0, proc.stdout + proc.stderr
+  _quick_run(tmp_path, '--workloads=fibonacci,collatz',
+             '--backends=numpy,stackless', '--schedule_batch=8',
+             '--one_process')
   results = json.loads((tmp_path / 'results.json').read_text())
   cells = {(r['workload'], r['backend']) for r in results['rows']}
   assert cells == {('fibonacci', 'numpy'), ('fibonacci', 'stackless'),
@@ -149,15 +149,9 @@ def test_tensorflow_rows_report_steps_utilization_and_peak_memory(tmp_path):
   """Staged runs report their VM steps and utilization (the call returns
   its counts) and their peak memory (a process with the BFC allocator):
   the same steps as on NumPy."""
-  env = dict(os.environ, OPENBLAS_NUM_THREADS='1', TF_CPP_MIN_LOG_LEVEL='2')
-  proc = subprocess.run(
-      [sys.executable, str(ROOT / 'benchmarks' / 'run.py'), '--quick',
-       '--workloads=collatz', '--backends=numpy,function,xla',
-       '--schedule_batch=0', '--nuts_ess_samples=0', f'--out={tmp_path}',
-       '--one_process'],
-      capture_output=True, text=True, timeout=600, env=env, check=False,
-      cwd=ROOT)
-  assert proc.returncode == 0, proc.stdout + proc.stderr
+  _quick_run(tmp_path, '--workloads=collatz',
+             '--backends=numpy,function,xla', '--schedule_batch=0',
+             '--one_process')
   rows = json.loads((tmp_path / 'results.json').read_text())['rows']
   by = {(r['backend'], r['batch']): r for r in rows}
   for batch in (1, 64):
