@@ -195,11 +195,16 @@ class _Executor:
     `m`: one frame of the callee holding each call's rows in turn."""
     callee = self.program.function(calls[0].function)
     idx = frame.indices(m)
-    arg_sets = [[rows.read(v, compact=True) for v in c.vars_in]
-                for c in calls]
     if len(calls) == 1:
-      args = arg_sets[0]
+      args = [rows.read(v, compact=True) for v in calls[0].vars_in]
     else:
+      # Each call's arguments as the callee's parameters hold them (one
+      # call may pass an int64 constant where the other passes an int32
+      # variable), then one row block per call.
+      arg_sets = [[self.coerced(callee, p, rows.read(v, compact=True),
+                                m.count)
+                   for p, v in zip(callee.vars_in, c.vars_in)]
+                  for c in calls]
       args = [_concat_patterns(self.be, same) for same in zip(*arg_sets)]
     owners = np.tile(frame.owners[idx], len(calls))
     try:

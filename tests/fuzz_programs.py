@@ -5,7 +5,8 @@ functions `f0..fk` over int state `a, b, c` and float state `x`, with
 arithmetic (`+ - * % //`, conditional expressions, min/max, int -> float
 conversion), `if/elif/else`, `while` loops with bounded trip counts, `break`
 and `continue`, `for ... in range(...)`, recursion on a decreasing depth
-argument `d`, calls to earlier functions, and tuple returns.  Values stay
+argument `d`, calls to earlier functions (also pairs of independent calls
+of one function, which stackless mode runs together), and tuple returns.  Values stay
 small (`% 997`), so plain Python ints and NumPy/TF int32 and int64 agree
 exactly; float operations are the same IEEE operations in every backend.
 
@@ -144,15 +145,27 @@ class _Gen:
   def condition(self):
     return self.draw(condition(self.portable))
 
-  def call(self):
+  def call(self, target=None):
     """A call of an earlier function, or of ourselves with d - 1."""
-    choices = list(range(self.index))
-    target = self.draw(st.sampled_from(choices + [self.index]))
+    if target is None:
+      choices = list(range(self.index))
+      target = self.draw(st.sampled_from(choices + [self.index]))
     args = ', '.join(self.int_expr(1) for _ in range(2))
     fx = self.draw(float_expr())
     if target == self.index:
       return f'f{target}({args}, {fx}, d - 1)', True
     return f'f{target}({args}, {fx}, d)', False
+
+  def pair(self):
+    """Two calls of one function, the second not reading the first's
+    results (stackless mode runs them as one call), then combined."""
+    target = self.draw(st.sampled_from(list(range(self.index + 1))))
+    first, recursive = self.call(target)
+    second, _ = self.call(target)
+    var = self.draw(st.sampled_from(INT_VARS))
+    body = [f'g0, y0 = {first}', f'g1, y1 = {second}',
+            f'{var} = (g0 + g1) % 997', 'x = y0 if g0 % 2 == 0 else y1']
+    return ['if d > 0:'] + _indent(body) if recursive else body
 
   def statements(self, depth, in_loop):
     n = self.draw(st.integers(1, 3 if depth < 2 else 2))
@@ -165,7 +178,7 @@ class _Gen:
     draw = self.draw
     kinds = ['assign', 'assign', 'float', 'aug']
     if depth < 2:
-      kinds += ['if', 'while', 'for', 'call']
+      kinds += ['if', 'while', 'for', 'call', 'pair']
     if in_loop:
       kinds += ['break', 'continue']
     kind = draw(st.sampled_from(kinds))
@@ -188,6 +201,8 @@ class _Gen:
       if recursive:
         return ['if d > 0:'] + _indent(body)
       return body
+    if kind == 'pair':
+      return self.pair()
     if kind == 'if':
       lines = [f'if {self.condition()}:']
       lines += _indent(self.statements(depth + 1, in_loop))

@@ -292,3 +292,26 @@ def test_step_limit_in_a_grouped_call_names_the_runs_members():
   n = np.array([1, 30, 2, 25])
   with pytest.raises(ab.errors.StepLimitError, match=r'\[1, 3\]'):
     progs.fibonacci(n, stackless=True, max_steps=40)
+
+
+@ctx.batch()
+def mixed(a, d):
+  # The first call passes a constant (int64), the second an int32 value:
+  # their arguments are made the parameter's type before they are joined.
+  if d > 0:
+    return mixed(a // 2, d - 1) + mixed(-8 // 6, d - 1)
+  return a + 0
+
+
+def mixed_ref(a, d):
+  return mixed_ref(a // 2, d - 1) + mixed_ref(-8 // 6, d - 1) if d > 0 else a
+
+
+@pytest.mark.parametrize('backend', _backends(), ids=lambda b: b.name)
+def test_grouped_calls_with_arguments_of_different_dtypes(backend):
+  a = np.array([5, 40, 7], np.int32)
+  d = np.array([2, 0, 3], np.int32)
+  got = mixed(a, d, stackless=True, backend=backend)
+  np.testing.assert_array_equal(
+      np.asarray(got), [mixed_ref(int(x), int(y)) for x, y in zip(a, d)])
+  assert np.asarray(got).dtype == np.int32
