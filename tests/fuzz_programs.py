@@ -150,7 +150,12 @@ class _Gen:
     if target is None:
       choices = list(range(self.index))
       target = self.draw(st.sampled_from(choices + [self.index]))
-    args = ', '.join(self.int_expr(1) for _ in range(2))
+    # An argument with no variable in it would give the parameter a
+    # literal's type (int64) where the inputs may be int32: a function
+    # whose results then meet the inputs' dtype fails type inference, as
+    # documented ("one signature per function").  Tie it to a variable.
+    args = ', '.join(e if _has_var(e) else f'(({e}) + a - a) % 997'
+                     for e in (self.int_expr(1) for _ in range(2)))
     fx = self.draw(float_expr())
     if target == self.index:
       return f'f{target}({args}, {fx}, d - 1)', True
