@@ -52,9 +52,7 @@ def _allocate_function(fn, reach):
     for op in b.instructions:
       read |= liveness.reads(op, fn)
     read |= liveness.reads(b.terminator, fn)
-  boundary = set(fn.vars_in) | set(inst.pattern_flatten(fn.vars_out))
-  for b in fn.blocks:
-    boundary |= live.live_in[b.label] | live.live_out[b.label]
+  boundary = liveness.crossing(fn, live)
   full = set()
   for (label, i), vars_across in live.across_call.items():
     boundary |= vars_across

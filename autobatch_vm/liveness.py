@@ -17,8 +17,8 @@ from typing import Dict, FrozenSet, Tuple
 from autobatch_vm import errors
 from autobatch_vm import instructions as inst
 
-__all__ = ['Liveness', 'analyze', 'lowered_live_out', 'reads', 'transfer',
-           'writes']
+__all__ = ['Liveness', 'analyze', 'crossing', 'lowered_live_out', 'reads',
+           'transfer', 'writes']
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,6 +27,16 @@ class Liveness:
   live_out: Dict[str, FrozenSet[str]]
   # (block label, instruction index) -> variables live across that call.
   across_call: Dict[Tuple[str, int], FrozenSet[str]]
+
+
+def crossing(fn, live):
+  """The variables of `fn` that cross a block boundary: its parameters and
+  results, and every variable live into or out of a block (`live`: its
+  `analyze(fn)`)."""
+  out = set(fn.vars_in) | set(inst.pattern_flatten(fn.vars_out))
+  for b in fn.blocks:
+    out |= live.live_in[b.label] | live.live_out[b.label]
+  return out
 
 
 def reads(op, fn=None):

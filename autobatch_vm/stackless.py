@@ -115,11 +115,12 @@ class _Executor:
     """Runs `fn` on a frame of `len(owners)` rows, all active: row `i`
     belongs to member `owners[i]` of the run."""
     frame = _Frame(len(owners), owners, self.be)
-    full = self.be.mask_of(frame.all_true(), frame.batch)
+    active = self.be.asarray(np.ones(frame.batch, bool))
+    full = self.be.mask_of(active, frame.batch)
     for p, a in zip(fn.vars_in, args):
       self.write(fn, frame, p, a, full)
     num_blocks = len(fn.blocks)
-    pc = self.be.start_pc(frame.all_true(), num_blocks)
+    pc = self.be.start_pc(active, num_blocks)
     index = self.index[fn.name]
     while True:
       b = self.be.next_block(pc, num_blocks, self.schedule)
@@ -320,11 +321,8 @@ def _block_local(fn):
   """The variables of `fn` that never leave the block writing them (not
   live into or out of any block, not a parameter or the result): in a
   block they are read as computed, without entering the frame."""
-  live = liveness.analyze(fn)
-  boundary = set(fn.vars_in) | set(inst.pattern_flatten(fn.vars_out))
-  for label in live.live_in:
-    boundary |= live.live_in[label] | live.live_out[label]
-  return frozenset(set(fn.var_defs) - boundary)
+  return frozenset(set(fn.var_defs)
+                   - liveness.crossing(fn, liveness.analyze(fn)))
 
 
 def _concat_patterns(be, values):
@@ -344,11 +342,7 @@ class _Frame:
     # Variable -> its leaves, where they are arrays this frame made and
     # handed to no primitive: those can be written in place.
     self.owned = {}
-    self.backend = _OwnedRows(backend, owners)
-    self._be = backend
-
-  def all_true(self):
-    return self._be.asarray(np.ones(self.batch, bool))
+    self.backend = _OwnedRows(backend, self)
 
   def indices(self, m):
     """The rows of the members of `m`, as a NumPy array."""
@@ -361,15 +355,11 @@ class _Frame:
 
 class _OwnedRows:
   """The backend, but naming the run's members rather than a frame's rows
-  in errors (`members`)."""
+  in errors (`members`, the frame's)."""
 
-  def __init__(self, backend, owners):
+  def __init__(self, backend, frame):
     self._be = backend
-    self._owners = owners
-
-  def members(self, m):
-    return np.unique(self._owners[np.asarray(self._be.members(m),
-                                             np.int64)])
+    self.members = frame.members
 
   def __getattr__(self, name):
     return getattr(self._be, name)
