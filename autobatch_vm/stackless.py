@@ -342,7 +342,15 @@ class _Frame:
     # Variable -> its leaves, where they are arrays this frame made and
     # handed to no primitive: those can be written in place.
     self.owned = {}
-    self.backend = _OwnedRows(backend, self)
+    self._be = backend
+
+  @property
+  def backend(self):
+    """The backend naming this frame's members in errors (made on demand:
+    a proxy kept on the frame would make a reference cycle, leaving every
+    frame's arrays to the garbage collector instead of freeing them when
+    the call returns)."""
+    return _OwnedRows(self._be, self)
 
   def indices(self, m):
     """The rows of the members of `m`, as a NumPy array."""
@@ -379,6 +387,9 @@ def execute(program, args, backend, batch_size,
         'calls, so it cannot be staged into a graph.',
         hint='Call it eagerly, or use the stack VM (stackless=False) inside '
         'tf.function.')
+  prepare = getattr(backend, 'prepare_run', None)
+  if prepare is not None:
+    prepare()
   stats = virtual_machine.RunStats(batch_size=batch_size, profile=profile)
   if profile:
     stats.member_blocks = np.zeros(batch_size, np.int64)

@@ -9,6 +9,7 @@ members and statistics per frame row.
 """
 
 import collections
+import gc
 import dataclasses
 
 import numpy as np
@@ -315,3 +316,32 @@ def test_grouped_calls_with_arguments_of_different_dtypes(backend):
   np.testing.assert_array_equal(
       np.asarray(got), [mixed_ref(int(x), int(y)) for x, y in zip(a, d)])
   assert np.asarray(got).dtype == np.int32
+
+
+@pytest.mark.parametrize('backend', _backends(), ids=lambda b: b.name)
+def test_frames_are_freed_when_their_call_returns(backend):
+  # A frame must not be part of a reference cycle: its arrays would wait
+  # for the garbage collector (never, while a benchmark turns it off), and
+  # every call would fault fresh memory in.
+  n = np.random.default_rng(1).integers(0, 12, size=20)
+  tribonacci(n, stackless=True, backend=backend)   # compiled, cached
+  gc.collect()
+  gc.disable()
+  try:
+    tribonacci(n, stackless=True, backend=backend)
+    assert gc.collect() == 0
+  finally:
+    gc.enable()
+
+
+def test_numpy_runs_keep_freed_memory_for_reuse():
+  # After the first run, a large stackless frame's memory comes back from
+  # the heap on the next call rather than as fresh pages.
+  resource = pytest.importorskip('resource')
+  n = np.full(1024, 12)
+  progs.fibonacci(n, stackless=True)
+  progs.fibonacci(n, stackless=True)
+  before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+  progs.fibonacci(n, stackless=True)
+  faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+  assert faults < 100, faults
