@@ -54,20 +54,22 @@ class _Executor:
     self.index, self.local = _program_info(program)
 
   def coerce(self, fn, var):
-    """`var`'s type, and per leaf `coerce(x, rows)`."""
+    """`var`'s type, its leaves' types, per leaf `coerce(x, rows)`, and
+    whether it is a single tensor (no pattern)."""
     key = (fn.name, var)
     out = self._coerce.get(key)
     if out is None:
       template = fn.var_defs[var].tensors
-      out = self._coerce[key] = (template, [
-          self.be.coercer(t)
-          for t in inst.pattern_flatten(template, inst.TensorType)])
+      types = inst.pattern_flatten(template, inst.TensorType)
+      out = self._coerce[key] = (
+          template, types, [self.be.coercer(t) for t in types],
+          isinstance(template, inst.TensorType))
     return out
 
   def coerced(self, fn, var, value, rows):
     """`value` as variable `var` of `fn` holds it, on `rows` rows."""
-    template, coercers = self.coerce(fn, var)
-    if isinstance(template, inst.TensorType):
+    template, _, coercers, single = self.coerce(fn, var)
+    if single:
       return coercers[0](value, rows)
     leaves = virtual_machine._flatten_like(template, value)  # pylint: disable=protected-access
     return inst.pattern_unflatten(
@@ -78,43 +80,48 @@ class _Executor:
     """Stores `value` into variable `names` for the members of `m`: a
     whole-frame value, or (`rows`) one row per member of `m`.  Returns the
     value as given, coerced to the variable's type."""
-    value = self.coerced(fn, names, value, m.count if rows else frame.batch)
+    template, types, coercers, single = self.coerce(fn, names)
+    n = m.count if rows else frame.batch
+    if single:
+      value = coercers[0](value, n)
+    else:
+      value = self.coerced(fn, names, value, n)
     owned = frame.owned.pop(names, ())
     if m.full:   # every row: the value itself
       frame.env[names] = value
       return value
-    template = fn.var_defs[names].tensors
-    coerced = inst.pattern_flatten(value, inst.TensorType)
+    coerced = [value] if single else inst.pattern_flatten(value,
+                                                          inst.TensorType)
     old = frame.env.get(names)
     if old is None:
-      old_leaves = [self.be.zeros(t, frame.batch) for t in
-                    inst.pattern_flatten(template, inst.TensorType)]
-      owned = old_leaves
+      old_leaves = owned = [self.be.zeros(t, frame.batch) for t in types]
     else:
-      old_leaves = inst.pattern_flatten(old, inst.TensorType)
+      old_leaves = [old] if single else inst.pattern_flatten(
+          old, inst.TensorType)
     if rows and self.compacts:
       # Into the frame's own arrays in place; others are copied first
       # (a primitive may have returned an array that another variable,
       # or its caller, holds).
-      idx = frame.indices(m)
+      idx = m.idx
       new = []
-      for o, n, mine in zip(old_leaves, coerced, owned or [None] * len(
+      for o, v, mine in zip(old_leaves, coerced, owned or [None] * len(
           old_leaves)):
         if o is not mine:
           o = o.copy()
-        o[idx] = n
+        o[idx] = v
         new.append(o)
       frame.owned[names] = new
     else:
       put = self.be.scatter if rows else self.be.write
-      new = [put(o, n, m) for o, n in zip(old_leaves, coerced)]
-    frame.env[names] = inst.pattern_unflatten(template, new, inst.TensorType)
+      new = [put(o, v, m) for o, v in zip(old_leaves, coerced)]
+    frame.env[names] = new[0] if single else inst.pattern_unflatten(
+        template, new, inst.TensorType)
     return value
 
-  def call(self, fn, args, owners):
-    """Runs `fn` on a frame of `len(owners)` rows, all active: row `i`
-    belongs to member `owners[i]` of the run."""
-    frame = _Frame(len(owners), owners, self.be)
+  def call(self, fn, args, batch, owners):
+    """Runs `fn` on a frame of `batch` rows, all active: row `i` belongs
+    to member `owners()[i]` of the run."""
+    frame = _Frame(batch, owners, self.be)
     active = self.be.asarray(np.ones(frame.batch, bool))
     full = self.be.mask_of(active, frame.batch)
     for p, a in zip(fn.vars_in, args):
@@ -122,12 +129,14 @@ class _Executor:
     num_blocks = len(fn.blocks)
     pc = self.be.start_pc(active, num_blocks)
     index = self.index[fn.name]
+    b, m = 0, full   # every row starts at the entry block
     while True:
-      b = self.be.next_block(pc, num_blocks, self.schedule)
-      if b >= num_blocks:
-        break
+      if m is None:
+        b = self.be.next_block(pc, num_blocks, self.schedule)
+        if b >= num_blocks:
+          break
+        m = self.be.make_mask(pc, b, frame.batch)
       block = fn.blocks[b]
-      m = self.be.make_mask(pc, b, frame.batch)
       if self.stats.steps == self.max_steps:
         raise virtual_machine.step_limit_error(
             self.max_steps, frame.members(m), block.loc,
@@ -166,6 +175,7 @@ class _Executor:
         pc = self.be.goto(pc, m, num_blocks)
       else:
         raise errors.InternalError(f'{inst.op_str(t)} in stackless mode')
+      m = None
     env = frame.env
     return env.get(fn.vars_out) if isinstance(fn.vars_out, str) else \
         inst.pattern_map(env.get, fn.vars_out)
@@ -207,9 +217,11 @@ class _Executor:
                    for p, v in zip(callee.vars_in, c.vars_in)]
                   for c in calls]
       args = [_concat_patterns(self.be, same) for same in zip(*arg_sets)]
-    owners = np.tile(frame.owners[idx], len(calls))
+    # Which member each row of the callee's frame is (made when needed:
+    # for errors and profile=True only).
+    owners = lambda: np.tile(frame.owners[idx], len(calls))
     try:
-      result = self.call(callee, args, owners)
+      result = self.call(callee, args, len(idx) * len(calls), owners)
     except RecursionError:
       raise errors.StackOverflowError(
           f'Recursion too deep for stackless mode (Python recursion limit '
@@ -276,6 +288,8 @@ class _Rows:
 
   def _take(self, value):
     be, idx = self.ex.be, self.idx
+    if not isinstance(value, (tuple, list)):   # one array: no pattern
+      return be.take_rows(value, idx)
     return inst.pattern_map(lambda x: be.take_rows(x, idx), value)
 
   def write(self, names, value, compact=False):
@@ -333,11 +347,12 @@ def _concat_patterns(be, values):
 
 
 class _Frame:
-  """One call's variables, on `batch` rows; row `i` is member `owners[i]`."""
+  """One call's variables, on `batch` rows; row `i` is member `owners[i]`
+  (`owners`: a function making that array, called when first needed)."""
 
   def __init__(self, batch, owners, backend):
     self.batch = batch
-    self.owners = owners
+    self._owners = owners
     self.env = {}
     # Variable -> its leaves, where they are arrays this frame made and
     # handed to no primitive: those can be written in place.
@@ -351,6 +366,12 @@ class _Frame:
     frame's arrays to the garbage collector instead of freeing them when
     the call returns)."""
     return _OwnedRows(self._be, self)
+
+  @property
+  def owners(self):
+    if callable(self._owners):
+      self._owners = self._owners()
+    return self._owners
 
   def indices(self, m):
     """The rows of the members of `m`, as a NumPy array."""
@@ -401,8 +422,8 @@ def execute(program, args, backend, batch_size,
                             inst.TensorType), stats
   try:
     with backend.error_context():
-      out = ex.call(program.main_function, list(args),
-                    np.arange(batch_size))
+      out = ex.call(program.main_function, list(args), batch_size,
+                    lambda: np.arange(batch_size))
   finally:
     for label, (runs, active, rows) in ex.tally.items():
       stats.block_executions[label] = runs
