@@ -122,60 +122,52 @@ class _Executor:
     """Runs `fn` on a frame of `batch` rows, all active: row `i` belongs
     to member `owners()[i]` of the run."""
     frame = _Frame(batch, owners, self.be)
-    active = self.be.asarray(np.ones(frame.batch, bool))
-    full = self.be.mask_of(active, frame.batch)
+    sched = (_RowQueue if self.compacts else _ProgramCounter)(
+        self.be, batch, len(fn.blocks), self.schedule)
     for p, a in zip(fn.vars_in, args):
-      self.write(fn, frame, p, a, full)
-    num_blocks = len(fn.blocks)
-    pc = self.be.start_pc(active, num_blocks)
+      self.write(fn, frame, p, a, sched.full)
     index = self.index[fn.name]
-    b, m = 0, full   # every row starts at the entry block
+    stats = self.stats
     while True:
+      b, m = sched.next()
       if m is None:
-        b = self.be.next_block(pc, num_blocks, self.schedule)
-        if b >= num_blocks:
-          break
-        m = self.be.make_mask(pc, b, frame.batch)
+        break
       block = fn.blocks[b]
-      if self.stats.steps == self.max_steps:
+      if stats.steps == self.max_steps:
         raise virtual_machine.step_limit_error(
             self.max_steps, frame.members(m), block.loc,
             '; they are at this line')
       counts = self.tally.get(block.label)
       if counts is None:
         counts = self.tally[block.label] = [0, 0, 0]
-        self.stats.block_loc.setdefault(block.label, block.loc)
+        stats.block_loc.setdefault(block.label, block.loc)
       counts[0] += 1             # runs,
       counts[1] += m.count       # active rows,
-      counts[2] += frame.batch   # rows (see RunStats.block_rows)
-      self.stats.steps += 1
-      if self.stats.profile:
-        np.add.at(self.stats.member_blocks,
-                  frame.owners[frame.indices(m)], 1)
+      counts[2] += batch         # rows (see RunStats.block_rows)
+      stats.steps += 1
+      if stats.profile:
+        np.add.at(stats.member_blocks, frame.owners[frame.indices(m)], 1)
         start, timed_before = time.perf_counter(), self.timed
       rows = self.run_block(fn, frame, block, m)
-      if self.stats.profile:
+      if stats.profile:
         # A block's own time: without the blocks of the calls it made,
         # which were timed (and added to self.timed) on their own.
         seconds = (time.perf_counter() - start) - (self.timed - timed_before)
         self.timed += seconds
-        self.stats.block_time[block.label] = (
-            self.stats.block_time.get(block.label, 0.0) + seconds)
+        stats.block_time[block.label] = (
+            stats.block_time.get(block.label, 0.0) + seconds)
       t = block.terminator
       if isinstance(t, inst.GotoOp):
-        pc = self.be.goto(pc, m, index[t.block])
+        sched.goto(m, index[t.block])
       elif isinstance(t, inst.BranchOp):
+        # A bool per member of m (rows), or per row of the frame.
         cond = self.be.to_bool(rows.read(t.cond))
-        tt, ff = index[t.true_block], index[t.false_block]
-        if rows.local and rows.idx is not None:   # one per member of m
-          pc[rows.idx] = np.where(cond, tt, ff)
-        else:
-          pc = self.be.branch(pc, m, cond, tt, ff)
+        sched.branch(m, cond, rows.local and rows.idx is not None,
+                     index[t.true_block], index[t.false_block])
       elif isinstance(t, inst.ReturnOp):
-        pc = self.be.goto(pc, m, num_blocks)
+        sched.finish(m)
       else:
         raise errors.InternalError(f'{inst.op_str(t)} in stackless mode')
-      m = None
     env = frame.env
     return env.get(fn.vars_out) if isinstance(fn.vars_out, str) else \
         inst.pattern_map(env.get, fn.vars_out)
@@ -307,6 +299,121 @@ class _Rows:
       return
     self._values[names] = self.ex.write(self.fn, self.frame, names, value,
                                         self.m, rows=self.idx is not None)
+
+
+class _ProgramCounter:
+  """Which rows of a frame are at which block: a program counter per row
+  (as the VM keeps it), on any backend.  `next()` returns the block to
+  run and the mask of its rows, or `(None, None)` when all have returned.
+  """
+
+  def __init__(self, backend, batch, num_blocks, schedule):
+    self.be = backend
+    self.batch = batch
+    self.num_blocks = num_blocks
+    self.schedule = schedule
+    active = backend.asarray(np.ones(batch, bool))
+    self.full = backend.mask_of(active, batch)
+    self.pc = backend.start_pc(active, num_blocks)
+    self._first = True
+
+  def next(self):
+    if self._first:   # every row starts at the entry block
+      self._first = False
+      return 0, self.full
+    b = self.be.next_block(self.pc, self.num_blocks, self.schedule)
+    if b >= self.num_blocks:
+      return None, None
+    return b, self.be.make_mask(self.pc, b, self.batch)
+
+  def goto(self, m, target):
+    self.pc = self.be.goto(self.pc, m, target)
+
+  def branch(self, m, cond, per_member, true_block, false_block):
+    if per_member:
+      self.pc[m.idx] = np.where(cond, true_block, false_block)
+    else:
+      self.pc = self.be.branch(self.pc, m, cond, true_block, false_block)
+
+  def finish(self, m):
+    self.pc = self.be.goto(self.pc, m, self.num_blocks)
+
+
+class _RowQueue:
+  """`_ProgramCounter` for a compacting backend (NumPy), without one: per
+  block, the (sorted) rows waiting there.  The rows at a block are what a
+  compacting block needs, so no mask is built and no counter compared;
+  choices are the same as the VM's (`'most'`: the block with the most
+  rows, ties to the lowest; `'lowest'`: the lowest with any).
+  """
+
+  def __init__(self, backend, batch, num_blocks, schedule):
+    del backend, num_blocks
+    self.batch = batch
+    self.most = schedule == 'most'
+    self.full = _Rowset(np.arange(batch), batch)
+    self.waiting = {0: [self.full.idx]}   # block -> index arrays
+    self.sizes = {0: batch}               # block -> rows waiting there
+
+  def next(self):
+    sizes = self.sizes
+    if not sizes:
+      return None, None
+    if len(sizes) == 1:
+      b = next(iter(sizes))
+    elif self.most:
+      b = max(sizes, key=lambda k: (sizes[k], -k))
+    else:
+      b = min(sizes)
+    n = sizes.pop(b)
+    parts = self.waiting.pop(b)
+    if n == self.batch:
+      return b, self.full
+    idx = parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))
+    return b, _Rowset(idx, self.batch)
+
+  def _add(self, b, idx, n):
+    if b in self.sizes:
+      self.sizes[b] += n
+      self.waiting[b].append(idx)
+    else:
+      self.sizes[b] = n
+      self.waiting[b] = [idx]
+
+  def goto(self, m, target):
+    self._add(target, m.idx, m.count)
+
+  def branch(self, m, cond, per_member, true_block, false_block):
+    del per_member   # a full frame's rows are its members, in order
+    taken = m.idx[cond]
+    k = taken.size
+    if k:
+      self._add(true_block, taken, k)
+    if k < m.count:
+      self._add(false_block, m.idx[~cond], m.count - k)
+
+  def finish(self, m):
+    pass   # returned rows wait nowhere
+
+
+class _Rowset:
+  """A `_RowQueue`'s rows at a block, as a mask: `idx` (sorted), `count`,
+  `full`, and a bool `mask` made only if something asks for it."""
+  __slots__ = ('idx', 'count', 'full', '_batch', '_mask')
+
+  def __init__(self, idx, batch):
+    self.idx = idx
+    self.count = idx.size
+    self.full = self.count == batch
+    self._batch = batch
+    self._mask = None
+
+  @property
+  def mask(self):
+    if self._mask is None:
+      self._mask = np.zeros(self._batch, bool)
+      self._mask[self.idx] = True
+    return self._mask
 
 
 _INFO_CACHE_SIZE = 64

@@ -345,3 +345,33 @@ def test_numpy_runs_keep_freed_memory_for_reuse():
   progs.fibonacci(n, stackless=True)
   faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
   assert faults < 100, faults
+
+
+@pytest.mark.parametrize('schedule', ['most', 'lowest'])
+def test_numpy_row_queues_schedule_as_program_counters(schedule):
+  # On NumPy a stackless frame keeps the rows waiting at each block, not a
+  # program counter per row; it must choose the same blocks as the
+  # program counters the other backends keep (ties to the lowest block).
+  if len(_backends()) < 2:
+    pytest.skip('needs TensorFlow')
+  numpy_be, tf_be = _backends()
+  rng = np.random.default_rng(3)
+  n = rng.integers(0, 12, size=23)
+  cases = [(tribonacci, (n,)), (progs.fibonacci, (n,)),
+           (progs.collatz_loop, (rng.integers(1, 60, size=23),)),
+           (span, (n, n + rng.integers(1, 20, size=23)))]
+  for fn, args in cases:
+    runs = []
+    for be in (numpy_be, tf_be):
+      out = fn(*args, stackless=True, backend=be, schedule=schedule)
+      stats = fn.last_stats
+      runs.append((_leaves(out), stats.steps,
+                   dict(stats.block_executions), dict(stats.block_active),
+                   dict(stats.block_rows)))
+    (out_np, *stats_np), (out_tf, *stats_tf) = runs
+    np.testing.assert_array_equal(out_np, out_tf)
+    assert stats_np == stats_tf, fn.name
+
+
+def _leaves(out):
+  return [np.asarray(x) for x in inst.pattern_flatten(out)]
