@@ -74,11 +74,11 @@ def keep_freed_heap():
   top is given back to the system when they are freed, so every call
   faults its memory in again: NUTS at 64 chains, 20,600 page faults per
   call and 88 ms instead of 39; a tree-RNN at B=256 in stackless mode,
-  330 faults and a third of its time.  Freeing one 16 MiB block that was `mmap`ed raises the
-  thresholds, as glibc does by itself once a program has freed a large
-  array (see mallopt(3), M_MMAP_THRESHOLD: arrays up to 16 MiB then come
-  from the heap, which keeps up to 32 MiB free at its top).  Elsewhere it
-  is one allocation.
+  330 faults and a third of its time.  Freeing one 16 MiB block that was
+  `mmap`ed raises the thresholds, as glibc does by itself once a program
+  has freed a large array (see mallopt(3), M_MMAP_THRESHOLD: arrays up to
+  16 MiB then come from the heap, which keeps up to 32 MiB free at its
+  top).  Elsewhere it is one allocation.
   """
   global _heap_kept
   if not _heap_kept:

@@ -160,10 +160,10 @@ class _Executor:
       if isinstance(t, inst.GotoOp):
         sched.goto(m, index[t.block])
       elif isinstance(t, inst.BranchOp):
-        # A bool per member of m (rows), or per row of the frame.
+        # A bool per member of m on a compacting backend (where a full
+        # frame's rows are its members, in order), else per frame row.
         cond = self.be.to_bool(rows.read(t.cond))
-        sched.branch(m, cond, rows.local and rows.idx is not None,
-                     index[t.true_block], index[t.false_block])
+        sched.branch(m, cond, index[t.true_block], index[t.false_block])
       elif isinstance(t, inst.ReturnOp):
         sched.finish(m)
       else:
@@ -329,11 +329,8 @@ class _ProgramCounter:
   def goto(self, m, target):
     self.pc = self.be.goto(self.pc, m, target)
 
-  def branch(self, m, cond, per_member, true_block, false_block):
-    if per_member:
-      self.pc[m.idx] = np.where(cond, true_block, false_block)
-    else:
-      self.pc = self.be.branch(self.pc, m, cond, true_block, false_block)
+  def branch(self, m, cond, true_block, false_block):
+    self.pc = self.be.branch(self.pc, m, cond, true_block, false_block)
 
   def finish(self, m):
     self.pc = self.be.goto(self.pc, m, self.num_blocks)
@@ -383,8 +380,7 @@ class _RowQueue:
   def goto(self, m, target):
     self._add(target, m.idx, m.count)
 
-  def branch(self, m, cond, per_member, true_block, false_block):
-    del per_member   # a full frame's rows are its members, in order
+  def branch(self, m, cond, true_block, false_block):
     taken = m.idx[cond]
     k = taken.size
     if k:
