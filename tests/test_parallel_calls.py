@@ -10,6 +10,7 @@ members and statistics per frame row.
 
 import collections
 import gc
+import platform
 import dataclasses
 
 import numpy as np
@@ -337,7 +338,9 @@ def test_frames_are_freed_when_their_call_returns(backend):
 def test_numpy_runs_keep_freed_memory_for_reuse():
   # After the first run, a large stackless frame's memory comes back from
   # the heap on the next call rather than as fresh pages.
-  resource = pytest.importorskip('resource')
+  if platform.libc_ver()[0] != 'glibc':
+    pytest.skip('glibc malloc only')
+  import resource  # pylint: disable=g-import-not-at-top
   n = np.full(1024, 12)
   progs.fibonacci(n, stackless=True)
   progs.fibonacci(n, stackless=True)
