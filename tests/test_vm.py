@@ -8,6 +8,7 @@ exactly the depth the recursion needs), tail calls need no stack, and the
 batched run does per member exactly the work of a solo run.
 """
 
+import os
 import pathlib
 import platform
 import signal
@@ -383,7 +384,9 @@ def test_stack_vm_reuses_freed_memory_in_a_fresh_process(tmp_path):
     pytest.skip('glibc malloc only')
   script = tmp_path / 'faults.py'   # batched functions need a source file
   script.write_text(_FAULTS_SCRIPT)
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+      [str(_ROOT)] + os.environ.get('PYTHONPATH', '').split(os.pathsep)))
   proc = subprocess.run([sys.executable, str(script)], capture_output=True,
-                        text=True, check=False, cwd=str(_ROOT))
+                        text=True, check=False, env=env, timeout=120)
   assert proc.returncode == 0, proc.stderr
   assert int(proc.stdout.split()[-1]) < 50, proc.stdout
