@@ -384,8 +384,9 @@ def test_stack_vm_reuses_freed_memory_in_a_fresh_process(tmp_path):
     pytest.skip('glibc malloc only')
   script = tmp_path / 'faults.py'   # batched functions need a source file
   script.write_text(_FAULTS_SCRIPT)
-  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-      [str(_ROOT)] + os.environ.get('PYTHONPATH', '').split(os.pathsep)))
+  paths = [str(_ROOT)] + [p for p in os.environ.get('PYTHONPATH', '').split(
+      os.pathsep) if p]
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
   proc = subprocess.run([sys.executable, str(script)], capture_output=True,
                         text=True, check=False, env=env, timeout=120)
   assert proc.returncode == 0, proc.stderr
