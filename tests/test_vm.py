@@ -353,7 +353,7 @@ def test_in_place_register_writes_never_change_arrays_seen_outside():
 
 
 _FAULTS_SCRIPT = '''
-import resource, sys
+import resource
 import numpy as np
 import autobatch_vm as ab
 
