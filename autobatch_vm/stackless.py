@@ -35,6 +35,15 @@ from autobatch_vm import virtual_machine
 
 __all__ = ['execute']
 
+# A group of calls runs as one frame only while that frame's variables take
+# at most this many bytes (estimated from their types); wider groups run
+# their calls one after the other.  Grouping makes a recursion's memory
+# grow with the width of the members' trees (fibonacci(30) has levels of
+# hundreds of thousands of calls per member); the cap keeps it at most
+# this much per frame, times the depth.  Fibonacci at B=1024 and the
+# tree-RNN at B=1024 stay well below it.
+MAX_GROUP_FRAME_BYTES = 64 << 20
+
 
 class _Executor:
 
@@ -49,9 +58,20 @@ class _Executor:
     self.stats = stats
     self.timed = 0.0   # profile=True: blocks' own seconds so far
     self._coerce = {}
+    self._row_bytes = {}
     self.tally = {}   # block label -> [runs, active rows, rows]
     self.compacts = getattr(backend, 'compacts', False)
     self.index, self.local = _program_info(program)
+
+  def row_bytes(self, fn):
+    """Bytes a row of a frame of `fn` takes, over all its variables."""
+    out = self._row_bytes.get(fn.name)
+    if out is None:
+      out = self._row_bytes[fn.name] = sum(
+          int(np.prod(t.shape, dtype=np.int64)) * np.dtype(t.dtype).itemsize
+          for d in fn.var_defs.values()
+          for t in inst.pattern_flatten(d.tensors, inst.TensorType))
+    return out
 
   def coerce(self, fn, var):
     """`var`'s type, its leaves' types, per leaf `coerce(x, rows)`, and
@@ -198,6 +218,14 @@ class _Executor:
     `m`: one frame of the callee holding each call's rows in turn."""
     callee = self.program.function(calls[0].function)
     idx = frame.indices(m)
+    if len(calls) > 1 and (len(idx) * len(calls) * self.row_bytes(callee)
+                           > MAX_GROUP_FRAME_BYTES):
+      # One frame for the group would be too large (a wide recursion's
+      # level grows with its width): the calls run one after the other,
+      # as written, each on a frame of these members' rows only.
+      for c in calls:
+        self.calls(frame, [c], m, rows)
+      return
     if len(calls) == 1:
       args = [rows.read(v, compact=True) for v in calls[0].vars_in]
     else:

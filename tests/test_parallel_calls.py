@@ -14,6 +14,7 @@ import collections
 import dataclasses
 import gc
 import platform
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ import pytest
 import autobatch_vm as ab
 from autobatch_vm import instructions as inst
 from autobatch_vm import parallel_calls
+from autobatch_vm import stackless
 from autobatch_vm import verifier
 from tests import e2e_programs as progs
 
@@ -380,3 +382,26 @@ def test_numpy_row_queues_schedule_as_program_counters(schedule):
 
 def _leaves(out):
   return [np.asarray(x) for x in inst.pattern_flatten(out)]
+
+
+@pytest.mark.parametrize('backend', _backends(), ids=lambda b: b.name)
+def test_groups_wider_than_the_cap_run_their_calls_in_turn(backend,
+                                                          monkeypatch):
+  # A group whose one frame would pass MAX_GROUP_FRAME_BYTES runs its calls
+  # one after the other: same results, more blocks, less memory.
+  n = np.full(6, 13)
+  want = [progs.fibonacci_ref(13)] * 6
+  steps, peaks = [], []
+  for cap in [stackless.MAX_GROUP_FRAME_BYTES, 4096, 1]:
+    monkeypatch.setattr(stackless, 'MAX_GROUP_FRAME_BYTES', cap)
+    tracemalloc.start()
+    try:
+      got = progs.fibonacci(n, stackless=True, backend=backend)
+      peaks.append(tracemalloc.get_traced_memory()[1])
+    finally:
+      tracemalloc.stop()
+    np.testing.assert_array_equal(np.asarray(got), want)
+    steps.append(progs.fibonacci.last_stats.steps)
+  assert steps[0] < steps[1] < steps[2], steps
+  if backend.name == 'numpy':   # TF's allocator is not traced
+    assert peaks[2] * 4 < peaks[0], peaks
