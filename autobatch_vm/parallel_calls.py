@@ -36,6 +36,7 @@ the calls, as it already does between batched and unbatched runs.
 import dataclasses
 
 from autobatch_vm import instructions as inst
+from autobatch_vm import liveness
 
 __all__ = ['parallelize_calls']
 
@@ -51,19 +52,12 @@ def parallelize_calls(program):
   return dataclasses.replace(program, functions=functions)
 
 
-def _reads(op):
-  return frozenset(op.vars_in)
-
-
-def _writes(op):
-  return frozenset(inst.pattern_flatten(op.vars_out))
-
-
 def _depends(first, second):
   """Whether `second` must stay after `first`: one writes a variable the
   other reads or writes."""
-  w1, w2 = _writes(first), _writes(second)
-  return bool(w1 & (_reads(second) | w2) or _reads(first) & w2)
+  w1, w2 = liveness.writes(first), liveness.writes(second)
+  return bool(w1 & (liveness.reads(second) | w2)
+              or liveness.reads(first) & w2)
 
 
 def _is_call(op):
@@ -110,9 +104,9 @@ def _movable(call, group, between):
   `call` can all move before `group` (None if not)."""
   need, needed = set(call.vars_in), set()
   for i in range(len(between) - 1, -1, -1):
-    if _writes(between[i]) & need:
+    if liveness.writes(between[i]) & need:
       needed.add(i)
-      need |= _reads(between[i])
+      need |= liveness.reads(between[i])
   for i in sorted(needed):
     op = between[i]
     if not isinstance(op, inst.PrimOp):

@@ -47,13 +47,11 @@ MAX_GROUP_FRAME_BYTES = 64 << 20
 
 class _Executor:
 
-  def __init__(self, program, backend, batch, schedule, stats,
-               max_steps=None):
+  def __init__(self, program, backend, schedule, stats, max_steps=None):
     self.program = program
     self.max_steps = max_steps
     self.be = backend
     self.sanitize = getattr(backend, 'sanitize', None)
-    self.batch = batch
     self.schedule = schedule
     self.stats = stats
     self.timed = 0.0   # profile=True: blocks' own seconds so far
@@ -100,12 +98,8 @@ class _Executor:
     """Stores `value` into variable `names` for the members of `m`: a
     whole-frame value, or (`rows`) one row per member of `m`.  Returns the
     value as given, coerced to the variable's type."""
-    template, types, coercers, single = self.coerce(fn, names)
-    n = m.count if rows else frame.batch
-    if single:
-      value = coercers[0](value, n)
-    else:
-      value = self.coerced(fn, names, value, n)
+    template, types, _, single = self.coerce(fn, names)
+    value = self.coerced(fn, names, value, m.count if rows else frame.batch)
     owned = frame.owned.pop(names, ())
     if m.full:   # every row: the value itself
       frame.env[names] = value
@@ -545,7 +539,7 @@ def execute(program, args, backend, batch_size,
   stats = virtual_machine.RunStats(batch_size=batch_size, profile=profile)
   if profile:
     stats.member_blocks = np.zeros(batch_size, np.int64)
-  ex = _Executor(program, backend, batch_size, schedule, stats, max_steps)
+  ex = _Executor(program, backend, schedule, stats, max_steps)
   if batch_size == 0:
     main = program.main_function
     t = main.var_defs[main.vars_out].tensors

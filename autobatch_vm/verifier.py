@@ -57,13 +57,13 @@ def _check_blocks(blocks, params, var_defs, var_alloc, lowered, listing,
       if target not in labels:
         _fail(listing, line, f'unknown block {target!r}', stage)
     temps = set()
-    for op in list(b.instructions) + [t]:
+    ops = list(b.instructions)
+    for k, op in enumerate(ops + [t], 1):
       text = inst.op_str(op)
       if isinstance(op, inst.FunctionCallOp) and lowered:
         _fail(listing, text, 'call left after lowering', stage)
       if isinstance(op, inst.FunctionCallOp) and op.parallel:
-        ops = list(b.instructions)
-        k = ops.index(op) + 1
+        # ops[k]: the next instruction.
         if not (k < len(ops) and isinstance(ops[k], inst.FunctionCallOp)
                 and ops[k].function == op.function):
           _fail(listing, text, 'parallel call not followed by a call of '

@@ -6,9 +6,10 @@ arithmetic (`+ - * % //`, conditional expressions, min/max, int -> float
 conversion), `if/elif/else`, `while` loops with bounded trip counts, `break`
 and `continue`, `for ... in range(...)`, recursion on a decreasing depth
 argument `d`, calls to earlier functions (also pairs of independent calls
-of one function, which stackless mode runs together), and tuple returns.  Values stay
-small (`% 997`), so plain Python ints and NumPy/TF int32 and int64 agree
-exactly; float operations are the same IEEE operations in every backend.
+of one function, which stackless mode runs together), and tuple returns.
+Values stay small (`% 997`), so plain Python ints and NumPy/TF int32 and
+int64 agree exactly; float operations are the same IEEE operations in
+every backend.
 
 `program_strategy(portable=True)` generates only what runs on NumPy arrays
 *and* TensorFlow tensors (eagerly, in `tf.function` and under XLA): Python
