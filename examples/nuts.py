@@ -267,10 +267,20 @@ def tf_lib(target):
     return Point(theta, r + 0.5 * step * grad, logp, grad)
 
   def where(cond, x, y):
+    # Per chain: one reshape of `cond` per rank of x's leaves, not per leaf
+    # (a Point is three [chains, dim] tensors and a [chains] one).
+    cond = tf.convert_to_tensor(cond)
+    by_rank = {1: cond}
+
+    def pick(a, b):
+      a = tf.convert_to_tensor(a)
+      rank = len(a.shape)
+      if rank not in by_rank:
+        by_rank[rank] = tf.reshape(cond, [-1] + [1] * (rank - 1))
+      return tf.where(by_rank[rank], a, b)
     if isinstance(x, tuple):
-      return type(x)(*[where(cond, a, b) for a, b in zip(x, y)])
-    x = tf.convert_to_tensor(x)
-    return tf.where(tf.reshape(cond, [-1] + [1] * (len(x.shape) - 1)), x, y)
+      return type(x)(*map(pick, x, y))
+    return pick(x, y)
 
   def put(samples, i, theta):
     i = tf.cast(tf.reshape(i, [-1, 1]), tf.int64)
@@ -282,8 +292,14 @@ def tf_lib(target):
     u1, u2 = u[:, :dim], u[:, dim:]
     return tf.sqrt(-2.0 * tf.math.log(u1)) * tf.cos(2.0 * np.pi * u2)
 
+  def uniform(seed, counter):
+    # bits(seed, counter, 1)[:, 0], without the offsets and the column.
+    counter = tf.cast(tf.cast(counter, tf.int64), tf.uint64)
+    return to_unit(splitmix64(tf.cast(seed, tf.uint64) * u64(_GOLDEN)
+                              + counter))
+
   return types.SimpleNamespace(
-      uniform=lambda seed, counter: to_unit(bits(seed, counter, 1))[:, 0],
+      uniform=uniform,
       normal=normal, leapfrog=ab.sync_point(leapfrog), where=where, put=put,
       log=tf.math.log, exp=tf.exp, minimum=tf.minimum, sqrt=tf.sqrt,
       to_float=lambda x: tf.cast(x, tf.float64),
@@ -343,17 +359,20 @@ def make_sampler(lib, chunk, max_tree_depth, target_accept):
       backward = v < 0
       start = lib.where(backward, tree.minus, tree.plus)
       other = build_tree(start, slice_, v, j - 1, eps, seed, tree.counter)
-      minus = lib.where(backward, other.minus, tree.minus)
-      plus = lib.where(backward, tree.plus, other.plus)
+      grow = tree.s    # else keep `tree`: selects on it below
+      minus = lib.where(grow & backward, other.minus, tree.minus)
+      plus = lib.where(grow & ~backward, other.plus, tree.plus)
       n = tree.n + other.n
       # Take the new half's proposal with probability n'' / (n' + n'').
-      take = lib.uniform(seed, other.counter) * n < other.n
-      grown = Tree(minus, plus, lib.where(take, other.proposal,
-                                          tree.proposal),
-                   n, other.s & no_uturn(minus, plus),
-                   tree.alpha + other.alpha, tree.n_alpha + other.n_alpha,
-                   other.counter + 1)
-      return lib.where(tree.s, grown, tree)
+      take = grow & (lib.uniform(seed, other.counter) * n < other.n)
+      return Tree(minus, plus,
+                  lib.where(take, other.proposal, tree.proposal),
+                  lib.where(grow, n, tree.n),
+                  grow & other.s & no_uturn(minus, plus),
+                  lib.where(grow, tree.alpha + other.alpha, tree.alpha),
+                  lib.where(grow, tree.n_alpha + other.n_alpha,
+                            tree.n_alpha),
+                  lib.where(grow, other.counter + 1, tree.counter))
 
   @ctx.batch()
   def transition(point, eps, seed, counter):
