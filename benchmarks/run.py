@@ -38,6 +38,7 @@ import platform
 # Multi-threaded OpenBLAS is pathological on small shared machines (a
 # [64,25]@[25,1000] product: 31 ms with 2 threads, 0.7 ms with 1).
 os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -88,6 +89,14 @@ flags.DEFINE_integer('nuts_ess_samples', 500, 'Samples per chain for the '
                      'ten windows of 100 samples, the ratio of our min ESS '
                      'to the hand-batched sampler\'s ranged 0.88-1.06 '
                      '(0.96-0.97 over 500 or 1,000 samples).')
+flags.DEFINE_integer('nuts_processes', 3, 'Fresh processes measuring NUTS '
+                     'on each TensorFlow backend; each figure is the median '
+                     'over them.  In one process in four or five, graph-'
+                     'mode steps run at a slower speed for its whole life '
+                     '(the guide\'s "Two speeds per process"), and ours, '
+                     'many small ops per step, slow more than the hand-'
+                     'batched sampler: our time over its went from 0.70 to '
+                     '0.63 in such a process.')
 flags.DEFINE_integer('nuts_ess_repeats', 3, 'Timed runs per system of the '
                      'NUTS ESS comparison, in turns (median time, median '
                      'ESS).')
@@ -388,11 +397,14 @@ def nuts_ess(backends, chains=NUTS_CHAINS):
 
 def ess_markdown(rows, chains=NUTS_CHAINS):
   runs = max((r.get('runs', 1) for r in rows), default=1)
+  processes = max((r.get('processes', 1) for r in rows), default=1)
   lines = [f'NUTS, logistic regression, {chains} chains, '
            f'{FLAGS.nuts_ess_samples} samples per chain after '
            f'{NUTS_WARMUP} warm-up iterations, same start and step sizes; '
            f'time and ESS are medians of {runs} runs per system, the '
-           'systems of a backend run in turns:',
+           'systems of a backend run in turns' + (
+               f' (TensorFlow: then the medians over {processes} fresh '
+               'processes)' if processes > 1 else '') + ':',
            '', '| system | backend | time (s) | min ESS | min ESS/s | '
            'median ESS/s |', '|---|---|---|---|---|---|']
   for r in rows:
@@ -700,6 +712,42 @@ def _in_a_process(args, output_flag, env=None):
       return json.load(f)
 
 
+# Per table, the keys naming a row, and its numbers (the rest is copied).
+_ROW_KEYS = {'rows': ('workload', 'backend', 'batch'),
+             'schedules': ('workload', 'backend'),
+             'ess': ('system', 'backend')}
+_ROW_NUMBERS = {'rows': ('seconds', 'tfp_seconds', 'hand_seconds',
+                         'alone_seconds'),
+                'schedules': tuple(virtual_machine.SCHEDULES),
+                'ess': ('seconds', 'ess_min', 'ess_median')}
+
+
+def median_over_processes(results):
+  """One worker's results (`measure_here`'s dict) from several: per row,
+  each timing and ESS the median over the workers (None where none
+  measured it); throughput follows the median time.  Rows are matched by
+  their keys, in the first worker's order; `processes` counts them."""
+  if len(results) == 1:
+    return results[0]
+  out = {}
+  for table, keys in _ROW_KEYS.items():
+    merged = []
+    for first in results[0].get(table, []):
+      key = tuple(first[k] for k in keys)
+      same = [r for res in results for r in res.get(table, [])
+              if tuple(r[k] for k in keys) == key]
+      row = dict(first, processes=len(same))
+      for name in _ROW_NUMBERS[table]:
+        values = [r[name] for r in same if r.get(name) is not None]
+        row[name] = statistics.median(values) if values else None
+      if table == 'rows' and row['seconds']:
+        row['throughput'] = first['throughput'] * first['seconds'] / (
+            row['seconds'])
+      merged.append(row)
+    out[table] = merged
+  return out
+
+
 def measure_memory_in_a_process(workload, backend, batch):
   """Peak memory of a TensorFlow cell, measured in a fresh process whose
   CPU allocator counts its bytes (TF_CPU_ALLOCATOR_USE_BFC=true; the
@@ -761,7 +809,12 @@ def main(argv):
       for backend in backends:
         if not measured(workload, backend):
           continue
-        for key, value in measure_in_a_process(workload, backend).items():
+        times = 1
+        if workload == 'nuts' and backend not in NUMPY_BACKENDS:
+          times = max(FLAGS.nuts_processes, 1)
+        runs = [measure_in_a_process(workload, backend)
+                for _ in range(times)]
+        for key, value in median_over_processes(runs).items():
           results[key] += value
   schedules = ''
   if FLAGS.schedule_batch:
@@ -804,7 +857,9 @@ NOTES = ('Times are medians of calls after a warm-up call: at least '
          '(NumPy, or eager TensorFlow for the TF rows): all members where '
          'that takes under `--alone_seconds`, else as many as fit, from '
          'the first, scaled to the batch (NUTS: two chains, scaled by '
-         'leapfrogs).  '
+         'leapfrogs).  NUTS on TensorFlow: each figure the median over '
+         '`--nuts_processes` fresh processes (a process may run graph-mode '
+         'steps at a slower speed for its whole life).  '
          '"TFP VM": TensorFlow Probability\'s `auto_batching` on the same '
          'program (fibonacci) or its autobatched NUTS '
          '(`tfp.experimental.mcmc.NoUTurnSampler`); "hand-batched": '

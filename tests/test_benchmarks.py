@@ -311,3 +311,68 @@ def test_nuts_ess_times_systems_in_turns_and_reports_medians(monkeypatch):
   assert np.isfinite(row['ess_min']) and 0 < row['ess_min'] <= (
       row['ess_median'])
   assert 'medians of 2 runs per system' in run.ess_markdown(rows)
+
+
+def test_nuts_on_tensorflow_is_the_median_over_fresh_processes(monkeypatch,
+                                                               tmp_path):
+  """NUTS cells on a TensorFlow backend are measured in --nuts_processes
+  fresh processes (a process may run graph steps at a slower speed for
+  its whole life), each figure the median over them; other cells in one."""
+  from benchmarks import run  # pylint: disable=g-import-not-at-top
+  if not run.FLAGS.is_parsed():
+    run.FLAGS.mark_as_parsed()
+
+  def worker(k, backend):
+    """One worker's results: times that differ per process `k`."""
+    return {'rows': [dict(workload='nuts', backend=backend, batch=64,
+                          seconds=[0.05, 0.06, 0.04][k],
+                          throughput=100.0 / [0.05, 0.06, 0.04][k],
+                          unit='leapfrogs/s', peak_mib=None, steps=107,
+                          utilization=1.0,
+                          tfp_seconds=[0.2, 0.3, 0.25][k],
+                          hand_seconds=[0.03, 0.04, 0.035][k],
+                          alone_seconds=None)],
+            'schedules': [dict(workload='nuts', backend=backend,
+                               lowest=[1.0, 3.0, 2.0][k],
+                               most=[0.5, 0.7, 0.6][k])],
+            'ess': [dict(system='autobatch_vm', backend=backend,
+                         seconds=[5.0, 6.0, 4.0][k], ess_min=100.0,
+                         ess_median=[1.0, 2.0, 3.0][k], runs=3)]}
+  merged = run.median_over_processes([worker(k, 'function')
+                                      for k in range(3)])
+  (row,) = merged['rows']
+  assert row['seconds'] == 0.05 and row['tfp_seconds'] == 0.25
+  assert row['hand_seconds'] == 0.035 and row['alone_seconds'] is None
+  assert row['throughput'] == pytest.approx(100.0 / 0.05)
+  assert row['processes'] == 3
+  (sched,) = merged['schedules']
+  assert (sched['lowest'], sched['most']) == (2.0, 0.6)
+  (ess,) = merged['ess']
+  assert (ess['seconds'], ess['ess_median']) == (5.0, 2.0)
+  assert 'median over 3 fresh processes' not in run.ess_markdown([ess])
+  assert 'medians over 3 fresh processes' in run.ess_markdown([ess])
+  # One worker: its results as they are.
+  one = worker(0, 'xla')
+  assert run.median_over_processes([one]) is one
+
+  # The driver: three processes for NUTS on TensorFlow, one elsewhere.
+  spawned = []
+
+  def fake_process(workload, backend):
+    spawned.append((workload, backend))
+    k = sum(s == (workload, backend) for s in spawned) - 1
+    return worker(k, backend) if workload == 'nuts' else {
+        'rows': [], 'schedules': [], 'ess': []}
+  monkeypatch.setattr(run, 'measure_in_a_process', fake_process)
+  monkeypatch.setattr(run, 'add_tf_memory', lambda rows: None)
+  monkeypatch.setattr(run, 'plot', lambda rows, path: None)
+  monkeypatch.setattr(run.FLAGS, 'workloads', ['collatz', 'nuts'])
+  monkeypatch.setattr(run.FLAGS, 'backends', ['numpy', 'function'])
+  monkeypatch.setattr(run.FLAGS, 'nuts_processes', 3)
+  monkeypatch.setattr(run.FLAGS, 'out', str(tmp_path))
+  run.main([])
+  assert spawned.count(('nuts', 'function')) == 3
+  assert spawned.count(('nuts', 'numpy')) == 1
+  assert spawned.count(('collatz', 'function')) == 1
+  text = (tmp_path / 'results.md').read_text()
+  assert '| nuts | function | 64 | 0.0500 | 2,000 leapfrogs/s |' in text, text
