@@ -95,8 +95,8 @@ flags.DEFINE_integer('nuts_processes', 3, 'Fresh processes measuring NUTS '
                      'mode steps run at a slower speed for its whole life '
                      '(the guide\'s "Two speeds per process"), and ours, '
                      'many small ops per step, slow more than the hand-'
-                     'batched sampler: our time over its went from 0.70 to '
-                     '0.63 in such a process.')
+                     'batched sampler: its time over ours went from 0.70 '
+                     'to 0.63 in such a process.')
 flags.DEFINE_integer('nuts_ess_repeats', 3, 'Timed runs per system of the '
                      'NUTS ESS comparison, in turns (median time, median '
                      'ESS).')
