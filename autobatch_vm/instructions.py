@@ -156,6 +156,11 @@ class TensorType:
   def strong(self):
     return dataclasses.replace(self, weak=False) if self.weak else self
 
+  @property
+  def nbytes(self):
+    """Bytes of one member's value."""
+    return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
   def __str__(self):
     shape = 'x'.join(str(d) for d in self.shape)
     base = f'{self.dtype.name}[{shape}]' if shape else self.dtype.name

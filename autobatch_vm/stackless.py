@@ -66,8 +66,7 @@ class _Executor:
     out = self._row_bytes.get(fn.name)
     if out is None:
       out = self._row_bytes[fn.name] = sum(
-          int(np.prod(t.shape, dtype=np.int64)) * np.dtype(t.dtype).itemsize
-          for d in fn.var_defs.values()
+          t.nbytes for d in fn.var_defs.values()
           for t in inst.pattern_flatten(d.tensors, inst.TensorType))
     return out
 

@@ -291,10 +291,8 @@ class _Layout:
     stacks: `max_stack_depth * batch * size` bytes per leaf.
     """
     b, d = self.batch, self.depth
-    def nbytes(t):
-      return int(np.prod(t.shape, dtype=np.int64)) * t.dtype.itemsize * b
-    regs = sum(nbytes(t) for v in self.regs for t in self.leaf_types[v])
-    stacks = sum(d * nbytes(t) for v in self.stacks
+    regs = sum(b * t.nbytes for v in self.regs for t in self.leaf_types[v])
+    stacks = sum(d * b * t.nbytes for v in self.stacks
                  for t in self.leaf_types[v])
     stacks += 4 * b * len({sp for _, sp in self.stacks.values()})
     pc = self.pc_depth * b * 4 + 2 * b * 4
