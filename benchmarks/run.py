@@ -89,6 +89,15 @@ flags.DEFINE_integer('nuts_ess_samples', 500, 'Samples per chain for the '
                      'ten windows of 100 samples, the ratio of our min ESS '
                      'to the hand-batched sampler\'s ranged 0.88-1.06 '
                      '(0.96-0.97 over 500 or 1,000 samples).')
+flags.DEFINE_integer('nuts_ess_chunk', 25, 'Transitions per call of our '
+                     'sampler in the NUTS ESS comparison: the NUTS '
+                     'example\'s default chunk.  Within a call each chain '
+                     'runs its own transitions, and the chains wait for '
+                     'each other only at its end (TFP\'s samplers draw all '
+                     'the samples in one call).  The draws are the same for '
+                     'any chunk; 50 transitions at 64 chains took 442 ms in '
+                     'calls of 5 and 420 ms in calls of 25 on tf.function, '
+                     '268 and 229 ms under XLA.')
 flags.DEFINE_integer('nuts_processes', 3, 'Fresh processes measuring NUTS '
                      'on each TensorFlow backend; each figure is the median '
                      'over them.  In one process in four or five, graph-'
@@ -340,6 +349,7 @@ def nuts_ess(backends, chains=NUTS_CHAINS):
   nuts = _example('nuts')
   target = nuts.make_target('logistic')
   num = FLAGS.nuts_ess_samples
+  chunk = ess_chunk()
   state = nuts_warm_state(chains)
   eps = np.exp(state[1].log_eps_bar)
   rows = []
@@ -348,17 +358,18 @@ def nuts_ess(backends, chains=NUTS_CHAINS):
     if not measured('nuts', backend):
       continue
     kind = {'numpy': 'numpy', 'function': 'tf', 'xla': 'xla'}[backend]
-    # Chunks of NUTS_TRANSITIONS, as a user would run it: the samples
-    # array of one call is part of the VM state (a step under XLA costs
-    # in proportion to what the blocks write, and `put` writes it whole).
-    sampler = nuts.Sampler(target, kind, chunk=NUTS_TRANSITIONS,
+    # In calls of --nuts_ess_chunk transitions, as a user would run it:
+    # the samples array of one call is part of the VM state (a step
+    # under XLA costs in proportion to what the blocks write, and `put`
+    # writes it whole), so not all the samples in one call.
+    sampler = nuts.Sampler(target, kind, chunk=chunk,
                            max_tree_depth=NUTS_MAX_TREE_DEPTH)
     adapt = np.zeros(chains, bool)
 
     def ours(sampler=sampler, adapt=adapt):
       point, da, seeds, counter = state
       chunks = []
-      for _ in range(-(-num // NUTS_TRANSITIONS)):
+      for _ in range(-(-num // chunk)):
         point, da, samples, _, counter = sampler._call(  # pylint: disable=protected-access
             'run_chunk', point, da, seeds, counter, adapt)
         chunks.append(np.asarray(samples))
@@ -395,6 +406,11 @@ def nuts_ess(backends, chains=NUTS_CHAINS):
   return rows
 
 
+def ess_chunk():
+  """Transitions per call of our sampler in the ESS comparison."""
+  return max(1, min(FLAGS.nuts_ess_chunk, FLAGS.nuts_ess_samples))
+
+
 def ess_markdown(rows, chains=NUTS_CHAINS):
   runs = max((r.get('runs', 1) for r in rows), default=1)
   processes = max((r.get('processes', 1) for r in rows), default=1)
@@ -404,7 +420,9 @@ def ess_markdown(rows, chains=NUTS_CHAINS):
            f'time and ESS are medians of {runs} runs per system, the '
            'systems of a backend run in turns' + (
                f' (TensorFlow: then the medians over {processes} fresh '
-               'processes)' if processes > 1 else '') + ':',
+               'processes)' if processes > 1 else '') +
+           f'; ours in calls of {ess_chunk()} transitions, TFP\'s samplers '
+           'in one call:',
            '', '| system | backend | time (s) | min ESS | min ESS/s | '
            'median ESS/s |', '|---|---|---|---|---|---|']
   for r in rows:

@@ -329,6 +329,47 @@ def test_nuts_ess_times_systems_in_turns_and_reports_medians(monkeypatch,
   assert 'medians of 2 runs per system' in run.ess_markdown(rows)
 
 
+def test_nuts_ess_draws_ours_in_calls_of_the_chunk(monkeypatch, set_flags):
+  """Our sampler draws the ESS comparison's samples in calls of
+  --nuts_ess_chunk transitions (the last call's extra samples dropped),
+  and the table says so; a chunk above the samples is one call."""
+  np = pytest.importorskip('numpy')
+  from benchmarks import run  # pylint: disable=g-import-not-at-top
+  nuts = run._example('nuts')  # pylint: disable=protected-access
+  monkeypatch.setattr(run, 'NUTS_WARMUP', 5)
+  made, drawn = [], []
+  sampler_cls = nuts.Sampler
+
+  class Spy(sampler_cls):
+    def __init__(self, *args, **kwargs):
+      super().__init__(*args, **kwargs)
+      made.append(self.chunk)
+      call = self._call
+
+      def counted(name, *call_args):
+        out = call(name, *call_args)
+        drawn.append((name, np.asarray(out[2]).shape))
+        return out
+      self._call = counted
+  run.nuts_warm_state.cache_clear()
+  try:
+    run.nuts_warm_state(2)   # its sampler is not the one spied on
+    monkeypatch.setattr(nuts, 'Sampler', Spy)
+    set_flags(nuts_ess_samples=7, nuts_ess_repeats=1, nuts_ess_chunk=3)
+    (row,) = run.nuts_ess(['numpy'], chains=2)
+    assert made == [3]
+    # A warm-up draw and a timed one, each of ceil(7 / 3) calls.
+    assert drawn == [('run_chunk', (2, 3, 25))] * 6
+    assert np.isfinite(row['ess_min'])
+    assert 'ours in calls of 3 transitions' in run.ess_markdown([row])
+    set_flags(nuts_ess_chunk=25)
+    made.clear()
+    run.nuts_ess(['numpy'], chains=2)
+    assert made == [7]
+  finally:
+    run.nuts_warm_state.cache_clear()
+
+
 def test_nuts_on_tensorflow_is_the_median_over_fresh_processes(
     monkeypatch, set_flags, tmp_path):
   """NUTS cells on a TensorFlow backend are measured in --nuts_processes
