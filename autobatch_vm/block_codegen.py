@@ -299,8 +299,12 @@ class _Gen:
         self.emit(f'frame = top * {batch} + idx')
       for s, t, x in zip(stack_slots, types, rows):
         if t.shape:   # frames of vectors: `take` on flattened frames
-          self.emit(f'{x} = state[{s}].reshape({(-1,) + tuple(t.shape)})'
-                    '.take(frame, axis=0)')
+          # (frames x batch rows, by name where a row holds nothing:
+          # NumPy cannot infer the -1 of a reshape of no elements)
+          rows_of = (f'(state[{s}].shape[0] * {batch},) + '
+                     f'{tuple(t.shape)}' if 0 in t.shape
+                     else (-1,) + tuple(t.shape))
+          self.emit(f'{x} = state[{s}].reshape({rows_of}).take(frame, axis=0)')
         else:
           self.emit(f'{x} = state[{s}][top, idx]')
       if not keep:

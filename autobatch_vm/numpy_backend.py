@@ -267,7 +267,9 @@ class NumpyBackend:
       if stack.ndim == 2:
         out.append(stack[top, idx])
       else:   # frames of vectors: `take` on the flattened frames is faster
-        flat = stack.reshape((-1,) + stack.shape[2:])
+        # (Not -1 for the rows: NumPy cannot infer it for no elements.)
+        flat = stack.reshape((stack.shape[0] * stack.shape[1],)
+                             + stack.shape[2:])
         out.append(flat.take(top * stack.shape[1] + idx, axis=0))
     if not keep:
       sp[idx] = top

@@ -434,12 +434,16 @@ class TensorFlowBackend:
 
   def take_rows(self, x, idx):
     """The rows `idx` (member indices) of `x`."""
+    if _no_elements(x):
+      return tf.zeros([len(idx)] + x.shape.as_list()[1:], x.dtype)
     return tf.gather(x, idx)
 
   def scatter(self, x, rows, m):
     """`x` with the members of `m` set to `rows` (eager, as `members`)."""
     if m.full:
       return tf.convert_to_tensor(rows)
+    if _no_elements(x):
+      return x
     return tf.tensor_scatter_nd_update(x, m.idx[:, np.newaxis], rows)
 
   def concat(self, xs):
@@ -491,7 +495,7 @@ class TensorFlowBackend:
   def fill_inactive(self, x, m):
     """`x` with the lanes outside `m` copied from the first lane inside."""
     x = self.asarray(x)
-    if len(x.shape) == 0:
+    if len(x.shape) == 0 or _no_elements(x):
       return x
     if _in_xla_context():
       # XLA fuses the broadcast of one row into the select.
@@ -638,7 +642,8 @@ class TensorFlowBackend:
     for key, rows_of in packs.items():
       pack = rows_of[0].pack
       shape = pack.shape.as_list()
-      if len(rows_of) < 2 or 2 * len(rows_of) < shape[0]:
+      if (len(rows_of) < 2 or 2 * len(rows_of) < shape[0]
+          or _no_elements(pack)):
         continue   # a gather per stack: the pack is mostly other stacks
       # Most stacks of one pack (NUTS: the nine `[25]` stacks of a
       # subtree): one gather of every row's top frames, then an unstack.
@@ -651,8 +656,11 @@ class TensorFlowBackend:
       else:
         s = _value(s)
         shape = s.shape.as_list()
-        rows = tf.reshape(s, [shape[0] * batch] + shape[2:])
-        top = tf.gather(rows, flat)
+        if _no_elements(s):   # a gather from no elements fails
+          top = tf.zeros([batch] + shape[2:], s.dtype)
+        else:
+          rows = tf.reshape(s, [shape[0] * batch] + shape[2:])
+          top = tf.gather(rows, flat)
       out.append(self.write(v, top, m))
     return out
 
@@ -1133,6 +1141,8 @@ class _StackWrite:
     self.full = full     # every member pushes
 
   def materialize(self):
+    if _no_elements(self.base):
+      return self.base   # nothing to write (and a scatter would fail)
     rows = self.base.shape[0]
     extra = len(self.base.shape) - 2
     if extra and not _in_xla_context():
@@ -1409,6 +1419,9 @@ class _Packing:
     for g, k in enumerate(width):
       if not k:
         continue
+      if _no_elements(packs[g]):
+        next(it)   # nothing to write (and a scatter would fail)
+        continue
       if not self.keys[g][0]:
         values, rows = next(it)
         if k == len(self.slots[g]) and not self.scratch:
@@ -1453,6 +1466,13 @@ def _pushing_members(values, rows, targets):
   port, member = tf.unstack(tf.cast(hit, tf.int32), axis=1)
   return (tf.gather(rows[:, 0], port), tf.gather_nd(targets, hit), member,
           tf.gather_nd(values, hit))
+
+
+def _no_elements(x):
+  """Whether `x` has a dimension known to be 0: it holds nothing, and
+  TensorFlow's gathers and scatters fail on it (a register `[batch, 0]`)."""
+  shape = x.shape
+  return shape.rank is not None and 0 in shape.as_list()
 
 
 def _inplace_kind(shape):

@@ -199,6 +199,20 @@ def vec_halve(v, count):
   return v, count
 
 
+@ctx.batch()
+def empty_rows(x, n):
+  # `x` (`[batch, 0, 2]`) holds nothing, live across the recursive call:
+  # stacks of empty frames.
+  if n <= 0:
+    return x, n
+  y, k = empty_rows(x * 2.0, n - 1)
+  return y + x, k + 1
+
+
+def empty_rows_ref(x, n):
+  return np.zeros_like(x), n
+
+
 def vec_halve_ref(v, count):
   while np.max(np.abs(v)) > 1.0:
     v, count = v * 0.5, count + 1
@@ -454,6 +468,9 @@ def _ints(low, high):
 
 
 CASES = [
+    Case('empty_rows', empty_rows,
+         lambda rng, b: (np.zeros((b, 0, 2)), rng.integers(-1, 6, size=b)),
+         empty_rows_ref),
     Case('fibonacci', fibonacci, _ints(1, 14), fibonacci_ref),
     Case('fibonacci_untyped', fibonacci_untyped, _ints(1, 14), fibonacci_ref),
     Case('fibonacci_base_first', fibonacci_base_first, _ints(1, 14),

@@ -46,6 +46,17 @@ def vec_halve(v, count):
   return v, count
 
 
+@ctx.batch()
+def empty_rows(x, n):
+  # `x` holds nothing (`[batch, 0, 2]`), and is live across the recursive
+  # call: pushed on and popped from a stack of empty frames.  TensorFlow's
+  # gathers and scatters fail on such tensors.
+  if n <= 0:
+    return x, n
+  y, k = empty_rows(x * 2.0, n - 1)
+  return y + x, k + 1
+
+
 @dataclasses.dataclass
 class Case:
   name: str
@@ -82,6 +93,8 @@ CASES = [
          lambda rng, b: (rng.normal(scale=20, size=(b, 3)),
                          np.zeros(b, np.int64)), rtol=1e-12),
     Case('break_continue', break_continue, _ints(0, 20)),
+    Case('empty_rows', empty_rows,
+         lambda rng, b: (np.zeros((b, 0, 2)), rng.integers(0, 6, size=b))),
 ]
 
 MODES = ['eager', 'graph', 'xla', 'stackless']
