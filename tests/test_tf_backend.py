@@ -23,6 +23,7 @@ from tests.e2e_programs import Particle
 from tests.e2e_programs import break_continue
 from tests.e2e_programs import collatz_loop
 from tests.e2e_programs import divmod_rec
+from tests.e2e_programs import empty_rows
 from tests.e2e_programs import fibonacci
 from tests.e2e_programs import gcd
 from tests.e2e_programs import is_even
@@ -44,17 +45,6 @@ def vec_halve(v, count):
   if v[:, 0] * v[:, 0] + v[:, 1] * v[:, 1] + v[:, 2] * v[:, 2] > 1.0:
     return vec_halve(v * 0.5, count + 1)
   return v, count
-
-
-@ctx.batch()
-def empty_rows(x, n):
-  # `x` holds nothing (`[batch, 0, 2]`), and is live across the recursive
-  # call: pushed on and popped from a stack of empty frames.  TensorFlow's
-  # gathers and scatters fail on such tensors.
-  if n <= 0:
-    return x, n
-  y, k = empty_rows(x * 2.0, n - 1)
-  return y + x, k + 1
 
 
 @dataclasses.dataclass
@@ -93,6 +83,8 @@ CASES = [
          lambda rng, b: (rng.normal(scale=20, size=(b, 3)),
                          np.zeros(b, np.int64)), rtol=1e-12),
     Case('break_continue', break_continue, _ints(0, 20)),
+    # A register holding nothing, live across a recursive call (stacks of
+    # empty frames): TensorFlow's gathers and scatters fail on such tensors.
     Case('empty_rows', empty_rows,
          lambda rng, b: (np.zeros((b, 0, 2)), rng.integers(0, 6, size=b))),
 ]
