@@ -57,7 +57,8 @@ class StagedFunction:
     self.fn = fn
     self.jit_compile = bool(jit_compile)
     self.call_kwargs = dict(call_kwargs)
-    self.last_stats = None
+    self._last = None     # the last call's (trace id, counts), as tensors
+    self._last_stats = None
     self._traced = {}     # trace id -> RunStats of that trace (tensors)
     self._ids = itertools.count()
 
@@ -84,11 +85,22 @@ class StagedFunction:
           hint=f'Call {self.fn.name} itself there (your tf.function stages '
           'it), and return its last_stats.counts() to read them after the '
           'call.')
-    args = tf.nest.map_structure(tf.convert_to_tensor, args)
+    if not all(isinstance(x, tf.Tensor) for x in tf.nest.flatten(args)):
+      args = tf.nest.map_structure(tf.convert_to_tensor, args)
     out, counts, trace_id = self._compiled(*args, **kwargs)
-    self.last_stats = self._traced[int(trace_id)].with_counts(
-        tf.nest.map_structure(lambda t: t.numpy(), counts))
+    # The statistics are made when read (`last_stats`): a call that does
+    # not read them skips copying the counts and building a RunStats.
+    self._last, self._last_stats = (trace_id, counts), None
     return out
+
+  @property
+  def last_stats(self):
+    """The `RunStats` of the last call, with numbers (None before any)."""
+    if self._last_stats is None and self._last is not None:
+      trace_id, counts = self._last
+      self._last_stats = self._traced[int(trace_id)].with_counts(
+          tf.nest.map_structure(lambda t: t.numpy(), counts))
+    return self._last_stats
 
   def numpy(self, *args, **kwargs):
     """The call's outputs as NumPy arrays."""

@@ -39,6 +39,28 @@ def test_stats_of_each_call_equal_numpy_runs(jit, schedule):
 
 
 @pytest.mark.parametrize('jit', MODES, ids=MODE_IDS)
+def test_stats_read_later_are_the_last_calls(jit):
+  """`last_stats` are made when read: read after several calls (of two
+  traces, with tensors or arrays), they are the last call's; read twice,
+  they are the same object; before any call, None."""
+  staged = ab.stage(progs.fibonacci, jit_compile=jit)
+  assert staged.last_stats is None
+  small, large = np.array([3, 9, 12]), np.array([4, 8, 1, 7, 6, 2, 11])
+  for n in (small, tf.constant(large), small):
+    staged(n)
+  got = staged.last_stats
+  assert got is staged.last_stats
+  progs.fibonacci(small)
+  want = progs.fibonacci.last_stats
+  assert got.batch_size == 3 and got.steps == want.steps
+  assert got.block_executions == want.block_executions
+  staged(tf.constant(large))
+  progs.fibonacci(large)
+  assert staged.last_stats.batch_size == 7
+  assert staged.last_stats.steps == progs.fibonacci.last_stats.steps
+
+
+@pytest.mark.parametrize('jit', MODES, ids=MODE_IDS)
 def test_profile_and_numpy_outputs(jit):
   n = np.array([3, 9, 12, 5, 1, 7])
   staged = ab.stage(progs.fibonacci, jit_compile=jit, profile=True)
