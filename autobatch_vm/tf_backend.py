@@ -1048,11 +1048,27 @@ def _run_groups(b, mask, groups, branch_fns, packing, carried):
     return _run_group(b, mask, groups[0], branch_fns, packing, num_packs,
                       *carried)
   for group in groups:
-    members = group[0]
+    members, width = group
     taken = tf.reduce_any(tf.equal(b, tf.constant(members, tf.int32)))
-    carried = _run_once(
-        taken, functools.partial(_run_group, b, mask, group, branch_fns,
-                                 packing, num_packs), carried)
+    # The group's loop carries only what it writes: the packs its blocks
+    # scatter into (and the flat slots); it reads the others from here.
+    # Carrying every pack, with three groups or more and a pack no block
+    # writes (gcd's unused stack), tf2xla failed to compile the run
+    # ("Propagate: Cannot find body function ..._const_0").  Same speed.
+    live = [g for g in range(num_packs) if width[g]] + list(
+        range(num_packs, len(carried)))
+    before = list(carried)
+
+    def run(*values, before=before, live=live, group=group):
+      full = list(before)
+      for g, v in zip(live, values):
+        full[g] = v
+      out = _run_group(b, mask, group, branch_fns, packing, num_packs, *full)
+      return [out[g] for g in live]
+    after = _run_once(taken, run, [carried[g] for g in live])
+    carried = list(carried)
+    for g, v in zip(live, after):
+      carried[g] = v
   return carried
 
 

@@ -542,6 +542,30 @@ def _pushes_in_place(monkeypatch):
   return traced
 
 
+@pytest.mark.parametrize('case', CASES, ids=lambda c: c.name)
+def test_xla_with_many_groups_matches_members_alone(case, monkeypatch):
+  """Under XLA the blocks run in groups, each in a single-trip loop (see
+  `_write_groups`).  With a group per distinct set of writes (3-5 groups
+  here), every program matches the NumPy backend and each member alone.
+  (When every group's loop carried every pack, programs with a pack no
+  block writes, such as gcd's unused stack, failed to compile with three
+  groups or more.)"""
+  from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(tf_backend, '_GROUP_STEP_BYTES', 1)
+  groups = []
+  write_groups = tf_backend._write_groups  # pylint: disable=protected-access
+
+  def spy(packing, block_writes):
+    groups.append(write_groups(packing, block_writes))
+    return groups[-1]
+  monkeypatch.setattr(tf_backend, '_write_groups', spy)
+  args, on_numpy, alone = numpy_and_alone(case.name, 5)
+  result = run_tf(case.fn, args, 'xla', max_stack_depth=case.depth)
+  assert groups and all(len(g) >= 3 for g in groups)
+  assert_same(result, on_numpy, case.rtol)
+  assert_same(result, alone, case.rtol)
+
+
 @pytest.mark.parametrize('batch', [1, 5, 33])
 @pytest.mark.parametrize('case', CASES, ids=lambda c: c.name)
 def test_graph_stacks_pushed_in_place_match_members_alone(case, batch,
