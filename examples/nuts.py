@@ -247,11 +247,16 @@ def tf_lib(target):
     b = tf.cast(tf.bitwise.right_shift(b, u64(11)), tf.float64)
     return (b + 0.5) * 2.0**-53
 
-  def bits(seed, counter, width):
+  def stream(seed, counter, width):
+    # seed * golden + counter * width: where a chain's draw starts.
     counter = tf.cast(tf.cast(counter, tf.int64), tf.uint64)
-    base = tf.cast(seed, tf.uint64) * u64(_GOLDEN) + counter * u64(width)
+    if width != 1:
+      counter = counter * u64(width)
+    return tf.cast(seed, tf.uint64) * u64(_GOLDEN) + counter
+
+  def bits(seed, counter, width):
     offsets = tf.cast(tf.range(width, dtype=tf.int64), tf.uint64)
-    return splitmix64(base[:, None] + offsets)
+    return splitmix64(stream(seed, counter, width)[:, None] + offsets)
 
   def log_prob_and_grad(theta):
     with tf.GradientTape() as tape:
@@ -294,9 +299,7 @@ def tf_lib(target):
 
   def uniform(seed, counter):
     # bits(seed, counter, 1)[:, 0], without the offsets and the column.
-    counter = tf.cast(tf.cast(counter, tf.int64), tf.uint64)
-    return to_unit(splitmix64(tf.cast(seed, tf.uint64) * u64(_GOLDEN)
-                              + counter))
+    return to_unit(splitmix64(stream(seed, counter, 1)))
 
   return types.SimpleNamespace(
       uniform=uniform,
