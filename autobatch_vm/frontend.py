@@ -32,6 +32,11 @@ from autobatch_vm import virtual_machine
 __all__ = ['Context', 'truthy', 'BatchedFunction']
 
 DEFAULT_MAX_STACK_DEPTH = 15
+# `stackless=None` (the default) picks stackless mode only up to this
+# max_stack_depth: deeper recursion limits go to the stack VM, whose depth
+# does not spend Python's recursion limit (about three Python frames per
+# batched call in stackless mode).
+AUTO_STACKLESS_MAX_DEPTH = 100
 
 
 def truthy(x):
@@ -80,7 +85,7 @@ class BatchedFunction:
   def __repr__(self):
     return f'<batched function {self.name}>'
 
-  def __call__(self, *args, dry_run=False, stackless=False,
+  def __call__(self, *args, dry_run=False, stackless=None,
                max_stack_depth=DEFAULT_MAX_STACK_DEPTH, backend=None,
                block_code_cache=None,
                schedule=virtual_machine.DEFAULT_SCHEDULE, profile=False,
@@ -243,6 +248,26 @@ class Context:
           self.program_compiled(main, sig, backend), verify=self._verify())
     return self._cache[key]
 
+  def chooses_stackless(self, main, sig=None, backend=None,
+                        max_stack_depth=DEFAULT_MAX_STACK_DEPTH):
+    """Whether `stackless=None` (the default) runs `main` in stackless
+    mode for input types `sig`: on a backend that computes a block on its
+    members' rows only (NumPy), for a program with a branching recursion
+    (`stackless.branching_recursion`: a function making independent calls
+    into its own recursion, as a tree recursion does), and for
+    `max_stack_depth` up to `AUTO_STACKLESS_MAX_DEPTH`.  Otherwise the
+    stack VM."""
+    backend = backend or numpy_backend.NumpyBackend()
+    if (not getattr(backend, 'compacts', False)
+        or max_stack_depth > AUTO_STACKLESS_MAX_DEPTH):
+      return False
+    sig = self._signature(main, sig)
+    key = ('chooses_stackless', main, repr(sig), backend)
+    if key not in self._cache:
+      self._cache[key] = stackless_lib.branching_recursion(
+          self.program_stackless(main, sig, backend))
+    return self._cache[key]
+
   def program_lowered(self, main, sig=None, backend=None,
                       schedule=virtual_machine.DEFAULT_SCHEDULE):
     """The lowered, optimized `LoweredProgram` for input types `sig`, as
@@ -356,13 +381,25 @@ class Context:
                                   or max_steps < 1):
       raise errors.ArgumentError(
           f'max_steps must be None or a positive int, got {max_steps!r}')
+    auto = stackless is None
+    if auto:
+      stackless = self.chooses_stackless(bf.name, sig, backend,
+                                         max_stack_depth)
+    out = None
     if stackless:
       program = self.program_stackless(bf.name, sig, backend)
-      out, stats = stackless_lib.execute(program, args, backend, batch,
-                                         schedule=schedule,
-                                         max_steps=max_steps,
-                                         profile=profile)
-    else:
+      try:
+        # Automatic: a recursion deeper than the VM would take, the step
+        # limit or Python's recursion limit hands the call to the VM,
+        # which runs it from the start and decides.  The VM takes one
+        # level more than max_stack_depth (a leaf's call pushes nothing).
+        out, stats = stackless_lib.execute(
+            program, args, backend, batch, schedule=schedule,
+            max_steps=max_steps, profile=profile,
+            max_depth=max_stack_depth + 1 if auto else None, fallback=auto)
+      except stackless_lib.Fallback:
+        stackless = False
+    if not stackless:
       program = self.program_lowered(bf.name, sig, backend, schedule)
       cache = self._cache if block_code_cache is None else block_code_cache
       out, stats = virtual_machine.execute(

@@ -48,7 +48,8 @@ def rows(stats):
 def summary(stats):
   """One line: steps, batch, utilization, time in blocks and (with
   `profile=True`) how the steps compare with the longest member alone."""
-  line = (f'{stats.steps} VM steps, batch {stats.batch_size}, mean '
+  what = 'blocks run (stackless mode)' if stats.stackless else 'VM steps'
+  line = (f'{stats.steps} {what}, batch {stats.batch_size}, mean '
           f'utilization {stats.utilization:.1%}'
           + (f', {sum(stats.block_time.values()):.4f} s in blocks'
              if stats.block_time else ''))

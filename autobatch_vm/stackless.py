@@ -33,7 +33,7 @@ from autobatch_vm import instructions as inst
 from autobatch_vm import liveness
 from autobatch_vm import virtual_machine
 
-__all__ = ['execute']
+__all__ = ['execute', 'branching_recursion', 'Fallback']
 
 # A group of calls runs as one frame only while that frame's variables take
 # at most this many bytes (estimated from their types); wider groups run
@@ -45,11 +45,24 @@ __all__ = ['execute']
 MAX_GROUP_FRAME_BYTES = 64 << 20
 
 
+class Fallback(Exception):
+  """Raised by a run with `fallback=True` that should go to the stack VM
+  instead: its recursion went deeper than `max_depth`, it reached
+  `max_steps`, or Python's recursion limit.  The VM then runs the call
+  from its start and decides (it may succeed: tail calls and leaf calls
+  take no stack there), so the automatic choice (`stackless=None`) never
+  changes which calls succeed."""
+
+
 class _Executor:
 
-  def __init__(self, program, backend, schedule, stats, max_steps=None):
+  def __init__(self, program, backend, schedule, stats, max_steps=None,
+               max_depth=None, fallback=False):
     self.program = program
     self.max_steps = max_steps
+    self.max_depth = max_depth
+    self.fallback = fallback
+    self.depth = 0   # nested calls now running (main is 1)
     self.be = backend
     self.sanitize = getattr(backend, 'sanitize', None)
     self.schedule = schedule
@@ -134,6 +147,15 @@ class _Executor:
   def call(self, fn, args, batch, owners):
     """Runs `fn` on a frame of `batch` rows, all active: row `i` belongs
     to member `owners()[i]` of the run."""
+    if self.max_depth is not None and self.depth >= self.max_depth:
+      raise Fallback()
+    self.depth += 1
+    try:
+      return self._call(fn, args, batch, owners)
+    finally:
+      self.depth -= 1
+
+  def _call(self, fn, args, batch, owners):
     frame = _Frame(batch, owners, self.be)
     sched = (_RowQueue if self.compacts else _ProgramCounter)(
         self.be, batch, len(fn.blocks), self.schedule)
@@ -147,6 +169,8 @@ class _Executor:
         break
       block = fn.blocks[b]
       if stats.steps == self.max_steps:
+        if self.fallback:
+          raise Fallback()
         raise virtual_machine.step_limit_error(
             self.max_steps, frame.members(m), block.loc,
             '; they are at this line')
@@ -236,6 +260,8 @@ class _Executor:
     try:
       result = self.call(callee, args, len(idx) * len(calls), owners)
     except RecursionError:
+      if self.fallback:
+        raise Fallback() from None
       raise errors.StackOverflowError(
           f'Recursion too deep for stackless mode (Python recursion limit '
           f'{sys.getrecursionlimit()}) calling {callee.name!r}',
@@ -520,11 +546,14 @@ class _OwnedRows:
 
 def execute(program, args, backend, batch_size,
             schedule=virtual_machine.DEFAULT_SCHEDULE, max_steps=None,
-            profile=False):
+            profile=False, max_depth=None, fallback=False):
   """Runs typed `program` on batched `args`; returns (outputs, RunStats).
 
   `max_steps` bounds the blocks run, counted over all calls.  `profile`:
   also time each block and count the blocks each member runs.
+  `max_depth`: raise `Fallback` when calls nest deeper than this (main is
+  depth 1).  `fallback`: raise `Fallback` instead of the step-limit and
+  recursion errors (the caller then runs the stack VM).
   """
   if getattr(backend, 'staged', False) and backend.in_graph():
     raise errors.BackendError(
@@ -535,10 +564,12 @@ def execute(program, args, backend, batch_size,
   prepare = getattr(backend, 'prepare_run', None)
   if prepare is not None:
     prepare()
-  stats = virtual_machine.RunStats(batch_size=batch_size, profile=profile)
+  stats = virtual_machine.RunStats(batch_size=batch_size, profile=profile,
+                                   stackless=True)
   if profile:
     stats.member_blocks = np.zeros(batch_size, np.int64)
-  ex = _Executor(program, backend, schedule, stats, max_steps)
+  ex = _Executor(program, backend, schedule, stats, max_steps, max_depth,
+                 fallback)
   if batch_size == 0:
     main = program.main_function
     t = main.var_defs[main.vars_out].tensors
@@ -554,3 +585,37 @@ def execute(program, args, backend, batch_size,
       stats.block_active[label] = active
       stats.block_rows[label] = rows
   return out, stats
+
+
+def branching_recursion(program):
+  """Whether some function of `program` (as `pipeline.stackless` returns
+  it) makes a group of parallel calls into its own recursion: a tree
+  recursion (fibonacci, a tree encoder), whose calls multiply with depth.
+  The stack VM walks such a recursion one root-to-leaf path per member at a
+  time; here each level of every member's tree is one batched call.  A
+  linear recursion (one call per level) gains nothing from that and pays
+  Python's recursion per call, so it is not counted.
+  """
+  calls = {fn.name: {op.function for b in fn.blocks for op in b.instructions
+                     if isinstance(op, inst.FunctionCallOp)}
+           for fn in program.functions}
+
+  def reaches(src, dst):
+    seen, todo = set(), [src]
+    while todo:
+      f = todo.pop()
+      for g in calls.get(f, ()):
+        if g == dst:
+          return True
+        if g not in seen:
+          seen.add(g)
+          todo.append(g)
+    return False
+
+  for fn in program.functions:
+    for b in fn.blocks:
+      for op in b.instructions:
+        if (isinstance(op, inst.FunctionCallOp) and op.parallel
+            and (op.function == fn.name or reaches(op.function, fn.name))):
+          return True
+  return False

@@ -60,6 +60,9 @@ class RunStats:
     where that is not `batch_size` per execution: in stackless mode a
     call's frame holds its callers' rows only (fewer than the batch, or
     more when calls run together).  Empty for the VM.
+  stackless: whether stackless mode ran the call (`stackless=True`, or
+    chosen by `stackless=None`, the default): then `steps` counts blocks
+    run, each on a frame of rows, not VM steps.
   """
   batch_size: int
   steps: int = 0
@@ -68,6 +71,7 @@ class RunStats:
   block_loc: Dict[str, object] = dataclasses.field(default_factory=dict)
   block_time: Dict[str, float] = dataclasses.field(default_factory=dict)
   profile: bool = False
+  stackless: bool = False
   member_blocks: Optional[np.ndarray] = dataclasses.field(default=None,
                                                           compare=False)
   block_rows: Dict[str, int] = dataclasses.field(default_factory=dict)
@@ -213,7 +217,8 @@ class RunStats:
     if self.symbolic:
       return (f'RunStats of a staged run (batch {self.batch_size}): counts '
               'are tensors; see RunStats.counts()')
-    lines = [f'steps: {self.steps}   batch: {self.batch_size}   '
+    what = 'blocks run (stackless)' if self.stackless else 'steps'
+    lines = [f'{what}: {self.steps}   batch: {self.batch_size}   '
              f'utilization: {self.utilization:.1%}']
     lines.append(f'{"block":<24}{"runs":>8}{"active/run":>12}  source')
     for label, runs in self.block_executions.items():

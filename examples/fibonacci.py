@@ -3,7 +3,11 @@
     python examples/fibonacci.py                 # NumPy backend
     python examples/fibonacci.py --backend=tf    # TensorFlow, tf.function
     python examples/fibonacci.py --batch_size=1024 --low=8 --high=16
-    python examples/fibonacci.py --stackless     # calls of a level together
+    python examples/fibonacci.py --nostackless   # NumPy's stack VM
+
+On NumPy the default mode runs this program stackless (a level's calls
+together), as it does any branching recursion; `--nostackless` forces the
+stack VM, `--stackless` stackless mode (also on TensorFlow, eagerly).
 """
 
 import time
@@ -21,7 +25,9 @@ flags.DEFINE_integer('high', 16, 'Largest n (exclusive).')
 flags.DEFINE_integer('seed', 0, 'Random seed for the inputs.')
 flags.DEFINE_enum('backend', 'numpy', ['numpy', 'tf', 'xla'],
                   'numpy, tf (tf.function) or xla (jit_compile=True).')
-flags.DEFINE_boolean('stackless', False, 'Use the stackless executor.')
+flags.DEFINE_boolean('stackless', None, 'stackless= of the call: True, '
+                     'False (the stack VM), or unset: the default choice '
+                     '(stackless on NumPy for this program, else the VM).')
 
 ctx = ab.Context()
 
@@ -80,13 +86,15 @@ def main(argv):
                       if loc is not None and 'fibonacci(n - 1) +' in
                       (loc.source_line or '')
                       and stats.block_executions.get(label)), None)
-    print(f'VM steps: {stats.steps}, mean utilization: '
+    what = ('stackless mode, blocks run' if stats.stackless
+            else 'stack VM, steps')
+    print(f'{what}: {stats.steps}, mean utilization: '
           f'{stats.utilization:.1%}')
     if add_label is not None:
       # Stackless mode runs a member's two recursive calls as one call:
       # a frame holds every call of one recursion level.
       each = ('on a frame of one recursion level\'s calls' if
-              stats.block_rows else 'on the whole batch')
+              stats.stackless else 'on the whole batch')
       print(f'batched additions executed: {stats.block_executions[add_label]}'
             f' (each {each}) vs {additions} unbatched')
     print(stats)

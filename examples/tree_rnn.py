@@ -22,7 +22,12 @@ members that are elsewhere carry leftover data).
     python examples/tree_rnn.py --num_trees=1024 --max_leaves=64
     python examples/tree_rnn.py --schedule=lowest  # the other VM policy
     python examples/tree_rnn.py --backend=xla    # tf.function(jit_compile=True)
-    python examples/tree_rnn.py --backend=stackless  # a frame per tree level
+    python examples/tree_rnn.py --backend=vm     # NumPy's stack VM
+
+On NumPy the default mode (`stackless=None`) runs this program stackless:
+a tree recursion's two calls run as one call, a frame per tree level
+(`--backend=stackless` asks for that explicitly).  `--backend=vm` forces the
+stack VM (`stackless=False`), which walks each tree one path at a time.
 """
 
 import os
@@ -58,11 +63,13 @@ def define_flags():
                     'members (best here: siblings at different depths meet '
                     'at the same block), or the lowest-numbered one.')
   flags.DEFINE_enum('backend', 'all',
-                    ['numpy', 'stackless', 'tf', 'xla', 'all'],
-                    'Batched backend(s) to time: numpy; stackless (NumPy, '
-                    'stackless=True: the two recursive calls run as one); '
-                    'tf (tf.function); xla (tf.function with '
-                    'jit_compile=True); all.  Without '
+                    ['numpy', 'stackless', 'vm', 'tf', 'xla', 'all'],
+                    'Batched backend(s) to time: numpy (the default mode, '
+                    'which picks stackless for this tree recursion); '
+                    'stackless (NumPy, stackless=True: the two recursive '
+                    'calls run as one); vm (NumPy, stackless=False: the '
+                    'stack VM); tf (tf.function); xla (tf.function with '
+                    'jit_compile=True); all (numpy, vm, tf, xla).  Without '
                     'autobatch_vm.tf_backend only the NumPy ones run.')
 
 
@@ -197,20 +204,26 @@ def best_time(fn, repeats):
   return out, best
 
 
+# NumPy modes: the `stackless=` each passes (None: the default choice).
+NUMPY_MODES = {'numpy': None, 'stackless': True, 'vm': False}
+
+
 def encode_batched(forest, params, backend='numpy', schedule='most'):
   """Encodes every tree of the forest in one batched call.
 
-  `backend` is 'numpy', 'stackless' (NumPy with stackless=True, where the
-  two recursive calls of a node run as one call: one frame per tree
-  level), 'tf' (tf.function) or 'xla' (tf.function with jit_compile=True).
+  `backend` is 'numpy' (NumPy, the default mode: stackless for this
+  program), 'stackless' (NumPy with stackless=True, where the two recursive
+  calls of a node run as one call: one frame per tree level), 'vm' (NumPy
+  with stackless=False: the stack VM), 'tf' (tf.function) or 'xla'
+  (tf.function with jit_compile=True).
   Returns (a function that does so and returns a NumPy array, the batched
   function, and a function returning the statistics of the last call as
   numbers on every backend).
   """
   depth = int(forest.depths.max()) + 2
-  if backend in ('numpy', 'stackless'):
+  if backend in NUMPY_MODES:
     _, encode = make_encoder(numpy_lib(forest, params))
-    stackless = backend == 'stackless'
+    stackless = NUMPY_MODES[backend]
     return (lambda: encode(forest.roots, max_stack_depth=depth,
                            schedule=schedule, stackless=stackless)), encode, (
                                lambda: encode.last_stats)
@@ -241,24 +254,26 @@ def main(argv):
                                 FLAGS.repeats)
   print(f'each tree alone (recursive NumPy): {n / t_alone:10.1f} trees/s')
 
-  backends = (['numpy', 'stackless', 'tf', 'xla'] if FLAGS.backend == 'all'
+  backends = (['numpy', 'vm', 'tf', 'xla'] if FLAGS.backend == 'all'
               else [FLAGS.backend])
-  if not set(backends) <= {'numpy', 'stackless'} and not tf_available():
+  if not set(backends) <= set(NUMPY_MODES) and not tf_available():
     print('autobatch_vm.tf_backend is not available: skipping TensorFlow.')
-    backends = [b for b in backends if b in ('numpy', 'stackless')]
+    backends = [b for b in backends if b in NUMPY_MODES]
   for backend in backends:
     fn, encode, stats = encode_batched(forest, params, backend,
                                        FLAGS.schedule)
     got, t = best_time(fn, FLAGS.repeats)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
-    label = {'numpy': 'batched, NumPy',
+    label = {'numpy': 'batched, NumPy (default mode)',
              'stackless': 'batched, NumPy stackless',
+             'vm': 'batched, NumPy stack VM',
              'tf': 'batched, TF tf.function',
              'xla': 'batched, TF XLA'}[backend]
     print(f'{label + ":":35s}{n / t:10.1f} trees/s  '
           f'({t_alone / t:.1f}x; matches each tree alone)')
     st = stats()
-    print(f'  VM steps: {st.steps}, utilization {st.utilization:.1%}, cell '
+    what = 'stackless mode, blocks run' if st.stackless else 'VM steps'
+    print(f'  {what}: {st.steps}, utilization {st.utilization:.1%}, cell '
           f'evaluations: {int(forest.leaves.sum() - n)} unbatched in '
           f'{cell_runs(encode, forest, FLAGS.schedule, st)} batched matrix '
           'products')
@@ -270,7 +285,7 @@ def cell_runs(encode, forest, schedule='most', stats=None):
   second call, and under 'most' its copy that follows a leaf: see
   autobatch_vm/leaf_returns.py)."""
   stats = stats or encode.last_stats
-  if stats.block_rows:   # a stackless run: the typed program's blocks
+  if stats.stackless:   # a stackless run: the typed program's blocks
     blocks = encode.context.program_stackless(
         'encode', [ab.TensorType(forest.roots.dtype, ())]).function(
             'encode').blocks

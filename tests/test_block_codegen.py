@@ -99,6 +99,7 @@ def test_skipped_stores_never_change_results_across_runs():
   rng = np.random.default_rng(0)
   for _ in range(3):
     nodes = rng.integers(0, 5, size=17).astype(np.int32)
-    out = encode(nodes, max_stack_depth=8, block_code_cache=cache)
+    out = encode(nodes, max_stack_depth=8, block_code_cache=cache,
+                 stackless=False)
     np.testing.assert_allclose(out, encode(nodes, dry_run=True))
   assert len(cache) == 1

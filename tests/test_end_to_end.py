@@ -116,23 +116,23 @@ def test_argument_reuse_in_calls():
 def test_block_code_cache_reused():
   cache = {}
   n = np.array([5, 6, 7])
-  first = progs.fibonacci(n, block_code_cache=cache)
+  first = progs.fibonacci(n, block_code_cache=cache, stackless=False)
   size = len(cache)
-  second = progs.fibonacci(n, block_code_cache=cache)
+  second = progs.fibonacci(n, block_code_cache=cache, stackless=False)
   assert size > 0 and len(cache) == size
   np.testing.assert_array_equal(first, second)
 
 
 def test_stats_count_blocks():
-  progs.fibonacci(np.array([10, 3]))
+  progs.fibonacci(np.array([10, 3]), stackless=False)
   stats = progs.fibonacci.last_stats
   assert stats.steps == sum(stats.block_executions.values())
   assert stats.batch_size == 2
   assert 'steps' in str(stats)
   # The number of member-block executions equals the unbatched count.
-  progs.fibonacci(np.array([10]))
+  progs.fibonacci(np.array([10]), stackless=False)
   alone = progs.fibonacci.last_stats.member_block_executions
-  progs.fibonacci(np.array([3]))
+  progs.fibonacci(np.array([3]), stackless=False)
   alone += progs.fibonacci.last_stats.member_block_executions
   assert stats.member_block_executions == alone
 

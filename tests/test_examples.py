@@ -191,7 +191,7 @@ def test_tree_rnn_tensorflow(backend):
   fn, encode, stats = tree_rnn.encode_batched(forest, params, backend)
   np.testing.assert_allclose(fn(), expected, rtol=1e-4, atol=1e-5)
   # Statistics of the staged call, as numbers: those of the NumPy run.
-  np_fn, np_encode, np_stats = tree_rnn.encode_batched(forest, params)
+  np_fn, np_encode, np_stats = tree_rnn.encode_batched(forest, params, 'vm')
   np_fn()
   assert stats().block_executions == np_stats().block_executions
   assert stats().block_active == np_stats().block_active

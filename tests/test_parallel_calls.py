@@ -185,7 +185,7 @@ def test_grouped_runs_match_each_member_alone(backend, batch):
 
 def test_grouped_calls_take_fewer_steps_than_the_stack_vm():
   n = np.random.default_rng(0).integers(8, 16, size=64)
-  progs.fibonacci(n, max_stack_depth=20)
+  progs.fibonacci(n, max_stack_depth=20, stackless=False)
   stack = progs.fibonacci.last_stats
   progs.fibonacci(n, stackless=True, profile=True)
   stats = progs.fibonacci.last_stats
@@ -405,3 +405,116 @@ def test_groups_wider_than_the_cap_run_their_calls_in_turn(backend,
   assert steps[0] < steps[1] < steps[2], steps
   if backend.name == 'numpy':   # TF's allocator is not traced
     assert peaks[2] * 4 < peaks[0], peaks
+
+
+# -- the default choice (stackless=None) ---------------------------------------
+
+@ctx.batch()
+def walk_then_split(n, m):
+  # m tail calls, then a branching recursion of depth about n: stackless
+  # nests m + n calls where the VM's stack holds only the branching ones.
+  if m > 0:
+    return walk_then_split(n, m - 1)
+  if n > 1:
+    return walk_then_split(n - 1, 0) + walk_then_split(n - 2, 0)
+  return n * 1
+
+
+def walk_then_split_ref(n, m):
+  del m
+  return walk_then_split_ref(n - 1, 0) + walk_then_split_ref(n - 2, 0) if (
+      n > 1) else n
+
+
+def _least_depth(fn, args, **modes):
+  """The least max_stack_depth at which `fn(*args)` does not overflow."""
+  for depth in range(1, 60):
+    try:
+      fn(*args, max_stack_depth=depth, **modes)
+    except ab.errors.StackOverflowError:
+      continue
+    return depth
+  raise AssertionError('no depth up to 60 works')
+
+
+def test_default_runs_branching_recursion_stackless_on_numpy():
+  """NumPy's default mode runs a program stackless where a function makes
+  independent calls into its own recursion, and on the stack VM otherwise
+  (loops, linear recursion, grouped calls of a function outside the
+  caller's recursion); results equal the VM's and each member alone."""
+  rng = np.random.default_rng(3)
+  picked = {'fibonacci', 'tree_sum', 'reset_sum', 'conditional_expr',
+            'short_circuit', 'loop_of_calls'}
+  not_picked = {'collatz_rec', 'nested_calls', 'gcd', 'even_odd',
+                'collatz_loop'}
+  for case in progs.CASES:
+    if case.name not in picked | not_picked:
+      continue
+    args = case.make_args(rng, 9)
+    got = case.fn(*args, max_stack_depth=case.depth)
+    assert case.fn.last_stats.stackless == (case.name in picked), case.name
+    vm = case.fn(*args, max_stack_depth=case.depth, stackless=False)
+    assert not case.fn.last_stats.stackless
+    for g, v in zip(inst.pattern_flatten(got), inst.pattern_flatten(vm)):
+      np.testing.assert_allclose(g, v, rtol=case.rtol)
+    want = [case.reference(*[a[i] for a in args]) for i in range(9)]
+    for g, w in zip(inst.pattern_flatten(got),
+                    zip(*[inst.pattern_flatten(w) for w in want])):
+      np.testing.assert_allclose(g, np.array(w), rtol=case.rtol)
+    sig = case.fn.context._arg_types(list(args), ab.NumpyBackend())  # pylint: disable=protected-access
+    assert case.fn.context.chooses_stackless(case.fn.name, sig) == (
+        case.name in picked)
+
+
+def test_default_never_overflows_where_the_vm_does_not():
+  """At the least max_stack_depth the stack VM takes, the default mode
+  completes too (falling back to the VM when stackless nesting is deeper,
+  as with tail calls), and one less overflows in both with the VM's
+  message."""
+  n, m = np.array([6, 3, 9, 1]), np.array([0, 12, 2, 0])
+  cases = [(progs.fibonacci, (np.array([13, 4, 9]),), progs.fibonacci_ref),
+           (progs.tree_sum, (np.array([0, 5, 2]),), progs.tree_sum_ref),
+           (walk_then_split, (n, m), walk_then_split_ref)]
+  for fn, args, ref in cases:
+    vm_depth = _least_depth(fn, args, stackless=False)
+    assert _least_depth(fn, args) == vm_depth, fn.name
+    got = fn(*args, max_stack_depth=vm_depth)
+    np.testing.assert_array_equal(
+        got, [ref(*[int(a[i]) for a in args]) for i in range(len(args[0]))])
+    with pytest.raises(ab.errors.StackOverflowError,
+                       match=f'max_stack_depth={vm_depth - 1}'):
+      fn(*args, max_stack_depth=vm_depth - 1)
+  # The tail calls nest deeper than the VM's stack holds: the run fell back.
+  walk_then_split(n, m, max_stack_depth=_least_depth(walk_then_split,
+                                                     (n, m)))
+  assert not walk_then_split.last_stats.stackless
+  walk_then_split(n, m, max_stack_depth=40)
+  assert walk_then_split.last_stats.stackless
+
+
+def test_default_step_limit_and_deep_limits_go_to_the_vm():
+  """A stackless run that reaches max_steps runs again on the VM, whose
+  step limit then decides; max_stack_depth above AUTO_STACKLESS_MAX_DEPTH
+  keeps the VM (stackless depth spends Python's recursion limit); the
+  TensorFlow backend keeps the VM."""
+  n = np.array([1, 12, 2, 9])
+  progs.fibonacci(n, stackless=True)
+  blocks = progs.fibonacci.last_stats.steps
+  progs.fibonacci(n, stackless=False)
+  steps = progs.fibonacci.last_stats.steps
+  assert blocks < steps
+  progs.fibonacci(n, max_steps=blocks)
+  assert progs.fibonacci.last_stats.stackless
+  with pytest.raises(ab.errors.StepLimitError, match=r'\[1, 3\]'):
+    progs.fibonacci(n, max_steps=blocks - 1)
+  progs.fibonacci(n, max_stack_depth=ab.frontend.AUTO_STACKLESS_MAX_DEPTH)
+  assert progs.fibonacci.last_stats.stackless
+  progs.fibonacci(n, max_stack_depth=ab.frontend.AUTO_STACKLESS_MAX_DEPTH + 1)
+  assert not progs.fibonacci.last_stats.stackless
+  table = progs.fibonacci.last_stats.table()
+  progs.fibonacci(n)
+  assert 'blocks run (stackless mode)' in progs.fibonacci.last_stats.table()
+  assert 'VM steps' in table
+  tf_backend = pytest.importorskip('autobatch_vm.tf_backend')
+  progs.fibonacci(n, backend=tf_backend.TensorFlowBackend())
+  assert not progs.fibonacci.last_stats.stackless

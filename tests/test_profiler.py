@@ -45,11 +45,12 @@ def test_blocks_per_member_are_each_members_solo_run(backend, schedule):
   if backend == 'tf':
     tf = pytest.importorskip('tensorflow')
     args = tf.constant(n)
-  progs.fibonacci(args, profile=True, schedule=schedule)
+  # The stack VM (NumPy's default runs fibonacci stackless).
+  progs.fibonacci(args, profile=True, schedule=schedule, stackless=False)
   stats = progs.fibonacci.last_stats
   alone = []
   for k in n:
-    progs.fibonacci(np.array([k]), schedule=schedule)
+    progs.fibonacci(np.array([k]), schedule=schedule, stackless=False)
     alone.append(progs.fibonacci.last_stats.steps)
   np.testing.assert_array_equal(stats.member_blocks, alone)
   assert stats.longest_member_blocks == max(alone)
@@ -98,7 +99,7 @@ def test_staged_run_statistics_read_back_through_counts(jit, schedule):
   run on NumPy; asking the tensors for numbers says how to get them."""
   tf = pytest.importorskip('tensorflow')
   n = np.array([3, 9, 12, 5, 1, 7])
-  progs.fibonacci(n, schedule=schedule)
+  progs.fibonacci(n, schedule=schedule, stackless=False)   # the VM's
   want = progs.fibonacci.last_stats
   np.testing.assert_array_equal(
       want.counts()['counts'], [[want.block_executions[l],

@@ -27,7 +27,7 @@ def test_stats_of_each_call_equal_numpy_runs(jit, schedule):
     np.testing.assert_array_equal(out.numpy(),
                                   [progs.fibonacci_ref(k) for k in n])
     got = staged.last_stats
-    progs.fibonacci(n, schedule=schedule)
+    progs.fibonacci(n, schedule=schedule, stackless=False)
     want = progs.fibonacci.last_stats
     assert not got.symbolic
     assert got.batch_size == want.batch_size == len(n)
@@ -50,12 +50,12 @@ def test_stats_read_later_are_the_last_calls(jit):
     staged(n)
   got = staged.last_stats
   assert got is staged.last_stats
-  progs.fibonacci(small)
+  progs.fibonacci(small, stackless=False)
   want = progs.fibonacci.last_stats
   assert got.batch_size == 3 and got.steps == want.steps
   assert got.block_executions == want.block_executions
   staged(tf.constant(large))
-  progs.fibonacci(large)
+  progs.fibonacci(large, stackless=False)
   assert staged.last_stats.batch_size == 7
   assert staged.last_stats.steps == progs.fibonacci.last_stats.steps
 
@@ -69,7 +69,7 @@ def test_profile_and_numpy_outputs(jit):
   np.testing.assert_array_equal(out, [progs.fibonacci_ref(k) for k in n])
   alone = []
   for k in n:
-    progs.fibonacci(np.array([k]))
+    progs.fibonacci(np.array([k]), stackless=False)
     alone.append(progs.fibonacci.last_stats.steps)
   stats = staged.last_stats
   np.testing.assert_array_equal(stats.member_blocks, alone)

@@ -225,7 +225,7 @@ def test_empty_batch():
 
 def test_stats_eager_are_ints_equal_to_numpy():
   args, _, _ = numpy_and_alone('fibonacci', 33)
-  fibonacci(*args, max_stack_depth=20)
+  fibonacci(*args, max_stack_depth=20, stackless=False)
   expected = fibonacci.last_stats
   fibonacci(*to_tf(args), max_stack_depth=20)
   stats = fibonacci.last_stats
@@ -237,7 +237,7 @@ def test_stats_eager_are_ints_equal_to_numpy():
 
 def test_stats_in_graph_are_tensors():
   args, _, _ = numpy_and_alone('fibonacci', 33)
-  fibonacci(*args, max_stack_depth=20)
+  fibonacci(*args, max_stack_depth=20, stackless=False)
   expected = fibonacci.last_stats
 
   @tf.function
