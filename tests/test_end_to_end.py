@@ -57,9 +57,14 @@ def test_batched_matches_dry_run(case):
 def test_schedules_agree(case):
   rng = np.random.default_rng(11)
   args = case.make_args(rng, 13)
-  lowest = case.fn(*args, max_stack_depth=case.depth, schedule='lowest')
-  most = case.fn(*args, max_stack_depth=case.depth, schedule='most')
-  assert_same(most, lowest, case.rtol)
+  # The stack VM's schedules, and the default mode (stackless for a
+  # branching recursion) under each.
+  for stackless in (False, None):
+    lowest = case.fn(*args, max_stack_depth=case.depth, schedule='lowest',
+                     stackless=stackless)
+    most = case.fn(*args, max_stack_depth=case.depth, schedule='most',
+                   stackless=stackless)
+    assert_same(most, lowest, case.rtol)
 
 
 def test_dtypes_follow_inputs():
