@@ -71,6 +71,12 @@ class StagedFunction:
     traced.__name__ = fn.name
     self._compiled = (xla.compile_nested_output(traced) if self.jit_compile
                       else tf.function(traced))
+    # The tf.function itself, and what turns its result into `traced`'s
+    # (under XLA: raising a run's error).  See `_call_concrete`.
+    self._function = getattr(self._compiled, 'compiled', self._compiled)
+    self._finish = getattr(self._compiled, 'finish', lambda result: result)
+    self._concrete = {}   # the arguments' signature -> concrete function
+    self.fast_calls = 0   # calls that took the concrete function directly
 
   def __repr__(self):
     mode = 'XLA' if self.jit_compile else 'tf.function'
@@ -85,13 +91,43 @@ class StagedFunction:
           hint=f'Call {self.fn.name} itself there (your tf.function stages '
           'it), and return its last_stats.counts() to read them after the '
           'call.')
-    if not all(isinstance(x, tf.Tensor) for x in tf.nest.flatten(args)):
+    flat = tf.nest.flatten(args)
+    if not all(isinstance(x, tf.Tensor) for x in flat):
       args = tf.nest.map_structure(tf.convert_to_tensor, args)
-    out, counts, trace_id = self._compiled(*args, **kwargs)
+      flat = tf.nest.flatten(args)
+    result = None if kwargs else self._call_concrete(args, flat)
+    if result is None:
+      result = self._compiled(*args, **kwargs)
+    out, counts, trace_id = result
     # The statistics are made when read (`last_stats`): a call that does
     # not read them skips copying the counts and building a RunStats.
     self._last, self._last_stats = (trace_id, counts), None
     return out
+
+  def _call_concrete(self, args, flat):
+    """Calls the concrete function traced for `args`' signature (structure,
+    dtypes and shapes) directly, or returns None where none is known yet.
+
+    `tf.function` finds that function itself at every call, binding and
+    flattening the arguments and packing the outputs in Python: about
+    0.35-0.6 ms per call for NUTS's 12 nested arguments (a staged call
+    that does nothing took 1.07 ms, 0.47 ms called so).  The first call of
+    a signature goes through `tf.function` (which traces it), and its
+    concrete function is kept for the next ones.
+    """
+    key = _signature(args)
+    concrete = self._concrete.get(key)
+    if concrete is None:
+      if key is not None:
+        result = self._function(*args)   # traced here if it is new
+        self._concrete[key] = self._function.get_concrete_function(*args)
+        return self._finish(result)
+      return None
+    # The flat call (what a ConcreteFunction's own __call__ makes of its
+    # arguments): the inputs match the traced signature exactly.
+    result = concrete._call_flat(flat, concrete.captured_inputs)  # pylint: disable=protected-access
+    self.fast_calls += 1
+    return self._finish(result)
 
   @property
   def last_stats(self):
@@ -106,6 +142,25 @@ class StagedFunction:
     """The call's outputs as NumPy arrays."""
     return tf.nest.map_structure(lambda t: t.numpy(),
                                  self(*args, **kwargs))
+
+
+def _signature(x):
+  """A hashable key of `x`'s structure and its tensors' dtypes and shapes
+  (None if a leaf is not a tensor, or a container is not one `tf.nest`
+  flattens in a fixed order)."""
+  if isinstance(x, tf.Tensor):
+    return x.dtype, tuple(x.shape)
+  if isinstance(x, (tuple, list)):
+    parts = tuple(_signature(v) for v in x)
+    return None if None in parts else (type(x), parts)
+  if isinstance(x, dict):
+    try:
+      keys = sorted(x)
+    except TypeError:   # keys of mixed types: let tf.function decide
+      return None
+    parts = tuple(_signature(x[k]) for k in keys)
+    return None if None in parts else (dict, tuple(keys), parts)
+  return None
 
 
 def stage(fn, jit_compile=False, **call_kwargs):

@@ -79,11 +79,11 @@ def compile_nested_output(f, compile_fn=None):
   @tf.autograph.experimental.do_not_convert
   @functools.wraps(f)
   def wrapper(*args, **kwargs):
-    out, (trace_id, codes, failed) = compiled(*args, **kwargs)
-    if not codes:
-      return out
+    result = compiled(*args, **kwargs)
     if tf.executing_eagerly():
-      _raise_first_error(_traces[int(trace_id)], codes, failed)
+      return finish(result)
+    out, (trace_id, codes, failed) = result
+    if not codes:
       return out
     all_sites = _traces[graph_trace_id(args, kwargs)]
     checks = [tf.debugging.Assert(tf.not_equal(code, sites.base + k), [msg],
@@ -93,6 +93,17 @@ def compile_nested_output(f, compile_fn=None):
     with tf.control_dependencies(checks):
       return tf.nest.map_structure(
           lambda x: tf.identity(x) if tf.is_tensor(x) else x, out)
+
+  def finish(result):
+    """`f`'s outputs from an eager call's result, raising its error."""
+    out, (trace_id, codes, failed) = result
+    if codes:
+      _raise_first_error(_traces[int(trace_id)], codes, failed)
+    return out
+  # For callers that call the compiled function themselves (`stage`, by
+  # its concrete functions): the compiled function and the eager check.
+  wrapper.compiled = compiled
+  wrapper.finish = finish
   return wrapper
 
 

@@ -82,6 +82,36 @@ def test_stack_overflow_under_xla_is_raised_after_the_call():
   staged = ab.stage(progs.fibonacci, jit_compile=True, max_stack_depth=3)
   with pytest.raises(ab.errors.StackOverflowError, match='max_stack_depth'):
     staged(np.array([2, 10]))
+  # Also from a call that takes the traced concrete function directly.
+  np.testing.assert_array_equal(staged(np.array([2, 3])), [1, 2])
+  with pytest.raises(ab.errors.StackOverflowError, match=r'\[1\]'):
+    staged(np.array([2, 10]))
+  assert staged.fast_calls == 2
+
+
+@pytest.mark.parametrize('jit', MODES, ids=MODE_IDS)
+def test_repeated_signatures_call_the_traced_function_directly(jit):
+  """A call whose arguments have a signature (structure, dtypes, shapes)
+  seen before calls its concrete function directly: same results and
+  statistics as each run on NumPy; new signatures, and keyword arguments,
+  go through tf.function."""
+  case = next(c for c in progs.CASES if c.name == 'namedtuple_state')
+  staged = ab.stage(case.fn, jit_compile=jit, max_stack_depth=case.depth)
+  rng = np.random.default_rng(5)
+  for batch, fast in ((6, 0), (6, 1), (4, 1), (6, 2), (4, 3)):
+    args = case.make_args(rng, batch)
+    out = staged(*args)
+    assert staged.fast_calls == fast
+    want = case.fn(*args, max_stack_depth=case.depth, stackless=False)
+    for o, w in zip(out, want):
+      np.testing.assert_allclose(o.numpy(), w, rtol=case.rtol)
+    assert staged.last_stats.block_executions == (
+        case.fn.last_stats.block_executions)
+  names = case.fn.context._params_of(case.fn.name)  # pylint: disable=protected-access
+  out = staged(**dict(zip(names, args)))
+  assert staged.fast_calls == 3
+  for o, w in zip(out, want):
+    np.testing.assert_allclose(o.numpy(), w, rtol=case.rtol)
 
 
 def test_mistakes_are_argument_errors():
