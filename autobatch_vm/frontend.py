@@ -385,7 +385,6 @@ class Context:
     if auto:
       stackless = self.chooses_stackless(bf.name, sig, backend,
                                          max_stack_depth)
-    out = None
     if stackless:
       program = self.program_stackless(bf.name, sig, backend)
       try:

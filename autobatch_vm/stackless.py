@@ -50,8 +50,8 @@ class Fallback(Exception):
   instead: its recursion went deeper than `max_depth`, it reached
   `max_steps`, or Python's recursion limit.  The VM then runs the call
   from its start and decides (it may succeed: tail calls and leaf calls
-  take no stack there), so the automatic choice (`stackless=None`) never
-  changes which calls succeed."""
+  take no stack there), so under the automatic choice (`stackless=None`)
+  a call the VM completes completes, with the VM's errors otherwise."""
 
 
 class _Executor:
