@@ -409,6 +409,23 @@ def test_nuts_on_tensorflow_is_the_median_over_fresh_processes(
   (ess,) = merged['ess']
   assert (ess['seconds'], ess['ess_median']) == (5.0, 2.0)
   assert 'the medians over 3 fresh processes' in run.ess_markdown([ess])
+  # Each process's figures are kept, in order, and compared process by
+  # process: 0.2/0.05, 0.3/0.06, 0.25/0.04.
+  assert row['tfp_seconds_each'] == [0.2, 0.3, 0.25]
+  assert ess['seconds_each'] == [5.0, 6.0, 4.0]
+  text = run.per_process_markdown(merged)
+  assert ('| NUTS, 64 chains, function: TFP autobatched time / ours | '
+          '4.00, 5.00, 6.25 | 5.00 |') in text, text
+  theirs = [run.median_over_processes(
+      [dict(rows=[], schedules=[], ess=[dict(
+          system=name, backend='function', seconds=[5.0, 6.0, 4.0][k]
+          * factor, ess_min=100.0, ess_median=1.0, runs=3)])
+       for k in range(3)])['ess'][0]
+            for name, factor in (('autobatch_vm', 1.0), ('hand', 0.5))]
+  text = run.per_process_markdown(dict(rows=[], ess=theirs))
+  assert ('| NUTS, 64 chains, function: our min ESS/s / hand\'s | 0.50, '
+          '0.50, 0.50 | 0.50 |') in text, text
+  assert run.per_process_markdown(dict(rows=[], ess=[])) == ''
   # One worker: its results as they are.
   one = worker(0, 'xla')
   assert run.median_over_processes([one]) is one
