@@ -120,8 +120,13 @@ class StagedFunction:
     if concrete is None:
       if key is not None:
         result = self._function(*args)   # traced here if it is new
-        self._concrete[key] = self._function.get_concrete_function(*args)
+        concrete = self._function.get_concrete_function(*args)
+        # (False: a TensorFlow without the flat call; tf.function it is.)
+        self._concrete[key] = callable(
+            getattr(concrete, '_call_flat', None)) and concrete
         return self._finish(result)
+      return None
+    if concrete is False:
       return None
     # The flat call (what a ConcreteFunction's own __call__ makes of its
     # arguments): the inputs match the traced signature exactly.

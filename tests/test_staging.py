@@ -148,3 +148,20 @@ def test_xla_compile_logs_no_dropped_assertions(capfd):
   assert 'Ignoring Assert' not in capfd.readouterr().err
   with pytest.raises(ab.errors.StackOverflowError):
     staged(np.array([30]))
+
+
+def test_without_the_flat_call_calls_go_through_tf_function(monkeypatch):
+  """A TensorFlow whose concrete functions lack the flat call (a private
+  method) keeps calling through tf.function, with the same results."""
+  staged = ab.stage(progs.fibonacci)
+  traced = staged._function.get_concrete_function  # pylint: disable=protected-access
+
+  class Plain:   # a concrete function, less its _call_flat
+    def __init__(self, concrete):
+      self.concrete = concrete
+  monkeypatch.setattr(staged._function, 'get_concrete_function',  # pylint: disable=protected-access
+                      lambda *args: Plain(traced(*args)))
+  for n in ([3, 9, 12], [5, 1, 7]):
+    np.testing.assert_array_equal(staged(np.array(n)),
+                                  [progs.fibonacci_ref(k) for k in n])
+  assert staged.fast_calls == 0 and staged.last_stats.batch_size == 3
