@@ -69,12 +69,13 @@ class StagedFunction:
       self._traced[trace_id] = stats
       return out, stats.counts(), tf.constant(trace_id, tf.int32)
     traced.__name__ = fn.name
-    self._compiled = (xla.compile_nested_output(traced) if self.jit_compile
-                      else tf.function(traced))
-    # The tf.function itself, and what turns its result into `traced`'s
-    # (under XLA: raising a run's error).  See `_call_concrete`.
-    self._function = getattr(self._compiled, 'compiled', self._compiled)
-    self._finish = getattr(self._compiled, 'finish', lambda result: result)
+    # The tf.function, and what turns its result into `traced`'s (under
+    # XLA, `compile_nested_output` raises a run's error).  See `__call__`.
+    if self.jit_compile:
+      compiled = xla.compile_nested_output(traced)
+      self._function, self._finish = compiled.compiled, compiled.finish
+    else:
+      self._function, self._finish = tf.function(traced), lambda r: r
     self._concrete = {}   # the arguments' signature -> concrete function
     self.fast_calls = 0   # calls that took the concrete function directly
 
@@ -95,44 +96,30 @@ class StagedFunction:
     if not all(isinstance(x, tf.Tensor) for x in flat):
       args = tf.nest.map_structure(tf.convert_to_tensor, args)
       flat = tf.nest.flatten(args)
-    result = None if kwargs else self._call_concrete(args, flat)
-    if result is None:
-      result = self._compiled(*args, **kwargs)
-    out, counts, trace_id = result
-    # The statistics are made when read (`last_stats`): a call that does
-    # not read them skips copying the counts and building a RunStats.
-    self._last, self._last_stats = (trace_id, counts), None
-    return out
-
-  def _call_concrete(self, args, flat):
-    """Calls the concrete function traced for `args`' signature (structure,
-    dtypes and shapes) directly, or returns None where none is known yet.
-
-    `tf.function` finds that function itself at every call, binding and
-    flattening the arguments and packing the outputs in Python: about
-    0.35-0.6 ms per call for NUTS's 12 nested arguments (a staged call
-    that does nothing took 1.07 ms, 0.47 ms called so).  The first call of
-    a signature goes through `tf.function` (which traces it), and its
-    concrete function is kept for the next ones.
-    """
-    key = _signature(args)
-    concrete = self._concrete.get(key)
-    if concrete is None:
-      if key is not None:
-        result = self._function(*args)   # traced here if it is new
+    # A signature (structure, dtypes, shapes) seen before calls its traced
+    # concrete function directly, by the flat call its own __call__ makes:
+    # `tf.function` would find it again, binding and flattening the
+    # arguments and packing the outputs in Python, about 0.35-0.6 ms per
+    # call for NUTS's 12 nested arguments (a staged call that does nothing
+    # took 1.07 ms, 0.51 ms so).  A new signature goes through
+    # `tf.function`, which traces it, and its concrete function is kept.
+    key = None if kwargs else _signature(args)
+    concrete = self._concrete.get(key) if key is not None else None
+    if concrete is not None and concrete is not False:
+      result = concrete._call_flat(flat, concrete.captured_inputs)  # pylint: disable=protected-access
+      self.fast_calls += 1
+    else:
+      result = self._function(*args, **kwargs)
+      if key is not None and key not in self._concrete:
         concrete = self._function.get_concrete_function(*args)
         # (False: a TensorFlow without the flat call; tf.function it is.)
         self._concrete[key] = callable(
             getattr(concrete, '_call_flat', None)) and concrete
-        return self._finish(result)
-      return None
-    if concrete is False:
-      return None
-    # The flat call (what a ConcreteFunction's own __call__ makes of its
-    # arguments): the inputs match the traced signature exactly.
-    result = concrete._call_flat(flat, concrete.captured_inputs)  # pylint: disable=protected-access
-    self.fast_calls += 1
-    return self._finish(result)
+    out, counts, trace_id = self._finish(result)
+    # The statistics are made when read (`last_stats`): a call that does
+    # not read them skips copying the counts and building a RunStats.
+    self._last, self._last_stats = (trace_id, counts), None
+    return out
 
   @property
   def last_stats(self):

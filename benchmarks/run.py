@@ -170,11 +170,10 @@ def _staged(fn, backend, **kwargs):
   Returns (call, stats): `stats()` is the RunStats of the last call, with
   numbers on every backend.
   """
-  if backend == 'numpy':   # the stack VM, whatever the default would pick
-    return (lambda *a: fn(*a, stackless=False, **kwargs)), (
-        lambda: fn.last_stats)
-  if backend == 'stackless':
-    return (lambda *a: fn(*a, stackless=True, **kwargs)), (
+  if backend in NUMPY_BACKENDS:
+    # 'numpy' is the stack VM, whatever the default mode would pick.
+    stackless = backend == 'stackless'
+    return (lambda *a: fn(*a, stackless=stackless, **kwargs)), (
         lambda: fn.last_stats)
   staged = ab.stage(fn, jit_compile=(backend == 'xla'), **kwargs)
   return staged.numpy, lambda: staged.last_stats
@@ -469,14 +468,12 @@ def per_process_markdown(results):
     if r.get('processes', 1) >= 2:
       by_backend.setdefault(r['backend'], {})[r['system']] = r
   for backend, systems in by_backend.items():
-    ours = systems.get('autobatch_vm')
-    if ours is None:
+    if 'autobatch_vm' not in systems:
       continue
-    rate = lambda r: [None if s is None or e is None else e / s for e, s in
-                      zip(r['ess_min_each'], r['seconds_each'])]
+    ours = _ess_rates(systems['autobatch_vm'])
     for name, theirs in systems.items():
       if name != 'autobatch_vm':
-        ratios = [_ratio(a, b) for a, b in zip(rate(ours), rate(theirs))]
+        ratios = [_ratio(a, b) for a, b in zip(ours, _ess_rates(theirs))]
         lines.append(_process_line(
             f'NUTS, {NUTS_CHAINS} chains, {backend}: our min ESS/s / '
             f'{name}\'s', ratios))
@@ -486,6 +483,12 @@ def per_process_markdown(results):
                     'over processes of each system):', '',
                     '| comparison | each process | median |', '|---|---|---|']
                    + lines)
+
+
+def _ess_rates(row):
+  """Min ESS per second of an ESS row, process by process."""
+  return [None if s is None or e is None else e / s
+          for e, s in zip(row['ess_min_each'], row['seconds_each'])]
 
 
 def _process_line(what, ratios):
