@@ -91,6 +91,7 @@ def test_schedules_both_available():
   assert ab.virtual_machine.SCHEDULES == ('lowest', 'most')
 
 
+@pytest.mark.usefixtures('unchained')
 @pytest.mark.parametrize('jit', [False, True], ids=['graph', 'xla'])
 @pytest.mark.parametrize('schedule', ['lowest', 'most'])
 def test_staged_run_statistics_read_back_through_counts(jit, schedule):
@@ -145,6 +146,7 @@ def test_with_counts_rejects_counts_of_another_shape():
   assert stats.with_counts(stats.counts()) == stats
 
 
+@pytest.mark.usefixtures('unchained')
 @pytest.mark.parametrize('mode', ['graph', 'xla', 'stackless'])
 def test_profile_of_staged_and_stackless_runs(mode):
   """profile=True under tf.function times every block (timestamps around
