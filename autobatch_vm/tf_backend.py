@@ -750,9 +750,11 @@ class TensorFlowBackend:
     # members at each by then, even if none is: XLA's primitives cannot
     # fail on the other lanes' leftover data (it clamps indices).  In a
     # plain graph they can (`tf.gather` checks indices on CPU), and a
-    # chained block with no members would see only such data; a switch
-    # per chained block, to skip it, cost more than the steps saved (NUTS
-    # at 64 chains, 46 -> 49 ms per call), so there is no chaining there.
+    # chained block with no members would see only such data.  There a
+    # step costs its graph nodes more than its plumbing, and chaining did
+    # not pay: NUTS at 64 chains, a switch per chained block after the
+    # step's took 46 -> 49 ms per call, and even chained in the branch
+    # unguarded (unsafe) 47.2 -> 47.3 and 45.6 -> 46.5 (in-process A/B).
     # Nor on NumPy: no faster (NUTS 36.2 -> 36.1 ms).
     in_branch = xla or self.basic_block_xla_device is not None
     writes = [_chain_writes(blocks, k) if in_branch else blk.writes
