@@ -687,8 +687,8 @@ class TensorFlowBackend:
         blocks, state, num_blocks, schedule, batch, sites, limit,
         profile=stats.profile)
     state = self._fail_in_graph(state, num_blocks, sites)
-    runs, active = tf.unstack(acc, axis=1)
-    _fill_stats(stats, labels, tf.reduce_sum(runs), tf.unstack(runs),
+    runs, active = tf.unstack(acc[:num_blocks], axis=1)
+    _fill_stats(stats, labels, acc[num_blocks, 0], tf.unstack(runs),
                 tf.unstack(active))
     if profiled is not None:
       seconds, stats.member_blocks = profiled
@@ -776,8 +776,13 @@ class TensorFlowBackend:
     widths = {}
     for members, width in groups or ():
       widths.update((k, width) for k in members)
+    # Chained runs are counted in their branch: per chained position, the
+    # members that ran it (`[chain_len, batch]`), a last loop variable
+    # through the switch.
+    chain_len = max((len(blk.chain) for blk in blocks), default=0) * (
+        in_branch)
     branch_fns = [self._branch_fn(blocks, k, writes[k], batch, sites,
-                                  packing, widths.get(k), chain=in_branch)
+                                  packing, widths.get(k), chain_len=chain_len)
                   for k in range(len(blocks))]
     # Outside XLA, each block also gets a variant for a step where every
     # member is at the block (70% of NUTS's steps at 64 chains): it reads
@@ -785,7 +790,8 @@ class TensorFlowBackend:
     full_fns = None
     if groups is None:
       full_fns = [self._branch_fn(blocks, k, writes[k], batch, sites,
-                                  packing, None, full=True, chain=in_branch)
+                                  packing, None, full=True,
+                                  chain_len=chain_len)
                   for k in range(len(blocks))]
       if batch == 1:
         branch_fns = full_fns
@@ -810,15 +816,19 @@ class TensorFlowBackend:
       extra, carried = list(rest[:num_extra]), rest[num_extra:]
       mask = tf.equal(packing.read(carried, _PC), b)
       count = tf.reduce_sum(tf.cast(mask, tf.int32))
+      # Row b: the block's runs and members; the last row: the steps.
       acc = tf.tensor_scatter_nd_add(
-          acc, tf.reshape(b, [1, 1]),
-          tf.reshape(tf.stack([tf.constant(1, tf.int32), count]), [1, 2]))
+          acc, tf.stack([tf.reshape(b, [1]), [num_blocks]]),
+          tf.stack([tf.stack([tf.constant(1, tf.int32), count]),
+                    tf.constant([1, 0], tf.int32)]))
       if profile:
         extra[0] += tf.cast(mask, tf.int32)
       start = None
       if timed:
         with tf.control_dependencies([mask]):
           start = tf.timestamp()
+      if chain_len:
+        carried = list(carried) + [tf.zeros([chain_len, batch], tf.int32)]
       with tf.control_dependencies([] if start is None else [start]):
         if full_fns is not None:
           index = b + num_blocks * tf.cast(tf.equal(count, batch), tf.int32)
@@ -831,6 +841,11 @@ class TensorFlowBackend:
         else:
           carried = _run_groups(b, mask, groups, branch_fns, packing,
                                 list(carried))
+      if chain_len:
+        hits, carried = carried[-1], carried[:-1]
+        acc = _count_chained(acc, b, hits, blocks, num_blocks)
+        if profile:
+          extra[0] += tf.reduce_sum(hits, axis=0)
       if timed:
         with tf.control_dependencies(tf.nest.flatten(carried)):
           elapsed = tf.timestamp() - start
@@ -840,7 +855,7 @@ class TensorFlowBackend:
                              schedule), acc] + extra + list(carried)
 
     b0 = _next_block_tf(state[_PC], num_blocks, schedule)
-    acc0 = tf.zeros([num_blocks, 2], tf.int32)
+    acc0 = tf.zeros([num_blocks + 1, 2], tf.int32)
     max_steps, step_limit_error = step_limit
     out = tf.while_loop(cond, body,
                         [b0, acc0] + extra0 + packing.carry(state),
@@ -858,33 +873,38 @@ class TensorFlowBackend:
     return state, out[1], profiled
 
   def _branch_fn(self, blocks, k, writes, batch, sites, packing, width,
-                 full=False, chain=False):
+                 full=False, chain_len=0):
     """Block `k`, traced into a switch branch: `f(mask, *carried)` returns
     the loop variables after it (outside XLA), or, given its group's ports
     per pack (`width`, under XLA), `(ports, flat)`.  `full`: for a step
-    with every member at the block (`mask` all true).  `chain`: the
-    blocks chained after it run here too (`writes`: all of theirs)."""
+    with every member at the block (`mask` all true).  `chain_len`: the
+    blocks chained after it run here too (`writes`: all of theirs), and
+    the last output is which members ran each (`[chain_len, batch]`)."""
     block_fn = blocks[k]
-    chained = [blocks[s] for s in block_fn.chain] if chain else []
+    chained = [blocks[s] for s in block_fn.chain] if chain_len else []
 
     def run_block(mask, *carried):
       st = _BlockState(carried, packing, writes)
       m = _Mask(mask, batch if full else None, full, batch)
       step = _Step(sites)
+      hits = []
       with _tracing_step(step):
         _run_traced(block_fn, st, m, step, sites)
         for s, fn in zip(block_fn.chain, chained):
           sub = tf.logical_and(mask, tf.equal(_value(st[_PC]), s))
           _run_traced(fn, st, _Mask(sub, None, False, batch), step, sites)
+          hits.append(tf.cast(sub, tf.int32))
+      hits += [tf.zeros([batch], tf.int32)] * (chain_len - len(hits))
+      hits = [tf.stack(hits)] if chain_len else []
       pc = st[_PC]
       # Reversed, so that the block's first failure names the error.
       for where, code in reversed(step.park):
         pc = tf.where(where, tf.constant(code, tf.int32), pc)
       st[_PC] = pc
       if width is None:
-        return packing.carried_after(st, writes, carried)
+        return packing.carried_after(st, writes, carried) + hits
       return (packing.ports(st, writes, width),
-              packing.flat_values(st))
+              packing.flat_values(st) + hits)
 
     if self.basic_block_xla_device is None:
       return run_block
@@ -946,8 +966,9 @@ class TensorFlowBackend:
       code = int(pc.max())
       raise staged.sites.error(code, np.flatnonzero(pc == code))
     acc = acc.numpy()
-    _fill_stats(stats, labels, int(acc[:, 0].sum()),
-                [int(r) for r in acc[:, 0]], [int(a) for a in acc[:, 1]])
+    _fill_stats(stats, labels, int(acc[num_blocks, 0]),
+                [int(r) for r in acc[:num_blocks, 0]],
+                [int(a) for a in acc[:num_blocks, 1]])
     return out_state
 
   def _step_eagerly(self, blocks, state, num_blocks, schedule, stats,
@@ -983,6 +1004,23 @@ class TensorFlowBackend:
       stats.block_time.update(zip(labels, seconds))
       stats.member_blocks = member_blocks
     return state
+
+
+def _count_chained(acc, b, hits, blocks, num_blocks):
+  """`acc` (runs and members per block) with the runs of the blocks
+  chained after block `b`: `hits[j]`, the members that ran its j-th."""
+  length = hits.shape[0]
+  # Padding (no block): a row past `acc`'s (whose last is the steps).
+  table = np.full([num_blocks, length], num_blocks + 1, np.int32)
+  for k, blk in enumerate(blocks):
+    table[k, :len(blk.chain)] = blk.chain
+  chained = tf.gather(tf.constant(table), b)
+  counts = tf.reduce_sum(hits, axis=1)
+  ran = tf.cast(counts > 0, tf.int32)
+  padded = tf.concat([acc, tf.zeros([1, 2], tf.int32)], 0)
+  padded = tf.tensor_scatter_nd_add(padded, chained[:, tf.newaxis],
+                                    tf.stack([ran, counts], axis=1))
+  return padded[:num_blocks + 1]
 
 
 def _chain_writes(blocks, k):

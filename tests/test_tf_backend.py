@@ -886,7 +886,7 @@ def test_xla_chains_blocks_and_matches_members_alone(case, monkeypatch):
   of its own, fewer for loops, and the same results."""
   from autobatch_vm import virtual_machine  # pylint: disable=g-import-not-at-top
   args, on_numpy, alone = numpy_and_alone(case.name, 5)
-  steps = {}
+  steps, runs, member_runs = {}, {}, {}
   for chain in (False, True):
     monkeypatch.setattr(virtual_machine, 'CHAIN', chain)
     staged = ab.stage(case.fn, jit_compile=True,
@@ -895,11 +895,15 @@ def test_xla_chains_blocks_and_matches_members_alone(case, monkeypatch):
     assert_same(result, on_numpy, case.rtol)
     assert_same(result, alone, case.rtol)
     stats = staged.last_stats
-    steps[chain] = int(stats.steps)
-    assert steps[chain] == sum(int(r) for r in
-                               stats.block_executions.values())
+    steps[chain] = stats.steps
+    runs[chain] = sum(stats.block_executions.values())
+    member_runs[chain] = stats.member_block_executions
   case.fn(*args, max_stack_depth=case.depth, stackless=False)
-  assert steps[False] == case.fn.last_stats.steps
-  assert steps[True] <= steps[False]
+  want = case.fn.last_stats
+  assert steps[False] == runs[False] == want.steps
+  assert steps[True] <= steps[False] and steps[True] <= runs[True]
+  # Chained runs are counted: every member's blocks, as NumPy's.
+  assert (member_runs[True] == member_runs[False] ==
+          want.member_block_executions)
   if case.name in ('gcd', 'collatz_loop'):
     assert steps[True] < steps[False]
