@@ -779,8 +779,8 @@ class TensorFlowBackend:
     # Chained runs are counted in their branch: per chained position, the
     # members that ran it (`[chain_len, batch]`), a last loop variable
     # through the switch.
-    chain_len = max((len(blk.chain) for blk in blocks), default=0) * (
-        in_branch)
+    chain_len = (max((len(blk.chain) for blk in blocks), default=0)
+                 if in_branch else 0)
     branch_fns = [self._branch_fn(blocks, k, writes[k], batch, sites,
                                   packing, widths.get(k), chain_len=chain_len)
                   for k in range(len(blocks))]
