@@ -687,8 +687,8 @@ class TensorFlowBackend:
         blocks, state, num_blocks, schedule, batch, sites, limit,
         profile=stats.profile)
     state = self._fail_in_graph(state, num_blocks, sites)
-    runs, active = tf.unstack(acc[:num_blocks], axis=1)
-    _fill_stats(stats, labels, acc[num_blocks, 0], tf.unstack(runs),
+    runs, active = tf.unstack(acc, axis=1)
+    _fill_stats(stats, labels, tf.reduce_sum(runs), tf.unstack(runs),
                 tf.unstack(active))
     if profiled is not None:
       seconds, stats.member_blocks = profiled
@@ -745,25 +745,11 @@ class TensorFlowBackend:
                 if 2 * x.shape.num_elements() * x.dtype.size <= _PACK_BYTES
                 or i in stack_slots]
       limit = _PACK_BYTES
-    # Where XLA compiles the blocks, a block's branch also runs the blocks
-    # chained after it (`virtual_machine.chains`), masked to the step's
-    # members at each by then, even if none is: XLA's primitives cannot
-    # fail on the other lanes' leftover data (it clamps indices).  In a
-    # plain graph they can (`tf.gather` checks indices on CPU), and a
-    # chained block with no members would see only such data.  There a
-    # step costs its graph nodes more than its plumbing, and chaining did
-    # not pay: NUTS at 64 chains, a switch per chained block after the
-    # step's took 46 -> 49 ms per call, and even chained in the branch
-    # unguarded (unsafe) 47.2 -> 47.3 and 45.6 -> 46.5 (in-process A/B).
-    # Nor on NumPy: no faster (NUTS 36.2 -> 36.1 ms).
-    in_branch = xla or self.basic_block_xla_device is not None
-    writes = [_chain_writes(blocks, k) if in_branch else blk.writes
-              for k, blk in enumerate(blocks)]
     writers = None
     if not xla:
       writers = collections.defaultdict(set)
-      for k, w in enumerate(writes):
-        for slot in w:
+      for k, blk in enumerate(blocks):
+        for slot in blk.writes:
           writers[slot].add(k)
     # Large stacks are pushed in place where that is safe and supported:
     # not under XLA (which updates in place itself), not in blocks compiled
@@ -772,27 +758,20 @@ class TensorFlowBackend:
                or _on_gpu() else _INPLACE_STACK_BYTES)
     packing = _Packing(state, stack_slots, frozenset(packed), limit, writers,
                        inplace)
-    groups = _write_groups(packing, writes) if xla else None
+    groups = (_write_groups(packing, [blk.writes for blk in blocks])
+              if xla else None)
     widths = {}
     for members, width in groups or ():
       widths.update((k, width) for k in members)
-    # Chained runs are counted in their branch: per chained position, the
-    # members that ran it (`[chain_len, batch]`), a last loop variable
-    # through the switch.
-    chain_len = (max((len(blk.chain) for blk in blocks), default=0)
-                 if in_branch else 0)
-    branch_fns = [self._branch_fn(blocks, k, writes[k], batch, sites,
-                                  packing, widths.get(k), chain_len=chain_len)
-                  for k in range(len(blocks))]
+    branch_fns = [self._branch_fn(blk, batch, sites, packing, widths.get(k))
+                  for k, blk in enumerate(blocks)]
     # Outside XLA, each block also gets a variant for a step where every
     # member is at the block (70% of NUTS's steps at 64 chains): it reads
     # and writes registers without masks.  A batch of one is always full.
     full_fns = None
     if groups is None:
-      full_fns = [self._branch_fn(blocks, k, writes[k], batch, sites,
-                                  packing, None, full=True,
-                                  chain_len=chain_len)
-                  for k in range(len(blocks))]
+      full_fns = [self._branch_fn(blk, batch, sites, packing, None,
+                                  full=True) for blk in blocks]
       if batch == 1:
         branch_fns = full_fns
         full_fns = None
@@ -816,19 +795,15 @@ class TensorFlowBackend:
       extra, carried = list(rest[:num_extra]), rest[num_extra:]
       mask = tf.equal(packing.read(carried, _PC), b)
       count = tf.reduce_sum(tf.cast(mask, tf.int32))
-      # Row b: the block's runs and members; the last row: the steps.
       acc = tf.tensor_scatter_nd_add(
-          acc, tf.stack([tf.reshape(b, [1]), [num_blocks]]),
-          tf.stack([tf.stack([tf.constant(1, tf.int32), count]),
-                    tf.constant([1, 0], tf.int32)]))
+          acc, tf.reshape(b, [1, 1]),
+          tf.reshape(tf.stack([tf.constant(1, tf.int32), count]), [1, 2]))
       if profile:
         extra[0] += tf.cast(mask, tf.int32)
       start = None
       if timed:
         with tf.control_dependencies([mask]):
           start = tf.timestamp()
-      if chain_len:
-        carried = list(carried) + [tf.zeros([chain_len, batch], tf.int32)]
       with tf.control_dependencies([] if start is None else [start]):
         if full_fns is not None:
           index = b + num_blocks * tf.cast(tf.equal(count, batch), tf.int32)
@@ -841,11 +816,6 @@ class TensorFlowBackend:
         else:
           carried = _run_groups(b, mask, groups, branch_fns, packing,
                                 list(carried))
-      if chain_len:
-        hits, carried = carried[-1], carried[:-1]
-        acc = _count_chained(acc, b, hits, blocks, num_blocks)
-        if profile:
-          extra[0] += tf.reduce_sum(hits, axis=0)
       if timed:
         with tf.control_dependencies(tf.nest.flatten(carried)):
           elapsed = tf.timestamp() - start
@@ -855,7 +825,7 @@ class TensorFlowBackend:
                              schedule), acc] + extra + list(carried)
 
     b0 = _next_block_tf(state[_PC], num_blocks, schedule)
-    acc0 = tf.zeros([num_blocks + 1, 2], tf.int32)
+    acc0 = tf.zeros([num_blocks, 2], tf.int32)
     max_steps, step_limit_error = step_limit
     out = tf.while_loop(cond, body,
                         [b0, acc0] + extra0 + packing.carry(state),
@@ -872,39 +842,34 @@ class TensorFlowBackend:
       state[_PC] = tf.where(pc < num_blocks, tf.constant(code, tf.int32), pc)
     return state, out[1], profiled
 
-  def _branch_fn(self, blocks, k, writes, batch, sites, packing, width,
-                 full=False, chain_len=0):
-    """Block `k`, traced into a switch branch: `f(mask, *carried)` returns
+  def _branch_fn(self, block_fn, batch, sites, packing, width, full=False):
+    """One block, traced into a switch branch: `f(mask, *carried)` returns
     the loop variables after it (outside XLA), or, given its group's ports
     per pack (`width`, under XLA), `(ports, flat)`.  `full`: for a step
-    with every member at the block (`mask` all true).  `chain_len`: the
-    blocks chained after it run here too (`writes`: all of theirs), and
-    the last output is which members ran each (`[chain_len, batch]`)."""
-    block_fn = blocks[k]
-    chained = [blocks[s] for s in block_fn.chain] if chain_len else []
+    with every member at the block (`mask` all true)."""
 
     def run_block(mask, *carried):
-      st = _BlockState(carried, packing, writes)
+      st = _BlockState(carried, packing, block_fn.writes)
       m = _Mask(mask, batch if full else None, full, batch)
       step = _Step(sites)
-      hits = []
       with _tracing_step(step):
-        _run_traced(block_fn, st, m, step, sites)
-        for s, fn in zip(block_fn.chain, chained):
-          sub = tf.logical_and(mask, tf.equal(_value(st[_PC]), s))
-          _run_traced(fn, st, _Mask(sub, None, False, batch), step, sites)
-          hits.append(tf.cast(sub, tf.int32))
-      hits += [tf.zeros([batch], tf.int32)] * (chain_len - len(hits))
-      hits = [tf.stack(hits)] if chain_len else []
+        try:
+          block_fn(st, m)
+        except errors.AssertionFailedError as e:
+          # An `assert` that fails for every member reaching this block:
+          # park them all (it raised while tracing, not at run time).
+          step.park.append((mask, sites.add(_assert_maker(e))))
+        except errors.PrimitiveError as e:
+          raise _explain_symbolic(e) from e.__cause__
       pc = st[_PC]
       # Reversed, so that the block's first failure names the error.
       for where, code in reversed(step.park):
         pc = tf.where(where, tf.constant(code, tf.int32), pc)
       st[_PC] = pc
       if width is None:
-        return packing.carried_after(st, writes, carried) + hits
-      return (packing.ports(st, writes, width),
-              packing.flat_values(st) + hits)
+        return packing.carried_after(st, block_fn.writes, carried)
+      return (packing.ports(st, block_fn.writes, width),
+              packing.flat_values(st))
 
     if self.basic_block_xla_device is None:
       return run_block
@@ -966,9 +931,8 @@ class TensorFlowBackend:
       code = int(pc.max())
       raise staged.sites.error(code, np.flatnonzero(pc == code))
     acc = acc.numpy()
-    _fill_stats(stats, labels, int(acc[num_blocks, 0]),
-                [int(r) for r in acc[:num_blocks, 0]],
-                [int(a) for a in acc[:num_blocks, 1]])
+    _fill_stats(stats, labels, int(acc[:, 0].sum()),
+                [int(r) for r in acc[:, 0]], [int(a) for a in acc[:, 1]])
     return out_state
 
   def _step_eagerly(self, blocks, state, num_blocks, schedule, stats,
@@ -1004,43 +968,6 @@ class TensorFlowBackend:
       stats.block_time.update(zip(labels, seconds))
       stats.member_blocks = member_blocks
     return state
-
-
-def _count_chained(acc, b, hits, blocks, num_blocks):
-  """`acc` (runs and members per block) with the runs of the blocks
-  chained after block `b`: `hits[j]`, the members that ran its j-th."""
-  length = hits.shape[0]
-  # Padding (no block): a row past `acc`'s (whose last is the steps).
-  table = np.full([num_blocks, length], num_blocks + 1, np.int32)
-  for k, blk in enumerate(blocks):
-    table[k, :len(blk.chain)] = blk.chain
-  chained = tf.gather(tf.constant(table), b)
-  counts = tf.reduce_sum(hits, axis=1)
-  ran = tf.cast(counts > 0, tf.int32)
-  padded = tf.concat([acc, tf.zeros([1, 2], tf.int32)], 0)
-  padded = tf.tensor_scatter_nd_add(padded, chained[:, tf.newaxis],
-                                    tf.stack([ran, counts], axis=1))
-  return padded[:num_blocks + 1]
-
-
-def _chain_writes(blocks, k):
-  """The slots block `k` and the blocks chained after it write."""
-  out = set(blocks[k].writes)
-  for s in blocks[k].chain:
-    out |= blocks[s].writes
-  return frozenset(out)
-
-
-def _run_traced(block_fn, st, m, step, sites):
-  """Traces block `block_fn` on the members in `m` into a branch."""
-  try:
-    block_fn(st, m)
-  except errors.AssertionFailedError as e:
-    # An `assert` that fails for every member reaching this block: park
-    # them all (it raised while tracing, not at run time).
-    step.park.append((m.mask, sites.add(_assert_maker(e))))
-  except errors.PrimitiveError as e:
-    raise _explain_symbolic(e) from e.__cause__
 
 
 def _switch(b, branches):

@@ -43,21 +43,14 @@ DEFAULT_SCHEDULE = 'most'
 _PC, _PC_STACK, _PC_SP = 0, 1, 2
 # Terminators that push a return block on the PC stack.
 _CALLS = (inst.PushGotoOp, inst.PushBranchOp, inst.CallBranchOp)
-# A step's members go on through up to this many blocks after its block
-# (see `chains`); CHAIN=False: none (tests use it to compare a staged run's
-# statistics with NumPy's, which does not chain).
-MAX_CHAIN = 2
-CHAIN = True
 
 
 @dataclasses.dataclass
 class RunStats:
   """What one batched run did.
 
-  steps: VM steps (blocks executed, each on the whole batch; under XLA a
-    step also runs the blocks chained after its block, see `chains`).
-  block_executions: label -> times the block ran (chained runs included,
-    where a member ran it).
+  steps: VM steps (blocks executed, each on the whole batch).
+  block_executions: label -> times the block ran.
   block_active: label -> members active, summed over its executions.
   block_loc: label -> source location (function, file, line) it came from.
   block_time: label -> seconds spent in the block (only with profile=True).
@@ -139,8 +132,6 @@ class RunStats:
     statistics after the call (`with_counts`):
     - 'counts': executions and active members per block, `[blocks, 2]`
       int32, rows in the order of `block_executions`;
-    - 'steps': the steps, int32 (fewer than the executions where blocks
-      ran chained, under XLA: see `chains`);
     - with `profile=True`: 'member_blocks', the blocks each member ran,
       `[batch]`, and (not under XLA, which has no clock) 'seconds', the
       time per block, `[blocks]` float64.
@@ -157,8 +148,7 @@ class RunStats:
     seconds = ([self.block_time.get(l, 0.0) for l in labels]
                if self.block_time else [])
     if not self.symbolic:
-      out = {'counts': np.array([runs, active], np.int32).reshape(2, -1).T,
-             'steps': np.int32(self.steps)}
+      out = {'counts': np.array([runs, active], np.int32).reshape(2, -1).T}
       if seconds:
         out['seconds'] = np.array(seconds, np.float64)
       if self.member_blocks is not None:
@@ -167,8 +157,7 @@ class RunStats:
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     as_int = lambda xs: [tf.cast(x, tf.int32) for x in xs]
     out = {'counts': tf.stack([tf.stack(as_int(runs)),
-                               tf.stack(as_int(active))], axis=1),
-           'steps': tf.cast(self.steps, tf.int32)}
+                               tf.stack(as_int(active))], axis=1)}
     if seconds:
       out['seconds'] = tf.stack([tf.cast(t, tf.float64) for t in seconds])
     if self.member_blocks is not None:
@@ -211,10 +200,8 @@ class RunStats:
     member_blocks = self.member_blocks
     if 'member_blocks' in counts:
       member_blocks = np.asarray(counts['member_blocks']).astype(np.int64)
-    steps = (int(np.asarray(counts['steps'])) if 'steps' in counts
-             else int(value[:, 0].sum()))
     return dataclasses.replace(
-        self, steps=steps,
+        self, steps=int(value[:, 0].sum()),
         block_executions={l: int(r) for l, r in zip(labels, value[:, 0])},
         block_active={l: int(a) for l, a in zip(labels, value[:, 1])},
         block_loc=dict(self.block_loc), block_time=block_time,
@@ -858,71 +845,8 @@ def primitive_error(e, op, members, compacted=False):
             'data.'))
 
 
-def _stack_use(block, layout):
-  """(stack slots `block` pushes, stack slots it pops or pushes); the PC
-  stack is slot `_PC_STACK`."""
-  pushed, touched = set(), set()
-  for op in block.instructions:
-    if isinstance(op, (inst.PushOp, inst.PopOp, inst.RestoreOp)):
-      slots = {s for var in op.vars for s in layout.stacks[var][0]}
-      touched |= slots
-      if isinstance(op, inst.PushOp):
-        pushed |= slots
-  if isinstance(block.terminator, _CALLS):
-    pushed.add(_PC_STACK)
-    touched.add(_PC_STACK)
-  elif isinstance(block.terminator, inst.IndirectGotoOp):
-    touched.add(_PC_STACK)
-  return pushed, touched
-
-
-def chains(program, layout):
-  """Per block (by index), the blocks chained after it: a step runs its
-  block, then each of these in turn for the step's members that are at
-  it by then.
-
-  A step costs a fixed overhead (picking the block, its mask, and on
-  TensorFlow the loop's and the switch's plumbing) besides the block's
-  work: NUTS at 64 chains runs a loop's test, then its body, then a call,
-  in steps of their own, with every chain together.  Chained, the body
-  follows the test in the same step.  The chain is the block's jump
-  targets, in order, at most `MAX_CHAIN` of them, skipping:
-  - blocks with a sync primitive (scheduled last on purpose, to gather
-    members; see `block_order`);
-  - blocks that pop, push or restore a stack the chain has already
-    pushed (a staged block's push is applied after it, see `tf_backend`),
-    the PC stack included (a call pushes it, a return pops it);
-  - returns' targets (not known statically).
-  Each member still runs exactly its own blocks in order; only how they
-  are cut into steps changes.  Only where XLA compiles the blocks: see
-  `tf_backend` (a run's steps, and so `max_steps`, count a block and its
-  chain as one step there; `RunStats.block_executions` counts chained
-  runs too).  NUTS at 64 chains under XLA: 107 -> 92 steps, 1.5-2.6%
-  faster per call (in-process A/B runs).
-  """
-  index = program.block_index()
-  by_label = {b.label: b for b in program.blocks}
-  use = {b.label: _stack_use(b, layout) for b in program.blocks}
-  out = []
-  for block in program.blocks:
-    pushed = set(use[block.label][0])
-    chain = []
-    for label in inst.destinations(block.terminator) or ():
-      if len(chain) == MAX_CHAIN:
-        break
-      nxt = by_label[label]
-      if inst.has_sync(nxt) or use[label][1] & pushed:
-        continue
-      pushed |= use[label][0]
-      chain.append(index[label])
-    out.append(tuple(chain))
-  return out
-
-
 class CompiledProgram:
-  """A lowered program bound to a backend, batch size and stack depth.
-
-  `chains[b]`: the blocks chained after block `b` (see `chains`)."""
+  """A lowered program bound to a backend, batch size and stack depth."""
 
   def __init__(self, program, backend, batch, depth):
     self.program = program
@@ -932,16 +856,12 @@ class CompiledProgram:
     self.layout = _Layout(program, backend, batch, depth)
     bc = _BlockCompiler(program, self.layout)
     self.blocks = [bc.block(b) for b in program.blocks]
-    self.chains = chains(program, self.layout) if CHAIN else [
-        () for _ in program.blocks]
-    for run_block, chain in zip(self.blocks, self.chains):
-      run_block.chain = chain
     self.inputs = [bc.writer(v) for v in program.vars_in]
     self.outputs = inst.pattern_map(bc.reader, program.vars_out)
 
 
 def compile_blocks(program, backend, batch, depth, cache=None):
-  key = (id(program), backend, batch, depth, CHAIN)
+  key = (id(program), backend, batch, depth)
   if cache is not None and key in cache and cache[key].program is program:
     return cache[key]
   compiled = CompiledProgram(program, backend, batch, depth)

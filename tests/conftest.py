@@ -10,9 +10,6 @@ import os
 
 from hypothesis import HealthCheck
 from hypothesis import settings
-import pytest
-
-from autobatch_vm import virtual_machine
 
 settings.register_profile(
     'ci', max_examples=30, deadline=None, derandomize=True,
@@ -31,11 +28,3 @@ def pytest_addoption(parser):
 def pytest_configure(config):
   long = config.getoption('--long') or os.environ.get('AB_FUZZ') == 'long'
   settings.load_profile('long' if long else 'ci')
-
-
-@pytest.fixture
-def unchained(monkeypatch):
-  """Under XLA no block is chained after another (see
-  `virtual_machine.chains`): a staged run's statistics then equal NumPy's,
-  step for step."""
-  monkeypatch.setattr(virtual_machine, 'CHAIN', False)

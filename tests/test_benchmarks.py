@@ -168,8 +168,7 @@ def _has_tf():
 def test_tensorflow_rows_report_steps_utilization_and_peak_memory(tmp_path):
   """Staged runs report their VM steps and utilization (the call returns
   its counts) and their peak memory (a process with the BFC allocator):
-  the same steps as on NumPy under `tf.function`, no more under XLA (which
-  chains blocks: `virtual_machine.chains`)."""
+  the same steps as on NumPy."""
   _quick_run(tmp_path, '--workloads=collatz',
              '--backends=numpy,function,xla', '--schedule_batch=0',
              '--one_process')
@@ -179,12 +178,8 @@ def test_tensorflow_rows_report_steps_utilization_and_peak_memory(tmp_path):
     want = by['numpy', batch]['steps']
     for backend in ('function', 'xla'):
       r = by[backend, batch]
-      if backend == 'xla':
-        assert 0 < r['steps'] <= want, r
-        assert 0 < r['utilization'] <= 1, r
-      else:
-        assert r['steps'] == want > 0, r
-        assert r['utilization'] == by['numpy', batch]['utilization']
+      assert r['steps'] == want > 0, r
+      assert r['utilization'] == by['numpy', batch]['utilization']
       assert r['peak_mib'] is not None and r['peak_mib'] > 0, r
   # More members hold more memory.
   assert by['xla', 64]['peak_mib'] > by['xla', 1]['peak_mib']

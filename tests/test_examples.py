@@ -184,7 +184,6 @@ def test_tree_rnn_too_shallow_stack_raises():
 
 @needs_tf
 @pytest.mark.slow
-@pytest.mark.usefixtures('unchained')   # XLA's steps as NumPy's
 @pytest.mark.parametrize('backend', ['tf', 'xla'])
 def test_tree_rnn_tensorflow(backend):
   forest, params = _small_forest(num_trees=6, hidden=4)
@@ -331,7 +330,6 @@ def test_nuts_logistic_regression_posterior_mean():
 
 @needs_tf
 @pytest.mark.slow
-@pytest.mark.usefixtures('unchained')   # XLA's steps as NumPy's
 @pytest.mark.parametrize('backend', ['tf', 'xla'])
 def test_nuts_tensorflow_matches_numpy(backend):
   target = nuts.make_target('gaussian', dim=2, rho=0.5)

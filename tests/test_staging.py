@@ -14,7 +14,6 @@ MODES = [False, True]
 MODE_IDS = ['graph', 'xla']
 
 
-@pytest.mark.usefixtures('unchained')
 @pytest.mark.parametrize('jit', MODES, ids=MODE_IDS)
 @pytest.mark.parametrize('schedule', ['lowest', 'most'])
 def test_stats_of_each_call_equal_numpy_runs(jit, schedule):
@@ -39,7 +38,6 @@ def test_stats_of_each_call_equal_numpy_runs(jit, schedule):
     assert profiler.summary(got) == profiler.summary(want)
 
 
-@pytest.mark.usefixtures('unchained')
 @pytest.mark.parametrize('jit', MODES, ids=MODE_IDS)
 def test_stats_read_later_are_the_last_calls(jit):
   """`last_stats` are made when read: read after several calls (of two
@@ -62,7 +60,6 @@ def test_stats_read_later_are_the_last_calls(jit):
   assert staged.last_stats.steps == progs.fibonacci.last_stats.steps
 
 
-@pytest.mark.usefixtures('unchained')
 @pytest.mark.parametrize('jit', MODES, ids=MODE_IDS)
 def test_profile_and_numpy_outputs(jit):
   n = np.array([3, 9, 12, 5, 1, 7])
@@ -92,7 +89,6 @@ def test_stack_overflow_under_xla_is_raised_after_the_call():
   assert staged.fast_calls == 2
 
 
-@pytest.mark.usefixtures('unchained')
 @pytest.mark.parametrize('jit', MODES, ids=MODE_IDS)
 def test_repeated_signatures_call_the_traced_function_directly(jit):
   """A call whose arguments have a signature (structure, dtypes, shapes)

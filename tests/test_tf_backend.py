@@ -542,7 +542,6 @@ def _pushes_in_place(monkeypatch):
   return traced
 
 
-@pytest.mark.usefixtures('unchained')
 @pytest.mark.parametrize('case', CASES, ids=lambda c: c.name)
 def test_xla_with_many_groups_matches_members_alone(case, monkeypatch):
   """Under XLA the blocks run in groups, each in a single-trip loop (see
@@ -734,11 +733,8 @@ def test_step_limit_fails_the_graph():
 
 
 def test_step_limit_under_xla_with_compile_nested_output():
-  # Under XLA a step also runs the loop's body after its test (chained,
-  # see `virtual_machine.chains`): member 0 finishes within the limit, and
-  # only the spinning member is named.
   run = ab.xla.compile_nested_output(lambda n: count_up(n, max_steps=50))
-  with pytest.raises(errors.StepLimitError, match=r'members \[1\]'):
+  with pytest.raises(errors.StepLimitError, match=r'members \[0, 1\]'):
     run(tf.constant([0, 3]))
   np.testing.assert_array_equal(run(tf.constant([0, -1])).numpy(), [0, 0])
 
@@ -874,36 +870,3 @@ def test_numpy_path_does_not_import_tensorflow(tmp_path):
   def f(n):
     return f(n - 1) + n % 3 + n // 2 if n > 1 else n
   assert out.stdout.strip() == str([f(1), f(5), f(9)])
-
-
-# -- chained blocks under XLA ---------------------------------------------------
-
-@pytest.mark.parametrize('case', CASES, ids=lambda c: c.name)
-def test_xla_chains_blocks_and_matches_members_alone(case, monkeypatch):
-  """Under XLA a step runs its block, then the blocks chained after it for
-  the step's members there (`virtual_machine.chains`: a loop's body after
-  its test): never more steps than NumPy, which runs each block in a step
-  of its own, fewer for loops, and the same results."""
-  from autobatch_vm import virtual_machine  # pylint: disable=g-import-not-at-top
-  args, on_numpy, alone = numpy_and_alone(case.name, 5)
-  steps, runs, member_runs = {}, {}, {}
-  for chain in (False, True):
-    monkeypatch.setattr(virtual_machine, 'CHAIN', chain)
-    staged = ab.stage(case.fn, jit_compile=True,
-                      max_stack_depth=case.depth, stackless=False)
-    result = to_np(staged(*to_tf(args)))
-    assert_same(result, on_numpy, case.rtol)
-    assert_same(result, alone, case.rtol)
-    stats = staged.last_stats
-    steps[chain] = stats.steps
-    runs[chain] = sum(stats.block_executions.values())
-    member_runs[chain] = stats.member_block_executions
-  case.fn(*args, max_stack_depth=case.depth, stackless=False)
-  want = case.fn.last_stats
-  assert steps[False] == runs[False] == want.steps
-  assert steps[True] <= steps[False] and steps[True] <= runs[True]
-  # Chained runs are counted: every member's blocks, as NumPy's.
-  assert (member_runs[True] == member_runs[False] ==
-          want.member_block_executions)
-  if case.name in ('gcd', 'collatz_loop'):
-    assert steps[True] < steps[False]
