@@ -90,6 +90,12 @@ _SIGNATURE_BYTES = 4 * 1024
 # (microseconds, megabytes of ports), so there groups cost far more.
 _GROUP_STEP_BYTES = 32 * 1024
 _GROUP_STEP_BYTES_GPU = 16 * 1024 * 1024
+# Under XLA, a group of one block that writes packs of this many bytes or
+# more runs its block in a conditional (whose other branch, never taken,
+# writes nothing) instead of inline: see `_run_group`.  On a GPU the
+# conditional's branch index goes to the host, as a loop's trip test does.
+_GUARDED_GROUP_BYTES = 64 * 1024
+_GUARDED_GROUP_BYTES_GPU = 16 * 1024 * 1024
 # Outside XLA, on CPU, a pack of stacks this large or larger is pushed in
 # place (`_update_rows`) instead of copied by a scatter: see `_Packing`.
 _INPLACE_STACK_BYTES = 128 * 1024
@@ -815,7 +821,8 @@ class TensorFlowBackend:
               b, [_bind(f, mask, carried) for f in branch_fns]))
         else:
           carried = _run_groups(b, mask, groups, branch_fns, packing,
-                                list(carried))
+                                list(carried),
+                                [blk.writes for blk in blocks])
       if timed:
         with tf.control_dependencies(tf.nest.flatten(carried)):
           elapsed = tf.timestamp() - start
@@ -1041,11 +1048,12 @@ def _on_gpu():
   return requested.upper() == 'GPU'
 
 
-def _run_groups(b, mask, groups, branch_fns, packing, carried):
-  """XLA's step: block `b`'s group switches to it and scatters its ports."""
+def _run_groups(b, mask, groups, branch_fns, packing, carried, writes):
+  """XLA's step: block `b`'s group switches to it and scatters its ports.
+  `writes`: each block's writes."""
   num_packs = len(packing.slots)
   if len(groups) == 1:
-    return _run_group(b, mask, groups[0], branch_fns, packing, num_packs,
+    return _run_group(b, mask, groups[0], branch_fns, packing, writes,
                       *carried)
   for group in groups:
     members, width = group
@@ -1063,7 +1071,7 @@ def _run_groups(b, mask, groups, branch_fns, packing, carried):
       full = list(before)
       for g, v in zip(live, values):
         full[g] = v
-      out = _run_group(b, mask, group, branch_fns, packing, num_packs, *full)
+      out = _run_group(b, mask, group, branch_fns, packing, writes, *full)
       return [out[g] for g in live]
     after = _run_once(taken, run, [carried[g] for g in live])
     carried = list(carried)
@@ -1072,10 +1080,32 @@ def _run_groups(b, mask, groups, branch_fns, packing, carried):
   return carried
 
 
-def _run_group(b, mask, group, branch_fns, packing, num_packs, *carried):
+def _run_group(b, mask, group, branch_fns, packing, writes, *carried):
+  """A group's switch to block `b` (one of its members), and the scatter
+  of its ports into the packs.
+
+  A group of one block has no switch, unless the packs it writes are
+  large (`_GUARDED_GROUP_BYTES`): then its block runs in a conditional
+  with a branch that writes nothing (never taken, as the group runs only
+  for its block).  Inline, the block's reads of a pack and the scatter
+  into it are in one computation, and XLA copied the pack there, twice
+  per step (NUTS at 64 chains: a 550 KB pack of `[64, 25]` registers, at
+  each first leapfrog of a transition; 1.1 MB per transition).  In a
+  conditional the reads are done when the scatter runs, and XLA updates
+  the pack in place.
+  """
   members, width = group
+  num_packs = len(packing.slots)
   if len(members) == 1:
-    ports, flat = branch_fns[members[0]](mask, *carried)
+    k = members[0]
+    guard = _GUARDED_GROUP_BYTES_GPU if _on_gpu() else _GUARDED_GROUP_BYTES
+    if packing.written_bytes(width) < guard:
+      ports, flat = branch_fns[k](mask, *carried)
+    else:
+      ports, flat = tf.switch_case(
+          tf.cast(tf.not_equal(b, k), tf.int32),
+          [_bind(branch_fns[k], mask, carried),
+           lambda: packing.no_ports(writes[k], width, carried)])
   else:
     position = np.zeros(max(members) + 1, np.int32)
     position[list(members)] = np.arange(len(members), dtype=np.int32)
@@ -1404,8 +1434,8 @@ class _Packing:
       slots = sorted(s for s in writes
                      if s in self.where and self.where[s][0] == g)
       pad = k - len(slots)
-      rows = [self.where[s][1] for s in slots] + [len(self.slots[g])] * pad
-      rows = tf.constant(np.reshape(rows, [k, 1]), tf.int32)
+      rows = tf.constant(np.reshape(self._port_rows(writes, g, k), [k, 1]),
+                         tf.int32)
       if not is_stack:
         values = _masked_rows([st.written(s, masked=not self.scratch)
                                for s in slots],
@@ -1429,6 +1459,40 @@ class _Packing:
       full = () if self.scratch else (all(w.full for w in pushes),)
       out.append((values, rows, targets) + full)
     return out
+
+  def written_bytes(self, width):
+    """The bytes of the packs that ports of `width` scatter into."""
+    return sum(_nbytes(self.keys[g][1], self.keys[g][2]) *
+               (len(self.slots[g]) + self.scratch)
+               for g, k in enumerate(width) if k)
+
+  def no_ports(self, writes, width, carried):
+    """(ports, flat) of `ports` and `flat_values`' structure for a block
+    with `writes` in a group of `width` (under XLA) that leave the state
+    as it is: each register row written with its own value, no member
+    pushing, the flat slots passed through."""
+    out = []
+    for g, k in enumerate(width):
+      if not k:
+        continue
+      is_stack, dtype, shape = self.keys[g]
+      rows = self._port_rows(writes, g, k)
+      index = tf.constant(np.reshape(rows, [k, 1]), tf.int32)
+      if is_stack:
+        out.append((tf.zeros([k] + list(shape[1:]), dtype), index,
+                    tf.fill([k, shape[1]], tf.constant(-1, tf.int32))))
+      else:
+        out.append((tf.gather(carried[g], rows), index))
+    num_packs = len(self.slots)
+    return out, [carried[num_packs + i] for i in range(len(self.flat))]
+
+  def _port_rows(self, writes, g, k):
+    """Pack g's rows that a block with `writes` writes, in order, then
+    the scratch row up to `k` ports."""
+    slots = sorted(s for s in writes
+                   if s in self.where and self.where[s][0] == g)
+    return ([self.where[s][1] for s in slots] +
+            [len(self.slots[g])] * (k - len(slots)))
 
   def scatter(self, packs, ports, width):
     it = iter(ports)

@@ -566,6 +566,30 @@ def test_xla_with_many_groups_matches_members_alone(case, monkeypatch):
   assert_same(result, alone, case.rtol)
 
 
+@pytest.mark.parametrize('case', CASES, ids=lambda c: c.name)
+def test_xla_guarded_groups_of_one_block_match_members_alone(case,
+                                                             monkeypatch):
+  """Under XLA a group of one block that writes large packs runs it in a
+  conditional whose other branch writes nothing (`_run_group`).  With a
+  group per distinct set of writes and every group of one block so run,
+  every program matches the NumPy backend and each member alone."""
+  from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(tf_backend, '_GROUP_STEP_BYTES', 1)
+  monkeypatch.setattr(tf_backend, '_GUARDED_GROUP_BYTES', 0)
+  traced = []
+  no_ports = tf_backend._Packing.no_ports  # pylint: disable=protected-access
+
+  def spy(self, *args):
+    traced.append(1)
+    return no_ports(self, *args)
+  monkeypatch.setattr(tf_backend._Packing, 'no_ports', spy)  # pylint: disable=protected-access
+  args, on_numpy, alone = numpy_and_alone(case.name, 5)
+  result = run_tf(case.fn, args, 'xla', max_stack_depth=case.depth)
+  assert traced
+  assert_same(result, on_numpy, case.rtol)
+  assert_same(result, alone, case.rtol)
+
+
 @pytest.mark.parametrize('batch', [1, 5, 33])
 @pytest.mark.parametrize('case', CASES, ids=lambda c: c.name)
 def test_graph_stacks_pushed_in_place_match_members_alone(case, batch,
