@@ -566,6 +566,34 @@ def test_xla_with_many_groups_matches_members_alone(case, monkeypatch):
   assert_same(result, alone, case.rtol)
 
 
+@pytest.mark.parametrize('fn', [power, wiggle, scaled],
+                         ids=['power', 'branches', 'closed_over_variable'])
+def test_xla_gradients_through_guarded_groups(fn, monkeypatch):
+  """Gradients under XLA with a group per distinct set of writes and every
+  group of one block run in its conditional (`_run_group`) match each
+  member's."""
+  from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(tf_backend, '_GROUP_STEP_BYTES', 1)
+  monkeypatch.setattr(tf_backend, '_GUARDED_GROUP_BYTES', 0)
+  traced = []
+  no_ports = tf_backend._Packing.no_ports  # pylint: disable=protected-access
+
+  def spy(self, *args):
+    traced.append(1)
+    return no_ports(self, *args)
+  monkeypatch.setattr(tf_backend._Packing, 'no_ports', spy)  # pylint: disable=protected-access
+  rng = np.random.default_rng(5)
+  x = tf.constant(rng.uniform(-1.5, 1.5, size=7))
+  n = tf.constant(rng.integers(0, 9, size=7))
+  y, dx, dscale = _gradients(fn, x, n, 'xla')
+  y0, dx0, dscale0 = _gradients(fn, x, n, 'alone')
+  assert traced
+  np.testing.assert_allclose(y.numpy(), y0.numpy(), rtol=1e-12)
+  np.testing.assert_allclose(dx.numpy(), dx0.numpy(), rtol=1e-12)
+  if fn is scaled:
+    np.testing.assert_allclose(dscale.numpy(), dscale0.numpy(), rtol=1e-12)
+
+
 @pytest.mark.parametrize('case', CASES, ids=lambda c: c.name)
 def test_xla_guarded_groups_of_one_block_match_members_alone(case,
                                                              monkeypatch):
