@@ -1467,10 +1467,11 @@ class _Packing:
                for g, k in enumerate(width) if k)
 
   def no_ports(self, writes, width, carried):
-    """(ports, flat) of `ports` and `flat_values`' structure for a block
-    with `writes` in a group of `width` (under XLA) that leave the state
-    as it is: each register row written with its own value, no member
-    pushing, the flat slots passed through."""
+    """What a branch returns for a block with `writes` in a group of
+    `width` (under XLA): `(ports, flat)` shaped as `ports` and
+    `flat_values` make them, but leaving the state as it is: each register
+    row written with its own value, no member pushing, the flat slots
+    passed through."""
     out = []
     for g, k in enumerate(width):
       if not k:
