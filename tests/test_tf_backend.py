@@ -566,12 +566,20 @@ def test_xla_with_many_groups_matches_members_alone(case, monkeypatch):
   assert_same(result, alone, case.rtol)
 
 
-@pytest.mark.parametrize('fn', [power, wiggle, scaled],
-                         ids=['power', 'branches', 'closed_over_variable'])
-def test_xla_gradients_through_guarded_groups(fn, monkeypatch):
-  """Gradients under XLA with a group per distinct set of writes and every
-  group of one block run in its conditional (`_run_group`) match each
-  member's."""
+def _assert_gradients_match_alone(fn, x, n, mode):
+  """The outputs and gradients of a run in `mode` are each member's."""
+  y, dx, dscale = _gradients(fn, x, n, mode)
+  y0, dx0, dscale0 = _gradients(fn, x, n, 'alone')
+  np.testing.assert_allclose(y.numpy(), y0.numpy(), rtol=1e-12)
+  np.testing.assert_allclose(dx.numpy(), dx0.numpy(), rtol=1e-12)
+  if fn is scaled:
+    np.testing.assert_allclose(dscale.numpy(), dscale0.numpy(), rtol=1e-12)
+
+
+def _guard_every_group(monkeypatch):
+  """Under XLA, a group per distinct set of writes, and every group of one
+  block run in its conditional (`_run_group`); returns a list that counts
+  the conditionals' other branches traced (`no_ports`)."""
   from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
   monkeypatch.setattr(tf_backend, '_GROUP_STEP_BYTES', 1)
   monkeypatch.setattr(tf_backend, '_GUARDED_GROUP_BYTES', 0)
@@ -582,16 +590,21 @@ def test_xla_gradients_through_guarded_groups(fn, monkeypatch):
     traced.append(1)
     return no_ports(self, *args)
   monkeypatch.setattr(tf_backend._Packing, 'no_ports', spy)  # pylint: disable=protected-access
+  return traced
+
+
+@pytest.mark.parametrize('fn', [power, wiggle, scaled],
+                         ids=['power', 'branches', 'closed_over_variable'])
+def test_xla_gradients_through_guarded_groups(fn, monkeypatch):
+  """Gradients under XLA with a group per distinct set of writes and every
+  group of one block run in its conditional (`_run_group`) match each
+  member's."""
+  traced = _guard_every_group(monkeypatch)
   rng = np.random.default_rng(5)
   x = tf.constant(rng.uniform(-1.5, 1.5, size=7))
   n = tf.constant(rng.integers(0, 9, size=7))
-  y, dx, dscale = _gradients(fn, x, n, 'xla')
-  y0, dx0, dscale0 = _gradients(fn, x, n, 'alone')
+  _assert_gradients_match_alone(fn, x, n, 'xla')
   assert traced
-  np.testing.assert_allclose(y.numpy(), y0.numpy(), rtol=1e-12)
-  np.testing.assert_allclose(dx.numpy(), dx0.numpy(), rtol=1e-12)
-  if fn is scaled:
-    np.testing.assert_allclose(dscale.numpy(), dscale0.numpy(), rtol=1e-12)
 
 
 @pytest.mark.parametrize('case', CASES, ids=lambda c: c.name)
@@ -601,16 +614,7 @@ def test_xla_guarded_groups_of_one_block_match_members_alone(case,
   conditional whose other branch writes nothing (`_run_group`).  With a
   group per distinct set of writes and every group of one block so run,
   every program matches the NumPy backend and each member alone."""
-  from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
-  monkeypatch.setattr(tf_backend, '_GROUP_STEP_BYTES', 1)
-  monkeypatch.setattr(tf_backend, '_GUARDED_GROUP_BYTES', 0)
-  traced = []
-  no_ports = tf_backend._Packing.no_ports  # pylint: disable=protected-access
-
-  def spy(self, *args):
-    traced.append(1)
-    return no_ports(self, *args)
-  monkeypatch.setattr(tf_backend._Packing, 'no_ports', spy)  # pylint: disable=protected-access
+  traced = _guard_every_group(monkeypatch)
   args, on_numpy, alone = numpy_and_alone(case.name, 5)
   result = run_tf(case.fn, args, 'xla', max_stack_depth=case.depth)
   assert traced
@@ -650,13 +654,8 @@ def test_graph_gradients_through_stacks_pushed_in_place(fn, dtype,
   rng = np.random.default_rng(11)
   x = tf.constant(rng.uniform(-1.5, 1.5, size=9).astype(dtype))
   n = tf.constant(rng.integers(0, 9, size=9))
-  y, dx, dscale = _gradients(fn, x, n, 'graph')
-  y0, dx0, dscale0 = _gradients(fn, x, n, 'alone')
+  _assert_gradients_match_alone(fn, x, n, 'graph')
   assert traced
-  np.testing.assert_allclose(y.numpy(), y0.numpy(), rtol=1e-12)
-  np.testing.assert_allclose(dx.numpy(), dx0.numpy(), rtol=1e-12)
-  if fn is scaled:
-    np.testing.assert_allclose(dscale.numpy(), dscale0.numpy(), rtol=1e-12)
 
 
 def test_stacks_pushed_in_place_only_when_large_on_cpu_outside_xla():
