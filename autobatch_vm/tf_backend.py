@@ -768,8 +768,8 @@ class TensorFlowBackend:
                or _on_gpu() else _INPLACE_STACK_BYTES)
     packing = _Packing(state, stack_slots, frozenset(packed), limit, writers,
                        inplace)
-    groups = (_write_groups(packing, [blk.writes for blk in blocks])
-              if xla else None)
+    writes = [blk.writes for blk in blocks]
+    groups = _write_groups(packing, writes) if xla else None
     widths = {}
     for members, width in groups or ():
       widths.update((k, width) for k in members)
@@ -825,8 +825,7 @@ class TensorFlowBackend:
               b, [_bind(f, mask, carried) for f in branch_fns]))
         else:
           carried = _run_groups(b, mask, groups, branch_fns, packing,
-                                list(carried),
-                                [blk.writes for blk in blocks])
+                                list(carried), writes)
       if timed:
         with tf.control_dependencies(tf.nest.flatten(carried)):
           elapsed = tf.timestamp() - start
@@ -1043,6 +1042,11 @@ def _group_step_bytes():
   return _GROUP_STEP_BYTES_GPU if _on_gpu() else _GROUP_STEP_BYTES
 
 
+def _guarded_group_bytes():
+  """`_GUARDED_GROUP_BYTES`, or its GPU value when the run is on a GPU."""
+  return _GUARDED_GROUP_BYTES_GPU if _on_gpu() else _GUARDED_GROUP_BYTES
+
+
 def _on_gpu():
   """Whether ops traced here run on a GPU (a `tf.device` scope says so, or
   there is none and a GPU is visible)."""
@@ -1102,8 +1106,7 @@ def _run_group(b, mask, group, branch_fns, packing, writes, *carried):
   num_packs = len(packing.slots)
   if len(members) == 1:
     k = members[0]
-    guard = _GUARDED_GROUP_BYTES_GPU if _on_gpu() else _GUARDED_GROUP_BYTES
-    if packing.written_bytes(width) < guard:
+    if packing.written_bytes(width) < _guarded_group_bytes():
       ports, flat = branch_fns[k](mask, *carried)
     else:
       ports, flat = tf.switch_case(
@@ -1435,10 +1438,9 @@ class _Packing:
       if not k:
         continue
       is_stack, dtype, shape = self.keys[g]
-      slots = sorted(s for s in writes
-                     if s in self.where and self.where[s][0] == g)
+      slots = self._port_slots(writes, g)
       pad = k - len(slots)
-      rows = tf.constant(np.reshape(self._port_rows(writes, g, k), [k, 1]),
+      rows = tf.constant(np.reshape(self._port_rows(g, slots, k), [k, 1]),
                          tf.int32)
       if not is_stack:
         values = _masked_rows([st.written(s, masked=not self.scratch)
@@ -1481,7 +1483,7 @@ class _Packing:
       if not k:
         continue
       is_stack, dtype, shape = self.keys[g]
-      rows = self._port_rows(writes, g, k)
+      rows = self._port_rows(g, self._port_slots(writes, g), k)
       index = tf.constant(np.reshape(rows, [k, 1]), tf.int32)
       if is_stack:
         out.append((tf.zeros([k] + list(shape[1:]), dtype), index,
@@ -1491,11 +1493,14 @@ class _Packing:
     num_packs = len(self.slots)
     return out, [carried[num_packs + i] for i in range(len(self.flat))]
 
-  def _port_rows(self, writes, g, k):
-    """Pack g's rows that a block with `writes` writes, in order, then
-    the scratch row up to `k` ports."""
-    slots = sorted(s for s in writes
-                   if s in self.where and self.where[s][0] == g)
+  def _port_slots(self, writes, g):
+    """The slots of pack g among `writes`, in the pack's order."""
+    return sorted(s for s in writes
+                  if s in self.where and self.where[s][0] == g)
+
+  def _port_rows(self, g, slots, k):
+    """Pack g's rows of `slots` (`_port_slots`), then the scratch row up
+    to `k` ports."""
     return ([self.where[s][1] for s in slots] +
             [len(self.slots[g])] * (k - len(slots)))
 
