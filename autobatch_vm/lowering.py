@@ -15,6 +15,13 @@ where <saved> are f's variables live across this call that g can overwrite
 (caller-save).  `push_goto` pushes the return block on the program-counter
 stack; a `return` becomes `indirect_goto`, which pops it.  The VM's PC stack
 starts with the exit index, so main's return ends the member.
+
+A function that only one call site in the program calls, and that cannot
+reach itself, always returns to that site's block B': there the call is
+`goto g.entry` and g's `return` is `goto B'`, with no PC stack traffic and
+no step spent popping (`block_merge` then joins g's return block and B').
+NUTS's `transition`, called once per iteration of `run_chunk`, saves a VM
+step per transition this way (107 -> 102 steps for 5 transitions).
 """
 
 import dataclasses
@@ -54,7 +61,32 @@ def _tuple(*xs):
   return xs
 
 
-def _lower_function(fn, program, reach, entry_of):
+def _call_sites(program):
+  """function name -> [(caller, return label)] of every call of it."""
+  sites = {}
+  for fn in program.functions:
+    for block in fn.blocks:
+      part = 0
+      for op in block.instructions:
+        if isinstance(op, inst.FunctionCallOp):
+          part += 1
+          sites.setdefault(op.function, []).append(
+              (fn.name, f'{block.label}.{part}'))
+  return sites
+
+
+def _direct_returns(program, reach):
+  """callee name -> the block its returns go to, for each function (not
+  main) called from one site only and unable to reach itself."""
+  out = {}
+  for name, sites in _call_sites(program).items():
+    if (len(sites) == 1 and name != program.main_function.name
+        and name not in reach.get(name, ())):
+      out[name] = sites[0][1]
+  return out
+
+
+def _lower_function(fn, program, reach, entry_of, direct):
   live = liveness.analyze(fn)
   blocks = []
   for block in fn.blocks:
@@ -81,9 +113,12 @@ def _lower_function(fn, program, reach, entry_of):
                          op.loc))
       part += 1
       ret_label = f'{label}.{part}'
+      if callee.name in direct:   # it returns to ret_label, always
+        jump = inst.GotoOp(entry_of[callee.name], op.loc)
+      else:
+        jump = inst.PushGotoOp(ret_label, entry_of[callee.name], op.loc)
       blocks.append(inst.Block(
-          label if part == 1 else f'{label}.{part - 1}', tuple(ops),
-          inst.PushGotoOp(ret_label, entry_of[callee.name], op.loc),
+          label if part == 1 else f'{label}.{part - 1}', tuple(ops), jump,
           block.loc))
       ops = []
       if saved:
@@ -93,7 +128,8 @@ def _lower_function(fn, program, reach, entry_of):
                              _q(callee.name, callee.vars_out), op.loc))
     t = block.terminator
     if isinstance(t, inst.ReturnOp):
-      t = inst.IndirectGotoOp(t.loc)
+      t = (inst.GotoOp(direct[fn.name], t.loc) if fn.name in direct
+           else inst.IndirectGotoOp(t.loc))
     elif isinstance(t, inst.BranchOp):
       t = inst.BranchOp(_q(fn.name, t.cond), t.true_block, t.false_block,
                         t.loc)
@@ -108,9 +144,10 @@ def lower(program):
   entry_of = {f.name: f.blocks[0].label for f in program.functions}
   main = program.main_function
   ordered = [main] + [f for f in program.functions if f.name != main.name]
+  direct = _direct_returns(program, reach)
   blocks, var_defs, var_alloc = [], {}, {}
   for fn in ordered:
-    blocks.extend(_lower_function(fn, program, reach, entry_of))
+    blocks.extend(_lower_function(fn, program, reach, entry_of, direct))
     for v, t in fn.var_defs.items():
       var_defs[f'{fn.name}.{v}'] = t
     for v, a in fn.var_alloc.items():

@@ -8,7 +8,8 @@ exercise: double recursion (fibonacci), mutual recursion in tail position
 written with labels and gotos (collatz), a function returning a tuple
 (divmod3), a variable live across two consecutive calls (fib_plus_n: pop +
 push fusion), a self tail call (gcd), a call from a recursive function into
-a non-recursive helper (sum_squares), and the structured `while_` / `if_`
+a non-recursive helper (sum_squares), helpers called once in a loop and
+twice (helpers), and the structured `while_` / `if_`
 without `else_` (popcount).
 """
 
@@ -259,8 +260,37 @@ def popcount():
               _ints(0, 1000), 1)
 
 
+# -- helpers: a helper called once, in a loop, and one called twice -------------
+
+def _helpers_ref(n):
+  count = 0
+  while n > 1:
+    n = n // 2 if n % 2 == 0 else 3 * n + 1
+    count += 1
+  return (count + 1) + (n + 1)
+
+
+def helpers():
+  pb = dsl.ProgramBuilder()
+  with pb.function('helpers', ['n']):
+    pb.const(0, out='count')
+    with pb.while_(lambda n: n > 1):
+      pb.call('collatz_next', ['n'], out='n')    # the only call: direct
+      pb.primop(lambda count: count + 1, out='count')
+    pb.call('plus_one', ['count'], out='a')      # two calls: pushed
+    pb.call('plus_one', ['n'], out='b')
+    pb.return_(lambda a, b: a + b)
+  with pb.function('collatz_next', ['m']):       # returns in two places
+    with pb.if_(lambda m: m % 2 == 0):
+      pb.return_(lambda m: m // 2)
+    pb.return_(lambda m: 3 * m + 1)
+  with pb.function('plus_one', ['x']):
+    pb.return_(lambda x: x + 1)
+  return Case('helpers', pb.program(), (INT,), _helpers_ref, _ints(1, 30), 2)
+
+
 BUILDERS = (fibonacci, even_odd, hofstadter, collatz, tuple_return, fib_plus_n, gcd,
-            sum_squares, popcount)
+            sum_squares, popcount, helpers)
 
 
 def all_cases():

@@ -258,11 +258,39 @@ def test_lowering_flattens_and_qualifies():
   assert all('.' in v for v in program.var_defs)
   assert set(program.var_alloc) == set(program.var_defs)
   # The call of the helper saves nothing; the recursive call saves `sq`.
+  # The helper is called from one site only: it is jumped to and jumps
+  # back, with no return block on the PC stack.
   assert block_lines(program, 'sum_squares.2') == [
-      'square.x = prim[sum_squares.n](sum_squares.n)',
-      'push_goto sum_squares.2.1, square.0']
+      'square.x = prim[sum_squares.n](sum_squares.n)', 'goto square.0']
+  assert block_lines(program, 'square.0')[-1] == 'goto sum_squares.2.1'
   assert ops_of(program, inst.PushOp) == [inst.PushOp(('sum_squares.sq',))]
   assert ops_of(program, inst.PopOp) == [inst.PopOp(('sum_squares.sq',))]
+
+
+def test_lowering_returns_directly_from_single_call_sites_only():
+  program = lowered('helpers', optimize=False)
+  labels = [b.label for b in program.blocks]
+  terminators = {b.label: inst.op_str(b.terminator) for b in program.blocks}
+  # collatz_next: one call, in a loop; both its returns go to the site.
+  assert terminators['helpers.2'] == 'goto collatz_next.0'
+  nexts = [terminators[l] for l in labels if l.startswith('collatz_next.')]
+  assert nexts.count('goto helpers.2.1') == 2
+  # plus_one: two calls, so a pushed return block and `indirect_goto`.
+  pushes = [t for t in terminators.values() if t.endswith('plus_one.0')]
+  assert len(pushes) == 2 and all(t.startswith('push_goto') for t in pushes)
+  assert terminators['plus_one.0'] == 'indirect_goto'
+  # Recursive functions keep their pushes, even with a single call site
+  # (each of even_odd's functions is called once, by the other), and so
+  # does main (its return ends the member).
+  for name, direct in (('even_odd', 0), ('hofstadter', 0), ('gcd', 0),
+                       ('fibonacci', 0), ('sum_squares', 1), ('helpers', 1)):
+    calls = ops_of(typed(name), inst.FunctionCallOp)
+    program = lowered(name, optimize=False)
+    assert len(ops_of(program, inst.PushGotoOp)) == len(calls) - direct, name
+    main_returns = [b for b in program.blocks
+                    if b.label.startswith(program.main + '.')
+                    and isinstance(b.terminator, inst.IndirectGotoOp)]
+    assert main_returns, name
 
 
 def test_lowering_copies_arguments_in_parallel():
