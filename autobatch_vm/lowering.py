@@ -61,29 +61,26 @@ def _tuple(*xs):
   return xs
 
 
-def _call_sites(program):
-  """function name -> [(caller, return label)] of every call of it."""
-  sites = {}
+def _return_labels(program):
+  """function name -> the return label of each of its call sites (the
+  block after the call, `<block>.<k>` for the block's k-th call)."""
+  labels = {}
   for fn in program.functions:
     for block in fn.blocks:
-      part = 0
-      for op in block.instructions:
-        if isinstance(op, inst.FunctionCallOp):
-          part += 1
-          sites.setdefault(op.function, []).append(
-              (fn.name, f'{block.label}.{part}'))
-  return sites
+      calls = [op for op in block.instructions
+               if isinstance(op, inst.FunctionCallOp)]
+      for k, op in enumerate(calls, 1):
+        labels.setdefault(op.function, []).append(f'{block.label}.{k}')
+  return labels
 
 
 def _direct_returns(program, reach):
   """callee name -> the block its returns go to, for each function (not
   main) called from one site only and unable to reach itself."""
-  out = {}
-  for name, sites in _call_sites(program).items():
-    if (len(sites) == 1 and name != program.main_function.name
-        and name not in reach.get(name, ())):
-      out[name] = sites[0][1]
-  return out
+  return {name: labels[0]
+          for name, labels in _return_labels(program).items()
+          if len(labels) == 1 and name != program.main_function.name
+          and name not in reach.get(name, ())}
 
 
 def _lower_function(fn, program, reach, entry_of, direct):
