@@ -18,6 +18,7 @@ import sys
 import numpy as np
 import pytest
 
+from autobatch_vm import dsl
 from autobatch_vm import errors
 from autobatch_vm import instructions as inst
 from autobatch_vm import lowering
@@ -188,6 +189,29 @@ def test_call_stack_overflow_in_mutual_recursion():
   with pytest.raises(errors.StackOverflowError,
                      match=r"call stack, calling 'is_(even|odd)'.*\[1\]"):
     run_vm(case, args, 3, max_stack_depth=13)
+
+
+def test_single_site_helper_needs_no_call_stack():
+  # `chain`'s base case calls `bump`, from the program's only call of it:
+  # at the deepest point the PC stack holds main's exit and `chain`'s 5
+  # frames, and `bump` (which returns straight back) adds none.
+  pb = dsl.ProgramBuilder()
+  with pb.function('chain', ['n']):
+    with pb.if_(lambda n: n <= 0):
+      pb.return_(pb.call('bump', ['n']))
+    pb.call('chain', [pb.primop(lambda n: n - 1)], out='r')
+    pb.return_(lambda r: r + 2)
+  with pb.function('bump', ['x']):
+    pb.return_(lambda x: x + 1)
+  typed = pipeline.typed(pb.program(), [progs.INT], BACKEND, verify=True)
+  program = pipeline.lowered(typed, verify=True)
+  args = [np.array([6, 2, 0], np.int64)]
+  out, _ = virtual_machine.execute(program, args, BACKEND, 3,
+                                   max_stack_depth=5)
+  np.testing.assert_array_equal(out, [13, 5, 1])
+  with pytest.raises(errors.StackOverflowError,
+                     match=r"call stack, calling 'chain'.*\[0\]"):
+    virtual_machine.execute(program, args, BACKEND, 3, max_stack_depth=4)
 
 
 def test_self_tail_call_needs_no_stack():
