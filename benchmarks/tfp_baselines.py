@@ -67,7 +67,10 @@ def nuts_runner(kind, backend, target, theta, step_size, num_transitions,
   (tf.function, graph) or 'xla'.  Returns `(run, out)`: a call that draws
   `num_transitions` samples, and the dict its calls fill with `samples`
   ([transitions, chains, dim]) and `leapfrogs` (summed over chains and
-  transitions); `(None, None)` without TFP.
+  transitions); `(None, None)` without TFP.  `run(draw=k)` makes the
+  hand-batched sampler draw with the stateless seed `[seed + k, 1]` (the
+  same numbers for the same k; k = 0 by default); the autobatched sampler
+  draws new numbers at every call whatever k.
   """
   tfp = _tfp()
   if tfp is None:
@@ -86,8 +89,9 @@ def nuts_runner(kind, backend, target, theta, step_size, num_transitions,
   else:
     raise ValueError(f'kind {kind!r}')
 
-  def sample(x):
-    kwargs = {} if kind == 'autobatched' else {'seed': [seed, 1]}
+  def sample(x, draw):
+    kwargs = ({} if kind == 'autobatched' else
+              {'seed': tf.stack([seed + draw, 1])})
     return tfp.mcmc.sample_chain(
         num_results=num_transitions, current_state=x, kernel=kernel,
         num_burnin_steps=0, trace_fn=lambda _, kr: kr.leapfrogs_taken,
@@ -96,9 +100,12 @@ def nuts_runner(kind, backend, target, theta, step_size, num_transitions,
   staged = tf.function(sample, jit_compile=(backend == 'xla'),
                        autograph=False)
   out = {}
+  draws = {}   # k -> its seed offset as a tensor, made once
 
-  def run():
-    samples, leapfrogs = staged(theta)
+  def run(draw=0):
+    if draw not in draws:
+      draws[draw] = tf.constant(draw, tf.int32)
+    samples, leapfrogs = staged(theta, draws[draw])
     out['samples'] = samples.numpy()
     out['leapfrogs'] = float(np.sum(leapfrogs.numpy()))
   return run, out

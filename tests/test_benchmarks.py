@@ -332,6 +332,43 @@ def test_nuts_ess_times_systems_in_turns_and_reports_medians(monkeypatch,
   assert 'medians of 2 runs per system' in run.ess_markdown(rows)
 
 
+def test_nuts_ess_draws_new_numbers_in_each_run(monkeypatch, set_flags):
+  """Each run of our sampler in the ESS comparison (the warm-up one
+  included) draws with its own seeds: the warm chains' seeds plus the
+  run's index, so the median ESS is over different draws."""
+  np = pytest.importorskip('numpy')
+  from benchmarks import run  # pylint: disable=g-import-not-at-top
+  nuts = run._example('nuts')  # pylint: disable=protected-access
+  monkeypatch.setattr(run, 'NUTS_WARMUP', 5)
+  seeds_used, samples = [], []
+  sampler_cls = nuts.Sampler
+
+  class Spy(sampler_cls):
+    def __init__(self, *args, **kwargs):
+      super().__init__(*args, **kwargs)
+      call = self._call
+
+      def counted(name, *call_args):
+        out = call(name, *call_args)
+        seeds_used.append(np.array(call_args[2]))
+        samples.append(np.asarray(out[2]))
+        return out
+      self._call = counted
+  run.nuts_warm_state.cache_clear()
+  try:
+    warm_seeds = run.nuts_warm_state(2)[2]
+    monkeypatch.setattr(nuts, 'Sampler', Spy)
+    set_flags(nuts_ess_samples=4, nuts_ess_repeats=2, nuts_ess_chunk=4)
+    (row,) = run.nuts_ess(['numpy'], chains=2)
+  finally:
+    run.nuts_warm_state.cache_clear()
+  assert row['runs'] == 2
+  assert len(seeds_used) == 3   # one call per run: warm-up, then two
+  for k, seeds in enumerate(seeds_used):
+    np.testing.assert_array_equal(seeds, warm_seeds + np.uint64(k))
+  assert not np.allclose(samples[1], samples[2])
+
+
 def test_nuts_ess_draws_ours_in_calls_of_the_chunk(monkeypatch, set_flags):
   """Our sampler draws the ESS comparison's samples in calls of
   --nuts_ess_chunk transitions (the last call's extra samples dropped),
@@ -449,3 +486,23 @@ def test_nuts_on_tensorflow_is_the_median_over_fresh_processes(
   assert spawned.count(('collatz', 'function')) == 1
   text = (tmp_path / 'results.md').read_text()
   assert '| nuts | function | 64 | 0.0500 | 2,000 leapfrogs/s |' in text, text
+
+
+def test_hand_batched_nuts_draws_by_the_runs_index():
+  """`nuts_runner`'s hand-batched sampler draws with seed `[seed + k, 1]`
+  for `run(draw=k)`: the same samples for the same k, new ones for a new
+  k (the ESS comparison's runs each draw new numbers)."""
+  np = pytest.importorskip('numpy')
+  from benchmarks import run, tfp_baselines  # pylint: disable=g-import-not-at-top
+  if not tfp_baselines.available():
+    pytest.skip('needs TensorFlow Probability')
+  target = run._example('nuts').make_target('gaussian')  # pylint: disable=protected-access
+  sampler, out = tfp_baselines.nuts_runner(
+      'unrolled', 'function', target, np.zeros((3, target.dim)),
+      np.full(3, 0.3), 4, 3)
+  drawn = []
+  for draw in (0, 0, 1):
+    sampler(draw=draw)
+    drawn.append(out['samples'].copy())
+  np.testing.assert_array_equal(drawn[0], drawn[1])
+  assert not np.allclose(drawn[0], drawn[2])
