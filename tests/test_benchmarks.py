@@ -332,6 +332,26 @@ def test_nuts_ess_times_systems_in_turns_and_reports_medians(monkeypatch,
   assert 'medians of 2 runs per system' in run.ess_markdown(rows)
 
 
+def _spying_sampler(sampler_cls, seen, made=None):
+  """A subclass of the NUTS example's `Sampler` that reports each call,
+  `seen(sampler, name, args, out)`, and appends each sampler's chunk to
+  `made`."""
+
+  class Spy(sampler_cls):
+    def __init__(self, *args, **kwargs):
+      super().__init__(*args, **kwargs)
+      if made is not None:
+        made.append(self.chunk)
+      call = self._call
+
+      def counted(name, *call_args):
+        out = call(name, *call_args)
+        seen(self, name, call_args, out)
+        return out
+      self._call = counted
+  return Spy
+
+
 def test_nuts_ess_draws_new_numbers_in_each_run(monkeypatch, set_flags):
   """Each run of our sampler in the ESS comparison (the warm-up one
   included) draws with its own seeds: the warm chains' seeds plus the
@@ -341,23 +361,15 @@ def test_nuts_ess_draws_new_numbers_in_each_run(monkeypatch, set_flags):
   nuts = run._example('nuts')  # pylint: disable=protected-access
   monkeypatch.setattr(run, 'NUTS_WARMUP', 5)
   seeds_used, samples = [], []
-  sampler_cls = nuts.Sampler
 
-  class Spy(sampler_cls):
-    def __init__(self, *args, **kwargs):
-      super().__init__(*args, **kwargs)
-      call = self._call
-
-      def counted(name, *call_args):
-        out = call(name, *call_args)
-        seeds_used.append(np.array(call_args[2]))
-        samples.append(np.asarray(out[2]))
-        return out
-      self._call = counted
+  def seen(unused_sampler, unused_name, call_args, out):
+    seeds_used.append(np.array(call_args[2]))
+    samples.append(np.asarray(out[2]))
+  spy = _spying_sampler(nuts.Sampler, seen)
   run.nuts_warm_state.cache_clear()
   try:
     warm_seeds = run.nuts_warm_state(2)[2]
-    monkeypatch.setattr(nuts, 'Sampler', Spy)
+    monkeypatch.setattr(nuts, 'Sampler', spy)
     set_flags(nuts_ess_samples=4, nuts_ess_repeats=2, nuts_ess_chunk=4)
     (row,) = run.nuts_ess(['numpy'], chains=2)
   finally:
@@ -378,23 +390,14 @@ def test_nuts_ess_draws_ours_in_calls_of_the_chunk(monkeypatch, set_flags):
   nuts = run._example('nuts')  # pylint: disable=protected-access
   monkeypatch.setattr(run, 'NUTS_WARMUP', 5)
   made, drawn = [], []
-  sampler_cls = nuts.Sampler
 
-  class Spy(sampler_cls):
-    def __init__(self, *args, **kwargs):
-      super().__init__(*args, **kwargs)
-      made.append(self.chunk)
-      call = self._call
-
-      def counted(name, *call_args):
-        out = call(name, *call_args)
-        drawn.append((name, np.asarray(out[2]).shape))
-        return out
-      self._call = counted
+  def seen(unused_sampler, name, unused_call_args, out):
+    drawn.append((name, np.asarray(out[2]).shape))
+  spy = _spying_sampler(nuts.Sampler, seen, made=made)
   run.nuts_warm_state.cache_clear()
   try:
     run.nuts_warm_state(2)   # its sampler is not the one spied on
-    monkeypatch.setattr(nuts, 'Sampler', Spy)
+    monkeypatch.setattr(nuts, 'Sampler', spy)
     set_flags(nuts_ess_samples=7, nuts_ess_repeats=1, nuts_ess_chunk=3)
     (row,) = run.nuts_ess(['numpy'], chains=2)
     assert made == [3]
