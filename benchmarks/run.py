@@ -440,8 +440,8 @@ def ess_markdown(rows, chains=NUTS_CHAINS):
   lines = [f'NUTS, logistic regression, {chains} chains, '
            f'{FLAGS.nuts_ess_samples} samples per chain after '
            f'{NUTS_WARMUP} warm-up iterations, same start and step sizes; '
-           f'time and ESS are medians of {runs} runs per system, the '
-           'systems of a backend run in turns' + (
+           f'time and ESS are medians of {runs} runs per system, each '
+           'drawing new numbers, the systems of a backend run in turns' + (
                f' (TensorFlow: then the medians over {processes} fresh '
                'processes)' if processes > 1 else '') +
            f'; ours in calls of {ess_chunk()} transitions, TFP\'s samplers '
