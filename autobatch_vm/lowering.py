@@ -61,16 +61,22 @@ def _tuple(*xs):
   return xs
 
 
+def _part_label(label, k):
+  """Block `label`'s part after its k-th call (k = 0: the block itself)."""
+  return label if k == 0 else f'{label}.{k}'
+
+
 def _return_labels(program):
   """function name -> the return label of each of its call sites (the
-  block after the call, `<block>.<k>` for the block's k-th call)."""
+  block after the call: `_part_label` of the block's k-th call)."""
   labels = {}
   for fn in program.functions:
     for block in fn.blocks:
       calls = [op for op in block.instructions
                if isinstance(op, inst.FunctionCallOp)]
       for k, op in enumerate(calls, 1):
-        labels.setdefault(op.function, []).append(f'{block.label}.{k}')
+        labels.setdefault(op.function, []).append(
+            _part_label(block.label, k))
   return labels
 
 
@@ -109,13 +115,13 @@ def _lower_function(fn, program, reach, entry_of, direct):
         ops.append(_copy([_q(fn.name, v) for v in op.vars_in], params,
                          op.loc))
       part += 1
-      ret_label = f'{label}.{part}'
+      ret_label = _part_label(label, part)
       if callee.name in direct:   # it returns to ret_label, always
         jump = inst.GotoOp(entry_of[callee.name], op.loc)
       else:
         jump = inst.PushGotoOp(ret_label, entry_of[callee.name], op.loc)
       blocks.append(inst.Block(
-          label if part == 1 else f'{label}.{part - 1}', tuple(ops), jump,
+          _part_label(label, part - 1), tuple(ops), jump,
           block.loc))
       ops = []
       if saved:
@@ -130,7 +136,7 @@ def _lower_function(fn, program, reach, entry_of, direct):
     elif isinstance(t, inst.BranchOp):
       t = inst.BranchOp(_q(fn.name, t.cond), t.true_block, t.false_block,
                         t.loc)
-    final_label = label if part == 0 else f'{label}.{part}'
+    final_label = _part_label(label, part)
     blocks.append(inst.Block(final_label, tuple(ops), t, block.loc))
   return blocks
 
