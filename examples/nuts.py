@@ -311,12 +311,10 @@ def tf_lib(target):
     return to_unit(splitmix64(stream(seed, counter, 1)))
 
   def logaddexp(a, b):
-    # As np.logaddexp: log(exp(a) + exp(b)), -inf where both are -inf.
-    a = tf.convert_to_tensor(a, tf.float64)
-    b = tf.convert_to_tensor(b, tf.float64)
-    top = tf.maximum(a, b)
-    sum_ = top + tf.math.log1p(tf.exp(-tf.abs(a - b)))
-    return tf.where(tf.math.is_inf(top) & (top < 0), top, sum_)
+    # As np.logaddexp (-inf where both are -inf).
+    return tf.reduce_logsumexp(
+        tf.stack([tf.convert_to_tensor(a, tf.float64),
+                  tf.convert_to_tensor(b, tf.float64)]), axis=0)
 
   return types.SimpleNamespace(
       uniform=uniform,
