@@ -311,10 +311,14 @@ def tf_lib(target):
     return to_unit(splitmix64(stream(seed, counter, 1)))
 
   def logaddexp(a, b):
-    # As np.logaddexp (-inf where both are -inf).
+    # As np.logaddexp (-inf where both are -inf), broadcasting: a chain
+    # run alone (dry_run) starts from the Python float log_w = 0.0.
+    a = tf.convert_to_tensor(a, tf.float64)
+    b = tf.convert_to_tensor(b, tf.float64)
+    shape = tf.broadcast_dynamic_shape(tf.shape(a), tf.shape(b))
     return tf.reduce_logsumexp(
-        tf.stack([tf.convert_to_tensor(a, tf.float64),
-                  tf.convert_to_tensor(b, tf.float64)]), axis=0)
+        tf.stack([tf.broadcast_to(a, shape), tf.broadcast_to(b, shape)]),
+        axis=0)
 
   return types.SimpleNamespace(
       uniform=uniform,

@@ -373,6 +373,34 @@ def test_nuts_xla_guarded_group_matches_numpy(monkeypatch):
 
 
 @needs_tf
+def test_nuts_tensorflow_logaddexp_broadcasts_as_numpy():
+  lib = nuts.tf_lib(nuts.make_target('gaussian', dim=2))
+  b = np.array([-1.5, -np.inf, 3.0])
+  for a in (0.0, np.array([0.25, -np.inf, -2.0]), -np.inf):
+    np.testing.assert_allclose(lib.logaddexp(a, b).numpy(),
+                               np.logaddexp(a, b))
+    np.testing.assert_allclose(lib.logaddexp(b, a).numpy(),
+                               np.logaddexp(b, a))
+
+
+@needs_tf
+def test_nuts_tensorflow_chains_alone_match_the_batch():
+  """Each chain run alone (`dry_run`) on TensorFlow tensors, as the
+  benchmark's "alone" baseline runs them: the batch's samples."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  target = nuts.make_target('logistic')
+  sampler = nuts.Sampler(target, 'tf', chunk=2, max_tree_depth=4)
+  numpy = nuts.Sampler(target, 'numpy', chunk=2, max_tree_depth=4)
+  point, da, seeds, counter = numpy.init(3, seed=5)
+  args = (point, da, seeds, counter, np.ones(3, bool))
+  batched = numpy.fns.run_chunk(*args, max_stack_depth=numpy.depth)
+  first = lambda x: tf.convert_to_tensor(x[:2])
+  alone = sampler.fns.run_chunk(
+      *[ab.instructions.pattern_map(first, a) for a in args], dry_run=True)
+  np.testing.assert_allclose(alone[2].numpy(), batched[2][:2], atol=1e-8)
+
+
+@needs_tf
 @pytest.mark.slow
 def test_nuts_tensorflow_gradients_match_numpy():
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
