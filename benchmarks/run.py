@@ -151,7 +151,7 @@ class Cell:
   """One workload at one batch size on one backend."""
 
   def __init__(self, run, units, unit, stats=None, alone=None, tfp=None,
-               hand=None):
+               hand=None, floor=None):
     self.run = run          # () -> None, the timed call
     self.units = units      # work units per call (members, trees, leapfrogs)
     self.unit = unit
@@ -162,6 +162,10 @@ class Cell:
     # turns: `workloads.interleaved_median_times`).
     self.tfp = tfp
     self.hand = hand
+    # () -> a call doing only the workload's expensive primitive, as often
+    # as any batched run of the same work must (NUTS: the gradients), or
+    # None (see `nuts_gradient_floor`).
+    self.floor = floor
 
 
 def _staged(fn, backend, **kwargs):
@@ -280,6 +284,7 @@ def make_nuts(backend, batch):
   state = nuts_warm_state(batch)
   adapt = np.zeros(batch, bool)
   leapfrogs = []
+  most = []   # the most leapfrogs any chain took in a call
   if backend == 'numpy':
     call = functools.partial(sampler._call, 'run_chunk', *state, adapt)  # pylint: disable=protected-access
     stats = lambda: sampler.last_stats
@@ -297,10 +302,14 @@ def make_nuts(backend, batch):
   def run():
     out = call()
     np.asarray(out[2])   # the samples
-    leapfrogs.append(float(np.sum(np.asarray(out[3]))))
+    counts = np.asarray(out[3])
+    leapfrogs.append(float(np.sum(counts)))
+    most.append(int(np.max(counts)))
 
   run()   # warm-up also measures the work (leapfrogs) per call
   cell = Cell(run, leapfrogs[-1], 'leapfrogs/s', stats)
+  cell.floor = lambda: nuts_gradient_floor(nuts, backend, target, state,
+                                           most[-1])
 
   def alone():
     point, da, seeds, counter = state
@@ -325,6 +334,47 @@ def make_nuts(backend, batch):
     cell.tfp = lambda: tfp_nuts('autobatched')
     cell.hand = lambda: tfp_nuts('unrolled')
   return cell
+
+
+def nuts_gradient_floor(nuts, backend, target, state, evaluations):
+  """A call that runs `evaluations` leapfrog steps of every chain, back
+  to back in a plain loop on `backend` (NumPy, or a `tf.function`, under
+  XLA for 'xla'): the example's own `leapfrog`, one gradient of the
+  target per step, from the chains of `state` at their step sizes.
+
+  Given the most leapfrogs that any chain takes in a call of ours (35
+  over 5 transitions at 64 chains), this is the least time in which any
+  sampler evaluates those gradients batched over the chains: it must
+  wait for that chain.  Our time over it is what our VM costs beyond the
+  gradients, and a baseline's time over it is the most any sampler
+  could beat that baseline by.
+  """
+  point, da = state[0], state[1]
+  step = np.exp(np.asarray(da.log_eps_bar))
+  if backend == 'numpy':
+    leapfrog = nuts.numpy_lib(target).leapfrog
+
+    def run():
+      p = point
+      for _ in range(evaluations):
+        p = leapfrog(p, step)
+      np.asarray(p.theta)
+    return run
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  leapfrog = nuts.tf_lib(target).leapfrog
+  start = _on(backend, point)
+  step = tf.constant(step)
+
+  def loop(p):
+    def body(i, p):
+      return i + 1, leapfrog(p, step)
+    return tf.while_loop(lambda i, p: i < evaluations, body,
+                         (tf.constant(0), p))[1]
+  staged = tf.function(loop, jit_compile=backend == 'xla', autograph=False)
+
+  def run_tf():
+    np.asarray(staged(start).theta)
+  return run_tf
 
 
 WORKLOADS = {'fibonacci': make_fibonacci, 'collatz': make_collatz,
@@ -493,6 +543,34 @@ def per_process_markdown(results):
                    + lines)
 
 
+def floor_markdown(rows):
+  """NUTS's time beside its gradient floor (`nuts_gradient_floor`), per
+  row that measured it; empty if none did."""
+  measured_rows = [r for r in rows if r.get('floor_seconds')]
+  if not measured_rows:
+    return ''
+  lines = [
+      'NUTS\'s gradients alone: as many batched leapfrog steps as the '
+      'chain with the most leapfrogs in our call took, back to back in a '
+      'plain loop on the same backend, timed in turns with the row\'s '
+      'systems.  Every sampler of the row evaluates at least those '
+      'gradients, so "ours - gradients" is what our VM costs beyond them, '
+      'and "TFP autobatched / gradients" is the most by which any sampler '
+      'could beat TFP\'s autobatched NUTS by time:', '',
+      '| backend | chains | ours (s) | gradients alone (s) | ours - '
+      'gradients (s) | gradients / ours | TFP autobatched / gradients | '
+      'hand-batched / gradients |', '|---|---|---|---|---|---|---|---|']
+  for r in measured_rows:
+    floor = r['floor_seconds']
+    lines.append(
+        f'| {r["backend"]} | {r["batch"]} | {r["seconds"]:.4f} | '
+        f'{floor:.4f} | {r["seconds"] - floor:.4f} | '
+        f'{floor / r["seconds"]:.2f} | '
+        f'{_fmt(_ratio(r.get("tfp_seconds"), floor), ".2f")} | '
+        f'{_fmt(_ratio(r.get("hand_seconds"), floor), ".2f")} |')
+  return '\n'.join(lines)
+
+
 def _ess_rates(row):
   """Min ESS per second of an ESS row, process by process."""
   return [None if s is None or e is None else e / s
@@ -600,11 +678,12 @@ def measure(workload, backend, batch):
   # Ours and the baselines doing the same work, timed in turns.
   tfp_run = cell.tfp() if cell.tfp else None
   hand_run = cell.hand() if cell.hand else None
+  floor_run = cell.floor() if cell.floor else None
   repeats = FLAGS.repeats
   if workload == 'nuts':
     repeats = max(repeats, FLAGS.nuts_repeats)
-  seconds, tfp, hand = workloads.interleaved_median_times(
-      [cell.run, tfp_run, hand_run], repeats, FLAGS.min_seconds,
+  seconds, tfp, hand, floor = workloads.interleaved_median_times(
+      [cell.run, tfp_run, hand_run, floor_run], repeats, FLAGS.min_seconds,
       max(repeats, FLAGS.max_repeats))
   peak = peak_bytes(cell.run, backend)
   stats = cell.stats() if cell.stats else None
@@ -617,7 +696,7 @@ def measure(workload, backend, batch):
               unit=cell.unit,
               peak_mib=(None if peak is None else peak / 2**20),
               steps=steps, utilization=util, alone_seconds=alone,
-              tfp_seconds=tfp, hand_seconds=hand)
+              tfp_seconds=tfp, hand_seconds=hand, floor_seconds=floor)
 
 
 def peak_bytes(run, backend):
@@ -811,7 +890,7 @@ _ROW_KEYS = {'rows': ('workload', 'backend', 'batch'),
              'schedules': ('workload', 'backend'),
              'ess': ('system', 'backend')}
 _ROW_NUMBERS = {'rows': ('seconds', 'tfp_seconds', 'hand_seconds',
-                         'alone_seconds'),
+                         'alone_seconds', 'floor_seconds'),
                 'schedules': tuple(virtual_machine.SCHEDULES),
                 'ess': ('seconds', 'ess_min', 'ess_median')}
 
@@ -920,6 +999,8 @@ def main(argv):
                                             FLAGS.schedule_batch)
   processes = per_process_markdown(results)
   processes = '\n\n' + processes if processes else ''
+  floors = floor_markdown(results['rows'])
+  floors = '\n\n' + floors if floors else ''
   ess = ''
   if results['ess']:
     # Each backend's rows were measured in its own process.
@@ -938,11 +1019,12 @@ def main(argv):
             f'{" --quick" if FLAGS.quick else ""}`, schedule '
             f'{FLAGS.schedule}, {os.cpu_count()} CPUs ({_cpu()}), '
             f'{versions}.\n\n'
-            f'{table}\n\n{NOTES}{goals}{schedules}{ess}{processes}\n')
+            f'{table}\n\n{NOTES}{goals}{floors}{schedules}{ess}'
+            f'{processes}\n')
   with open(os.path.join(FLAGS.out, 'results.json'), 'w') as f:
     json.dump(results, f, indent=1)   # to re-plot or compare runs
   plot(rows, os.path.join(FLAGS.out, 'results.png'))
-  print(table + goals + schedules + ess + processes)
+  print(table + goals + floors + schedules + ess + processes)
 
 
 NOTES = ('Times are medians of calls after a warm-up call: at least '

@@ -7,6 +7,7 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from benchmarks import workloads
@@ -509,3 +510,38 @@ def test_hand_batched_nuts_draws_by_the_runs_index():
     drawn.append(out['samples'].copy())
   np.testing.assert_array_equal(drawn[0], drawn[1])
   assert not np.allclose(drawn[0], drawn[2])
+
+
+def test_nuts_gradient_floor_runs_the_leapfrogs_back_to_back():
+  """The floor of a NUTS cell: `evaluations` leapfrog steps of every chain,
+  one gradient of the target each, from the chains at their step sizes."""
+  from benchmarks import run  # pylint: disable=g-import-not-at-top
+  nuts = run._example('nuts')  # pylint: disable=protected-access
+  target = nuts.make_target('gaussian', dim=3, rho=0.5)
+  seen = []
+
+  def counted(theta):
+    seen.append(np.array(theta))
+    return target.log_prob_and_grad(theta)
+  sampler = nuts.Sampler(target, 'numpy', chunk=2, max_tree_depth=4)
+  state = sampler.warmup(4, 2, seed=3)
+  run.nuts_gradient_floor(
+      nuts, 'numpy', target._replace(log_prob_and_grad=counted), state, 7)()
+  assert len(seen) == 7 and all(t.shape == (4, 3) for t in seen)
+  # The first step moves each chain by its own step size.
+  point, step = state[0], np.exp(state[1].log_eps_bar)[:, None]
+  np.testing.assert_allclose(
+      seen[0], point.theta + step * (point.r + 0.5 * step * point.grad))
+
+
+def test_floor_table_sets_each_time_beside_the_gradients_alone():
+  from benchmarks import run  # pylint: disable=g-import-not-at-top
+  rows = [dict(workload='nuts', backend='xla', batch=64, seconds=0.025,
+               floor_seconds=0.020, tfp_seconds=0.050, hand_seconds=None),
+          dict(workload='fibonacci', backend='xla', batch=64, seconds=0.01,
+               floor_seconds=None)]
+  text = run.floor_markdown(rows)
+  assert ('| xla | 64 | 0.0250 | 0.0200 | 0.0050 | 0.80 | 2.50 | - |'
+          in text), text
+  assert 'fibonacci' not in text and text.count('\n| xla') == 1
+  assert run.floor_markdown(rows[1:]) == ''
