@@ -20,7 +20,10 @@ between shapes that `tf.function` traced separately.  With
 is raised after the call as `StackOverflowError`.
 """
 
+import dataclasses
 import itertools
+import statistics
+import time
 
 import tensorflow as tf
 
@@ -134,6 +137,77 @@ class StagedFunction:
     """The call's outputs as NumPy arrays."""
     return tf.nest.map_structure(lambda t: t.numpy(),
                                  self(*args, **kwargs))
+
+  def profile_blocks(self, *args, steps=100, repeats=5):
+    """The statistics of a call with `args`, with each block's time.
+
+    Under XLA a step has no clock to read, so `profile=True` counts blocks
+    but cannot time them.  Here each block that the call ran is timed on
+    its own instead: this staging's loop is traced again (twice, `steps`
+    and `3 * steps` steps long) to run one block at every step, the block
+    chosen at run time; for each block the two loops are timed in turns
+    `repeats` times, and the difference of their median times over
+    `2 * steps` is the block's cost per step.  Under XLA a step costs the
+    same whichever members it runs, as every lane is computed; under
+    plain `tf.function` the timed steps run the block's masked variant
+    (a step with every member at the block runs an unmasked one, guide,
+    section 6).
+
+    Returns a `RunStats` like `last_stats` after `self(*args)`, whose
+    `block_time` holds, per block, its runs times its cost per step:
+    `table()` and `profiler.plot` show where the call's time goes.  Their
+    sum leaves out what a call costs beyond its steps (converting the
+    arguments, starting the loop).
+    """
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+      raise errors.ArgumentError(
+          f'profile_blocks(steps=...) must be a positive int, got '
+          f'{steps!r}', loc=self.fn.context.function_loc(self.fn.name))
+    from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
+    self(*args)
+    stats = self.last_stats
+    block = tf.Variable(0, dtype=tf.int32, trainable=False)
+    kwargs = dict(self.call_kwargs, profile=False)
+    loops = []
+    for n in (steps, 3 * steps):
+      loop = StagedFunction(self.fn, self.jit_compile,
+                            **dict(kwargs, max_steps=n))
+      tf_backend._FORCED_BLOCK.append(block)  # pylint: disable=protected-access
+      try:
+        _run_forced(loop, args)   # traces, and compiles
+      finally:
+        tf_backend._FORCED_BLOCK.pop()  # pylint: disable=protected-access
+      loops.append(loop)
+    block_time = {}
+    for k, label in enumerate(stats.block_executions):
+      runs = stats.block_executions[label]
+      if not runs:
+        continue
+      block.assign(k)
+      times = [[], []]
+      for _ in range(max(repeats, 1)):
+        for i, loop in enumerate(loops):
+          start = time.perf_counter()
+          _run_forced(loop, args)
+          times[i].append(time.perf_counter() - start)
+      per_step = max(statistics.median(times[1]) -
+                     statistics.median(times[0]), 0.0) / (2 * steps)
+      block_time[label] = runs * per_step
+    return dataclasses.replace(stats, block_time=block_time)
+
+
+def _run_forced(loop, args):
+  """Calls a staging that runs one block at every step (its members never
+  finish; it stops at its step limit, without the limit's error).
+
+  Members that the block keeps (a loop of one block) may run it past what
+  the program allows them, say to a full stack: the error that raises
+  after the steps have run is ignored, as only their time is wanted.
+  """
+  try:
+    tf.nest.map_structure(lambda t: t.numpy(), loop(*args))
+  except (errors.AutoBatchError, tf.errors.InvalidArgumentError):
+    pass
 
 
 def _signature(x):

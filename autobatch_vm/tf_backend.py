@@ -797,6 +797,18 @@ class TensorFlowBackend:
         extra0.append(tf.zeros([num_blocks], tf.float64))
     num_extra = len(extra0)
 
+    # `staging.StagedFunction.profile_blocks` traces loops that run one
+    # block at every step, to time it (XLA has no clock op in the loop):
+    # the block whose index a variable holds, read at run time, so one
+    # trace times every block (and XLA cannot inline the block's switch
+    # for a constant index, which would make a different step).
+    forced = _FORCED_BLOCK[-1] if _FORCED_BLOCK else None
+
+    def next_block(pc):
+      if forced is None:
+        return _next_block_tf(pc, num_blocks, schedule)
+      return tf.identity(forced.read_value())
+
     def cond(b, acc, *rest):
       del acc, rest
       return b < num_blocks
@@ -831,10 +843,10 @@ class TensorFlowBackend:
           elapsed = tf.timestamp() - start
         extra[1] = tf.tensor_scatter_nd_add(
             extra[1], tf.reshape(b, [1, 1]), tf.reshape(elapsed, [1]))
-      return [_next_block_tf(packing.read(carried, _PC), num_blocks,
-                             schedule), acc] + extra + list(carried)
+      return [next_block(packing.read(carried, _PC)), acc] + extra + list(
+          carried)
 
-    b0 = _next_block_tf(state[_PC], num_blocks, schedule)
+    b0 = next_block(state[_PC])
     acc0 = tf.zeros([num_blocks, 2], tf.int32)
     max_steps, step_limit_error = step_limit
     out = tf.while_loop(cond, body,
@@ -845,8 +857,9 @@ class TensorFlowBackend:
     if profile:
       profiled = (out[3] if timed else None, out[2])
     state = packing.unpack(out[2 + num_extra:])
-    if max_steps is not None:
-      # Members still running after max_steps: parked at the limit's site.
+    if max_steps is not None and forced is None:
+      # Members still running after max_steps: parked at the limit's site
+      # (not in a loop that times one block: there they never finish).
       code = sites.add(_overflow_maker(step_limit_error))
       pc = state[_PC]
       state[_PC] = tf.where(pc < num_blocks, tf.constant(code, tf.int32), pc)
@@ -1694,6 +1707,12 @@ def _next_block_np(pc, num_blocks, schedule):
 # blocks] comparison up to this many elements (fib at 1024 members: 15%
 # faster than a segment sum), and by a segment sum beyond.
 _ONE_HOT_MAX = 1 << 18
+
+
+# While not empty, `_staged_loop`s traced run, at every step, the block
+# whose index the last of these int32 `tf.Variable`s holds (the schedule
+# is not consulted).  See `StagedFunction.profile_blocks`.
+_FORCED_BLOCK = []
 
 
 def _next_block_tf(pc, num_blocks, schedule):

@@ -165,3 +165,72 @@ def test_without_the_flat_call_calls_go_through_tf_function(monkeypatch):
     np.testing.assert_array_equal(staged(np.array(n)),
                                   [progs.fibonacci_ref(k) for k in n])
   assert staged.fast_calls == 0 and staged.last_stats.batch_size == 3
+
+
+_HEAVY = np.linspace(-1.0, 1.0, 200 * 200).reshape(200, 200) / 200.0
+
+
+def _heavy(x):
+  """Costs milliseconds per call: four [200, 200] matrix products, of a
+  matrix scaled by the batch's values (so that no compiler folds them)."""
+  m = tf.constant(_HEAVY) * (1.0 + 1e-3 * tf.reduce_mean(x))
+  y = m
+  for _ in range(4):
+    y = tf.linalg.matmul(y, m)
+  return x + 1e-300 * tf.reduce_sum(y)
+
+
+def _light(x):
+  return x - 1.0
+
+
+_ctx = ab.Context()
+
+
+@_ctx.batch()
+def _count_down(x):
+  """A loop whose odd members take a costly step and even ones a cheap one
+  (x: float64 counts)."""
+  while x > 0.0:
+    if x > 2.5:
+      x = _heavy(x) - 2.0
+    else:
+      x = _light(x)
+  return x
+
+
+@pytest.mark.parametrize('jit', MODES, ids=MODE_IDS)
+def test_profile_blocks_times_each_block_that_ran(jit):
+  """Each block that the call ran is timed alone (XLA has no clock in the
+  loop): the block with the ten matrix products takes most of the time,
+  and the counts are the call's."""
+  staged = ab.stage(_count_down, jit_compile=jit)
+  x = np.array([7.0, 3.0, 1.0, 4.0])
+  stats = staged.profile_blocks(x, steps=10, repeats=3)
+  np.testing.assert_array_equal(staged.numpy(x), _count_down(x))
+  want = staged.last_stats
+  assert stats.block_executions == want.block_executions
+  assert stats.steps == want.steps
+  ran = {label for label, runs in want.block_executions.items() if runs}
+  assert set(stats.block_time) == ran
+  assert all(seconds >= 0.0 for seconds in stats.block_time.values())
+  program = _ctx.lowered_for_args('_count_down', [tf.constant(x)])
+  heavy = [b.label for b in program.blocks
+           if any('_heavy' in getattr(op, 'source', '') or
+                  '_heavy' in ab.instructions.op_str(op)
+                  for op in b.instructions)]
+  assert len(heavy) == 1, heavy
+  per_run = {label: stats.block_time[label] / want.block_executions[label]
+             for label in ran}
+  # Matrix products against a subtraction: 30x apart in a graph (where a
+  # step's bookkeeping is tens of microseconds), 1000x under XLA.
+  assert per_run[heavy[0]] > 5 * max(
+      t for label, t in per_run.items() if label != heavy[0])
+  assert 'time s' in stats.table() and '-' not in stats.table().split(
+      '\n')[3].split()[4]
+
+
+def test_profile_blocks_checks_its_steps():
+  staged = ab.stage(_count_down, jit_compile=True)
+  with pytest.raises(ab.errors.ArgumentError, match='steps'):
+    staged.profile_blocks(np.array([3.0]), steps=0)
