@@ -6,10 +6,11 @@
 
 Per basic block: the user's function and source line it came from, how
 often it ran, members active per run, utilization (active / batch size),
-and time (with `profile=True`; under XLA, which has no clock in the loop,
-from `ab.stage(fn, jit_compile=True).profile_blocks(*args)`).  A block with many runs and low
-utilization is where divergence costs most: members reach it at different
-steps, so it runs again and again for a few of them.  The guide
+and time (with `profile=True`; under XLA, which has no clock in the
+loop, from `ab.stage(fn, jit_compile=True).profile_blocks(*args)`).  A
+block with many runs and low utilization is where divergence costs most:
+members reach it at different steps, so it runs again and again for a few
+of them.  The guide
 (docs/guide.md) explains how to fix that.
 """
 

@@ -189,7 +189,7 @@ _ctx = ab.Context()
 
 @_ctx.batch()
 def _count_down(x):
-  """A loop whose odd members take a costly step and even ones a cheap one
+  """A loop that takes a costly step while x > 2.5 and a cheap one below
   (x: float64 counts)."""
   while x > 0.0:
     if x > 2.5:
@@ -202,12 +202,13 @@ def _count_down(x):
 @pytest.mark.parametrize('jit', MODES, ids=MODE_IDS)
 def test_profile_blocks_times_each_block_that_ran(jit):
   """Each block that the call ran is timed alone (XLA has no clock in the
-  loop): the block with the ten matrix products takes most of the time,
-  and the counts are the call's."""
+  loop): the block with the matrix products takes most of the time, and
+  the counts and results are the call's."""
   staged = ab.stage(_count_down, jit_compile=jit)
   x = np.array([7.0, 3.0, 1.0, 4.0])
   stats = staged.profile_blocks(x, steps=10, repeats=3)
-  np.testing.assert_array_equal(staged.numpy(x), _count_down(x))
+  np.testing.assert_allclose(
+      staged.numpy(x), np.asarray(_count_down(x, dry_run=True)))
   want = staged.last_stats
   assert stats.block_executions == want.block_executions
   assert stats.steps == want.steps
@@ -216,8 +217,7 @@ def test_profile_blocks_times_each_block_that_ran(jit):
   assert all(seconds >= 0.0 for seconds in stats.block_time.values())
   program = _ctx.lowered_for_args('_count_down', [tf.constant(x)])
   heavy = [b.label for b in program.blocks
-           if any('_heavy' in getattr(op, 'source', '') or
-                  '_heavy' in ab.instructions.op_str(op)
+           if any('_heavy' in ab.instructions.op_str(op)
                   for op in b.instructions)]
   assert len(heavy) == 1, heavy
   per_run = {label: stats.block_time[label] / want.block_executions[label]
@@ -226,8 +226,7 @@ def test_profile_blocks_times_each_block_that_ran(jit):
   # step's bookkeeping is tens of microseconds), 1000x under XLA.
   assert per_run[heavy[0]] > 5 * max(
       t for label, t in per_run.items() if label != heavy[0])
-  assert 'time s' in stats.table() and '-' not in stats.table().split(
-      '\n')[3].split()[4]
+  assert all(r['seconds'] is not None for r in profiler.rows(stats))
 
 
 def test_profile_blocks_checks_its_steps():
