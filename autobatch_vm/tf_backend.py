@@ -1732,10 +1732,28 @@ def _next_block_tf(pc, num_blocks, schedule):
       counts = tf.math.unsorted_segment_sum(
           tf.ones_like(pc), tf.minimum(pc, num_blocks), num_blocks + 1)
       counts = counts[:num_blocks]
+    if _in_xla_context():
+      return _most_by_key(counts, num_blocks, pc.shape[0])
     best = tf.argmax(counts, output_type=tf.int32)
     return tf.where(tf.reduce_max(counts) > 0, best,
                     tf.constant(num_blocks, tf.int32))
   return tf.reduce_min(pc)
+
+
+def _most_by_key(counts, num_blocks, batch):
+  """Under XLA, the lowest-numbered block with the most members (or
+  `num_blocks` if none has any) by one max over `count * K + K - 1 - k`
+  (K = num_blocks) instead of an argmax (a two-valued reduction) and a
+  max: NUTS at 64 chains, 5.5 -> 4.5 us per step of the schedule (forced
+  steps with and without it, in turns)."""
+  k = num_blocks
+  wide = batch is None or (batch + 1) * k >= 2**31
+  dtype = tf.int64 if wide else tf.int32
+  key = (tf.cast(counts, dtype) * k +
+         tf.range(k - 1, -1, -1, dtype=dtype))
+  top = tf.reduce_max(key)
+  best = tf.cast((k - 1) - top % k, tf.int32)
+  return tf.where(top >= k, best, tf.constant(num_blocks, tf.int32))
 
 
 # -- the eager path's cache of staged loops --------------------------------------

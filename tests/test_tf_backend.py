@@ -164,6 +164,27 @@ def test_schedule_most(mode):
   assert_same(result, on_numpy)
 
 
+@pytest.mark.parametrize('batch', [1, 7, 64])
+def test_xla_schedule_picks_the_block_numpy_picks(batch):
+  # XLA's 'most' schedule takes a max over count * K + K - 1 - block: the
+  # lowest-numbered of the blocks with the most members, as NumPy's
+  # argmax; finished or parked members (pc >= num_blocks) count nowhere.
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
+  num_blocks = 5
+  pick = tf.function(
+      lambda pc: tf_backend._next_block_tf(pc, num_blocks, 'most'),  # pylint: disable=protected-access
+      jit_compile=True)
+  rng = np.random.default_rng(batch)
+  cases = [np.full(batch, num_blocks), np.full(batch, num_blocks + 3),
+           np.arange(batch) % num_blocks, np.arange(batch)[::-1] % 3 + 2]
+  cases += [rng.integers(0, num_blocks + 2, size=batch) for _ in range(30)]
+  for pc in cases:
+    pc = pc.astype(np.int32)
+    want = tf_backend._next_block_np(pc, num_blocks, 'most')  # pylint: disable=protected-access
+    assert int(pick(tf.constant(pc))) == want, pc
+
+
 def test_basic_block_xla_device():
   backend = ab.TensorFlowBackend(basic_block_xla_device='/device:CPU:0')
   args, on_numpy, _ = numpy_and_alone('gcd', 5)
