@@ -11,6 +11,7 @@ A `ReturnOp` reads the function's `vars_out`; a `BranchOp` reads its
 condition.
 """
 
+import collections
 import dataclasses
 from typing import Dict, FrozenSet, Tuple
 
@@ -118,19 +119,87 @@ def analyze(fn):
   return Liveness(live_in, live_out, across)
 
 
+def _within(t):
+  """Where a block ending in `t` goes without entering a callee: a call's
+  return point (the callee runs in between), the side of a
+  `CallBranchOp` that does not call (the callee's base case, inlined),
+  and plain jumps (a tail call's too: the callee then returns for the
+  caller)."""
+  if isinstance(t, inst.GotoOp):
+    return [t.block]
+  if isinstance(t, inst.BranchOp):
+    return [t.true_block, t.false_block]
+  if isinstance(t, (inst.PushGotoOp, inst.PushBranchOp)):
+    return [t.push_block]
+  if isinstance(t, inst.CallBranchOp):
+    return [t.push_block,
+            t.false_block if t.call_side else t.true_block]
+  return []
+
+
+def _callee_entries(t):
+  """The blocks a call terminator `t` enters its callee by."""
+  if isinstance(t, inst.PushGotoOp):
+    return [t.goto_block]
+  if isinstance(t, inst.PushBranchOp):
+    return [t.true_block, t.false_block]
+  if isinstance(t, inst.CallBranchOp):
+    return [t.call_block]
+  return []
+
+
+def _returns_from(program):
+  """`returns_from(label)`: the returning blocks (`IndirectGotoOp`) that a
+  call entering its callee at `label` may end with: those reached from it
+  within the callee (`_within`), nested calls stepped over."""
+  by_label = {b.label: b for b in program.blocks}
+  cache = {}
+
+  def returns_from(label):
+    if label not in cache:
+      seen, todo, out = {label}, [label], set()
+      while todo:
+        block = by_label[todo.pop()]
+        t = block.terminator
+        if isinstance(t, inst.IndirectGotoOp):
+          out.add(block.label)
+        for s in _within(t):
+          if s not in seen:
+            seen.add(s)
+            todo.append(s)
+      cache[label] = frozenset(out)
+    return cache[label]
+  return returns_from
+
+
 def lowered_live_out(program):
   """Variables live on exit from each block of a lowered `Program`.
 
   Calls and returns are jumps there: a call goes to the callee's entry
   (and a `CallBranchOp` or `PushBranchOp` to either side); a return
-  (`IndirectGotoOp`) may go to any block that a call pushed as its return
-  point, or leave the program, which reads `vars_out`.  A variable
-  restored by a pop is written there.  This over-approximates each
-  member's real path, so a variable not live here is never read again
-  before it is written.
+  (`IndirectGotoOp`) goes to the return points of the calls whose callee
+  may end with it (`_returns_from`), and a return that the program's entry
+  reaches without a call leaves the program, which reads `vars_out`.  A
+  variable restored by a pop is written there.  This over-approximates
+  each member's real path (a return may go to any call of its function),
+  so a variable not live here is never read again before it is written.
+
+  A return going to every return point instead made a callee's result
+  live out of blocks of its caller, through the program's own return:
+  NUTS's leaf block that goes on in `transition` stored the subtree it
+  returns (`build_tree.%ret`, 115 KB at 64 chains) for nothing.
   """
-  returns = sorted({b.terminator.push_block for b in program.blocks
-                    if hasattr(b.terminator, 'push_block')})
+  if not program.blocks:
+    return {}
+  returns_from = _returns_from(program)
+  return_points = collections.defaultdict(set)
+  for b in program.blocks:
+    t = b.terminator
+    for entry in _callee_entries(t):
+      for r in returns_from(entry):
+        return_points[r].add(t.push_block)
+  returns = {r: sorted(points) for r, points in return_points.items()}
+  exits = returns_from(program.blocks[0].label)
   exit_reads = frozenset(inst.pattern_flatten(program.vars_out))
 
   def succ(block):
@@ -142,11 +211,11 @@ def lowered_live_out(program):
     if isinstance(t, (inst.BranchOp, inst.PushBranchOp, inst.CallBranchOp)):
       return [t.true_block, t.false_block]
     if isinstance(t, inst.IndirectGotoOp):
-      return returns
+      return returns.get(block.label, [])
     raise errors.InternalError(f'Unknown terminator {t!r}')
 
   def after(block):
-    if isinstance(block.terminator, inst.IndirectGotoOp):
+    if block.label in exits:
       return exit_reads
     return frozenset()
 

@@ -74,7 +74,9 @@ def test_dead_register_stores_are_skipped():
   np.testing.assert_allclose(out, encode(nodes, dry_run=True))
 
 
-def test_lowered_liveness_returns_reach_every_return_point():
+def test_lowered_liveness_returns_reach_every_return_point_of_their_calls():
+  # fibonacci calls only itself: each return may go to every return point,
+  # and out of the program.
   n = np.array([5, 9, 3])
   program, _ = _compiled(progs.ctx, 'fibonacci', [n], 3)
   live_out = liveness.lowered_live_out(program)
@@ -89,6 +91,56 @@ def test_lowered_liveness_returns_reach_every_return_point():
           live_out[b.label]
       for r in returns:
         assert live_in[r] <= live_out[b.label]
+
+
+def test_lowered_liveness_returns_go_back_to_their_own_callers():
+  """A return goes to the return points of calls into its own function:
+  the callee's result, read after its calls, is not live where the caller
+  returns (or at blocks that only lead there), so it is not stored there.
+  """
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def depth(n):
+    if ab.truthy(n <= 1):
+      return n * 1.0
+    else:
+      return depth(n - 1) + 1.0
+
+  @ctx.batch()
+  def outer(n):
+    total = n * 0.0
+    i = n * 0
+    while ab.truthy(i < n):
+      total = total + depth(i)
+      i = i + 1
+    return total
+
+  n = np.array([0, 3, 5, 2])
+  program, _ = _compiled(ctx, 'outer', [n], len(n))
+  live_out = liveness.lowered_live_out(program)
+  outer_returns = [b for b in program.blocks
+                   if isinstance(b.terminator, inst.IndirectGotoOp)
+                   and b.label.startswith('outer.')]
+  assert outer_returns
+  for b in outer_returns:
+    assert 'depth.%ret' not in live_out[b.label], b.label
+    assert 'outer.%ret' in live_out[b.label]
+  # The base case that goes on in the caller (leaf_returns) computes the
+  # result for the caller's next instruction only: not stored.
+  leaf = program.block_index()['depth.1>outer.2.1']
+  assert 'depth.%ret' not in live_out[program.blocks[leaf].label]
+  # The callee's result is read after its call, so live into that point.
+  returns_of_depth = [b for b in program.blocks
+                      if isinstance(b.terminator, inst.IndirectGotoOp)
+                      and b.label.startswith('depth.')]
+  assert returns_of_depth
+  for b in returns_of_depth:
+    assert 'depth.%ret' in live_out[b.label]
+  for batch_run in (dict(max_stack_depth=8),
+                    dict(max_stack_depth=8, stackless=True)):
+    np.testing.assert_allclose(outer(n, **batch_run),
+                               outer(n, dry_run=True))
 
 
 def test_skipped_stores_never_change_results_across_runs():
