@@ -350,11 +350,13 @@ def test_nuts_tensorflow_matches_numpy(backend):
 @needs_tf
 @pytest.mark.slow
 def test_nuts_xla_guarded_group_matches_numpy(monkeypatch):
-  """On the logistic regression at 64 chains, the first leapfrog of a
-  transition writes a 550 KB pack of `[64, 25]` registers in a group of
-  its own: under XLA that group runs its block in a conditional
+  """On the logistic regression at 64 chains, with groups made free
+  (`_GROUP_STEP_BYTES = 0`), the blocks that write large packs (a leaf
+  writes a 550 KB pack of `[64, 25]` registers) are groups of their own:
+  under XLA such a group runs its block in a conditional
   (`tf_backend._run_group`), and the chains match NumPy's."""
   from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(tf_backend, '_GROUP_STEP_BYTES', 0)
   guarded = []
   no_ports = tf_backend._Packing.no_ports  # pylint: disable=protected-access
 
@@ -368,7 +370,8 @@ def test_nuts_xla_guarded_group_matches_numpy(monkeypatch):
   np.testing.assert_allclose(nuts.first_chunk(xla, 64, 1),
                              nuts.first_chunk(numpy, 64, 1), atol=1e-8)
   assert guarded
-  assert min(guarded) >= 512 * 1024
+  assert min(guarded) >= tf_backend._GUARDED_GROUP_BYTES  # pylint: disable=protected-access
+  assert max(guarded) >= 512 * 1024
   assert xla.last_stats.block_executions == numpy.last_stats.block_executions
 
 
