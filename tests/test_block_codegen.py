@@ -128,8 +128,7 @@ def test_lowered_liveness_returns_go_back_to_their_own_callers():
     assert 'outer.%ret' in live_out[b.label]
   # The base case that goes on in the caller (leaf_returns) computes the
   # result for the caller's next instruction only: not stored.
-  leaf = program.block_index()['depth.1>outer.2.1']
-  assert 'depth.%ret' not in live_out[program.blocks[leaf].label]
+  assert 'depth.%ret' not in live_out['depth.1>outer.2.1']
   # The callee's result is read after its call, so live into that point.
   returns_of_depth = [b for b in program.blocks
                       if isinstance(b.terminator, inst.IndirectGotoOp)
