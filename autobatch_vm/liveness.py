@@ -65,15 +65,28 @@ def writes(op):
   return set()
 
 
-def successors(block):
-  t = block.terminator
+def _within_function(t):
+  """Where a block ending in `t` goes within its function, without
+  entering a callee: a call's return point (the callee runs in between),
+  the side of a `CallBranchOp` that does not call (the callee's base
+  case, inlined), and plain jumps (a tail call's too: the callee then
+  returns for the caller)."""
   if isinstance(t, inst.GotoOp):
     return [t.block]
   if isinstance(t, inst.BranchOp):
     return [t.true_block, t.false_block]
-  if isinstance(t, inst.PushGotoOp):
+  if isinstance(t, (inst.PushGotoOp, inst.PushBranchOp)):
     return [t.push_block]
+  if isinstance(t, inst.CallBranchOp):
+    return [t.push_block,
+            t.false_block if t.call_side else t.true_block]
   return []
+
+
+def successors(block):
+  """`_within_function` of the block's terminator (the edges `analyze`
+  follows; a function before lowering has jumps and returns only)."""
+  return _within_function(block.terminator)
 
 
 def transfer(block, fn, live_out, across=None):
@@ -119,24 +132,6 @@ def analyze(fn):
   return Liveness(live_in, live_out, across)
 
 
-def _within(t):
-  """Where a block ending in `t` goes without entering a callee: a call's
-  return point (the callee runs in between), the side of a
-  `CallBranchOp` that does not call (the callee's base case, inlined),
-  and plain jumps (a tail call's too: the callee then returns for the
-  caller)."""
-  if isinstance(t, inst.GotoOp):
-    return [t.block]
-  if isinstance(t, inst.BranchOp):
-    return [t.true_block, t.false_block]
-  if isinstance(t, (inst.PushGotoOp, inst.PushBranchOp)):
-    return [t.push_block]
-  if isinstance(t, inst.CallBranchOp):
-    return [t.push_block,
-            t.false_block if t.call_side else t.true_block]
-  return []
-
-
 def _callee_entries(t):
   """The blocks a call terminator `t` enters its callee by."""
   if isinstance(t, inst.PushGotoOp):
@@ -151,7 +146,7 @@ def _callee_entries(t):
 def _returns_from(program):
   """`returns_from(label)`: the returning blocks (`IndirectGotoOp`) that a
   call entering its callee at `label` may end with: those reached from it
-  within the callee (`_within`), nested calls stepped over."""
+  within the callee (`_within_function`), nested calls stepped over."""
   by_label = {b.label: b for b in program.blocks}
   cache = {}
 
@@ -163,7 +158,7 @@ def _returns_from(program):
         t = block.terminator
         if isinstance(t, inst.IndirectGotoOp):
           out.add(block.label)
-        for s in _within(t):
+        for s in _within_function(t):
           if s not in seen:
             seen.add(s)
             todo.append(s)
