@@ -1717,7 +1717,8 @@ _FORCED_BLOCK = []
 
 def _next_block_tf(pc, num_blocks, schedule):
   if schedule == 'most':
-    if not _in_xla_context():
+    xla = _in_xla_context()
+    if not xla:
       # One kernel, no broadcast: in a loop on CPU, 16 -> 10 us per step
       # at 1024 members (the broadcast comparison), 7 -> 5 at 64.  Finished
       # and parked members (pc >= num_blocks) count nowhere.
@@ -1732,7 +1733,7 @@ def _next_block_tf(pc, num_blocks, schedule):
       counts = tf.math.unsorted_segment_sum(
           tf.ones_like(pc), tf.minimum(pc, num_blocks), num_blocks + 1)
       counts = counts[:num_blocks]
-    if _in_xla_context():
+    if xla:
       return _most_by_key(counts, num_blocks, pc.shape[0])
     best = tf.argmax(counts, output_type=tf.int32)
     return tf.where(tf.reduce_max(counts) > 0, best,
