@@ -10,8 +10,12 @@ every function a `VariableAllocation` in `Function.var_alloc`:
   result (written by one function and read by another); one value per
   member, masked writes.
 - FULL: live across a call whose callee can (transitively) call this
-  function again, so the callee may overwrite it: a register plus a
-  per-member stack; lowering saves it around exactly those calls.
+  function again and may overwrite it there: a register plus a
+  per-member stack; lowering saves it around exactly those calls.  The
+  callee may overwrite what this function's instructions write, and its
+  parameters, except one that every call into it made while the callee
+  runs passes on unchanged (`f(x, n - 1)` inside `f(x, n)`): `x` then
+  keeps its value through the recursion and needs no stack.
 
 Algorithm: liveness per function, plus the transitive closure of the call
 graph.  Cost is linear in the program size times the CFG depth.
@@ -45,8 +49,31 @@ def call_graph_closure(program):
   return reach
 
 
-def _allocate_function(fn, reach):
+def _param_writers(program):
+  """name -> {parameter: functions with a call into that function that
+  writes the parameter}.  A call from the function itself that passes the
+  parameter on as it is (the same variable, same position) does not write
+  it: the lowered copy of that argument is dropped (stack_optimization)."""
+  writers = {f.name: {p: set() for p in f.vars_in}
+             for f in program.functions}
+  for g in program.functions:
+    for b in g.blocks:
+      for op in b.instructions:
+        if not isinstance(op, inst.FunctionCallOp):
+          continue
+        callee = program.function(op.function)
+        for arg, param in zip(op.vars_in, callee.vars_in):
+          if g.name != callee.name or arg != param:
+            writers[callee.name][param].add(g.name)
+  return writers
+
+
+def _allocate_function(fn, reach, param_writers):
   live = liveness.analyze(fn)
+  own_writes = set()
+  for b in fn.blocks:
+    for op in b.instructions:
+      own_writes |= liveness.writes(op)
   read = set()
   for b in fn.blocks:
     for op in b.instructions:
@@ -58,7 +85,11 @@ def _allocate_function(fn, reach):
     boundary |= vars_across
     callee = fn.block(label).instructions[i].function
     if callee == fn.name or fn.name in reach.get(callee, ()):
-      full |= vars_across
+      # What may run before the call returns, and what it may write here.
+      running = {callee} | reach.get(callee, set())
+      clobbered = own_writes | {
+          p for p, by in param_writers[fn.name].items() if by & running}
+      full |= vars_across & clobbered
   alloc = {}
   for var in fn.var_defs:
     if var not in read:
@@ -75,5 +106,7 @@ def _allocate_function(fn, reach):
 def allocate(program):
   """Returns `program` with `var_alloc` set on every function."""
   reach = call_graph_closure(program)
+  param_writers = _param_writers(program)
   return dataclasses.replace(program, functions=tuple(
-      _allocate_function(f, reach) for f in program.functions))
+      _allocate_function(f, reach, param_writers)
+      for f in program.functions))

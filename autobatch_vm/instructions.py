@@ -262,6 +262,13 @@ def identity(x):
   return x
 
 
+def parallel_copy(*xs):
+  """The function of a parallel copy `PrimOp` (`(a, b) = (c, d)`: every
+  input is read before any output is written), which lowering makes for a
+  call's arguments; passes recognize it."""
+  return xs
+
+
 @dataclasses.dataclass(frozen=True)
 class SourceLoc:
   """Where a piece of IR came from in the user's code."""

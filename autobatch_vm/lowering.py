@@ -53,12 +53,8 @@ def _copy(vars_in, vars_out, loc):
   if len(vars_in) == 1:
     return inst.PrimOp(tuple(vars_in), vars_out[0], inst.identity,
                        vars_in[0], loc)
-  return inst.PrimOp(tuple(vars_in), tuple(vars_out), _tuple,
+  return inst.PrimOp(tuple(vars_in), tuple(vars_out), inst.parallel_copy,
                      ', '.join(vars_in), loc)
-
-
-def _tuple(*xs):
-  return xs
 
 
 def _part_label(label, k):

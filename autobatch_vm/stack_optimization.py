@@ -3,8 +3,12 @@
 Expects a `LoweredProgram` from `lowering.lower`.  Guarantees the same
 per-member behaviour with fewer stack operations and steps:
 
-1. Copies of a variable onto itself (`f.%ret = f.%ret` after a
-   self-recursive call) are dropped.
+1. Copies of a variable onto itself are dropped: `f.%ret = f.%ret` after
+   a self-recursive call, and the arguments that a recursive call passes
+   on unchanged (`build_tree(point, ..., j - 1)` in the NUTS example
+   copies only `j`; the whole copy goes if nothing else is copied).  Each
+   was a masked write of its whole register at every step that ran it
+   (NUTS: a `Point` of three `[64, 25]` arrays per subtree).
 2. Pop + push fusion: `pop v` followed in the same block by `push v` with no
    write of `v` in between restores the register from the top of the stack
    and keeps the frame (`restore v`) instead of popping and pushing it
@@ -26,11 +30,31 @@ from autobatch_vm import liveness
 __all__ = ['optimize']
 
 
+def _without_self_copies(op):
+  """`op`, less what it copies onto itself (None: nothing is left)."""
+  if not isinstance(op, inst.PrimOp) or op.casts:
+    return op
+  if op.function is inst.identity:
+    return None if op.vars_out == op.vars_in[0] else op
+  if op.function is not inst.parallel_copy:
+    return op
+  pairs = [(a, b) for a, b in zip(op.vars_in, op.vars_out) if a != b]
+  if len(pairs) == len(op.vars_in):
+    return op
+  if not pairs:
+    return None
+  vars_in = tuple(a for a, _ in pairs)
+  if len(pairs) == 1:
+    return dataclasses.replace(op, vars_in=vars_in, vars_out=pairs[0][1],
+                               function=inst.identity, text=vars_in[0])
+  return dataclasses.replace(op, vars_in=vars_in,
+                             vars_out=tuple(b for _, b in pairs),
+                             text=', '.join(vars_in))
+
+
 def _drop_self_copies(block):
-  ops = tuple(op for op in block.instructions
-              if not (isinstance(op, inst.PrimOp)
-                      and op.function is inst.identity
-                      and op.vars_out == op.vars_in[0]))
+  ops = tuple(op for op in map(_without_self_copies, block.instructions)
+              if op is not None)
   return dataclasses.replace(block, instructions=ops)
 
 

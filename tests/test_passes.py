@@ -299,6 +299,80 @@ def test_lowering_copies_arguments_in_parallel():
       block_lines(program, 'gcd.2')
 
 
+def test_arguments_passed_on_unchanged_are_neither_copied_nor_saved():
+  """A recursive call that passes parameters on unchanged (NUTS's
+  `build_tree(point, joint0, v, j - 1, eps, seed, counter)`) copies only
+  the others, and the unchanged ones need no stack: nothing the call runs
+  can change them.  Before, each such call copied NUTS's three-array point
+  onto itself and pushed and popped four scalars."""
+  ctx = ab.Context(debug=True)   # the verifier checks every stage
+
+  @ctx.batch()
+  def scaled_sum(x, scale, k):
+    if ab.truthy(k == 0):
+      return x * 0.0
+    return scaled_sum(x, scale, k - 1) + x * scale
+
+  x = np.array([1.0, 2.0, -0.5, 4.0])
+  scale = np.array([0.5, -1.0, 3.0, 2.0])
+  k = np.array([0, 3, 5, 1])
+  typed_program = ctx.program_compiled('scaled_sum', ctx._arg_types(  # pylint: disable=protected-access
+      [x, scale, k], BACKEND), BACKEND)
+  alloc = typed_program.function('scaled_sum').var_alloc
+  assert alloc['x'] == alloc['scale'] == VA.REGISTER
+  lowered_program = lowering.lower(typed_program)
+  copy = [op for op in ops_of(lowered_program, inst.PrimOp)
+          if op.function is inst.parallel_copy]
+  assert [c.vars_out for c in copy] == [
+      ('scaled_sum.x', 'scaled_sum.scale', 'scaled_sum.k')]
+  program = stack_optimization.optimize(lowered_program)
+  assert not ops_of(program, inst.PushOp) and not ops_of(program, inst.PopOp)
+  written = {v for b in program.blocks for op in b.instructions
+             for v in liveness.writes(op)}
+  assert 'scaled_sum.k' in written
+  assert not written & {'scaled_sum.x', 'scaled_sum.scale'}
+  assert 'scaled_sum.k = prim[scaled_sum.%1](scaled_sum.%1)' in \
+      block_lines(program, 'scaled_sum.2')
+  expected = scaled_sum(x, scale, k, dry_run=True)
+  np.testing.assert_allclose(expected, x * scale * k)
+  for stackless in (False, True):
+    np.testing.assert_allclose(
+        scaled_sum(x, scale, k, max_stack_depth=8, stackless=stackless),
+        expected)
+
+
+def test_a_parameter_another_function_writes_is_saved():
+  """Mutual recursion: `pong` calls `ping` back with a new `x`, so `ping`'s
+  `x` may change while `pong` runs and is saved around that call; `n`,
+  read only before the call, needs no stack."""
+  ctx = ab.Context(debug=True)
+
+  @ctx.batch()
+  def ping(x, n):
+    if ab.truthy(n > 0):
+      return x + pong(x, n - 1)
+    return x
+
+  @ctx.batch()
+  def pong(a, n):
+    return ping(a * 2, n)
+
+  x = np.array([1, 2, 3, 5])
+  n = np.array([0, 1, 3, 2])
+  program = ctx.program_compiled('ping', ctx._arg_types(  # pylint: disable=protected-access
+      [x, n], BACKEND), BACKEND)
+  assert program.function('ping').var_alloc['x'] == VA.FULL
+  assert program.function('ping').var_alloc['n'] != VA.FULL
+
+  def ref(x, n):
+    return x if n <= 0 else x + ref(2 * x, n - 1)
+  expected = [ref(a, b) for a, b in zip(x, n)]
+  np.testing.assert_array_equal(ping(x, n, dry_run=True), expected)
+  for stackless in (False, True):
+    np.testing.assert_array_equal(
+        ping(x, n, max_stack_depth=8, stackless=stackless), expected)
+
+
 # -- stack optimization -----------------------------------------------------------------
 
 def test_pop_push_fusion_makes_restore():
