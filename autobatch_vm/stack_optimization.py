@@ -32,12 +32,12 @@ __all__ = ['optimize']
 
 def _without_self_copies(op):
   """`op`, less what it copies onto itself (None: nothing is left)."""
-  if not isinstance(op, inst.PrimOp) or op.casts:
+  if not isinstance(op, inst.PrimOp):
     return op
   if op.function is inst.identity:
     return None if op.vars_out == op.vars_in[0] else op
-  if op.function is not inst.parallel_copy:
-    return op
+  if op.function is not inst.parallel_copy or op.casts:
+    return op   # (lowering's copies have no casts: their indices stay)
   pairs = [(a, b) for a, b in zip(op.vars_in, op.vars_out) if a != b]
   if len(pairs) == len(op.vars_in):
     return op
