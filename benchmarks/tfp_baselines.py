@@ -15,7 +15,44 @@ several times slower than on TF 2.21 on the same machine.
   at the same per-chain step sizes, for the same number of transitions.
 """
 
+import contextlib
+
 import numpy as np
+
+
+@contextlib.contextmanager
+def quiet_logs():
+  """Only errors from absl and TensorFlow's logger inside: TFP's
+  `auto_batching` warns at every program it traces ("Found variables
+  with NULL allocation ...", unread variables it drops) and its
+  TensorFlow backend trips a `while_loop(back_prop=False)` deprecation,
+  lines that would land among the benchmark's progress lines."""
+  from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  verbosity = absl_logging.get_verbosity()
+  tf_level = tf.get_logger().level
+  absl_logging.set_verbosity(absl_logging.ERROR)
+  tf.get_logger().setLevel('ERROR')
+  try:
+    yield
+  finally:
+    absl_logging.set_verbosity(verbosity)
+    tf.get_logger().setLevel(tf_level)
+
+
+def _first_call_quiet(run):
+  """`run`, whose first call (which traces TFP's program) is made under
+  `quiet_logs`."""
+  traced = []
+
+  def call(*args, **kwargs):
+    if traced:
+      return run(*args, **kwargs)
+    with quiet_logs():
+      out = run(*args, **kwargs)
+    traced.append(True)
+    return out
+  return call
 
 
 def _tfp():
@@ -46,7 +83,12 @@ def fibonacci_runner(backend, n):
       return 1
 
   if backend == 'numpy':
-    run = lambda: fib(n, max_stack_depth=20, backend=tfp_ab.NumpyBackend())
+    # TFP's NumPy VM compiles the program, and warns, at every call: a
+    # few microseconds of log settings against its milliseconds.
+    def run():
+      with quiet_logs():
+        return fib(n, max_stack_depth=20, backend=tfp_ab.NumpyBackend())
+    return run
   else:
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     staged = tf.function(
@@ -55,7 +97,7 @@ def fibonacci_runner(backend, n):
         jit_compile=(backend == 'xla'))
     n_t = tf.constant(n)
     run = lambda: staged(n_t)
-  return run
+  return _first_call_quiet(run)
 
 
 def nuts_runner(kind, backend, target, theta, step_size, num_transitions,
@@ -108,4 +150,4 @@ def nuts_runner(kind, backend, target, theta, step_size, num_transitions,
     samples, leapfrogs = staged(theta, draws[draw])
     out['samples'] = samples.numpy()
     out['leapfrogs'] = float(np.sum(leapfrogs.numpy()))
-  return run, out
+  return _first_call_quiet(run), out

@@ -545,3 +545,26 @@ def test_floor_table_sets_each_time_beside_the_gradients_alone():
           in text), text
   assert 'fibonacci' not in text and text.count('\n| xla') == 1
   assert run.floor_markdown(rows[1:]) == ''
+
+
+def test_tfp_baselines_quiet_only_their_own_tracing():
+  """TFP's VM warns at every program it traces; the baselines trace under
+  `quiet_logs` (errors only), which restores the log levels after, even on
+  an exception, and only the first call of a staged baseline is quiet."""
+  from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from benchmarks import tfp_baselines
+  before = (absl_logging.get_verbosity(), tf.get_logger().level)
+  seen = []
+
+  def levels():
+    seen.append((absl_logging.get_verbosity(), tf.get_logger().level))
+    return len(seen)
+
+  run = tfp_baselines._first_call_quiet(levels)  # pylint: disable=protected-access
+  assert (run(), run()) == (1, 2)
+  assert seen == [(absl_logging.ERROR, 40), before]
+  with pytest.raises(ValueError):
+    with tfp_baselines.quiet_logs():
+      raise ValueError('inside')
+  assert (absl_logging.get_verbosity(), tf.get_logger().level) == before
