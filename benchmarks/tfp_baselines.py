@@ -89,15 +89,13 @@ def fibonacci_runner(backend, n):
       with quiet_logs():
         return fib(n, max_stack_depth=20, backend=tfp_ab.NumpyBackend())
     return run
-  else:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    staged = tf.function(
-        lambda x: fib(x, max_stack_depth=20,
-                      backend=tfp_ab.TensorFlowBackend()),
-        jit_compile=(backend == 'xla'))
-    n_t = tf.constant(n)
-    run = lambda: staged(n_t)
-  return _first_call_quiet(run)
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  staged = tf.function(
+      lambda x: fib(x, max_stack_depth=20,
+                    backend=tfp_ab.TensorFlowBackend()),
+      jit_compile=(backend == 'xla'))
+  n_t = tf.constant(n)
+  return _first_call_quiet(lambda: staged(n_t))
 
 
 def nuts_runner(kind, backend, target, theta, step_size, num_transitions,
