@@ -70,14 +70,11 @@ def _param_writers(program):
 
 def _allocate_function(fn, reach, param_writers):
   live = liveness.analyze(fn)
-  own_writes = set()
-  for b in fn.blocks:
-    for op in b.instructions:
-      own_writes |= liveness.writes(op)
-  read = set()
+  read, own_writes = set(), set()
   for b in fn.blocks:
     for op in b.instructions:
       read |= liveness.reads(op, fn)
+      own_writes |= liveness.writes(op)
     read |= liveness.reads(b.terminator, fn)
   boundary = liveness.crossing(fn, live)
   full = set()

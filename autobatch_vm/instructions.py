@@ -269,6 +269,15 @@ def parallel_copy(*xs):
   return xs
 
 
+def copy_op(vars_in, vars_out, loc=None):
+  """A `PrimOp` that copies `vars_in` into `vars_out` in parallel: a plain
+  copy (`identity`) for one variable, else a `parallel_copy`."""
+  if len(vars_in) == 1:
+    return PrimOp(tuple(vars_in), vars_out[0], identity, vars_in[0], loc)
+  return PrimOp(tuple(vars_in), tuple(vars_out), parallel_copy,
+                ', '.join(vars_in), loc)
+
+
 @dataclasses.dataclass(frozen=True)
 class SourceLoc:
   """Where a piece of IR came from in the user's code."""

@@ -48,15 +48,6 @@ def _qualify_op(op, fn_name):
   raise errors.InternalError(f'cannot qualify {inst.op_str(op)}')
 
 
-def _copy(vars_in, vars_out, loc):
-  """A primitive that copies `vars_in` into `vars_out` (in parallel)."""
-  if len(vars_in) == 1:
-    return inst.PrimOp(tuple(vars_in), vars_out[0], inst.identity,
-                       vars_in[0], loc)
-  return inst.PrimOp(tuple(vars_in), tuple(vars_out), inst.parallel_copy,
-                     ', '.join(vars_in), loc)
-
-
 def _part_label(label, k):
   """Block `label`'s part after its k-th call (k = 0: the block itself)."""
   return label if k == 0 else f'{label}.{k}'
@@ -108,8 +99,8 @@ def _lower_function(fn, program, reach, entry_of, direct):
         ops.append(inst.PushOp(saved, op.loc))
       params = [_q(callee.name, p) for p in callee.vars_in]
       if params:
-        ops.append(_copy([_q(fn.name, v) for v in op.vars_in], params,
-                         op.loc))
+        ops.append(inst.copy_op([_q(fn.name, v) for v in op.vars_in],
+                                params, op.loc))
       part += 1
       ret_label = _part_label(label, part)
       if callee.name in direct:   # it returns to ret_label, always

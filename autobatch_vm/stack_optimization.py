@@ -43,13 +43,7 @@ def _without_self_copies(op):
     return op
   if not pairs:
     return None
-  vars_in = tuple(a for a, _ in pairs)
-  if len(pairs) == 1:
-    return dataclasses.replace(op, vars_in=vars_in, vars_out=pairs[0][1],
-                               function=inst.identity, text=vars_in[0])
-  return dataclasses.replace(op, vars_in=vars_in,
-                             vars_out=tuple(b for _, b in pairs),
-                             text=', '.join(vars_in))
+  return inst.copy_op([a for a, _ in pairs], [b for _, b in pairs], op.loc)
 
 
 def _drop_self_copies(block):
