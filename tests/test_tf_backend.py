@@ -456,6 +456,65 @@ def test_xla_groups_blocks_by_what_they_write(differentiate, monkeypatch):
     np.testing.assert_allclose(dh.numpy(), dh0.numpy(), rtol=1e-10)
 
 
+@ctx.batch()
+def mixed_widths(x, n, key, c, flag):
+  """Recursion keeping float64, uint64, int32 and bool values on the stack
+  across a call, and int64 and uint64 registers."""
+  if n <= 0:
+    return x, key, c, flag
+  k = key * 6364136223846793005 + 1442695040888963407   # wraps around
+  y, k2, c2, f2 = mixed_widths(x * 0.5 + 1.0, n - 1, k, c + 3, n % 2 == 1)
+  return y + x * x, k2 ^ key, c2 - c, f2 != flag
+
+
+def test_xla_packs_integers_of_one_width_together(monkeypatch):
+  """Under XLA int64 and uint64 values share packs (bitcast to uint64),
+  and int32 and bool ones (as uint32), registers and stacks alike; floats
+  keep their own (a bitcast has no gradient).  Results, with uint64 keys
+  over 2**63 and negative int64s, and gradients match each member
+  alone."""
+  from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
+  layouts = []
+
+  class Spy(tf_backend._Packing):  # pylint: disable=protected-access
+
+    def __init__(self, state, *args):
+      super().__init__(state, *args)
+      layouts.append({(key[0], key[1].name): sorted({self.dtypes[s].name
+                                                     for s in slots})
+                      for key, slots in zip(self.keys, self.slots)})
+  monkeypatch.setattr(tf_backend, '_Packing', Spy)
+  rng = np.random.default_rng(11)
+  b = 16
+  x = tf.constant(rng.normal(size=b))
+  n = tf.constant(rng.integers(-2, 7, size=b))
+  key = tf.constant(rng.integers(0, 2**64, size=b, dtype=np.uint64))
+  c = tf.constant(rng.integers(-50, 50, size=b, dtype=np.int32))
+  flag = tf.constant(rng.random(b) < 0.5)
+
+  def run(x, n, key, c, flag, **kwargs):
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      out = mixed_widths(x, n, key, c, flag, **kwargs)
+      total = tf.reduce_sum(out[0])
+    return out, tape.gradient(total, x)
+  out, dx = tf.function(lambda *a: run(*a, max_steps=200),
+                        jit_compile=True)(x, n, key, c, flag)
+  out0, dx0 = run(x, n, key, c, flag, dry_run=True)
+  layout = layouts[-1]
+  assert layout[(False, 'uint64')] == ['int64', 'uint64'], layout
+  assert layout[(True, 'uint64')] == ['uint64'], layout
+  assert layout[(True, 'uint32')] == ['bool', 'int32'], layout
+  assert 'bool' not in {dtype for _, dtype in layout}, layout
+  assert layout[(True, 'float64')] == ['float64'], layout
+  assert max(key.numpy()) >= 2**63 and min(n.numpy()) < 0
+  np.testing.assert_allclose(out[0].numpy(), out0[0].numpy(), rtol=1e-12)
+  for a, e in zip(out[1:], out0[1:]):
+    assert a.dtype == e.dtype
+    np.testing.assert_array_equal(a.numpy(), e.numpy())
+  np.testing.assert_allclose(dx.numpy(), dx0.numpy(), rtol=1e-12)
+
+
 @pytest.mark.parametrize('same', [True, False], ids=['all_full', 'mixed'])
 def test_graph_full_steps_and_packs_match_members_alone(same, monkeypatch):
   """In a plain graph every block has a branch for steps with all members
