@@ -1189,13 +1189,6 @@ class _PackRow:
     return self.pack[self.row]
 
 
-def _load(x, dtype):
-  """`x`, read from a pack, as `dtype` (see `_storage_dtype`)."""
-  if x.dtype == dtype:
-    return x
-  return tf.not_equal(x, 0) if dtype == tf.bool else tf.bitcast(x, dtype)
-
-
 class _MaskedWrite:
   """A masked register write not yet done: `new` for the members in `m`,
   `old` for the rest (see `TensorFlowBackend.write`)."""
@@ -1375,7 +1368,10 @@ class _Packing:
 
   def _loaded(self, slot, x):
     """`x`, read from `slot`'s pack, as the slot's own dtype."""
-    return _load(x, self.dtypes[slot])
+    dtype = self.dtypes[slot]
+    if x.dtype == dtype:
+      return x
+    return tf.not_equal(x, 0) if dtype == tf.bool else tf.bitcast(x, dtype)
 
   def carry(self, state):
     """The loop variables: the packs, then the flat slots."""
