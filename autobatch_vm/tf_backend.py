@@ -1085,13 +1085,10 @@ def _run_groups(b, mask, groups, branch_fns, packing, carried, writes):
   if len(groups) == 1:
     return _run_group(b, mask, groups[0], branch_fns, packing, writes,
                       *carried)
-  # Each block's position in its group: one lookup for all groups, not
-  # one per group (each a step's thunk that XLA may hand to another
-  # thread when many are ready at once, see `_storage_dtype`).
-  position = np.zeros(max(max(m) for m, _ in groups) + 1, np.int32)
-  for members, _ in groups:
-    position[list(members)] = np.arange(len(members), dtype=np.int32)
-  case = tf.gather(tf.constant(position), tf.minimum(b, len(position) - 1))
+  # One lookup for all groups, not one per group (each a step's thunk
+  # that XLA may hand to another thread when many are ready at once, see
+  # `_storage_dtype`).
+  case = _group_position(b, groups)
   for group in groups:
     members, width = group
     taken = tf.reduce_any(tf.equal(b, tf.constant(members, tf.int32)))
@@ -1146,14 +1143,20 @@ def _run_group(b, mask, group, branch_fns, packing, writes, *carried,
            lambda: packing.no_ports(writes[k], width, carried)])
   else:
     if case is None:
-      position = np.zeros(max(members) + 1, np.int32)
-      position[list(members)] = np.arange(len(members), dtype=np.int32)
-      case = tf.gather(tf.constant(position),
-                       tf.minimum(b, len(position) - 1))
+      case = _group_position(b, [group])
     ports, flat = tf.switch_case(
         case, [_bind(branch_fns[k], mask, carried) for k in members])
   packs = packing.scatter(list(carried[:num_packs]), list(ports), width)
   return packs + list(flat)
+
+
+def _group_position(b, groups):
+  """Block `b`'s position among its group's members, for `groups`
+  (`[(members, width)]`) that together hold it."""
+  position = np.zeros(max(max(m) for m, _ in groups) + 1, np.int32)
+  for members, _ in groups:
+    position[list(members)] = np.arange(len(members), dtype=np.int32)
+  return tf.gather(tf.constant(position), tf.minimum(b, len(position) - 1))
 
 
 def _run_once(taken, fn, carried):
@@ -1375,11 +1378,10 @@ class _Packing:
 
   def carry(self, state):
     """The loop variables: the packs, then the flat slots."""
-    packs = [tf.stack([self.stored(s, state[s]) for s in slots] +
-                      [tf.zeros_like(self.stored(slots[0],
-                                                 state[slots[0]]))] *
-                      self.scratch)
-             for slots in self.slots]
+    packs = []
+    for slots in self.slots:
+      rows = [self.stored(s, state[s]) for s in slots]
+      packs.append(tf.stack(rows + [tf.zeros_like(rows[0])] * self.scratch))
     for g in self.inplace:
       packs[g] = _private_copy(packs[g], [state[s] for s in self.slots[g]])
     return packs + [state[s] for s in self.flat]
