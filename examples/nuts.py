@@ -351,7 +351,9 @@ def make_sampler(lib, chunk, max_tree_depth, target_accept):
   Its functions: `initial_step_size(point, seed, counter)` (Algorithm 4),
   `transition(point, eps, seed, counter)` (one NUTS iteration)
   and `run_chunk(point, da, seed, counter, adapt)`: `chunk` iterations,
-  adapting the step size by dual averaging where `adapt` holds.
+  adapting the step size by dual averaging where `adapt` holds.  Also
+  returned: `build_tree`, and its primitives `leaf` (a tree of one
+  leapfrog) and `extend` (a tree grown by the one built at its end).
   """
   ctx = ab.Context()
 
@@ -359,45 +361,60 @@ def make_sampler(lib, chunk, max_tree_depth, target_accept):
     span = plus.theta - minus.theta
     return (lib.dot(span, minus.r) >= 0) & (lib.dot(span, plus.r) >= 0)
 
+  @ab.sync_point
+  def leaf(point, joint0, v, eps, counter):
+    """A tree of one point: one leapfrog step in direction v."""
+    new = lib.leapfrog(point, v * eps)
+    joint = new.logp - lib.kinetic(new.r)
+    log_w = joint - joint0
+    s = joint > joint0 - DELTA_MAX
+    alpha = lib.minimum(lib.exp(log_w), 1.0)
+    one = lib.to_float(s | ~s)   # 1.0 per chain, float64 (a primitive's
+    # results keep the batch axis; the select on tree.s needs float64)
+    return Tree(new, new, new, log_w, s, alpha, one, counter)
+
+  def extend(tree, other, backward, seed):
+    """`tree` extended by `other`, built at its end facing v.  Selects
+    rather than `if`s: on v (one call site, so chains going either way
+    share steps), and on tree.s: a chain whose first half stopped builds
+    the second half too, in the same steps as the others, and keeps its
+    first half (the same sample; the extra leapfrogs are not counted)."""
+    grow = tree.s    # else keep `tree`: selects on it below
+    minus = lib.where(grow & backward, other.minus, tree.minus)
+    plus = lib.where(grow & ~backward, other.plus, tree.plus)
+    log_w = lib.logaddexp(tree.log_w, other.log_w)
+    # Take the new half's proposal with probability w'' / (w' + w'').
+    take = grow & (lib.log(lib.uniform(seed, other.counter))
+                   < other.log_w - log_w)
+    return Tree(minus, plus,
+                lib.where(take, other.proposal, tree.proposal),
+                lib.where(grow, log_w, tree.log_w),
+                grow & other.s & no_uturn(minus, plus),
+                lib.where(grow, tree.alpha + other.alpha, tree.alpha),
+                lib.where(grow, tree.n_alpha + other.n_alpha,
+                          tree.n_alpha),
+                lib.where(grow, other.counter + 1, tree.counter))
+
   @ctx.batch()
   def build_tree(point, joint0, v, j, eps, seed, counter):
     """Algorithm 3's BuildTree, multinomial: 2^j leapfrog steps in
     direction v.  `joint0`: -H at the iteration's start; a tree's `log_w`
     is the log of its points' summed weights exp(joint - joint0)."""
+    backward = v < 0
+    if ab.truthy(j == 1):
+      # The last level unrolled: its two leapfrogs in one block, one VM
+      # step.  Tested first, this base case is where the calls of j >= 1
+      # go directly, and it returns in the same step (docs/guide.md).
+      tree = leaf(point, joint0, v, eps, counter)
+      other = leaf(lib.where(backward, tree.minus, tree.plus), joint0, v,
+                   eps, tree.counter)
+      return extend(tree, other, backward, seed)
     if ab.truthy(j == 0):
-      new = lib.leapfrog(point, v * eps)
-      joint = new.logp - lib.kinetic(new.r)
-      log_w = joint - joint0
-      s = joint > joint0 - DELTA_MAX
-      alpha = lib.minimum(lib.exp(log_w), 1.0)
-      one = lib.to_float(1.0)   # float64: the select on tree.s needs it
-      return Tree(new, new, new, log_w, s, alpha, one, counter)
-    else:
-      tree = build_tree(point, joint0, v, j - 1, eps, seed, counter)
-      # Extend the tree at the end facing v.  Selects rather than `if`s:
-      # on v (one call site, so chains going either way share steps), and
-      # on tree.s: a chain whose first half stopped builds the second half
-      # too, in the same steps as the others, and keeps its first half (the
-      # same sample; the extra leapfrogs are not counted).  An `if` there
-      # cost every subtree a VM step of its own.
-      backward = v < 0
-      start = lib.where(backward, tree.minus, tree.plus)
-      other = build_tree(start, joint0, v, j - 1, eps, seed, tree.counter)
-      grow = tree.s    # else keep `tree`: selects on it below
-      minus = lib.where(grow & backward, other.minus, tree.minus)
-      plus = lib.where(grow & ~backward, other.plus, tree.plus)
-      log_w = lib.logaddexp(tree.log_w, other.log_w)
-      # Take the new half's proposal with probability w'' / (w' + w'').
-      take = grow & (lib.log(lib.uniform(seed, other.counter))
-                     < other.log_w - log_w)
-      return Tree(minus, plus,
-                  lib.where(take, other.proposal, tree.proposal),
-                  lib.where(grow, log_w, tree.log_w),
-                  grow & other.s & no_uturn(minus, plus),
-                  lib.where(grow, tree.alpha + other.alpha, tree.alpha),
-                  lib.where(grow, tree.n_alpha + other.n_alpha,
-                            tree.n_alpha),
-                  lib.where(grow, other.counter + 1, tree.counter))
+      return leaf(point, joint0, v, eps, counter)
+    tree = build_tree(point, joint0, v, j - 1, eps, seed, counter)
+    other = build_tree(lib.where(backward, tree.minus, tree.plus), joint0,
+                       v, j - 1, eps, seed, tree.counter)
+    return extend(tree, other, backward, seed)
 
   @ctx.batch()
   def transition(point, eps, seed, counter):
@@ -475,7 +492,8 @@ def make_sampler(lib, chunk, max_tree_depth, target_accept):
 
   return ctx, types.SimpleNamespace(
       build_tree=build_tree, transition=transition,
-      initial_step_size=initial_step_size, run_chunk=run_chunk)
+      initial_step_size=initial_step_size, run_chunk=run_chunk,
+      leaf=leaf, extend=extend)
 
 
 # ---------------------------------------------------------------------------

@@ -249,6 +249,40 @@ def test_nuts_chains_alone_match_the_batch(target_name):
   assert rate > 0
 
 
+@pytest.mark.parametrize('j', [0, 1, 2, 3])
+def test_nuts_unrolled_base_case_matches_the_plain_recursion(j):
+  # build_tree takes its last level (j == 1: two leapfrogs) in one block
+  # instead of recursing to j == 0 twice.  The textbook recursion, run as
+  # plain NumPy on the whole batch (every chain at the same j), must give
+  # the same trees, field by field.
+  target = nuts.make_target('gaussian', dim=3, rho=0.5)
+  sampler = nuts.Sampler(target, 'numpy', chunk=2, max_tree_depth=5)
+  fns, lib = sampler.fns, sampler.lib
+  point, da, seeds, counter = sampler.init(6, seed=3)
+  point = point._replace(r=lib.normal(seeds, counter))
+  joint0 = point.logp - lib.kinetic(point.r)
+  v = np.array([1.0, -1.0, 1.0, -1.0, -1.0, 1.0])
+  eps = np.exp(da.log_eps)
+
+  def plain(point, j, counter):
+    if j == 0:
+      return fns.leaf(point, joint0, v, eps, counter)
+    backward = v < 0
+    tree = plain(point, j - 1, counter)
+    other = plain(lib.where(backward, tree.minus, tree.plus), j - 1,
+                  tree.counter)
+    return fns.extend(tree, other, backward, seeds)
+
+  expected = plain(point, j, counter)
+  got = fns.build_tree(point, joint0, v, np.full(6, j), eps, seeds, counter,
+                       max_stack_depth=8)
+  def leaves(tree):   # the Points' fields, then the scalars
+    return [x for f in tree for x in (f if isinstance(f, tuple) else (f,))]
+  for want, have in zip(leaves(expected), leaves(got), strict=True):
+    np.testing.assert_allclose(have, want, rtol=1e-12, atol=0)
+  # Not vacuous: some chain's tree holds all 2^j points.
+  assert np.asarray(got.n_alpha).max() == 2 ** j
+
 def test_nuts_random_numbers_are_per_chain():
   lib = nuts.numpy_lib(nuts.make_target('gaussian', dim=3))
   seeds = np.array([1, 2, 3], np.uint64)
