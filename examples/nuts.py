@@ -343,6 +343,8 @@ def tf_lib(target):
 Tree = collections.namedtuple(
     'Tree', ['minus', 'plus', 'proposal', 'log_w', 's', 'alpha', 'n_alpha',
              'counter'])
+# A transition's trajectory so far: the same fields.
+Trajectory = collections.namedtuple('Trajectory', Tree._fields)
 
 
 def make_sampler(lib, chunk, max_tree_depth, target_accept):
@@ -352,9 +354,13 @@ def make_sampler(lib, chunk, max_tree_depth, target_accept):
   `transition(point, eps, seed, counter)` (one NUTS iteration)
   and `run_chunk(point, da, seed, counter, adapt)`: `chunk` iterations,
   adapting the step size by dual averaging where `adapt` holds.  Also
-  returned: `build_tree`, and its primitives `leaf` (a tree of one
-  leapfrog) and `extend` (a tree grown by the one built at its end).
+  returned: `build_tree`, and the primitives `leaf` (a tree of one
+  leapfrog), `extend` (a tree grown by the one built at its end) and
+  `grow` (a transition's trajectory after a doubling).
   """
+  if max_tree_depth < 1:
+    raise ValueError(f'max_tree_depth must be at least 1, got '
+                     f'{max_tree_depth}')
   ctx = ab.Context()
 
   def no_uturn(minus, plus):
@@ -395,11 +401,29 @@ def make_sampler(lib, chunk, max_tree_depth, target_accept):
                           tree.n_alpha),
                 lib.where(grow, other.counter + 1, tree.counter))
 
+  def grow(traj, tree, backward, seed):
+    """The trajectory after a doubling by `tree`, built at its end facing
+    v.  Where the subtree is valid, move to its proposal with probability
+    min(1, w_new / w_old) (a draw that only those chains count).  Selects
+    rather than `if`s: one step runs the whole update."""
+    minus = lib.where(backward, tree.minus, traj.minus)
+    plus = lib.where(backward, traj.plus, tree.plus)
+    counter = tree.counter
+    take = tree.s & (lib.log(lib.uniform(seed, counter))
+                     < tree.log_w - traj.log_w)
+    return Trajectory(minus, plus,
+                      lib.where(take, tree.proposal, traj.proposal),
+                      lib.logaddexp(traj.log_w, tree.log_w),
+                      tree.s & no_uturn(minus, plus),
+                      traj.alpha + tree.alpha, traj.n_alpha + tree.n_alpha,
+                      counter + lib.to_int(tree.s))
+
   @ctx.batch()
   def build_tree(point, joint0, v, j, eps, seed, counter):
     """Algorithm 3's BuildTree, multinomial: 2^j leapfrog steps in
-    direction v.  `joint0`: -H at the iteration's start; a tree's `log_w`
-    is the log of its points' summed weights exp(joint - joint0)."""
+    direction v, for j >= 1 (`transition` builds the tree of one leapfrog,
+    j = 0, in line).  `joint0`: -H at the iteration's start; a tree's
+    `log_w` is the log of its points' summed weights exp(joint - joint0)."""
     backward = v < 0
     if ab.truthy(j == 1):
       # The last level unrolled: its two leapfrogs in one block, one VM
@@ -409,8 +433,6 @@ def make_sampler(lib, chunk, max_tree_depth, target_accept):
       other = leaf(lib.where(backward, tree.minus, tree.plus), joint0, v,
                    eps, tree.counter)
       return extend(tree, other, backward, seed)
-    if ab.truthy(j == 0):
-      return leaf(point, joint0, v, eps, counter)
     tree = build_tree(point, joint0, v, j - 1, eps, seed, counter)
     other = build_tree(lib.where(backward, tree.minus, tree.plus), joint0,
                        v, j - 1, eps, seed, tree.counter)
@@ -424,31 +446,22 @@ def make_sampler(lib, chunk, max_tree_depth, target_accept):
     point = point._replace(r=r0)
     joint0 = point.logp - lib.kinetic(r0)
     counter = counter + 1
-    minus, plus, proposal = point, point, point
-    log_w, s, j = 0.0, True, 0   # the start point weighs exp(0)
+    log_w, s = 0.0, True   # the start point weighs exp(0)
     alpha, n_alpha = 0.0, 0.0
-    while s and j < max_tree_depth:
-      v = lib.direction(lib.uniform(seed, counter))
+    traj = Trajectory(point, point, point, log_w, s, alpha, n_alpha, counter)
+    # The first doubling (j = 0) is one leapfrog: in line, in this step.
+    v = lib.direction(lib.uniform(seed, counter))
+    traj = grow(traj, leaf(point, joint0, v, eps, counter + 1), v < 0, seed)
+    j = 1
+    while traj.s and j < max_tree_depth:
+      v = lib.direction(lib.uniform(seed, traj.counter))
       backward = v < 0
-      tree = build_tree(lib.where(backward, minus, plus), joint0, v, j, eps,
-                        seed, counter + 1)
-      minus = lib.where(backward, tree.minus, minus)
-      plus = lib.where(backward, plus, tree.plus)
-      counter = tree.counter
-      # Where the subtree is valid, move to its proposal with probability
-      # min(1, w_new / w_old) (a draw that only those chains count).
-      # Selects rather than an `if`: the step after the call also runs the
-      # loop's update.
-      take = tree.s & (lib.log(lib.uniform(seed, counter))
-                       < tree.log_w - log_w)
-      proposal = lib.where(take, tree.proposal, proposal)
-      counter = counter + lib.to_int(tree.s)
-      log_w = lib.logaddexp(log_w, tree.log_w)
-      s = tree.s & no_uturn(minus, plus)
-      alpha = alpha + tree.alpha
-      n_alpha = n_alpha + tree.n_alpha
+      tree = build_tree(lib.where(backward, traj.minus, traj.plus), joint0,
+                        v, j, eps, seed, traj.counter + 1)
+      traj = grow(traj, tree, backward, seed)
       j = j + 1
-    return proposal, alpha / n_alpha, n_alpha, counter
+    return (traj.proposal, traj.alpha / traj.n_alpha, traj.n_alpha,
+            traj.counter)
 
   @ctx.batch()
   def initial_step_size(point, seed, counter):
@@ -493,7 +506,7 @@ def make_sampler(lib, chunk, max_tree_depth, target_accept):
   return ctx, types.SimpleNamespace(
       build_tree=build_tree, transition=transition,
       initial_step_size=initial_step_size, run_chunk=run_chunk,
-      leaf=leaf, extend=extend)
+      leaf=leaf, extend=extend, grow=grow)
 
 
 # ---------------------------------------------------------------------------
