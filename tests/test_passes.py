@@ -679,8 +679,8 @@ def _prim(out, fn, *ins, sync=False):
 
 
 def test_block_merge_rules():
-  """Small blocks are copied, single-predecessor ones merged, a sync block
-  stays where it is, and a loop is not unrolled."""
+  """Small blocks are copied, single-predecessor ones merged (a sync block
+  too, the merged block taking its place), and a loop is not unrolled."""
   def inc(x):
     return x + 1
 
@@ -711,19 +711,57 @@ def test_block_merge_rules():
   merged = block_merge.merge_blocks(program, 'most')
   got = {b.label: b for b in merged.blocks}
   # The loop test is copied into the entry and the loop body, and dropped.
-  assert list(got) == ['e.0', 'e.2', 'e.3', 'e.4']
+  assert list(got) == ['e.0', 'e.2', 'e.3']
   assert got['e.0'].instructions == blocks[0].instructions + \
       blocks[1].instructions
   assert got['e.0'].terminator == blocks[1].terminator
   assert got['e.2'].instructions == five + blocks[1].instructions
-  # The sync block is not pulled into its only predecessor...
-  assert got['e.3'] == blocks[3]
-  # ...but takes its large successors, which have no other way in.
-  assert got['e.4'].instructions == blocks[4].instructions + five + five
-  assert isinstance(got['e.4'].terminator, inst.IndirectGotoOp)
+  # The sync block is pulled into its only predecessor, with its large
+  # successors, which have no other way in.
+  assert got['e.3'].instructions == (blocks[3].instructions +
+                                     blocks[4].instructions + five + five)
+  assert isinstance(got['e.3'].terminator, inst.IndirectGotoOp)
   for x in range(1, 60, 7):
     assert inst.interpret(merged, np.int64(x), max_steps=100) == \
         inst.interpret(program, np.int64(x), max_steps=100)
+
+
+def test_block_merge_sync_block_keeps_its_place():
+  """A block that takes a sync block by a plain merge goes where the sync
+  block was (numbered last, `block_order`); a sync block with two ways in,
+  or one the entry jumps to, is taken by none."""
+  def inc(x):
+    return x + 1
+
+  def expensive(x):
+    return x - 3
+
+  sync = (_prim('e.x', expensive, 'e.x', sync=True),)
+  blocks = (
+      inst.Block('e.0', (_prim('e.c', lambda x: x < 5, 'e.x'),),
+                 inst.BranchOp('e.c', 'e.1', 'e.2')),
+      inst.Block('e.1', (_prim('e.x', inc, 'e.x'),), inst.GotoOp('e.3')),
+      inst.Block('e.2', (_prim('e.x', inc, 'e.x'),), inst.GotoOp('e.4')),
+      inst.Block('e.3', sync, inst.GotoOp('e.4')),    # one way in
+      inst.Block('e.4', sync, inst.GotoOp('e.5')),    # two ways in
+      inst.Block('e.5', sync, inst.IndirectGotoOp()))  # after a sync block
+  program = inst.LoweredProgram(blocks, inst.FrozenDict(),
+                                inst.FrozenDict(), ('e.x',), 'e.x', 'e')
+  merged = block_merge.merge_blocks(program, 'most')
+  assert [b.label for b in merged.blocks] == ['e.0', 'e.2', 'e.1', 'e.4',
+                                              'e.5']
+  assert merged.blocks[2].instructions == blocks[1].instructions + sync
+  assert merged.blocks[2].terminator == inst.GotoOp('e.4')
+  assert merged.blocks[1:2] + merged.blocks[3:] == (blocks[2],) + blocks[4:]
+  for x in range(0, 9):
+    assert inst.interpret(merged, np.int64(x), max_steps=100) == \
+        inst.interpret(program, np.int64(x), max_steps=100)
+  # The entry keeps its place: it takes no sync block.
+  entry = inst.LoweredProgram(
+      (inst.Block('e.0', (), inst.GotoOp('e.1')),
+       inst.Block('e.1', sync, inst.IndirectGotoOp())),
+      inst.FrozenDict(), inst.FrozenDict(), ('e.x',), 'e.x', 'e')
+  assert block_merge.merge_blocks(entry, 'most') == entry
 
 
 INT = inst.Type(inst.TensorType(np.int64, ()))
