@@ -14,7 +14,10 @@ NUTS is control-heavy: every chain builds its own binary tree of leapfrog
 steps, to its own depth, stopping early where the trajectory makes a
 U-turn.  Written for ONE chain below, it runs for a batch of chains with
 the state as arrays `[chains, dim]`: each leapfrog step is one gradient
-evaluation for all the chains that are at a leaf of their tree.
+evaluation for all the chains that are at a leaf of their tree.  The
+recursion's last level (two leapfrogs) and a transition's first leapfrog
+are written out, so that each takes one VM step (docs/guide.md,
+section 6).
 
 Random numbers inside batched code come from a counter-based generator
 (splitmix64 of a per-chain seed and a per-chain counter threaded through the
@@ -385,21 +388,21 @@ def make_sampler(lib, chunk, max_tree_depth, target_accept):
     share steps), and on tree.s: a chain whose first half stopped builds
     the second half too, in the same steps as the others, and keeps its
     first half (the same sample; the extra leapfrogs are not counted)."""
-    grow = tree.s    # else keep `tree`: selects on it below
-    minus = lib.where(grow & backward, other.minus, tree.minus)
-    plus = lib.where(grow & ~backward, other.plus, tree.plus)
+    valid = tree.s    # else keep `tree`: selects on it below
+    minus = lib.where(valid & backward, other.minus, tree.minus)
+    plus = lib.where(valid & ~backward, other.plus, tree.plus)
     log_w = lib.logaddexp(tree.log_w, other.log_w)
     # Take the new half's proposal with probability w'' / (w' + w'').
-    take = grow & (lib.log(lib.uniform(seed, other.counter))
-                   < other.log_w - log_w)
+    take = valid & (lib.log(lib.uniform(seed, other.counter))
+                    < other.log_w - log_w)
     return Tree(minus, plus,
                 lib.where(take, other.proposal, tree.proposal),
-                lib.where(grow, log_w, tree.log_w),
-                grow & other.s & no_uturn(minus, plus),
-                lib.where(grow, tree.alpha + other.alpha, tree.alpha),
-                lib.where(grow, tree.n_alpha + other.n_alpha,
+                lib.where(valid, log_w, tree.log_w),
+                valid & other.s & no_uturn(minus, plus),
+                lib.where(valid, tree.alpha + other.alpha, tree.alpha),
+                lib.where(valid, tree.n_alpha + other.n_alpha,
                           tree.n_alpha),
-                lib.where(grow, other.counter + 1, tree.counter))
+                lib.where(valid, other.counter + 1, tree.counter))
 
   def grow(traj, tree, backward, seed):
     """The trajectory after a doubling by `tree`, built at its end facing
