@@ -249,12 +249,25 @@ def test_nuts_chains_alone_match_the_batch(target_name):
   assert rate > 0
 
 
+def _textbook_tree(fns, lib, point, joint0, v, j, eps, seed, counter):
+  """Algorithm 3's recursion down to j == 0 (a tree of one leapfrog), as
+  plain NumPy on the whole batch (every chain at the same j), from the
+  example's primitives."""
+  if j == 0:
+    return fns.leaf(point, joint0, v, eps, counter)
+  backward = v < 0
+  tree = _textbook_tree(fns, lib, point, joint0, v, j - 1, eps, seed,
+                        counter)
+  other = _textbook_tree(fns, lib, lib.where(backward, tree.minus, tree.plus),
+                         joint0, v, j - 1, eps, seed, tree.counter)
+  return fns.extend(tree, other, backward, seed)
+
+
 @pytest.mark.parametrize('j', [1, 2, 3])
 def test_nuts_unrolled_base_case_matches_the_plain_recursion(j):
   # build_tree takes its last level (j == 1: two leapfrogs) in one block
   # instead of recursing to j == 0 twice (a tree of one leapfrog, which
-  # `transition` builds in line).  The textbook recursion, run as plain
-  # NumPy on the whole batch (every chain at the same j), must give the
+  # `transition` builds in line).  The textbook recursion must give the
   # same trees, field by field.
   target = nuts.make_target('gaussian', dim=3, rho=0.5)
   sampler = nuts.Sampler(target, 'numpy', chunk=2, max_tree_depth=5)
@@ -265,20 +278,13 @@ def test_nuts_unrolled_base_case_matches_the_plain_recursion(j):
   v = np.array([1.0, -1.0, 1.0, -1.0, -1.0, 1.0])
   eps = np.exp(da.log_eps)
 
-  def plain(point, j, counter):
-    if j == 0:
-      return fns.leaf(point, joint0, v, eps, counter)
-    backward = v < 0
-    tree = plain(point, j - 1, counter)
-    other = plain(lib.where(backward, tree.minus, tree.plus), j - 1,
-                  tree.counter)
-    return fns.extend(tree, other, backward, seeds)
-
-  expected = plain(point, j, counter)
-  got = fns.build_tree(point, joint0, v, np.full(6, j), eps, seeds, counter,
-                       max_stack_depth=8)
   def leaves(tree):   # the Points' fields, then the scalars
     return [x for f in tree for x in (f if isinstance(f, tuple) else (f,))]
+
+  expected = _textbook_tree(fns, lib, point, joint0, v, j, eps, seeds,
+                            counter)
+  got = fns.build_tree(point, joint0, v, np.full(6, j), eps, seeds, counter,
+                       max_stack_depth=8)
   for want, have in zip(leaves(expected), leaves(got), strict=True):
     np.testing.assert_allclose(have, want, rtol=1e-12, atol=0)
   # Not vacuous: some chain's tree holds all 2^j points.
@@ -297,16 +303,7 @@ def test_nuts_transition_matches_the_textbook_loop():
   point, da, seeds, counter = sampler.init(8, seed=5)
   eps = np.exp(da.log_eps)
 
-  def plain_tree(point, joint0, v, j, eps, seed, counter):
-    if j == 0:
-      return fns.leaf(point, joint0, v, eps, counter)
-    backward = v < 0
-    tree = plain_tree(point, joint0, v, j - 1, eps, seed, counter)
-    other = plain_tree(lib.where(backward, tree.minus, tree.plus), joint0,
-                       v, j - 1, eps, seed, tree.counter)
-    return fns.extend(tree, other, backward, seed)
-
-  def plain_transition(point, eps, seed, counter):   # one chain
+  def textbook_transition(point, eps, seed, counter):   # one chain
     point = point._replace(r=lib.normal(seed, counter))
     joint0 = point.logp - lib.kinetic(point.r)
     zero = np.zeros(1)
@@ -316,25 +313,27 @@ def test_nuts_transition_matches_the_textbook_loop():
     while traj.s[0] and j < depth:
       v = lib.direction(lib.uniform(seed, traj.counter))
       backward = v < 0
-      tree = plain_tree(lib.where(backward, traj.minus, traj.plus), joint0,
-                        v, j, eps, seed, traj.counter + 1)
+      tree = _textbook_tree(fns, lib,
+                            lib.where(backward, traj.minus, traj.plus),
+                            joint0, v, j, eps, seed, traj.counter + 1)
       traj = fns.grow(traj, tree, backward, seed)
       j += 1
-    return traj.proposal, traj.alpha / traj.n_alpha, traj.n_alpha, \
-        traj.counter
+    return (traj.proposal, traj.alpha / traj.n_alpha, traj.n_alpha,
+            traj.counter)
 
   got = fns.transition(point, eps, seeds, counter, max_stack_depth=depth + 3)
   sizes = set()
   for i in range(8):
     one = lambda x, i=i: x[i:i + 1]
-    want = plain_transition(nuts.Point(*map(one, point)), one(eps),
-                            one(seeds), one(counter))
+    want = textbook_transition(nuts.Point(*map(one, point)), one(eps),
+                               one(seeds), one(counter))
     np.testing.assert_allclose(got[0].theta[i], want[0].theta[0],
                                rtol=1e-12, atol=0)
     for k in (1, 2, 3):
       np.testing.assert_allclose(got[k][i], want[k][0], rtol=1e-12, atol=0)
     sizes.add(float(want[2][0]))
   assert len(sizes) > 1   # chains stopped at different depths
+
 
 def test_nuts_random_numbers_are_per_chain():
   lib = nuts.numpy_lib(nuts.make_target('gaussian', dim=3))
