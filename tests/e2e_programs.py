@@ -407,6 +407,38 @@ def early_return_in_loop_ref(n):
   return n
 
 
+# -- sync points -------------------------------------------------------------
+
+def _mix(v):
+  return (v * 7 + 3) % 997
+
+
+mix = ab.sync_point(_mix)
+
+
+@ctx.batch()
+def mixed_once(a, b):
+  c = (a + b) % 997
+  return mix(a + c)   # in the entry block: a sync block
+
+
+@ctx.batch()
+def sync_after_loop(a, b):
+  c = (a + b) % 997
+  while c < 500:
+    c = c + 100
+  # The only call of mixed_once: the loop's exit block jumps to its sync
+  # entry block, which has no other way in, and takes it (block_merge).
+  return (mixed_once(a, c) + 1) % 997
+
+
+def sync_after_loop_ref(a, b):
+  c = (a + b) % 997
+  while c < 500:
+    c += 100
+  return (_mix(a + (a + c) % 997) + 1) % 997
+
+
 # -- Python literals meeting int32 / float32 state ------------------------------
 # A literal is "weak" (it takes the dtype it meets, as in NumPy 2 and in the
 # member's own Python code), also when it sits in a variable: a `range`
@@ -519,6 +551,10 @@ CASES = [
     Case('short_circuit', short_circuit, _ints(0, 40), short_circuit_ref),
     Case('early_return_in_loop', early_return_in_loop, _ints(2, 200),
          early_return_in_loop_ref),
+    Case('sync_after_loop', sync_after_loop,
+         lambda rng, b: (rng.integers(0, 997, size=b),
+                         rng.integers(0, 997, size=b)),
+         sync_after_loop_ref),
     Case('literals_int32_float32', literal_weighted,
          lambda rng, b: (rng.uniform(-2, 2, size=b).astype(np.float32),
                          rng.integers(0, 50, size=b).astype(np.int32),

@@ -3,8 +3,8 @@
 `program_strategy()` is a hypothesis strategy of Python source text: 1-3
 functions `f0..fk` over int state `a, b, c` and float state `x`, with
 arithmetic (`+ - * % //`, conditional expressions, min/max, int -> float
-conversion), `if/elif/else`, `while` loops with bounded trip counts, `break`
-and `continue`, `for ... in range(...)`, recursion on a decreasing depth
+conversion), calls of a sync-point primitive (`heavy`), `if/elif/else`,
+`while` loops with bounded trip counts, `break` and `continue`, `for ... in range(...)`, recursion on a decreasing depth
 argument `d`, calls to earlier functions (also pairs of independent calls
 of one function, which stackless mode runs together), and tuple returns.
 Values stay small (`% 997`), so plain Python ints and NumPy/TF int32 and
@@ -38,7 +38,10 @@ MAX_FUNCTIONS = 3
 
 # Defined at the top of every generated program: int -> float64 for Python
 # ints (the reference), NumPy arrays and TF tensors alike (TensorFlow does
-# not promote `int * float` by itself).
+# not promote `int * float` by itself), and `heavy`, a primitive marked
+# `ab.sync_point`, so that the passes' rules for sync blocks (numbered
+# last, merged only with one way in, copied as leaves) meet random
+# control flow.
 TO_FLOAT = """\
 def to_float(v):
     tf = sys.modules.get('tensorflow')
@@ -47,6 +50,13 @@ def to_float(v):
     if isinstance(v, np.ndarray):
         return v.astype(np.float64)
     return float(v)
+
+
+def _heavy(v):
+    return (v * 7 + 3) % 997
+
+
+heavy = ab.sync_point(_heavy)
 """
 
 
@@ -182,7 +192,7 @@ class _Gen:
 
   def statement(self, depth, in_loop):
     draw = self.draw
-    kinds = ['assign', 'assign', 'float', 'aug']
+    kinds = ['assign', 'assign', 'float', 'aug', 'heavy']
     if depth < 2:
       kinds += ['if', 'while', 'for', 'call', 'pair']
     if in_loop:
@@ -192,6 +202,9 @@ class _Gen:
       return [f'{draw(st.sampled_from(INT_VARS))} = {self.int_expr()}']
     if kind == 'float':
       return [f'x = {draw(float_expr())}']
+    if kind == 'heavy':
+      var = draw(st.sampled_from(INT_VARS))
+      return [f'{var} = heavy({var})']
     if kind == 'aug':
       var = draw(st.sampled_from(INT_VARS))
       return [f'{var} += {draw(st.integers(1, 5))}', f'{var} = {var} % 997']

@@ -118,3 +118,29 @@ def test_sync_point_on_tensorflow(schedule):
         lambda n: walk(n, max_stack_depth=30, schedule=schedule),
         jit_compile=jit_compile)
     np.testing.assert_array_equal(staged(tf.constant(N)), expected)
+
+
+@pytest.mark.parametrize('schedule', ['most', 'lowest'])
+def test_block_before_a_sync_block_takes_it(schedule):
+  # `sync_after_loop` calls `mixed_once` once, after a loop; its entry
+  # block syncs.  The loop's exit block takes that block (one way in) and
+  # its place among the last blocks: one step fewer per member, results
+  # as each member alone.
+  from tests import e2e_programs as progs  # pylint: disable=g-import-not-at-top
+  a = np.array([3, 600, 10, 996, 0, 499])
+  b = np.array([5, 1, 700, 2, 0, 990])
+  program = progs.ctx.lowered_for_args('sync_after_loop', (a, b))
+  if schedule == 'lowest':
+    program = ab.pipeline.lowered(
+        progs.ctx.program_compiled('sync_after_loop',
+                                   [ab.TensorType(np.int64, ())] * 2),
+        schedule='lowest')
+  sync = [b.label for b in program.blocks if ab.instructions.has_sync(b)]
+  assert sync == [program.blocks[-1].label]
+  assert sync[0].startswith('sync_after_loop.')   # the caller's block
+  assert not any(b.label.startswith('mixed_once.') for b in program.blocks)
+  got = progs.sync_after_loop(a, b, schedule=schedule)
+  want = [progs.sync_after_loop_ref(x, y) for x, y in zip(a, b)]
+  np.testing.assert_array_equal(got, want)
+  stats = progs.sync_after_loop.last_stats
+  assert stats.block_executions[sync[0]] == 1   # every member together
