@@ -817,18 +817,16 @@ class TensorFlowBackend:
       extra, carried = list(rest[:num_extra]), rest[num_extra:]
       mask = tf.equal(packing.read(carried, _PC), b)
       count = tf.reduce_sum(tf.cast(mask, tf.int32))
+      run = tf.stack([tf.constant(1, tf.int32), count])[tf.newaxis]
       if xla:
         # A one-hot sum fuses into one loop; XLA made the scatter a
         # bounds check, an index and an update (NUTS-like steps on a
         # cheap target, together with the shared `case` of `_run_groups`:
         # 8% faster).
         hot = tf.cast(tf.equal(tf.range(num_blocks), b), tf.int32)
-        acc += hot[:, tf.newaxis] * tf.stack(
-            [tf.constant(1, tf.int32), count])[tf.newaxis]
+        acc += hot[:, tf.newaxis] * run
       else:
-        acc = tf.tensor_scatter_nd_add(
-            acc, tf.reshape(b, [1, 1]),
-            tf.reshape(tf.stack([tf.constant(1, tf.int32), count]), [1, 2]))
+        acc = tf.tensor_scatter_nd_add(acc, tf.reshape(b, [1, 1]), run)
       if profile:
         extra[0] += tf.cast(mask, tf.int32)
       start = None

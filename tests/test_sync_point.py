@@ -129,16 +129,16 @@ def test_block_before_a_sync_block_takes_it(schedule):
   from tests import e2e_programs as progs  # pylint: disable=g-import-not-at-top
   a = np.array([3, 600, 10, 996, 0, 499])
   b = np.array([5, 1, 700, 2, 0, 990])
-  program = progs.ctx.lowered_for_args('sync_after_loop', (a, b))
-  if schedule == 'lowest':
-    program = ab.pipeline.lowered(
-        progs.ctx.program_compiled('sync_after_loop',
-                                   [ab.TensorType(np.int64, ())] * 2),
-        schedule='lowest')
-  sync = [b.label for b in program.blocks if ab.instructions.has_sync(b)]
-  assert sync == [program.blocks[-1].label]
+  program = ab.pipeline.lowered(
+      progs.ctx.program_compiled('sync_after_loop',
+                                 [ab.TensorType(np.int64, ())] * 2),
+      schedule=schedule)
+  labels = [blk.label for blk in program.blocks]
+  sync = [blk.label for blk in program.blocks
+          if ab.instructions.has_sync(blk)]
+  assert sync == labels[-1:]
   assert sync[0].startswith('sync_after_loop.')   # the caller's block
-  assert not any(b.label.startswith('mixed_once.') for b in program.blocks)
+  assert not any(label.startswith('mixed_once.') for label in labels)
   got = progs.sync_after_loop(a, b, schedule=schedule)
   want = [progs.sync_after_loop_ref(x, y) for x, y in zip(a, b)]
   np.testing.assert_array_equal(got, want)
