@@ -421,25 +421,50 @@ def make_sampler(lib, chunk, max_tree_depth, target_accept):
                       traj.alpha + tree.alpha, traj.n_alpha + tree.n_alpha,
                       counter + lib.to_int(tree.s))
 
+  @ab.sync_point
+  def pair(point, joint0, v, eps, seed, counter):
+    """A tree of two leapfrogs (j = 1) in direction v."""
+    backward = v < 0
+    tree = leaf(point, joint0, v, eps, counter)
+    other = leaf(lib.where(backward, tree.minus, tree.plus), joint0, v, eps,
+                 tree.counter)
+    return extend(tree, other, backward, seed)
+
   @ctx.batch()
   def build_tree(point, joint0, v, j, eps, seed, counter):
     """Algorithm 3's BuildTree, multinomial: 2^j leapfrog steps in
-    direction v, for j >= 1 (`transition` builds the tree of one leapfrog,
-    j = 0, in line).  `joint0`: -H at the iteration's start; a tree's
+    direction v, for j >= 1 (`transition` builds the trees of j = 0 and
+    j = 1 in line).  `joint0`: -H at the iteration's start; a tree's
     `log_w` is the log of its points' summed weights exp(joint - joint0)."""
     backward = v < 0
-    if ab.truthy(j == 1):
-      # The last level unrolled: its two leapfrogs in one block, one VM
-      # step.  Tested first, this base case is where the calls of j >= 1
+    if ab.truthy(j == 2):
+      # The last two levels unrolled: four leapfrogs in one block, one VM
+      # step.  Tested first, this base case is where the calls of j >= 2
       # go directly, and it returns in the same step (docs/guide.md).
-      tree = leaf(point, joint0, v, eps, counter)
-      other = leaf(lib.where(backward, tree.minus, tree.plus), joint0, v,
-                   eps, tree.counter)
+      tree = pair(point, joint0, v, eps, seed, counter)
+      other = pair(lib.where(backward, tree.minus, tree.plus), joint0, v,
+                   eps, seed, tree.counter)
       return extend(tree, other, backward, seed)
+    if ab.truthy(j == 1):
+      return pair(point, joint0, v, eps, seed, counter)
     tree = build_tree(point, joint0, v, j - 1, eps, seed, counter)
     other = build_tree(lib.where(backward, tree.minus, tree.plus), joint0,
                        v, j - 1, eps, seed, tree.counter)
     return extend(tree, other, backward, seed)
+
+  @ab.sync_point
+  def second_doubling(traj, joint0, eps, seed):
+    """The trajectory after its second doubling (j = 1, two leapfrogs)
+    where it goes on after the first, as `transition`'s loop would."""
+    if max_tree_depth < 2:
+      return traj
+    v = lib.direction(lib.uniform(seed, traj.counter))
+    backward = v < 0
+    tree = pair(lib.where(backward, traj.minus, traj.plus), joint0, v, eps,
+                seed, traj.counter + 1)
+    grown = grow(traj, tree, backward, seed)
+    return Trajectory(*[lib.where(traj.s, a, b)
+                        for a, b in zip(grown, traj)])
 
   @ctx.batch()
   def transition(point, eps, seed, counter):
@@ -452,10 +477,12 @@ def make_sampler(lib, chunk, max_tree_depth, target_accept):
     log_w, s = 0.0, True   # the start point weighs exp(0)
     alpha, n_alpha = 0.0, 0.0
     traj = Trajectory(point, point, point, log_w, s, alpha, n_alpha, counter)
-    # The first doubling (j = 0) is one leapfrog: in line, in this step.
+    # The first two doublings (j = 0: one leapfrog, j = 1: two) in line,
+    # in this step.
     v = lib.direction(lib.uniform(seed, counter))
     traj = grow(traj, leaf(point, joint0, v, eps, counter + 1), v < 0, seed)
-    j = 1
+    traj = second_doubling(traj, joint0, eps, seed)
+    j = 2
     while traj.s and j < max_tree_depth:
       v = lib.direction(lib.uniform(seed, traj.counter))
       backward = v < 0
@@ -509,7 +536,8 @@ def make_sampler(lib, chunk, max_tree_depth, target_accept):
   return ctx, types.SimpleNamespace(
       build_tree=build_tree, transition=transition,
       initial_step_size=initial_step_size, run_chunk=run_chunk,
-      leaf=leaf, extend=extend, grow=grow)
+      leaf=leaf, pair=pair, extend=extend, grow=grow,
+      second_doubling=second_doubling)
 
 
 # ---------------------------------------------------------------------------
