@@ -15,9 +15,9 @@ steps, to its own depth, stopping early where the trajectory makes a
 U-turn.  Written for ONE chain below, it runs for a batch of chains with
 the state as arrays `[chains, dim]`: each leapfrog step is one gradient
 evaluation for all the chains that are at a leaf of their tree.  The
-recursion's last level (two leapfrogs) and a transition's first leapfrog
-are written out, so that each takes one VM step (docs/guide.md,
-section 6).
+recursion's last two levels (four leapfrogs) and a transition's first two
+doublings (three leapfrogs) are written out, so that each takes one VM
+step (docs/guide.md, section 6).
 
 Random numbers inside batched code come from a counter-based generator
 (splitmix64 of a per-chain seed and a per-chain counter threaded through the
