@@ -358,8 +358,10 @@ def make_sampler(lib, chunk, max_tree_depth, target_accept):
   and `run_chunk(point, da, seed, counter, adapt)`: `chunk` iterations,
   adapting the step size by dual averaging where `adapt` holds.  Also
   returned: `build_tree`, and the primitives `leaf` (a tree of one
-  leapfrog), `extend` (a tree grown by the one built at its end) and
-  `grow` (a transition's trajectory after a doubling).
+  leapfrog), `pair` (a tree of two), `extend` (a tree grown by the one
+  built at its end), `grow` (a transition's trajectory after a doubling)
+  and `second_doubling` (a trajectory after its doubling of two leapfrogs,
+  where it goes on).
   """
   if max_tree_depth < 1:
     raise ValueError(f'max_tree_depth must be at least 1, got '

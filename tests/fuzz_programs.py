@@ -5,8 +5,9 @@ functions `f0..fk` over int state `a, b, c` and float state `x`, with
 arithmetic (`+ - * % //`, conditional expressions, min/max, int -> float
 conversion), calls of a sync-point primitive (`heavy`), `if/elif/else`,
 `while` loops with bounded trip counts, `break` and `continue`,
-`for ... in range(...)`, recursion on a decreasing depth argument `d`, calls to earlier functions (also pairs of independent calls
-of one function, which stackless mode runs together), and tuple returns.
+`for ... in range(...)`, recursion on a decreasing depth argument `d`,
+calls to earlier functions (also pairs of independent calls of one
+function, which stackless mode runs together), and tuple returns.
 Values stay small (`% 997`), so plain Python ints and NumPy/TF int32 and
 int64 agree exactly; float operations are the same IEEE operations in
 every backend.
