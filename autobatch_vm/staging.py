@@ -30,6 +30,7 @@ import tensorflow as tf
 from autobatch_vm import errors
 from autobatch_vm import frontend
 from autobatch_vm import numpy_backend
+from autobatch_vm import tf_backend
 from autobatch_vm import xla
 
 __all__ = ['StagedFunction', 'stage']
@@ -78,7 +79,8 @@ class StagedFunction:
       compiled = xla.compile_nested_output(traced)
       self._function, self._finish = compiled.compiled, compiled.finish
     else:
-      self._function, self._finish = tf.function(traced), lambda r: r
+      self._function = tf.function(tf_backend.traceable(traced))
+      self._finish = lambda r: r
     self._concrete = {}   # the arguments' signature -> concrete function
     self.fast_calls = 0   # calls that took the concrete function directly
 

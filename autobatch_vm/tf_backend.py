@@ -904,7 +904,8 @@ class TensorFlowBackend:
     if self.basic_block_xla_device is None:
       return run_block
     device = self.basic_block_xla_device
-    compiled = tf.function(run_block, jit_compile=True, autograph=False)
+    compiled = tf.function(traceable(run_block), jit_compile=True,
+                           autograph=False)
 
     def run_on_device(mask, *carried):
       with tf.device(device):
@@ -1826,6 +1827,24 @@ def _most_by_key(counts, num_blocks, batch):
   return tf.where(top >= k, best, tf.constant(num_blocks, tf.int32))
 
 
+def traceable(fn):
+  """`fn` as the Python function of a `tf.function` of its own: a
+  `functools.partial` of it, with its name (the traced graphs' name).
+
+  TensorFlow counts a `tf.function`'s traces by its Python function's
+  code (`__code__`) and warns of "excessive retracing" after five traces
+  in a row.  All the closures made by one `def` share their code, so each
+  `tf.function` over such a closure (one per staged function, per program
+  run eagerly, per sampler of the NUTS example) added to one count:
+  staging five functions, each traced once, warned.  A partial has no
+  code and is counted on its own, so the warning keeps its meaning: one
+  function traced for five signatures in a row.
+  """
+  out = functools.partial(fn)
+  out.__name__ = getattr(fn, '__name__', 'function')
+  return out
+
+
 # -- the eager path's cache of staged loops --------------------------------------
 
 class _StagedRun:
@@ -1841,10 +1860,9 @@ class _StagedRun:
       out, acc, _ = backend._staged_loop(  # pylint: disable=protected-access
           blocks, state, num_blocks, schedule, batch, self.sites, limit)
       return out, acc
-    self.function = tf.function(loop, autograph=False)
-    # One tf.function per program: tracing each once is expected, not the
-    # "retracing in a loop" TensorFlow warns about.
-    self.function._omit_frequent_tracing_warning = True  # pylint: disable=protected-access
+    # One tf.function per program, each traced once per batch size: counted
+    # alone (`traceable`).
+    self.function = tf.function(traceable(loop), autograph=False)
 
   def __call__(self, state):
     return self.function(list(state))
