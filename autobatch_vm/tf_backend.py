@@ -1840,9 +1840,17 @@ def traceable(fn):
   code and is counted on its own, so the warning keeps its meaning: one
   function traced for five signatures in a row.
   """
-  out = functools.partial(fn)
+  out = _Traceable(fn)
   out.__name__ = getattr(fn, '__name__', 'function')
   return out
+
+
+class _Traceable(functools.partial):
+  """`traceable`'s partial, shown by its name in TensorFlow's messages
+  ("... calls to <function fibonacci> triggered tf.function retracing")."""
+
+  def __repr__(self):
+    return f'<function {self.__name__}>'
 
 
 # -- the eager path's cache of staged loops --------------------------------------
