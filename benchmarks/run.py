@@ -345,9 +345,9 @@ def nuts_gradient_floor(nuts, backend, target, state, evaluations):
   Given the most leapfrogs that any chain takes in a call of ours (35
   over 5 transitions at 64 chains), this is the least time in which any
   sampler evaluates those gradients batched over the chains: it must
-  wait for that chain.  Our time over it is what our VM costs beyond the
-  gradients, and a baseline's time over it is the most any sampler
-  could beat that baseline by.
+  wait for that chain.  Our time over it is what our sampler's own
+  arithmetic and our VM cost beyond the gradients, and a baseline's time
+  over it is the most any sampler could beat that baseline by.
   """
   point, da = state[0], state[1]
   step = np.exp(np.asarray(da.log_eps_bar))
@@ -554,7 +554,8 @@ def floor_markdown(rows):
       'chain with the most leapfrogs in our call took, back to back in a '
       'plain loop on the same backend, timed in turns with the row\'s '
       'systems.  Every sampler of the row evaluates at least those '
-      'gradients, so "ours - gradients" is what our VM costs beyond them, '
+      'gradients, so "ours - gradients" is what our sampler\'s arithmetic '
+      'and our VM cost beyond them, '
       'and "TFP autobatched / gradients" is the most by which any sampler '
       'could beat TFP\'s autobatched NUTS by time:', '',
       '| backend | chains | ours (s) | gradients alone (s) | ours - '
