@@ -504,7 +504,9 @@ def test_nuts_tensorflow_gradients_match_numpy():
   for name in ('gaussian', 'logistic'):
     target = nuts.make_target(name, dim=3, rho=0.5)
     lib = nuts.tf_lib(target)
-    theta = np.random.default_rng(0).normal(scale=0.3, size=(2, target.dim))
+    # Near the mode, and far out: logits in the hundreds (no overflow).
+    theta = np.random.default_rng(0).normal(size=(2, target.dim)) * [
+        [0.3], [30.0]]
     logp, grad = lib.log_prob_and_grad(tf.constant(theta))
     want_logp, want_grad = target.log_prob_and_grad(theta)
     np.testing.assert_allclose(logp.numpy(), want_logp, rtol=1e-10)
