@@ -1827,9 +1827,10 @@ def _most_by_key(counts, num_blocks, batch):
   return tf.where(top >= k, best, tf.constant(num_blocks, tf.int32))
 
 
-def traceable(fn):
+def traceable(fn, name=None):
   """`fn` as the Python function of a `tf.function` of its own: a
-  `functools.partial` of it, with its name (the traced graphs' name).
+  `functools.partial` of it, named `name` (default: `fn`'s name), the
+  name of the traced graphs and of TensorFlow's messages.
 
   TensorFlow counts a `tf.function`'s traces by its Python function's
   code (`__code__`) and warns of "excessive retracing" after five traces
@@ -1841,7 +1842,7 @@ def traceable(fn):
   function traced for five signatures in a row.
   """
   out = _Traceable(fn)
-  out.__name__ = getattr(fn, '__name__', 'function')
+  out.__name__ = name or getattr(fn, '__name__', 'function')
   return out
 
 

@@ -65,8 +65,8 @@ def compile_nested_output(f, compile_fn=None):
     failed = [members for _, members, _ in sink]
     return out, (tf.constant(trace_id, tf.int32), codes, failed)
 
-  with_errors.__name__ = getattr(f, '__name__', with_errors.__name__)
-  compiled = compile_fn(tf_backend.traceable(with_errors))
+  compiled = compile_fn(tf_backend.traceable(
+      with_errors, name=getattr(f, '__name__', None)))
 
   def graph_trace_id(args, kwargs):
     get = getattr(compiled, 'get_concrete_function', None)
