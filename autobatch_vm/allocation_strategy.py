@@ -23,6 +23,7 @@ graph.  Cost is linear in the program size times the CFG depth.
 
 import dataclasses
 
+from autobatch_vm import errors
 from autobatch_vm import instructions as inst
 from autobatch_vm import liveness
 
@@ -107,3 +108,17 @@ def allocate(program):
   return dataclasses.replace(program, functions=tuple(
       _allocate_function(f, reach, param_writers)
       for f in program.functions))
+
+
+# TFP's module-level name for this pass.
+__all__ += ['optimize']
+
+
+def optimize(program):
+  """TFP's name for `allocate`: `program` (a `Program`, typed or not) with
+  a `VariableAllocation` for every variable of every function."""
+  if not isinstance(program, inst.Program):
+    raise errors.ArgumentError(
+        f'allocation_strategy.optimize takes a Program before lowering, '
+        f'got a {type(program).__name__}')
+  return allocate(program)

@@ -49,7 +49,48 @@ The vocabulary:
 
 Code after a terminator (e.g. after `return_`) goes in an unreachable block,
 which is dropped, as the frontend does.  A function whose reachable code can
-run off its end without `return_` is rejected.
+run off its end without `return_`, or that reads a variable nothing in it
+writes, is rejected.
+
+TFP's `tfp.experimental.auto_batching.dsl.ProgramBuilder` vocabulary is
+accepted too, so a program written for it builds here unchanged:
+
+    with pb.function(type_inference=lambda ts: ts[0]) as fibonacci:
+      n = pb.param('n')
+      pb.var.cond = pb.primop(lambda n: n > 1)
+      with pb.if_(pb.var.cond, then_name='recur', else_name='base'):
+        pb.var.nm1 = pb.primop(lambda n: n - 1)
+        pb.var.fibm1 = pb.call(fibonacci, [pb.var.nm1])
+        ...
+      with pb.else_():
+        pb.var.ans = pb.const(1)
+      pb.return_(pb.var.ans)
+    program = pb.program(main=fibonacci)
+
+- `function(name=None, type_inference=None)` (no parameter list: the body
+  declares them with `param(name)`), `declare_function(name=None,
+  type_inference=None)` and `with define_function(f):` (mutual recursion)
+  yield a `FunctionHandle`: the function's name (a `str`), to `call` and
+  to give `program(main=...)`.  Its name is made unique if taken (TFP's
+  names only label printouts, so two functions may share one there).
+- `var.x = <op>` names the output of the instruction just emitted `x`;
+  `var.x` reads it.  `pb((var.a, var.b)).pattern = <op>` unpacks a
+  pattern.  Assigning a variable that is not the output just emitted
+  (`var.y = var.x`) copies it.
+- `local(name=None)`, `locals_(count, name=None)`: fresh variable names
+  (`x`, then `x_1`, ...).
+- `vars_out=` is accepted wherever `out=` is, and `return_(vars_out)`.
+- `if_(condition, then_name=None, else_name=None, continue_name=None)`,
+  `else_(else_name=None, continue_name=None)`: the names label the blocks
+  (`<fn>.<name>`) in printouts.
+- `module()`: every function defined so far, as a `Program` whose main is
+  the first.
+
+Variables are local to their function (the frontend's convention), so
+`var.x` is the variable `x`, shared with the plain-string forms
+(`out='x'`, `['x']`).  TFP's IR classes (mutable `Block`,
+`ControlFlowGraph`, `Module`) do not exist here: the builder produces the
+immutable `instructions.Program` that every pass and executor takes.
 """
 
 import ast
@@ -66,7 +107,8 @@ from typing import Any, List, Optional
 from autobatch_vm import errors
 from autobatch_vm import instructions as inst
 
-__all__ = ['ProgramBuilder', 'Label', 'DslError', 'RETURN_VAR']
+__all__ = ['ProgramBuilder', 'FunctionHandle', 'Label', 'DslError',
+           'RETURN_VAR']
 
 RETURN_VAR = '%ret'   # the frontend's name for a function's result
 
@@ -76,12 +118,14 @@ class DslError(errors.AutoBatchError):
 
 
 class Label:
-  """A block of the function being built; its final name is `<fn>.<i>`."""
-  __slots__ = ('function', 'serial')
+  """A block of the function being built; its final name is `<fn>.<i>`,
+  or `<fn>.<name>` for a named one (`if_(..., then_name=...)`)."""
+  __slots__ = ('function', 'serial', 'name')
 
-  def __init__(self, function, serial):
+  def __init__(self, function, serial, name=None):
     self.function = function
     self.serial = serial
+    self.name = name
 
   def __repr__(self):
     return f'<label {self.function}#{self.serial}>'
@@ -102,21 +146,45 @@ class _OpenBlock:
   terminator: Any = None   # with Label targets until the function is built
 
 
+class FunctionHandle(str):
+  """A declared function: its name, to `call` and to give `program`.
+
+  TFP's builder hands out `instructions.Function` objects; this is the
+  name here (functions call each other by name), with TFP's `name` and
+  `type_inference` attributes.
+  """
+
+  def __new__(cls, name, type_inference=None):
+    handle = super().__new__(cls, name)
+    handle.type_inference = type_inference
+    return handle
+
+  @property
+  def name(self):
+    return str(self)
+
+  def __repr__(self):
+    return f'<function {str(self)}>'
+
+
 class _FunctionState:
   """Everything known about the function being built."""
 
   def __init__(self, name, params, type_inference, loc):
     self.name = name
-    self.params = tuple(params)
+    self.params = list(params)
     self.type_inference = type_inference
     self.loc = loc
     self.blocks = []          # _OpenBlock, in layout order
     self.placed = set()       # serials of placed labels
     self.current = None       # the _OpenBlock receiving instructions
     self.pending_else = None  # else-label of an if_ that just ended
+    self.pending_continue = None  # its continue_name, for the join block
     self.temp_count = 0
     self.temps = set()        # the temporaries made by temp()
     self.label_count = 0
+    self.locals = {p: p for p in params}   # `var.x` / lambda name -> var
+    self.used = set(params)   # every variable name given out or seen
 
 
 _THIS_FILE = os.path.normcase(os.path.abspath(__file__))
@@ -211,52 +279,146 @@ def _const_fn(value):
   return constant
 
 
+_NOT_GIVEN = object()
+
+
+def _one_of(what, ours, tfps, ours_name, tfps_name):
+  """The value of a parameter TFP spells differently (`out`/`vars_out`)."""
+  if ours is not None and tfps is not None:
+    raise DslError(f'{what} got both {ours_name}= and {tfps_name}=',
+                   hint='They mean the same; give one.')
+  return ours if ours is not None else tfps
+
+
 class ProgramBuilder:
   """Builds an untyped `instructions.Program`; see the module docstring."""
 
   def __init__(self):
     self._functions = {}    # name -> Function, in definition order
+    self._declared = {}     # name -> FunctionHandle, declared or defined
     self._fn = None         # _FunctionState being built
+    self._magic_vars = _MagicVars(self)
 
   # -- functions -------------------------------------------------------------
 
+  def declare_function(self, name=None, type_inference=None):
+    """Declares a function to define later (`define_function`), so that
+    functions defined before it can call it (mutual recursion).
+
+    `name` labels the function (made unique: `f`, `f_1`, ...; default
+    `function_<k>`).  Returns its `FunctionHandle`.
+    """
+    if name is not None and not isinstance(name, str):
+      raise DslError(f'function names are strings, got {name!r}')
+    base = name or f'function_{len(self._declared)}'
+    unique, k = base, 0
+    while unique in self._declared:
+      k += 1
+      unique = f'{base}_{k}'
+    handle = FunctionHandle(unique, type_inference)
+    self._declared[unique] = handle
+    return handle
+
   @contextlib.contextmanager
-  def function(self, name, params=(), type_inference=None):
-    """Builds function `name(*params)`; yields `name` (for `call`)."""
+  def define_function(self, function):
+    """Builds the body of a function from `declare_function`; yields it.
+
+    Its parameters are declared in the body with `param`.
+    """
+    if not isinstance(function, str) or self._declared.get(function) is None:
+      raise DslError(f'define_function expects a function from this '
+                     f'builder\'s declare_function, got {function!r}')
+    with self._building(self._declared[function], (),
+                        self._declared[function].type_inference) as handle:
+      yield handle
+
+  @contextlib.contextmanager
+  def function(self, name=None, params=None, type_inference=None):
+    """Builds function `name`; yields its `FunctionHandle` (a `str`, for
+    `call`).
+
+    Two forms: `function(name, params, type_inference=None)` with the list
+    of parameter names, or TFP's `function(name=None, type_inference=None)`
+    with parameters declared in the body by `param` (a callable second
+    argument is TFP's positional `type_inference`).
+    """
+    if callable(params) and type_inference is None:
+      params, type_inference = None, params
+    if params is None:   # TFP's form: `name` labels a new function
+      handle = self.declare_function(name, type_inference)
+      with self.define_function(handle):
+        yield handle
+      return
+    if not isinstance(name, str):
+      raise DslError(f'function expects a name (a string) with its '
+                     f'parameters, got {name!r}')
+    if isinstance(params, str):
+      raise DslError(f'params of {name!r} must be a list of names, not the '
+                     f'string {params!r}')
+    if name in self._functions:
+      raise DslError(f'function {name!r} is defined twice')
+    handle = self._declared.get(name)
+    if handle is None:
+      handle = self._declared[name] = FunctionHandle(name, type_inference)
+    elif type_inference is None:
+      type_inference = handle.type_inference
+    with self._building(handle, params, type_inference) as handle:
+      yield handle
+
+  @contextlib.contextmanager
+  def _building(self, handle, params, type_inference):
+    name = str(handle)
     if self._fn is not None:
       raise DslError(f'function {name!r} started inside function '
                      f'{self._fn.name!r}', hint='Functions do not nest.')
     if name in self._functions:
       raise DslError(f'function {name!r} is defined twice')
-    if isinstance(params, str):
-      raise DslError(f'params of {name!r} must be a list of names, not the '
-                     f'string {params!r}')
+    params = list(params)
+    for p in params:
+      if not isinstance(p, str) or not p:
+        raise DslError(f'parameters of {name!r} are names (non-empty '
+                       f'strings), got {p!r}')
     if len(set(params)) != len(params):
       raise DslError(f'function {name!r} has repeated parameters {params}')
     loc = _caller_loc(name)
     self._fn = _FunctionState(name, params, type_inference, loc)
     self.place(self.label())
     try:
-      yield name
+      yield handle
       self._functions[name] = self._finish_function()
     finally:
       self._fn = None
 
+  def module(self):
+    """Every function defined so far, as a `Program` whose main is the
+    first (as `Context.module()`)."""
+    if self._fn is not None:
+      raise DslError(f'module() inside function {self._fn.name!r}')
+    functions = tuple(self._functions.values())
+    return inst.Program(functions, functions[0].name if functions else '')
+
   def program(self, main=None):
-    """The `Program` of `main` and every function it can reach."""
+    """The `Program` of `main` (a name or `FunctionHandle`; default: the
+    first function defined) and every function it can reach, main first."""
     if self._fn is not None:
       raise DslError(f'program() inside function {self._fn.name!r}')
     if not self._functions:
       raise DslError('program() of a builder with no functions')
-    main = next(iter(self._functions)) if main is None else main
+    if main is not None and not isinstance(main, str):
+      raise DslError(f'program(main=...) expects a function of this builder '
+                     f'(its handle or name), got {main!r}')
+    main = next(iter(self._functions)) if main is None else str(main)
     order, queue = [], [main]
     while queue:
       name = queue.pop(0)
       if name in order:
         continue
       if name not in self._functions:
-        raise DslError(f'call of undefined function {name!r}' if order
-                       else f'no function {name!r} to be main')
+        raise DslError(
+            f'call of undefined function {name!r}' if order
+            else f'no function {name!r} to be main',
+            hint='Define every declared function that is called '
+            '(with define_function).' if name in self._declared else None)
       order.append(name)
       for op in self._calls(self._functions[name]):
         callee = self._functions.get(op.function)
@@ -272,7 +434,52 @@ class ProgramBuilder:
     return [op for b in fn.blocks for op in b.instructions
             if isinstance(op, inst.FunctionCallOp)]
 
-  # -- instructions ----------------------------------------------------------
+  # -- variables -------------------------------------------------------------
+
+  def param(self, name=None):
+    """Adds a parameter to the function being built; returns its name
+    (`local(name)`)."""
+    fn = self._state('param', settle=False)
+    var = self.local(name)
+    fn.params.append(var)
+    return var
+
+  def local(self, name=None, define=True):
+    """A fresh variable name of the function being built: `name` if no
+    variable has it yet, else `name_1`, `name_2`, ... (`var_<k>` without a
+    name).  The first variable made for `name` is the one `var.<name>`
+    and a lambda parameter `name` read.  `define` is accepted for TFP's
+    signature; whether a variable is written is checked when the function
+    ends."""
+    del define
+    fn = self._state('local', settle=False)
+    if name is not None and (not isinstance(name, str) or not name):
+      raise DslError(f'variable names are non-empty strings, got {name!r}',
+                     loc=_caller_loc(fn.name))
+    base = name or 'var'
+    var, k = base, 0
+    while var in fn.used or name is None and k == 0:
+      k += 1
+      var = f'{base}_{k}'
+    fn.used.add(var)
+    if name is not None:
+      fn.locals.setdefault(name, var)
+    return var
+
+  def locals_(self, count, name=None):
+    """`count` fresh variable names (`local(name)` each)."""
+    return [self.local(name) for _ in range(count)]
+
+  @property
+  def var(self):
+    """The variables of the function being built by attribute:
+    `var.x = <op>` writes `x` (see the module docstring), `var.x` is `x`."""
+    return self._magic_vars
+
+  def __call__(self, pattern):
+    """`builder(pattern).pattern = <op>`: unpacks the result of the
+    instruction just emitted into a pattern of variables."""
+    return _MagicPattern(self, pattern)
 
   def temp(self):
     """A fresh temporary variable name (`%0`, `%1`, ...)."""
@@ -282,11 +489,21 @@ class ProgramBuilder:
     fn.temps.add(name)
     return name
 
-  def primop(self, fn, vars_in=None, out=None, text=None):
-    """Emits `out = fn(*vars_in)`; returns `out` (a fresh temp by default)."""
+  # -- instructions ----------------------------------------------------------
+
+  def primop(self, fn, vars_in=None, out=None, text=None, vars_out=None):
+    """Emits `out = fn(*vars_in)`; returns `out` (a fresh temp by default).
+
+    `vars_out` is TFP's name for `out`.
+    """
+    out = _one_of('primop', out, vars_out, 'out', 'vars_out')
     if not callable(fn):
       raise DslError(f'primop expects a callable, got {fn!r}')
-    vars_in = _params_of(fn) if vars_in is None else tuple(vars_in)
+    state = self._state('primop')
+    if vars_in is None:
+      vars_in = tuple(state.locals.get(p, p) for p in _params_of(fn))
+    else:
+      vars_in = tuple(vars_in)
     for v in vars_in:
       self._check_name(v)
     if text is None:
@@ -294,29 +511,42 @@ class ProgramBuilder:
     return self._emit_out(
         lambda o, loc: inst.PrimOp(vars_in, o, fn, text, loc), out)
 
-  def const(self, value, out=None):
+  def const(self, value, out=None, vars_out=None):
     """Emits `out = value`, the same for every member."""
+    out = _one_of('const', out, vars_out, 'out', 'vars_out')
     return self._emit_out(lambda o, loc: inst.PrimOp(
         (), o, _const_fn(value), repr(value), loc), out)
 
   def assign(self, dst, src):
-    """Emits the copy `dst = src`."""
+    """Emits the copy `dst = src` (`dst` may be a pattern: unpacking)."""
     self._check_name(src)
     return self._emit_out(lambda o, loc: inst.PrimOp(
         (src,), o, inst.identity, src, loc), dst)
 
-  def call(self, function, args, out=None):
-    """Emits `out = function(*args)`; returns `out`."""
+  def call(self, function, args=None, out=None, vars_in=None,
+           vars_out=None):
+    """Emits `out = function(*args)`; returns `out`.
+
+    `function`: a name or `FunctionHandle`.  `vars_in` / `vars_out` are
+    TFP's names for `args` / `out`.
+    """
+    args = _one_of('call', args, vars_in, 'args', 'vars_in')
+    out = _one_of('call', out, vars_out, 'out', 'vars_out')
     if not isinstance(function, str):
       raise DslError(f'call expects a function name, got {function!r}')
-    args = tuple(args)
+    args = tuple(() if args is None else args)
     for v in args:
       self._check_name(v)
+    function = str(function)
     return self._emit_out(lambda o, loc: inst.FunctionCallOp(
         function, args, o, loc), out)
 
-  def return_(self, value):
-    """Sets `%ret` from `value` and returns from the function."""
+  def return_(self, value=None, vars_out=None):
+    """Sets `%ret` from `value` and returns from the function.
+
+    `vars_out` is TFP's name for `value`.
+    """
+    value = _one_of('return_', value, vars_out, 'value', 'vars_out')
     loc = _caller_loc(self._state('return_').name)
     if callable(value):
       self.primop(value, out=RETURN_VAR)
@@ -336,11 +566,12 @@ class ProgramBuilder:
 
   # -- unstructured control flow ---------------------------------------------
 
-  def label(self):
-    """A new label of the current function, to `place` later."""
+  def label(self, name=None):
+    """A new label of the current function, to `place` later; `name`
+    labels its block `<fn>.<name>`."""
     fn = self._state('label')
     fn.label_count += 1
-    return Label(fn.name, fn.label_count - 1)
+    return Label(fn.name, fn.label_count - 1, name)
 
   def place(self, label):
     """Starts the block of `label`; an open block falls through to it."""
@@ -372,31 +603,46 @@ class ProgramBuilder:
   # -- structured control flow -----------------------------------------------
 
   @contextlib.contextmanager
-  def if_(self, cond):
-    """Runs the body for members where `cond` (a variable or callable) holds."""
+  def if_(self, cond=None, then_name=None, else_name=None,
+          continue_name=None, condition=None):
+    """Runs the body for members where `cond` (a variable or callable) holds.
+
+    `condition` is TFP's name for `cond`; `then_name`, `else_name` and
+    `continue_name` name the blocks of the two sides and of the join.
+    """
+    cond = _one_of('if_', cond, condition, 'cond', 'condition')
     self._state('if_')
+    if cond is None:
+      raise DslError('if_ expects a condition (a variable or a callable)',
+                     loc=_caller_loc(self._fn.name))
     cond = self._condition(cond)
-    then_label, else_label = self.label(), self.label()
+    then_label, else_label = self.label(then_name), self.label(else_name)
     self.branch(cond, then_label, else_label)
     self.place(then_label)
     yield
     fn = self._state('if_')
     # Whether an else_ follows is known only at the next builder call.
     fn.pending_else = else_label
+    fn.pending_continue = continue_name
 
   @contextlib.contextmanager
-  def else_(self):
-    """The other members of the `if_` just closed."""
+  def else_(self, else_name=None, continue_name=None):
+    """The other members of the `if_` just closed; `else_name` and
+    `continue_name` override the `if_`'s names of its blocks."""
     fn = self._state('else_', settle=False)
     if fn.pending_else is None:
       raise DslError('else_ must directly follow a `with if_(...)` block',
                      loc=_caller_loc(fn.name))
     else_label, fn.pending_else = fn.pending_else, None
+    join_name = continue_name or fn.pending_continue
+    fn.pending_continue = None
+    if else_name is not None:
+      else_label.name = else_name
     then_end, fn.current = fn.current, None
     self.place(else_label)
     yield
     self._state('else_')
-    join = self.label()
+    join = self.label(join_name)
     if then_end is not None:
       then_end.terminator = inst.GotoOp(join, then_end.loc)
     self.place(join)
@@ -424,10 +670,14 @@ class ProgramBuilder:
     """The function being built, after placing a pending else-label."""
     fn = self._fn
     if fn is None:
-      raise DslError(f'{what} outside `with builder.function(...)`')
+      raise DslError(f'{what} outside a function body (`with '
+                     'builder.function(...)`)')
     if settle and fn.pending_else is not None:
       label, fn.pending_else = fn.pending_else, None
-      self.place(label)   # no else_ follows: the else-label is the join
+      if fn.pending_continue is not None:
+        # No else_ follows: the else-label is the join.
+        label.name, fn.pending_continue = fn.pending_continue, None
+      self.place(label)
     return fn
 
   def _check_label(self, label):
@@ -440,6 +690,15 @@ class ProgramBuilder:
     if not isinstance(name, str) or not name:
       raise DslError(f'variable names are non-empty strings, got {name!r}',
                      loc=_caller_loc(self._fn.name if self._fn else '?'))
+    if self._fn is not None:
+      self._fn.used.add(name)
+
+  def _just_emitted(self, var):
+    """Whether `var` is a temporary the builder made, written by the last
+    instruction of the open block (so nothing else can read it yet)."""
+    fn = self._fn
+    ops = fn.current.ops if fn.current is not None else []
+    return var in fn.temps and bool(ops) and ops[-1].vars_out == var
 
   def _retarget_last(self, var):
     """Makes `%t = op; %ret = %t` just `%ret = op`, as the frontend does.
@@ -450,15 +709,41 @@ class ProgramBuilder:
     fn = self._state('return_')
     if var == RETURN_VAR:
       return True
-    ops = fn.current.ops if fn.current is not None else []
-    if (var not in fn.temps or not ops
-        or ops[-1].vars_out != var):
+    if not self._just_emitted(var):
       return False
-    ops[-1] = dataclasses.replace(ops[-1], vars_out=RETURN_VAR)
+    fn.current.ops[-1] = dataclasses.replace(fn.current.ops[-1],
+                                             vars_out=RETURN_VAR)
+    fn.temps.discard(var)
     if var == f'%{fn.temp_count - 1}':
       fn.temp_count -= 1      # keep temporaries numbered densely
-      fn.temps.discard(var)
     return True
+
+  def _bind(self, target, value, what):
+    """`target = value` for `var.x = value` and `builder(p).pattern =
+    value`: the output of the instruction just emitted is renamed; any
+    other variable (or pattern of variables) is copied."""
+    fn = self._state(what)
+    for v in inst.pattern_flatten(target):
+      self._check_name(v)
+    if isinstance(value, str) and self._just_emitted(value):
+      fn.current.ops[-1] = dataclasses.replace(fn.current.ops[-1],
+                                               vars_out=target)
+      # The number is not reused: a later read of the stale temporary
+      # is then reported as never written.
+      fn.temps.discard(value)
+    elif isinstance(value, str):
+      self.assign(target, value)
+    elif isinstance(value, (tuple, list)) and all(
+        isinstance(v, str) for v in inst.pattern_flatten(value)):
+      leaves = inst.pattern_flatten(value)
+      for v in leaves:
+        self._check_name(v)
+      self.primop(_pack(value), leaves, target, text=inst.pattern_str(value))
+    else:
+      raise DslError(
+          f'{what} expects the result of primop, const or call, or a '
+          f'variable, got {value!r}', loc=_caller_loc(fn.name),
+          hint='Constants go through const: var.x = builder.const(5).')
 
   def _condition(self, cond):
     if callable(cond):
@@ -508,13 +793,91 @@ class ProgramBuilder:
             f'function {fn.name!r} can reach its end without return_',
             loc=b.terminator.loc or fn.loc,
             hint='End every path with builder.return_(value).')
-    names = {b.label.serial: f'{fn.name}.{i}' for i, b in enumerate(kept)}
+    _check_written(fn, kept)
+    names = _block_names(fn.name, kept)
     blocks = tuple(inst.Block(names[b.label.serial], tuple(b.ops),
                               _rename(b.terminator, names), b.loc)
                    for b in kept)
     return inst.Function(
-        name=fn.name, vars_in=fn.params, vars_out=RETURN_VAR, blocks=blocks,
-        type_inference=fn.type_inference, loc=fn.loc)
+        name=fn.name, vars_in=tuple(fn.params), vars_out=RETURN_VAR,
+        blocks=blocks, type_inference=fn.type_inference, loc=fn.loc)
+
+
+class _MagicVars:
+  """`builder.var`: the variables of the function being built, by
+  attribute (see the module docstring)."""
+
+  def __init__(self, builder):
+    object.__setattr__(self, '_builder', builder)
+
+  def __getattr__(self, name):
+    if name.startswith('__'):
+      raise AttributeError(name)
+    builder = object.__getattribute__(self, '_builder')
+    fn = builder._state(f'var.{name}', settle=False)  # pylint: disable=protected-access
+    var = fn.locals.setdefault(name, name)
+    fn.used.add(var)
+    return var
+
+  def __setattr__(self, name, value):
+    builder = object.__getattribute__(self, '_builder')
+    target = getattr(self, name)
+    if value is not None:   # `var.x = None` only declares `x` (TFP)
+      builder._bind(target, value, f'var.{name} =')  # pylint: disable=protected-access
+
+
+class _MagicPattern:
+  """`builder(pattern)`: its `.pattern = value` unpacks `value`."""
+
+  def __init__(self, builder, pattern):
+    self._builder = builder
+    self._pattern = pattern
+
+  @property
+  def pattern(self):
+    return self._pattern
+
+  @pattern.setter
+  def pattern(self, value):
+    if value is not None:
+      self._builder._bind(self._pattern, value, 'builder(...).pattern =')  # pylint: disable=protected-access
+
+
+def _check_written(fn, blocks):
+  """Every variable the function reads is one of its parameters or is
+  written by one of its instructions."""
+  written = set(fn.params)
+  for b in blocks:
+    for op in b.ops:
+      written.update(inst.pattern_flatten(op.vars_out))
+  for b in blocks:
+    reads = [(v, op.loc) for op in b.ops for v in op.vars_in]
+    if isinstance(b.terminator, inst.BranchOp):
+      reads.append((b.terminator.cond, b.terminator.loc))
+    for v, loc in reads:
+      if v not in written:
+        raise DslError(
+            f'function {fn.name!r} reads variable {v!r}, which nothing in '
+            'it writes', loc=loc or fn.loc,
+            hint='Write it first (var.x = builder.primop(...), or out=), '
+            'or make it a parameter (builder.param).')
+
+
+def _block_names(fn_name, blocks):
+  """Label serial -> final block name: `<fn>.<i>` (i: position), or
+  `<fn>.<name>` for a named label, made unique with `_<i>`."""
+  names, taken = {}, set()
+  for i, b in enumerate(blocks):
+    name = b.label.name
+    if name is None or str(name).isdigit():
+      label = f'{fn_name}.{i}' if name is None else f'{fn_name}.{name}_{i}'
+    else:
+      label = f'{fn_name}.{name}'
+    while label in taken:
+      label = f'{label}_{i}'
+    taken.add(label)
+    names[b.label.serial] = label
+  return names
 
 
 def _targets(t):

@@ -21,6 +21,8 @@ lowered program is cached.  This module never imports TensorFlow.
 import functools
 import threading
 
+import numpy as np
+
 from autobatch_vm import errors
 from autobatch_vm import instructions as inst
 from autobatch_vm import numpy_backend
@@ -309,6 +311,14 @@ class Context:
   # -- running -----------------------------------------------------------------
 
   def _convert_args(self, name, args, backend):
+    """The arguments as backend arrays with one common batch size.
+
+    TFP's calling convention: every argument has a leading batch
+    dimension; a scalar is promoted to shape `[1]`; an argument of batch
+    size 1 is broadcast to the batch.  Tuples, namedtuples and lists are
+    structure, except a (nested) list of plain numbers, which is one array
+    (`_is_number_list`).
+    """
     loc = self.function_loc(name)
     params = self._params_of(name)
     out = []
@@ -318,7 +328,7 @@ class Context:
           raise errors.ArgumentError(
               f'argument {p!r} of {name}() is {type(x).__name__}, not an '
               'array', loc=loc, hint='Pass arrays whose axis 0 is the batch '
-              '(or tuples/namedtuples of them).')
+              '(or tuples/lists/namedtuples of them).')
         try:
           v = backend.asarray(x)
         except Exception as e:  # pylint: disable=broad-except
@@ -332,23 +342,27 @@ class Context:
               loc=loc, hint='Only boolean and numeric arrays can be '
               'batched.')
         if len(backend.shape(v)) == 0:
-          raise errors.ArgumentError(
-              f'argument {p!r} of {name}() is zero-dimensional; it needs a '
-              'leading batch dimension', loc=loc,
-              hint='Pass e.g. np.array([x]) for a batch of one.')
+          v = backend.expand(v)  # a scalar is a batch of one
         return v
-      # Tuples and namedtuples are structure; a list is array-like data.
-      out.append(inst.pattern_map(convert, a, leaf_type=list))
+      out.append(map_arguments(convert, a))
     sizes = {}
     for p, a in zip(params, out):
       for leaf in inst.pattern_flatten(a):
         sizes.setdefault(backend.shape(leaf)[0], p)
-    if len(sizes) > 1:
-      detail = ', '.join(f'{p!r}: {s}' for s, p in sizes.items())
+    wide = {s: p for s, p in sizes.items() if s != 1}
+    if len(wide) > 1:
+      detail = ', '.join(f'{p!r}: {s}' for s, p in wide.items())
       raise errors.ArgumentError(
           f'arguments of {name}() have different batch sizes ({detail})',
           loc=loc, hint='Every argument needs the same leading (batch) '
-          'dimension.')
+          'dimension, or a batch dimension of 1 (or none: a scalar), which '
+          'is broadcast to the batch.')
+    if wide and 1 in sizes:
+      (batch,) = wide
+      rows = np.zeros(batch, np.int64)
+      out = [inst.pattern_map(
+          lambda v: backend.take_rows(v, rows)
+          if backend.shape(v)[0] == 1 else v, a) for a in out]
     return out
 
   def _arg_types(self, args, backend):
@@ -449,6 +463,31 @@ def _output_types(type_inference):
     return result
   wrapped.user_type_inference = type_inference
   return wrapped
+
+
+def _is_number_list(x):
+  """Whether `x` is a (nested) list of plain numbers: one array, not
+  structure.  Python and NumPy scalars (`bool`, `int`, `float`,
+  `complex`, `np.generic`) are numbers; arrays and tensors are not, so a
+  list of tensors (TFP's chain state, say) is a list-structured argument."""
+  if not isinstance(x, list) or not x:
+    return False
+  return all(_is_number_list(e) if isinstance(e, list)
+             else isinstance(e, (bool, int, float, complex, np.generic))
+             for e in x)
+
+
+def map_arguments(f, arg):
+  """`f` on each leaf of a call argument: tuples, namedtuples and lists are
+  structure, a list of numbers (`_is_number_list`) is a leaf."""
+  if _is_number_list(arg):
+    return f(arg)
+  if isinstance(arg, (tuple, list)):
+    items = [map_arguments(f, a) for a in arg]
+    if inst.is_namedtuple(arg):
+      return type(arg)(*items)
+    return type(arg)(items)
+  return f(arg)
 
 
 def _batch_of_one(backend, x):

@@ -810,3 +810,39 @@ def _interpret_lowered(program, args, max_steps):
     else:
       raise errors.InternalError(f'{op_str(t)} after lowering')
   raise errors.InternalError('interpret: step budget exhausted')
+
+
+# ---------------------------------------------------------------------------
+# TFP's module-level API (TFP's IR classes themselves are not provided).
+# ---------------------------------------------------------------------------
+
+__all__ += ['extract_referenced_variables']
+
+
+def extract_referenced_variables(node):
+  """The `frozenset` of variable names an instruction, terminator, block,
+  function, program, or sequence of them reads or writes."""
+  if isinstance(node, (PrimOp, FunctionCallOp)):
+    return frozenset(node.vars_in) | frozenset(pattern_flatten(node.vars_out))
+  if isinstance(node, (PushOp, PopOp, RestoreOp)):
+    return frozenset(node.vars)
+  if isinstance(node, (BranchOp, PushBranchOp, CallBranchOp)):
+    return frozenset([node.cond])
+  if isinstance(node, (GotoOp, ReturnOp, PushGotoOp, IndirectGotoOp)):
+    return frozenset()
+  if isinstance(node, Block):
+    return extract_referenced_variables(
+        list(node.instructions) + [node.terminator])
+  if isinstance(node, Function):
+    return (frozenset(node.vars_in) | frozenset(pattern_flatten(node.vars_out))
+            | extract_referenced_variables(node.blocks))
+  if isinstance(node, Program):
+    return extract_referenced_variables(node.functions)
+  if isinstance(node, LoweredProgram):
+    return (frozenset(node.vars_in) | frozenset(pattern_flatten(node.vars_out))
+            | extract_referenced_variables(node.blocks))
+  if isinstance(node, (list, tuple)):
+    return frozenset().union(*[extract_referenced_variables(n) for n in node])
+  raise errors.ArgumentError(
+      f'extract_referenced_variables: {node!r} is not an instruction, '
+      'block, function or program')

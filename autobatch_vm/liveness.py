@@ -215,3 +215,51 @@ def lowered_live_out(program):
     return frozenset()
 
   return _fixpoint(program.blocks, succ, None, after)[1]
+
+
+# ---------------------------------------------------------------------------
+# TFP's module-level API.  TFP analyzes its `ControlFlowGraph`; here the
+# graph is a `Function` (its blocks), and loops are fine.
+# ---------------------------------------------------------------------------
+
+__all__ += ['LivenessInfo', 'liveness_analysis']
+
+LivenessInfo = collections.namedtuple(
+    'LivenessInfo',
+    ['live_into_block', 'live_out_instructions', 'live_out_of_block'])
+
+
+def liveness_analysis(graph, live_out):
+  """Liveness of every block and instruction of a function before lowering.
+
+  Args:
+    graph: a `Function` (TFP: a `ControlFlowGraph`).
+    live_out: the variables live when the function returns.
+
+  Returns:
+    A dict mapping each `Block` of `graph` (and `None`, the exit) to a
+    `LivenessInfo`: the `frozenset` of variables live into the block; a
+    list parallel to its instructions, of the variables live out of each
+    (the last one's includes what the terminator reads); and the
+    `frozenset` live out of the block.
+  """
+  if not isinstance(graph, inst.Function):
+    raise errors.ArgumentError(
+        f'liveness_analysis takes a Function, got {type(graph).__name__}',
+        hint='Pass one function of a Program (program.functions[i]); '
+        'TFP\'s ControlFlowGraph class does not exist here.')
+  live_out = frozenset(live_out)
+  _, block_out = _fixpoint(
+      graph.blocks, successors, None,
+      lambda b: live_out if isinstance(b.terminator, inst.ReturnOp)
+      else frozenset())
+  answer = {None: LivenessInfo(live_out, [], live_out)}
+  for block in graph.blocks:
+    live = set(block_out[block.label]) | reads(block.terminator)
+    after = []
+    for op in reversed(block.instructions):
+      after.append(frozenset(live))
+      live = (live - writes(op)) | reads(op)
+    answer[block] = LivenessInfo(frozenset(live), after[::-1],
+                                 block_out[block.label])
+  return answer

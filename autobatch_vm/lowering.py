@@ -147,3 +147,26 @@ def lower(program):
       var_alloc=inst.FrozenDict(sorted(var_alloc.items())),
       vars_in=tuple(_q(main.name, v) for v in main.vars_in),
       vars_out=_q(main.name, main.vars_out), main=main.name)
+
+
+# TFP's module-level name for this pass.
+__all__ += ['lower_function_calls']
+
+
+def lower_function_calls(program):
+  """TFP's name for `lower`: a typed, allocated `Program` (from
+  `allocation_strategy.optimize(type_inference.infer_types(...))`) as one
+  flat `LoweredProgram`, calls and returns made explicit stack
+  operations."""
+  if not isinstance(program, inst.Program):
+    raise errors.ArgumentError(
+        f'lowering.lower_function_calls takes a Program, got a '
+        f'{type(program).__name__}')
+  for fn in program.functions:
+    if not fn.var_defs or not fn.var_alloc:
+      raise errors.ArgumentError(
+          f'function {fn.name!r} is not '
+          f'{"typed" if not fn.var_defs else "allocated"}; lowering needs '
+          'both', loc=fn.loc, hint='Lower allocation_strategy.optimize('
+          'type_inference.infer_types(program, inputs, backend)).')
+  return lower(program)

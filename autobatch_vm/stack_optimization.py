@@ -24,6 +24,7 @@ Limits: a tail call to another function still copies its result into ours
 
 import dataclasses
 
+from autobatch_vm import errors
 from autobatch_vm import instructions as inst
 from autobatch_vm import liveness
 
@@ -102,3 +103,19 @@ def optimize(program):
   blocks = [_fuse_pop_push(_drop_self_copies(b)) for b in program.blocks]
   blocks = inst.reachable_blocks(_tail_calls(blocks))
   return dataclasses.replace(program, blocks=tuple(blocks))
+
+
+# TFP's module-level name for this pass.
+__all__ += ['fuse_pop_push']
+
+
+def fuse_pop_push(program):
+  """TFP's name for `optimize`: the `LoweredProgram` with a pop followed by
+  a push of the same variable fused into an update of its top, and the
+  other stack savings of `optimize` (dead pushes, tail calls)."""
+  if not isinstance(program, inst.LoweredProgram):
+    raise errors.ArgumentError(
+        f'stack_optimization.fuse_pop_push takes a lowered program, got a '
+        f'{type(program).__name__}',
+        hint='Lower it first: lowering.lower_function_calls(program).')
+  return optimize(program)

@@ -619,3 +619,61 @@ def branching_recursion(program):
             and (op.function == fn.name or reaches(op.function, fn.name))):
           return True
   return False
+
+
+# ---------------------------------------------------------------------------
+# TFP's module-level API: `execute(program, backend, block_code_cache,
+# *inputs)`, returning the outputs alone, and `is_running`.  `execute`
+# below takes both that form and the one above (renamed
+# `execute_batched`): TFP's second argument is the backend, ours the list
+# of inputs.
+# ---------------------------------------------------------------------------
+
+__all__ += ['execute_batched', 'is_running']
+
+execute_batched = execute
+_running = threading.local()
+
+
+def is_running():
+  """Whether the stackless executor is running a program (a primitive can
+  tell its calls from the stack VM's, `virtual_machine.is_staging`)."""
+  return getattr(_running, 'depth', 0) > 0
+
+
+def execute(program, *rest, **kwargs):  # pylint: disable=function-redefined
+  """Runs a typed, allocated `Program` stackless, in either of two forms.
+
+  - `execute(program, args, backend, batch_size, schedule=..., ...)`
+    returns `(outputs, RunStats)` (`execute_batched`).
+  - TFP's `execute(program, backend, block_code_cache, *inputs)` returns
+    the outputs alone; the batch size comes from the inputs (TFP's
+    calling convention, as `virtual_machine.execute`).
+    `block_code_cache` is accepted for TFP's signature: this executor
+    runs blocks eagerly and keeps no compiled code.
+  """
+  tfp_form = not (rest and isinstance(rest[0], (list, tuple))
+                  or 'args' in kwargs)
+  _running.depth = getattr(_running, 'depth', 0) + 1
+  try:
+    if tfp_form:
+      return _execute_tfp(program, *rest, **kwargs)
+    return execute_batched(program, *rest, **kwargs)
+  finally:
+    _running.depth -= 1
+
+
+def _execute_tfp(program, backend, block_code_cache=None, *inputs):  # pylint: disable=keyword-arg-before-vararg
+  del block_code_cache
+  if not isinstance(program, inst.Program) or not all(
+      f.var_defs and f.var_alloc for f in program.functions):
+    raise errors.ArgumentError(
+        'stackless.execute runs a typed, allocated Program',
+        hint='Compile it first: allocation_strategy.optimize('
+        'type_inference.infer_types(program, inputs, backend)).')
+  main = program.main_function
+  args, batch = virtual_machine.batched_inputs(
+      main.vars_in, [main.var_defs[v] for v in main.vars_in], inputs,
+      backend, main.name)
+  out, _ = execute_batched(program, args, backend, batch)
+  return out

@@ -25,6 +25,7 @@ cannot change dtype or shape.
 """
 
 import dataclasses
+import threading
 
 import numpy as np
 
@@ -102,6 +103,11 @@ def type_of_value(value, backend, batched, describe):
           f'{describe()} produced an array of dtype {dtype}',
           hint='Only boolean and numeric arrays can be batched.')
     if not batched:
+      # A constant is one value for every member; a leading dimension of
+      # 1 is a batch of one (TFP's convention: `tf.constant([0])`), as it is
+      # when the member runs alone (`dry_run`).
+      if shape and shape[0] == 1:
+        return inst.TensorType(dtype, shape[1:])
       return inst.TensorType(dtype, shape)
     if not shape or shape[0] != 1:
       raise errors.TypeInferenceError(
@@ -516,3 +522,82 @@ def infer_types(program, input_types, backend):
     backend: runs primitives on dummy values.
   """
   return _Inference(program, backend).run(list(input_types))
+
+
+# ---------------------------------------------------------------------------
+# TFP's module-level API.  `infer_types` below takes TFP's form
+# `infer_types(program, inputs, backend)` (batched input values) as well as
+# the form above (input types, `infer_types_from_signature`); the inputs
+# are types when every leaf is a `TensorType` or `Type`.
+# ---------------------------------------------------------------------------
+
+__all__ += ['infer_types_from_signature', 'is_inferring', 'signature',
+            'type_of_pattern']
+
+_infer_from_types = infer_types
+_running = threading.local()
+
+
+def is_inferring():
+  """Whether type inference is running: a primitive can tell the calls it
+  gets on dummy values from those of the VM (`virtual_machine.is_staging`)
+  and of a dry run."""
+  return getattr(_running, 'depth', 0) > 0
+
+
+def infer_types_from_signature(program, sig, backend):
+  """`program` typed for inputs of types `sig`: one type (a pattern of
+  `TensorType`, or a `Type`; shapes exclude the batch dimension) per
+  parameter of main."""
+  sig = [inst.pattern_map(
+      lambda t: t.strong() if isinstance(t, inst.TensorType) else t,
+      t.tensors if isinstance(t, inst.Type) else t, inst.TensorType)
+         for t in sig]
+  _running.depth = getattr(_running, 'depth', 0) + 1
+  try:
+    return _infer_from_types(program, sig, backend)
+  finally:
+    _running.depth -= 1
+
+
+def infer_types(program, inputs, backend):  # pylint: disable=function-redefined
+  """`program` typed for `inputs`: TFP's form, a list of batched input
+  values (arrays with a leading batch dimension, or patterns of them), or
+  a list of input types (`infer_types_from_signature`)."""
+  inputs = list(inputs)
+  leaves = inst.pattern_flatten(inputs, (inst.Type, inst.TensorType))
+  if all(isinstance(x, (inst.Type, inst.TensorType)) for x in leaves):
+    return infer_types_from_signature(program, inputs, backend)
+  return infer_types_from_signature(
+      program, signature(program, inputs, backend), backend)
+
+
+def type_of_pattern(val, backend, preferred_type=None):
+  """The pattern of `TensorType`s (shapes including the leading batch
+  dimension) of the value pattern `val`.  A Python number takes the dtype
+  of `preferred_type` (a `Type` or pattern of `TensorType`) where given."""
+  if isinstance(preferred_type, inst.Type):
+    preferred_type = preferred_type.tensors
+
+  def leaf(v, preferred=None):
+    if type(v) in _PY_SCALARS and isinstance(preferred, inst.TensorType):
+      return inst.TensorType(preferred.dtype, ())
+    v = backend.asarray(v)
+    return inst.TensorType(backend.dtype(v), backend.shape(v))
+  if preferred_type is None:
+    return inst.pattern_map(leaf, val)
+  return inst.pattern_map2(leaf, val, preferred_type, inst.TensorType)
+
+
+def signature(program, inputs, backend):
+  """The input types (`TensorType` patterns, shapes without the batch
+  dimension) of batched `inputs` for main's parameters.  A scalar is a
+  batch of one (TFP's calling convention)."""
+  params = program.main_function.vars_in
+  if len(inputs) != len(params):
+    raise errors.ArgumentError(
+        f'{program.main} takes {len(params)} input(s) ({", ".join(params)}),'
+        f' got {len(inputs)}')
+  return [inst.pattern_map(
+      lambda t: inst.TensorType(t.dtype, t.shape[1:]),
+      type_of_pattern(x, backend), inst.TensorType) for x in inputs]
