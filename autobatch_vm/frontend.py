@@ -169,9 +169,21 @@ class Context:
 
   # -- compiling ---------------------------------------------------------------
 
-  def _resolve(self, obj):
-    if isinstance(obj, BatchedFunction) and obj.context is self:
-      return obj.name
+  def _resolve(self, obj, name=None):
+    """The batched function a call of `obj` (spelt `name`) runs, or None.
+
+    A batched function of this Context, or the plain Python function that
+    was registered (a function batched with `batch_uncurried` that calls
+    itself by its own name).  A bare name that is registered but not bound
+    to anything callable yet counts too, as in TFP.
+    """
+    if isinstance(obj, BatchedFunction):
+      return obj.name if obj.context is self else None
+    for fname, bf in self._functions.items():
+      if obj is bf.python_function:
+        return fname
+    if name in self._functions and not callable(obj):
+      return name
     return None
 
   def _params_of(self, name):
@@ -390,6 +402,8 @@ class Context:
     if not isinstance(max_stack_depth, int) or max_stack_depth < 1:
       raise errors.ArgumentError(
           f'max_stack_depth must be a positive int, got {max_stack_depth!r}')
+    if max_steps is None:
+      max_steps = backend.while_maximum_iterations
     if max_steps is not None and (not isinstance(max_steps, int)
                                   or isinstance(max_steps, bool)
                                   or max_steps < 1):

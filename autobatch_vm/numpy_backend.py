@@ -93,6 +93,7 @@ class NumpyBackend:
   name = 'numpy'
   staged = False
   compacts = True   # primitives get the active members' rows only
+  while_maximum_iterations = None   # no step limit unless the call sets one
 
   def __repr__(self):
     return 'NumpyBackend()'

@@ -1,8 +1,10 @@
 """Compiles the source of one batched Python function into an IR `Function`.
 
 Expects: a plain Python function (not a lambda) whose source is available,
-and a `resolve_batched(obj)` callback that says whether a Python object is a
-batched function of the same Context (and gives its name).
+and a `resolve_batched(obj, name)` callback that says whether a call of the
+Python object `obj` (None where it is not known statically), spelt as the
+bare name `name` (None for other callee expressions), is a call of a batched
+function of the same Context (and gives its name).
 
 Guarantees: every statement of the supported subset becomes IR; maximal
 sub-expressions that contain no call of a batched function become one
@@ -449,9 +451,12 @@ class _Compiler:
     if not isinstance(call, ast.Call):
       return None
     obj = self._static_value(call.func)
-    if obj is _NOT_STATIC:
-      return None
-    return self.resolve_batched(obj)
+    # A bare name registered in the Context is a batched call even where it
+    # is not bound yet or names the undecorated function (TFP's rule:
+    # `f = ctx.batch_uncurried(f_impl, ...)` with f_impl calling itself).
+    name = (call.func.id if isinstance(call.func, ast.Name)
+            and call.func.id not in self.locals else None)
+    return self.resolve_batched(None if obj is _NOT_STATIC else obj, name)
 
   def _static_value(self, node):
     """The Python object a Name/Attribute chain of non-locals refers to."""
@@ -921,8 +926,8 @@ def compile_function(fn, resolve_batched, params_of, type_inference=None):
 
   Args:
     fn: the user's Python function.
-    resolve_batched: object -> name of a batched function of the same
-      Context, or None.
+    resolve_batched: (object or None, bare name or None) -> name of a
+      batched function of the same Context, or None.
     params_of: batched function name -> its parameter names.
     type_inference: the user's optional type-inference callable.
   """

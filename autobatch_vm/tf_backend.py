@@ -347,31 +347,49 @@ def _poison(x, bad):
 # -- the backend ---------------------------------------------------------------
 
 class TensorFlowBackend:
-  """Runs autobatch_vm programs on TensorFlow tensors, staged.
-
-  Args:
-    while_parallel_iterations: `parallel_iterations` of the VM's
-      `tf.while_loop`.
-    basic_block_xla_device: if set (e.g. '/device:CPU:0'), every basic
-      block is compiled with XLA on that device, inside a loop that is not
-      (useful when the whole run cannot be `jit_compile`d).
-  """
+  """Runs autobatch_vm programs on TensorFlow tensors, staged."""
 
   name = 'tensorflow'
   staged = True
 
-  def __init__(self, while_parallel_iterations=10,
-               basic_block_xla_device=None):
+  def __init__(self, safety_checks=True, while_parallel_iterations=10,
+               while_maximum_iterations=None, basic_block_xla_device=None):
+    """TFP's constructor arguments, with TFP's meanings.
+
+    Args:
+      safety_checks: detect stack overflow at run time.  The check is part
+        of every push (one comparison per member), so it stays on either
+        way: `False` is accepted for TFP's programs and changes nothing.
+      while_parallel_iterations: `parallel_iterations` of the VM's
+        `tf.while_loop`.
+      while_maximum_iterations: at most this many VM steps: a run that has
+        not finished by then raises `StepLimitError` (TFP's loop stopped
+        silently).  The default for the call's `max_steps`.
+      basic_block_xla_device: if set (e.g. `'/device:CPU:0'`), every
+        basic block is compiled with XLA on that device, inside a loop
+        that is not (useful when the whole run cannot be `jit_compile`d).
+    """
+    self.safety_checks = bool(safety_checks)
     self.while_parallel_iterations = while_parallel_iterations
+    if while_maximum_iterations is not None and (
+        isinstance(while_maximum_iterations, bool)
+        or not isinstance(while_maximum_iterations, int)
+        or while_maximum_iterations < 1):
+      raise errors.ArgumentError(
+          'while_maximum_iterations must be None or a positive int, got '
+          f'{while_maximum_iterations!r}')
+    self.while_maximum_iterations = while_maximum_iterations
     self.basic_block_xla_device = basic_block_xla_device
 
   def _key(self):
-    return (self.while_parallel_iterations, self.basic_block_xla_device)
+    return (self.while_parallel_iterations, self.while_maximum_iterations,
+            self.basic_block_xla_device)
 
   def __repr__(self):
-    return (f'TensorFlowBackend(while_parallel_iterations='
-            f'{self.while_parallel_iterations}, basic_block_xla_device='
-            f'{self.basic_block_xla_device!r})')
+    return (f'TensorFlowBackend(safety_checks={self.safety_checks}, '
+            f'while_parallel_iterations={self.while_parallel_iterations}, '
+            f'while_maximum_iterations={self.while_maximum_iterations}, '
+            f'basic_block_xla_device={self.basic_block_xla_device!r})')
 
   def __eq__(self, other):
     return isinstance(other, TensorFlowBackend) and self._key() == other._key()

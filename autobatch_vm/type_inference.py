@@ -77,6 +77,28 @@ def join(a, b):
   return type(a)(*items) if inst.is_namedtuple(a) else type(a)(items)
 
 
+def castable(value, declared):
+  """Raises `Mismatch` unless values of type pattern `value` can be cast
+  to `declared`: the same structure and shapes, and a numeric or boolean
+  dtype (complex only to complex: a cast to a real dtype would drop the
+  imaginary part).  Shapes are not broadcast: a per-member value and a
+  member-independent one would broadcast differently."""
+  if isinstance(declared, inst.TensorType):
+    if not isinstance(value, inst.TensorType):
+      raise Mismatch(f'{inst.type_str(value)} vs {declared} '
+                     '(different structures)')
+    if value.shape != declared.shape:
+      raise Mismatch(f'{value.strong()} vs {declared} (different shapes)')
+    if value.dtype.kind == 'c' and declared.dtype.kind != 'c':
+      raise Mismatch(f'{value.strong()} vs {declared} (complex to real)')
+    return
+  if (isinstance(value, inst.TensorType) or len(value) != len(declared)):
+    raise Mismatch(f'{inst.type_str(value)} vs {inst.type_str(declared)} '
+                   '(different structures)')
+  for v, d in zip(value, declared):
+    castable(v, d)
+
+
 def type_of_value(value, backend, batched, describe):
   """The type pattern of a primitive's result computed at batch size 1.
 
@@ -169,6 +191,18 @@ class _Inference:
   def set_type(self, fn, var, t, loc):
     env = self.env[fn.name]
     old = env.get(var)
+    if var == RET and fn.name in self.declared:
+      # The declared result type wins: what is returned is cast to it.
+      declared = self.declared[fn.name][1]
+      try:
+        castable(t, declared)
+      except Mismatch as e:
+        raise errors.TypeInferenceError(
+            f'{fn.name!r} returns a value that cannot be cast to the type '
+            f'its type_inference declares: {e}', loc=loc,
+            hint='Fix the type_inference callable, or omit it and let '
+            'autobatch_vm infer the type.') from None
+      return
     try:
       new = join(old, t)
     except Mismatch as e:
@@ -380,7 +414,8 @@ class _Inference:
       return
     if fn.name in self.declared and self.declared[fn.name][0] == params:
       return
-    arg_types = [inst.Type(_strip(p)) for p in params]
+    # As TFP passes them: one pattern of `TensorType`s per argument.
+    arg_types = [_strip(p) for p in params]
     try:
       result = fn.type_inference(arg_types)
     except errors.AutoBatchError:
@@ -388,20 +423,22 @@ class _Inference:
     except Exception as e:  # pylint: disable=broad-except
       raise errors.TypeInferenceError(
           f'type_inference of {fn.name!r} raised {type(e).__name__}: {e}',
-          loc=fn.loc, hint='It is called with a list of ab.Type, one per '
-          'argument.') from e
+          loc=fn.loc, hint='It is called with a list with one type per '
+          'argument: an ab.TensorType (with .dtype and .shape, the batch '
+          'dimension left out), or a tuple/list/namedtuple of them.') from e
     declared = _conform(normalize_declared(result, fn), env.get(RET))
+    if env.get(RET) is not None:
+      try:
+        castable(env[RET], declared)
+      except Mismatch as e:
+        raise errors.TypeInferenceError(
+            f'{fn.name!r} returns a value that cannot be cast to the type '
+            f'its type_inference declares: {e}', loc=fn.loc,
+            hint='Fix the type_inference callable, or omit it and let '
+            'autobatch_vm infer the type.') from None
     self.declared[fn.name] = (params, declared)
-    try:
-      joined = join(env.get(RET), declared)
-    except Mismatch as e:
-      raise errors.TypeInferenceError(
-          f'{fn.name!r} returns a value whose type disagrees with its '
-          f'type_inference: {e}', loc=fn.loc,
-          hint='Fix the type_inference callable, or omit it and let '
-          'autobatch_vm infer the type.') from None
-    if joined != env.get(RET):
-      env[RET] = joined
+    if declared != env.get(RET):
+      env[RET] = declared
       self.changed = True
 
   def function(self, fn):

@@ -357,15 +357,44 @@ def _check_declared(type_inference, exc_type, *snippets):
     assert s in str(e.value), str(e.value)
 
 
-def test_type_inference_wrong_dtype():
-  _check_declared(lambda t: ab.TensorType(np.float32, ()),
-                  errors.TypeInferenceError, 'float32', 'int64',
-                  'type_inference')
+def test_type_inference_declared_dtype_and_shape_win():
+  # As in TFP: the declared dtype is authoritative; results are cast to
+  # it, in both modes.
+  ctx = ab.Context()
+
+  @ctx.batch(type_inference=lambda t: [ab.TensorType(np.float32, ())])
+  def f(x):
+    return x * 2
+
+  @ctx.batch(type_inference=lambda t: [ab.TensorType(np.int32, ())])
+  def g(x):
+    return True
+
+  for stackless in (False, True):
+    out = f(X, stackless=stackless)
+    assert out.dtype == np.float32 and out.shape == X.shape
+    np.testing.assert_array_equal(out, X * 2)
+    out = g(X, stackless=stackless)
+    assert out.dtype == np.int32
+    np.testing.assert_array_equal(out, np.ones(len(X)))
 
 
 def test_type_inference_wrong_shape():
   _check_declared(lambda t: ab.TensorType(np.int64, (3,)),
-                  errors.TypeInferenceError, 'different shapes')
+                  errors.TypeInferenceError, 'cannot be cast',
+                  'different shapes', 'type_inference')
+
+
+def test_type_inference_declared_real_for_a_complex_result():
+  ctx = ab.Context()
+
+  @ctx.batch(type_inference=lambda t: [ab.TensorType(np.float64, ())])
+  def f(x):
+    return x * 1j
+
+  with pytest.raises(errors.TypeInferenceError) as e:
+    f(X)
+  assert e.value.function == 'f' and 'complex to real' in str(e.value)
 
 
 def test_type_inference_wrong_structure():

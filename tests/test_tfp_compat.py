@@ -38,9 +38,10 @@ def _make_program():
   ctx = ab.Context()
 
   def _state_type(arg_types):
-    # TFP style: inspect the argument Types, return a list of Types.
-    position = arg_types[0].tensors.position
-    momentum = arg_types[0].tensors.momentum
+    # TFP style: each argument's type is a pattern of TensorTypes; return a
+    # list of Types.
+    position = arg_types[0].position
+    momentum = arg_types[0].momentum
     assert isinstance(position, ab.TensorType)
     return [ab.Type(State(position, momentum))]
 
