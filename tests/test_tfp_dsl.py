@@ -524,3 +524,28 @@ def test_extract_referenced_variables():
       'n', 'cond', 'nm1', 'nm2', 'fibm1', 'fibm2', 'ans', '%ret'}
   with pytest.raises(errors.ArgumentError, match='not an instruction'):
     inst.extract_referenced_variables(3)
+
+
+def test_context_programs_run_through_the_module_functions():
+  """TFP's pattern `vm.execute(ctx.program_lowered(...), ...)` and
+  `stackless.execute(ctx.program_compiled(...), ...)`."""
+  ctx = ab.Context()
+
+  @ctx.batch(type_inference=lambda arg_types: [arg_types[0]])
+  def fibonacci(n):
+    if n > 1:
+      return fibonacci(n - 1) + fibonacci(n - 2)
+    return n
+
+  backend = ab.NumpyBackend()
+  x = np.array([0, 1, 5, 9], np.int64)
+  sig = type_inference.signature(ctx.program('fibonacci'), [x], backend)
+  assert sig == [inst.TensorType(np.int64, ())]
+  want = np.array([0, 1, 5, 34], np.int64)
+  out = vm.execute(ctx.program_lowered('fibonacci', sig, backend), [x], 15,
+                   backend)
+  np.testing.assert_array_equal(out, want)
+  assert out.dtype == np.int64
+  out = stackless.execute(ctx.program_compiled('fibonacci', sig, backend),
+                          backend, None, x)
+  np.testing.assert_array_equal(out, want)
