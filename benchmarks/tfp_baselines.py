@@ -98,12 +98,45 @@ def fibonacci_runner(backend, n):
   return _first_call_quiet(lambda: staged(n_t))
 
 
+TFP_AB_IMPORT = ('from tensorflow_probability.python.experimental import '
+                 'auto_batching as ab')
+
+
+def tfp_nuts_on_autobatch_vm():
+  """TFP's own `nuts_autobatching` module, loaded from the installed wheel
+  with its one `auto_batching` import rebound to `import autobatch_vm as
+  ab` and nothing else changed (None without TFP).
+
+  Raises:
+    RuntimeError: the installed file lacks that import line (another TFP
+      release), so the module would not run on autobatch_vm.
+  """
+  tfp = _tfp()
+  if tfp is None:
+    return None
+  import os  # pylint: disable=g-import-not-at-top
+  import types  # pylint: disable=g-import-not-at-top
+  path = os.path.join(os.path.dirname(tfp.__file__), 'python', 'experimental',
+                      'mcmc', 'nuts_autobatching.py')
+  with open(path) as f:
+    source = f.read()
+  if source.count(TFP_AB_IMPORT) != 1:
+    raise RuntimeError(f'{path} does not import auto_batching as expected')
+  module = types.ModuleType('nuts_autobatching_on_autobatch_vm')
+  module.__file__ = path
+  exec(compile(source.replace(TFP_AB_IMPORT, 'import autobatch_vm as ab'),  # pylint: disable=exec-used
+               path, 'exec'), module.__dict__)
+  return module
+
+
 def nuts_runner(kind, backend, target, theta, step_size, num_transitions,
                 max_tree_depth, seed=0):
   """TFP's NUTS from `theta` [chains, dim] at per-chain `step_size`.
 
-  kind: 'autobatched' (tfp.experimental.mcmc.NoUTurnSampler, TFP's VM) or
-  'unrolled' (tfp.mcmc.NoUTurnSampler, hand-batched).  backend: 'function'
+  kind: 'autobatched' (tfp.experimental.mcmc.NoUTurnSampler, TFP's VM),
+  'autobatched_ours' (the same unchanged sampler on autobatch_vm's VM,
+  `tfp_nuts_on_autobatch_vm`) or 'unrolled' (tfp.mcmc.NoUTurnSampler,
+  hand-batched).  backend: 'function'
   (tf.function, graph) or 'xla'.  Returns `(run, out)`: a call that draws
   `num_transitions` samples, and the dict its calls fill with `samples`
   ([transitions, chains, dim]) and `leapfrogs` (summed over chains and
@@ -122,15 +155,17 @@ def nuts_runner(kind, backend, target, theta, step_size, num_transitions,
   if kind == 'unrolled':
     kernel = tfp.mcmc.NoUTurnSampler(target.tf_log_prob, step_size=step,
                                      max_tree_depth=max_tree_depth)
-  elif kind == 'autobatched':
-    kernel = tfp.experimental.mcmc.NoUTurnSampler(
+  elif kind in ('autobatched', 'autobatched_ours'):
+    module = (tfp.experimental.mcmc if kind == 'autobatched' else
+              tfp_nuts_on_autobatch_vm())
+    kernel = module.NoUTurnSampler(
         target.tf_log_prob, step_size=step, max_tree_depth=max_tree_depth,
         seed=seed)
   else:
     raise ValueError(f'kind {kind!r}')
 
   def sample(x, draw):
-    kwargs = ({} if kind == 'autobatched' else
+    kwargs = ({} if kind != 'unrolled' else
               {'seed': tf.stack([seed + draw, 1])})
     return tfp.mcmc.sample_chain(
         num_results=num_transitions, current_state=x, kernel=kernel,
