@@ -29,6 +29,7 @@ from autobatch_vm.instructions import TensorType
 from autobatch_vm.instructions import Type
 from autobatch_vm.numpy_backend import NumpyBackend
 from autobatch_vm.ops import sync_point
+from autobatch_vm.shard import shard
 from autobatch_vm.virtual_machine import RunStats
 
 __version__ = '0.1.0'
@@ -38,7 +39,7 @@ __all__ = [
     'TensorFlowBackend', 'TensorType', 'Type', 'allocation_strategy',
     'block_order', 'dsl',
     'errors', 'frontend', 'instructions', 'liveness', 'lowering',
-    'numpy_backend', 'pipeline', 'stack_optimization', 'stackless',
+    'numpy_backend', 'pipeline', 'shard', 'stack_optimization', 'stackless',
     'stage', 'staging', 'sync_point', 'tf_backend', 'truthy',
     'type_inference', 'verifier', 'virtual_machine', 'xla',
 ]

@@ -1,0 +1,497 @@
+"""Tests of `ab.shard`: a batched call split over devices or workers.
+
+Differential: a sharded call returns what the unsharded call returns
+(values, shapes, dtypes), for fib, collatz, the tree RNN and NUTS chains;
+each shard's statistics are those of its members run as a batch alone;
+errors name the members of the whole batch.
+
+The NumPy form runs on a `dask.distributed.LocalCluster` of two worker
+processes (and a process pool).  The TensorFlow form needs logical CPU
+devices, which must be configured before TensorFlow initializes its
+devices: `test_tensorflow_on_logical_devices` runs this file again in a
+subprocess with AB_SHARD_DEVICES set (2, then 4), where the `tf_` tests
+run and the others are skipped.
+"""
+
+import concurrent.futures
+import importlib.util
+import multiprocessing
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+DEVICES = int(os.environ.get('AB_SHARD_DEVICES', '0'))
+if DEVICES:
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  tf.config.set_logical_device_configuration(
+      tf.config.list_physical_devices('CPU')[0],
+      [tf.config.LogicalDeviceConfiguration()] * DEVICES)
+
+import autobatch_vm as ab  # pylint: disable=g-import-not-at-top,wrong-import-position
+from autobatch_vm import errors  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+shard_lib = sys.modules['autobatch_vm.shard']
+EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / 'examples'
+
+in_device_process = pytest.mark.skipif(
+    not DEVICES, reason='run by test_tensorflow_on_logical_devices, in a '
+    'subprocess with logical CPU devices')
+in_main_process = pytest.mark.skipif(
+    bool(DEVICES), reason='runs in the main test process')
+
+
+def _load(name):
+  """examples/<name>.py as module `examples_<name>` (as test_examples
+  loads it): a module that worker processes cannot import by name, so the
+  executor form ships its functions by value."""
+  module_name = f'examples_{name}'
+  if module_name not in sys.modules:
+    spec = importlib.util.spec_from_file_location(module_name,
+                                                  EXAMPLES / f'{name}.py')
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+  return sys.modules[module_name]
+
+
+fib_module = _load('fibonacci')
+collatz = _load('collatz')
+tree_rnn = _load('tree_rnn')
+nuts = _load('nuts')
+fibonacci = fib_module.fibonacci
+
+
+def assert_same(actual, expected, rtol=0.0, atol=0.0):
+  """Same structure, shapes, dtypes and values (to rtol/atol)."""
+  flat_a = ab.instructions.pattern_flatten(actual)
+  flat_e = ab.instructions.pattern_flatten(expected)
+  assert type(actual) is type(expected)
+  assert len(flat_a) == len(flat_e)
+  for a, e in zip(flat_a, flat_e):
+    a, e = np.asarray(a), np.asarray(e)
+    assert a.shape == e.shape and a.dtype == e.dtype, (a.shape, a.dtype,
+                                                       e.shape, e.dtype)
+    np.testing.assert_allclose(a, e, rtol=rtol, atol=atol)
+
+
+def skewed_n(size, seed=0):
+  """fib arguments, mostly small with a few large, the large ones first."""
+  rng = np.random.default_rng(seed)
+  n = rng.integers(3, 9, size=size)
+  n[:max(size // 8, 1)] = rng.integers(14, 17, size=max(size // 8, 1))
+  return n
+
+
+def error_members(err):
+  return [int(i) for i in re.search(r'members \[([0-9, ]*)\]', str(err))
+          .group(1).replace(',', ' ').split()]
+
+
+# -- splits -----------------------------------------------------------------------
+
+@in_main_process
+@pytest.mark.parametrize('split', ['interleaved', 'contiguous'])
+@pytest.mark.parametrize('batch, k', [(10, 3), (7, 2), (2, 4), (1, 1),
+                                      (64, 4)])
+def test_split_covers_every_member_once(split, batch, k):
+  parts = shard_lib.split_indices(batch, k, split)
+  assert len(parts) == min(k, batch)
+  joined = np.concatenate(parts)
+  assert sorted(joined.tolist()) == list(range(batch))
+  sizes = [p.size for p in parts]
+  assert max(sizes) - min(sizes) <= 1
+  for p in parts:
+    assert p.dtype == np.int64 and np.all(np.diff(p) > 0)
+  if split == 'contiguous':
+    assert joined.tolist() == list(range(batch))
+  else:
+    assert parts[0].tolist() == list(range(0, batch, len(parts)))
+
+
+@in_main_process
+def test_cost_split_balances_a_skewed_cost():
+  cost = np.ones(100)
+  cost[:10] = 50.0        # the expensive members sit together
+  contiguous = shard_lib.split_indices(100, 2, 'contiguous')
+  by_cost = shard_lib.split_indices(100, 2, cost=cost)
+  sums = lambda parts: [cost[p].sum() for p in parts]
+  assert sums(contiguous) == [50 * 10 + 40, 50]
+  assert sums(by_cost) == [295, 295]
+  assert sorted(np.concatenate(by_cost).tolist()) == list(range(100))
+  assert [p.size for p in by_cost] == [50, 50]
+
+
+@in_main_process
+def test_split_mistakes_raise():
+  with pytest.raises(errors.ArgumentError, match='Unknown split'):
+    shard_lib.split_indices(4, 2, 'random')
+  with pytest.raises(errors.ArgumentError, match='positive int'):
+    shard_lib.split_indices(4, 0)
+  with pytest.raises(errors.ArgumentError, match='3 costs for a batch of 4'):
+    shard_lib.split_indices(4, 2, cost=[1, 2, 3])
+
+
+@in_main_process
+def test_shard_argument_mistakes_raise():
+  pool = concurrent.futures.ThreadPoolExecutor(1)
+  with pytest.raises(errors.ArgumentError, match='strategy= .* or'):
+    ab.shard(fibonacci)
+  with pytest.raises(errors.ArgumentError, match='expects a batched'):
+    ab.shard(lambda n: n, executor=pool)
+  with pytest.raises(errors.ArgumentError, match='unknown keyword'):
+    ab.shard(fibonacci, executor=pool, dry_run=True)
+  with pytest.raises(errors.ArgumentError, match='submit'):
+    ab.shard(fibonacci, executor=object())
+  sharded = ab.shard(fibonacci, executor=pool, max_stack_depth=8)
+  with pytest.raises(errors.ArgumentError, match='to shard'):
+    sharded(np.array([3, 4]), max_stack_depth=9)
+  with pytest.raises(errors.ArgumentError, match='takes 1 argument'):
+    sharded(np.array([3, 4]), np.array([1, 2]))
+  pool.shutdown()
+
+
+# -- NumPy on a Dask cluster --------------------------------------------------------
+
+@pytest.fixture(scope='module')
+def client():
+  distributed = pytest.importorskip('distributed')
+  cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1,
+                                     processes=True, dashboard_address=None)
+  dask_client = distributed.Client(cluster)
+  yield dask_client
+  dask_client.close()
+  cluster.close()
+
+
+@in_main_process
+@pytest.mark.parametrize('split', ['interleaved', 'contiguous'])
+@pytest.mark.parametrize('stackless', [None, False, True])
+def test_dask_fibonacci_matches_the_unsharded_call(client, split, stackless):
+  n = skewed_n(37)
+  expected = fibonacci(n, max_stack_depth=18, stackless=stackless)
+  sharded = ab.shard(fibonacci, executor=client, split=split,
+                     max_stack_depth=18, stackless=stackless)
+  assert_same(sharded(n), expected)
+  stats = sharded.last_stats
+  assert stats.num_shards == 2 and stats.batch_size == 37
+  workers = {s.where for s in stats.shards}
+  assert len(workers) == 2 and all(w.startswith('tcp://') for w in workers)
+  # Each shard's statistics are those of its members as a batch alone;
+  # the program was compiled here, not on the workers.
+  for s in stats.shards:
+    fibonacci(n[s.members], max_stack_depth=18, stackless=stackless)
+    assert s.stats.steps == fibonacci.last_stats.steps
+    assert s.stats.block_active == fibonacci.last_stats.block_active
+    assert not s.compiled and s.seconds > 0
+  assert sorted(np.concatenate([s.members for s in stats.shards])
+                .tolist()) == list(range(37))
+
+
+@in_main_process
+@pytest.mark.parametrize('batch, shards', [(1, None), (5, None), (5, 3),
+                                           (9, 4)])
+def test_dask_uneven_and_more_shards_than_workers(client, batch, shards):
+  n = skewed_n(batch, seed=batch)
+  sharded = ab.shard(fibonacci, executor=client, shards=shards,
+                     max_stack_depth=18)
+  assert_same(sharded(n), fibonacci(n, max_stack_depth=18))
+  expected_shards = min(shards or 2, batch)
+  assert sharded.last_stats.num_shards == expected_shards
+  assert [s.size for s in sharded.last_stats.shards] == [
+      p.size for p in shard_lib.split_indices(batch, expected_shards)]
+
+
+@in_main_process
+def test_dask_cost_split_balances_work(client):
+  n = skewed_n(64)
+  cost = lambda n: 1.618 ** n
+  contiguous = ab.shard(fibonacci, executor=client, split='contiguous',
+                        max_stack_depth=18)
+  balanced = ab.shard(fibonacci, executor=client, cost=cost,
+                      max_stack_depth=18)
+  expected = fibonacci(n, max_stack_depth=18)
+  assert_same(contiguous(n), expected)
+  assert_same(balanced(n), expected)
+  assert balanced.last_stats.split == 'cost'
+  assert contiguous.last_stats.imbalance > 1.5
+  assert balanced.last_stats.imbalance < 1.1
+  assert 'imbalance' in str(balanced.last_stats)
+
+
+@in_main_process
+def test_dask_collatz_and_tree_rnn(client):
+  n = np.random.default_rng(1).integers(1, 200, size=23)
+  sharded = ab.shard(collatz.collatz_steps, executor=client)
+  out = sharded(n)
+  assert_same(out, collatz.collatz_steps(n))
+  assert out.tolist() == [collatz.collatz_plain(int(k)) for k in n]
+  rng = np.random.default_rng(3)
+  forest = tree_rnn.random_forest(9, 1, 9, 20, rng)
+  params = tree_rnn.random_params(6, 20, rng)
+  _, encode = tree_rnn.make_encoder(tree_rnn.numpy_lib(forest, params))
+  depth = int(forest.depths.max()) + 2
+  sharded = ab.shard(encode, executor=client, max_stack_depth=depth)
+  out = sharded(forest.roots)
+  assert_same(out, encode(forest.roots, max_stack_depth=depth))
+  np.testing.assert_allclose(out, tree_rnn.encode_each_alone(forest, params),
+                             rtol=1e-5, atol=1e-6)
+
+
+@in_main_process
+def test_dask_nuts_chains(client):
+  target = nuts.make_target('gaussian', dim=3, rho=0.5)
+  sampler = nuts.Sampler(target, 'numpy', chunk=3, max_tree_depth=4)
+  point, da, seeds, counter = sampler.init(7, seed=5)
+  args = (point, da, seeds, counter, np.ones(7, bool))
+  expected = sampler.fns.run_chunk(*args, max_stack_depth=sampler.depth)
+  sharded = ab.shard(sampler.fns.run_chunk, executor=client,
+                     max_stack_depth=sampler.depth)
+  out = sharded(*args)
+  assert_same(out, expected)
+  assert type(out[0]) is type(point)     # the caller's namedtuple class
+  assert [s.size for s in sharded.last_stats.shards] == [4, 3]
+
+
+@in_main_process
+def test_dask_error_names_global_members(client):
+  n = np.array([3, 4, 12, 5, 3, 13, 4, 14, 3])
+  with pytest.raises(errors.StackOverflowError) as unsharded:
+    fibonacci(n, max_stack_depth=8, stackless=False)
+  sharded = ab.shard(fibonacci, executor=client, max_stack_depth=8,
+                     stackless=False)
+  with pytest.raises(errors.StackOverflowError, match=r'in shard \d of 2') \
+      as info:
+    sharded(n)
+  assert set(error_members(info.value)) <= set(error_members(unsharded.value))
+  assert info.value.members == error_members(info.value)
+  assert info.value.loc.function == 'fibonacci'
+  assert info.value.members, info.value
+
+
+@in_main_process
+def test_dask_primitive_error_names_global_members(client):
+  ctx = ab.Context()
+
+  def check(x):
+    if np.any(x == 7):
+      raise ValueError('seven')
+    return x + 1
+
+  @ctx.batch()
+  def bump(x):
+    return check(x)
+
+  x = np.array([0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
+  sharded = ab.shard(bump, executor=client)
+  with pytest.raises(errors.PrimitiveError, match='seven') as info:
+    sharded(x)
+  assert info.value.members == [1, 3, 5, 7, 9]   # shard 1's, interleaved
+  assert_same(sharded(x[:7]), bump(x[:7]))
+
+
+@in_main_process
+def test_dask_program_is_shipped_once_per_worker(client):
+  n = skewed_n(20, seed=4)
+  sharded = ab.shard(fibonacci, executor=client, max_stack_depth=17)
+  sharded(n)
+  sharded(n + 1)        # same signature: the same payload
+  assert len(sharded._payloads) == 1  # pylint: disable=protected-access
+  assert not any(s.loaded or s.compiled for s in sharded.last_stats.shards)
+  sharded(n.astype(np.int32))   # a new signature, compiled here once
+  assert len(sharded._payloads) == 2  # pylint: disable=protected-access
+  assert all(s.loaded and not s.compiled
+             for s in sharded.last_stats.shards)
+
+
+@in_main_process
+def test_process_pool_executor():
+  n = skewed_n(11, seed=2)
+  context = multiprocessing.get_context('spawn')
+  with concurrent.futures.ProcessPoolExecutor(2, mp_context=context) as pool:
+    sharded = ab.shard(fibonacci, executor=pool, max_stack_depth=18)
+    assert_same(sharded(n), fibonacci(n, max_stack_depth=18))
+    assert sharded.last_stats.num_shards == 2
+
+
+# -- TensorFlow on logical devices ---------------------------------------------------
+
+@in_main_process
+@pytest.mark.parametrize('devices', [2, 4])
+def test_tensorflow_on_logical_devices(devices):
+  pytest.importorskip('tensorflow')
+  env = dict(os.environ, AB_SHARD_DEVICES=str(devices),
+             OPENBLAS_NUM_THREADS='1', TF_CPP_MIN_LOG_LEVEL='2')
+  select = 'tf_' if devices == 2 else 'tf_ and four'
+  proc = subprocess.run(
+      [sys.executable, '-m', 'pytest', '-q', '-x', '-p', 'no:cacheprovider',
+       __file__, '-k', select, '-m', 'not slow'],
+      capture_output=True, text=True, env=env, timeout=900, check=False,
+      cwd=pathlib.Path(__file__).resolve().parent.parent)
+  assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+  assert ' passed' in proc.stdout, proc.stdout[-2000:]
+
+
+def _strategy():
+  names = [d.name for d in tf.config.list_logical_devices('CPU')]
+  return tf.distribute.MirroredStrategy(names)
+
+
+@in_device_process
+@pytest.mark.parametrize('jit_compile', [None, False, True])
+@pytest.mark.parametrize('batch', [1, 7, 24])
+def test_tf_fibonacci_matches_the_unsharded_call(jit_compile, batch):
+  n = skewed_n(batch)
+  expected = fibonacci(tf.constant(n), max_stack_depth=18)
+  sharded = ab.shard(fibonacci, strategy=_strategy(),
+                     jit_compile=jit_compile, max_stack_depth=18)
+  out = sharded(tf.constant(n))
+  assert_same(out.numpy(), expected.numpy())
+  assert out.numpy().tolist() == [int(fibonacci(np.array([k]),
+                                                dry_run=True)[0]) for k in n]
+  stats = sharded.last_stats
+  assert stats.num_shards == min(DEVICES, batch)
+  assert len({s.where for s in stats.shards}) == stats.num_shards
+  for s in stats.shards:
+    fibonacci(tf.constant(n[s.members]), max_stack_depth=18)
+    assert s.stats.steps == fibonacci.last_stats.steps
+    assert s.stats.block_active == fibonacci.last_stats.block_active
+
+
+@in_device_process
+def test_tf_inside_tf_function_and_xla():
+  n = skewed_n(13)
+  expected = fibonacci(tf.constant(n), max_stack_depth=18).numpy()
+  sharded = ab.shard(fibonacci, strategy=_strategy(), split='contiguous',
+                     max_stack_depth=18)
+  staged = tf.function(lambda x: (sharded(x), sharded.last_stats.counts()))
+  out, counts = staged(tf.constant(n))
+  assert_same(out.numpy(), expected)
+  stats = sharded.last_stats.with_counts(
+      tf.nest.map_structure(lambda t: t.numpy(), counts))
+  assert sum(s.stats.member_block_executions for s in stats.shards) > 0
+  # Inside the caller's XLA function the shards compile as one computation.
+  xla = tf.function(sharded, jit_compile=True)
+  assert_same(xla(tf.constant(n)).numpy(), expected)
+
+
+@in_device_process
+def test_tf_cost_split_and_four_devices_more_shards():
+  n = skewed_n(10)
+  strategy = _strategy()
+  expected = fibonacci(tf.constant(n), max_stack_depth=18).numpy()
+  for kwargs in (dict(cost=lambda n: 1.618 ** n), dict(shards=DEVICES + 2),
+                 dict(split='contiguous', jit_compile=True)):
+    sharded = ab.shard(fibonacci, strategy=strategy, max_stack_depth=18,
+                       **kwargs)
+    assert_same(sharded(tf.constant(n)).numpy(), expected)
+  assert sharded.last_stats.num_shards == DEVICES
+
+
+@in_device_process
+@pytest.mark.parametrize('jit_compile', [None, True])
+def test_tf_error_names_global_members_four(jit_compile):
+  n = np.array([3, 4, 12, 5, 3, 13, 4, 14, 3])
+  with pytest.raises(errors.StackOverflowError) as unsharded:
+    fibonacci(tf.constant(n), max_stack_depth=8)
+  sharded = ab.shard(fibonacci, strategy=_strategy(),
+                     jit_compile=jit_compile, max_stack_depth=8)
+  with pytest.raises(errors.StackOverflowError,
+                     match=rf'in shard \d of {DEVICES}') as info:
+    sharded(tf.constant(n))
+  assert info.value.members
+  assert set(info.value.members) <= set(error_members(unsharded.value))
+
+
+@in_device_process
+def test_tf_four_devices_place_one_shard_each():
+  n = skewed_n(10)
+  sharded = ab.shard(fibonacci, strategy=_strategy(), jit_compile=True,
+                     max_stack_depth=18)
+  assert_same(sharded(tf.constant(n)).numpy(),
+              fibonacci(n, max_stack_depth=18))
+  assert [s.size for s in sharded.last_stats.shards] == [
+      p.size for p in shard_lib.split_indices(10, DEVICES)]
+  assert len({s.where for s in sharded.last_stats.shards}) == DEVICES
+
+
+_grad_ctx = ab.Context()
+
+
+@_grad_ctx.batch()
+def halve(x, n):
+  if n <= 0:
+    return x
+  if x > 0:
+    return halve(x * 0.5 - 1.0, n - 1) * 2.0
+  return halve(x * x + 0.3, n - 1) + x
+
+
+if DEVICES:
+  SCALE = tf.Variable(1.5, dtype=tf.float64)
+
+  @_grad_ctx.batch()
+  def scaled(x, n):
+    if n <= 0:
+      return x
+    return scaled(x * SCALE, n - 1) + SCALE
+
+
+def _gradients(fn, x, n, variables, **kwargs):
+  with tf.GradientTape() as tape:
+    tape.watch(x)
+    y = tf.reduce_sum(fn(x, n, **kwargs))
+  grads = tape.gradient(y, [x] + variables)
+  return [y.numpy()] + [tf.convert_to_tensor(g).numpy() for g in grads]
+
+
+@in_device_process
+@pytest.mark.parametrize('jit_compile', [None, False, True])
+@pytest.mark.parametrize('name', ['halve', 'scaled'])
+def test_tf_gradients_through_the_sharded_call(jit_compile, name):
+  fn = globals()[name]
+  if name == 'scaled' and jit_compile:
+    pytest.skip('XLA reads a variable on its own device only')
+  x = tf.constant([0.5, -1.0, 2.0, 0.25, -0.7], tf.float64)
+  n = tf.constant([1, 2, 3, 0, 4])
+  variables = [SCALE] if name == 'scaled' else []
+  expected = _gradients(fn, x, n, variables, max_stack_depth=8)
+  sharded = ab.shard(fn, strategy=_strategy(), jit_compile=jit_compile,
+                     max_stack_depth=8, max_steps=200)
+  for got, want in zip(_gradients(sharded, x, n, variables), expected):
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+@in_device_process
+def test_tf_collatz_tree_rnn_nuts():
+  n = np.random.default_rng(1).integers(1, 100, size=9)
+  sharded = ab.shard(collatz.collatz_steps, strategy=_strategy(),
+                     jit_compile=True)
+  assert_same(sharded(tf.constant(n)).numpy(),
+              collatz.collatz_steps(tf.constant(n)).numpy())
+  rng = np.random.default_rng(3)
+  forest = tree_rnn.random_forest(5, 1, 7, 20, rng)
+  params = tree_rnn.random_params(4, 20, rng)
+  _, encode = tree_rnn.make_encoder(tree_rnn.tf_lib(forest, params))
+  depth = int(forest.depths.max()) + 2
+  roots = tf.constant(forest.roots)
+  sharded = ab.shard(encode, strategy=_strategy(), jit_compile=False,
+                     max_stack_depth=depth)
+  assert_same(sharded(roots).numpy(),
+              encode(roots, max_stack_depth=depth).numpy(), rtol=1e-6)
+  target = nuts.make_target('gaussian', dim=3, rho=0.5)
+  sampler = nuts.Sampler(target, 'tf', chunk=2, max_tree_depth=3)
+  point, da, seeds, counter = sampler.init(5, seed=5)
+  args = tf.nest.map_structure(tf.convert_to_tensor,
+                               (point, da, seeds, counter, np.ones(5, bool)))
+  expected = sampler.fns.run_chunk(*args, max_stack_depth=sampler.depth)
+  sharded = ab.shard(sampler.fns.run_chunk, strategy=_strategy(),
+                     jit_compile=False, max_stack_depth=sampler.depth)
+  out = sharded(*args)
+  assert_same(tf.nest.map_structure(lambda t: t.numpy(), out),
+              tf.nest.map_structure(lambda t: t.numpy(), expected),
+              rtol=1e-9, atol=1e-12)
