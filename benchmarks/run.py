@@ -63,7 +63,8 @@ from benchmarks import workloads  # pylint: disable=g-import-not-at-top,wrong-im
 
 FLAGS = flags.FLAGS
 flags.DEFINE_boolean('quick', False, 'Small batch sizes and repeats.')
-flags.DEFINE_list('workloads', ['fibonacci', 'collatz', 'tree_rnn', 'nuts'],
+flags.DEFINE_list('workloads', ['fibonacci', 'collatz', 'tree_rnn', 'nuts',
+                               'tfp_nuts'],
                   'Workloads to run.')
 flags.DEFINE_list('backends', ['numpy', 'stackless', 'function', 'xla'],
                   'numpy (the stack VM: stackless=False), stackless '
@@ -262,6 +263,8 @@ NUTS_TRANSITIONS = 5
 NUTS_MAX_TREE_DEPTH = 6
 NUTS_WARMUP = 100
 NUTS_CHAINS = 64   # the chains of the ESS comparison and the targets
+# The ESS row of TFP's autobatched NUTS program run on our VM.
+TFP_NUTS_OURS = 'TFP autobatched NUTS on autobatch_vm'
 
 
 @functools.lru_cache(maxsize=None)
@@ -336,6 +339,27 @@ def make_nuts(backend, batch):
   return cell
 
 
+def make_tfp_nuts(backend, batch):
+  """TFP's own NUTS program (`NoUTurnSampler` of TFP's
+  `nuts_autobatching.py`, loaded from the installed wheel with only its
+  `auto_batching` import rebound: `tfp_baselines.tfp_nuts_on_autobatch_vm`)
+  on our VM, against the same program on TFP's VM ("TFP VM") and the
+  hand-batched sampler, from the warmed-up chains at their step sizes."""
+  nuts = _example('nuts')
+  target = nuts.make_target('logistic')
+  point, da = nuts_warm_state(batch)[:2]
+  eps = np.exp(da.log_eps_bar)
+
+  def runner(kind):
+    return tfp_baselines.nuts_runner(kind, backend, target, point.theta, eps,
+                                     NUTS_TRANSITIONS, NUTS_MAX_TREE_DEPTH)
+  run, out = runner('autobatched_ours')
+  run()   # warm-up also measures the work (leapfrogs) per call
+  return Cell(run, out['leapfrogs'], 'leapfrogs/s',
+              tfp=lambda: runner('autobatched')[0],
+              hand=lambda: runner('unrolled')[0])
+
+
 def nuts_gradient_floor(nuts, backend, target, state, evaluations):
   """A call that runs `evaluations` leapfrog steps of every chain, back
   to back in a plain loop on `backend` (NumPy, or a `tf.function`, under
@@ -378,7 +402,9 @@ def nuts_gradient_floor(nuts, backend, target, state, evaluations):
 
 
 WORKLOADS = {'fibonacci': make_fibonacci, 'collatz': make_collatz,
-             'tree_rnn': make_tree_rnn, 'nuts': make_nuts}
+             'tree_rnn': make_tree_rnn, 'nuts': make_nuts,
+             'tfp_nuts': make_tfp_nuts}
+NUTS_WORKLOADS = ('nuts', 'tfp_nuts')
 # The NumPy backends (no TensorFlow needed).  Stackless mode is measured
 # where it changes the batching: recursions whose calls run together
 # (collatz has no calls, NUTS's two subtree calls depend on each other).
@@ -388,10 +414,14 @@ STACKLESS_WORKLOADS = ('fibonacci', 'tree_rnn')
 
 def measured(workload, backend):
   """Whether the run measures `workload` on `backend`."""
+  if workload == 'tfp_nuts':   # TFP's program: TensorFlow, with TFP
+    return backend not in NUMPY_BACKENDS and tfp_baselines.available()
   return backend != 'stackless' or workload in STACKLESS_WORKLOADS
 
 
 def batch_sizes(workload):
+  if workload == 'tfp_nuts':
+    return [16] if FLAGS.quick else [NUTS_CHAINS, 256]
   if FLAGS.quick:
     return [1, 16] if workload == 'nuts' else [1, 64]
   if workload == 'tree_rnn':   # the issue's target is at B=256
@@ -445,8 +475,7 @@ def nuts_ess(backends, chains=NUTS_CHAINS):
       return np.concatenate(chunks, axis=1)[:, :num]
     systems = {'autobatch_vm': ours}     # name -> () -> [chains, n, dim]
     if backend != 'numpy' and tfp_baselines.available():
-      for tfp_kind, name in (('autobatched', 'TFP autobatched NUTS'),
-                             ('unrolled', 'TFP NoUTurnSampler')):
+      for tfp_kind, name in TFP_NUTS_SYSTEMS:
         run, out = tfp_baselines.nuts_runner(
             tfp_kind, backend, target, state[0].theta, eps, num,
             NUTS_MAX_TREE_DEPTH)
@@ -477,6 +506,12 @@ def nuts_ess(backends, chains=NUTS_CHAINS):
       print(f'  ESS {name:<26} {backend:<8} {row["seconds"]:7.2f} s  min '
             f'ESS/s {row["ess_min"] / row["seconds"]:8.1f}', flush=True)
   return rows
+
+
+# TFP's samplers in the ESS comparison: (nuts_runner kind, row name).
+TFP_NUTS_SYSTEMS = (('autobatched', 'TFP autobatched NUTS'),
+                    ('autobatched_ours', TFP_NUTS_OURS),
+                    ('unrolled', 'TFP NoUTurnSampler'))
 
 
 def ess_chunk():
@@ -512,7 +547,7 @@ def per_process_markdown(results):
   with another system's.  Empty when nothing was measured so."""
   lines = []
   for r in results['rows']:
-    if r.get('processes', 1) < 2 or r['workload'] != 'nuts':
+    if r.get('processes', 1) < 2 or r['workload'] not in NUTS_WORKLOADS:
       continue
     for key, name in (('tfp_seconds', 'TFP autobatched time / ours'),
                       ('hand_seconds', 'hand-batched time / ours')):
@@ -609,12 +644,11 @@ def _time_ratio(rows, workload, backend, batch, key):
                 _seconds(rows, workload, backend, batch))
 
 
-def _ess_ratio(ess, backend, system):
-  """Our min ESS/s over `system`'s on `backend`, or None."""
+def _ess_ratio(ess, backend, system, ours='autobatch_vm'):
+  """`ours`'s min ESS/s over `system`'s on `backend`, or None."""
   per = {(e['system'], e['backend']): _ratio(e['ess_min'], e['seconds'])
          for e in ess}
-  return _ratio(per.get(('autobatch_vm', backend)),
-                per.get((system, backend)))
+  return _ratio(per.get((ours, backend)), per.get((system, backend)))
 
 
 def targets(rows, ess):
@@ -648,6 +682,12 @@ def targets(rows, ess):
         _time_ratio(rows, 'nuts', backend, NUTS_CHAINS, 'hand_seconds'))
     add(f'{at}: our min ESS/s / hand-batched\'s', True, 1 / 1.5,
         _ess_ratio(ess, backend, 'TFP NoUTurnSampler'))
+  for backend, name in (('function', 'tf.function'), ('xla', 'XLA')):
+    at = f'TFP\'s NUTS program, {NUTS_CHAINS} chains, {name}'
+    add(f'{at}: on TFP\'s VM / on ours, time', True, 2,
+        _time_ratio(rows, 'tfp_nuts', backend, NUTS_CHAINS, 'tfp_seconds'))
+    add(f'{at}: min ESS/s on ours / on TFP\'s VM', True, 2,
+        _ess_ratio(ess, backend, 'TFP autobatched NUTS', TFP_NUTS_OURS))
   # NumPy's default mode runs the tree-RNN stackless (a branching
   # recursion); the stack VM (stackless=False, the 'numpy' rows) is in the
   # table but is not what a call gets by default here.
@@ -681,7 +721,7 @@ def measure(workload, backend, batch):
   hand_run = cell.hand() if cell.hand else None
   floor_run = cell.floor() if cell.floor else None
   repeats = FLAGS.repeats
-  if workload == 'nuts':
+  if workload in NUTS_WORKLOADS:
     repeats = max(repeats, FLAGS.nuts_repeats)
   seconds, tfp, hand, floor = workloads.interleaved_median_times(
       [cell.run, tfp_run, hand_run, floor_run], repeats, FLAGS.min_seconds,
@@ -713,8 +753,11 @@ def peak_bytes(run, backend):
     tracemalloc.stop()
     return peak
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  before = tf.config.experimental.get_memory_info('CPU:0')
-  if not before['current']:   # the default CPU allocator counts nothing
+  try:
+    before = tf.config.experimental.get_memory_info('CPU:0')
+  except ValueError:   # the default CPU allocator keeps no statistics
+    return None
+  if not before['current']:   # or counts nothing
     return None
   tf.config.experimental.reset_memory_stats('CPU:0')
   run()
@@ -988,7 +1031,7 @@ def main(argv):
         if not measured(workload, backend):
           continue
         times = 1
-        if workload == 'nuts' and backend not in NUMPY_BACKENDS:
+        if workload in NUTS_WORKLOADS and backend not in NUMPY_BACKENDS:
           times = max(FLAGS.nuts_processes, 1)
         runs = [measure_in_a_process(workload, backend)
                 for _ in range(times)]
@@ -1046,7 +1089,10 @@ NOTES = ('Times are medians of calls after a warm-up call: at least '
          '"TFP VM": TensorFlow Probability\'s `auto_batching` on the same '
          'program (fibonacci) or its autobatched NUTS '
          '(`tfp.experimental.mcmc.NoUTurnSampler`); "hand-batched": '
-         '`tfp.mcmc.NoUTurnSampler`.  NUTS cells time '
+         '`tfp.mcmc.NoUTurnSampler`.  "tfp_nuts": that autobatched NUTS '
+         'program of TFP\'s, loaded from the installed wheel with only its '
+         '`auto_batching` import rebound to autobatch_vm, run on our VM; '
+         '"TFP VM" is the same program on TFP\'s VM.  NUTS cells time '
          f'{NUTS_TRANSITIONS} transitions at max tree depth '
          f'{NUTS_MAX_TREE_DEPTH} from the same warmed-up chains and step '
          'sizes for every system; leapfrogs are counted by our sampler '
