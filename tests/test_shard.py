@@ -321,15 +321,19 @@ def test_process_pool_executor():
 # -- TensorFlow on logical devices ---------------------------------------------------
 
 @in_main_process
-@pytest.mark.parametrize('devices', [2, 4])
-def test_tensorflow_on_logical_devices(devices):
+@pytest.mark.parametrize('devices, marks', [
+    (2, 'not slow'), (4, 'not slow'),
+    pytest.param(2, 'slow', marks=pytest.mark.slow)])
+def test_tensorflow_on_logical_devices(devices, marks):
+  """The `tf_` tests, in a process with `devices` logical CPU devices (on
+  4 devices those named `four`)."""
   pytest.importorskip('tensorflow')
   env = dict(os.environ, AB_SHARD_DEVICES=str(devices),
              OPENBLAS_NUM_THREADS='1', TF_CPP_MIN_LOG_LEVEL='2')
   select = 'tf_' if devices == 2 else 'tf_ and four'
   proc = subprocess.run(
       [sys.executable, '-m', 'pytest', '-q', '-x', '-p', 'no:cacheprovider',
-       __file__, '-k', select, '-m', 'not slow'],
+       __file__, '-k', select, '-m', marks],
       capture_output=True, text=True, env=env, timeout=900, check=False,
       cwd=pathlib.Path(__file__).resolve().parent.parent)
   assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
@@ -343,9 +347,8 @@ def _strategy():
 
 @in_device_process
 @pytest.mark.parametrize('jit_compile', [None, False, True])
-@pytest.mark.parametrize('batch', [1, 7, 24])
-def test_tf_fibonacci_matches_the_unsharded_call(jit_compile, batch):
-  n = skewed_n(batch)
+def test_tf_fibonacci_matches_the_unsharded_call(jit_compile):
+  n = skewed_n(7)
   expected = fibonacci(tf.constant(n), max_stack_depth=18)
   sharded = ab.shard(fibonacci, strategy=_strategy(),
                      jit_compile=jit_compile, max_stack_depth=18)
@@ -354,12 +357,21 @@ def test_tf_fibonacci_matches_the_unsharded_call(jit_compile, batch):
   assert out.numpy().tolist() == [int(fibonacci(np.array([k]),
                                                 dry_run=True)[0]) for k in n]
   stats = sharded.last_stats
-  assert stats.num_shards == min(DEVICES, batch)
-  assert len({s.where for s in stats.shards}) == stats.num_shards
-  for s in stats.shards:
-    fibonacci(tf.constant(n[s.members]), max_stack_depth=18)
-    assert s.stats.steps == fibonacci.last_stats.steps
-    assert s.stats.block_active == fibonacci.last_stats.block_active
+  assert stats.num_shards == DEVICES
+  assert len({s.where for s in stats.shards}) == DEVICES
+  if jit_compile is False:
+    # Each shard's statistics are those of its members as a batch alone.
+    for s in stats.shards:
+      fibonacci(tf.constant(n[s.members]), max_stack_depth=18)
+      assert s.stats.steps == fibonacci.last_stats.steps
+      assert s.stats.block_active == fibonacci.last_stats.block_active
+
+
+@in_device_process
+def test_tf_batch_of_one():
+  sharded = ab.shard(fibonacci, strategy=_strategy(), max_stack_depth=18)
+  assert_same(sharded(tf.constant([9])).numpy(), np.array([34], np.int32))
+  assert sharded.last_stats.num_shards == 1
 
 
 @in_device_process
@@ -380,7 +392,8 @@ def test_tf_inside_tf_function_and_xla():
 
 
 @in_device_process
-def test_tf_cost_split_and_four_devices_more_shards():
+@pytest.mark.slow
+def test_tf_cost_split_and_more_shards_than_devices():
   n = skewed_n(10)
   strategy = _strategy()
   expected = fibonacci(tf.constant(n), max_stack_depth=18).numpy()
@@ -395,6 +408,8 @@ def test_tf_cost_split_and_four_devices_more_shards():
 @in_device_process
 @pytest.mark.parametrize('jit_compile', [None, True])
 def test_tf_error_names_global_members_four(jit_compile):
+  if DEVICES == 2 and jit_compile is None:
+    pytest.skip('the eager path is checked on four devices')
   n = np.array([3, 4, 12, 5, 3, 13, 4, 14, 3])
   with pytest.raises(errors.StackOverflowError) as unsharded:
     fibonacci(tf.constant(n), max_stack_depth=8)
@@ -450,23 +465,40 @@ def _gradients(fn, x, n, variables, **kwargs):
 
 
 @in_device_process
-@pytest.mark.parametrize('jit_compile', [None, False, True])
-@pytest.mark.parametrize('name', ['halve', 'scaled'])
+@pytest.mark.parametrize('jit_compile, name', [(None, 'halve'),
+                                               (False, 'scaled')])
 def test_tf_gradients_through_the_sharded_call(jit_compile, name):
   fn = globals()[name]
-  if name == 'scaled' and jit_compile:
-    pytest.skip('XLA reads a variable on its own device only')
   x = tf.constant([0.5, -1.0, 2.0, 0.25, -0.7], tf.float64)
   n = tf.constant([1, 2, 3, 0, 4])
   variables = [SCALE] if name == 'scaled' else []
   expected = _gradients(fn, x, n, variables, max_stack_depth=8)
   sharded = ab.shard(fn, strategy=_strategy(), jit_compile=jit_compile,
-                     max_stack_depth=8, max_steps=200)
+                     max_stack_depth=8)
   for got, want in zip(_gradients(sharded, x, n, variables), expected):
     np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
 @in_device_process
+@pytest.mark.slow
+def test_tf_gradients_inside_an_xla_function():
+  # XLA differentiates the VM's loop with the tape inside the compiled
+  # function, and a static trip count (max_steps).
+  x = tf.constant([0.5, -1.0, 2.0, 0.25, -0.7], tf.float64)
+  n = tf.constant([1, 2, 3, 0, 4])
+  expected = _gradients(halve, x, n, [], max_stack_depth=8)
+  sharded = ab.shard(halve, strategy=_strategy(), max_stack_depth=8,
+                     max_steps=200)
+  compiled = tf.function(
+      lambda x, n: tf.gradients(tf.reduce_sum(sharded(x, n)), x)[0],
+      jit_compile=True)
+  np.testing.assert_allclose(tf.convert_to_tensor(compiled(x, n)).numpy(),
+                             expected[1],
+                             rtol=1e-12)
+
+
+@in_device_process
+@pytest.mark.slow
 def test_tf_collatz_tree_rnn_nuts():
   n = np.random.default_rng(1).integers(1, 100, size=9)
   sharded = ab.shard(collatz.collatz_steps, strategy=_strategy(),
