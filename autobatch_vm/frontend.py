@@ -465,30 +465,36 @@ class Context:
 def _output_types(type_inference):
   """Accepts TFP's convention: a list with one `Type` per returned value.
 
-  `[T]` means a single result of type T; `[T1, T2]` the tuple `return a, b`.
-  A `Type`, `TensorType` or tuple pattern is taken as it is.
+  `[T]` means a single result of type T, whatever T is (a `TensorType`, a
+  `Type`, or a pattern: `[[T1, T2]]` is a function returning a list);
+  `[T1, T2]` of `Type`s or `TensorType`s the tuple `return a, b`.  A
+  `Type`, `TensorType` or tuple pattern is taken as it is.
   """
   @functools.wraps(type_inference)
   def wrapped(arg_types):
     result = type_inference(arg_types)
+    if isinstance(result, list) and len(result) == 1:
+      return result[0]
     if isinstance(result, list) and all(
         isinstance(r, (inst.Type, inst.TensorType)) for r in result):
-      return result[0] if len(result) == 1 else tuple(result)
+      return tuple(result)
     return result
   wrapped.user_type_inference = type_inference
   return wrapped
 
 
+_PY_NUMBERS = (bool, int, float, complex)
+
+
 def _is_number_list(x):
-  """Whether `x` is a (nested) list of plain numbers: one array, not
-  structure.  Python and NumPy scalars (`bool`, `int`, `float`,
-  `complex`, `np.generic`) are numbers; arrays and tensors are not, so a
-  list of tensors (TFP's chain state, say) is a list-structured argument."""
+  """Whether `x` is a (nested) list of plain Python numbers (`bool`,
+  `int`, `float`, `complex`): one array, not structure.  A list holding
+  anything else -- arrays, tensors, NumPy scalars -- is structure, as in
+  TFP (its NUTS passes the chain state and the step sizes so)."""
   if not isinstance(x, list) or not x:
     return False
   return all(_is_number_list(e) if isinstance(e, list)
-             else isinstance(e, (bool, int, float, complex, np.generic))
-             for e in x)
+             else type(e) in _PY_NUMBERS for e in x)
 
 
 def map_arguments(f, arg):
