@@ -26,16 +26,17 @@ Example, doubly recursive Fibonacci:
 The vocabulary:
 
 - `function(name, params, type_inference=None)`: a context manager; the
-  body builds the function.  Functions may call functions defined later.
+  body builds the function.  Functions may call functions defined later
+  (by name, or by the `FunctionHandle` the `with` statement binds).
 - `primop(fn, vars_in=None, out=None, text=None)`: `out = fn(*vars_in)` on
   whole batched arrays.  `vars_in` defaults to the names of `fn`'s
   parameters (`lambda n: n - 1` reads `n`); `out` (a name or a pattern of
   names, for unpacking) defaults to a fresh temporary.  Returns `out`.
 - `const(value)`, `assign(dst, src)`: a member-independent constant; a copy.
 - `call(function, args, out=None)`: a call of a batched function.
-- `return_(value)`: `value` is a variable, a pattern of variables (returns a
-  tuple), or a callable (computed by a primop straight into `%ret`).  A
-  temporary that the block's last instruction just computed is computed
+- `return_(value)`: `value` is a variable, a pattern of variables (returns
+  that pattern of values), or a callable (computed by a primop straight
+  into `%ret`).  A temporary that the block's last instruction just computed is computed
   into `%ret` directly (`return_(call('f', ...))` is `%ret = call f(...)`,
   a tail call), as the frontend does for `return f(...)`.
 - Structured control flow: `with if_(cond): ...` optionally followed by
