@@ -36,9 +36,10 @@ The vocabulary:
 - `call(function, args, out=None)`: a call of a batched function.
 - `return_(value)`: `value` is a variable, a pattern of variables (returns
   that pattern of values), or a callable (computed by a primop straight
-  into `%ret`).  A temporary that the block's last instruction just computed is computed
-  into `%ret` directly (`return_(call('f', ...))` is `%ret = call f(...)`,
-  a tail call), as the frontend does for `return f(...)`.
+  into `%ret`).  A temporary that the block's last instruction just
+  computed is computed into `%ret` directly (`return_(call('f', ...))` is
+  `%ret = call f(...)`, a tail call), as the frontend does for
+  `return f(...)`.
 - Structured control flow: `with if_(cond): ...` optionally followed by
   `with else_(): ...`, and `with while_(cond): ...`; `cond` is a variable or
   a callable (a primop computing it).
