@@ -34,7 +34,6 @@ their module cannot be imported by name.  A worker process unpickles one
 payload once and keeps it for later shards and calls.
 """
 
-import concurrent.futures
 import dataclasses
 import hashlib
 import importlib.machinery
@@ -520,8 +519,7 @@ class ShardedFunction:
       self._payloads = {}
     else:
       self._tf = _TensorFlowShards(self, jit_compile)
-    functools_name = getattr(fn, '__name__', fn.name)
-    self.__name__ = functools_name
+    self.__name__ = fn.name
     self.__doc__ = fn.__doc__
 
   def __repr__(self):

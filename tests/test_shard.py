@@ -322,7 +322,8 @@ def test_process_pool_executor():
 
 @in_main_process
 @pytest.mark.parametrize('devices, marks', [
-    (2, 'not slow'), (4, 'not slow'),
+    (2, 'not slow'),
+    pytest.param(4, 'not slow', marks=pytest.mark.slow),
     pytest.param(2, 'slow', marks=pytest.mark.slow)])
 def test_tensorflow_on_logical_devices(devices, marks):
   """The `tf_` tests, in a process with `devices` logical CPU devices (on
