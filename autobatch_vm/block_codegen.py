@@ -274,8 +274,7 @@ class _Gen:
     belong to the run: in place) and moves the pointers up."""
     depth = self.layout.depth
     for names, stack_slots, _, sp_slot in self.bc._sp_groups(op):  # pylint: disable=protected-access
-      what = ('saving variable ' if len(names) == 1 else
-              'saving variables ') + ', '.join(repr(v) for v in names)
+      what = self.vm.saving_what(self.bc.p, names)
       fail = self.const(_push_failure(
           self.vm._overflow(what, op.loc, depth), depth), 'overflow')  # pylint: disable=protected-access
       values = [x for var in names for x in self.leaf_rows(var)]

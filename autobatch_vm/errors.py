@@ -5,6 +5,10 @@ user's function, file and line (when known), shows the source line and says
 what to do.  `InternalError` is a bug in autobatch_vm itself.
 """
 
+import os
+import re
+import sys
+
 import numpy as np
 
 __all__ = [
@@ -12,6 +16,7 @@ __all__ = [
     'TypeInferenceError', 'ArgumentError', 'StackOverflowError',
     'PrimitiveError', 'AssertionFailedError', 'InternalError',
     'BackendError', 'StepLimitError', 'XlaErrorsWarning',
+    'HelperAssertionError', 'XlaGradientWarning',
 ]
 
 
@@ -98,6 +103,73 @@ class XlaErrorsWarning(UserWarning):
   """Issued while tracing a batched run under bare `jit_compile=True`: XLA
   cannot raise at run time, so a stack overflow or failed `assert` poisons
   the outputs instead; `autobatch_vm.xla.compile_nested_output` raises it."""
+
+
+class HelperAssertionError(Exception):
+  """An `assert` failed inside a function that a primitive of a batched
+  function calls (a helper).  Not an `AssertionError`, so that it is not
+  taken for a batched function's own `assert`; the VM reports it as an
+  `AssertionFailedError` at the calling line, type inference as a
+  `PrimitiveError` there."""
+
+
+# Errors of backends that say two inputs of one operation have different
+# dtypes: a mistake in the user's inputs or code, whatever the values.
+_DTYPE_MISMATCH = (
+    re.compile(r'expected to be an? \w+ tensor but is an? \w+ tensor'),
+    re.compile(r'Expected \w+ passed to parameter'),
+    re.compile(r'Tensor conversion requested dtype \w+ for Tensor with '
+               r'dtype \w+'),
+    re.compile(r'must have the same dtype|cannot compute \w+ as input'),
+)
+
+
+def explain_dtype_mismatch(error):
+  """`error` (a `PrimitiveError` raised while inferring a type), with a
+  hint about dtypes where its cause says that two inputs of an operation
+  have different dtypes; else `error` itself.  Such an error does not
+  depend on the values the primitive ran on."""
+  cause = error.__cause__
+  if cause is None or not any(p.search(str(cause)) for p in _DTYPE_MISMATCH):
+    return error
+  return PrimitiveError(
+      error.message, loc=error.loc,
+      hint='TensorFlow does not promote dtypes: the inputs of one operation '
+      'need the same dtype.  Convert explicitly (tf.cast(x, tf.float32), '
+      'x.astype(np.int32)), or pass arguments of matching dtypes (a NumPy '
+      'int64 array next to an int32 tensor, a Python float next to an '
+      'int32 tensor, are different dtypes).')
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_LIBRARY_MARKERS = (os.sep + 'tensorflow' + os.sep, os.sep + 'keras' + os.sep,
+                    os.sep + 'tf_keras' + os.sep,
+                    '__autograph_generated_file')
+
+
+def user_stacklevel():
+  """The `stacklevel` for `warnings.warn`, called from autobatch_vm, that
+  points at the first frame outside autobatch_vm, TensorFlow and the code
+  AutoGraph generates: the user's call (of the batched function, or of the
+  `tf.function` tracing it)."""
+  frame = sys._getframe(1)  # pylint: disable=protected-access
+  level = 1
+  while frame is not None:
+    filename = os.path.abspath(frame.f_code.co_filename)
+    internal = (filename.startswith(_PACKAGE_DIR + os.sep) or
+                any(m in filename for m in _LIBRARY_MARKERS))
+    if not internal:
+      return level
+    frame = frame.f_back
+    level += 1
+  return 1
+
+
+class XlaGradientWarning(UserWarning):
+  """Issued while tracing a batched run under `jit_compile=True` with a
+  gradient tape recording and no `max_steps`: XLA cannot compile the
+  gradient of a loop without a bound on its iterations
+  (`autobatch_vm.xla.warn_if_gradient_needs_max_steps`)."""
 
 
 class InternalError(Exception):

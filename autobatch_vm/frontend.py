@@ -18,8 +18,12 @@ time the Context is used; types are inferred per input signature and the
 lowered program is cached.  This module never imports TensorFlow.
 """
 
+import ast
 import functools
+import inspect
+import textwrap
 import threading
+import types
 
 import numpy as np
 
@@ -93,7 +97,7 @@ class BatchedFunction:
                schedule=virtual_machine.DEFAULT_SCHEDULE, profile=False,
                max_steps=None, **kwargs):
     if self.context._dry_run_depth():  # inside a dry run: plain Python
-      return self.python_function(*args, **kwargs)
+      return self.context._dry_run_function(self)(*args, **kwargs)
     args = self._bind_arguments(args, kwargs)
     if dry_run:
       return self.context._dry_run(self, args, backend)
@@ -123,6 +127,10 @@ class BatchedFunction:
         raise errors.ArgumentError(
             f'{self.name}() got multiple values for argument {k!r}', loc=loc)
       bound[k] = v
+    defaults = self.context._defaults_of(self.name)
+    for p in params:
+      if p not in bound and p in defaults:
+        bound[p] = defaults[p]  # converted as a passed argument is
     missing = [p for p in params if p not in bound]
     if missing:
       raise errors.ArgumentError(
@@ -146,7 +154,16 @@ class Context:
   # -- decorating --------------------------------------------------------------
 
   def batch(self, type_inference=None):
-    """Decorator: `@ctx.batch(type_inference=...)` (type_inference optional)."""
+    """Decorator: `@ctx.batch(type_inference=...)`, `@ctx.batch()` or the
+    bare `@ctx.batch` (type_inference is optional).
+
+    The bare form hands the decorated function itself to this method; it
+    is told from a `type_inference` callable given positionally by its
+    source: a `def` whose own decorators include a bare `...batch`.
+    """
+    if type_inference is not None and _decorated_bare(type_inference):
+      return self.batch_uncurried(type_inference)
+
     def decorator(fn):
       return self.batch_uncurried(fn, type_inference)
     return decorator
@@ -190,6 +207,27 @@ class Context:
     code = self._functions[name].python_function.__code__
     return code.co_varnames[:code.co_argcount]
 
+  def _defaults_of(self, name):
+    """Parameter name -> default value, for the parameters that have one."""
+    fn = self._functions[name].python_function
+    params = self._params_of(name)
+    defaults = fn.__defaults__ or ()
+    return dict(zip(params[len(params) - len(defaults):], defaults))
+
+  def _name_of(self, main):
+    """The name of batched function `main`: its name, the batched function
+    or the Python function registered with this Context."""
+    if isinstance(main, str):
+      name = main
+    else:
+      name = self._resolve(main)
+    if name is None or name not in self._functions:
+      raise errors.ArgumentError(
+          f'{main!r} is not a batched function of this Context; it has '
+          f'{self.function_names()}', hint='Pass the batched function, the '
+          'function it was made from, or its name.')
+    return name
+
   def function_loc(self, name):
     fn = self._functions[name].python_function
     try:
@@ -214,7 +252,7 @@ class Context:
       bf = self._functions[name]
       self._module[name] = python_to_ir.compile_function(
           bf.python_function, self._resolve, self._params_of,
-          bf.type_inference)
+          bf.type_inference, defaults_of=self._defaults_of)
     return self._module[name]
 
   def module(self):
@@ -224,11 +262,9 @@ class Context:
     return inst.Program(functions, main)
 
   def program(self, main):
-    """The untyped `Program` of `main` and the functions it can reach."""
-    if main not in self._functions:
-      raise errors.ArgumentError(
-          f'{main!r} is not a batched function of this Context; it has '
-          f'{self.function_names()}')
+    """The untyped `Program` of `main` (a batched function, the function
+    it was made from, or its name) and the functions it can reach."""
+    main = self._name_of(main)
     order, stack = [], [main]
     while stack:
       name = stack.pop(0)
@@ -244,17 +280,25 @@ class Context:
   def program_compiled(self, main, sig=None, backend=None):
     """The typed and allocated `Program` for input types `sig`."""
     backend = backend or numpy_backend.NumpyBackend()
+    main = self._name_of(main)
     sig = self._signature(main, sig)
     key = ('typed', main, repr(sig), backend)
     if key not in self._cache:
-      self._cache[key] = pipeline.typed(self.program(main), sig, backend,
-                                        verify=self._verify())
+      try:
+        self._cache[key] = pipeline.typed(self.program(main), sig, backend,
+                                          verify=self._verify())
+      except errors.PrimitiveError as e:
+        better = errors.explain_dtype_mismatch(e)
+        if better is e:
+          raise
+        raise better from e.__cause__
     return self._cache[key]
 
   def program_stackless(self, main, sig=None, backend=None):
     """The `Program` that `stackless=True` runs for input types `sig`: the
     typed program with independent calls grouped (`parallel_calls`)."""
     backend = backend or numpy_backend.NumpyBackend()
+    main = self._name_of(main)
     sig = self._signature(main, sig)
     key = ('stackless', main, repr(sig), backend)
     if key not in self._cache:
@@ -275,6 +319,7 @@ class Context:
     if (not getattr(backend, 'compacts', False)
         or max_stack_depth > AUTO_STACKLESS_MAX_DEPTH):
       return False
+    main = self._name_of(main)
     sig = self._signature(main, sig)
     key = ('chooses_stackless', main, repr(sig), backend)
     if key not in self._cache:
@@ -287,6 +332,7 @@ class Context:
     """The lowered, optimized `LoweredProgram` for input types `sig`, as
     run under `schedule` (its blocks are merged for that schedule)."""
     backend = backend or numpy_backend.NumpyBackend()
+    main = self._name_of(main)
     sig = self._signature(main, sig)
     virtual_machine.check_schedule(schedule)
     key = ('lowered', main, repr(sig), backend, schedule)
@@ -299,8 +345,10 @@ class Context:
   def lowered_for_args(self, name, args, backend=None,
                       schedule=virtual_machine.DEFAULT_SCHEDULE):
     """The lowered program `name` would run for these (batched) args."""
+    name = self._name_of(name)
+    args = self._functions[name]._bind_arguments(list(args), {})
     backend = backend or _default_backend(args)
-    args = self._convert_args(name, list(args), backend)
+    args = self._convert_args(name, args, backend)
     return self.program_lowered(name, self._arg_types(args, backend),
                                 backend, schedule)
 
@@ -409,6 +457,9 @@ class Context:
                                   or max_steps < 1):
       raise errors.ArgumentError(
           f'max_steps must be None or a positive int, got {max_steps!r}')
+    if max_steps is None and getattr(backend, 'staged', False):
+      from autobatch_vm import xla  # pylint: disable=g-import-not-at-top
+      xla.warn_if_gradient_needs_max_steps(bf.name)
     auto = stackless is None
     if auto:
       stackless = self.chooses_stackless(bf.name, sig, backend,
@@ -441,25 +492,79 @@ class Context:
     return getattr(self._local, 'dry_run', 0)
 
   def _dry_run(self, bf, args, backend):
-    """Runs the plain Python function once per member (batches of one)."""
+    """Runs the plain Python function once per member (batches of one).
+
+    The results are stacked as the batched call's are: each leaf gets the
+    batch axis where a member returned it without one (a leaf whose shape
+    is the per-member shape of the batched call's result type; one of
+    shape `[1, *that]` is already a batch of one), and is cast to that
+    type's dtype.  An empty batch gives empty arrays of that type.  Where
+    the result type cannot be found (the batched call fails to compile,
+    e.g. over a `print`), a scalar gets the batch axis and anything else
+    is taken as a batch of one.
+    """
     backend = backend or _default_backend(args)
     args = self._convert_args(bf.name, args, backend)
     batch = self._batch_size(args, backend)
+    if batch is None:
+      raise errors.ArgumentError(
+          f'{bf.name}() has no arguments to take the batch size from',
+          loc=self.function_loc(bf.name),
+          hint='Batched functions need at least one batched argument.')
+    result_type = self._result_type(bf.name, args, backend)
+    run = self._dry_run_function(bf)
     results = []
     self._local.dry_run = self._dry_run_depth() + 1
     try:
       for i in range(batch):
         member = [inst.pattern_map(lambda x: backend.slice(x, i), a)
                   for a in args]
-        results.append(bf.python_function(*member))
+        results.append(run(*member))
     finally:
       self._local.dry_run -= 1
     if not results:
-      raise errors.ArgumentError(f'dry run of {bf.name}() on an empty batch')
+      if result_type is None:
+        raise errors.ArgumentError(
+            f'dry run of {bf.name}() on an empty batch: the result type is '
+            'unknown', loc=self.function_loc(bf.name),
+            hint='The batched call on the same arguments says why.')
+      return inst.pattern_map(lambda t: backend.zeros(t, 0), result_type,
+                              inst.TensorType)
+    types_ = (inst.pattern_flatten(result_type, inst.TensorType)
+              if result_type is not None else None)
     leaves = [inst.pattern_flatten(r) for r in results]
-    merged = [backend.concat([_batch_of_one(backend, x) for x in column])
-              for column in zip(*leaves)]
+    if types_ is not None and any(len(l) != len(types_) for l in leaves):
+      types_ = None
+    columns = list(zip(*leaves))
+    merged = []
+    for k, column in enumerate(columns):
+      t = types_[k] if types_ is not None else None
+      merged.append(backend.concat([_member_rows(backend, x, t)
+                                    for x in column]))
     return inst.pattern_unflatten(results[0], merged)
+
+  def _result_type(self, name, args, backend):
+    """The per-member result type (a pattern of `TensorType`s) of `name`
+    on converted `args`, as the batched call has it; None where the
+    program does not compile."""
+    try:
+      program = self.program_compiled(name, self._arg_types(args, backend),
+                                      backend)
+    except errors.AutoBatchError:
+      return None
+    return program.main_function.var_defs[python_to_ir.RETURN_VAR].tensors
+
+  def _dry_run_function(self, bf):
+    """The Python function a dry run calls for `bf` (see
+    `python_to_ir.dry_run_function`), made once."""
+    fn = getattr(bf, '_dry_run_python', None)
+    if fn is None:
+      try:
+        fn = python_to_ir.dry_run_function(bf.python_function)
+      except errors.AutoBatchError:
+        fn = bf.python_function  # no readable source: run it as it is
+      bf._dry_run_python = fn
+    return fn
 
 
 def _output_types(type_inference):
@@ -510,6 +615,40 @@ def map_arguments(f, arg):
   return f(arg)
 
 
-def _batch_of_one(backend, x):
+def _member_rows(backend, x, tensor_type):
+  """One member's result leaf `x` as a batch of one of `tensor_type`
+  (None: unknown; then a scalar gets the batch axis)."""
+  if tensor_type is None:
+    v = backend.asarray(x)
+    return v if len(backend.shape(v)) else backend.expand(v)
+  if type(x) in _PY_NUMBERS:  # a literal: the type's dtype, as batched
+    x = np.asarray(x, tensor_type.dtype)
   v = backend.asarray(x)
-  return v if len(backend.shape(v)) else backend.expand(v)
+  shape = tuple(backend.shape(v))
+  if shape == tuple(tensor_type.shape):
+    v = backend.expand(v)  # the member's value: give it the batch axis
+  elif shape != (1,) + tuple(tensor_type.shape) and not shape:
+    v = backend.expand(v)  # not the batched call's type: a scalar is one row
+  if backend.dtype(v) != np.dtype(tensor_type.dtype):
+    v = backend.cast(v, tensor_type.dtype)
+  return v
+
+
+def _decorated_bare(fn):
+  """Whether `fn` is a `def` carrying a bare `@...batch` decorator (so
+  `Context.batch` got the function to batch, not a type_inference)."""
+  if not isinstance(fn, types.FunctionType) or fn.__name__ == '<lambda>':
+    return False
+  try:
+    source = textwrap.dedent(''.join(inspect.getsourcelines(fn)[0]))
+    node = ast.parse(source).body[0]
+  except (OSError, TypeError, SyntaxError, IndexError):
+    return False
+  if not isinstance(node, ast.FunctionDef):
+    return False
+  for d in node.decorator_list:
+    name = (d.attr if isinstance(d, ast.Attribute) else
+            d.id if isinstance(d, ast.Name) else None)
+    if name == 'batch':
+      return True
+  return False

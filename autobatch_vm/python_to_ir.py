@@ -25,6 +25,7 @@ import ast
 import builtins
 import copy
 import inspect
+import linecache
 import textwrap
 import types
 
@@ -32,10 +33,13 @@ from autobatch_vm import errors
 from autobatch_vm import instructions as inst
 from autobatch_vm import ops as ops_module
 
-__all__ = ['compile_function', 'RETURN_VAR']
+__all__ = ['compile_function', 'dry_run_function', 'range_bound',
+           'RETURN_VAR']
 
 RETURN_VAR = '%ret'
 _OPS_NAME = '__ab_ops'
+_ASSERT_NAME = '__ab_helper_assertion'
+_RANGE_NAME = '__ab_range_bound'
 
 _UNSUPPORTED_STATEMENTS = {
     ast.Try: ('try statements', 'Handle errors outside the batched function.'),
@@ -127,11 +131,13 @@ def _assigned_names(fn_node):
 class _Compiler:
   """Walks one function's AST and builds its blocks."""
 
-  def __init__(self, fn, resolve_batched, params_of, type_inference):
+  def __init__(self, fn, resolve_batched, params_of, type_inference,
+               defaults_of=None):
     self.src = _Source(fn)
     self.fn = fn
     self.resolve_batched = resolve_batched
     self.params_of = params_of
+    self.defaults_of = defaults_of or (lambda name: {})
     self.type_inference = type_inference
     self.blocks = []          # finished blocks, in creation order
     self.label_count = 0
@@ -159,11 +165,12 @@ class _Compiler:
 
   def _check_signature(self, node):
     a = node.args
-    if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs or a.defaults:
+    if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs:
       raise errors.UnsupportedSyntaxError(
           f'Batched function {self.src.name!r} must take plain positional '
-          'parameters (no *args, **kwargs, keyword-only, positional-only or '
-          'default values)', loc=self.src.loc(node))
+          'parameters, with or without default values (no *args, **kwargs, '
+          'keyword-only or positional-only parameters)',
+          loc=self.src.loc(node))
 
   # -- blocks --------------------------------------------------------------
 
@@ -492,6 +499,7 @@ class _Compiler:
       for n in ast.walk(node):
         if isinstance(n, kind):
           self.unsupported(n, what, hint)
+    self._check_values(node)
     if not self._contains_batched_call(node):
       if (isinstance(node, ast.Name) and node.id in self.locals
           and target is None):
@@ -515,6 +523,38 @@ class _Compiler:
     node = _Substituter(self).visit(_deepcopy(node))
     return self._primitive(node, target)
 
+  def _check_values(self, node):
+    """Rejects a lambda as a value and calls of `print`, which would
+    otherwise fail later with a message about types."""
+    def lambdas(n):
+      if isinstance(n, ast.Lambda):
+        yield n
+      elif isinstance(n, (ast.Tuple, ast.List)):
+        for e in n.elts:
+          yield from lambdas(e)
+    for n in lambdas(node):
+      raise errors.UnsupportedSyntaxError(
+          'lambdas as values are not supported in batched functions: a '
+          'variable of a batched function holds arrays, one row per member, '
+          'not functions', loc=self.src.loc(n),
+          hint='Define the function with `def` at module level and call it '
+          'from here (it then runs as a primitive on whole batches), or '
+          'write its expression inline.  A lambda passed straight to a '
+          'function (`tf.map_fn(lambda r: ..., x)`) is fine.')
+    for n in ast.walk(node):
+      if (isinstance(n, ast.Call) and
+          self._static_value(n.func) is builtins.print):
+        raise errors.UnsupportedSyntaxError(
+            'print() is not supported in batched functions: a batched '
+            'function\'s statements run on whole batches, not per member, '
+            'so print would run once on made-up values while types are '
+            'inferred, then once per execution of its block (or once while '
+            'a tf.function traces), never once per member',
+            loc=self.src.loc(n),
+            hint='Call the function with dry_run=True to run each member '
+            'alone as plain Python: print works there and shows that '
+            'member\'s values.  Or return the values you want to see.')
+
   def _call(self, node, callee, target):
     for a in node.args:
       if isinstance(a, ast.Starred):
@@ -525,9 +565,10 @@ class _Compiler:
         self.unsupported(node, '**kwargs in calls of batched functions',
                          'Pass each argument explicitly.')
     params = self.params_of(callee)
+    defaults = self.defaults_of(callee)
     loc = self.src.loc(node)
     nargs = len(node.args) + len(node.keywords)
-    if nargs != len(params):
+    if len(node.args) > len(params):
       raise errors.ArgumentError(
           f'{callee}() takes {len(params)} argument(s) '
           f'({", ".join(params)}) but {nargs} were given', loc=loc)
@@ -544,9 +585,26 @@ class _Compiler:
         raise errors.ArgumentError(
             f'{callee}() got multiple values for argument {name!r}', loc=loc)
     positional.update(by_name)
-    arg_vars = tuple(self.expr(positional[p]) for p in params)
+    missing = [p for p in params if p not in positional and p not in defaults]
+    if missing:
+      raise errors.ArgumentError(
+          f'{callee}() takes {len(params)} argument(s) '
+          f'({", ".join(params)}) but {nargs} were given; missing '
+          f'{", ".join(missing)}', loc=loc)
+    arg_vars = []
+    for p in params:
+      if p in positional:
+        arg_vars.append(self.expr(positional[p]))
+      else:
+        # An omitted argument is its default value, as if written in the
+        # call (a Python number is a literal that takes the type it meets).
+        var = self.temp()
+        value = defaults[p]
+        self.emit(inst.PrimOp((), var, _constant(value),
+                              f'{p}={_short(repr(value))}', loc))
+        arg_vars.append(var)
     out = target if target is not None else self.temp()
-    self.emit(inst.FunctionCallOp(callee, arg_vars, out, loc))
+    self.emit(inst.FunctionCallOp(callee, tuple(arg_vars), out, loc))
     return out
 
   def _ifexp(self, node, target):
@@ -592,7 +650,7 @@ class _Compiler:
     loc = self.src.loc(node)
     self._check_pure(node)
     rewritten, inputs = _PrimitiveRewriter(self).rewrite(node)
-    fn = self._make_function(rewritten, len(inputs), loc)
+    fn = self._make_function(rewritten, len(inputs), loc, _text(node))
     out = target if target is not None else self.temp()
     sync = any(getattr(self._static_value(n.func), ops_module.SYNC_ATTRIBUTE,
                        False)
@@ -624,22 +682,44 @@ class _Compiler:
               hint='Define it at module level or as a variable of the '
               'function before using it.')
 
-  def _make_function(self, body, arity, loc):
-    """Builds `lambda __ab_v0, ...: body` with the user's globals/closure."""
+  def _make_function(self, body, arity, loc, text=None):
+    """Builds `lambda __ab_v0, ...: body` with the user's globals/closure.
+
+    Where `body` calls functions of the user's or a library's, it is a
+    `def` instead, which turns an AssertionError raised in the callee into
+    `errors.HelperAssertionError` (see `_helper_assertion`): inference
+    and the VM then report the assertion, not a missing result.
+    """
     args = [ast.arg(f'__ab_v{i}') for i in range(arity)]
-    free = sorted(set(self.closure) | {_OPS_NAME})
-    lam = ast.Lambda(
-        args=ast.arguments(posonlyargs=[], args=args, vararg=None,
-                           kwonlyargs=[], kw_defaults=[], kwarg=None,
-                           defaults=[]),
-        body=body)
+    arguments = ast.arguments(posonlyargs=[], args=args, vararg=None,
+                              kwonlyargs=[], kw_defaults=[], kwarg=None,
+                              defaults=[])
+    if _calls_outside_ops(body):
+      handler = ast.ExceptHandler(
+          type=ast.Name('AssertionError', ast.Load()), name='__ab_e',
+          body=[ast.Raise(
+              exc=ast.Call(ast.Name(_ASSERT_NAME, ast.Load()),
+                           [ast.Name('__ab_e', ast.Load()),
+                            ast.Constant(text or _text(body))], []),
+              cause=ast.Name('__ab_e', ast.Load()))])
+      made = ast.FunctionDef(
+          name='__ab_prim', args=arguments,
+          body=[ast.Try(body=[ast.Return(body)], handlers=[handler],
+                        orelse=[], finalbody=[])],
+          decorator_list=[], returns=None, type_comment=None,
+          type_params=[])
+      result = ast.Name('__ab_prim', ast.Load())
+    else:
+      made = None
+      result = ast.Lambda(args=arguments, body=body)
+    free = sorted(set(self.closure) | {_OPS_NAME, _ASSERT_NAME})
     maker = ast.FunctionDef(
         name='__ab_make',
         args=ast.arguments(posonlyargs=[], args=[ast.arg(n) for n in free],
                            vararg=None, kwonlyargs=[], kw_defaults=[],
                            kwarg=None, defaults=[]),
-        body=[ast.Return(lam)], decorator_list=[], returns=None,
-        type_comment=None, type_params=[])
+        body=([made] if made is not None else []) + [ast.Return(result)],
+        decorator_list=[], returns=None, type_comment=None, type_params=[])
     module = ast.Module(body=[maker], type_ignores=[])
     ast.fix_missing_locations(module)
     _set_lines(module, loc.line)
@@ -652,6 +732,8 @@ class _Compiler:
     for name in lam_code.co_freevars:
       if name == _OPS_NAME:
         cells.append(types.CellType(ops_module))
+      elif name == _ASSERT_NAME:
+        cells.append(types.CellType(_helper_assertion))
       else:
         cells.append(self.closure[name])
     fn = types.FunctionType(lam_code, self.fn.__globals__,
@@ -689,8 +771,45 @@ def _range_condition(c, e, s):
 
 
 def _text(node):
-  text = ast.unparse(node)
+  return _short(ast.unparse(node))
+
+
+def _short(text):
   return text if len(text) <= 60 else text[:57] + '...'
+
+
+def _calls_outside_ops(node):
+  """Whether expression `node` calls anything but `autobatch_vm.ops`."""
+  for n in ast.walk(node):
+    if isinstance(n, ast.Call):
+      f = n.func
+      if not (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)
+              and f.value.id == _OPS_NAME):
+        return True
+  return False
+
+
+def _helper_assertion(error, text):
+  """`errors.HelperAssertionError` for AssertionError `error`, raised in a
+  function that primitive `text` calls: names that function, its file and
+  the line of the assert."""
+  tb = error.__traceback__
+  while tb.tb_next is not None:
+    tb = tb.tb_next
+  code = tb.tb_frame.f_code
+  line = linecache.getline(code.co_filename, tb.tb_lineno).strip()
+  where = f'{code.co_name}() ({code.co_filename}, line {tb.tb_lineno}'
+  where += f': {line})' if line else ')'
+  detail = f': {error}' if str(error) else ''
+  return errors.HelperAssertionError(
+      f'an assert in {where}, called by `{text}`, failed{detail}')
+
+
+def _constant(value):
+  """A primitive without inputs computing `value` (a default argument)."""
+  def constant():
+    return value
+  return constant
 
 
 def _deepcopy(node):
@@ -921,7 +1040,82 @@ def _relabel(block, rename):
   return inst.Block(rename[block.label], block.instructions, t, block.loc)
 
 
-def compile_function(fn, resolve_batched, params_of, type_inference=None):
+def range_bound(x):
+  """A `range()` bound in a dry run: a batch of one is its one value.
+
+  In a dry run a member's variables are batches of one (shape `[1]`),
+  which Python's `range` does not take; a 0-d array or a number it does.
+  """
+  shape = getattr(x, 'shape', None)
+  if shape is not None and tuple(shape) == (1,):
+    return x[0]
+  return x
+
+
+class _RangeBounds(ast.NodeTransformer):
+  """Wraps each argument of `for ... in range(...)` in `range_bound`."""
+
+  def __init__(self, local_names):
+    self.local_names = local_names
+    self.changed = False
+
+  def visit_For(self, node):
+    self.generic_visit(node)
+    it = node.iter
+    if (isinstance(it, ast.Call) and isinstance(it.func, ast.Name)
+        and it.func.id == 'range' and it.func.id not in self.local_names):
+      it.args = [ast.copy_location(ast.Call(
+          ast.Name(_RANGE_NAME, ast.Load()), [a], []), a) for a in it.args]
+      self.changed = True
+    return node
+
+
+def dry_run_function(fn):
+  """The Python function a dry run calls for batched function `fn`.
+
+  `fn` itself, except where it loops `for ... in range(...)`: then a copy
+  compiled from its source whose range bounds go through `range_bound`
+  (what the batched call compiles those loops to takes a per-member
+  bound; the copy makes Python's `range` take one too).  The copy has
+  `fn`'s globals, closure cells, defaults, file and line numbers.
+  """
+  src = _Source(fn)
+  node = copy.deepcopy(src.node)
+  rewriter = _RangeBounds(_assigned_names(node) |
+                          {a.arg for a in node.args.args})
+  rewriter.visit(node)
+  if not rewriter.changed:
+    return fn
+  node.decorator_list = []
+  freevars = fn.__code__.co_freevars
+  maker = ast.FunctionDef(
+      name='__ab_make',
+      args=ast.arguments(posonlyargs=[], args=[
+          ast.arg(n) for n in freevars + (_RANGE_NAME,)], vararg=None,
+                         kwonlyargs=[], kw_defaults=[], kwarg=None,
+                         defaults=[]),
+      body=[node, ast.Return(ast.Name(node.name, ast.Load()))],
+      decorator_list=[], returns=None, type_comment=None, type_params=[])
+  module = ast.Module(body=[maker], type_ignores=[])
+  ast.fix_missing_locations(module)
+  ast.increment_lineno(module, src.first_line - 1)
+  code = compile(module, src.filename, 'exec')
+  maker_code = next(c for c in code.co_consts
+                    if isinstance(c, types.CodeType))
+  fn_code = next(c for c in maker_code.co_consts
+                 if isinstance(c, types.CodeType) and c.co_name == node.name)
+  cells = dict(zip(freevars, fn.__closure__ or ()))
+  cells[_RANGE_NAME] = types.CellType(range_bound)
+  copied = types.FunctionType(fn_code, fn.__globals__, fn.__name__,
+                              fn.__defaults__,
+                              tuple(cells[n] for n in fn_code.co_freevars))
+  copied.__qualname__ = fn.__qualname__
+  copied.__doc__ = fn.__doc__
+  return copied
+
+
+def compile_function(fn, resolve_batched, params_of, type_inference=None,
+                     defaults_of=None):
   """Compiles Python function `fn` to an IR `Function`.
 
   Args:
@@ -930,5 +1124,8 @@ def compile_function(fn, resolve_batched, params_of, type_inference=None):
       batched function of the same Context, or None.
     params_of: batched function name -> its parameter names.
     type_inference: the user's optional type-inference callable.
+    defaults_of: batched function name -> {parameter: default value} for
+      its parameters that have one (a call may omit those).
   """
-  return _Compiler(fn, resolve_batched, params_of, type_inference).compile()
+  return _Compiler(fn, resolve_batched, params_of, type_inference,
+                   defaults_of).compile()

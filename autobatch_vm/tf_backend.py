@@ -329,7 +329,7 @@ def _warn_uncollected_under_xla(sites):
       'its outputs (NaN for floats, the minimum for integers; booleans are '
       'left as they are) instead of raising.  Compile with '
       'autobatch_vm.xla.compile_nested_output(fn) to get the exception.',
-      errors.XlaErrorsWarning, stacklevel=2)
+      errors.XlaErrorsWarning, stacklevel=errors.user_stacklevel())
 
 
 def _poison(x, bad):

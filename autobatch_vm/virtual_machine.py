@@ -529,8 +529,7 @@ class _BlockCompiler:
     be, depth = self.be, self.layout.depth
     groups = []
     for names, stack_slots, _, sp_slot in self._sp_groups(op):
-      what = ('saving variable ' if len(names) == 1 else
-              'saving variables ') + ', '.join(repr(v) for v in names)
+      what = saving_what(self.p, names)
       # Each variable's value: as computed in this block if it was (its
       # write may not be stored: see `stored`), else its registers.  Only
       # the members' rows are pushed, so either serves.
@@ -789,6 +788,34 @@ def _step_limit(program, max_steps):
   return make
 
 
+def saving_what(program, names):
+  """What a push of variables `names` of lowered `program` saves, in the
+  user's terms, for a stack overflow's message: a variable by its name in
+  the user's function, a temporary by the expression that computed it."""
+  parts = []
+  for var in names:
+    _, dot, local = var.partition('.')
+    local = local if dot else var
+    if not local.startswith('%'):
+      parts.append(f'variable {local!r}')
+      continue
+    text = _defining_text(program, var)
+    parts.append(f'the value of `{text}`' if text else
+                 'an intermediate value')
+  return 'saving ' + ', '.join(parts)
+
+
+def _defining_text(program, var):
+  """The source text of the primitive that computes `var`, if one does
+  and its text is the user's (not a copy between temporaries)."""
+  for block in program.blocks:
+    for op in block.instructions:
+      if (isinstance(op, inst.PrimOp) and op.text and '%' not in op.text
+          and var in inst.pattern_flatten(op.vars_out)):
+        return op.text
+  return None
+
+
 def _overflow(what, loc, depth):
   def make(members):
     members = errors.member_indices(members)
@@ -836,6 +863,14 @@ def primitive_error(e, op, members, compacted=False):
   if isinstance(e, AssertionError):
     return errors.AssertionFailedError(
         f'Assertion failed for batch members {members}: {e}', loc=op.loc)
+  if isinstance(e, errors.HelperAssertionError):
+    # The helper ran on whole arrays: which of these members failed it,
+    # only the helper knows.
+    return errors.AssertionFailedError(
+        f'Assertion failed, for some of batch members {members}: {e}',
+        loc=op.loc, hint='The called function runs on the arrays of every '
+        'member at this line at once; run the batched function with '
+        'dry_run=True to see which members fail it.')
   text = op.text or getattr(op.function, '__name__', '?')
   who = f' (members at this block: {members})' if members is not None else ''
   return errors.PrimitiveError(

@@ -15,14 +15,48 @@ a `tf.debugging.Assert` that fails the call with the same message.
 import functools
 import itertools
 import threading
+import warnings
 import weakref
 
 import numpy as np
 import tensorflow as tf
 
+from autobatch_vm import errors
 from autobatch_vm import tf_backend
 
-__all__ = ['compile_nested_output']
+__all__ = ['compile_nested_output', 'warn_if_gradient_needs_max_steps']
+
+_MAX_STEPS_HINT = (
+    'Pass max_steps= to the batched function (a bound on the VM steps the '
+    'run takes; a run that needs more raises StepLimitError), or set '
+    'TensorFlowBackend(while_maximum_iterations=...).  XLA needs it to '
+    'size the values the loop keeps for the gradient.')
+
+
+def warn_if_gradient_needs_max_steps(name):
+  """Warns (`errors.XlaGradientWarning`, at the user's call) if batched
+  function `name` is being traced for XLA while a gradient tape may record
+  it: its gradient would fail to compile without `max_steps`."""
+  from tensorflow.python.eager import record  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+  if not (tf_backend._in_xla_context() and record.could_possibly_record()):  # pylint: disable=protected-access
+    return
+  warnings.warn(
+      f'{name}() runs under tf.function(jit_compile=True) while a gradient '
+      'tape is recording, without max_steps: XLA cannot compile the '
+      'gradient of its loop ("XLA compilation requires a fixed tensor list '
+      f'size").  {_MAX_STEPS_HINT}', errors.XlaGradientWarning,
+      stacklevel=errors.user_stacklevel())
+
+
+def _explain(error):
+  """A clear error for TensorFlow's `error` where it is a known failure of
+  a batched run under XLA; None for others."""
+  if 'requires a fixed tensor list size' in str(error):
+    return errors.BackendError(
+        'XLA cannot compile the gradient of a batched run without '
+        'max_steps (TensorFlow: "XLA compilation requires a fixed tensor '
+        'list size")', hint=_MAX_STEPS_HINT)
+  return None
 
 _traces = {}                 # trace id -> [sites of each batched run]
 _trace_ids = itertools.count(1)
@@ -80,7 +114,13 @@ def compile_nested_output(f, compile_fn=None):
   @tf.autograph.experimental.do_not_convert
   @functools.wraps(f)
   def wrapper(*args, **kwargs):
-    result = compiled(*args, **kwargs)
+    try:
+      result = compiled(*args, **kwargs)
+    except tf.errors.InvalidArgumentError as e:
+      clear = _explain(e)
+      if clear is None:
+        raise
+      raise clear from e
     if tf.executing_eagerly():
       return finish(result)
     out, (trace_id, codes, failed) = result
