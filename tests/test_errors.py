@@ -682,3 +682,198 @@ def test_mistake_in_unreachable_function_does_not_stop_others():
   with pytest.raises(errors.UnsupportedSyntaxError) as e:
     bad(X)
   check(e, errors.UnsupportedSyntaxError, 'unreachable_bad', 'try')
+
+
+# -- messages that name the user's code ------------------------------------
+
+def positive_part(v):
+  assert np.all(v >= 0), 'needs non-negative input'  # ERR:helperassert
+  return np.sqrt(v)
+
+
+@pytest.mark.parametrize('stackless', [False, True])
+def test_assert_in_a_helper_is_reported_as_an_assertion(stackless):
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def f(x):
+    y = positive_part(x)  # ERR:helpercall
+    return y + 1.0
+
+  x = np.array([1.0, 4.0])
+  np.testing.assert_allclose(f(x, stackless=stackless), [2.0, 3.0])
+  np.testing.assert_allclose(f(x, dry_run=True), [2.0, 3.0])
+  with pytest.raises((errors.AssertionFailedError, errors.PrimitiveError)) \
+      as e:
+    f(np.array([1.0, -4.0]), stackless=stackless)
+  # Found by the run (an AssertionFailedError) or, where type inference
+  # runs on the members' data, while inferring the type.
+  check(e, type(e.value), 'helpercall', 'an assert in positive_part()',
+        f'line {line_of("helperassert")}', 'needs non-negative input',
+        function='f')
+  assert 'NoneType' not in str(e.value)
+  assert isinstance(e.value.__cause__, (AssertionError,
+                                        errors.HelperAssertionError))
+
+
+def test_dry_run_runs_print_per_member(capsys):
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def shows(x):
+    print('member', x)  # ERR:printdry
+    return x * 2
+
+  with pytest.raises(errors.UnsupportedSyntaxError) as e:
+    shows(X)
+  check(e, errors.UnsupportedSyntaxError, 'printdry', 'print()',
+        'dry_run=True', function='shows')
+  assert capsys.readouterr().out == ''   # nothing printed on made-up data
+  np.testing.assert_array_equal(shows(X, dry_run=True), X * 2)
+  assert capsys.readouterr().out.splitlines() == [
+      'member [1]', 'member [2]', 'member [3]']
+
+
+@pytest.mark.parametrize('backend', ['numpy', 'tensorflow'])
+def test_stack_overflow_names_the_users_expression(backend):
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def ack(m, n):
+    if m == 0:
+      return n + 1
+    if n == 0:
+      return ack(m - 1, 1)
+    return ack(m - 1, ack(m, n - 1))  # ERR:ackoverflow
+
+  m, n = np.array([1, 3]), np.array([1, 4])
+  if backend == 'tensorflow':
+    tf = pytest.importorskip('tensorflow')
+    m, n = tf.constant(m), tf.constant(n)
+  with pytest.raises(errors.StackOverflowError) as e:
+    ack(m, n, max_stack_depth=5, stackless=False)
+  check(e, errors.StackOverflowError, 'ackoverflow', '[1]',
+        'saving the value of `m - 1`', function='ack')
+  assert '%' not in str(e.value) and 'ack.' not in str(e.value)
+
+
+def test_stack_overflow_names_the_users_variable():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def down(n, acc):
+    if n <= 0:
+      return acc
+    r = down(n - 1, acc + 1)  # ERR:downoverflow
+    return r + n
+
+  with pytest.raises(errors.StackOverflowError) as e:
+    down(np.array([2, 9]), np.array([0, 0]), max_stack_depth=4,
+         stackless=False)
+  check(e, errors.StackOverflowError, 'downoverflow',
+        "saving variable 'n'", '[1]', function='down')
+
+
+def test_dtype_mismatch_gets_a_dtype_hint_not_a_made_up_data_hint():
+  tf = pytest.importorskip('tensorflow')
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def add(x, t):
+    return x + t  # ERR:dtypemix
+
+  with pytest.raises(errors.PrimitiveError) as e:
+    add(np.array([1, 2]), tf.constant([1, 2], tf.int32))
+  check(e, errors.PrimitiveError, 'dtypemix', 'int32', 'same dtype',
+        function='add')
+  assert 'made-up' not in str(e.value) and 'zeros' not in str(e.value)
+  assert e.value.__cause__ is not None
+  # The same inputs with one dtype add up.
+  np.testing.assert_array_equal(
+      add(np.array([1, 2]), tf.constant([1, 2], tf.int64)).numpy(), [2, 4])
+
+
+def test_domain_errors_keep_the_made_up_data_hint():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def f(x):
+    return x + 'text'  # ERR:notdtype
+
+  with pytest.raises(errors.PrimitiveError) as e:
+    f(X)
+  check(e, errors.PrimitiveError, 'notdtype', 'while inferring')
+  assert 'does not promote' not in str(e.value)
+
+
+_xla_ctx = ab.Context()
+
+
+@_xla_ctx.batch()
+def _xla_fib(n):
+  if n < 2:
+    return n + 0.0
+  return _xla_fib(n - 1) + _xla_fib(n - 2)
+
+
+@_xla_ctx.batch()
+def _grow(x, n):
+  i = 0
+  while i < n:
+    x = x * 1.5
+    i += 1
+  return x
+
+
+def test_xla_warnings_point_at_the_users_call():
+  tf = pytest.importorskip('tensorflow')
+
+  @tf.function(jit_compile=True)
+  def compiled(n):
+    return _xla_fib(n)
+
+  with pytest.warns(errors.XlaErrorsWarning) as record:
+    out = compiled(tf.constant([5.0, 6.0]))  # ERR:xlawarning
+  np.testing.assert_allclose(out.numpy(), [5.0, 8.0])
+  hits = [w for w in record if w.category is errors.XlaErrorsWarning]
+  assert hits and all(w.filename == __file__ for w in hits), [
+      (w.filename, w.lineno) for w in hits]
+  assert all(w.lineno in (line_of('xlawarning'), compiled.python_function
+                          .__code__.co_firstlineno + 2) for w in hits)
+
+
+@pytest.mark.slow
+def test_xla_gradient_without_max_steps_says_to_pass_it():
+  tf = pytest.importorskip('tensorflow')
+  x = tf.constant([1.0, 2.0])
+  n = tf.constant([2, 3])
+
+  def gradient(max_steps):
+    def grad(x, n):
+      with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = _grow(x, n, max_steps=max_steps)
+      return tape.gradient(y, x)
+    return grad
+
+  with pytest.warns(errors.XlaGradientWarning, match='max_steps=') as record:
+    with pytest.raises(errors.BackendError, match='max_steps=') as e:
+      ab.xla.compile_nested_output(gradient(None))(x, n)  # ERR:xlagrad
+  assert 'fixed tensor list size' in str(e.value)
+  assert [w.filename for w in record
+          if w.category is errors.XlaGradientWarning] == [__file__]
+  # With max_steps the gradient compiles: d(1.5**n x)/dx = 1.5**n.
+  g = ab.xla.compile_nested_output(gradient(50))(x, n)
+  np.testing.assert_allclose(g.numpy(), [1.5 ** 2, 1.5 ** 3], rtol=1e-6)
+
+
+def test_lambda_passed_to_a_function_still_works():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def f(x):
+    return np.apply_along_axis(lambda r: r * 2, 1, x)
+
+  x = np.arange(6.0).reshape(3, 2)
+  np.testing.assert_array_equal(f(x), x * 2)
+  np.testing.assert_array_equal(f(x, dry_run=True), x * 2)
