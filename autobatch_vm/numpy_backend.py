@@ -118,6 +118,11 @@ class NumpyBackend:
   def cast(self, x, dtype):
     return np.asarray(x).astype(dtype, copy=False)
 
+  def traces_symbolically(self):
+    """NumPy has no tracer: type inference runs primitives on made-up
+    values (`type_inference.MADE_UP`)."""
+    return False
+
   def dummy(self, tensor_type, batch):
     return np.zeros((batch,) + tensor_type.shape, tensor_type.dtype)
 

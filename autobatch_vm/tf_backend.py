@@ -435,6 +435,33 @@ class TensorFlowBackend:
 
   zeros = dummy
 
+  def traces_symbolically(self):
+    """Whether `trace` can find a primitive's result type without
+    computing values: when running eagerly (inside a graph, primitives
+    build ops and compute nothing anyway)."""
+    return tf.executing_eagerly()
+
+  def trace(self, fn, args):
+    """`fn(*args)` traced in a scratch graph on `tf.TensorSpec`s like
+    `args` (Python scalars stay constants): its result with symbolic
+    tensors, of static dtypes and shapes, and no value computed."""
+    names = iter(range(1 << 30))
+
+    def spec(x):
+      if tf.is_tensor(x):   # named: the primitive's own names may not be
+        return tf.TensorSpec(x.shape, x.dtype, name=f'arg{next(names)}')
+      return x
+    specs = tf.nest.map_structure(spec, list(args))
+    results = []
+
+    def keep(*a):
+      # What `fn` returns as Python sees it: a Python scalar stays one
+      # (a weak literal), where the function's outputs would be tensors.
+      results.append(fn(*a))
+      return results[-1]
+    tf.function(keep, autograph=False).get_concrete_function(*specs)
+    return results[0]
+
   def coerce_fn(self, tensor_type, batch):
     """A function making a primitive's result `[batch, *shape]` of dtype."""
     np_dtype = np.dtype(tensor_type.dtype)

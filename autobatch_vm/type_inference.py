@@ -26,6 +26,7 @@ cannot change dtype or shape.
 
 import dataclasses
 import threading
+from typing import Any
 
 import numpy as np
 
@@ -246,11 +247,12 @@ class _Inference:
       weak = self.prim_with_literals(op, in_types)
       if weak is not None:
         self.prim_cache[key] = weak
+    if key not in self.prim_cache and self.declares_result(fn, op):
+      # The declared type is the result's: nothing runs on made-up data.
+      self.prim_cache[key] = None
     if key not in self.prim_cache:
-      dummies = self.dummies(in_types, literals=False)
       try:
-        with self.backend.error_context():
-          value = op.function(*dummies)
+        value = self.run_made_up(op, in_types)
       except errors.AutoBatchError:
         raise
       except AssertionError:
@@ -259,8 +261,11 @@ class _Inference:
         raise errors.PrimitiveError(
             f'{type(e).__name__} while inferring the type of '
             f'`{op.text}`: {e}', loc=op.loc,
-            hint='Primitives run on whole batches: arrays whose axis 0 is '
-            'the batch (here, dummy zeros of batch size 1).') from e
+            hint='To find its result type, a primitive runs once on '
+            'made-up inputs of batch size 1 (zeros, ones, identity '
+            'matrices, then values in (0.25, 0.75)) and failed on each.  '
+            'Declare the result with type_inference= so that it does not '
+            'run, or guard the domain (e.g. np.maximum(x, tiny)).') from e
       if value is None and not op.vars_in:
         self.prim_cache[key] = None
       else:
@@ -275,16 +280,58 @@ class _Inference:
     if result is not None:
       self.bind(fn, op.vars_out, result, op.loc)
 
-  def dummies(self, in_types, literals=True, as_arrays=None):
-    """Arguments to run a primitive on at batch size 1: zeros, with each
-    weak scalar a Python scalar if `literals`, or (input `i` in
-    `as_arrays`) an array of dtype `as_arrays[i]`."""
+  def declares_result(self, fn, op):
+    """Whether `op` computes from batched inputs nothing but `fn`'s
+    declared result (copies and constants are typed as usual: they run
+    on no user math)."""
+    return (fn.name in self.declared and op.vars_in and
+            op.function is not inst.identity and
+            all(v == RET for v in inst.pattern_flatten(op.vars_out)))
+
+  def run_made_up(self, op, in_types):
+    """`op`'s result on made-up inputs of `in_types` at batch size 1.
+
+    Traced symbolically where the backend can (TensorFlow, eagerly: no
+    values are computed, so no domain can be violated); otherwise run on
+    each kind of `MADE_UP` inputs in turn until one does not raise (a
+    primitive valid on the user's data may not be on zeros: a linear
+    solve, a Cholesky factor, a logarithm).  Raises the first kind's
+    error if every kind raises.
+    """
+    if self.backend.traces_symbolically():
+      try:
+        return self.backend.trace(op.function, self.dummies(
+            in_types, literals=False))
+      except errors.AutoBatchError:
+        raise
+      except Exception:  # pylint: disable=broad-except
+        pass   # eager-only code in the primitive: run it on values
+    first = None
+    for kind in MADE_UP:
+      try:
+        # Made-up values may be outside a function's domain (a log of
+        # zero): NumPy's warnings about it would be about no user data.
+        with self.backend.error_context(), np.errstate(all='ignore'):
+          return op.function(*self.dummies(in_types, literals=False,
+                                            kind=kind))
+      except errors.AutoBatchError:
+        raise
+      except Exception as e:  # pylint: disable=broad-except
+        first = first or e
+    raise first
+
+  def dummies(self, in_types, literals=True, as_arrays=None, kind='zeros'):
+    """Arguments to run a primitive on at batch size 1: arrays of `kind`
+    (`made_up`), with each weak scalar a Python scalar if `literals`, or
+    (input `i` in `as_arrays`) an array of dtype `as_arrays[i]`."""
     as_arrays = as_arrays or {}
 
     def leaf(t):
       if literals and _is_literal(t):
         return t.dtype.type(0).item()
-      return self.backend.dummy(t, 1)
+      if kind == 'zeros':
+        return self.backend.dummy(t, 1)
+      return self.backend.asarray(made_up(t, kind))
     return [self.backend.dummy(inst.TensorType(as_arrays[i], ()), 1)
             if i in as_arrays else inst.pattern_map(leaf, t, inst.TensorType)
             for i, t in enumerate(in_types)]
@@ -362,14 +409,17 @@ class _Inference:
         candidates.append(leaf.dtype)
 
     def gives_expected(as_arrays):
-      try:
-        with self.backend.error_context():
-          value = op.function(*self.dummies(in_types, as_arrays=as_arrays))
-        got = type_of_value(value, self.backend, batched=True,
-                            describe=lambda: '')
-      except Exception:  # pylint: disable=broad-except
-        return False
-      return _strip(got) == expected
+      for kind in MADE_UP:
+        try:
+          with self.backend.error_context():
+            value = op.function(*self.dummies(in_types, as_arrays=as_arrays,
+                                              kind=kind))
+          got = type_of_value(value, self.backend, batched=True,
+                              describe=lambda: '')
+        except Exception:  # pylint: disable=broad-except
+          continue
+        return _strip(got) == expected
+      return False
 
     own = {i: in_types[i].dtype for i in weak}
     if gives_expected(own):
@@ -471,14 +521,19 @@ class _Inference:
       raise errors.InternalError('type inference did not converge')
     return self.finish()
 
-  def with_casts(self, block, env):
-    """`block` with `casts` on the PrimOps that need them."""
+  def with_casts(self, block, env, fn):
+    """`block` with `casts` on the PrimOps that need them, and a check of
+    the shapes of the results that were declared, not run on made-up
+    data (`checked_result`)."""
     ops = []
     for op in block.instructions:
       if isinstance(op, inst.PrimOp):
         casts = self.weak_casts(op, [env[v] for v in op.vars_in])
         if casts:
           op = dataclasses.replace(op, casts=casts)
+        if self.declares_result(fn, op):
+          op = dataclasses.replace(op, function=checked_result(
+              op.function, self.declared[fn.name][1], op, fn.name))
       ops.append(op)
     ops = tuple(ops)
     if ops == tuple(block.instructions):
@@ -517,8 +572,97 @@ class _Inference:
           (v, inst.Type(_strip(env[v]))) for v in sorted(env))
       functions.append(dataclasses.replace(
           fn, var_defs=var_defs, blocks=tuple(
-              self.with_casts(block, env) for block in fn.blocks)))
+              self.with_casts(block, env, fn) for block in fn.blocks)))
     return dataclasses.replace(self.program, functions=tuple(functions))
+
+
+def checked_result(function, declared, op, fn_name):
+  """`function`, raising `TypeInferenceError` where its result does not
+  have the structure and per-member shapes of `declared`: a primitive
+  computing a declared result does not run during type inference, so its
+  first real run checks what a run on made-up data would have (the VM
+  would otherwise broadcast a wrong shape into the declared one)."""
+  return _CheckedResult(function, declared, op.text, op.loc, fn_name)
+
+
+@dataclasses.dataclass(frozen=True)
+class _CheckedResult:
+  """A primitive with a check of its result (`checked_result`); equal to
+  another made from the same parts, so that compiling twice gives equal
+  programs."""
+  function: Any
+  declared: Any
+  text: str
+  loc: Any
+  fn_name: str
+
+  @property
+  def __name__(self):
+    return getattr(self.function, '__name__', 'prim')
+
+  def __call__(self, *args):
+    value = self.function(*args)
+    try:
+      _check_pattern(self.declared, value)
+    except Mismatch as e:
+      raise errors.TypeInferenceError(
+          f'`{self.text}` returns a value that does not match the type the '
+          f'type_inference of {self.fn_name!r} declares: {e}', loc=self.loc,
+          hint='Fix the type_inference callable, or omit it and let '
+          'autobatch_vm infer the type.') from None
+    return value
+
+
+def _check_pattern(declared, value):
+  if isinstance(declared, inst.TensorType):
+    if isinstance(value, (tuple, list)):
+      raise Mismatch(f'a {type(value).__name__} where {declared} is '
+                     'declared (different structures)')
+    _check_leaf(declared, value)
+    return
+  if not isinstance(value, (tuple, list)) or len(value) != len(declared):
+    got = (f'a {type(value).__name__} of {len(value)}'
+           if isinstance(value, (tuple, list)) else 'an array')
+    raise Mismatch(f'{got} where {inst.type_str(declared)} is declared '
+                   '(different structures)')
+  for d, v in zip(declared, value):
+    _check_pattern(d, v)
+
+
+def _check_leaf(declared, value):
+  if type(value) in _PY_SCALARS:
+    return
+  shape = tuple(getattr(value, 'shape', np.shape(value)))
+  if len(shape) != len(declared.shape) + 1 or (
+      shape[1:] != declared.shape and None not in shape[1:]):
+    raise Mismatch(f'shape {shape}: members of shape {shape[1:]}, '
+                   f'declared {declared.shape}')
+  dtype = getattr(value, 'dtype', None)
+  dtype = np.dtype(getattr(dtype, 'as_numpy_dtype', dtype))
+  if dtype.kind == 'c' and declared.dtype.kind != 'c':
+    raise Mismatch(f'{dtype} declared {declared.dtype} (complex to real)')
+
+
+# The made-up inputs a primitive runs on to find its result type, in the
+# order tried: each kind where the ones before it raised.
+MADE_UP = ('zeros', 'ones', 'eye', 'uniform')
+
+
+def made_up(tensor_type, kind):
+  """A NumPy array `[1, *shape]` of the type's dtype: ones; identity
+  matrices in the last two axes where they are square (else ones); or
+  values in (0.25, 0.75), fixed, different per element, for floats and
+  complex numbers (ones for integers, True for booleans).  Together they
+  are valid inputs for the usual restricted domains: logarithms, roots,
+  arc-cosines, divisions, solves, inverses and Cholesky factors."""
+  shape = (1,) + tuple(tensor_type.shape)
+  dtype = np.dtype(tensor_type.dtype)
+  if kind == 'eye' and len(shape) >= 3 and shape[-1] == shape[-2]:
+    return np.broadcast_to(np.eye(shape[-1], dtype=dtype), shape).copy()
+  if kind == 'uniform' and dtype.kind in 'fc':
+    values = np.random.default_rng(0).uniform(0.25, 0.75, size=shape)
+    return values.astype(dtype)
+  return np.ones(shape, dtype)
 
 
 _LITERAL_DTYPES = frozenset(np.dtype(t) for t in (bool, int, float, complex))
