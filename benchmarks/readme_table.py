@@ -1,0 +1,124 @@
+"""The README's benchmark section, generated from `benchmarks/results/`.
+
+    python benchmarks/readme_table.py                 # print it
+    python benchmarks/readme_table.py --write README.md
+
+Reads each results directory written by `benchmarks/run.py --out=DIR`
+(`results.json`, and the first lines of `results.md`, which say how and
+where it ran) and renders one compact table per directory: ours, and each
+baseline as its time over ours; the NUTS effective samples per second;
+and how many of the run's targets it met.  `--write` replaces the text
+between the README's `<!-- benchmarks:start -->` and
+`<!-- benchmarks:end -->` markers.
+"""
+
+import argparse
+import json
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_DIRS = [os.path.join(HERE, 'results'),
+                os.path.join(HERE, 'results', 'tfp_nuts')]
+START, END = '<!-- benchmarks:start -->', '<!-- benchmarks:end -->'
+
+WORKLOADS = {'fibonacci': 'fibonacci', 'collatz': 'Collatz',
+             'tree_rnn': 'tree-RNN', 'nuts': 'NUTS (our example)',
+             'tfp_nuts': "TFP's NUTS program"}
+BACKENDS = {'numpy': 'NumPy', 'stackless': 'NumPy stackless',
+            'function': 'tf.function', 'xla': 'XLA'}
+# The rows shown: the batch sizes a reader compares at.
+SHOWN_BATCHES = {'fibonacci': (64, 1024), 'collatz': (1024,),
+                 'tree_rnn': (256,), 'nuts': (64,), 'tfp_nuts': (64, 256)}
+
+
+def _ratio(theirs, ours):
+  if theirs is None or not ours:
+    return ''
+  return f'{theirs / ours:,.1f}x' if theirs / ours < 100 else (
+      f'{theirs / ours:,.0f}x')
+
+
+def _seconds(x):
+  return f'{x:.3g}'
+
+
+def provenance(directory):
+  """The results.md line that says what ran where."""
+  path = os.path.join(directory, 'results.md')
+  with open(path) as f:
+    for line in f:
+      if line.startswith('`python benchmarks/run.py'):
+        return line.strip()
+  return ''
+
+
+def table(results):
+  lines = ['| workload | backend | B | ours (s) | each member alone | '
+           "TFP's VM | hand-batched |", '|---|---|---|---|---|---|---|']
+  for r in results['rows']:
+    if r['batch'] not in SHOWN_BATCHES.get(r['workload'], ()):
+      continue
+    lines.append(
+        f'| {WORKLOADS.get(r["workload"], r["workload"])} | '
+        f'{BACKENDS.get(r["backend"], r["backend"])} | {r["batch"]} | '
+        f'{_seconds(r["seconds"])} | '
+        f'{_ratio(r.get("alone_seconds"), r["seconds"])} | '
+        f'{_ratio(r.get("tfp_seconds"), r["seconds"])} | '
+        f'{_ratio(r.get("hand_seconds"), r["seconds"])} |')
+  return '\n'.join(lines)
+
+
+def ess_table(results):
+  if not results.get('ess'):
+    return ''
+  lines = ['| system | backend | min ESS/s |', '|---|---|---|']
+  for e in results['ess']:
+    lines.append(f'| {e["system"]} | {BACKENDS.get(e["backend"], e["backend"])}'
+                 f' | {e["ess_min"] / e["seconds"]:,.0f} |')
+  return '\n'.join(lines)
+
+
+def section(directories):
+  parts = []
+  for d in directories:
+    if not os.path.exists(os.path.join(d, 'results.json')):
+      continue
+    with open(os.path.join(d, 'results.json')) as f:
+      results = json.load(f)
+    rel = os.path.relpath(d, os.path.dirname(HERE))
+    parts.append(f'From [{rel}/results.md]({rel}/results.md): '
+                 f'{provenance(d)}')
+    parts.append(table(results))
+    ess = ess_table(results)
+    if ess:
+      parts.append('NUTS at 64 chains, effective samples per second (min '
+                   'over coordinates; more is better):')
+      parts.append(ess)
+    measured = [t for t in results.get('targets', [])
+                if t.get('met') is not None]
+    if measured:
+      met = sum(t['met'] for t in measured)
+      parts.append(f'{met} of {len(measured)} targets measured in this run '
+                   'met (listed in its results.md).')
+  return '\n\n'.join(parts)
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('dirs', nargs='*', default=DEFAULT_DIRS)
+  parser.add_argument('--write', metavar='README', default=None)
+  args = parser.parse_args()
+  text = section(args.dirs)
+  if not args.write:
+    print(text)
+    return
+  with open(args.write) as f:
+    readme = f.read()
+  head, rest = readme.split(START, 1)
+  _, tail = rest.split(END, 1)
+  with open(args.write, 'w') as f:
+    f.write(f'{head}{START}\n{text}\n{END}{tail}')
+
+
+if __name__ == '__main__':
+  main()
