@@ -1,21 +1,31 @@
-"""The whole compiler pipeline, in order, in one place.
+"""The whole compiler pipeline, in order, in one place: tables of passes.
 
     frontend (python_to_ir)  Python source -> untyped Program
-    type_inference           -> every variable typed
-    allocation_strategy      -> NULL / TEMPORARY / REGISTER / FULL
-    lowering                 -> one flat CFG, explicit stacks and PC
-    stack_optimization       -> fewer pushes and pops, tail calls
-    block_order              -> sync-point blocks last (scheduled last)
-    block_merge              -> fewer, larger blocks (fewer VM steps)
-    return_inlining          -> constant base cases taken at the call
-    leaf_returns             -> a leaf call goes on at its return site
-    copy_propagation         -> fewer copies (temporaries sunk, forwarded)
-    virtual_machine          runs it
-  or, for stackless=True, from the typed Program:
-    parallel_calls           -> independent calls of a function run as one
-    allocation_strategy      -> again (instructions moved)
-    stackless                runs it (Python's stack for calls)
+    TYPED_PASSES             (Program, signature, backend)
+      type_inference           -> every variable typed
+      allocation_strategy      -> NULL / TEMPORARY / REGISTER / FULL
+    LOWERED_PASSES           (typed Program, schedule)
+      lowering                 -> one flat CFG, explicit stacks and PC
+      stack_optimization       -> fewer pushes and pops, tail calls
+      block_order              -> sync-point blocks last (scheduled last)
+      block_merge              -> fewer, larger blocks (fewer VM steps)
+      return_inlining          -> constant base cases taken at the call
+      leaf_returns             -> a leaf call goes on at its return site
+      copy_propagation         -> fewer copies (temporaries sunk, forwarded)
+      virtual_machine          runs it
+    STACKLESS_PASSES         (typed Program), for stackless=True
+      parallel_calls           -> independent calls of a function run as one
+      allocation_strategy      -> again (instructions moved)
+      stackless                runs it (Python's stack for calls)
+
+Each pass is a pure function of a program (and, where a pass needs it, the
+input signature, the backend or the VM schedule); `run` applies a table in
+order and, with `verify=True`, runs the IR verifier after each pass, under
+the pass's name.  Tests iterate over these tables rather than writing the
+pipeline out again.
 """
+
+import collections
 
 from autobatch_vm import allocation_strategy
 from autobatch_vm import block_merge
@@ -30,18 +40,55 @@ from autobatch_vm import type_inference
 from autobatch_vm import verifier
 from autobatch_vm import virtual_machine
 
-__all__ = ['typed', 'lowered', 'stackless']
+__all__ = ['Pass', 'TYPED_PASSES', 'LOWERED_PASSES', 'STACKLESS_PASSES',
+           'run', 'typed', 'lowered', 'stackless']
+
+# `apply(program, context)`: `context` holds what some passes need beyond
+# the program (`input_types`, `backend`, `schedule`).
+Pass = collections.namedtuple('Pass', ['name', 'apply'])
+
+TYPED_PASSES = (
+    Pass('type_inference', lambda p, c: type_inference.infer_types(
+        p, c['input_types'], c['backend'])),
+    Pass('allocation', lambda p, c: allocation_strategy.allocate(p)),
+)
+
+LOWERED_PASSES = (
+    Pass('lowering', lambda p, c: lowering.lower(p)),
+    Pass('stack_optimization', lambda p, c: stack_optimization.optimize(p)),
+    Pass('block_order', lambda p, c: block_order.order_blocks(p)),
+    Pass('block_merge', lambda p, c: block_merge.merge_blocks(
+        p, c['schedule'])),
+    Pass('return_inlining', lambda p, c: return_inlining.inline_returns(p)),
+    Pass('leaf_returns', lambda p, c: leaf_returns.merge_leaf_returns(
+        p, c['schedule'])),
+    Pass('copy_propagation', lambda p, c: copy_propagation.propagate_copies(
+        p)),
+)
+
+STACKLESS_PASSES = (
+    Pass('parallel_calls', lambda p, c: parallel_calls.parallelize_calls(p)),
+    # Moved instructions change which variables cross a call.
+    Pass('allocation', lambda p, c: allocation_strategy.allocate(p)),
+)
+
+
+def run(passes, program, verify=False, **context):
+  """`program` through `passes` in order; with `verify`, the verifier
+  checks the result of each (an `InternalError` names the pass)."""
+  for p in passes:
+    program = p.apply(program, context)
+    if verify:
+      verifier.verify(program, p.name)
+  return program
 
 
 def typed(program, input_types, backend, verify=False):
   """Untyped `Program` -> typed and allocated `Program`."""
   if verify:
     verifier.verify(program, 'frontend')
-  program = type_inference.infer_types(program, input_types, backend)
-  program = allocation_strategy.allocate(program)
-  if verify:
-    verifier.verify(program, 'allocation')
-  return program
+  return run(TYPED_PASSES, program, verify, input_types=input_types,
+             backend=backend)
 
 
 def lowered(program, verify=False,
@@ -50,36 +97,10 @@ def lowered(program, verify=False,
 
   `schedule`: the VM schedule the program is for (block merging differs).
   """
-  program = lowering.lower(program)
-  if verify:
-    verifier.verify(program, 'lowering')
-  program = stack_optimization.optimize(program)
-  if verify:
-    verifier.verify(program, 'stack_optimization')
-  program = block_order.order_blocks(program)
-  if verify:
-    verifier.verify(program, 'block_order')
-  program = block_merge.merge_blocks(program, schedule)
-  if verify:
-    verifier.verify(program, 'block_merge')
-  program = return_inlining.inline_returns(program)
-  if verify:
-    verifier.verify(program, 'return_inlining')
-  program = leaf_returns.merge_leaf_returns(program, schedule)
-  if verify:
-    verifier.verify(program, 'leaf_returns')
-  program = copy_propagation.propagate_copies(program)
-  if verify:
-    verifier.verify(program, 'copy_propagation')
-  return program
+  return run(LOWERED_PASSES, program, verify, schedule=schedule)
 
 
 def stackless(program, verify=False):
   """Typed and allocated `Program` -> the `Program` the stackless executor
   runs (independent calls of one function grouped, `parallel_calls`)."""
-  program = parallel_calls.parallelize_calls(program)
-  # Moved instructions change which variables cross a call.
-  program = allocation_strategy.allocate(program)
-  if verify:
-    verifier.verify(program, 'parallel_calls')
-  return program
+  return run(STACKLESS_PASSES, program, verify)

@@ -43,20 +43,26 @@ def typed(name):
   return pipeline.typed(case.program, case.input_types, BACKEND, verify=True)
 
 
+def _lowered_up_to(program, last):
+  """`program` through `pipeline.LOWERED_PASSES` up to and including the
+  pass named `last`, verified after each."""
+  names = [p.name for p in pipeline.LOWERED_PASSES]
+  passes = pipeline.LOWERED_PASSES[:names.index(last) + 1]
+  return pipeline.run(passes, program, verify=True,
+                      schedule=virtual_machine.DEFAULT_SCHEDULE)
+
+
 def lowered(name, optimize=True):
   """`name` lowered: whole pipeline, up to block merging ('merge'), only
   stack optimization ('stack'), or neither."""
   program = typed(name)
   if optimize == 'merge':
-    return verifier.verify(block_merge.merge_blocks(
-        lowered(name, 'stack'), virtual_machine.DEFAULT_SCHEDULE),
-                           'block_merge')
+    return _lowered_up_to(program, 'block_merge')
   if optimize == 'stack':
-    return verifier.verify(stack_optimization.optimize(
-        lowering.lower(program)), 'stack_optimization')
+    return _lowered_up_to(program, 'stack_optimization')
   if optimize:
     return pipeline.lowered(program, verify=True)
-  return verifier.verify(lowering.lower(program), 'lowering')
+  return _lowered_up_to(program, 'lowering')
 
 
 def ops_of(program, kind):
@@ -75,31 +81,20 @@ def block_lines(program, label):
 
 @pytest.mark.parametrize('case', CASES, ids=IDS)
 def test_passes_are_pure_and_deterministic(case):
+  # Every pass of every table leaves its input as it was.
   untyped = case.program
-  before = str(untyped)
-  t1 = type_inference.infer_types(untyped, case.input_types, BACKEND)
-  assert str(untyped) == before
-  t1_text = str(t1)
-  a1 = allocation_strategy.allocate(t1)
-  assert str(t1) == t1_text
-  a1_text = str(a1)
-  l1 = lowering.lower(a1)
-  assert str(a1) == a1_text
-  l1_text = str(l1)
-  o0 = stack_optimization.optimize(l1)
-  assert str(l1) == l1_text
-  o0_text = str(o0)
-  m1 = block_merge.merge_blocks(o0, virtual_machine.DEFAULT_SCHEDULE)
-  assert str(o0) == o0_text
-  m1_text = str(m1)
-  r1 = return_inlining.inline_returns(m1)
-  assert str(m1) == m1_text
-  r1_text = str(r1)
-  f1 = leaf_returns.merge_leaf_returns(r1, virtual_machine.DEFAULT_SCHEDULE)
-  assert str(r1) == r1_text
-  f1_text = str(f1)
-  o1 = copy_propagation.propagate_copies(f1)
-  assert str(f1) == f1_text
+  context = dict(input_types=case.input_types, backend=BACKEND,
+                 schedule=virtual_machine.DEFAULT_SCHEDULE)
+  program, stages = untyped, {}
+  for table in (pipeline.TYPED_PASSES, pipeline.LOWERED_PASSES):
+    for p in table:
+      before = str(program)
+      out = p.apply(program, context)
+      assert str(program) == before, p.name
+      stages[p.name] = program = out
+  t1, a1, l1 = stages['type_inference'], stages['allocation'], stages[
+      'lowering']
+  o1 = program
   # Running the whole pipeline again gives equal results.
   o2 = pipeline.lowered(pipeline.typed(untyped, case.input_types, BACKEND))
   assert str(o1) == str(o2)
