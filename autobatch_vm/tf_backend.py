@@ -100,14 +100,24 @@ _GROUP_STEP_BYTES_GPU = 16 * 1024 * 1024
 # conditional's branch index goes to the host, as a loop's trip test does.
 _GUARDED_GROUP_BYTES = 64 * 1024
 _GUARDED_GROUP_BYTES_GPU = 16 * 1024 * 1024
+# Under XLA on CPU, where XLA compiles a scatter as a loop with a trip per
+# index (TensorFlow 2.18 and older), stacks of at most this many frames
+# are pushed by a select over the stack, and deeper ones by the scatter,
+# whose cost does not grow with the depth (about 400 ns per member and
+# push).  Fibonacci at 1024 members on TensorFlow 2.18, CPU time per run:
+# by the select, 213 ms with 17 frames and 874 ms with 65; by the
+# scatter, 570 ms at any depth.  So no push costs much more than the
+# scatter would.  See `_select_push`.
+_SELECT_PUSH_FRAMES = 40
 # Outside XLA, on CPU, a pack of stacks this large or larger is pushed in
-# place (`_update_rows`) instead of copied by a scatter: see `_Packing`.
-_INPLACE_STACK_BYTES = 128 * 1024
-# Only stacks of events (`[depth + 1, batch, *event]`, event not `[]`):
-# a push on a stack of scalars is a one-hot select, which on fibonacci at
-# B=1024 (a `[21, 1024]` int64 stack, 172 KB) was 1.25x faster than the
-# in-place write's per-step plumbing (in-process A/B).  Tests set it.
-_INPLACE_SCALAR_STACKS = False
+# place (`_update_rows`) instead of copied by a scatter or a select: see
+# `_Packing`.  A copy costs the pack's size per push, the in-place write
+# a fixed few graph nodes plus its rows; the copy is bounded by this size,
+# so no step costs more with `max_stack_depth`.  Fibonacci under
+# `tf.function` (scalar stacks), in-place against the copy: at 64 members
+# 1.13x slower with 8.7 KB stacks (depth 16), 1.02x faster with 33 KB
+# (depth 64); at 256 members 1.07x faster with 35 KB (depth 16).
+_INPLACE_STACK_BYTES = 32 * 1024
 
 
 def _in_xla_context():
@@ -1380,7 +1390,7 @@ class _Packing:
       # such nodes in a 45-node block: 1.1-1.2x faster without).
       # Except a stack to push in place: that is done to packs only.
       for key in [k for k, slots in groups.items() if len(slots) == 1]:
-        if not (key[0] and _inplace_kind(key[2]) and
+        if not (key[0] and
                 _nbytes(key[1], key[2]) >= (inplace_bytes or np.inf)):
           self.flat.append(groups.pop(key)[0])
     self.flat_index = {s: i for i, s in enumerate(self.flat)}
@@ -1394,7 +1404,7 @@ class _Packing:
     if inplace_bytes is not None and self.rewrite:
       for g, (key, slots) in enumerate(zip(self.keys, self.slots)):
         is_stack, dtype, shape = key
-        if (is_stack and _inplace_kind(shape) and
+        if (is_stack and
             len(slots) * _nbytes(dtype, shape) >= inplace_bytes):
           self.inplace.append(g)
     self.where = {}
@@ -1635,6 +1645,10 @@ class _Packing:
                             values[:, tf.newaxis], packs[g])
         continue
       members = np.broadcast_to(np.arange(batch, dtype=np.int32), [k, batch])
+      if self.scratch and self.keys[g][2][0] <= _select_push_frames():
+        # XLA that expands a scatter into a loop: a select per port.
+        packs[g] = _select_push(packs[g], values, rows, targets)
+        continue
       if self.scratch:
         # Members that do not push write frame 0 of the scratch stack.
         index = tf.stack([
@@ -1650,6 +1664,54 @@ class _Packing:
         index = tf.stack([row, frame, member], axis=-1)
       packs[g] = tf.tensor_scatter_nd_update(packs[g], index, values)
     return packs
+
+
+def _select_push(pack, values, rows, targets):
+  """Under XLA, `pack` (`[slots + 1, frames, batch, *event]`) with the
+  ports' pushes (values `[K, batch, *event]`, rows `[K, 1]`, targets
+  `[K, batch]`, -1 for a member that does not push), written by a select
+  over each port's stack: one pass over `frames * batch` elements, where
+  the scatter is `batch` trips of a loop (see `_select_push_frames`)."""
+  shape = pack.shape.as_list()
+  frames, extra = shape[1], len(shape) - 3
+  frame = tf.reshape(tf.range(frames, dtype=tf.int32), [frames, 1])
+  for j in range(values.shape[0]):
+    row = rows[j, 0]
+    hot = tf.equal(frame, targets[j][tf.newaxis])
+    if extra:
+      hot = tf.reshape(hot, [frames, shape[2]] + [1] * extra)
+    new = tf.where(hot, values[j][tf.newaxis], pack[row])
+    pack = tf.tensor_scatter_nd_update(pack, tf.reshape(row, [1, 1]),
+                                       new[tf.newaxis])
+  return pack
+
+
+@functools.lru_cache(maxsize=None)
+def _xla_cpu_expands_scatter():
+  """Whether XLA on this CPU compiles a scatter as a loop with a trip per
+  index (TensorFlow 2.18 and older: a push of `batch` members is `batch`
+  trips, each a few dozen nanoseconds, at every step) rather than as one
+  kernel (TensorFlow 2.21).  Found by compiling a small scatter once."""
+  with tf.init_scope(), tf.device('/device:CPU:0'):
+    probe = tf.function(
+        lambda x, i: tf.tensor_scatter_nd_update(x, i, tf.ones([2], x.dtype)),
+        jit_compile=True, autograph=False)
+    args = (tf.zeros([8], tf.float32), tf.constant([[1], [5]], tf.int32))
+    try:
+      hlo = probe.experimental_get_compiler_ir(*args)(stage='optimized_hlo')
+    except Exception:  # pylint: disable=broad-except
+      return False   # cannot tell: keep the scatter
+  return ' scatter(' not in hlo
+
+
+def _select_push_frames():
+  """Under XLA, stacks of at most this many frames (capacity + 1) are
+  pushed by a select (`_select_push`) instead of a scatter: only where
+  XLA expands scatters into loops (`_xla_cpu_expands_scatter`), and not
+  on a GPU."""
+  if _on_gpu() or not _xla_cpu_expands_scatter():
+    return 0
+  return _SELECT_PUSH_FRAMES
 
 
 def _pushing_members(values, rows, targets):
@@ -1668,11 +1730,6 @@ def _no_elements(x):
   TensorFlow's gathers and scatters fail on it (a register `[batch, 0]`)."""
   shape = x.shape
   return shape.rank is not None and 0 in shape.as_list()
-
-
-def _inplace_kind(shape):
-  """Whether a stack of this shape may be pushed in place."""
-  return len(shape) > 2 or _INPLACE_SCALAR_STACKS
 
 
 def _nbytes(dtype, shape):
@@ -1842,8 +1899,12 @@ def _next_block_tf(pc, num_blocks, schedule):
     elif (pc.shape[0] is not None and
           pc.shape[0] * num_blocks <= _ONE_HOT_MAX):
       # Compare-and-sum fuses into one loop; a segment sum is a scatter.
-      hits = tf.equal(pc[:, tf.newaxis], tf.range(num_blocks, dtype=pc.dtype))
-      counts = tf.reduce_sum(tf.cast(hits, tf.int32), axis=0)
+      # Summed along the members, the minor axis: XLA of TensorFlow 2.18
+      # on CPU took 14 us per step at 1024 members for a sum along the
+      # major axis, 5 us for this one (2.21: 3 us either way).
+      hits = tf.equal(tf.range(num_blocks, dtype=pc.dtype)[:, tf.newaxis],
+                      pc[tf.newaxis])
+      counts = tf.reduce_sum(tf.cast(hits, tf.int32), axis=1)
     else:
       counts = tf.math.unsorted_segment_sum(
           tf.ones_like(pc), tf.minimum(pc, num_blocks), num_blocks + 1)

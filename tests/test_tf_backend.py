@@ -25,6 +25,7 @@ from tests.e2e_programs import collatz_loop
 from tests.e2e_programs import divmod_rec
 from tests.e2e_programs import empty_rows
 from tests.e2e_programs import fibonacci
+from tests.e2e_programs import fibonacci_ref
 from tests.e2e_programs import gcd
 from tests.e2e_programs import is_even
 from tests.e2e_programs import power
@@ -306,7 +307,7 @@ def scaled(x, n):
   return scaled(x * SCALE, n - 1) + SCALE
 
 
-def _gradients(fn, x, n, mode):
+def _gradients(fn, x, n, mode, max_stack_depth=16):
   def grad(x, n):
     with tf.GradientTape() as tape:
       tape.watch(x)
@@ -314,9 +315,9 @@ def _gradients(fn, x, n, mode):
         y = fn(x, n, dry_run=True)   # each member alone, plain Python
       elif mode == 'xla':
         # XLA differentiates a while_loop only with a static trip count.
-        y = fn(x, n, max_stack_depth=16, max_steps=500)
+        y = fn(x, n, max_stack_depth=max_stack_depth, max_steps=500)
       else:
-        y = fn(x, n, max_stack_depth=16)
+        y = fn(x, n, max_stack_depth=max_stack_depth)
       total = tf.reduce_sum(y)
     dx, dscale = tape.gradient(total, [x, SCALE])
     return y, dx, dscale
@@ -607,8 +608,8 @@ def test_graph_large_stacks_packed_by_pushers(monkeypatch):
 
 def _pushes_in_place(monkeypatch):
   """Every stack pack pushed in place (`_update_rows`), not only those of
-  `_INPLACE_STACK_BYTES` or more, nor only stacks of events; returns a
-  list that counts the pushes traced in place."""
+  `_INPLACE_STACK_BYTES` or more; returns a list that counts the pushes
+  traced in place."""
   from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
   traced = []
   real = tf_backend._update_rows  # pylint: disable=protected-access
@@ -617,7 +618,6 @@ def _pushes_in_place(monkeypatch):
     traced.append(1)
     return real(*args)
   monkeypatch.setattr(tf_backend, '_INPLACE_STACK_BYTES', 1)
-  monkeypatch.setattr(tf_backend, '_INPLACE_SCALAR_STACKS', True)
   monkeypatch.setattr(tf_backend, '_update_rows', spy)
   return traced
 
@@ -644,6 +644,48 @@ def test_xla_with_many_groups_matches_members_alone(case, monkeypatch):
   assert groups and all(len(g) >= 3 for g in groups)
   assert_same(result, on_numpy, case.rtol)
   assert_same(result, alone, case.rtol)
+
+
+@pytest.mark.parametrize('case', [c for c in CASES if c.name in (
+    'fibonacci', 'even_odd', 'power_f64', 'tuple_result')],
+                         ids=lambda c: c.name)
+def test_xla_pushes_by_select_match_members_alone(case, monkeypatch):
+  """Where XLA expands a scatter into a loop (TensorFlow 2.18 on CPU),
+  pushes on shallow stacks are selects (`_select_push`).  With every push
+  so written, every program matches the NumPy backend and each member
+  alone, and so do gradients."""
+  from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
+  selects = []
+  real = tf_backend._select_push  # pylint: disable=protected-access
+
+  def spy(*args):
+    selects.append(1)
+    return real(*args)
+  monkeypatch.setattr(tf_backend, '_select_push_frames', lambda: 10**9)
+  monkeypatch.setattr(tf_backend, '_select_push', spy)
+  args, on_numpy, alone = numpy_and_alone(case.name, 5)
+  result = run_tf(case.fn, args, 'xla', max_stack_depth=case.depth)
+  assert selects   # the call stack at least
+  assert_same(result, on_numpy, case.rtol)
+  assert_same(result, alone, case.rtol)
+  if case.name == 'power_f64':
+    rng = np.random.default_rng(3)
+    x = tf.constant(rng.uniform(-1.5, 1.5, size=7))
+    n = tf.constant(rng.integers(0, 9, size=7))
+    _assert_gradients_match_alone(power, x, n, 'xla')
+
+
+def test_scatter_probe_says_what_xla_compiles():
+  """`_xla_cpu_expands_scatter` reads XLA's optimized HLO: a scatter
+  there is either a `scatter` instruction or a loop, never neither."""
+  from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
+  expands = tf_backend._xla_cpu_expands_scatter()  # pylint: disable=protected-access
+  assert isinstance(expands, bool)
+  major, minor = (int(v) for v in tf.__version__.split('.')[:2])
+  if (major, minor) >= (2, 21):
+    assert not expands
+  elif (major, minor) <= (2, 18):
+    assert expands
 
 
 def _assert_gradients_match_alone(fn, x, n, mode):
@@ -740,8 +782,9 @@ def test_graph_gradients_through_stacks_pushed_in_place(fn, dtype,
 
 def test_stacks_pushed_in_place_only_when_large_on_cpu_outside_xla():
   """`deep_blend`'s `[13, 16, 512]` float64 stacks (two, 1.7 MB) are pushed
-  in place in a plain graph on CPU; not under XLA (in place by itself),
-  nor on a GPU, nor where the stacks are small, nor stacks of scalars."""
+  in place in a plain graph on CPU, and so are stacks of scalars; not
+  under XLA (in place by itself), nor on a GPU, nor where the stacks are
+  small."""
   from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
   seen = []
 
@@ -768,10 +811,15 @@ def test_stacks_pushed_in_place_only_when_large_on_cpu_outside_xla():
       with tf.device('/device:GPU:0'):
         return run(*a)
     on_gpu.get_concrete_function(*args(512))
-    # Stacks of scalars (here `[21, 8000]` int64, 1.3 MB) keep their select.
+    # Stacks of scalars: fibonacci's `[21, 8000]` int64 ones (1.3 MB) and
+    # its call stack (`[22, 8000]` int32), not at 16 members (2.7 KB).
     tf.function(lambda n: fibonacci(n, max_stack_depth=20))(
         tf.constant(np.arange(8000) % 5))
-  assert seen == [[(13, 16, 512)], [], [], [], []], seen
+    tf.function(lambda n: fibonacci(n, max_stack_depth=20))(
+        tf.constant(np.arange(16) % 5))
+  assert seen[:4] == [[(13, 16, 512)], [], [], []], seen
+  assert sorted(seen[4]) == [(21, 8000), (21, 8000), (22, 8000)], seen
+  assert seen[5:] == [[]], seen
 
 
 @ctx.batch()
@@ -889,6 +937,39 @@ def test_overflow_in_graph_fails_the_run():
                      match=r"(?s)StackOverflowError.*max_stack_depth=8.*"
                      r"fibonacci.*larger max_stack_depth"):
     run(*to_tf(OVERFLOW_ARGS))
+
+
+@pytest.mark.parametrize('mode', ['graph', 'xla'])
+def test_deep_stacks_match_members_alone_and_overflow_fails(mode):
+  """With a capacity of 1000 frames, whose stacks (and call stack) are
+  pushed in place outside XLA: fibonacci matches each member, and a
+  recursion one frame too deep still fails the run."""
+  n = np.array([3, 14, 1, 9, 12, 7, 2, 15, 10, 5, 11] * 12)
+  run = tf.function(lambda n: fibonacci(n, max_stack_depth=1000),
+                    jit_compile=mode == 'xla')
+  np.testing.assert_array_equal(run(tf.constant(n)).numpy(),
+                                [fibonacci_ref(int(k)) for k in n])
+  if mode == 'xla':
+    return
+  # fib(k) needs k - 2 frames: 12 hold every n % 14, not n = 15.
+  deep = tf.function(lambda n: fibonacci(n, max_stack_depth=12))
+  np.testing.assert_array_equal(deep(tf.constant(n % 14)).numpy(),
+                                [fibonacci_ref(int(k)) for k in n % 14])
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match='StackOverflowError.*max_stack_depth=12'):
+    deep(tf.constant(n))
+
+
+def test_deep_stacks_gradients_match_members_alone():
+  """Gradients through a run with 1000-frame stacks, pushed in place,
+  match each member's."""
+  rng = np.random.default_rng(12)
+  x = tf.constant(rng.uniform(-1.5, 1.5, size=40))
+  n = tf.constant(rng.integers(0, 9, size=40))
+  y, dx, _ = _gradients(power, x, n, 'graph', max_stack_depth=1000)
+  y0, dx0, _ = _gradients(power, x, n, 'alone')
+  np.testing.assert_allclose(y.numpy(), y0.numpy(), rtol=1e-12)
+  np.testing.assert_allclose(dx.numpy(), dx0.numpy(), rtol=1e-12)
 
 
 def test_overflow_under_xla_poisons_the_results_and_warns_when_traced():
