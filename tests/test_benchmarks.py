@@ -44,18 +44,18 @@ def set_flags():
   after it.  Not `monkeypatch.setattr(FLAGS, ...)`: pytest 9.2 deletes on
   undo an attribute it did not find in the object's `__dict__`, and
   deleting an absl flag unregisters it for the tests that follow."""
-  from benchmarks import run  # pylint: disable=g-import-not-at-top
-  if not run.FLAGS.is_parsed():
-    run.FLAGS.mark_as_parsed()
+  from benchmarks import options  # pylint: disable=g-import-not-at-top
+  if not options.FLAGS.is_parsed():
+    options.FLAGS.mark_as_parsed()
   saved = {}
 
   def set_(**values):
     for name, value in values.items():
-      saved.setdefault(name, getattr(run.FLAGS, name))
-      setattr(run.FLAGS, name, value)
+      saved.setdefault(name, getattr(options.FLAGS, name))
+      setattr(options.FLAGS, name, value)
   yield set_
   for name, value in saved.items():
-    setattr(run.FLAGS, name, value)
+    setattr(options.FLAGS, name, value)
 
 
 def test_interleaved_times_each_run_in_turns(clock):
@@ -190,7 +190,7 @@ def test_plot_draws_a_line_per_system_and_backend(tmp_path):
   """Ours, members alone, TFP's VM and hand-batched code: each a line
   per backend (not one line zig-zagging across backends)."""
   pytest.importorskip('matplotlib')
-  from benchmarks import run  # pylint: disable=g-import-not-at-top
+  from benchmarks import report  # pylint: disable=g-import-not-at-top
   rows = [dict(workload='w', backend=backend, batch=batch, seconds=1.0,
                throughput=10.0 * batch, unit='members/s',
                alone_seconds=2.0, tfp_seconds=tfp, hand_seconds=None)
@@ -207,7 +207,7 @@ def test_plot_draws_a_line_per_system_and_backend(tmp_path):
     return original(ax, *args, **kwargs)
   plt.Axes.plot = spy
   try:
-    run.plot(rows, tmp_path / 'results.png')
+    report.plot(rows, tmp_path / 'results.png')
   finally:
     plt.Axes.plot = original
   assert (tmp_path / 'results.png').stat().st_size > 0
@@ -225,7 +225,7 @@ def test_alone_baseline_runs_every_member_that_fits_else_scales(
   --alone_seconds (members differ in work, so a few first ones misstate
   the batch); otherwise the first ones that fit, scaled to the batch."""
   np = pytest.importorskip('numpy')
-  from benchmarks import run  # pylint: disable=g-import-not-at-top
+  from benchmarks import cells  # pylint: disable=g-import-not-at-top
   set_flags(alone_seconds=1.0)
   seen = []
 
@@ -236,13 +236,13 @@ def test_alone_baseline_runs_every_member_that_fits_else_scales(
 
   # 0 + 1 + ... + 39 ms = 0.78 s: every member runs, nothing is scaled.
   n = np.arange(40)
-  assert run._alone_seconds(member_cost, [n], 40, 'numpy') == (  # pylint: disable=protected-access
+  assert cells._alone_seconds(member_cost, [n], 40, 'numpy') == (  # pylint: disable=protected-access
       pytest.approx(0.78))
   assert seen == list(range(40))
   # Members of 10 ms each, 1000 of them: the first 100 fill the second.
   seen.clear()
   n = np.full(1000, 10)
-  assert run._alone_seconds(member_cost, [n], 1000, 'numpy') == (  # pylint: disable=protected-access
+  assert cells._alone_seconds(member_cost, [n], 1000, 'numpy') == (  # pylint: disable=protected-access
       pytest.approx(10.0))
   assert len(seen) == 100
 
@@ -252,7 +252,7 @@ def test_targets_table_states_each_target_met_missed_or_not_measured():
   as theirs / ours, ESS/s as ours / theirs, "within 1.5x" of the
   hand-batched sampler as at least 1/1.5 of it, B=1024 / B=64 as at most
   3; cells the run did not measure are "-", not passes."""
-  from benchmarks import run  # pylint: disable=g-import-not-at-top
+  from benchmarks import targets  # pylint: disable=g-import-not-at-top
 
   def row(workload, backend, batch, seconds, **others):
     return dict(workload=workload, backend=backend, batch=batch,
@@ -273,7 +273,7 @@ def test_targets_table_states_each_target_met_missed_or_not_measured():
               ess_min=7000.0),                                   # 2x
          dict(system='TFP NoUTurnSampler', backend='xla', seconds=0.25,
               ess_min=7000.0)]                                   # 0.5
-  found = {t['target']: t for t in run.targets(rows, ess)}
+  found = {t['target']: t for t in targets.targets(rows, ess)}
   at = 'NUTS, 64 chains, XLA'
 
   def check(target, measured, met):
@@ -294,7 +294,7 @@ def test_targets_table_states_each_target_met_missed_or_not_measured():
   check('fibonacci, XLA, B=1024: TFP VM time / ours', None, None)
   check('tree-RNN, XLA, B=256: each tree alone / ours', None, None)
   assert not [t for t in found if t.startswith('tree-RNN, NumPy,')]
-  text = run.targets_markdown(run.targets(rows, ess))
+  text = targets.targets_markdown(targets.targets(rows, ess))
   assert ('| NUTS, 64 chains, XLA: TFP autobatched time / ours | >= 2 | '
           '1.80 | **no** |') in text, text
   assert ('| fibonacci, XLA, B=1024: TFP VM time / ours | >= 2 | - | - |'
@@ -309,28 +309,28 @@ def test_nuts_ess_times_systems_in_turns_and_reports_medians(monkeypatch,
   and reports the median time and the median ESS of the timed draws (a
   single timed draw moved by 1.5x between runs on a shared machine)."""
   np = pytest.importorskip('numpy')
-  from benchmarks import run  # pylint: disable=g-import-not-at-top
+  from benchmarks import cells, nuts_ess  # pylint: disable=g-import-not-at-top
   set_flags(nuts_ess_samples=7, nuts_ess_repeats=2)
-  monkeypatch.setattr(run, 'NUTS_WARMUP', 5)
+  monkeypatch.setattr(cells, 'NUTS_WARMUP', 5)
   calls = []
   interleaved = workloads.interleaved_median_times
 
   def spy(runs, repeats, **kwargs):
     calls.append((len(runs), repeats))
     return interleaved(runs, repeats, **kwargs)
-  monkeypatch.setattr(run.workloads, 'interleaved_median_times', spy)
-  run.nuts_warm_state.cache_clear()
+  monkeypatch.setattr(workloads, 'interleaved_median_times', spy)
+  cells.nuts_warm_state.cache_clear()
   try:
-    rows = run.nuts_ess(['numpy'], chains=3)
+    rows = nuts_ess.nuts_ess(['numpy'], chains=3)
   finally:
-    run.nuts_warm_state.cache_clear()
+    cells.nuts_warm_state.cache_clear()
   assert calls == [(1, 2)]   # NumPy: ours only, two timed rounds
   (row,) = rows
   assert row['system'] == 'autobatch_vm' and row['backend'] == 'numpy'
   assert row['runs'] == 2 and row['seconds'] > 0
   assert np.isfinite(row['ess_min']) and 0 < row['ess_min'] <= (
       row['ess_median'])
-  assert 'medians of 2 runs per system' in run.ess_markdown(rows)
+  assert 'medians of 2 runs per system' in nuts_ess.ess_markdown(rows)
 
 
 def _spying_sampler(sampler_cls, seen, made=None):
@@ -358,23 +358,23 @@ def test_nuts_ess_draws_new_numbers_in_each_run(monkeypatch, set_flags):
   included) draws with its own seeds: the warm chains' seeds plus the
   run's index, so the median ESS is over different draws."""
   np = pytest.importorskip('numpy')
-  from benchmarks import run  # pylint: disable=g-import-not-at-top
-  nuts = run._example('nuts')  # pylint: disable=protected-access
-  monkeypatch.setattr(run, 'NUTS_WARMUP', 5)
+  from benchmarks import cells, nuts_ess  # pylint: disable=g-import-not-at-top
+  nuts = cells.example('nuts')
+  monkeypatch.setattr(cells, 'NUTS_WARMUP', 5)
   seeds_used, samples = [], []
 
   def seen(unused_sampler, unused_name, call_args, out):
     seeds_used.append(np.array(call_args[2]))
     samples.append(np.asarray(out[2]))
   spy = _spying_sampler(nuts.Sampler, seen)
-  run.nuts_warm_state.cache_clear()
+  cells.nuts_warm_state.cache_clear()
   try:
-    warm_seeds = run.nuts_warm_state(2)[2]
+    warm_seeds = cells.nuts_warm_state(2)[2]
     monkeypatch.setattr(nuts, 'Sampler', spy)
     set_flags(nuts_ess_samples=4, nuts_ess_repeats=2, nuts_ess_chunk=4)
-    (row,) = run.nuts_ess(['numpy'], chains=2)
+    (row,) = nuts_ess.nuts_ess(['numpy'], chains=2)
   finally:
-    run.nuts_warm_state.cache_clear()
+    cells.nuts_warm_state.cache_clear()
   assert row['runs'] == 2
   assert len(seeds_used) == 3   # one call per run: warm-up, then two
   for k, seeds in enumerate(seeds_used):
@@ -387,31 +387,31 @@ def test_nuts_ess_draws_ours_in_calls_of_the_chunk(monkeypatch, set_flags):
   --nuts_ess_chunk transitions (the last call's extra samples dropped),
   and the table says so; a chunk above the samples is one call."""
   np = pytest.importorskip('numpy')
-  from benchmarks import run  # pylint: disable=g-import-not-at-top
-  nuts = run._example('nuts')  # pylint: disable=protected-access
-  monkeypatch.setattr(run, 'NUTS_WARMUP', 5)
+  from benchmarks import cells, nuts_ess  # pylint: disable=g-import-not-at-top
+  nuts = cells.example('nuts')
+  monkeypatch.setattr(cells, 'NUTS_WARMUP', 5)
   made, drawn = [], []
 
   def seen(unused_sampler, name, unused_call_args, out):
     drawn.append((name, np.asarray(out[2]).shape))
   spy = _spying_sampler(nuts.Sampler, seen, made=made)
-  run.nuts_warm_state.cache_clear()
+  cells.nuts_warm_state.cache_clear()
   try:
-    run.nuts_warm_state(2)   # its sampler is not the one spied on
+    cells.nuts_warm_state(2)   # its sampler is not the one spied on
     monkeypatch.setattr(nuts, 'Sampler', spy)
     set_flags(nuts_ess_samples=7, nuts_ess_repeats=1, nuts_ess_chunk=3)
-    (row,) = run.nuts_ess(['numpy'], chains=2)
+    (row,) = nuts_ess.nuts_ess(['numpy'], chains=2)
     assert made == [3]
     # A warm-up draw and a timed one, each of ceil(7 / 3) calls.
     assert drawn == [('run_chunk', (2, 3, 25))] * 6
     assert np.isfinite(row['ess_min'])
-    assert 'ours in calls of 3 transitions' in run.ess_markdown([row])
+    assert 'ours in calls of 3 transitions' in nuts_ess.ess_markdown([row])
     set_flags(nuts_ess_chunk=25)
     made.clear()
-    run.nuts_ess(['numpy'], chains=2)
+    nuts_ess.nuts_ess(['numpy'], chains=2)
     assert made == [7]
   finally:
-    run.nuts_warm_state.cache_clear()
+    cells.nuts_warm_state.cache_clear()
 
 
 def test_nuts_on_tensorflow_is_the_median_over_fresh_processes(
@@ -419,7 +419,7 @@ def test_nuts_on_tensorflow_is_the_median_over_fresh_processes(
   """NUTS cells on a TensorFlow backend are measured in --nuts_processes
   fresh processes (a process may run graph steps at a slower speed for
   its whole life), each figure the median over them; other cells in one."""
-  from benchmarks import run  # pylint: disable=g-import-not-at-top
+  from benchmarks import nuts_ess, processes, report, run  # pylint: disable=g-import-not-at-top
   set_flags()   # parsed
 
   def worker(k, backend):
@@ -438,8 +438,8 @@ def test_nuts_on_tensorflow_is_the_median_over_fresh_processes(
             'ess': [dict(system='autobatch_vm', backend=backend,
                          seconds=[5.0, 6.0, 4.0][k], ess_min=100.0,
                          ess_median=[1.0, 2.0, 3.0][k], runs=3)]}
-  merged = run.median_over_processes([worker(k, 'function')
-                                      for k in range(3)])
+  merged = processes.median_over_processes([worker(k, 'function')
+                                            for k in range(3)])
   (row,) = merged['rows']
   assert row['seconds'] == 0.05 and row['tfp_seconds'] == 0.25
   assert row['hand_seconds'] == 0.035 and row['alone_seconds'] is None
@@ -449,27 +449,27 @@ def test_nuts_on_tensorflow_is_the_median_over_fresh_processes(
   assert (sched['lowest'], sched['most']) == (2.0, 0.6)
   (ess,) = merged['ess']
   assert (ess['seconds'], ess['ess_median']) == (5.0, 2.0)
-  assert 'the medians over 3 fresh processes' in run.ess_markdown([ess])
+  assert 'the medians over 3 fresh processes' in nuts_ess.ess_markdown([ess])
   # Each process's figures are kept, in order, and compared process by
   # process: 0.2/0.05, 0.3/0.06, 0.25/0.04.
   assert row['tfp_seconds_each'] == [0.2, 0.3, 0.25]
   assert ess['seconds_each'] == [5.0, 6.0, 4.0]
-  text = run.per_process_markdown(merged)
+  text = report.per_process_markdown(merged)
   assert ('| NUTS, 64 chains, function: TFP autobatched time / ours | '
           '4.00, 5.00, 6.25 | 5.00 |') in text, text
-  theirs = [run.median_over_processes(
+  theirs = [processes.median_over_processes(
       [dict(rows=[], schedules=[], ess=[dict(
           system=name, backend='function', seconds=[5.0, 6.0, 4.0][k]
           * factor, ess_min=100.0, ess_median=1.0, runs=3)])
        for k in range(3)])['ess'][0]
             for name, factor in (('autobatch_vm', 1.0), ('hand', 0.5))]
-  text = run.per_process_markdown(dict(rows=[], ess=theirs))
+  text = report.per_process_markdown(dict(rows=[], ess=theirs))
   assert ('| NUTS, 64 chains, function: our min ESS/s / hand\'s | 0.50, '
           '0.50, 0.50 | 0.50 |') in text, text
-  assert run.per_process_markdown(dict(rows=[], ess=[])) == ''
+  assert report.per_process_markdown(dict(rows=[], ess=[])) == ''
   # One worker: its results as they are.
   one = worker(0, 'xla')
-  assert run.median_over_processes([one]) is one
+  assert processes.median_over_processes([one]) is one
 
   # The driver: three processes for NUTS on TensorFlow, one elsewhere.
   spawned = []
@@ -479,9 +479,9 @@ def test_nuts_on_tensorflow_is_the_median_over_fresh_processes(
     k = sum(s == (workload, backend) for s in spawned) - 1
     return worker(k, backend) if workload == 'nuts' else {
         'rows': [], 'schedules': [], 'ess': []}
-  monkeypatch.setattr(run, 'measure_in_a_process', fake_process)
-  monkeypatch.setattr(run, 'add_tf_memory', lambda rows: None)
-  monkeypatch.setattr(run, 'plot', lambda rows, path: None)
+  monkeypatch.setattr(processes, 'measure_in_a_process', fake_process)
+  monkeypatch.setattr(processes, 'add_tf_memory', lambda rows: None)
+  monkeypatch.setattr(report, 'plot', lambda rows, path: None)
   set_flags(workloads=['collatz', 'nuts'], backends=['numpy', 'function'],
             nuts_processes=3, out=str(tmp_path))
   run.main([])
@@ -497,10 +497,10 @@ def test_hand_batched_nuts_draws_by_the_runs_index():
   for `run(draw=k)`: the same samples for the same k, new ones for a new
   k (the ESS comparison's runs each draw new numbers)."""
   np = pytest.importorskip('numpy')
-  from benchmarks import run, tfp_baselines  # pylint: disable=g-import-not-at-top
+  from benchmarks import cells, tfp_baselines  # pylint: disable=g-import-not-at-top
   if not tfp_baselines.available():
     pytest.skip('needs TensorFlow Probability')
-  target = run._example('nuts').make_target('gaussian')  # pylint: disable=protected-access
+  target = cells.example('nuts').make_target('gaussian')  # pylint: disable=protected-access
   sampler, out = tfp_baselines.nuts_runner(
       'unrolled', 'function', target, np.zeros((3, target.dim)),
       np.full(3, 0.3), 4, 3)
@@ -515,8 +515,8 @@ def test_hand_batched_nuts_draws_by_the_runs_index():
 def test_nuts_gradient_floor_runs_the_leapfrogs_back_to_back():
   """The floor of a NUTS cell: `evaluations` leapfrog steps of every chain,
   one gradient of the target each, from the chains at their step sizes."""
-  from benchmarks import run  # pylint: disable=g-import-not-at-top
-  nuts = run._example('nuts')  # pylint: disable=protected-access
+  from benchmarks import cells  # pylint: disable=g-import-not-at-top
+  nuts = cells.example('nuts')
   target = nuts.make_target('gaussian', dim=3, rho=0.5)
   seen = []
 
@@ -525,7 +525,7 @@ def test_nuts_gradient_floor_runs_the_leapfrogs_back_to_back():
     return target.log_prob_and_grad(theta)
   sampler = nuts.Sampler(target, 'numpy', chunk=2, max_tree_depth=4)
   state = sampler.warmup(4, 2, seed=3)
-  run.nuts_gradient_floor(
+  cells.nuts_gradient_floor(
       nuts, 'numpy', target._replace(log_prob_and_grad=counted), state, 7)()
   assert len(seen) == 7 and all(t.shape == (4, 3) for t in seen)
   # The first step moves each chain by its own step size.
@@ -535,16 +535,16 @@ def test_nuts_gradient_floor_runs_the_leapfrogs_back_to_back():
 
 
 def test_floor_table_sets_each_time_beside_the_gradients_alone():
-  from benchmarks import run  # pylint: disable=g-import-not-at-top
+  from benchmarks import report  # pylint: disable=g-import-not-at-top
   rows = [dict(workload='nuts', backend='xla', batch=64, seconds=0.025,
                floor_seconds=0.020, tfp_seconds=0.050, hand_seconds=None),
           dict(workload='fibonacci', backend='xla', batch=64, seconds=0.01,
                floor_seconds=None)]
-  text = run.floor_markdown(rows)
+  text = report.floor_markdown(rows)
   assert ('| xla | 64 | 0.0250 | 0.0200 | 0.0050 | 0.80 | 2.50 | - |'
           in text), text
   assert 'fibonacci' not in text and text.count('\n| xla') == 1
-  assert run.floor_markdown(rows[1:]) == ''
+  assert report.floor_markdown(rows[1:]) == ''
 
 
 def test_tfp_baselines_quiet_only_their_own_tracing():
