@@ -49,6 +49,7 @@ from autobatch_vm import errors
 from autobatch_vm import instructions as inst
 from autobatch_vm import liveness
 from autobatch_vm import numpy_backend
+from autobatch_vm import vm_support
 
 __all__ = ['compile_block', 'source']
 
@@ -66,7 +67,7 @@ class _Gen:
 
   def __init__(self, bc, block, vm, stored):
     self.bc = bc          # the VM's _BlockCompiler: program, layout, backend
-    self.vm = vm          # the virtual_machine module (helpers)
+    self.vm = vm          # the vm_support module (helpers)
     self.block = block
     self.p = bc.p
     self.layout = bc.layout
@@ -143,7 +144,7 @@ class _Gen:
   def flatten(self, template):
     """A global: a function from a value of `template` to its leaves."""
     return self.const(
-        lambda v: self.vm._flatten_like(template, v), 'flat')  # pylint: disable=protected-access
+        lambda v: self.vm.flatten_like(template, v), 'flat')
 
   def unflatten(self, template):
     return self.const(
@@ -276,7 +277,7 @@ class _Gen:
     for names, stack_slots, _, sp_slot in self.bc._sp_groups(op):  # pylint: disable=protected-access
       what = self.vm.saving_what(self.bc.p, names)
       fail = self.const(_push_failure(
-          self.vm._overflow(what, op.loc, depth), depth), 'overflow')  # pylint: disable=protected-access
+          self.vm.overflow(what, op.loc, depth), depth), 'overflow')
       values = [x for var in names for x in self.leaf_rows(var)]
       self.emit(f'top = state[{sp_slot}][idx]')
       self.emit('try:   # a full stack has no row `top`')
@@ -361,7 +362,7 @@ class _Gen:
               t.call_block if isinstance(t, inst.CallBranchOp)
               else t.true_block).split('.', 1)[0]
     overflow = self.const(_push_failure(
-        self.vm._overflow(f'call stack, calling {callee!r}', t.loc,  # pylint: disable=protected-access
+        self.vm.overflow(f'call stack, calling {callee!r}', t.loc,
                           depth - 1), depth), 'pc_overflow')
     self.emit(f'calls = {members}')
     self.emit('top = state[2][calls]')
@@ -433,8 +434,7 @@ def _push_failure(overflow, depth):
 def compile_block(bc, block, stored):
   """`block` of `bc`'s program as a function `run(state, m)` (NumPy);
   `stored`: `bc.stored(block)`."""
-  from autobatch_vm import virtual_machine  # pylint: disable=g-import-not-at-top
-  return _Gen(bc, block, virtual_machine, stored).function()
+  return _Gen(bc, block, vm_support, stored).function()
 
 
 def source(compiled):

@@ -34,6 +34,7 @@ from autobatch_vm import pipeline
 from autobatch_vm import python_to_ir
 from autobatch_vm import stackless as stackless_lib
 from autobatch_vm import virtual_machine
+from autobatch_vm.ops import truthy  # re-exported: ab.frontend.truthy, as in TFP
 
 __all__ = ['Context', 'truthy', 'BatchedFunction']
 
@@ -43,19 +44,6 @@ DEFAULT_MAX_STACK_DEPTH = 15
 # does not spend Python's recursion limit (about three Python frames per
 # batched call in stackless mode).
 AUTO_STACKLESS_MAX_DEPTH = 100
-
-
-def truthy(x):
-  """Normalizes a condition for use in `if` in both batched and dry runs.
-
-  In batched code the compiler removes the call (conditions are per-member
-  already).  In a dry run, where each member runs alone with a batch of
-  one, it strips that size-1 batch dimension so Python's `if` sees a scalar.
-  """
-  shape = getattr(x, 'shape', None)
-  if shape is not None and len(shape) >= 1 and shape[0] == 1:
-    return x[0]
-  return x
 
 
 def _is_tf_value(x):

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 
 __all__ = ['logical_and', 'logical_or', 'logical_not', 'where', 'mod',
-           'floordiv', 'fail', 'sync_point', 'SYNC_ATTRIBUTE']
+           'floordiv', 'fail', 'sync_point', 'SYNC_ATTRIBUTE', 'truthy']
 
 SYNC_ATTRIBUTE = '__autobatch_sync_point__'
 
@@ -163,3 +163,22 @@ def floordiv(a, b):
 def fail(message):
   """Raises AssertionError; the VM attaches the members and the user's line."""
   raise AssertionError(message)
+
+
+def truthy(x):
+  """Normalizes a condition for use in `if` in both batched and dry runs.
+
+  In batched code the compiler removes the call (conditions are per-member
+  already).  In a dry run, where each member runs alone with a batch of
+  one, it strips that size-1 batch dimension so Python's `if` sees a scalar.
+
+  Args:
+    x: a condition: an array or tensor, or a Python value.
+
+  Returns:
+    `x[0]` where `x` has a leading dimension of 1, else `x`.
+  """
+  shape = getattr(x, 'shape', None)
+  if shape is not None and len(shape) >= 1 and shape[0] == 1:
+    return x[0]
+  return x

@@ -14,8 +14,8 @@
       copy_propagation         -> fewer copies (temporaries sunk, forwarded)
       virtual_machine          runs it
     STACKLESS_PASSES         (typed Program), for stackless=True
-      parallel_calls           -> independent calls of a function run as one
-      allocation_strategy      -> again (instructions moved)
+      parallel_calls           -> independent calls of a function run as
+                                  one, then allocated again
       stackless                runs it (Python's stack for calls)
 
 Each pass is a pure function of a program (and, where a pass needs it, the
@@ -67,9 +67,10 @@ LOWERED_PASSES = (
 )
 
 STACKLESS_PASSES = (
-    Pass('parallel_calls', lambda p, c: parallel_calls.parallelize_calls(p)),
-    # Moved instructions change which variables cross a call.
-    Pass('allocation', lambda p, c: allocation_strategy.allocate(p)),
+    # Moved instructions change which variables cross a call: allocated
+    # again before the program is whole.
+    Pass('parallel_calls', lambda p, c: allocation_strategy.allocate(
+        parallel_calls.parallelize_calls(p))),
 )
 
 

@@ -929,8 +929,7 @@ class _PrimitiveRewriter(ast.NodeTransformer):
                                self.visit(node.orelse)], node)
 
   def visit_Call(self, node):
-    from autobatch_vm import frontend  # the truthy function itself
-    if self.c._static_value(node.func) is frontend.truthy:
+    if self.c._static_value(node.func) is ops_module.truthy:
       if len(node.args) != 1 or node.keywords:
         self.c.unsupported(node, 'truthy() with other than one argument')
       return self.visit(node.args[0])

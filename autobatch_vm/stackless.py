@@ -32,6 +32,7 @@ from autobatch_vm import errors
 from autobatch_vm import instructions as inst
 from autobatch_vm import liveness
 from autobatch_vm import virtual_machine
+from autobatch_vm import vm_support
 
 __all__ = ['execute', 'branching_recursion', 'Fallback']
 
@@ -101,7 +102,7 @@ class _Executor:
     template, _, coercers, single = self.coerce(fn, var)
     if single:
       return coercers[0](value, rows)
-    leaves = virtual_machine._flatten_like(template, value)  # pylint: disable=protected-access
+    leaves = vm_support.flatten_like(template, value)
     return inst.pattern_unflatten(
         template, [c(v, rows) for c, v in zip(coercers, leaves)],
         inst.TensorType)
@@ -171,7 +172,7 @@ class _Executor:
       if stats.steps == self.max_steps:
         if self.fallback:
           raise Fallback()
-        raise virtual_machine.step_limit_error(
+        raise vm_support.step_limit_error(
             self.max_steps, frame.members(m), block.loc,
             '; they are at this line')
       counts = self.tally.get(block.label)
@@ -275,7 +276,7 @@ class _Executor:
       rows.write(c.vars_out, part, compact=True)
 
   def prim(self, frame, op, m, rows):
-    args = virtual_machine.cast_args(
+    args = vm_support.cast_args(
         op, [rows.read(v) for v in op.vars_in], self.be)
     if self.sanitize is not None:   # see TensorFlowBackend.sanitize
       args = [inst.pattern_map(lambda x: self.sanitize(x, m), a)
@@ -285,7 +286,7 @@ class _Executor:
     except errors.AutoBatchError:
       raise
     except Exception as e:  # pylint: disable=broad-except
-      result = virtual_machine.retry_on_live_data(
+      result = vm_support.retry_on_live_data(
           e, op, args, frame.backend, m,
           compacted=rows.local and rows.idx is not None)
     rows.write(op.vars_out, result)

@@ -34,6 +34,7 @@ from autobatch_vm import block_codegen
 from autobatch_vm import errors
 from autobatch_vm import instructions as inst
 from autobatch_vm import liveness
+from autobatch_vm import vm_support
 
 __all__ = ['execute', 'RunStats', 'SCHEDULES', 'DEFAULT_SCHEDULE']
 
@@ -440,7 +441,7 @@ class _BlockCompiler:
         return write_temp
 
       def write_temp_pattern(state, temps, value, m):
-        values = _flatten_like(template, value)
+        values = vm_support.flatten_like(template, value)
         temps[var] = inst.pattern_unflatten(
             template, [c(v, m) for c, v in zip(coerces, values)],
             inst.TensorType)
@@ -460,8 +461,8 @@ class _BlockCompiler:
       return write_reg
 
     def write_reg_pattern(state, temps, value, m):
-      rows = [c(v, m) for c, v in zip(coerces, _flatten_like(template,
-                                                             value))]
+      leaves = vm_support.flatten_like(template, value)
+      rows = [c(v, m) for c, v in zip(coerces, leaves)]
       for slot, v in zip(slots, rows):
         state[slot] = write(state[slot], v, m)
       temps[var] = inst.pattern_unflatten(template, rows, inst.TensorType)
@@ -475,14 +476,14 @@ class _BlockCompiler:
     n = len(subs)
 
     def bind(state, temps, value, m):
-      for w, v in zip(subs, unpack(value, n)):
+      for w, v in zip(subs, vm_support.unpack(value, n)):
         w(state, temps, v, m)
     return bind
 
   # -- instructions ----------------------------------------------------------
 
   def instruction(self, op):
-    return dispatch(self, op)
+    return vm_support.dispatch(self, op)
 
   def prim(self, op):
     readers = [self.reader(v) for v in op.vars_in]
@@ -499,11 +500,11 @@ class _BlockCompiler:
       except errors.AutoBatchError:
         raise
       except Exception as e:  # pylint: disable=broad-except
-        result = retry_on_live_data(e, op, args, be, m)
+        result = vm_support.retry_on_live_data(e, op, args, be, m)
       try:
         bind(state, temps, result, m)
       except ValueError as e:
-        raise result_shape_error(e, op, be, m) from e
+        raise vm_support.result_shape_error(e, op, be, m) from e
     return run_prim
 
   def _stack_slots(self, var):
@@ -529,14 +530,14 @@ class _BlockCompiler:
     be, depth = self.be, self.layout.depth
     groups = []
     for names, stack_slots, _, sp_slot in self._sp_groups(op):
-      what = saving_what(self.p, names)
+      what = vm_support.saving_what(self.p, names)
       # Each variable's value: as computed in this block if it was (its
       # write may not be stored: see `stored`), else its registers.  Only
       # the members' rows are pushed, so either serves.
       sources = [(var, self.layout.regs[var], self.p.var_defs[var].tensors)
                  for var in names]
       groups.append((stack_slots, sources, sp_slot,
-                     _overflow(what, op.loc, depth)))
+                     vm_support.overflow(what, op.loc, depth)))
 
     def values(state, temps, sources):
       out = []
@@ -545,7 +546,7 @@ class _BlockCompiler:
         if value is _MISSING:
           out.extend(state[s] for s in slots)
         else:
-          out.extend(_flatten_like(template, value))
+          out.extend(vm_support.flatten_like(template, value))
       return out
 
     def run_push(state, temps, m):
@@ -618,7 +619,7 @@ class _BlockCompiler:
       callee = (t.goto_block if isinstance(t, inst.PushGotoOp) else
                 t.call_block if isinstance(t, inst.CallBranchOp)
                 else t.true_block).split('.', 1)[0]
-      overflow = _overflow(f'call stack, calling {callee!r}', t.loc,
+      overflow = vm_support.overflow(f'call stack, calling {callee!r}', t.loc,
                            depth - 1)
       if isinstance(t, inst.CallBranchOp):
         cond = self.reader(t.cond)
@@ -705,30 +706,6 @@ class _BlockCompiler:
 _MISSING = object()
 
 
-def dispatch(compiler, op):
-  """`compiler.prim`, `.push` or `.pop` for instruction `op` (the closure
-  compiler here and the NumPy generator, `block_codegen`, both compile a
-  lowered block's instructions by these three)."""
-  if isinstance(op, inst.PrimOp):
-    return compiler.prim(op)
-  if isinstance(op, inst.PushOp):
-    return compiler.push(op)
-  if isinstance(op, (inst.PopOp, inst.RestoreOp)):
-    return compiler.pop(op, keep=isinstance(op, inst.RestoreOp))
-  if isinstance(op, inst.FunctionCallOp):
-    raise errors.InternalError('FunctionCallOp reached the VM unlowered')
-  raise errors.InternalError(f'Unknown instruction {op!r}')
-
-
-def unpack(value, n):
-  """`value` as a tuple of its `n` parts (a primitive's result bound to a
-  tuple of variables)."""
-  values = tuple(value)
-  if len(values) != n:
-    raise errors.InternalError(f'cannot unpack {len(values)} into {n}')
-  return values
-
-
 def _as_is(x, m):
   del m
   return x
@@ -738,42 +715,8 @@ def _cast_reader(read, cast, dtype):
   return lambda state, temps, m: cast(read(state, temps, m), dtype)
 
 
-def cast_args(op, args, backend):
-  """`args` of `op` with its `casts` applied (for the stackless executor)."""
-  if not op.casts:
-    return args
-  args = list(args)
-  for i, dtype in op.casts:
-    args[i] = backend.cast(args[i], dtype)
-  return args
-
-
 def _ignore_mask(coerce):
   return lambda x, m: coerce(x)
-
-
-def _flatten_like(template, value):
-  """Leaves of `value` following the structure of type pattern `template`."""
-  if isinstance(template, inst.TensorType):
-    return [value]
-  values = tuple(value)
-  if len(values) != len(template):
-    raise errors.InternalError('value does not match its type pattern')
-  out = []
-  for t, v in zip(template, values):
-    out.extend(_flatten_like(t, v))
-  return out
-
-
-def step_limit_error(max_steps, members, loc, where):
-  """The `StepLimitError` for `members` (`where`: how `loc` relates)."""
-  members = errors.member_indices(members)
-  return errors.StepLimitError(
-      f'Not finished after max_steps={max_steps} VM steps for batch '
-      f'members {members}{where}', loc=loc,
-      hint='Pass a larger max_steps= (or None for no limit), or check '
-      'that every loop and recursion terminates for these members '
-      '(fn(..., profile=True) shows which blocks run most).')
 
 
 def _step_limit(program, max_steps):
@@ -782,104 +725,11 @@ def _step_limit(program, max_steps):
 
   def make(members, block=None):
     if block is None:   # staged: where each member is is not known
-      return step_limit_error(max_steps, members, locs[0], ' (started here)')
-    return step_limit_error(max_steps, members, locs[block],
+      return vm_support.step_limit_error(max_steps, members, locs[0],
+                                         ' (started here)')
+    return vm_support.step_limit_error(max_steps, members, locs[block],
                             '; the block due next is at this line')
   return make
-
-
-def saving_what(program, names):
-  """What a push of variables `names` of lowered `program` saves, in the
-  user's terms, for a stack overflow's message: a variable by its name in
-  the user's function, a temporary by the expression that computed it."""
-  parts = []
-  for var in names:
-    _, dot, local = var.partition('.')
-    local = local if dot else var
-    if not local.startswith('%'):
-      parts.append(f'variable {local!r}')
-      continue
-    text = _defining_text(program, var)
-    parts.append(f'the value of `{text}`' if text else
-                 'an intermediate value')
-  return 'saving ' + ', '.join(parts)
-
-
-def _defining_text(program, var):
-  """The source text of the primitive that computes `var`, if one does
-  and its text is the user's (not a copy between temporaries)."""
-  for block in program.blocks:
-    for op in block.instructions:
-      if (isinstance(op, inst.PrimOp) and op.text and '%' not in op.text
-          and var in inst.pattern_flatten(op.vars_out)):
-        return op.text
-  return None
-
-
-def _overflow(what, loc, depth):
-  def make(members):
-    members = errors.member_indices(members)
-    return errors.StackOverflowError(
-        f'Recursion deeper than max_stack_depth={depth} ({what}) '
-        f'for batch members {members}', loc=loc,
-        hint=f'Pass a larger max_stack_depth= (e.g. {depth * 2}) to the '
-        'batched function, or check that the recursion terminates.')
-  return make
-
-
-def retry_on_live_data(error, op, args, backend, m, compacted=False):
-  """Re-runs a primitive that raised, with leftover lanes made harmless.
-
-  Members not at the block still flow through the primitive with leftover
-  data (e.g. an out-of-range index).  Their results are discarded anyway,
-  so the primitive is re-run with their inputs replaced by a live member's;
-  if it still raises, the error is the live members' and is reported.
-  With `compacted` arguments (rows of live members only) it is at once.
-  """
-  if not (getattr(m, 'full', True) or backend.staged or compacted):
-    fill = backend.fill_inactive
-    clean = [inst.pattern_map(lambda x: fill(x, m), a) for a in args]
-    try:
-      return op.function(*clean)
-    except Exception:  # pylint: disable=broad-except
-      pass
-  raise primitive_error(error, op, backend.members(m), compacted) from error
-
-
-def result_shape_error(e, op, backend, m):
-  text = op.text or getattr(op.function, '__name__', '?')
-  rows = getattr(m, 'count', None)
-  return errors.PrimitiveError(
-      f'`{text}` returned a value that does not fit its variable(s) '
-      f'{op.vars_out} ({e})', loc=op.loc,
-      hint=(f'On {backend.name} a primitive gets arrays with one row per '
-            f'member at this block (here {rows}); it must return one row '
-            'per input row. Pass per-member data as an argument of the '
-            'batched function instead of closing over a batch-sized array.'))
-
-
-def primitive_error(e, op, members, compacted=False):
-  members = errors.member_indices(members) if members is not None else None
-  if isinstance(e, AssertionError):
-    return errors.AssertionFailedError(
-        f'Assertion failed for batch members {members}: {e}', loc=op.loc)
-  if isinstance(e, errors.HelperAssertionError):
-    # The helper ran on whole arrays: which of these members failed it,
-    # only the helper knows.
-    return errors.AssertionFailedError(
-        f'Assertion failed, for some of batch members {members}: {e}',
-        loc=op.loc, hint='The called function runs on the arrays of every '
-        'member at this line at once; run the batched function with '
-        'dry_run=True to see which members fail it.')
-  text = op.text or getattr(op.function, '__name__', '?')
-  who = f' (members at this block: {members})' if members is not None else ''
-  return errors.PrimitiveError(
-      f'{type(e).__name__} in `{text}`{who}: {e}', loc=op.loc,
-      hint=('The primitive is called on the rows of the members at this '
-            'block (leading dimension = their number).' if compacted else
-            'The primitive is called on whole batched arrays (leading '
-            'dimension = batch); members not at this block carry leftover '
-            'data.'))
 
 
 class CompiledProgram:
