@@ -1,7 +1,8 @@
 """Block merging: fewer, larger blocks, so fewer VM steps.
 
-A pure pass `LoweredProgram -> LoweredProgram`, last in the pipeline (block
-numbers are final: the schedule rule below reads them).
+A pure pass `LoweredProgram -> LoweredProgram`, after `block_order` (block
+numbers are final from here: the schedule rule below reads them);
+`pipeline.LOWERED_PASSES` lists what runs after it.
 Every VM step costs a fixed dispatch overhead (pick a block, build its mask,
 update the program counters) on top of the block's own work, and the
 frontend makes many blocks that do almost nothing: a loop header testing its

@@ -1,9 +1,11 @@
 """Block order: blocks that call a sync point are numbered last.
 
-A pure pass `LoweredProgram -> LoweredProgram`.  The VM's default schedule
-runs the lowest-numbered block that has members, so a block numbered last
-runs only when every unfinished member is waiting there (or at another such
-block).  Blocks holding a `PrimOp` with `sync=True` (a call of a primitive
+A pure pass `LoweredProgram -> LoweredProgram`.  The `'lowest'` schedule
+runs the lowest-numbered block that has members, so there a block numbered
+last runs only when every unfinished member is waiting there (or at
+another such block).  The default `'most'` schedule runs the block with
+the most members, ties going to the lowest number, so there a sync block
+loses only its ties.  Blocks holding a `PrimOp` with `sync=True` (a call of a primitive
 marked with `autobatch_vm.sync_point`) are moved to the end, in their
 original order; the entry block stays first.  Other programs are returned
 unchanged.  Labels, not positions, name jump targets, so nothing else

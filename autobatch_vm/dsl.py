@@ -112,7 +112,7 @@ from autobatch_vm import instructions as inst
 __all__ = ['ProgramBuilder', 'FunctionHandle', 'Label', 'DslError',
            'RETURN_VAR']
 
-RETURN_VAR = '%ret'   # the frontend's name for a function's result
+RETURN_VAR = inst.RETURN_VAR   # the frontend's name for a function's result
 
 
 class DslError(errors.AutoBatchError):

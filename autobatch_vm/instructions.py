@@ -51,11 +51,16 @@ __all__ = [
     'GotoOp', 'IndirectGotoOp', 'LoweredProgram', 'PopOp', 'PrimOp',
     'Program', 'PushBranchOp', 'PushGotoOp', 'PushOp', 'RestoreOp',
     'ReturnOp', 'SourceLoc', 'TensorType', 'Type', 'VariableAllocation',
-    'FrozenDict',
+    'FrozenDict', 'RETURN_VAR',
     'pattern_map', 'pattern_map2', 'pattern_zip', 'pattern_flatten',
     'pattern_traverse', 'pattern_unflatten', 'is_namedtuple',
     'interpret', 'print_program',
 ]
+
+
+# Every function returns through this variable (the frontend and the DSL
+# write it; lowering qualifies it per function, `fibonacci.%ret`).
+RETURN_VAR = '%ret'
 
 
 # ---------------------------------------------------------------------------
@@ -562,8 +567,9 @@ class LoweredProgram:
 
   Variable names are qualified by their function (`fibonacci.n`).  Block
   `blocks[0]` is the entry; a program counter equal to `len(blocks)` means
-  the member has finished.  `function_of` maps each block label to the
-  user's function it came from.
+  the member has finished.  A block's label starts with the name of the
+  user's function it came from (`fibonacci.1.1`); `main` names the entry
+  function.
   """
   blocks: Tuple[Block, ...]
   var_defs: FrozenDict

@@ -36,7 +36,7 @@ from autobatch_vm import ops as ops_module
 __all__ = ['compile_function', 'dry_run_function', 'range_bound',
            'RETURN_VAR']
 
-RETURN_VAR = '%ret'
+RETURN_VAR = inst.RETURN_VAR
 _OPS_NAME = '__ab_ops'
 _ASSERT_NAME = '__ab_helper_assertion'
 _RANGE_NAME = '__ab_range_bound'

@@ -35,7 +35,7 @@ from autobatch_vm import instructions as inst
 
 __all__ = ['infer_types', 'join', 'type_of_value', 'normalize_declared']
 
-RET = '%ret'
+RET = inst.RETURN_VAR
 _MAX_ITERATIONS = 1000
 _WEAK_TO = {'b': 'b', 'i': 'iufc', 'u': 'iufc', 'f': 'fc', 'c': 'c'}
 _PY_SCALARS = (bool, int, float, complex)
