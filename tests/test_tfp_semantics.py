@@ -352,3 +352,46 @@ def test_tfps_nuts_sampler_runs_unchanged(tfp_nuts, mode):
   last = draws[-4:].reshape(-1)   # 4 x 128 x 5 values
   assert abs(last.mean()) < 0.25, last.mean()
   assert 0.7 < last.var() < 1.3, last.var()
+
+
+# -- names -----------------------------------------------------------------------
+
+# TFP's IR classes and VM internals, which are not provided
+# (docs/migrating_from_tfp.md, "TFP's IR classes are not provided").
+NOT_PROVIDED = {
+    'instructions': {'ControlFlowGraph', 'Environment', 'Module',
+                     'NullVariable', 'PythonBackend', 'PythonVMVariable',
+                     'TemporaryVariable', 'detect_batch_size', 'halt',
+                     'halt_op', 'is_return_op', 'prim_op', 'push_op',
+                     'single_type'},
+    'lowering': {'ControlFlowGraphBuilder', 'DefinedInfo'},
+    'numpy_backend': {'FullNumpyVariable', 'RegisterNumpyVariable', 'Stack'},
+    'stackless': {'ExecutionQueue'},
+    'tf_backend': {'FullTensorFlowVariable', 'RegisterTensorFlowVariable',
+                   'Stack', 'UnsafeStack'},
+    'virtual_machine': {'select_block_priority'},
+}
+
+
+def test_every_public_name_of_tfps_package_exists():
+  pytest.importorskip('tensorflow_probability')
+  import importlib  # pylint: disable=g-import-not-at-top
+  theirs = importlib.import_module(
+      'tensorflow_probability.python.experimental.auto_batching')
+  for name in dir(theirs):
+    if not name.startswith('_'):
+      assert hasattr(ab, name), name
+  for module in ('allocation_strategy', 'dsl', 'frontend', 'instructions',
+                 'liveness', 'lowering', 'numpy_backend',
+                 'stack_optimization', 'stackless', 'tf_backend',
+                 'type_inference', 'virtual_machine', 'xla'):
+    tfp_module, ours = getattr(theirs, module), getattr(ab, module)
+    for name in dir(tfp_module):
+      value = getattr(tfp_module, name)
+      if (name.startswith('_') or not callable(value) or
+          getattr(value, '__module__', '') != tfp_module.__name__):
+        continue   # private, a constant, or imported from elsewhere
+      if name in NOT_PROVIDED.get(module, ()):
+        assert not hasattr(ours, name), f'{module}.{name} is now provided'
+        continue
+      assert callable(getattr(ours, name, None)), f'{module}.{name}'
