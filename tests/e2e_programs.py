@@ -7,6 +7,7 @@ computes ONE member's result in plain Python (scalars and small arrays).
 
 import collections
 import dataclasses
+import sys
 from typing import Callable
 
 import numpy as np
@@ -480,6 +481,280 @@ def literal_weighted_ref(x, k, n):
   return capped + 3 + t, total + x * 2
 
 
+# -- five programs of the kinds users write -----------------------------------
+#
+# Each keeps per-member state in arrays and runs a data-dependent number of
+# iterations; the references are plain Python on one member's values.
+
+def pick(rows, i):
+  """`rows[i]` for each member: `rows` is `[batch, n]`, `i` one index per
+  member (or one for all).  NumPy or TensorFlow; an index outside the row
+  (a member not at this line carries leftover data) is clipped."""
+  if ab.ops._is_tf(rows, i):  # pylint: disable=protected-access
+    tf = sys.modules['tensorflow']
+    i = tf.cast(tf.convert_to_tensor(i), tf.int32)
+    i = tf.clip_by_value(i, 0, tf.shape(rows)[1] - 1)
+    if i.shape.rank == 0:
+      i = tf.fill(tf.shape(rows)[:1], i)
+    return tf.gather(rows, i, batch_dims=1)
+  i = np.clip(np.asarray(i), 0, rows.shape[1] - 1)
+  i = np.broadcast_to(i, rows.shape[:1])
+  return np.take_along_axis(rows, i[:, None], axis=1)[:, 0]
+
+
+# A solver: Newton's method for the cube root of `a`, to a relative
+# tolerance with a default; members need different numbers of steps.  The
+# default is converted as a passed argument would be: a NumPy float64, so
+# that TensorFlow too makes it a float64 (a Python float would be float32).
+@ctx.batch()
+def cube_root(a, tol=np.float64(1e-12)):
+  x = a * 0.5 + 1.0
+  steps = 0
+  while abs(x * x * x - a) > tol * a and steps < 100:
+    x = x - (x * x * x - a) / (3.0 * x * x)
+    steps += 1
+  return x, steps
+
+
+def cube_root_ref(a, tol=1e-12):
+  x = a * 0.5 + 1.0
+  steps = 0
+  while abs(x * x * x - a) > tol * a and steps < 100:
+    x = x - (x * x * x - a) / (3.0 * x * x)
+    steps += 1
+  return x, steps
+
+
+# A sampler: rejection sampling of the density 3 x^2 on [0, 1) with a
+# counter-based generator (a linear congruential step per draw, as a
+# batched function called twice per attempt).
+_LCG_M = 2147483648
+
+
+@ctx.batch()
+def lcg(h):
+  return (h * 1103515245 + 12345) % 2147483648
+
+
+def unit(h):
+  """A draw in [0, 1) from the generator's state (TensorFlow does not
+  divide an int64 tensor by a float: it is cast first)."""
+  if ab.ops._is_tf(h):  # pylint: disable=protected-access
+    h = sys.modules['tensorflow'].cast(h, 'float64')
+  return h / 2147483648.0
+
+
+@ctx.batch()
+def rejection_sample(seed, budget):
+  h = seed
+  tries = 0
+  x = 0.0
+  while tries < budget:
+    h = lcg(h)
+    x = unit(h)
+    h = lcg(h)
+    u = unit(h)
+    tries += 1
+    if u < x * x:
+      return x, tries
+  return -1.0, tries
+
+
+def lcg_ref(h):
+  return (h * 1103515245 + 12345) % _LCG_M
+
+
+def rejection_sample_ref(seed, budget):
+  h, tries = int(seed), 0
+  x = 0.0
+  while tries < budget:
+    h = lcg_ref(h)
+    x = h / float(_LCG_M)
+    h = lcg_ref(h)
+    u = h / float(_LCG_M)
+    tries += 1
+    if u < x * x:
+      return x, tries
+  return -1.0, tries
+
+
+# A search: the first position of a sorted per-member row whose value is
+# at least the target (lower bound), by recursive bisection.
+@ctx.batch()
+def lower_bound(row, target, lo, hi):
+  if lo >= hi:
+    return lo
+  mid = (lo + hi) // 2
+  if pick(row, mid) < target:
+    return lower_bound(row, target, mid + 1, hi)
+  return lower_bound(row, target, lo, mid)
+
+
+@ctx.batch()
+def search(row, target):
+  return lower_bound(row, target, 0, 16)
+
+
+def search_ref(row, target):
+  return int(np.searchsorted(row, target, side='left'))
+
+
+def _search_args(rng, b):
+  rows = np.sort(rng.integers(0, 40, size=(b, 16)), axis=1)
+  return rows, rng.integers(-2, 45, size=b)
+
+
+# A parser: a state machine reading per-member text held in an array of
+# codes (digits 0-9, 10 a separator, 11 the end), counting the numbers,
+# their sum and the largest.
+SEP, END = 10, 11
+
+
+@ctx.batch()
+def parse_numbers(text):
+  i = 0
+  count = 0
+  total = 0
+  largest = -1
+  current = 0
+  in_number = False
+  c = pick(text, i)
+  while c != END:
+    if c == SEP:
+      if in_number:
+        count += 1
+        total += current
+        largest = current if current > largest else largest
+        in_number = False
+    else:
+      current = current * 10 + c if in_number else c
+      in_number = True
+    i += 1
+    c = pick(text, i)
+  if in_number:
+    count += 1
+    total += current
+    largest = current if current > largest else largest
+  return count, total, largest
+
+
+def parse_numbers_ref(text):
+  words = ''.join(' ' if c == SEP else str(c) for c in
+                  text[:list(text).index(END)]).split()
+  numbers = [int(w) for w in words]
+  return len(numbers), sum(numbers), max(numbers, default=-1)
+
+
+def _text_args(rng, b):
+  text = rng.integers(0, 14, size=(b, 24))
+  text = np.where(text > 10, SEP, text)  # more separators than digits
+  ends = rng.integers(0, 24, size=b)
+  text[np.arange(b), ends] = END
+  text[:, -1] = END
+  # Numbers of at most four digits: a separator after every fourth one.
+  text[:, 4::5] = np.where(text[:, 4::5] == END, END, SEP)
+  return (text,)
+
+
+# A simulation with events: a single-server queue; arrivals and service
+# times come from `lcg`; it runs until `customers` have been served and
+# reports the events handled, the total waiting time and the longest
+# queue.
+@ctx.batch()
+def queue(seed, customers):
+  h = lcg(seed)
+  next_arrival = 1 + h % 5
+  next_departure = -1      # no one in service
+  waiting = 0              # in the queue, not in service
+  served = 0
+  events = 0
+  total_wait = 0
+  longest = 0
+  t = 0
+  while served < customers:
+    events += 1
+    if next_departure < 0 or (next_arrival >= 0 and
+                              next_arrival < next_departure):
+      t = next_arrival
+      h = lcg(h)
+      next_arrival = t + 1 + h % 5
+      if next_departure < 0:
+        h = lcg(h)
+        next_departure = t + 1 + h % 4
+      else:
+        waiting += 1
+        longest = waiting if waiting > longest else longest
+    else:
+      t = next_departure
+      served += 1
+      total_wait += waiting
+      if waiting > 0:
+        waiting -= 1
+        h = lcg(h)
+        next_departure = t + 1 + h % 4
+      else:
+        next_departure = -1
+  return events, total_wait, longest
+
+
+def queue_ref(seed, customers):
+  h = lcg_ref(int(seed))
+  next_arrival, next_departure = 1 + h % 5, -1
+  waiting = served = events = total_wait = longest = t = 0
+  while served < customers:
+    events += 1
+    if next_departure < 0 or (next_arrival >= 0 and
+                              next_arrival < next_departure):
+      t = next_arrival
+      h = lcg_ref(h)
+      next_arrival = t + 1 + h % 5
+      if next_departure < 0:
+        h = lcg_ref(h)
+        next_departure = t + 1 + h % 4
+      else:
+        waiting += 1
+        longest = max(longest, waiting)
+    else:
+      t = next_departure
+      served += 1
+      total_wait += waiting
+      if waiting > 0:
+        waiting -= 1
+        h = lcg_ref(h)
+        next_departure = t + 1 + h % 4
+      else:
+        next_departure = -1
+  return events, total_wait, longest
+
+
+# -- what dry_run and the batched call must agree on --------------------------
+
+@ctx.batch()
+def constant_row(n):
+  # A constant with a shape of its own: one row per member.
+  z = np.zeros(3)
+  if n > 2:
+    z = z + 1.0
+  return z
+
+
+def constant_row_ref(n):
+  return np.zeros(3) + (1.0 if n > 2 else 0.0)
+
+
+@ctx.batch()
+def triangle(n):
+  # `range` of a per-member bound, written plainly (no truthy()).
+  t = 0
+  for i in range(n):
+    t = t + i
+  return t
+
+
+def triangle_ref(n):
+  return sum(range(n))
+
+
 # -- cases -------------------------------------------------------------------
 
 @dataclasses.dataclass
@@ -492,7 +767,10 @@ class Case:
   dry_run: bool = True         # whether `dry_run=True` works for it
   rtol: float = 1e-9
   numpy_primitives: bool = False   # NumPy calls: TF runs it eagerly only
-  dtypes: tuple = ()           # the result leaves' dtypes, where checked
+  # The result leaves' dtypes where the plain-Python reference's are not
+  # the batched call's (a float32 member run in Python may give float64);
+  # else those of the reference.  dry_run's always are the batched call's.
+  dtypes: tuple = ()
 
 
 def _ints(low, high):
@@ -520,7 +798,7 @@ CASES = [
     Case('power_f32', power,
          lambda rng, b: (rng.uniform(-2, 2, size=b).astype(np.float32),
                          rng.integers(0, 12, size=b).astype(np.int32)),
-         power_ref, rtol=1e-5),
+         power_ref, rtol=1e-5, dtypes=('float32',)),
     Case('divmod_tuple', divmod_rec,
          lambda rng, b: (rng.integers(0, 40, size=b),
                          rng.integers(1, 7, size=b)), divmod_ref),
@@ -565,6 +843,29 @@ CASES = [
                          rng.integers(0, 50, size=b),
                          rng.integers(0, 6, size=b)),
          literal_weighted_ref, rtol=1e-12, dtypes=('int64', 'float64')),
+    Case('newton_cube_root', cube_root,
+         lambda rng, b: (rng.uniform(0.01, 1000.0, size=b),), cube_root_ref,
+         rtol=1e-12, dtypes=('float64', 'int64')),
+    Case('newton_cube_root_tol', cube_root,
+         lambda rng, b: (rng.uniform(0.01, 1000.0, size=b),
+                         10.0 ** -rng.integers(2, 14, size=b)),
+         cube_root_ref, rtol=1e-12, dtypes=('float64', 'int64')),
+    Case('rejection_sampler', rejection_sample,
+         lambda rng, b: (rng.integers(0, 2 ** 31, size=b),
+                         rng.integers(1, 12, size=b)), rejection_sample_ref,
+         rtol=1e-12, dtypes=('float64', 'int64')),
+    Case('binary_search', search, _search_args, search_ref,
+         dtypes=('int64',)),
+    Case('parse_numbers', parse_numbers, _text_args, parse_numbers_ref,
+         dtypes=('int64', 'int64', 'int64')),
+    Case('queue_events', queue,
+         lambda rng, b: (rng.integers(0, 2 ** 31, size=b),
+                         rng.integers(0, 12, size=b)), queue_ref,
+         dtypes=('int64', 'int64', 'int64')),
+    Case('constant_row', constant_row, _ints(0, 6), constant_row_ref,
+         dtypes=('float64',)),
+    Case('range_of_member', triangle, _ints(0, 12), triangle_ref,
+         dtypes=('int64',)),
 ]
 
 

@@ -16,12 +16,20 @@ BATCH_SIZES = [1, 7, 200]
 MODES = ['stack', 'stackless']
 
 
+def dtypes_of(value):
+  return [np.asarray(x).dtype.name
+          for x in ab.instructions.pattern_flatten(value)]
+
+
 def assert_same(actual, expected, rtol, dtypes=()):
+  """Values, shapes and dtypes: the dtypes are `dtypes` where given (a
+  plain-Python reference computes in other types), else `expected`'s."""
   a_leaves = ab.instructions.pattern_flatten(actual)
   e_leaves = ab.instructions.pattern_flatten(expected)
   assert len(a_leaves) == len(e_leaves)
-  if dtypes:
-    assert [np.asarray(a).dtype.name for a in a_leaves] == list(dtypes)
+  assert type(actual) is type(expected), (type(actual), type(expected))
+  assert dtypes_of(actual) == list(dtypes or dtypes_of(expected)), (
+      dtypes_of(actual), dtypes or dtypes_of(expected))
   for a, e in zip(a_leaves, e_leaves):
     a, e = np.asarray(a), np.asarray(e)
     assert a.shape == e.shape, (a.shape, e.shape)
@@ -39,17 +47,33 @@ def test_batched_matches_reference(case, batch, mode):
   args = case.make_args(rng, batch)
   result = case.fn(*args, stackless=(mode == 'stackless'),
                    max_stack_depth=case.depth)
-  assert_same(result, progs.reference_batch(case, args, batch), case.rtol, case.dtypes)
+  assert_same(result, progs.reference_batch(case, args, batch), case.rtol,
+              case.dtypes)
   stats = case.fn.last_stats
   assert stats.steps > 0 and 0 < stats.utilization <= 1
 
 
+@pytest.mark.parametrize('mode', MODES)
 @pytest.mark.parametrize('case', progs.CASES, ids=lambda c: c.name)
-def test_batched_matches_dry_run(case):
+def test_batched_matches_dry_run(case, mode):
+  """dry_run is the reference: the same values, shapes and dtypes."""
   rng = np.random.default_rng(5)
   args = case.make_args(rng, 9)
+  batched = case.fn(*args, max_stack_depth=case.depth,
+                    stackless=(mode == 'stackless'))
+  alone = case.fn(*args, dry_run=True)
+  assert_same(batched, alone, case.rtol)
+  assert_same(alone, progs.reference_batch(case, args, 9), case.rtol,
+              case.dtypes)
+
+
+@pytest.mark.parametrize('case', progs.CASES, ids=lambda c: c.name)
+def test_empty_batch_matches_dry_run(case):
+  args = case.make_args(np.random.default_rng(0), 0)
   batched = case.fn(*args, max_stack_depth=case.depth)
   alone = case.fn(*args, dry_run=True)
+  assert all(np.asarray(x).shape[0] == 0
+             for x in ab.instructions.pattern_flatten(batched))
   assert_same(batched, alone, case.rtol)
 
 
@@ -168,7 +192,7 @@ def test_verifier_accepts_every_stage(case):
   ctx.debug = True
   try:
     rng = np.random.default_rng(3)
-    args = case.make_args(rng, 5)
+    args = case.fn._bind_arguments(case.make_args(rng, 5), {})  # pylint: disable=protected-access
     sig = ctx._arg_types(args, ab.NumpyBackend())  # pylint: disable=protected-access
     ab.pipeline.lowered(
         ab.pipeline.typed(ctx.program(case.fn.name), sig, ab.NumpyBackend(),
@@ -233,4 +257,10 @@ def test_tensorflow_matches_reference(case, mode):
   batch = 6
   args = case.make_args(np.random.default_rng(21), batch)
   result = run_tf(case.fn, args, mode, max_stack_depth=case.depth)
-  assert_same(result, progs.reference_batch(case, args, batch), case.rtol, case.dtypes)
+  assert_same(result, progs.reference_batch(case, args, batch), case.rtol,
+              case.dtypes)
+  if mode == 'eager':
+    # dry_run on the same tensors: each member alone, through TensorFlow.
+    from tests.test_tf_backend import to_np, to_tf  # pylint: disable=g-import-not-at-top
+    alone = to_np(case.fn(*to_tf(args), dry_run=True))
+    assert_same(result, alone, case.rtol)
