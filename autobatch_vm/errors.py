@@ -118,6 +118,7 @@ class HelperAssertionError(Exception):
 _DTYPE_MISMATCH = (
     re.compile(r'expected to be an? \w+ tensor but is an? \w+ tensor'),
     re.compile(r'Expected \w+ passed to parameter'),
+    re.compile(r'has type \w+ that does not match type \w+'),
     re.compile(r'Tensor conversion requested dtype \w+ for Tensor with '
                r'dtype \w+'),
     re.compile(r'must have the same dtype|cannot compute \w+ as input'),

@@ -505,7 +505,10 @@ class Context:
     self._local.dry_run = self._dry_run_depth() + 1
     try:
       for i in range(batch):
-        member = [inst.pattern_map(lambda x: backend.slice(x, i), a)
+        # A copy: the member's code may update a variable in place
+        # (`a += 1` on an array), which must not write through to the
+        # caller's arguments.
+        member = [inst.pattern_map(lambda x: _own(backend.slice(x, i)), a)
                   for a in args]
         results.append(run(*member))
     finally:
@@ -601,6 +604,11 @@ def map_arguments(f, arg):
       return type(arg)(*items)
     return type(arg)(items)
   return f(arg)
+
+
+def _own(x):
+  """`x`, copied if it is a NumPy array (a view of the caller's data)."""
+  return x.copy() if isinstance(x, np.ndarray) else x
 
 
 def _member_rows(backend, x, tensor_type):

@@ -1086,6 +1086,9 @@ def dry_run_function(fn):
   if not rewriter.changed:
     return fn
   node.decorator_list = []
+  # Renamed, so that the function's name in its body (a recursive call)
+  # is the global it is, not the maker's local.
+  node.name = '__ab_dry_run_copy'
   freevars = fn.__code__.co_freevars
   maker = ast.FunctionDef(
       name='__ab_make',

@@ -6,6 +6,8 @@ of each member and with `dry_run=True` (each member run alone through the
 user's own Python function).
 """
 
+import inspect
+
 import numpy as np
 import pytest
 
@@ -264,3 +266,143 @@ def test_tensorflow_matches_reference(case, mode):
     from tests.test_tf_backend import to_np, to_tf  # pylint: disable=g-import-not-at-top
     alone = to_np(case.fn(*to_tf(args), dry_run=True))
     assert_same(result, alone, case.rtol)
+
+
+# -- Python as users write it ------------------------------------------------
+
+_py_ctx = ab.Context()
+
+
+@_py_ctx.batch
+def scaled_power(x, k=3, scale=np.float64(1.0)):
+  """x ** k * scale, by repeated multiplication."""
+  r = x * 0.0 + scale
+  while k > 0:
+    r = r * x
+    k -= 1
+  return r
+
+
+@_py_ctx.batch
+def sum_of_powers(x):
+  # Omitted defaults in calls between batched functions, by position and
+  # by keyword.
+  return scaled_power(x) + scaled_power(x, 2) + scaled_power(x, scale=2.0)
+
+
+def _sum_of_powers_ref(x):
+  return x ** 3 + x ** 2 + 2.0 * x ** 3
+
+
+def _declared(arg_types):
+  return arg_types[0]
+
+
+@_py_ctx.batch(_declared)
+def declared_positionally(x):
+  return x + 1
+
+
+@pytest.mark.parametrize('mode', MODES)
+def test_default_values(mode):
+  x = np.array([1.5, -2.0, 0.5])
+  kw = dict(stackless=(mode == 'stackless'))
+  for got, expected in [
+      (scaled_power(x, **kw), x ** 3),
+      (scaled_power(x, np.array([0, 1, 4]), **kw), x ** np.array([0, 1, 4])),
+      (scaled_power(x, scale=np.float64(0.5), **kw), 0.5 * x ** 3),
+      (scaled_power(x, k=2, **kw), x ** 2),
+      (sum_of_powers(x, **kw), _sum_of_powers_ref(x))]:
+    assert_same(got, expected, 1e-12)
+  assert_same(scaled_power(x, dry_run=True), x ** 3, 1e-12)
+  assert_same(sum_of_powers(x, dry_run=True), _sum_of_powers_ref(x), 1e-12)
+  with pytest.raises(ab.errors.ArgumentError, match='missing'):
+    scaled_power()
+
+
+def test_default_values_on_tensorflow():
+  tf = pytest.importorskip('tensorflow')
+  x = np.array([1.5, -2.0, 0.5])
+  for fn, expected in [(scaled_power, x ** 3),
+                       (sum_of_powers, _sum_of_powers_ref(x))]:
+    batched = fn(tf.constant(x))
+    alone = fn(tf.constant(x), dry_run=True)
+    assert_same(np.asarray(batched), expected, 1e-12)
+    assert_same(np.asarray(alone), np.asarray(batched), 1e-12)
+    staged = tf.function(lambda v: fn(v))(tf.constant(x))  # pylint: disable=cell-var-from-loop
+    assert_same(np.asarray(staged), expected, 1e-12)
+
+
+def test_decorator_forms_and_function_attributes():
+  assert isinstance(scaled_power, ab.frontend.BatchedFunction)
+  assert scaled_power.__name__ == 'scaled_power'
+  assert scaled_power.__doc__ == 'x ** k * scale, by repeated multiplication.'
+  assert scaled_power.__wrapped__ is scaled_power.python_function
+  assert str(inspect.signature(scaled_power)) == \
+      '(x, k=3, scale=np.float64(1.0))'
+  # A type_inference given positionally is not taken for the function.
+  assert declared_positionally.type_inference is not None
+  x = np.array([1, 2])
+  np.testing.assert_array_equal(declared_positionally(x), [2, 3])
+  assert _py_ctx.function_names() == ['scaled_power', 'sum_of_powers',
+                                      'declared_positionally']
+
+
+def test_inspection_takes_the_function_object():
+  ctx = _py_ctx
+  sig = [ab.TensorType(np.float64, ())]
+  for main in (sum_of_powers, sum_of_powers.__wrapped__, 'sum_of_powers'):
+    assert ctx.program(main).main == 'sum_of_powers'
+    assert ctx.program_compiled(main, sig) is \
+        ctx.program_compiled('sum_of_powers', sig)
+    assert ctx.program_lowered(main, sig) is \
+        ctx.program_lowered('sum_of_powers', sig)
+    assert ctx.program_stackless(main, sig) is \
+        ctx.program_stackless('sum_of_powers', sig)
+  x = np.array([1.0, 2.0])
+  assert ctx.lowered_for_args(scaled_power, [x]) is \
+      ctx.lowered_for_args('scaled_power', [x, np.array(3)])
+  with pytest.raises(ab.errors.ArgumentError, match='not a batched function'):
+    ctx.program(progs.fibonacci)  # of another Context
+  with pytest.raises(ab.errors.ArgumentError, match='not a batched function'):
+    ctx.program(np.sum)
+
+
+def test_dry_run_empty_batch_on_tensorflow():
+  tf = pytest.importorskip('tensorflow')
+  for fn, arg in [(progs.collatz_loop, tf.zeros([0], tf.int64)),
+                  (progs.constant_row, tf.zeros([0], tf.int64)),
+                  (progs.cube_root, tf.zeros([0], tf.float64))]:
+    batched = fn(arg)
+    alone = fn(arg, dry_run=True)
+    for b, a in zip(ab.instructions.pattern_flatten(batched),
+                    ab.instructions.pattern_flatten(alone)):
+      assert tf.is_tensor(a) and b.shape[0] == 0
+      assert (a.shape, a.dtype) == (b.shape, b.dtype)
+
+
+def test_dry_run_counter_dtype_on_tensorflow():
+  """A Python-int counter returned: int64 batched and alone."""
+  tf = pytest.importorskip('tensorflow')
+  n = tf.constant([3, 6, 7, 1], tf.int64)
+  batched = progs.collatz_loop(n)
+  alone = progs.collatz_loop(n, dry_run=True)
+  assert batched.dtype == alone.dtype == tf.int64
+  np.testing.assert_array_equal(alone.numpy(), [7, 8, 16, 0])
+  np.testing.assert_array_equal(batched.numpy(), alone.numpy())
+
+
+def test_dry_run_leaves_the_arguments_alone():
+  """`a += 1` on a member's batch-of-one array updates it in place in
+  plain Python: the dry run gives each member its own copy."""
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def bump(a):
+    a += 1
+    return a * 10
+
+  a = np.array([1, 2, 3])
+  assert_same(bump(a, dry_run=True), np.array([20, 30, 40]), 0)
+  np.testing.assert_array_equal(a, [1, 2, 3])
+  assert_same(bump(a), np.array([20, 30, 40]), 0)

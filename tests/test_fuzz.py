@@ -10,10 +10,12 @@ compared with the same source run as plain Python, one member at a time:
   `tf.function(jit_compile=True)` (XLA) and `stackless` (eager).
 
 The state `a, b, d` is int64 or int32 (drawn per program), `x` float64.
-Ints must match exactly, floats to 1e-12, and every mode must give the
-same dtypes.  Counts: the default (CI) profile runs NUMPY_PROGRAMS['ci']
-programs on NumPy and TF_PROGRAMS['ci'] on TensorFlow (each of those also
-on NumPy); `python -m pytest tests/test_fuzz.py --long` (or AB_FUZZ=long)
+Ints must match exactly, floats to 1e-12, shapes are `[batch]`, and every
+mode must give the dtypes `dry_run=True` gives (each member run alone
+through the batched module's Python), whose values match too.  Counts:
+the default (CI) profile runs NUMPY_PROGRAMS['ci'] programs on NumPy and
+TF_PROGRAMS['ci'] on TensorFlow (each of those also on NumPy);
+`python -m pytest tests/test_fuzz.py --long` (or AB_FUZZ=long)
 runs the 'long' counts (TF tracing and XLA compilation take about a second
 per program and mode).  A mismatch prints the mode, the seed, the int
 dtype and the program's source; minimize it and add it to
@@ -82,6 +84,18 @@ def run_batched(fn, args, mode):
   return tuple(np.asarray(v) for v in out)
 
 
+def check_result(got, expected, rtol, where):
+  """(int, float) results: the values, and shapes `[BATCH]`."""
+  (got_int, got_float), (exp_int, exp_float) = got, expected
+  assert got_int.shape == got_float.shape == (BATCH,), (
+      f'shapes {got_int.shape} {got_float.shape}\n{where}')
+  assert got_int.dtype.kind in 'iu' and got_float.dtype.kind == 'f', (
+      f'dtypes {got_int.dtype} {got_float.dtype}\n{where}')
+  np.testing.assert_array_equal(got_int, exp_int, err_msg=where)
+  np.testing.assert_allclose(got_float, exp_float, rtol=rtol, atol=rtol,
+                             err_msg=where)
+
+
 def run_program(source, seed, modes=NUMPY_MODES, int_dtype=np.int64,
                 rtol=1e-12):
   plain = fuzz_programs.load(source, batched=False)
@@ -90,15 +104,21 @@ def run_program(source, seed, modes=NUMPY_MODES, int_dtype=np.int64,
     name = fuzz_programs.main_name(source)
     args = make_args(seed, int_dtype)
     exp_int, exp_float = reference(plain, name, args)
-    dtypes = {}
+    # dry_run (each member alone through the batched module's own Python)
+    # is the reference for dtypes: every mode gives its dtypes and shapes.
+    where = (f'mode=dry_run seed={seed} int_dtype='
+             f'{np.dtype(int_dtype).name}\n{source}')
+    alone = tuple(np.asarray(v) for v in getattr(batched, name)(
+        *args, dry_run=True))
+    check_result(alone, (exp_int, exp_float), rtol, where)
+    dtypes = {'dry_run': tuple(v.dtype for v in alone)}
     for mode in modes:
       where = (f'mode={mode} seed={seed} int_dtype='
                f'{np.dtype(int_dtype).name}\n{source}')
-      got_int, got_float = run_batched(getattr(batched, name), args, mode)
-      np.testing.assert_array_equal(got_int, exp_int, err_msg=where)
-      np.testing.assert_allclose(got_float, exp_float, rtol=rtol,
-                                 atol=rtol, err_msg=where)
-      dtypes[mode] = (got_int.dtype, got_float.dtype)
+      got = run_batched(getattr(batched, name), args, mode)
+      check_result(got, (exp_int, exp_float), rtol, where)
+      check_result(got, alone, rtol, where)
+      dtypes[mode] = tuple(v.dtype for v in got)
       assert len(set(dtypes.values())) == 1, f'dtypes {dtypes}\n{where}'
   finally:
     os.remove(plain.__path_to_remove__)
