@@ -927,7 +927,8 @@ def test_overflow_eager_raises_naming_variable_and_members():
   with pytest.raises(errors.StackOverflowError) as info:
     fibonacci(*to_tf(OVERFLOW_ARGS), max_stack_depth=8)
   text = str(info.value)
-  assert 'max_stack_depth=8' in text and "'fibonacci.n'" in text
+  assert 'max_stack_depth=8' in text and "saving variable 'n'" in text
+  assert "in function 'fibonacci'" in text
   assert 'batch members [3]' in text and 'larger max_stack_depth' in text
 
 
