@@ -131,12 +131,25 @@ def retry_on_live_data(error, op, args, backend, m, compacted=False):
   raise primitive_error(error, op, backend.members(m), compacted) from error
 
 
+def _user_variables(pattern):
+  """Variables `pattern` as the user's function names them: its variables
+  by name; the result and temporaries by what they are."""
+  names = []
+  for var in inst.pattern_flatten(pattern):
+    _, dot, local = var.partition('.')
+    local = local if dot else var
+    names.append('the result' if local == inst.RETURN_VAR else
+                 'its value' if local.startswith('%') else
+                 f'variable {local!r}')
+  return ', '.join(dict.fromkeys(names)) or 'its variables'
+
+
 def result_shape_error(e, op, backend, m):
   text = op.text or getattr(op.function, '__name__', '?')
   rows = getattr(m, 'count', None)
   return errors.PrimitiveError(
-      f'`{text}` returned a value that does not fit its variable(s) '
-      f'{op.vars_out} ({e})', loc=op.loc,
+      f'`{text}` returned a value that does not fit '
+      f'{_user_variables(op.vars_out)} ({e})', loc=op.loc,
       hint=(f'On {backend.name} a primitive gets arrays with one row per '
             f'member at this block (here {rows}); it must return one row '
             'per input row. Pass per-member data as an argument of the '
