@@ -222,16 +222,33 @@ def make_nuts(backend, batch):
     return seconds / max(float(np.sum(out[3])), 1.0) * cell.units
   cell.alone = alone
   if backend != 'numpy':
-    point, da = state[0], state[1]
-    eps = np.exp(da.log_eps_bar)
-
-    def tfp_nuts(kind):
-      return tfp_baselines.nuts_runner(kind, backend, target, point.theta,
-                                       eps, NUTS_TRANSITIONS,
-                                       NUTS_MAX_TREE_DEPTH)[0]
-    cell.tfp = lambda: tfp_nuts('autobatched')
-    cell.hand = lambda: tfp_nuts('unrolled')
+    cell.tfp = lambda: tfp_nuts_baseline('autobatched', backend, batch)
+    cell.hand = lambda: tfp_nuts_baseline('unrolled', backend, batch)
   return cell
+
+
+_QUICK_BASELINES = {}
+
+
+def tfp_nuts_baseline(kind, backend, batch):
+  """A call of TFP's NUTS (`tfp_baselines.nuts_runner` kind 'autobatched',
+  on TFP's VM, or 'unrolled', hand-batched) doing a NUTS cell's work: from
+  the warmed-up chains at their step sizes, NUTS_TRANSITIONS transitions.
+  None where TFP is missing, and for 'autobatched' under --notfp_vm_nuts.
+  Under --quick, the nuts and tfp_nuts cells share one (traced once)."""
+  if kind == 'autobatched' and not FLAGS.tfp_vm_nuts:
+    return None
+  key = (kind, backend, batch)
+  if FLAGS.quick and key in _QUICK_BASELINES:
+    return _QUICK_BASELINES[key]
+  target = example('nuts').make_target('logistic')
+  point, da = nuts_warm_state(batch)[:2]
+  run = tfp_baselines.nuts_runner(kind, backend, target, point.theta,
+                                  np.exp(da.log_eps_bar), NUTS_TRANSITIONS,
+                                  NUTS_MAX_TREE_DEPTH)[0]
+  if FLAGS.quick:
+    _QUICK_BASELINES[key] = run
+  return run
 
 
 def make_tfp_nuts(backend, batch):
@@ -244,15 +261,13 @@ def make_tfp_nuts(backend, batch):
   target = nuts.make_target('logistic')
   point, da = nuts_warm_state(batch)[:2]
   eps = np.exp(da.log_eps_bar)
-
-  def runner(kind):
-    return tfp_baselines.nuts_runner(kind, backend, target, point.theta, eps,
-                                     NUTS_TRANSITIONS, NUTS_MAX_TREE_DEPTH)
-  run, out = runner('autobatched_ours')
+  run, out = tfp_baselines.nuts_runner(
+      'autobatched_ours', backend, target, point.theta, eps,
+      NUTS_TRANSITIONS, NUTS_MAX_TREE_DEPTH)
   run()   # warm-up also measures the work (leapfrogs) per call
   return Cell(run, out['leapfrogs'], 'leapfrogs/s',
-              tfp=lambda: runner('autobatched')[0],
-              hand=lambda: runner('unrolled')[0])
+              tfp=lambda: tfp_nuts_baseline('autobatched', backend, batch),
+              hand=lambda: tfp_nuts_baseline('unrolled', backend, batch))
 
 
 def nuts_gradient_floor(nuts, backend, target, state, evaluations):
@@ -314,11 +329,19 @@ def measured(workload, backend):
   return backend != 'stackless' or workload in STACKLESS_WORKLOADS
 
 
+# --quick: one small batch per workload (NUTS: chains).
+QUICK_BATCH = {'fibonacci': 64, 'collatz': 64, 'tree_rnn': 64, 'nuts': 16,
+               'tfp_nuts': 16}
+
+
 def batch_sizes(workload):
-  if workload == 'tfp_nuts':
-    return [16] if FLAGS.quick else [NUTS_CHAINS, 256]
+  """The batch sizes (NUTS: chains) at which a run measures `workload`."""
+  if FLAGS.batch_sizes:
+    return [int(b) for b in FLAGS.batch_sizes]
   if FLAGS.quick:
-    return [1, 16] if workload == 'nuts' else [1, 64]
+    return [QUICK_BATCH[workload]]
+  if workload == 'tfp_nuts':
+    return [NUTS_CHAINS, 256]
   if workload == 'tree_rnn':   # the issue's target is at B=256
     return [1, 64, 256, 1024]
   return [1, 64, 256] if workload == 'nuts' else [1, 64, 1024]

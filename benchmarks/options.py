@@ -27,6 +27,9 @@ flags.DEFINE_list('backends', ['numpy', 'stackless', 'function', 'xla'],
                   'only, the programs NumPy\'s default mode runs '
                   'stackless), function (tf.function), xla '
                   '(jit_compile=True).')
+flags.DEFINE_list('batch_sizes', [], 'Batch sizes (NUTS: chains) of every '
+                  'workload; empty: each workload\'s own '
+                  '(`cells.batch_sizes`).')
 flags.DEFINE_integer('repeats', 3, 'Timed repeats per cell (median).')
 flags.DEFINE_integer('nuts_repeats', 7, 'Least timed repeats per NUTS cell '
                      '(a call takes 0.02-0.6 s, and this machine\'s speed '
@@ -69,6 +72,10 @@ flags.DEFINE_integer('nuts_ess_repeats', 3, 'Timed runs per system of the '
                      'numbers (median time, median ESS).')
 flags.DEFINE_integer('tfp_numpy_max_batch', 64, 'Largest B for TFP\'s NumPy '
                      'VM (228 s at B=1024).')
+flags.DEFINE_boolean('tfp_vm_nuts', True, 'Time TFP\'s autobatched NUTS '
+                     'on TFP\'s VM beside ours in the NUTS cells (with '
+                     'TFP installed).  Its first call traces TFP\'s VM for '
+                     '25-40 s of CPU per TensorFlow backend.')
 flags.DEFINE_string('out', os.path.join(HERE, 'results'),
                     'Directory for results.md and results.png.')
 flags.DEFINE_boolean('one_process', False, 'Measure every workload and '
@@ -97,9 +104,13 @@ flags.DEFINE_integer('memory_batch', 1, 'Internal: see --memory_worker.')
 # (`cells.batch_sizes`), in one process.  Starting a process costs the
 # TensorFlow import (5 s of CPU, more on a loaded machine), and each
 # fresh process traces every program again.
+# TFP's baselines run where they are quick: its VM on fibonacci under
+# tf.function and XLA (a few seconds), its hand-batched NUTS; not its NumPy
+# VM (2 s a call at B=64) nor its autobatched NUTS (--tfp_vm_nuts).
 QUICK = dict(one_process=True, repeats=2, nuts_repeats=2, min_seconds=0.0,
              max_repeats=2, alone_seconds=0.2, schedule_batch=0,
-             nuts_ess_samples=0, nuts_processes=1, memory_processes=False)
+             nuts_ess_samples=0, nuts_processes=1, memory_processes=False,
+             tfp_numpy_max_batch=0, tfp_vm_nuts=False)
 
 
 def apply_quick():

@@ -1,6 +1,7 @@
 """The benchmark harness: its timing helper, and a short run end to end."""
 
 import gc
+import importlib.util
 import json
 import os
 import pathlib
@@ -98,10 +99,19 @@ def test_timed_calls_run_without_garbage_collection(clock):
   assert seen == [True, False, False, False, True, False, False]
 
 
-def _quick_run(tmp_path, *flags):
-  """`benchmarks/run.py --quick` with `flags`, writing to `tmp_path`;
-  returns the finished process (asserted successful)."""
+def _quick_run(tmp_path, *flags, hide=()):
+  """`benchmarks/run.py --quick` with `flags`, writing to `tmp_path`, with
+  the modules named in `hide` failing to import; returns the finished
+  process (asserted successful)."""
   env = dict(os.environ, OPENBLAS_NUM_THREADS='1', TF_CPP_MIN_LOG_LEVEL='2')
+  if hide:
+    shadow = tmp_path / 'hidden_modules'
+    for name in hide:
+      (shadow / name).mkdir(parents=True)
+      (shadow / name / '__init__.py').write_text(
+          f'raise ImportError("{name} hidden by the test")\n')
+    env['PYTHONPATH'] = os.pathsep.join(
+        [str(shadow)] + [p for p in [env.get('PYTHONPATH')] if p])
   proc = subprocess.run(
       [sys.executable, str(ROOT / 'benchmarks' / 'run.py'), '--quick',
        '--nuts_ess_samples=0', f'--out={tmp_path}', *flags],
@@ -113,10 +123,13 @@ def _quick_run(tmp_path, *flags):
 
 @pytest.mark.parametrize('processes', ['--one_process', '--noone_process'])
 def test_quick_run_writes_table_and_schedules(tmp_path, processes):
-  """Each (workload, backend) measured in a process of its own (the
-  default), or all in one: the same tables."""
+  """Each (workload, backend) measured in a process of its own, or all in
+  one: the same tables.  Flags given on the command line keep their
+  values under --quick (here the schedule table, processes and batch
+  sizes)."""
   proc = _quick_run(tmp_path, '--workloads=fibonacci,collatz',
-                    '--backends=numpy', '--schedule_batch=8', processes)
+                    '--backends=numpy', '--schedule_batch=8',
+                    '--batch_sizes=1,64', processes)
   text = (tmp_path / 'results.md').read_text()
   for workload in ('fibonacci', 'collatz'):
     for batch in (1, 64):
@@ -133,6 +146,93 @@ def test_quick_run_writes_table_and_schedules(tmp_path, processes):
   rows = json.loads((tmp_path / 'results.json').read_text())['rows']
   assert {(r['workload'], r['batch']) for r in rows} == {
       (w, b) for w in ('fibonacci', 'collatz') for b in (1, 64)}
+
+
+def test_quick_run_is_one_small_batch_per_cell_into_a_new_directory(
+    tmp_path):
+  """--quick alone: one batch per workload, no schedule table, no ESS
+  comparison, a note saying so; --out may name a directory that does not
+  exist yet."""
+  out = tmp_path / 'new' / 'results'
+  _quick_run(out, '--workloads=fibonacci,collatz,nuts',
+             '--backends=numpy,stackless')
+  results = json.loads((out / 'results.json').read_text())
+  assert {(r['workload'], r['backend'], r['batch'])
+          for r in results['rows']} == {
+              ('fibonacci', 'numpy', 64), ('fibonacci', 'stackless', 64),
+              ('collatz', 'numpy', 64), ('nuts', 'numpy', 16)}
+  assert results['schedules'] == [] and results['ess'] == []
+  text = (out / 'results.md').read_text()
+  assert '`python benchmarks/run.py --quick`' in text
+  assert 'A quick run (`--quick`) checks an install' in text
+  assert 'Both schedules' not in text
+  if importlib.util.find_spec('matplotlib'):
+    assert (out / 'results.png').stat().st_size > 0
+
+
+def test_quick_run_without_tensorflow_measures_numpy_only(tmp_path):
+  """With TensorFlow (and so TFP) missing, the TensorFlow backends are
+  left out and the NumPy rows are measured, without TFP baselines."""
+  proc = _quick_run(tmp_path, '--workloads=fibonacci,collatz',
+                    '--backends=numpy,function,xla',
+                    hide=('tensorflow', 'tensorflow_probability'))
+  assert 'TensorFlow is not installed: NumPy only.' in proc.stdout
+  results = json.loads((tmp_path / 'results.json').read_text())
+  assert {(r['workload'], r['backend']) for r in results['rows']} == {
+      ('fibonacci', 'numpy'), ('collatz', 'numpy')}
+  assert all(r['tfp_seconds'] is None for r in results['rows'])
+  assert 'TensorFlow' not in (tmp_path / 'results.md').read_text().split(
+      '\n')[2]
+
+
+def test_quick_sets_the_flags_the_command_line_did_not_give(
+    monkeypatch, set_flags):
+  """--quick: each flag of `options.QUICK` takes its quick value unless
+  the command line gave it; without --quick, none changes."""
+  from benchmarks import options  # pylint: disable=g-import-not-at-top
+  before = {name: getattr(options.FLAGS, name) for name in options.QUICK}
+  set_flags(quick=False, **before)   # restored after the test
+  options.apply_quick()
+  assert {name: getattr(options.FLAGS, name)
+          for name in options.QUICK} == before
+  set_flags(quick=True, repeats=5)
+  monkeypatch.setattr(options.FLAGS['repeats'], 'present', 1)
+  options.apply_quick()
+  for name, value in options.QUICK.items():
+    want = 5 if name == 'repeats' else value
+    assert getattr(options.FLAGS, name) == want, name
+  assert options.QUICK['one_process'] and not options.QUICK[
+      'memory_processes']
+
+
+def test_quick_nuts_cells_share_tfps_samplers_and_run_without_tfp(
+    monkeypatch, set_flags):
+  """Under --quick the nuts and tfp_nuts cells share TFP's hand-batched
+  sampler (traced once) and leave out its autobatched one; without TFP
+  both are None, as is TFP's fibonacci, and TFP's NUTS program is not
+  measured."""
+  pytest.importorskip('tensorflow')
+  from benchmarks import cells, tfp_baselines  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(cells, 'NUTS_WARMUP', 5)
+  monkeypatch.setattr(cells, '_QUICK_BASELINES', {})
+  cells.nuts_warm_state.cache_clear()
+  try:
+    set_flags(quick=True, tfp_vm_nuts=False)
+    if tfp_baselines.available():
+      hand = cells.tfp_nuts_baseline('unrolled', 'function', 2)
+      assert hand is not None
+      assert cells.tfp_nuts_baseline('unrolled', 'function', 2) is hand
+      assert cells.tfp_nuts_baseline('unrolled', 'xla', 2) is not hand
+      assert cells.tfp_nuts_baseline('autobatched', 'function', 2) is None
+    monkeypatch.setattr(tfp_baselines, '_tfp', lambda: None)
+    monkeypatch.setattr(cells, '_QUICK_BASELINES', {})
+    set_flags(tfp_vm_nuts=True)
+    for kind in ('unrolled', 'autobatched'):
+      assert cells.tfp_nuts_baseline(kind, 'function', 2) is None
+    assert cells.make_fibonacci('function', 4).tfp() is None
+    assert not cells.measured('tfp_nuts', 'function')
+  finally:
+    cells.nuts_warm_state.cache_clear()
 
 
 def test_stackless_rows_only_where_calls_run_together(tmp_path):
@@ -171,8 +271,8 @@ def test_tensorflow_rows_report_steps_utilization_and_peak_memory(tmp_path):
   its counts) and their peak memory (a process with the BFC allocator):
   the same steps as on NumPy."""
   _quick_run(tmp_path, '--workloads=collatz',
-             '--backends=numpy,function,xla', '--schedule_batch=0',
-             '--one_process')
+             '--backends=numpy,function,xla', '--batch_sizes=1,64',
+             '--memory_processes')
   rows = json.loads((tmp_path / 'results.json').read_text())['rows']
   by = {(r['backend'], r['batch']): r for r in rows}
   for batch in (1, 64):
