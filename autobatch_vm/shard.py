@@ -530,7 +530,6 @@ class ShardedFunction:
   # -- arguments ---------------------------------------------------------------
 
   def _bind(self, args, kwargs):
-    params = self.fn.context._params_of(self.fn.name)  # pylint: disable=protected-access
     if kwargs:
       modes = set(kwargs) & set(_CALL_KWARGS + ('dry_run',
                                                 'block_code_cache'))
@@ -539,12 +538,9 @@ class ShardedFunction:
             f'Pass {sorted(modes)} to shard({self.fn.name}, ...), not to '
             'the sharded call', loc=self.fn.context.function_loc(
                 self.fn.name))
-    bound = dict(zip(params, args))
-    bound.update(kwargs)
-    if len(args) > len(params) or set(bound) != set(params):
-      # The batched function says what is wrong, as an unsharded call.
-      self.fn._bind_arguments(args, kwargs)  # pylint: disable=protected-access
-    return [bound[p] for p in params]
+    # As an unsharded call binds them: defaults filled in, and what is
+    # wrong said by the batched function.
+    return self.fn._bind_arguments(args, kwargs)  # pylint: disable=protected-access
 
   def _num_shards(self, available):
     return self.shards if self.shards is not None else available

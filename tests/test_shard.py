@@ -155,6 +155,22 @@ def test_shard_argument_mistakes_raise():
   pool.shutdown()
 
 
+_defaults_ctx = ab.Context()
+
+
+@_defaults_ctx.batch()
+def power(x, k=3):
+  return x ** k
+
+
+def test_shard_fills_in_default_arguments():
+  x = np.arange(7.0)
+  with concurrent.futures.ThreadPoolExecutor(2) as pool:
+    sharded = ab.shard(power, executor=pool)
+    assert_same(sharded(x), power(x))
+    assert_same(sharded(x, k=2), power(x, k=2))
+
+
 # -- NumPy on a Dask cluster --------------------------------------------------------
 
 @pytest.fixture(scope='module')
