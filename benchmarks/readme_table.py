@@ -17,8 +17,9 @@ import json
 import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_DIRS = [os.path.join(HERE, 'results'),
-                os.path.join(HERE, 'results', 'tfp_nuts')]
+# The headline first: TFP's own NUTS program on both VMs.
+DEFAULT_DIRS = [os.path.join(HERE, 'results', 'tfp_nuts'),
+                os.path.join(HERE, 'results')]
 START, END = '<!-- benchmarks:start -->', '<!-- benchmarks:end -->'
 
 WORKLOADS = {'fibonacci': 'fibonacci', 'collatz': 'Collatz',
