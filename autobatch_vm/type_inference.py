@@ -198,11 +198,9 @@ class _Inference:
       try:
         castable(t, declared)
       except Mismatch as e:
-        raise errors.TypeInferenceError(
+        raise declared_type_error(
             f'{fn.name!r} returns a value that cannot be cast to the type '
-            f'its type_inference declares: {e}', loc=loc,
-            hint='Fix the type_inference callable, or omit it and let '
-            'autobatch_vm infer the type.') from None
+            f'its type_inference declares: {e}', loc) from None
       return
     try:
       new = join(old, t)
@@ -481,11 +479,9 @@ class _Inference:
       try:
         castable(env[RET], declared)
       except Mismatch as e:
-        raise errors.TypeInferenceError(
+        raise declared_type_error(
             f'{fn.name!r} returns a value that cannot be cast to the type '
-            f'its type_inference declares: {e}', loc=fn.loc,
-            hint='Fix the type_inference callable, or omit it and let '
-            'autobatch_vm infer the type.') from None
+            f'its type_inference declares: {e}', fn.loc) from None
     self.declared[fn.name] = (params, declared)
     if declared != env.get(RET):
       env[RET] = declared
@@ -576,6 +572,13 @@ class _Inference:
     return dataclasses.replace(self.program, functions=tuple(functions))
 
 
+def declared_type_error(message, loc):
+  """The error for a value that does not fit its declared type."""
+  return errors.TypeInferenceError(
+      message, loc=loc, hint='Fix the type_inference callable, or omit it '
+      'and let autobatch_vm infer the type.')
+
+
 def checked_result(function, declared, op, fn_name):
   """`function`, raising `TypeInferenceError` where its result does not
   have the structure and per-member shapes of `declared`: a primitive
@@ -605,11 +608,10 @@ class _CheckedResult:
     try:
       _check_pattern(self.declared, value)
     except Mismatch as e:
-      raise errors.TypeInferenceError(
+      raise declared_type_error(
           f'`{self.text}` returns a value that does not match the type the '
-          f'type_inference of {self.fn_name!r} declares: {e}', loc=self.loc,
-          hint='Fix the type_inference callable, or omit it and let '
-          'autobatch_vm infer the type.') from None
+          f'type_inference of {self.fn_name!r} declares: {e}',
+          self.loc) from None
     return value
 
 
