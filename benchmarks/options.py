@@ -74,8 +74,10 @@ flags.DEFINE_integer('tfp_numpy_max_batch', 64, 'Largest B for TFP\'s NumPy '
                      'VM (228 s at B=1024).')
 flags.DEFINE_boolean('tfp_vm_nuts', True, 'Time TFP\'s autobatched NUTS '
                      'on TFP\'s VM beside ours in the NUTS cells (with '
-                     'TFP installed).  Its first call traces TFP\'s VM for '
-                     '25-40 s of CPU per TensorFlow backend.')
+                     'TFP installed).  Its first call on each TensorFlow '
+                     'backend traces and compiles TFP\'s VM, for longer '
+                     'than any other step of a quick run, so --quick leaves '
+                     'it out.')
 flags.DEFINE_string('out', os.path.join(HERE, 'results'),
                     'Directory for results.md and results.png.')
 flags.DEFINE_boolean('one_process', False, 'Measure every workload and '
@@ -101,12 +103,13 @@ flags.DEFINE_integer('memory_batch', 1, 'Internal: see --memory_worker.')
 
 # --quick: the values of the flags not given on the command line.  A quick
 # run checks an install: every workload and backend once, at a small size
-# (`cells.batch_sizes`), in one process.  Starting a process costs the
-# TensorFlow import (5 s of CPU, more on a loaded machine), and each
-# fresh process traces every program again.
-# TFP's baselines run where they are quick: its VM on fibonacci under
-# tf.function and XLA (a few seconds), its hand-batched NUTS; not its NumPy
-# VM (2 s a call at B=64) nor its autobatched NUTS (--tfp_vm_nuts).
+# (`cells.batch_sizes`), in one process, since each fresh process imports
+# TensorFlow and traces every program again.  Most of a quick run is our
+# own programs' first calls (tracing, XLA compilation), NUTS's above all.
+# TFP's baselines run where they are cheap: its VM on fibonacci under
+# tf.function and XLA, its hand-batched NUTS; not its NumPy VM (seconds a
+# call at B=64) nor its autobatched NUTS (--tfp_vm_nuts), whose first
+# calls trace TFP's VM for longer than the rest of a quick run.
 QUICK = dict(one_process=True, repeats=2, nuts_repeats=2, min_seconds=0.0,
              max_repeats=2, alone_seconds=0.2, schedule_batch=0,
              nuts_ess_samples=0, nuts_processes=1, memory_processes=False,

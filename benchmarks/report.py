@@ -290,6 +290,7 @@ if __name__ == '__main__':
 
 
 QUICK_NOTE = ('A quick run (`--quick`) checks an install: one small batch '
-              'per workload, every cell in one process, few repeats, so '
-              'its figures are rough; the TensorFlow rows\' peak memory is '
-              'measured only with `--memory_processes`.')
+              'per workload, by default every cell in one process and few '
+              'repeats, so its figures are rough; the TensorFlow rows\' '
+              'peak memory is measured only with `--memory_processes`, '
+              'TFP\'s autobatched NUTS only with `--tfp_vm_nuts`.')
