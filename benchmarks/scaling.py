@@ -32,27 +32,6 @@ flags.DEFINE_integer('repeats', 5, 'Timed rounds (median reported).')
 flags.DEFINE_boolean('no_tfp', False, 'Skip TFP\'s VM.')
 
 
-def tfp_fibonacci(mode, depth):
-  """TFP's VM on fibonacci at `depth` under `mode`, or None without TFP."""
-  if not tfp_baselines.available():
-    return None
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tensorflow_probability.python.experimental import auto_batching as tfp_ab  # pylint: disable=g-import-not-at-top
-  ctx = tfp_ab.Context()
-
-  # TFP's frontend reads the names the function uses: keep them local.
-  @ctx.batch(type_inference=lambda arg_types: arg_types[0])
-  def fib(n):
-    if n > 2:
-      return fib(n - 1) + fib(n - 2)
-    else:
-      return 1
-  return tf.function(
-      lambda x: fib(x, max_stack_depth=depth,
-                    backend=tfp_ab.TensorFlowBackend()),
-      jit_compile=(mode == 'xla'))
-
-
 def cells(modes, depths, batch, with_tfp):
   """{(mode, system, depth): call}, each checked once."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -66,18 +45,17 @@ def cells(modes, depths, batch, with_tfp):
       ours = tf.function(
           lambda x, d=depth: workloads.fibonacci(x, max_stack_depth=d),
           jit_compile=(mode == 'xla'))
-      systems = [('ours', ours)]
+      systems = [('ours', lambda fn=ours: fn(n_tf).numpy())]
       if with_tfp:
-        with tfp_baselines.quiet_logs():
-          theirs = tfp_fibonacci(mode, depth)
-          if theirs is not None:
-            theirs(n_tf)   # traced quietly
+        # TFP's VM at the same depth; its first call (the trace) is quiet.
+        theirs = tfp_baselines.fibonacci_runner(mode, n_np,
+                                                max_stack_depth=depth)
         if theirs is not None:
-          systems.append(('TFP VM', theirs))
+          systems.append(('TFP VM', lambda fn=theirs: np.asarray(fn())))
       for name, fn in systems:
-        if fn(n_tf).numpy().tolist() != expected:
+        if fn().tolist() != expected:
           raise AssertionError(f'{name} wrong in {mode} at depth {depth}')
-        out[(mode, name, depth)] = lambda fn=fn: fn(n_tf).numpy()
+        out[(mode, name, depth)] = fn
       print(f'traced {mode} at depth {depth}', flush=True)
   return out
 

@@ -67,7 +67,7 @@ def available():
   return _tfp() is not None
 
 
-def fibonacci_runner(backend, n):
+def fibonacci_runner(backend, n, max_stack_depth=20):
   """A call running TFP's VM on fibonacci(n) (None without TFP); backend is
   'numpy', 'function' (tf.function) or 'xla'."""
   if _tfp() is None:
@@ -87,11 +87,12 @@ def fibonacci_runner(backend, n):
     # few microseconds of log settings against its milliseconds.
     def run():
       with quiet_logs():
-        return fib(n, max_stack_depth=20, backend=tfp_ab.NumpyBackend())
+        return fib(n, max_stack_depth=max_stack_depth,
+                   backend=tfp_ab.NumpyBackend())
     return run
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   staged = tf.function(
-      lambda x: fib(x, max_stack_depth=20,
+      lambda x: fib(x, max_stack_depth=max_stack_depth,
                     backend=tfp_ab.TensorFlowBackend()),
       jit_compile=(backend == 'xla'))
   n_t = tf.constant(n)
