@@ -57,6 +57,7 @@ seconds per block from timestamps around each step: return
 import collections
 import contextlib
 import functools
+import itertools
 import threading
 import time
 import warnings
@@ -455,7 +456,7 @@ class TensorFlowBackend:
     """`fn(*args)` traced in a scratch graph on `tf.TensorSpec`s like
     `args` (Python scalars stay constants): its result with symbolic
     tensors, of static dtypes and shapes, and no value computed."""
-    names = iter(range(1 << 30))
+    names = itertools.count()
 
     def spec(x):
       if tf.is_tensor(x):   # named: the primitive's own names may not be

@@ -634,7 +634,7 @@ def _check_pattern(declared, value):
 def _check_leaf(declared, value):
   if type(value) in _PY_SCALARS:
     return
-  shape = tuple(getattr(value, 'shape', np.shape(value)))
+  shape = tuple(value.shape if hasattr(value, 'shape') else np.shape(value))
   if len(shape) != len(declared.shape) + 1 or (
       shape[1:] != declared.shape and None not in shape[1:]):
     raise Mismatch(f'shape {shape}: members of shape {shape[1:]}, '
