@@ -20,6 +20,8 @@ copies, so a value a primitive returned, or an input array, is never
 changed.
 """
 
+import ctypes
+import platform
 import time
 
 import numpy as np
@@ -72,19 +74,33 @@ def keep_freed_heap():
   level, and a primitive's results on it are as large).  With glibc's
   starting thresholds these come from fresh `mmap` pages, or the heap's
   top is given back to the system when they are freed, so every call
-  faults its memory in again: NUTS at 64 chains, 20,600 page faults per
-  call and 88 ms instead of 39; a tree-RNN at B=256 in stackless mode,
-  330 faults and a third of its time.  Freeing one 16 MiB block that was
-  `mmap`ed raises the thresholds, as glibc does by itself once a program
-  has freed a large array (see mallopt(3), M_MMAP_THRESHOLD: arrays up to
-  16 MiB then come from the heap, which keeps up to 32 MiB free at its
-  top).  Elsewhere it is one allocation.
+  faults its memory in again (`benchmarks/page_faults.py` counts them).
+  This sets the thresholds glibc itself adopts once a program has freed
+  a 16 MiB array (see mallopt(3), M_MMAP_THRESHOLD and M_TRIM_THRESHOLD):
+  arrays up to 16 MiB come from the heap, which keeps up to 32 MiB free
+  at its top.  Set explicitly, they hold whatever the environment's
+  `MALLOC_*_` variables or earlier frees did.  Elsewhere than glibc it
+  does nothing.
   """
   global _heap_kept
-  if not _heap_kept:
-    _heap_kept = True
-    block = np.empty(16 << 20, np.uint8)   # never touched: no page used
-    del block
+  if _heap_kept:
+    return
+  _heap_kept = True
+  if platform.system() != 'Linux' or platform.libc_ver()[0] != 'glibc':
+    return
+  try:
+    libc = ctypes.CDLL(None)
+    mallopt = libc.mallopt
+  except (OSError, AttributeError):
+    return
+  mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+  mallopt.restype = ctypes.c_int
+  mallopt(_M_MMAP_THRESHOLD, 16 << 20)
+  mallopt(_M_TRIM_THRESHOLD, 32 << 20)
+
+
+_M_TRIM_THRESHOLD = -1   # glibc's <malloc.h>
+_M_MMAP_THRESHOLD = -3
 
 
 class NumpyBackend:
