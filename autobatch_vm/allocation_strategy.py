@@ -33,7 +33,15 @@ VA = inst.VariableAllocation
 
 
 def call_graph_closure(program):
-  """name -> set of functions it can reach by one or more calls."""
+  """Finds the functions each function reaches by one or more calls.
+
+  Args:
+    program: A `Program` (before lowering).
+
+  Returns:
+    A dict from each function's name to the set of names of the functions
+    it can reach by one or more calls (itself included if it is recursive).
+  """
   direct = {f.name: {op.function for b in f.blocks for op in b.instructions
                      if isinstance(op, inst.FunctionCallOp)}
             for f in program.functions}
@@ -102,7 +110,14 @@ def _allocate_function(fn, reach, param_writers):
 
 
 def allocate(program):
-  """Returns `program` with `var_alloc` set on every function."""
+  """Allocates every variable of every function (see the module docstring).
+
+  Args:
+    program: A typed `Program` (before lowering).
+
+  Returns:
+    `program` with `var_alloc` set on every function.
+  """
   reach = call_graph_closure(program)
   param_writers = _param_writers(program)
   return dataclasses.replace(program, functions=tuple(
@@ -115,8 +130,18 @@ __all__ += ['optimize']
 
 
 def optimize(program):
-  """TFP's name for `allocate`: `program` (a `Program`, typed or not) with
-  a `VariableAllocation` for every variable of every function."""
+  """Allocates every variable of every function; TFP's name for `allocate`.
+
+  Args:
+    program: A `Program` (before lowering), typed or not.
+
+  Returns:
+    `program` with a `VariableAllocation` for every variable of every
+    function.
+
+  Raises:
+    ArgumentError: If `program` is not a `Program` (e.g. already lowered).
+  """
   if not isinstance(program, inst.Program):
     raise errors.ArgumentError(
         f'allocation_strategy.optimize takes a Program before lowering, '

@@ -19,8 +19,8 @@ block it jumps to when either
    the lowest-first schedule (`'lowest'`) a copy must also not split
    members that would have run the block together (`_loses_no_company`):
    copying an if's join into both arms would send the arms on separately.
-   Under `'most'` (the default) every small block is copied: measured,
-   that gives fewer steps there (collatz 784 -> 533 at B=64).
+   Under `'most'` (the default) every small block is copied: that gives
+   fewer steps there (docs/performance.md).
 
 A call (`push_goto R, E`) can take the callee's small entry block too: the
 terminator becomes `push_goto R, F` or `push_branch R, c ? T : F`, so a
@@ -32,11 +32,10 @@ for company), so it is never copied, and a block that takes one by a
 plain merge takes its place among the last blocks too: the jumping block's
 code then runs in the sync block's step, which its members reach next
 anyway.  NUTS's `run_chunk` loop jumps to `transition`'s entry, whose
-first leapfrog is a sync point: one step per transition fewer (5
-transitions at 64 chains, 52 -> 47 steps).  The entry block stays first,
-so it takes no sync block, and so does a block holding a sync primitive
-itself (members at the second one could wait for those of several runs of
-the first).
+first leapfrog is a sync point: one step per transition fewer.  The entry
+block stays first, so it takes no sync block, and so does a block holding a
+sync primitive itself (members at the second one could wait for those of
+several runs of the first).
 
 Each member runs exactly the instructions it ran before, in the same order;
 only how they are cut into steps changes.  Blocks left unreachable are
@@ -151,9 +150,16 @@ def _merged(block, by_label, refs, index, schedule):
 def merge_blocks(program, schedule):
   """An equivalent `LoweredProgram` with fewer blocks per member's path.
 
-  `schedule`: the VM schedule it will run under.  Under `'lowest'` a small
-  block is copied only where that keeps members together (see
-  `_loses_no_company`); under `'most'`, wherever it is small.
+  Args:
+    program: A `LoweredProgram` whose block numbers are final
+      (`block_order.order_blocks`).
+    schedule: The VM schedule it will run under, `'most'` or `'lowest'`.
+      Under `'lowest'` a small block is copied only where that keeps
+      members together (see `_loses_no_company`); under `'most'`, wherever
+      it is small.
+
+  Returns:
+    The merged `LoweredProgram`; blocks left unreachable are dropped.
   """
   if not program.blocks:
     return program

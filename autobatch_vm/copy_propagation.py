@@ -155,8 +155,15 @@ def _mentioned(program):
 
 
 def propagate_copies(program):
-  """An equivalent `LoweredProgram` with fewer copies (see the module
-  docstring)."""
+  """Propagates copies into their readers (see the module docstring).
+
+  Args:
+    program: A `LoweredProgram`.
+
+  Returns:
+    An equivalent `LoweredProgram` with fewer copies; temporaries no
+    longer mentioned are dropped from `var_defs` and `var_alloc`.
+  """
   temporary = {v for v, a in program.var_alloc.items()
                if a == VA.TEMPORARY}
   blocks = tuple(_propagate(b, program.var_defs, temporary)

@@ -20,8 +20,8 @@ return block's code, and the call jumps there without pushing:
 
 The copy's own terminator is rewritten the same way, so a leaf called again
 after the call (the second recursive call of a tree walk) chains on.  In
-NUTS's `build_tree` every leapfrog now takes one VM step instead of two (142
--> 107 steps for 5 transitions at 64 chains); in the tree encoder every leaf.
+NUTS's `build_tree` every leapfrog takes one VM step instead of two; in the
+tree encoder every leaf does.
 
 Each member runs exactly the instructions it ran before, in the same order,
 and its PC stack holds the same return blocks at every call that remains;
@@ -31,23 +31,17 @@ reached by any other jump keeps its original block for it.
 
 Limits.  The pass trades waiting for company against steps.  A member
 that leaves a leaf runs the return block's code at once, in the copy,
-where it used to wait at the return block and run it with the members
-that reach it from elsewhere (returning from a deeper call); and members
-at one leaf that return to different blocks run different copies, in
-different steps, where they ran the leaf in one.  Where members move in
-step (NUTS's chains: 99% utilization), nothing is lost and a step per
-leaf is saved: NUTS at 64 chains runs 142 -> 107 steps, 1.10x faster under
-`tf.function` and 1.03x under XLA (same on NumPy, whose time is the
-gradient's).  Where they do not, the saving is smaller and can cost: the
-tree encoder at 256 trees runs 250 -> 211 steps, 1.13x faster under XLA
-(whose steps are dear) but about 5% slower on NumPy and under
-`tf.function` (more primitive runs, each for fewer members); NUTS on a
-correlated Gaussian, whose chains fall out of step (34% utilization),
-1709 -> 1386 steps but 6% more leapfrog runs, 0.96x on NumPy and 0.99x
-under `tf.function`.  Under the `'lowest'` schedule, which gathers
-members by running blocks in order, the copies scatter them (the tree
-encoder: 853 -> 952 steps, 2x slower), so the pass leaves programs for
-that schedule unchanged.  Copies are made only of leaves with at most
+instead of waiting at the return block to run it with the members that
+reach it from elsewhere (returning from a deeper call); and members at one
+leaf that return to different blocks run different copies, in different
+steps, where without the pass they run the leaf in one.  Where members
+move in step (NUTS's chains), nothing is lost and a step per leaf is
+saved.  Where they do not, the saving is smaller and can cost more
+primitive runs, each for fewer members; it pays most where steps are
+dear (XLA).  Under the `'lowest'` schedule, which gathers members by
+running blocks in order, the copies scatter them, so the pass leaves
+programs for that schedule unchanged (docs/performance.md gives the
+figures for both).  Copies are made only of leaves with at most
 `_MAX_SITES` return blocks, and of return blocks of at most `_MAX_COPIED`
 instructions, to bound the program's growth.  A leaf that holds a sync
 point (`ab.sync_point`) is copied too: its copies are numbered last, like
@@ -125,10 +119,18 @@ def _rewritten(t, copy_of):
 
 
 def merge_leaf_returns(program, schedule):
-  """An equivalent `LoweredProgram` in which calls to leaf blocks jump to
-  copies of the leaf that go on with the return block's code (see the
-  module docstring).  `schedule`: the VM schedule it will run under; under
-  `'lowest'` the program is returned unchanged.
+  """Makes calls to leaf blocks go on at their return site in one step.
+
+  See the module docstring for the rewrite and its limits.
+
+  Args:
+    program: A `LoweredProgram` (after `return_inlining`).
+    schedule: The VM schedule it will run under, `'most'` or `'lowest'`;
+      under `'lowest'` the program is returned unchanged.
+
+  Returns:
+    An equivalent `LoweredProgram` in which calls to leaf blocks jump to
+    copies of the leaf that go on with the return block's code.
   """
   if not program.blocks or schedule == 'lowest':
     return program

@@ -24,6 +24,14 @@ __all__ = ['Liveness', 'analyze', 'crossing', 'lowered_live_out', 'reads',
 
 @dataclasses.dataclass(frozen=True)
 class Liveness:
+  """The liveness of every block of one function (`analyze`).
+
+  Attributes:
+    live_in: Block label -> the variables live on entry to the block.
+    live_out: Block label -> the variables live on exit from the block.
+    across_call: (block label, instruction index) -> the variables live
+      across the `FunctionCallOp` there (needed again once it returns).
+  """
   live_in: Dict[str, FrozenSet[str]]
   live_out: Dict[str, FrozenSet[str]]
   # (block label, instruction index) -> variables live across that call.
@@ -31,9 +39,16 @@ class Liveness:
 
 
 def crossing(fn, live):
-  """The variables of `fn` that cross a block boundary: its parameters and
-  results, and every variable live into or out of a block (`live`: its
-  `analyze(fn)`)."""
+  """Finds the variables of `fn` that cross a block boundary.
+
+  Args:
+    fn: A `Function` before lowering.
+    live: Its `Liveness`, from `analyze(fn)`.
+
+  Returns:
+    The set of its parameters and results, and of every variable live into
+    or out of one of its blocks.
+  """
   out = set(fn.vars_in) | set(inst.pattern_flatten(fn.vars_out))
   for b in fn.blocks:
     out |= live.live_in[b.label] | live.live_out[b.label]
@@ -41,7 +56,19 @@ def crossing(fn, live):
 
 
 def reads(op, fn=None):
-  """Variables an instruction or terminator reads."""
+  """Finds the variables an instruction or terminator reads.
+
+  Args:
+    op: An instruction or terminator, before or after lowering.
+    fn: The `Function` whose `vars_out` a `ReturnOp` reads, or None (a
+      `ReturnOp` then reads nothing).
+
+  Returns:
+    The set of variable names `op` reads.
+
+  Raises:
+    InternalError: If `op` is no known instruction.
+  """
   if isinstance(op, (inst.PrimOp, inst.FunctionCallOp)):
     return set(op.vars_in)
   if isinstance(op, (inst.BranchOp, inst.PushBranchOp,
@@ -57,7 +84,14 @@ def reads(op, fn=None):
 
 
 def writes(op):
-  """Variables an instruction writes."""
+  """Finds the variables an instruction writes.
+
+  Args:
+    op: An instruction or terminator, before or after lowering.
+
+  Returns:
+    The set of variable names `op` writes (empty for a terminator).
+  """
   if isinstance(op, (inst.PrimOp, inst.FunctionCallOp)):
     return set(inst.pattern_flatten(op.vars_out))
   if isinstance(op, (inst.PopOp, inst.RestoreOp)):
@@ -90,9 +124,19 @@ def successors(block):
 
 
 def transfer(block, fn, live_out, across=None):
-  """Live-in of `block` given its live-out (any block, lowered too; `fn`:
-  the function whose `ReturnOp` reads its `vars_out`, or None); records
-  live-across-call sets in `across`."""
+  """Computes the variables live on entry to `block` from those live out.
+
+  Args:
+    block: Any `Block`, lowered too.
+    fn: The function whose `ReturnOp` reads its `vars_out`, or None.
+    live_out: The variables live on exit from `block`.
+    across: A dict, or None; if given, it gets
+      `(block.label, index) -> variables live across that call` for each
+      `FunctionCallOp` of `block`.
+
+  Returns:
+    The set of variables live on entry to `block`.
+  """
   live = set(live_out) | reads(block.terminator, fn)
   for i in range(len(block.instructions) - 1, -1, -1):
     op = block.instructions[i]
@@ -124,7 +168,14 @@ def _fixpoint(blocks, succ, fn, exit_reads=lambda block: frozenset()):
 
 
 def analyze(fn):
-  """Liveness of every block of `fn`."""
+  """Computes the liveness of every block of a function before lowering.
+
+  Args:
+    fn: A `Function` (before lowering).
+
+  Returns:
+    Its `Liveness`.
+  """
   live_in, live_out = _fixpoint(fn.blocks, successors, fn)
   across = {}
   for block in fn.blocks:
@@ -168,7 +219,14 @@ def _returns_from(program):
 
 
 def lowered_live_out(program):
-  """Variables live on exit from each block of a lowered `Program`.
+  """Computes the variables live on exit from each block of a lowered program.
+
+  Args:
+    program: A `LoweredProgram`.
+
+  Returns:
+    A dict from each block's label to the frozenset of variables live on
+    exit from it.
 
   Calls and returns are jumps there: a call goes to the callee's entry
   (and a `CallBranchOp` or `PushBranchOp` to either side); a return
@@ -179,10 +237,11 @@ def lowered_live_out(program):
   each member's real path (a return may go to any call of its function),
   so a variable not live here is never read again before it is written.
 
-  A return going to every return point instead made a callee's result
-  live out of blocks of its caller, through the program's own return:
-  NUTS's leaf block that goes on in `transition` stored the subtree it
-  returns (`build_tree.%ret`, 115 KB at 64 chains) for nothing.
+  A return going to every return point instead would make a callee's
+  result live out of blocks of its caller, through the program's own
+  return: NUTS's leaf block that goes on in `transition` would store the
+  subtree it returns (`build_tree.%ret`, a whole tree state per chain) for
+  nothing.
   """
   if not program.blocks:
     return {}
@@ -227,6 +286,15 @@ __all__ += ['LivenessInfo', 'liveness_analysis']
 LivenessInfo = collections.namedtuple(
     'LivenessInfo',
     ['live_into_block', 'live_out_instructions', 'live_out_of_block'])
+LivenessInfo.__doc__ = """The liveness of one block (`liveness_analysis`).
+
+Attributes:
+  live_into_block: The frozenset of variables live into the block.
+  live_out_instructions: A list parallel to the block's instructions, of
+    the variables live out of each (the last one's includes what the
+    terminator reads).
+  live_out_of_block: The frozenset of variables live out of the block.
+"""
 
 
 def liveness_analysis(graph, live_out):

@@ -42,8 +42,15 @@ __all__ = ['parallelize_calls']
 
 
 def parallelize_calls(program):
-  """`program` (typed, before lowering) with independent calls of the same
-  function grouped and marked `parallel` (see the module docstring)."""
+  """Groups independent calls of the same function (see the module docstring).
+
+  Args:
+    program: A typed `Program` (before lowering).
+
+  Returns:
+    `program` with independent calls of the same function grouped and
+    marked `parallel`.
+  """
   functions = tuple(
       dataclasses.replace(fn, blocks=tuple(
           dataclasses.replace(b, instructions=_group_block(b.instructions))

@@ -99,7 +99,14 @@ def _tail_calls(blocks):
 
 
 def optimize(program):
-  """Returns an equivalent `LoweredProgram` with fewer stack operations."""
+  """Removes stack operations and steps (see the module docstring).
+
+  Args:
+    program: A `LoweredProgram` from `lowering.lower`.
+
+  Returns:
+    An equivalent `LoweredProgram` with fewer stack operations.
+  """
   blocks = [_fuse_pop_push(_drop_self_copies(b)) for b in program.blocks]
   blocks = inst.reachable_blocks(_tail_calls(blocks))
   return dataclasses.replace(program, blocks=tuple(blocks))
@@ -110,9 +117,19 @@ __all__ += ['fuse_pop_push']
 
 
 def fuse_pop_push(program):
-  """TFP's name for `optimize`: the `LoweredProgram` with a pop followed by
-  a push of the same variable fused into an update of its top, and the
-  other stack savings of `optimize` (dead pushes, tail calls)."""
+  """Fuses a pop and a push of one variable; TFP's name for `optimize`.
+
+  Args:
+    program: A `LoweredProgram`.
+
+  Returns:
+    The `LoweredProgram` with a pop followed by a push of the same variable
+    fused into an update of its top, and the other stack savings of
+    `optimize` (dropped self-copies, tail calls).
+
+  Raises:
+    ArgumentError: If `program` is not lowered.
+  """
   if not isinstance(program, inst.LoweredProgram):
     raise errors.ArgumentError(
         f'stack_optimization.fuse_pop_push takes a lowered program, got a '

@@ -104,10 +104,10 @@ class StagedFunction:
     # A signature (structure, dtypes, shapes) seen before calls its traced
     # concrete function directly, by the flat call its own __call__ makes:
     # `tf.function` would find it again, binding and flattening the
-    # arguments and packing the outputs in Python, about 0.35-0.6 ms per
-    # call for NUTS's 12 nested arguments (a staged call that does nothing
-    # took 1.07 ms, 0.51 ms so).  A new signature goes through
-    # `tf.function`, which traces it, and its concrete function is kept.
+    # arguments and packing the outputs in Python: for nested arguments,
+    # a large share of a short call's time (docs/performance.md).  A new
+    # signature goes through `tf.function`, which traces it, and its
+    # concrete function is kept.
     key = None if kwargs else _signature(args)
     concrete = self._concrete.get(key) if key is not None else None
     if concrete is not None and concrete is not False:

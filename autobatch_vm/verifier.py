@@ -99,8 +99,19 @@ def _check_blocks(blocks, params, var_defs, var_alloc, lowered, listing,
 
 
 def verify(program, stage='?'):
-  """Raises `InternalError` if `program` breaks an invariant; else returns
-  it."""
+  """Checks the invariants of `program` (see the module docstring).
+
+  Args:
+    program: A `Program` or a `LoweredProgram`.
+    stage: The pass that made `program`, named in the error message.
+
+  Returns:
+    `program` itself, unchanged.
+
+  Raises:
+    InternalError: If `program` breaks an invariant; the message shows the
+      offending instruction among a few lines of the printed IR.
+  """
   listing = inst.print_program(program)
   if isinstance(program, inst.LoweredProgram):
     _check_blocks(program.blocks, program.vars_in, program.var_defs,
