@@ -1,19 +1,39 @@
-"""How the cost of a run grows with `max_stack_depth`, per backend.
+"""How the cost of a run grows with the batch size and `max_stack_depth`.
 
-    python benchmarks/scaling.py [--depths=16,64,256,1000] [--batch=1024]
-                                 [--modes=function,xla] [--repeats=5]
-                                 [--no_tfp]
+    python benchmarks/scaling.py [--out=benchmarks/results/scaling] [--quick]
+        [--batch_sizes=64,256,1024,4096,16384,65536] [--batch_depth=20]
+        [--depths=16,64,256,1000] [--depth_batch=1024]
+        [--backends=numpy,stackless,eager,function,xla] [--tfp=function,xla]
+        [--repeats=7] [--cell_seconds=60]
 
-Fibonacci, n ~ U[8, 16), at each stack capacity: ours under `tf.function`
-and under XLA, and TFP's `auto_batching` VM at the same capacity when TFP
-imports.  Every cell is traced and checked against plain Python first,
-then all are timed in turns (`workloads.interleaved_median_times`), so
-they meet the same machine conditions; the table gives medians and each
-cell's time against its mode's smallest depth.
+Fibonacci, n ~ U[8, 16), on each backend: NumPy (the stack VM and the
+stackless executor), TensorFlow eagerly, under `tf.function` and under XLA,
+and TFP's `auto_batching` VM on the same program when TFP imports.  Two
+sweeps: the batch size at a fixed stack capacity, and the stack capacity
+(`max_stack_depth`) at a fixed batch size; stackless mode has no stack, so
+it is in the first only.
+
+Every cell is run and checked against plain Python first; then the cells
+of one batch size (one depth) are timed in turns
+(`workloads.interleaved_median_times`), so that they meet the same machine
+conditions, and each figure is a median.  A cell whose time, extrapolated
+linearly from the system's cell at the size before, would exceed
+`--cell_seconds` for its calls is skipped and marked so, as are that
+system's larger sizes.
+
+With `--out=DIR` it writes DIR/scaling.md (the tables, and the machine
+they ran on), DIR/scaling.json (the cells, to re-plot or compare runs) and
+DIR/scaling.png (with matplotlib installed).  `--quick` checks an install
+in well under a minute: small sizes, few rounds, no TFP.
 """
 
+import datetime
+import json
 import os
+import platform
+import shlex
 import sys
+import time
 import warnings
 
 from absl import app
@@ -25,64 +45,400 @@ from benchmarks import tfp_baselines  # pylint: disable=g-import-not-at-top,wron
 from benchmarks import workloads  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list('depths', ['16', '64', '256', '1000'], 'max_stack_depth.')
-flags.DEFINE_integer('batch', 1024, 'Batch size.')
-flags.DEFINE_list('modes', ['function', 'xla'], 'function, xla.')
-flags.DEFINE_integer('repeats', 5, 'Timed rounds (median reported).')
-flags.DEFINE_boolean('no_tfp', False, 'Skip TFP\'s VM.')
+
+# The rows of both tables, in order: (system, backend).  TFP's NumPy VM is
+# left out: it compiles the program at every call and takes seconds a call
+# at B=64 (benchmarks/results/results.md).
+OURS, TFP = 'autobatch_vm', 'TFP VM'
+BACKENDS = {'numpy': 'NumPy (stack VM)', 'stackless': 'NumPy stackless',
+            'eager': 'TF eager', 'function': 'tf.function', 'xla': 'XLA'}
+TF_BACKENDS = ('eager', 'function', 'xla')
+
+# --quick: the values of the flags the command line did not give.
+# The depth sweep's first cell is the batch sweep's first (B=64 at depth
+# 16), so that it reuses that cell's traced functions.
+QUICK = dict(batch_sizes=['64', '256'], batch_depth=16, depths=['16', '64'],
+             depth_batch=64, repeats=2, tfp=[])
 
 
-def cells(modes, depths, batch, with_tfp):
-  """{(mode, system, depth): call}, each checked once."""
+def define_flags():
+  """The command line's flags; defined when the script runs, not when it
+  is imported, so that importing it beside `benchmarks.options` (which
+  defines `--repeats`, `--quick` and `--out` for run.py) clashes with
+  nothing."""
+  flags.DEFINE_string('out', None, 'Directory for scaling.md, scaling.json '
+                      'and scaling.png; none: print the tables only.')
+  flags.DEFINE_boolean('quick', False, 'A check in well under a minute: '
+                       'every flag not given on the command line at its '
+                       'value in `QUICK` (two small sizes per sweep, two '
+                       'rounds, no TFP).')
+  flags.DEFINE_list('batch_sizes',
+                    ['64', '256', '1024', '4096', '16384', '65536'],
+                    'Batch sizes of the batch-size sweep.')
+  flags.DEFINE_integer('batch_depth', 20, 'max_stack_depth of the '
+                       'batch-size sweep.')
+  flags.DEFINE_list('depths', ['16', '64', '256', '1000'],
+                    'max_stack_depth of the depth sweep.')
+  flags.DEFINE_integer('depth_batch', 1024, 'Batch size of the depth sweep.')
+  flags.DEFINE_list('backends', list(BACKENDS), 'Our backends: ' +
+                    ', '.join(f'{k} ({v})' for k, v in BACKENDS.items()) +
+                    '.')
+  flags.DEFINE_list('tfp', ['function', 'xla'], 'Backends of TFP\'s VM '
+                    '(function, xla); empty: none.')
+  flags.DEFINE_string('note', '', 'A sentence for scaling.md about the '
+                      'conditions of the run (other work on the machine).')
+  flags.DEFINE_integer('repeats', 7, 'Timed rounds per size (median).')
+  flags.DEFINE_float('cell_seconds', 60.0, 'Skip a cell whose calls (a '
+                     'check, a warm-up and --repeats timed ones) would take '
+                     'longer, extrapolated from its system\'s previous '
+                     'size.')
+
+
+def apply_quick():
+  if not FLAGS.quick:
+    return
+  for name, value in QUICK.items():
+    if not FLAGS[name].present:
+      setattr(FLAGS, name, value)
+
+
+def predicted_seconds(times, system, sizes, k):
+  """A call's seconds at `sizes[k]`, extrapolated linearly from `system`'s
+  time at the size before (`times[(system, size)]`); None when nothing
+  measured came before; inf when that size was skipped.
+
+  A batched run's cost per member falls as the batch grows, so a linear
+  guess mostly overstates the time: it errs towards skipping.
+  """
+  if k == 0:
+    return None
+  before = times.get((system, sizes[k - 1]))
+  if before is None:
+    return float('inf')
+  return before * sizes[k] / sizes[k - 1]
+
+
+def batch_n(size):
+  """The n of a batch of `size`: the same at every call."""
+  return np.random.default_rng(size).integers(8, 16, size=size)
+
+
+def _expected(n):
+  table = np.array([workloads.fibonacci_ref(k)
+                    for k in range(int(n.max()) + 1)])
+  return table[n]
+
+
+def runner(system, backend, n, depth):
+  """A call running fibonacci(n) on `system` and `backend` at stack
+  capacity `depth`, returning the result as a NumPy array; None for TFP's
+  VM without TFP."""
+  fib = workloads.fibonacci
+  if system == TFP:
+    run = tfp_baselines.fibonacci_runner(backend, n, max_stack_depth=depth)
+    return None if run is None else (lambda: np.asarray(run()))
+  if backend == 'numpy':
+    return lambda: fib(n, max_stack_depth=depth, stackless=False)
+  if backend == 'stackless':
+    return lambda: fib(n, stackless=True)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  rng = np.random.default_rng(batch)
-  n_np = rng.integers(8, 16, size=batch)
-  n_tf = tf.constant(n_np)
-  expected = [workloads.fibonacci_ref(int(k)) for k in n_np]
-  out = {}
-  for mode in modes:
-    for depth in depths:
-      ours = tf.function(
-          lambda x, d=depth: workloads.fibonacci(x, max_stack_depth=d),
-          jit_compile=(mode == 'xla'))
-      systems = [('ours', lambda fn=ours: fn(n_tf).numpy())]
-      if with_tfp:
-        # TFP's VM at the same depth; its first call (the trace) is quiet.
-        theirs = tfp_baselines.fibonacci_runner(mode, n_np,
-                                                max_stack_depth=depth)
-        if theirs is not None:
-          systems.append(('TFP VM', lambda fn=theirs: np.asarray(fn())))
-      for name, fn in systems:
-        if fn().tolist() != expected:
-          raise AssertionError(f'{name} wrong in {mode} at depth {depth}')
-        out[(mode, name, depth)] = fn
-      print(f'traced {mode} at depth {depth}', flush=True)
-  return out
+  n_tf = tf.constant(n)
+  if backend == 'eager':
+    return lambda: fib(n_tf, max_stack_depth=depth, stackless=False).numpy()
+  staged = tf.function(
+      lambda x: fib(x, max_stack_depth=depth, stackless=False),
+      jit_compile=(backend == 'xla'))
+  return lambda: staged(n_tf).numpy()
+
+
+def sweep(name, systems, sizes, batch_of, depth_of, repeats, cell_seconds,
+          traced):
+  """Times `systems` at each of `sizes` (in turns within a size); returns
+  `{(system, size): seconds}` and `{(system, size): predicted seconds}` of
+  the skipped cells.
+
+  batch_of(size), depth_of(size): the batch size and max_stack_depth at
+  `size`.  traced: `{(system, batch, depth): call}`, the calls built so
+  far, which this sweep reuses and adds to.
+  """
+  times, skipped = {}, {}
+  for k, size in enumerate(sizes):
+    n = batch_n(batch_of(size))
+    want = _expected(n)
+    runs = {}
+    for system in systems:
+      guess = predicted_seconds(times, system, sizes, k)
+      if guess is not None and guess * (repeats + 2) > cell_seconds:
+        skipped[(system, size)] = guess
+        print(f'{name} {size}: {system[0]} on {system[1]} skipped '
+              f'(~{guess:.3g} s a call)', flush=True)
+        continue
+      key = (system, len(n), depth_of(size))
+      if key not in traced:
+        run = runner(*system, n, depth_of(size))
+        if run is None:
+          continue
+        start = time.perf_counter()
+        if not np.array_equal(run(), want):
+          raise AssertionError(f'{system} wrong at {name}={size}')
+        print(f'{name} {size}: {system[0]} on {system[1]} checked in '
+              f'{time.perf_counter() - start:.2f} s', flush=True)
+        traced[key] = run
+      runs[system] = traced[key]
+    medians = workloads.interleaved_median_times(list(runs.values()),
+                                                 repeats)
+    for system, t in zip(runs, medians):
+      times[(system, size)] = t
+      print(f'{name} {size}: {system[0]} on {system[1]} '
+            f'{t * 1000:.3g} ms', flush=True)
+  return times, skipped
+
+
+def machine(tf):
+  """What the run ran on, and how busy the machine was as it started;
+  tf: the TensorFlow module, or None."""
+  cpu = platform.processor() or platform.machine()
+  try:
+    with open('/proc/cpuinfo') as f:
+      for line in f:
+        if line.startswith('model name'):
+          cpu = line.split(':', 1)[1].strip()
+          break
+  except OSError:
+    pass
+  tfp = tf and tfp_baselines._tfp()  # pylint: disable=protected-access
+  return dict(cpus=os.cpu_count(), cpu=cpu, python=platform.python_version(),
+              numpy=np.__version__, tensorflow=tf and tf.__version__,
+              tfp=tfp.__version__ if tfp else None,
+              date=datetime.date.today().isoformat(),
+              load_before=list(os.getloadavg()))
+
+
+def _label(system):
+  return f'| {system[0]} | {BACKENDS[system[1]]} |'
+
+
+def _cell(times, skipped, system, size, per=None):
+  t = times.get((system, size))
+  if t is not None:
+    x = t * 1e6 / per if per else t * 1000
+    return f'{x:,.0f}' if x >= 100 else f'{x:.3g}'
+  guess = skipped.get((system, size))
+  if guess is None:
+    return '-'
+  return 'skipped' if guess == float('inf') else f'skipped (~{guess:.2g} s)'
+
+
+def markdown(results):
+  """scaling.md's text from `results` (what `main` writes as JSON)."""
+  m, f = results['machine'], results['flags']
+  systems = [tuple(s) for s in results['systems']]
+  batch = {tuple(c['system']) + (c['size'],): c for c in results['batch']}
+  depth = {tuple(c['system']) + (c['size'],): c for c in results['depth']}
+
+  def unpack(cells):
+    times = {(k[:2], k[2]): c['seconds'] for k, c in cells.items()
+             if c['seconds'] is not None}
+    skipped = {(k[:2], k[2]): c['skipped_estimate'] for k, c in cells.items()
+               if c['seconds'] is None}
+    return times, skipped
+  b_times, b_skipped = unpack(batch)
+  d_times, d_skipped = unpack(depth)
+  sizes, depths = f['batch_sizes'], f['depths']
+  load = ', '.join(f'{x:.2f}' for x in m['load_before'])
+  load_after = ', '.join(f'{x:.2f}' for x in m['load_after'])
+  lines = [
+      '# Scaling: batch size and stack depth', '',
+      f'`python benchmarks/scaling.py{results["command"]}`, {m["date"]}: '
+      f'{m["cpus"]} CPUs ({m["cpu"]}), Python {m["python"]}, numpy '
+      f'{m["numpy"]}, TensorFlow {m["tensorflow"] or "-"}, TFP '
+      f'{m["tfp"] or "-"}. '
+      f'Load average (1, 5, 15 min) {load} at the start and {load_after} at '
+      'the end (the run itself keeps about one CPU busy).' +
+      (f'  {results["note"]}' if results.get('note') else ''), '',
+      'Fibonacci, n ~ U[8, 16), in one process.  Every cell is checked '
+      'against plain Python, then the cells of a column are timed in turns, '
+      f'{f["repeats"]} rounds after a warm-up call; figures are medians.  '
+      'A cell whose calls would have taken over '
+      f'{f["cell_seconds"]:g} s, its time extrapolated linearly from the '
+      'column before, was skipped ("skipped (~s)": that estimate of a '
+      'call), as were its system\'s larger sizes.  TF eager runs the same '
+      'staged loop as `tf.function` through an internal `tf.function`.  '
+      'Compare backends within a column; across columns the machine\'s '
+      'speed may have drifted.', '',
+      f'## Time against batch size (max_stack_depth={f["batch_depth"]})', '',
+      'Milliseconds per call:', '',
+      '| system | backend | ' + ' | '.join(f'B={b}' for b in sizes) + ' |',
+      '|---|---|' + '---|' * len(sizes)]
+  rows = [s for s in systems if any((s, b) in b_times or (s, b) in b_skipped
+                                    for b in sizes)]
+  for s in rows:
+    lines.append(_label(s) + ' ' + ' | '.join(
+        _cell(b_times, b_skipped, s, b) for b in sizes) + ' |')
+  lines += ['', 'Microseconds per member (time per call / B):', '',
+            '| system | backend | ' + ' | '.join(f'B={b}' for b in sizes) +
+            ' |', '|---|---|' + '---|' * len(sizes)]
+  for s in rows:
+    lines.append(_label(s) + ' ' + ' | '.join(
+        _cell(b_times, b_skipped, s, b, per=b) for b in sizes) + ' |')
+  lines += [
+      '', f'## Time against max_stack_depth (B={f["depth_batch"]})', '',
+      'Milliseconds per call, and in brackets the time over the same '
+      f'system\'s at max_stack_depth={depths[0]}.  Stackless mode has no '
+      'stack (no `max_stack_depth`): it is not in this table.', '',
+      '| system | backend | ' + ' | '.join(f'depth={d}' for d in depths) +
+      ' |', '|---|---|' + '---|' * len(depths)]
+  for s in systems:
+    if not any((s, d) in d_times or (s, d) in d_skipped for d in depths):
+      continue
+    cells = []
+    for d in depths:
+      cell = _cell(d_times, d_skipped, s, d)
+      base = d_times.get((s, depths[0]))
+      if (s, d) in d_times and base:
+        cell += f' ({d_times[(s, d)] / base:.2f}x)'
+      cells.append(cell)
+    lines.append(_label(s) + ' ' + ' | '.join(cells) + ' |')
+  if results.get('plot'):
+    lines += ['', f'![time against batch size and depth]({results["plot"]})']
+  elif results.get('plot') is False:
+    lines += ['', 'No plot: matplotlib is not installed (`pip install '
+              'matplotlib`, or the `bench` extra).']
+  return '\n'.join(lines) + '\n'
+
+
+def plot(results, path):
+  """Time per call and per member against B, and time against depth;
+  False when matplotlib is missing."""
+  try:
+    import matplotlib  # pylint: disable=g-import-not-at-top
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    print('matplotlib is not installed: no plot (pip install matplotlib)')
+    return False
+  fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+  systems = [tuple(s) for s in results['systems']]
+  for k, s in enumerate(systems):
+    style = dict(color=f'C{k}', marker='o' if s[0] == OURS else 's',
+                 linestyle='-' if s[0] == OURS else ':',
+                 label=f'{s[0]}, {BACKENDS[s[1]]}')
+    pts = sorted((c['size'], c['seconds']) for c in results['batch']
+                 if tuple(c['system']) == s and c['seconds'] is not None)
+    if pts:
+      axes[0].plot([b for b, _ in pts], [t * 1000 for _, t in pts], **style)
+      axes[1].plot([b for b, _ in pts], [t * 1e6 / b for b, t in pts],
+                   **style)
+    pts = sorted((c['size'], c['seconds']) for c in results['depth']
+                 if tuple(c['system']) == s and c['seconds'] is not None)
+    if pts:
+      axes[2].plot([d for d, _ in pts], [t * 1000 for _, t in pts], **style)
+  f = results['flags']
+  titles = [f'time per call (max_stack_depth={f["batch_depth"]})',
+            'time per member', f'time per call (B={f["depth_batch"]})']
+  for ax, title, xlabel, ylabel, ticks in zip(
+      axes, titles, ['batch size', 'batch size', 'max_stack_depth'],
+      ['ms per call', 'µs per member', 'ms per call'],
+      [f['batch_sizes'], f['batch_sizes'], f['depths']]):
+    ax.set_xscale('log')
+    ax.set_yscale('log')
+    ax.set_xticks(ticks, [str(x) for x in ticks])
+    ax.tick_params(axis='x', which='minor', bottom=False,
+                   labelbottom=False)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which='both', alpha=0.3)
+  axes[0].legend(fontsize=7)
+  fig.suptitle('fibonacci, n ~ U[8, 16)')
+  fig.tight_layout()
+  fig.savefig(path, dpi=90)
+  plt.close(fig)
+  return True
+
+
+def _cells(times, skipped, sizes, systems):
+  return [dict(system=list(s), size=size, seconds=times.get((s, size)),
+               skipped_estimate=skipped.get((s, size)))
+          for s in systems for size in sizes
+          if (s, size) in times or (s, size) in skipped]
+
+
+def _command(args):
+  """The command line's arguments but `--out` and `--note`, quoted."""
+  out, skip = [], False
+  for a in args:
+    if skip:
+      skip = False
+    elif a in ('--out', '--note'):
+      skip = True
+    elif not a.startswith(('--out=', '--note=')):
+      out.append(' ' + shlex.quote(a))
+  return ''.join(out)
 
 
 def main(argv):
   del argv
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  apply_quick()
   import autobatch_vm as ab  # pylint: disable=g-import-not-at-top
   # Timed like TFP's runs, under a bare jit_compile=True.
   warnings.filterwarnings('ignore', category=ab.errors.XlaErrorsWarning)
+  try:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    tf = None
+  if tf is not None:
+    # Each cell stages a new function from the same line of `runner`, which
+    # TensorFlow's warning about frequent retracing counts as retraces.
+    tf.get_logger().setLevel('ERROR')
+  for b in FLAGS.backends:
+    if b not in BACKENDS:
+      raise app.UsageError(f'--backends: unknown {b!r}')
+  for b in FLAGS.tfp:
+    if b not in ('function', 'xla'):
+      raise app.UsageError(f'--tfp: unknown {b!r} (function, xla)')
+  info = machine(tf)
+  systems = [(OURS, b) for b in FLAGS.backends
+             if tf is not None or b not in TF_BACKENDS]
+  if tf is None:
+    print('TensorFlow is not installed: NumPy only.')
+  elif tfp_baselines.available():
+    systems += [(TFP, b) for b in FLAGS.tfp]
+  elif FLAGS.tfp:
+    print('TFP does not import: no TFP rows.')
+  sizes = [int(b) for b in FLAGS.batch_sizes]
   depths = [int(d) for d in FLAGS.depths]
-  runs = cells(FLAGS.modes, depths, FLAGS.batch, not FLAGS.no_tfp)
-  keys = list(runs)
-  times = dict(zip(keys, workloads.interleaved_median_times(
-      [runs[k] for k in keys], FLAGS.repeats)))
-  print(f'TensorFlow {tf.__version__}; fibonacci, n ~ U[8, 16), '
-        f'B={FLAGS.batch}, medians of {FLAGS.repeats} rounds in turns')
-  print(f'{"mode":>9} {"system":>7} {"depth":>6} {"time (ms)":>10} '
-        f'{"vs depth " + str(depths[0]):>12} {"ours faster":>12}')
-  for mode, name, depth in keys:
-    t = times[(mode, name, depth)]
-    base = times[(mode, name, depths[0])]
-    theirs = times.get((mode, 'TFP VM', depth))
-    ratio = f'{theirs / t:.2f}x' if name == 'ours' and theirs else '-'
-    print(f'{mode:>9} {name:>7} {depth:>6} {t * 1000:>10.1f} '
-          f'{t / base:>11.2f}x {ratio:>12}', flush=True)
+  traced = {}
+  b_times, b_skipped = sweep('B', systems, sizes, lambda b: b,
+                             lambda _: FLAGS.batch_depth, FLAGS.repeats,
+                             FLAGS.cell_seconds, traced)
+  d_systems = [s for s in systems if s[1] != 'stackless']
+  d_times, d_skipped = sweep('depth', d_systems, depths,
+                             lambda _: FLAGS.depth_batch, lambda d: d,
+                             FLAGS.repeats, FLAGS.cell_seconds, traced)
+  del traced
+  info['load_after'] = list(os.getloadavg())
+  results = dict(
+      command=_command(sys.argv[1:]), note=FLAGS.note, machine=info,
+      systems=[list(s) for s in systems],
+      flags=dict(batch_sizes=sizes, batch_depth=FLAGS.batch_depth,
+                 depths=depths, depth_batch=FLAGS.depth_batch,
+                 repeats=FLAGS.repeats, cell_seconds=FLAGS.cell_seconds),
+      batch=_cells(b_times, b_skipped, sizes, systems),
+      depth=_cells(d_times, d_skipped, depths, d_systems))
+  if FLAGS.out:
+    os.makedirs(FLAGS.out, exist_ok=True)
+    drawn = plot(results, os.path.join(FLAGS.out, 'scaling.png'))
+    results['plot'] = 'scaling.png' if drawn else False
+    with open(os.path.join(FLAGS.out, 'scaling.json'), 'w') as f:
+      json.dump(results, f, indent=1)
+    with open(os.path.join(FLAGS.out, 'scaling.md'), 'w') as f:
+      f.write(markdown(results))
+    print(f'wrote {FLAGS.out}/scaling.md')
+  else:
+    print(markdown(results))
 
 
 if __name__ == '__main__':
+  define_flags()
   app.run(main)

@@ -668,3 +668,82 @@ def test_tfp_baselines_quiet_only_their_own_tracing():
     with tfp_baselines.quiet_logs():
       raise ValueError('inside')
   assert (absl_logging.get_verbosity(), tf.get_logger().level) == before
+
+
+def test_scaling_quick_run_writes_both_tables(tmp_path):
+  """`benchmarks/scaling.py --quick --out=DIR`: scaling.md holds the
+  batch-size table (time per call and per member) with a row per backend
+  and a column per size, and the depth table with a row per backend that
+  has a stack (not stackless); scaling.json the same cells."""
+  env = dict(os.environ, OPENBLAS_NUM_THREADS='1', TF_CPP_MIN_LOG_LEVEL='2')
+  proc = subprocess.run(
+      [sys.executable, str(ROOT / 'benchmarks' / 'scaling.py'), '--quick',
+       f'--out={tmp_path}', '--note=A test run.'],
+      capture_output=True, text=True, timeout=600, env=env, check=False,
+      cwd=ROOT)
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  text = (tmp_path / 'scaling.md').read_text()
+  assert '`python benchmarks/scaling.py --quick`' in text, text
+  assert 'A test run.' in text and 'Load average' in text
+  batch_part, depth_part = text.split('## Time against max_stack_depth')
+  assert '## Time against batch size (max_stack_depth=16)' in batch_part
+  assert '| system | backend | B=64 | B=256 |' in batch_part
+  assert '| system | backend | depth=16 | depth=64 |' in depth_part
+  backends = ['NumPy (stack VM)', 'NumPy stackless']
+  if _has_tf():
+    backends += ['TF eager', 'tf.function', 'XLA']
+  for backend in backends:
+    # Twice: milliseconds per call, and microseconds per member.
+    assert batch_part.count(f'| autobatch_vm | {backend} | ') == 2, backend
+    want = 0 if backend == 'NumPy stackless' else 1
+    assert depth_part.count(f'| autobatch_vm | {backend} | ') == want
+  assert 'TFP VM' not in text        # --quick leaves TFP out
+  assert 'skipped' not in text.split('|', 1)[1]
+  results = json.loads((tmp_path / 'scaling.json').read_text())
+  assert len(results['batch']) == 2 * len(backends)
+  assert len(results['depth']) == 2 * (len(backends) - 1)
+  assert all(c['seconds'] > 0 for c in results['batch'] + results['depth'])
+  if importlib.util.find_spec('matplotlib'):
+    assert (tmp_path / 'scaling.png').stat().st_size > 0
+    assert '](scaling.png)' in text
+
+
+def test_scaling_skips_cells_predicted_over_budget():
+  """A cell is skipped when its system's time at the size before, scaled
+  linearly, says its calls would exceed the budget; the system's larger
+  sizes after a skip are skipped too, and the tables mark both.  The
+  module imports beside `benchmarks.options` (whose flags it shares names
+  with) without a flag clash."""
+  from benchmarks import options  # pylint: disable=g-import-not-at-top,unused-import
+  from benchmarks import scaling  # pylint: disable=g-import-not-at-top
+  fast, slow = (scaling.OURS, 'xla'), (scaling.TFP, 'function')
+  sizes = [64, 256, 1024]
+  times = {(fast, 64): 0.01, (slow, 64): 2.0}
+  assert scaling.predicted_seconds(times, fast, sizes, 0) is None
+  assert scaling.predicted_seconds(times, slow, sizes, 1) == 8.0
+  assert scaling.predicted_seconds(times, slow, sizes, 2) == float('inf')
+  results = dict(
+      command=' --tfp=function', machine=dict(
+          cpus=2, cpu='cpu', python='3', numpy='2', tensorflow='2.21',
+          tfp='0.25', date='today', load_before=[1.0, 1.0, 1.0],
+          load_after=[2.0, 2.0, 2.0]),
+      systems=[list(fast), list(slow)],
+      flags=dict(batch_sizes=sizes, batch_depth=20, depths=[16],
+                 depth_batch=1024, repeats=7, cell_seconds=60.0),
+      batch=[dict(system=list(fast), size=b, seconds=0.01 * b / 64,
+                  skipped_estimate=None) for b in sizes] + [
+                      dict(system=list(slow), size=64, seconds=2.0,
+                           skipped_estimate=None),
+                      dict(system=list(slow), size=256, seconds=None,
+                           skipped_estimate=8.0),
+                      dict(system=list(slow), size=1024, seconds=None,
+                           skipped_estimate=float('inf'))],
+      depth=[dict(system=list(fast), size=16, seconds=0.5,
+                  skipped_estimate=None)])
+  text = scaling.markdown(results)
+  assert '| TFP VM | tf.function | 2,000 | skipped (~8 s) | skipped |' in text
+  assert '| autobatch_vm | XLA | 10 | 40 | 160 |' in text
+  assert '| autobatch_vm | XLA | 156 | 156 | 156 |' in text   # µs/member
+  assert '| autobatch_vm | XLA | 500 (1.00x) |' in text
+  # No depth cells of TFP's VM: no row for it in the depth table.
+  assert 'TFP VM' not in text.split('## Time against max_stack_depth')[1]
