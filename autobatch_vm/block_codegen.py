@@ -153,14 +153,16 @@ class _Gen:
 
   # -- writes ------------------------------------------------------------------
 
-  def write(self, names, value):
-    """Stores expression `value` into the variable pattern `names`."""
+  def write(self, names, value, strict=False):
+    """Stores expression `value` into the variable pattern `names`
+    (`strict`: a primitive's result on per-member inputs, whose rows are
+    checked, see `numpy_backend.coercer`)."""
     if not isinstance(names, str):
       parts = [self.fresh() for _ in names]
       unpack = self.const(self.vm.unpack, 'unpack')
       self.emit(f'{", ".join(parts)}, = {unpack}({value}, {len(parts)})')
       for n, part in zip(names, parts):
-        self.write(n, part)
+        self.write(n, part, strict)
       return
     var = names
     alloc = self.alloc(var)
@@ -177,7 +179,8 @@ class _Gen:
       self.emit(f'{", ".join(leaves)}, = {self.flatten(template)}({value})')
     rows = []
     for leaf, t in zip(leaves, leaf_types):
-      coerce = self.const(numpy_backend.coercer(t), 'coerce')
+      coerce = self.const(numpy_backend.coercer(t, strict),
+                          'strict' if strict else 'coerce')
       x = self.fresh()
       self.emit(f'{x} = {coerce}({leaf}, m.count)')
       rows.append(x)
@@ -234,7 +237,7 @@ class _Gen:
     self.emit('try:')
     self.indent += 1
     start = len(self.lines)
-    self.write(op.vars_out, r)
+    self.write(op.vars_out, r, strict=bool(op.vars_in))
     if len(self.lines) == start:   # the result is not used
       self.emit('pass')
     self.indent -= 1

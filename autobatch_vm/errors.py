@@ -180,3 +180,9 @@ class InternalError(Exception):
     super().__init__(
         f'{message}\n  This is a bug in autobatch_vm; please report it with '
         'the program that triggered it.')
+
+
+def row_count_message(got, rows):
+  """Why a primitive's result with `got` rows does not fit `rows` members."""
+  return (f'{got} row{"s" if got != 1 else ""} for {rows} members: a '
+          'primitive given per-member inputs returns one row per member')

@@ -26,6 +26,8 @@ import time
 
 import numpy as np
 
+from autobatch_vm import errors
+
 __all__ = ['NumpyBackend', 'coercer', 'take_rows']
 
 
@@ -46,9 +48,22 @@ def take_rows(x, idx):
   return x[idx] if x.ndim == 1 else x.take(idx, axis=0)
 
 
-def coercer(tensor_type):
+def coercer(tensor_type, strict=False):
   """`coerce(x, rows)`: `x` as an array `[rows, *shape]` of the type's
-  dtype (a cast and a broadcast only where needed)."""
+  dtype (a cast and a broadcast only where needed).
+
+  Args:
+    tensor_type: the `TensorType` of one member's value.
+    strict: whether `x` comes from a primitive that got per-member inputs.
+      Such a result with a leading dimension is one row per member; if it
+      has another number of rows (`x[:1]` takes the first member's row, not
+      a row of each member), `coerce` raises `ValueError` instead of
+      broadcasting it.  A lower-rank result (a shape, a constant) is still
+      broadcast to every member.
+
+  Returns:
+    The function `coerce(x, rows)`.
+  """
   dtype, shape = tensor_type.dtype, tuple(tensor_type.shape)
   ndim = len(shape) + 1
 
@@ -58,6 +73,8 @@ def coercer(tensor_type):
     if x.ndim != ndim or x.shape[0] != rows:
       if not x.ndim:   # a constant: `np.full` costs a third of a broadcast
         return np.full((rows,) + shape, x, dtype)
+      if strict and x.ndim == ndim:
+        raise ValueError(errors.row_count_message(x.shape[0], rows))
       x = np.broadcast_to(x, (rows,) + shape)
     return x
   return coerce
@@ -144,13 +161,14 @@ class NumpyBackend:
 
   zeros = dummy
 
-  def coercer(self, tensor_type):
-    """`coerce(x, rows)`, as `coerce_fn(tensor_type, rows)(x)`."""
-    return coercer(tensor_type)
+  def coercer(self, tensor_type, strict=False):
+    """`coerce(x, rows)`, as `coerce_fn(tensor_type, rows, strict)(x)`."""
+    return coercer(tensor_type, strict)
 
-  def coerce_fn(self, tensor_type, batch):
-    """A function making a primitive's result `[batch, *shape]` of dtype."""
-    coerce = coercer(tensor_type)
+  def coerce_fn(self, tensor_type, batch, strict=False):
+    """A function making a primitive's result `[batch, *shape]` of dtype
+    (see `coercer` for `strict`)."""
+    coerce = coercer(tensor_type, strict)
     return lambda x: coerce(x, batch)
 
   def scatter(self, x, rows, m):

@@ -84,22 +84,23 @@ class _Executor:
           for t in inst.pattern_flatten(d.tensors, inst.TensorType))
     return out
 
-  def coerce(self, fn, var):
+  def coerce(self, fn, var, strict=False):
     """`var`'s type, its leaves' types, per leaf `coerce(x, rows)`, and
-    whether it is a single tensor (no pattern)."""
-    key = (fn.name, var)
+    whether it is a single tensor (no pattern); `strict`: see
+    `numpy_backend.coercer`."""
+    key = (fn.name, var, strict)
     out = self._coerce.get(key)
     if out is None:
       template = fn.var_defs[var].tensors
       types = inst.pattern_flatten(template, inst.TensorType)
       out = self._coerce[key] = (
-          template, types, [self.be.coercer(t) for t in types],
+          template, types, [self.be.coercer(t, strict) for t in types],
           isinstance(template, inst.TensorType))
     return out
 
-  def coerced(self, fn, var, value, rows):
+  def coerced(self, fn, var, value, rows, strict=False):
     """`value` as variable `var` of `fn` holds it, on `rows` rows."""
-    template, _, coercers, single = self.coerce(fn, var)
+    template, _, coercers, single = self.coerce(fn, var, strict)
     if single:
       return coercers[0](value, rows)
     leaves = vm_support.flatten_like(template, value)
@@ -107,12 +108,14 @@ class _Executor:
         template, [c(v, rows) for c, v in zip(coercers, leaves)],
         inst.TensorType)
 
-  def write(self, fn, frame, names, value, m, rows=False):
+  def write(self, fn, frame, names, value, m, rows=False, strict=False):
     """Stores `value` into variable `names` for the members of `m`: a
     whole-frame value, or (`rows`) one row per member of `m`.  Returns the
-    value as given, coerced to the variable's type."""
+    value as given, coerced to the variable's type (`strict`: see
+    `numpy_backend.coercer`)."""
     template, types, _, single = self.coerce(fn, names)
-    value = self.coerced(fn, names, value, m.count if rows else frame.batch)
+    value = self.coerced(fn, names, value, m.count if rows else frame.batch,
+                         strict)
     owned = frame.owned.pop(names, ())
     if m.full:   # every row: the value itself
       frame.env[names] = value
@@ -289,7 +292,10 @@ class _Executor:
       result = vm_support.retry_on_live_data(
           e, op, args, frame.backend, m,
           compacted=rows.local and rows.idx is not None)
-    rows.write(op.vars_out, result)
+    try:
+      rows.write(op.vars_out, result, strict=bool(op.vars_in))
+    except ValueError as e:
+      raise vm_support.result_shape_error(e, op, frame.backend, m) from e
 
 
 class _Rows:
@@ -332,21 +338,22 @@ class _Rows:
       return be.take_rows(value, idx)
     return inst.pattern_map(lambda x: be.take_rows(x, idx), value)
 
-  def write(self, names, value, compact=False):
+  def write(self, names, value, compact=False, strict=False):
     if not isinstance(names, str):
       for n, v in zip(names, tuple(value)):
-        self.write(n, v, compact)
+        self.write(n, v, compact, strict)
       return
     if not self.local:
       self.ex.write(self.fn, self.frame, names, value, self.m,
-                    rows=compact and self.idx is not None)
+                    rows=compact and self.idx is not None, strict=strict)
       return
     if names in self.ex.local[self.fn.name]:
       self._values[names] = self.ex.coerced(self.fn, names, value,
-                                            self.m.count)
+                                            self.m.count, strict)
       return
     self._values[names] = self.ex.write(self.fn, self.frame, names, value,
-                                        self.m, rows=self.idx is not None)
+                                        self.m, rows=self.idx is not None,
+                                        strict=strict)
 
 
 class _ProgramCounter:

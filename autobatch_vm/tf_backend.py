@@ -473,8 +473,10 @@ class TensorFlowBackend:
     tf.function(keep, autograph=False).get_concrete_function(*specs)
     return results[0]
 
-  def coerce_fn(self, tensor_type, batch):
-    """A function making a primitive's result `[batch, *shape]` of dtype."""
+  def coerce_fn(self, tensor_type, batch, strict=False):
+    """A function making a primitive's result `[batch, *shape]` of dtype
+    (see `numpy_backend.coercer` for `strict`: the rows are checked where
+    the result's shape is known while tracing)."""
     np_dtype = np.dtype(tensor_type.dtype)
     dtype = tf.as_dtype(np_dtype)
     full_shape = [batch] + list(tensor_type.shape)
@@ -490,13 +492,17 @@ class TensorFlowBackend:
       if x.dtype != dtype:
         x = tf.cast(x, dtype)
       if x.shape.as_list() != full_shape:
+        if (strict and x.shape.rank == len(full_shape) and
+            x.shape[0] is not None and x.shape[0] != batch):
+          raise ValueError(errors.row_count_message(x.shape[0],
+                                                           batch))
         x = tf.broadcast_to(x, full_shape)
       return x
     return coerce
 
-  def coercer(self, tensor_type):
-    """`coerce(x, rows)`, as `coerce_fn(tensor_type, rows)(x)`."""
-    return lambda x, rows: self.coerce_fn(tensor_type, rows)(x)
+  def coercer(self, tensor_type, strict=False):
+    """`coerce(x, rows)`, as `coerce_fn(tensor_type, rows, strict)(x)`."""
+    return lambda x, rows: self.coerce_fn(tensor_type, rows, strict)(x)
 
   def take_rows(self, x, idx):
     """The rows `idx` (member indices) of `x`."""

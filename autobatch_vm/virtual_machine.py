@@ -415,15 +415,17 @@ class _BlockCompiler:
       return value
     return read_pattern
 
-  def writer(self, var):
+  def writer(self, var, strict=False):
     """A function `(state, temps, value, m)` storing `value` into `var`
-    (a whole-batch value, written for the members in `m`)."""
+    (a whole-batch value, written for the members in `m`); `strict`: the
+    value is a primitive's result on per-member inputs, see
+    `numpy_backend.coercer`."""
     alloc = self.p.var_alloc.get(var, VA.NULL)
     if alloc == VA.NULL:
       return lambda state, temps, value, m: None
     template = self.p.var_defs[var].tensors
     leaves = inst.pattern_flatten(template, inst.TensorType)
-    coerces = [_ignore_mask(self.be.coerce_fn(t, self.batch))
+    coerces = [_ignore_mask(self.be.coerce_fn(t, self.batch, strict))
                for t in leaves]
     single = isinstance(template, inst.TensorType)
     if alloc == VA.TEMPORARY or (self._stored is not None and
@@ -468,11 +470,11 @@ class _BlockCompiler:
       temps[var] = inst.pattern_unflatten(template, rows, inst.TensorType)
     return write_reg_pattern
 
-  def binder(self, pattern):
+  def binder(self, pattern, strict=False):
     """A writer for a pattern of variable names (tuple unpacking)."""
     if isinstance(pattern, str):
-      return self.writer(pattern)
-    subs = [self.binder(p) for p in pattern]
+      return self.writer(pattern, strict)
+    subs = [self.binder(p, strict) for p in pattern]
     n = len(subs)
 
     def bind(state, temps, value, m):
@@ -489,7 +491,7 @@ class _BlockCompiler:
     readers = [self.reader(v) for v in op.vars_in]
     for i, dtype in op.casts:   # weak variables: see PrimOp.casts
       readers[i] = _cast_reader(readers[i], self.be.cast, dtype)
-    bind = self.binder(op.vars_out)
+    bind = self.binder(op.vars_out, strict=bool(op.vars_in))
     fn = op.function
     be = self.be
 

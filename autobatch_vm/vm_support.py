@@ -152,8 +152,10 @@ def result_shape_error(e, op, backend, m):
       f'{_user_variables(op.vars_out)} ({e})', loc=op.loc,
       hint=(f'On {backend.name} a primitive gets arrays with one row per '
             f'member at this block (here {rows}); it must return one row '
-            'per input row. Pass per-member data as an argument of the '
-            'batched function instead of closing over a batch-sized array.'))
+            'per input row. Axis 0 is the batch: slice, index and reduce '
+            'along the later axes (`x[:, :1]`, `axis=-1`), and pass '
+            'per-member data as an argument of the batched function '
+            'instead of closing over a batch-sized array.'))
 
 
 def primitive_error(e, op, members, compacted=False):

@@ -877,3 +877,52 @@ def test_lambda_passed_to_a_function_still_works():
   x = np.arange(6.0).reshape(3, 2)
   np.testing.assert_array_equal(f(x), x * 2)
   np.testing.assert_array_equal(f(x, dry_run=True), x * 2)
+
+
+def _first_rows(x):
+  if x > 0:
+    y = x[:1] * 2  # ERR:first_rows
+  else:
+    y = x + 1
+  return y
+
+
+def _broadcasts(x):
+  z = np.ones((1, 3))   # a constant: a batch of one, broadcast
+  return z + x[:, :1] * 2
+
+
+@pytest.mark.parametrize('backend', ['numpy', 'eager', 'graph', 'xla'])
+@pytest.mark.parametrize('stackless', [False, True])
+def test_primitive_returning_other_rows_than_members(backend, stackless):
+  # `x[:1]` is the first member's row, not a row of each member: rather
+  # than broadcast it to the members (a silently wrong value), the VM says
+  # what went wrong, in every backend and mode.
+  if backend != 'numpy':
+    tf = pytest.importorskip('tensorflow')
+  if stackless and backend in ('graph', 'xla'):
+    pytest.skip('stackless runs eagerly')
+  ctx = ab.Context()
+  first_rows = ctx.batch()(_first_rows)
+  broadcasts = ctx.batch()(_broadcasts)
+  x = np.array([1.0, 2.0, -1.0, 3.0])
+  v = np.arange(8.0).reshape(4, 2)
+  options = dict(stackless=stackless)
+  if backend == 'numpy':
+    run, run_b = first_rows, broadcasts
+  else:
+    options['backend'] = ab.TensorFlowBackend()
+    x, v = tf.constant(x), tf.constant(v)
+    run, run_b = first_rows, broadcasts
+    if backend != 'eager':
+      jit = backend == 'xla'
+      run = tf.function(lambda a: first_rows(a, **options), jit_compile=jit)
+      run_b = tf.function(lambda a: broadcasts(a, **options),
+                          jit_compile=jit)
+      options = {}
+  np.testing.assert_allclose(run_b(v, **options),
+                             np.ones((4, 3)) + v[:, :1] * 2)
+  with pytest.raises(errors.PrimitiveError) as e:
+    run(x, **options)
+  check(e, errors.PrimitiveError, 'first_rows', '1 row for',
+        'one row per member', function='_first_rows')
