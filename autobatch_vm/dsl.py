@@ -120,8 +120,16 @@ class DslError(errors.AutoBatchError):
 
 
 class Label:
-  """A block of the function being built; its final name is `<fn>.<i>`,
-  or `<fn>.<name>` for a named one (`if_(..., then_name=...)`)."""
+  """A block of the function being built (`ProgramBuilder.label` makes one).
+
+  Its final name is `<fn>.<i>`, or `<fn>.<name>` for a named one
+  (`if_(..., then_name=...)`).
+
+  Args:
+    function: The name of the function it belongs to.
+    serial: Its number among the function's labels.
+    name: The name that labels its block, or None.
+  """
   __slots__ = ('function', 'serial', 'name')
 
   def __init__(self, function, serial, name=None):
@@ -163,6 +171,7 @@ class FunctionHandle(str):
 
   @property
   def name(self):
+    """The function's name (TFP's `Function.name`)."""
     return str(self)
 
   def __repr__(self):
@@ -304,11 +313,20 @@ class ProgramBuilder:
   # -- functions -------------------------------------------------------------
 
   def declare_function(self, name=None, type_inference=None):
-    """Declares a function to define later (`define_function`), so that
-    functions defined before it can call it (mutual recursion).
+    """Declares a function to define later (`define_function`).
 
-    `name` labels the function (made unique: `f`, `f_1`, ...; default
-    `function_<k>`).  Returns its `FunctionHandle`.
+    Functions defined before it can then call it (mutual recursion).
+
+    Args:
+      name: Labels the function (made unique: `f`, `f_1`, ...); None:
+        `function_<k>`.
+      type_inference: The function's type-inference callable, or None.
+
+    Returns:
+      Its `FunctionHandle`.
+
+    Raises:
+      DslError: If `name` is not a string.
     """
     if name is not None and not isinstance(name, str):
       raise DslError(f'function names are strings, got {name!r}')
@@ -326,6 +344,16 @@ class ProgramBuilder:
     """Builds the body of a function from `declare_function`; yields it.
 
     Its parameters are declared in the body with `param`.
+
+    Args:
+      function: The `FunctionHandle` (or name) `declare_function` returned.
+
+    Yields:
+      The function's `FunctionHandle`.
+
+    Raises:
+      DslError: If `function` was not declared by this builder, or the
+        function is malformed.
     """
     if not isinstance(function, str) or self._declared.get(function) is None:
       raise DslError(f'define_function expects a function from this '
@@ -336,13 +364,25 @@ class ProgramBuilder:
 
   @contextlib.contextmanager
   def function(self, name=None, params=None, type_inference=None):
-    """Builds function `name`; yields its `FunctionHandle` (a `str`, for
-    `call`).
+    """Builds function `name` in the body of the `with` statement.
 
     Two forms: `function(name, params, type_inference=None)` with the list
     of parameter names, or TFP's `function(name=None, type_inference=None)`
     with parameters declared in the body by `param` (a callable second
     argument is TFP's positional `type_inference`).
+
+    Args:
+      name: The function's name (TFP's form: a label, made unique; None:
+        `function_<k>`).
+      params: The list of parameter names, or None (TFP's form).
+      type_inference: The function's type-inference callable, or None.
+
+    Yields:
+      The function's `FunctionHandle` (a `str`, for `call`).
+
+    Raises:
+      DslError: If the name or parameters are malformed, the function is
+        defined twice or inside another, or its body is malformed.
     """
     if callable(params) and type_inference is None:
       params, type_inference = None, params
@@ -392,16 +432,33 @@ class ProgramBuilder:
       self._fn = None
 
   def module(self):
-    """Every function defined so far, as a `Program` whose main is the
-    first (as `Context.module()`)."""
+    """Collects every function defined so far (as `Context.module()`).
+
+    Returns:
+      A `Program` of them, whose main is the first.
+
+    Raises:
+      DslError: If called inside a function being built.
+    """
     if self._fn is not None:
       raise DslError(f'module() inside function {self._fn.name!r}')
     functions = tuple(self._functions.values())
     return inst.Program(functions, functions[0].name if functions else '')
 
   def program(self, main=None):
-    """The `Program` of `main` (a name or `FunctionHandle`; default: the
-    first function defined) and every function it can reach, main first."""
+    """Collects `main` and every function it can reach into a `Program`.
+
+    Args:
+      main: A name or `FunctionHandle`; None: the first function defined.
+
+    Returns:
+      The `Program`, main first.
+
+    Raises:
+      DslError: If called inside a function, with no functions, or if
+        `main` or a function it calls is undefined or called with the
+        wrong number of arguments.
+    """
     if self._fn is not None:
       raise DslError(f'program() inside function {self._fn.name!r}')
     if not self._functions:
@@ -439,20 +496,37 @@ class ProgramBuilder:
   # -- variables -------------------------------------------------------------
 
   def param(self, name=None):
-    """Adds a parameter to the function being built; returns its name
-    (`local(name)`)."""
+    """Adds a parameter to the function being built.
+
+    Args:
+      name: The parameter's name, made unique as by `local`.
+
+    Returns:
+      Its variable name (`local(name)`).
+    """
     fn = self._state('param', settle=False)
     var = self.local(name)
     fn.params.append(var)
     return var
 
   def local(self, name=None, define=True):
-    """A fresh variable name of the function being built: `name` if no
-    variable has it yet, else `name_1`, `name_2`, ... (`var_<k>` without a
-    name).  The first variable made for `name` is the one `var.<name>`
-    and a lambda parameter `name` read.  `define` is accepted for TFP's
-    signature; whether a variable is written is checked when the function
-    ends."""
+    """Makes a fresh variable name of the function being built.
+
+    The first variable made for `name` is the one `var.<name>` and a lambda
+    parameter `name` read.
+
+    Args:
+      name: The wanted name, or None.
+      define: Accepted for TFP's signature and ignored; whether a variable
+        is written is checked when the function ends.
+
+    Returns:
+      `name` if no variable has it yet, else `name_1`, `name_2`, ...
+      (`var_<k>` without a name).
+
+    Raises:
+      DslError: If `name` is not a non-empty string.
+    """
     del define
     fn = self._state('local', settle=False)
     if name is not None and (not isinstance(name, str) or not name):
@@ -469,18 +543,36 @@ class ProgramBuilder:
     return var
 
   def locals_(self, count, name=None):
-    """`count` fresh variable names (`local(name)` each)."""
+    """Makes `count` fresh variable names.
+
+    Args:
+      count: How many.
+      name: The wanted name of each, as for `local`.
+
+    Returns:
+      A list of `count` names, `local(name)` each.
+    """
     return [self.local(name) for _ in range(count)]
 
   @property
   def var(self):
-    """The variables of the function being built by attribute:
-    `var.x = <op>` writes `x` (see the module docstring), `var.x` is `x`."""
+    """The variables of the function being built, by attribute.
+
+    `var.x = <op>` writes `x` (see the module docstring), `var.x` is `x`.
+    """
     return self._magic_vars
 
   def __call__(self, pattern):
-    """`builder(pattern).pattern = <op>`: unpacks the result of the
-    instruction just emitted into a pattern of variables."""
+    """Unpacks the instruction just emitted: `builder(p).pattern = <op>`.
+
+    Args:
+      pattern: A pattern (tuple or list, nested) of variables to unpack
+        the result into.
+
+    Returns:
+      An object whose `pattern` attribute, when set to the instruction's
+      output, makes the instruction write `pattern`.
+    """
     return _MagicPattern(self, pattern)
 
   def temp(self):
@@ -494,9 +586,23 @@ class ProgramBuilder:
   # -- instructions ----------------------------------------------------------
 
   def primop(self, fn, vars_in=None, out=None, text=None, vars_out=None):
-    """Emits `out = fn(*vars_in)`; returns `out` (a fresh temp by default).
+    """Emits `out = fn(*vars_in)`, computed on whole batched arrays.
 
-    `vars_out` is TFP's name for `out`.
+    Args:
+      fn: The primitive, a callable.
+      vars_in: The input variables; None: the names of `fn`'s parameters
+        (`lambda n: n - 1` reads `n`).
+      out: The output: a name, or a pattern of names for unpacking; None:
+        a fresh temporary.
+      text: How the instruction prints; None: the lambda's source or the
+        function's name.
+      vars_out: TFP's name for `out`.
+
+    Returns:
+      `out`.
+
+    Raises:
+      DslError: If `fn` is not callable or a name is malformed.
     """
     out = _one_of('primop', out, vars_out, 'out', 'vars_out')
     if not callable(fn):
@@ -514,23 +620,50 @@ class ProgramBuilder:
         lambda o, loc: inst.PrimOp(vars_in, o, fn, text, loc), out)
 
   def const(self, value, out=None, vars_out=None):
-    """Emits `out = value`, the same for every member."""
+    """Emits `out = value`, the same for every member.
+
+    Args:
+      value: The constant.
+      out: The output name or pattern; None: a fresh temporary.
+      vars_out: TFP's name for `out`.
+
+    Returns:
+      `out`.
+    """
     out = _one_of('const', out, vars_out, 'out', 'vars_out')
     return self._emit_out(lambda o, loc: inst.PrimOp(
         (), o, _const_fn(value), repr(value), loc), out)
 
   def assign(self, dst, src):
-    """Emits the copy `dst = src` (`dst` may be a pattern: unpacking)."""
+    """Emits the copy `dst = src`.
+
+    Args:
+      dst: The variable written, or a pattern of them (unpacking).
+      src: The variable read.
+
+    Returns:
+      `dst`.
+    """
     self._check_name(src)
     return self._emit_out(lambda o, loc: inst.PrimOp(
         (src,), o, inst.identity, src, loc), dst)
 
   def call(self, function, args=None, out=None, vars_in=None,
            vars_out=None):
-    """Emits `out = function(*args)`; returns `out`.
+    """Emits `out = function(*args)`, a call of a batched function.
 
-    `function`: a name or `FunctionHandle`.  `vars_in` / `vars_out` are
-    TFP's names for `args` / `out`.
+    Args:
+      function: A name or `FunctionHandle`.
+      args: The argument variables.
+      out: The output name or pattern; None: a fresh temporary.
+      vars_in: TFP's name for `args`.
+      vars_out: TFP's name for `out`.
+
+    Returns:
+      `out`.
+
+    Raises:
+      DslError: If `function` is not a name or a name is malformed.
     """
     args = _one_of('call', args, vars_in, 'args', 'vars_in')
     out = _one_of('call', out, vars_out, 'out', 'vars_out')
@@ -546,7 +679,14 @@ class ProgramBuilder:
   def return_(self, value=None, vars_out=None):
     """Sets `%ret` from `value` and returns from the function.
 
-    `vars_out` is TFP's name for `value`.
+    Args:
+      value: A variable, a pattern of variables (returns that pattern of
+        values), or a callable (computed by a primop straight into
+        `%ret`).
+      vars_out: TFP's name for `value`.
+
+    Raises:
+      DslError: If `value` is none of these.
     """
     value = _one_of('return_', value, vars_out, 'value', 'vars_out')
     loc = _caller_loc(self._state('return_').name)
@@ -569,14 +709,27 @@ class ProgramBuilder:
   # -- unstructured control flow ---------------------------------------------
 
   def label(self, name=None):
-    """A new label of the current function, to `place` later; `name`
-    labels its block `<fn>.<name>`."""
+    """Makes a new label of the current function, to `place` later.
+
+    Args:
+      name: Labels its block `<fn>.<name>`, or None.
+
+    Returns:
+      The `Label`.
+    """
     fn = self._state('label')
     fn.label_count += 1
     return Label(fn.name, fn.label_count - 1, name)
 
   def place(self, label):
-    """Starts the block of `label`; an open block falls through to it."""
+    """Starts the block of `label`; an open block falls through to it.
+
+    Args:
+      label: A `Label` of this function, not yet placed.
+
+    Raises:
+      DslError: If `label` is placed twice or belongs elsewhere.
+    """
     fn = self._state('place')
     self._check_label(label)
     if label.serial in fn.placed:
@@ -588,14 +741,23 @@ class ProgramBuilder:
     fn.blocks.append(fn.current)
 
   def goto(self, label):
-    """Ends the block with a jump to `label`."""
+    """Ends the block with a jump to `label`.
+
+    Args:
+      label: A `Label` of this function.
+    """
     self._state('goto')
     self._check_label(label)
     self._terminate(inst.GotoOp(label))
 
   def branch(self, cond, true_label, false_label):
-    """Ends the block: to `true_label` where `cond` holds, else to
-    `false_label`."""
+    """Ends the block with a per-member branch.
+
+    Args:
+      cond: The condition variable.
+      true_label: Where members go where `cond` holds.
+      false_label: Where the others go.
+    """
     self._state('branch')
     self._check_name(cond)
     self._check_label(true_label)
@@ -607,10 +769,20 @@ class ProgramBuilder:
   @contextlib.contextmanager
   def if_(self, cond=None, then_name=None, else_name=None,
           continue_name=None, condition=None):
-    """Runs the body for members where `cond` (a variable or callable) holds.
+    """Runs the body for members where `cond` holds.
 
-    `condition` is TFP's name for `cond`; `then_name`, `else_name` and
-    `continue_name` name the blocks of the two sides and of the join.
+    Args:
+      cond: A variable, or a callable (a primop computing it).
+      then_name: Names the block of the body, or None.
+      else_name: Names the block of the other side, or None.
+      continue_name: Names the block of the join, or None.
+      condition: TFP's name for `cond`.
+
+    Yields:
+      Nothing; the body builds the true side.
+
+    Raises:
+      DslError: If no condition is given.
     """
     cond = _one_of('if_', cond, condition, 'cond', 'condition')
     self._state('if_')
@@ -629,8 +801,18 @@ class ProgramBuilder:
 
   @contextlib.contextmanager
   def else_(self, else_name=None, continue_name=None):
-    """The other members of the `if_` just closed; `else_name` and
-    `continue_name` override the `if_`'s names of its blocks."""
+    """Runs the body for the other members of the `if_` just closed.
+
+    Args:
+      else_name: Overrides the `if_`'s name of this side's block.
+      continue_name: Overrides the `if_`'s name of the join's block.
+
+    Yields:
+      Nothing; the body builds the false side.
+
+    Raises:
+      DslError: If it does not directly follow a `with if_(...)` block.
+    """
     fn = self._state('else_', settle=False)
     if fn.pending_else is None:
       raise DslError('else_ must directly follow a `with if_(...)` block',
@@ -651,7 +833,18 @@ class ProgramBuilder:
 
   @contextlib.contextmanager
   def while_(self, cond):
-    """Runs the body while `cond` (a callable, recomputed each time) holds."""
+    """Runs the body while `cond` holds, per member.
+
+    Args:
+      cond: A callable computing the condition, recomputed at the top of
+        each iteration (e.g. `lambda n: n > 0`).
+
+    Yields:
+      Nothing; the body builds the loop's body.
+
+    Raises:
+      DslError: If `cond` is not callable.
+    """
     self._state('while_')
     if not callable(cond):
       raise DslError('while_ expects a callable computing the condition '

@@ -35,7 +35,19 @@ def _where(loc):
 
 
 class AutoBatchError(Exception):
-  """A mistake in how autobatch_vm is used; the message says how to fix it."""
+  """A mistake in how autobatch_vm is used; the message says how to fix it.
+
+  Args:
+    message: What is wrong.
+    loc: The `SourceLoc` of the user's code it concerns, or None; the
+      message then names the function, file and line and shows the line.
+    hint: What to do about it, or None.
+
+  Attributes:
+    message: What is wrong, as given.
+    loc: The `SourceLoc` given, or None.
+    hint: The hint given, or None.
+  """
 
   # Inside a `tf.function`, TensorFlow's AutoGraph would re-raise this as a
   # generic StagingError; this attribute makes it pass through unchanged.
@@ -52,14 +64,17 @@ class AutoBatchError(Exception):
 
   @property
   def function(self):
+    """The name of the user's function the error concerns, or None."""
     return self.loc.function if self.loc else None
 
   @property
   def filename(self):
+    """The file of the user's code the error concerns, or None."""
     return self.loc.filename if self.loc else None
 
   @property
   def lineno(self):
+    """The line of the user's code the error concerns, or None."""
     return self.loc.line if self.loc else None
 
 
@@ -100,17 +115,22 @@ class BackendError(AutoBatchError):
 
 
 class XlaErrorsWarning(UserWarning):
-  """Issued while tracing a batched run under bare `jit_compile=True`: XLA
-  cannot raise at run time, so a stack overflow or failed `assert` poisons
-  the outputs instead; `autobatch_vm.xla.compile_nested_output` raises it."""
+  """Warns that a batched run under bare `jit_compile=True` cannot raise.
+
+  Issued while tracing: XLA cannot raise at run time, so a stack overflow
+  or failed `assert` poisons the outputs instead;
+  `autobatch_vm.xla.compile_nested_output` raises it.
+  """
 
 
 class HelperAssertionError(Exception):
-  """An `assert` failed inside a function that a primitive of a batched
-  function calls (a helper).  Not an `AssertionError`, so that it is not
-  taken for a batched function's own `assert`; the VM reports it as an
-  `AssertionFailedError` at the calling line, type inference as a
-  `PrimitiveError` there."""
+  """An `assert` failed inside a helper that a primitive calls.
+
+  A helper is a function that a primitive of a batched function calls.
+  This is not an `AssertionError`, so that it is not taken for a batched
+  function's own `assert`; the VM reports it as an `AssertionFailedError` at the
+  calling line, type inference as a `PrimitiveError` there.
+  """
 
 
 # Errors of backends that say two inputs of one operation have different
@@ -167,14 +187,22 @@ def user_stacklevel():
 
 
 class XlaGradientWarning(UserWarning):
-  """Issued while tracing a batched run under `jit_compile=True` with a
+  """Warns that XLA cannot compile the gradient of a run without `max_steps`.
+
+  Issued while tracing a batched run under `jit_compile=True` with a
   gradient tape recording and no `max_steps`: XLA cannot compile the
   gradient of a loop without a bound on its iterations
-  (`autobatch_vm.xla.warn_if_gradient_needs_max_steps`)."""
+  (`autobatch_vm.xla.warn_if_gradient_needs_max_steps`).
+  """
 
 
 class InternalError(Exception):
-  """An invariant of autobatch_vm broke: this is a bug in autobatch_vm."""
+  """An invariant of autobatch_vm broke: this is a bug in autobatch_vm.
+
+  Args:
+    message: The invariant that broke; the error adds that this is a bug
+      to report.
+  """
 
   def __init__(self, message):
     super().__init__(

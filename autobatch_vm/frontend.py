@@ -61,8 +61,24 @@ def _default_backend(args):
 
 
 class BatchedFunction:
-  """A decorated function: call it on a batch (the undecorated function is
-  its `.python_function`)."""
+  """A decorated function: call it on a batch.
+
+  `Context.batch` makes one; the undecorated function is its
+  `.python_function`.
+
+  Args:
+    context: The `Context` it belongs to.
+    fn: The user's Python function, the logic of one batch member.
+    type_inference: The user's type-inference callable (normalized by the
+      Context), or None.
+
+  Attributes:
+    context: The `Context` it belongs to.
+    python_function: The undecorated function.
+    type_inference: The type-inference callable, or None.
+    name: The function's name.
+    last_stats: The `RunStats` of the last call (None before any).
+  """
 
   # Marks it for TensorFlow's AutoGraph as one of its own artifacts, so a
   # `tf.function` calls it as is rather than converting autobatch_vm's code.
@@ -84,6 +100,42 @@ class BatchedFunction:
                block_code_cache=None,
                schedule=virtual_machine.DEFAULT_SCHEDULE, profile=False,
                max_steps=None, **kwargs):
+    """Runs the function on a batch; `last_stats` then describes the run.
+
+    Args:
+      *args, **kwargs: The function's own arguments, each an array (or a
+        tuple, list or namedtuple of arrays) whose axis 0 is the batch; a
+        scalar or a batch of one is broadcast to the batch.  Defaulted
+        parameters may be left out.
+      dry_run: Whether to run each member alone as plain Python (the
+        reference), stacking the results as a batched call does.
+      stackless: True: Python's stack handles calls, and independent calls
+        of a function run together; False: the stack VM; None: stackless
+        on NumPy for a branching recursion, the VM otherwise.
+      max_stack_depth: The deepest recursion the run allows.
+      backend: `NumpyBackend()` or `TensorFlowBackend(...)`; None picks
+        the one the arguments' type calls for.
+      block_code_cache: A dict of compiled blocks kept across calls; None
+        uses the Context's.
+      schedule: Which block runs next: `'most'` (the one with the most
+        members) or `'lowest'` (the lowest-numbered one with members).
+      profile: Whether to time every block (`last_stats.table()`).
+      max_steps: The most VM steps the run may take, or None (no bound,
+        or the backend's `while_maximum_iterations`).
+
+    Returns:
+      The batched results, with the structure the function returns.
+
+    Raises:
+      ArgumentError: If the arguments or options are wrong (count, names,
+        batch sizes, dtypes).
+      StackOverflowError: If a member recurses deeper than
+        `max_stack_depth`.
+      StepLimitError: If members have not finished after `max_steps`.
+      AutoBatchError: Of another subclass, if the function cannot be
+        compiled or typed, or a primitive or an `assert` fails for some
+        members.
+    """
     if self.context._dry_run_depth():  # inside a dry run: plain Python
       return self.context._dry_run_function(self)(*args, **kwargs)
     args = self._bind_arguments(args, kwargs)
@@ -128,10 +180,17 @@ class BatchedFunction:
 
 
 class Context:
-  """A set of batched functions that may call each other."""
+  """A set of batched functions that may call each other.
+
+  Args:
+    debug: Whether to run the IR verifier between compiler passes.
+
+  Attributes:
+    debug: As given.
+    last_stats: The `RunStats` of the last call of any of its functions.
+  """
 
   def __init__(self, debug=False):
-    """`debug=True` runs the IR verifier between compiler passes."""
     self.debug = debug
     self._functions = {}      # name -> BatchedFunction, in definition order
     self._module = None
@@ -142,12 +201,24 @@ class Context:
   # -- decorating --------------------------------------------------------------
 
   def batch(self, type_inference=None):
-    """Decorator: `@ctx.batch(type_inference=...)`, `@ctx.batch()` or the
-    bare `@ctx.batch` (type_inference is optional).
+    """Decorates a function as batched: `@ctx.batch(...)` or bare `@ctx.batch`.
 
-    The bare form hands the decorated function itself to this method; it
-    is told from a `type_inference` callable given positionally by its
-    source: a `def` whose own decorators include a bare `...batch`.
+    The forms are `@ctx.batch(type_inference=...)`, `@ctx.batch()` and the
+    bare `@ctx.batch`.  The bare form hands the decorated function itself
+    to this method; it is told from a `type_inference` callable given
+    positionally by its source: a `def` whose own decorators include a
+    bare `...batch`.
+
+    Args:
+      type_inference: Optional.  A callable that takes a list with one type
+        per argument (an `ab.TensorType`, or a pattern of them; shapes
+        without the batch dimension) and returns the result's type (TFP's
+        convention, a list with one `Type` per returned value, is taken
+        too).  Without it the result's type is inferred.
+
+    Returns:
+      A decorator that returns the `BatchedFunction`; for the bare form,
+      the `BatchedFunction` itself.
     """
     if type_inference is not None and _decorated_bare(type_inference):
       return self.batch_uncurried(type_inference)
@@ -157,7 +228,19 @@ class Context:
     return decorator
 
   def batch_uncurried(self, function, type_inference=None):
-    """Registers `function` as batched; returns the callable wrapper."""
+    """Registers `function` as a batched function of this Context.
+
+    Args:
+      function: The user's Python function, the logic of one member.
+      type_inference: As for `batch`, or None.
+
+    Returns:
+      The `BatchedFunction`, a callable wrapper of `function`.
+
+    Raises:
+      ArgumentError: If `function` is already batched or is not a Python
+        function.
+    """
     if isinstance(function, BatchedFunction):
       raise errors.ArgumentError(
           f'{function.name!r} is already a batched function')
@@ -217,6 +300,15 @@ class Context:
     return name
 
   def function_loc(self, name):
+    """Finds where batched function `name` is defined, for error messages.
+
+    Args:
+      name: The name of a batched function of this Context.
+
+    Returns:
+      A `SourceLoc` (function, file, first line), or None if the function
+      has no code to locate.
+    """
     fn = self._functions[name].python_function
     try:
       filename = fn.__code__.co_filename
@@ -225,7 +317,11 @@ class Context:
       return None
 
   def function_names(self):
-    """Names of the batched functions of this Context, in definition order."""
+    """Lists the batched functions of this Context.
+
+    Returns:
+      Their names, in definition order.
+    """
     return list(self._functions)
 
   def _function_ir(self, name):
@@ -244,14 +340,28 @@ class Context:
     return self._module[name]
 
   def module(self):
-    """Every function of the Context compiled to IR (a `Program`)."""
+    """Compiles every function of the Context to IR.
+
+    Returns:
+      An untyped `Program` of them all, main the first defined.
+    """
     functions = tuple(self._function_ir(n) for n in self._functions)
     main = functions[0].name if functions else ''
     return inst.Program(functions, main)
 
   def program(self, main):
-    """The untyped `Program` of `main` (a batched function, the function
-    it was made from, or its name) and the functions it can reach."""
+    """Compiles `main` and the functions it can reach to an untyped `Program`.
+
+    Args:
+      main: A batched function of this Context, the function it was made
+        from, or its name.
+
+    Returns:
+      The untyped `Program`, `main` its main function.
+
+    Raises:
+      ArgumentError: If `main` is not a batched function of this Context.
+    """
     main = self._name_of(main)
     order, stack = [], [main]
     while stack:
@@ -266,7 +376,22 @@ class Context:
     return inst.Program(tuple(self._function_ir(n) for n in order), main)
 
   def program_compiled(self, main, sig=None, backend=None):
-    """The typed and allocated `Program` for input types `sig`."""
+    """Compiles, types and allocates `main` for input types `sig`.
+
+    Args:
+      main: A batched function of this Context, the function it was made
+        from, or its name.
+      sig: A list with one `ab.Type` or `ab.TensorType` (or pattern of
+        them; shapes without the batch dimension) per argument of `main`.
+      backend: The backend that runs primitives during type inference;
+        None: `NumpyBackend()`.
+
+    Returns:
+      The typed and allocated `Program` (cached per signature).
+
+    Raises:
+      ArgumentError: If `main` is unknown or `sig` is missing.
+    """
     backend = backend or numpy_backend.NumpyBackend()
     main = self._name_of(main)
     sig = self._signature(main, sig)
@@ -283,8 +408,17 @@ class Context:
     return self._cache[key]
 
   def program_stackless(self, main, sig=None, backend=None):
-    """The `Program` that `stackless=True` runs for input types `sig`: the
-    typed program with independent calls grouped (`parallel_calls`)."""
+    """Builds the `Program` that `stackless=True` runs for input types `sig`.
+
+    Args:
+      main: A batched function of this Context, the function it was made
+        from, or its name.
+      sig: The input types, as for `program_compiled`.
+      backend: As for `program_compiled`.
+
+    Returns:
+      The typed program with independent calls grouped (`parallel_calls`).
+    """
     backend = backend or numpy_backend.NumpyBackend()
     main = self._name_of(main)
     sig = self._signature(main, sig)
@@ -296,13 +430,25 @@ class Context:
 
   def chooses_stackless(self, main, sig=None, backend=None,
                         max_stack_depth=DEFAULT_MAX_STACK_DEPTH):
-    """Whether `stackless=None` (the default) runs `main` in stackless
-    mode for input types `sig`: on a backend that computes a block on its
-    members' rows only (NumPy), for a program with a branching recursion
+    """Tells whether `stackless=None` (the default) runs `main` stackless.
+
+    It does on a backend that computes a block on its members' rows only
+    (NumPy), for a program with a branching recursion
     (`stackless.branching_recursion`: a function making independent calls
     into its own recursion, as a tree recursion does), and for
-    `max_stack_depth` up to `AUTO_STACKLESS_MAX_DEPTH`.  Otherwise the
-    stack VM."""
+    `max_stack_depth` up to `AUTO_STACKLESS_MAX_DEPTH`; otherwise the stack
+    VM runs it.
+
+    Args:
+      main: A batched function of this Context, the function it was made
+        from, or its name.
+      sig: The input types, as for `program_compiled`.
+      backend: The backend of the call; None: `NumpyBackend()`.
+      max_stack_depth: The call's `max_stack_depth`.
+
+    Returns:
+      True for stackless mode, False for the stack VM.
+    """
     backend = backend or numpy_backend.NumpyBackend()
     if (not getattr(backend, 'compacts', False)
         or max_stack_depth > AUTO_STACKLESS_MAX_DEPTH):
@@ -317,8 +463,22 @@ class Context:
 
   def program_lowered(self, main, sig=None, backend=None,
                       schedule=virtual_machine.DEFAULT_SCHEDULE):
-    """The lowered, optimized `LoweredProgram` for input types `sig`, as
-    run under `schedule` (its blocks are merged for that schedule)."""
+    """Builds the lowered, optimized program the VM runs for types `sig`.
+
+    Args:
+      main: A batched function of this Context, the function it was made
+        from, or its name.
+      sig: The input types, as for `program_compiled`.
+      backend: As for `program_compiled`.
+      schedule: The VM schedule, `'most'` or `'lowest'`; the blocks are
+        merged for it.
+
+    Returns:
+      The `LoweredProgram` (cached per signature, backend and schedule).
+
+    Raises:
+      ArgumentError: If `schedule` is unknown.
+    """
     backend = backend or numpy_backend.NumpyBackend()
     main = self._name_of(main)
     sig = self._signature(main, sig)
@@ -332,7 +492,21 @@ class Context:
 
   def lowered_for_args(self, name, args, backend=None,
                       schedule=virtual_machine.DEFAULT_SCHEDULE):
-    """The lowered program `name` would run for these (batched) args."""
+    """Builds the lowered program that a call with `args` would run.
+
+    Args:
+      name: A batched function of this Context, the function it was made
+        from, or its name.
+      args: The call's positional arguments, batched.
+      backend: The backend of the call; None picks it from `args`.
+      schedule: The VM schedule, `'most'` or `'lowest'`.
+
+    Returns:
+      The `LoweredProgram` for the arguments' types.
+
+    Raises:
+      ArgumentError: If the arguments do not fit the function.
+    """
     name = self._name_of(name)
     args = self._functions[name]._bind_arguments(list(args), {})
     backend = backend or _default_backend(args)
@@ -594,8 +768,18 @@ def _is_number_list(x):
 
 
 def map_arguments(f, arg):
-  """`f` on each leaf of a call argument: tuples, namedtuples and lists are
-  structure, a list of numbers (`_is_number_list`) is a leaf."""
+  """Applies `f` to each leaf of a call argument.
+
+  Tuples, namedtuples and lists are structure; a (nested) list of plain
+  numbers (`_is_number_list`) is a leaf.
+
+  Args:
+    f: The function applied to each leaf.
+    arg: A call argument.
+
+  Returns:
+    `arg` with each leaf replaced by `f` of it.
+  """
   if _is_number_list(arg):
     return f(arg)
   if isinstance(arg, (tuple, list)):

@@ -68,6 +68,14 @@ RETURN_VAR = '%ret'
 # ---------------------------------------------------------------------------
 
 def is_namedtuple(x):
+  """Tells whether `x` is a namedtuple (a pattern node rebuilt by field).
+
+  Args:
+    x: Any value.
+
+  Returns:
+    True if `x` is a tuple whose type has `_fields`.
+  """
   return isinstance(x, tuple) and hasattr(type(x), '_fields')
 
 
@@ -86,14 +94,39 @@ def _rebuild(template, items):
 
 
 def pattern_map(f, pattern, leaf_type=None):
-  """Applies `f` to every leaf of `pattern`, keeping its structure."""
+  """Applies `f` to every leaf of `pattern`, keeping its structure.
+
+  Args:
+    f: A function of one leaf.
+    pattern: A leaf, or a tuple, list or namedtuple of patterns.
+    leaf_type: A type (or tuple of types) whose instances are leaves even
+      where they are tuples or lists, or None.
+
+  Returns:
+    A pattern of the same structure holding `f` of each leaf.
+  """
   if _is_node(pattern, leaf_type):
     return _rebuild(pattern, [pattern_map(f, p, leaf_type) for p in pattern])
   return f(pattern)
 
 
 def pattern_map2(f, pattern1, pattern2, leaf_type=None):
-  """Applies `f` to corresponding leaves of two same-structured patterns."""
+  """Applies `f` to corresponding leaves of two same-structured patterns.
+
+  Args:
+    f: A function of two leaves.
+    pattern1: A pattern; its structure is kept.
+    pattern2: A pattern of the same structure (down to `pattern1`'s
+      leaves, which may face subpatterns here).
+    leaf_type: A type (or tuple of types) whose instances are leaves even
+      where they are tuples or lists, or None.
+
+  Returns:
+    A pattern of `pattern1`'s structure holding `f(leaf1, leaf2)`.
+
+  Raises:
+    ValueError: If the structures differ.
+  """
   if _is_node(pattern1, leaf_type):
     if not _is_node(pattern2, leaf_type) or len(pattern1) != len(pattern2):
       raise ValueError(
@@ -104,12 +137,34 @@ def pattern_map2(f, pattern1, pattern2, leaf_type=None):
 
 
 def pattern_zip(pattern1, pattern2, leaf_type=None):
-  """Pairs the leaves of two same-structured patterns: pattern of tuples."""
+  """Pairs the leaves of two same-structured patterns.
+
+  Args:
+    pattern1: A pattern.
+    pattern2: A pattern of the same structure.
+    leaf_type: A type (or tuple of types) whose instances are leaves even
+      where they are tuples or lists, or None.
+
+  Returns:
+    A pattern of `pattern1`'s structure holding `(leaf1, leaf2)` tuples.
+
+  Raises:
+    ValueError: If the structures differ.
+  """
   return pattern_map2(lambda a, b: (a, b), pattern1, pattern2, leaf_type)
 
 
 def pattern_flatten(pattern, leaf_type=None):
-  """The leaves of `pattern` in depth-first order, as a list."""
+  """Lists the leaves of `pattern` in depth-first order.
+
+  Args:
+    pattern: A leaf, or a tuple, list or namedtuple of patterns.
+    leaf_type: A type (or tuple of types) whose instances are leaves even
+      where they are tuples or lists, or None.
+
+  Returns:
+    A list of the leaves.
+  """
   if _is_node(pattern, leaf_type):
     out = []
     for p in pattern:
@@ -119,7 +174,20 @@ def pattern_flatten(pattern, leaf_type=None):
 
 
 def pattern_unflatten(template, leaves, leaf_type=None):
-  """Inverse of `pattern_flatten`: refills `template`'s structure."""
+  """Refills `template`'s structure with `leaves` (`pattern_flatten`'s inverse).
+
+  Args:
+    template: A pattern whose structure the result takes.
+    leaves: An iterable of as many leaves as `template` has.
+    leaf_type: A type (or tuple of types) whose instances are leaves even
+      where they are tuples or lists, or None.
+
+  Returns:
+    A pattern of `template`'s structure holding `leaves` in order.
+
+  Raises:
+    ValueError: If leaves are left over (`StopIteration` if too few).
+  """
   it = iter(leaves)
   result = pattern_map(lambda _: next(it), template, leaf_type)
   remaining = list(it)
@@ -129,7 +197,16 @@ def pattern_unflatten(template, leaves, leaf_type=None):
 
 
 def pattern_traverse(pattern, leaf_type=None):
-  """Yields `(path, leaf)` for every leaf; `path` is a tuple of indices."""
+  """Walks the leaves of `pattern` in depth-first order.
+
+  Args:
+    pattern: A leaf, or a tuple, list or namedtuple of patterns.
+    leaf_type: A type (or tuple of types) whose instances are leaves even
+      where they are tuples or lists, or None.
+
+  Yields:
+    `(path, leaf)` for every leaf; `path` is a tuple of indices.
+  """
   if _is_node(pattern, leaf_type):
     for i, p in enumerate(pattern):
       for path, leaf in pattern_traverse(p, leaf_type):
@@ -159,6 +236,7 @@ class TensorType:
     object.__setattr__(self, 'shape', tuple(int(d) for d in self.shape))
 
   def strong(self):
+    """Returns this type with `weak` cleared (itself if not weak)."""
     return dataclasses.replace(self, weak=False) if self.weak else self
 
   @property
@@ -217,6 +295,11 @@ class FrozenDict(collections.abc.Mapping):
   __slots__ = ('_items', '_dict')
 
   def __init__(self, *args, **kwargs):
+    """Makes the mapping as `dict(*args, **kwargs)` would.
+
+    Args:
+      *args, **kwargs: As for `dict`.
+    """
     d = dict(*args, **kwargs)
     object.__setattr__(self, '_dict', d)
     object.__setattr__(self, '_items', tuple(d.items()))
@@ -245,6 +328,15 @@ class FrozenDict(collections.abc.Mapping):
     return f'FrozenDict({self._dict!r})'
 
   def set(self, key, value):
+    """Returns a copy with `key` mapped to `value`.
+
+    Args:
+      key: The key, new or present.
+      value: Its value in the copy.
+
+    Returns:
+      A new `FrozenDict`; this one is unchanged.
+    """
     d = dict(self._dict)
     d[key] = value
     return FrozenDict(d)
@@ -379,12 +471,26 @@ class RestoreOp:
 
 @dataclasses.dataclass(frozen=True)
 class GotoOp:
+  """Jump to `block`.
+
+  Attributes:
+    block: The label of the block every member at this one goes to.
+    loc: Where in the user's source it came from, or None.
+  """
   block: str
   loc: Optional[SourceLoc] = dataclasses.field(default=None, compare=False)
 
 
 @dataclasses.dataclass(frozen=True)
 class BranchOp:
+  """Branch on the per-member boolean `cond`.
+
+  Attributes:
+    cond: The condition variable, a per-member scalar.
+    true_block: The label members go to where `cond` holds.
+    false_block: The label the others go to.
+    loc: Where in the user's source it came from, or None.
+  """
   cond: str
   true_block: str
   false_block: str
@@ -421,14 +527,14 @@ class PushBranchOp:
 
 @dataclasses.dataclass(frozen=True)
 class CallBranchOp:
-  """Branch on `cond`; only the members going to the `call_side` block
-  (True: `true_block`) push `push_block` first.
+  """Branch on `cond`, pushing `push_block` only for the calling side.
 
-  A call on one side, a plain jump on the other: made by `return_inlining`
-  from `push_branch R, c ? T : F` whose `F` (the callee's base case) only
-  sets constants and returns.  `F`'s code then runs in the caller's block
-  and its members jump straight back to `R`, with no push, no pop and no
-  step at `F`.
+  Only the members going to the `call_side` block (True: `true_block`)
+  push `push_block` first.  A call on one side, a plain jump on the other:
+  made by `return_inlining` from `push_branch R, c ? T : F` whose `F` (the
+  callee's base case) only sets constants and returns.  `F`'s code then
+  runs in the caller's block and its members jump straight back to `R`,
+  with no push, no pop and no step at `F`.
   """
   push_block: str
   cond: str
@@ -439,6 +545,7 @@ class CallBranchOp:
 
   @property
   def call_block(self):
+    """The label of the side that calls (pushes `push_block`)."""
     return self.true_block if self.call_side else self.false_block
 
 
@@ -503,6 +610,14 @@ def _freeze(pattern):
 
 @dataclasses.dataclass(frozen=True)
 class Block:
+  """A basic block: straight-line instructions and one terminator.
+
+  Attributes:
+    label: Its name, unique in its function (or lowered program).
+    instructions: The ops (`OPS`) it runs in order.
+    terminator: Where its members go next (`TERMINATORS`).
+    loc: Where in the user's source it starts, or None.
+  """
   label: str
   instructions: Tuple[Any, ...]
   terminator: Any
@@ -530,6 +645,17 @@ class Function:
       default=None, compare=False)
 
   def block(self, label):
+    """Finds the block labelled `label`.
+
+    Args:
+      label: A block label of this function.
+
+    Returns:
+      The `Block`.
+
+    Raises:
+      InternalError: If the function has no such block.
+    """
     for b in self.blocks:
       if b.label == label:
         return b
@@ -543,6 +669,17 @@ class Program:
   main: str
 
   def function(self, name):
+    """Finds the function named `name`.
+
+    Args:
+      name: A function name of this program.
+
+    Returns:
+      The `Function`.
+
+    Raises:
+      InternalError: If the program has no such function.
+    """
     for f in self.functions:
       if f.name == name:
         return f
@@ -550,9 +687,18 @@ class Program:
 
   @property
   def main_function(self):
+    """The `Function` named `main`."""
     return self.function(self.main)
 
   def replace_function(self, fn):
+    """Returns this program with the function of `fn`'s name replaced.
+
+    Args:
+      fn: The new `Function`.
+
+    Returns:
+      A new `Program`; this one is unchanged.
+    """
     return dataclasses.replace(
         self, functions=tuple(fn if f.name == fn.name else f
                               for f in self.functions))
@@ -579,6 +725,11 @@ class LoweredProgram:
   main: str = ''
 
   def block_index(self):
+    """Maps each block's label to its index (its program counter value).
+
+    Returns:
+      A dict from label to index in `blocks`.
+    """
     return {b.label: i for i, b in enumerate(self.blocks)}
 
   def __str__(self):
@@ -661,8 +812,17 @@ def _vars_str(var_defs, var_alloc, indent='  '):
 
 
 def print_program(program):
-  """A stable, readable listing of a `Program`, `LoweredProgram` or
-  `Function`."""
+  """Prints a program as a stable, readable listing.
+
+  Args:
+    program: A `Program`, `LoweredProgram` or `Function`.
+
+  Returns:
+    The listing, a string (the same for equal programs).
+
+  Raises:
+    InternalError: If `program` is none of these.
+  """
   lines = []
   if isinstance(program, Function):
     fns = [program]
@@ -722,10 +882,22 @@ def _squeeze(x):
 
 
 def interpret(program, *args, max_steps=10**7):
-  """Runs `program` (a `Program` or `LoweredProgram`) for ONE member.
+  """Runs `program` for ONE member: the reference the VM is tested against.
 
-  `args` are that member's values (no batch dimension).  Primitives are
-  called on batches of size one.  Returns the member's result.
+  Primitives are called on batches of size one.
+
+  Args:
+    program: A typed `Program` or a `LoweredProgram`.
+    *args: The member's values (no batch dimension), one per parameter of
+      main.
+    max_steps: The most blocks the run may execute.
+
+  Returns:
+    The member's result.
+
+  Raises:
+    InternalError: If the run takes more than `max_steps`, or `program`
+      holds an instruction of the wrong stage.
   """
   if isinstance(program, Program):
     return _interpret_function(program, program.main, list(args), [max_steps])
@@ -826,8 +998,18 @@ __all__ += ['extract_referenced_variables']
 
 
 def extract_referenced_variables(node):
-  """The `frozenset` of variable names an instruction, terminator, block,
-  function, program, or sequence of them reads or writes."""
+  """Finds the variables a piece of IR reads or writes (TFP's function).
+
+  Args:
+    node: An instruction, terminator, block, function, program, or a list
+      or tuple of them.
+
+  Returns:
+    The `frozenset` of variable names it reads or writes.
+
+  Raises:
+    ArgumentError: If `node` is none of these.
+  """
   if isinstance(node, (PrimOp, FunctionCallOp)):
     return frozenset(node.vars_in) | frozenset(pattern_flatten(node.vars_out))
   if isinstance(node, (PushOp, PopOp, RestoreOp)):

@@ -31,8 +31,14 @@ def sync_point(fn):
       leapfrog = ab.sync_point(leapfrog)      # or @ab.sync_point
 
   The call must name the marked function statically (a global, a closed
-  over name, or an attribute of one, e.g. `lib.leapfrog(...)`).  Returns a
-  wrapper; `fn` itself is unchanged.
+  over name, or an attribute of one, e.g. `lib.leapfrog(...)`).
+
+  Args:
+    fn: The primitive to mark.
+
+  Returns:
+    A wrapper that calls `fn` and carries the mark; `fn` itself is
+    unchanged.
   """
   @functools.wraps(fn)
   def wrapper(*args, **kwargs):
@@ -62,6 +68,14 @@ def _as_bool(x):
 
 
 def logical_and(*xs):
+  """Per-member `and` of conditions (the frontend's rewrite of `and`).
+
+  Args:
+    *xs: Conditions: arrays, tensors or Python values; nonzero is true.
+
+  Returns:
+    A boolean array (or tensor, if any input is one) true where all are.
+  """
   result = _as_bool(xs[0])
   for x in xs[1:]:
     x = _as_bool(x)
@@ -73,6 +87,14 @@ def logical_and(*xs):
 
 
 def logical_or(*xs):
+  """Per-member `or` of conditions (the frontend's rewrite of `or`).
+
+  Args:
+    *xs: Conditions: arrays, tensors or Python values; nonzero is true.
+
+  Returns:
+    A boolean array (or tensor, if any input is one) true where any is.
+  """
   result = _as_bool(xs[0])
   for x in xs[1:]:
     x = _as_bool(x)
@@ -84,6 +106,14 @@ def logical_or(*xs):
 
 
 def logical_not(x):
+  """Per-member `not` of a condition (the frontend's rewrite of `not`).
+
+  Args:
+    x: A condition: an array, a tensor or a Python value; nonzero is true.
+
+  Returns:
+    A boolean array (or tensor, if `x` is one) true where `x` is false.
+  """
   x = _as_bool(x)
   if _is_tf(x):
     return _tf().logical_not(x)
@@ -100,7 +130,18 @@ def _expand_to(cond, rank):
 
 
 def where(cond, x, y):
-  """Per-member select: `cond` is `[B]`, `x` and `y` are `[B, ...]`."""
+  """Per-member select (the frontend's rewrite of `x if cond else y`).
+
+  Args:
+    cond: The per-member condition, `[B]` (or a Python bool).
+    x: The values where `cond` is true, `[B, ...]` or a Python scalar.
+    y: The values where `cond` is false, `[B, ...]` or a Python scalar.
+
+  Returns:
+    `x` where `cond` holds, else `y`, `cond` broadcast over the trailing
+    dimensions; a Python scalar of the joint type if all three are Python
+    scalars, a tensor if any input is one.
+  """
   scalars = (bool, int, float)
   if (type(x) in scalars and type(y) in scalars
       and isinstance(cond, (bool, np.bool_))):
@@ -151,17 +192,46 @@ def _int_division(op, a, b):
 
 
 def mod(a, b):
-  """`a % b` (see `_int_division`)."""
+  """Computes `a % b`, giving 0 for an integer tensor divisor of zero.
+
+  TensorFlow's CPU kernels raise on integer division by zero, and batched
+  primitives also compute for members not at the block (see
+  `_int_division`).
+
+  Args:
+    a: The dividend: an array, a tensor or a Python number.
+    b: The divisor: an array, a tensor or a Python number.
+
+  Returns:
+    `a % b`, with 0 where an integer tensor `b` is zero.
+  """
   return _int_division(operator.mod, a, b)
 
 
 def floordiv(a, b):
-  """`a // b` (see `_int_division`)."""
+  """Computes `a // b`, giving 0 for an integer tensor divisor of zero.
+
+  See `mod` for why.
+
+  Args:
+    a: The dividend: an array, a tensor or a Python number.
+    b: The divisor: an array, a tensor or a Python number.
+
+  Returns:
+    `a // b`, with 0 where an integer tensor `b` is zero.
+  """
   return _int_division(operator.floordiv, a, b)
 
 
 def fail(message):
-  """Raises AssertionError; the VM attaches the members and the user's line."""
+  """Fails a user's `assert`; the VM attaches the members and the line.
+
+  Args:
+    message: The assertion's message.
+
+  Raises:
+    AssertionError: Always, with `message`.
+  """
   raise AssertionError(message)
 
 
@@ -173,7 +243,7 @@ def truthy(x):
   one, it strips that size-1 batch dimension so Python's `if` sees a scalar.
 
   Args:
-    x: a condition: an array or tensor, or a Python value.
+    x: A condition: an array or tensor, or a Python value.
 
   Returns:
     `x[0]` where `x` has a leading dimension of 1, else `x`.

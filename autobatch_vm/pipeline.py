@@ -43,9 +43,15 @@ from autobatch_vm import virtual_machine
 __all__ = ['Pass', 'TYPED_PASSES', 'LOWERED_PASSES', 'STACKLESS_PASSES',
            'run', 'typed', 'lowered', 'stackless']
 
-# `apply(program, context)`: `context` holds what some passes need beyond
-# the program (`input_types`, `backend`, `schedule`).
 Pass = collections.namedtuple('Pass', ['name', 'apply'])
+Pass.__doc__ = """One pass of a table: its name and how to apply it.
+
+Attributes:
+  name: The pass's name, which the verifier's errors give.
+  apply: `apply(program, context)` returns the new program; `context` is a
+    dict of what some passes need beyond the program (`input_types`,
+    `backend`, `schedule`).
+"""
 
 TYPED_PASSES = (
     Pass('type_inference', lambda p, c: type_inference.infer_types(
@@ -75,8 +81,22 @@ STACKLESS_PASSES = (
 
 
 def run(passes, program, verify=False, **context):
-  """`program` through `passes` in order; with `verify`, the verifier
-  checks the result of each (an `InternalError` names the pass)."""
+  """Runs `program` through `passes` in order.
+
+  Args:
+    passes: A table of `Pass`es, e.g. `LOWERED_PASSES`.
+    program: The program the first pass takes.
+    verify: Whether the verifier checks the result of each pass.
+    **context: What some passes need beyond the program (`input_types`,
+      `backend`, `schedule`), handed to each pass as a dict.
+
+  Returns:
+    The last pass's result.
+
+  Raises:
+    InternalError: If `verify` and a pass's result breaks an invariant;
+      the message names the pass.
+  """
   for p in passes:
     program = p.apply(program, context)
     if verify:
@@ -85,7 +105,17 @@ def run(passes, program, verify=False, **context):
 
 
 def typed(program, input_types, backend, verify=False):
-  """Untyped `Program` -> typed and allocated `Program`."""
+  """Types and allocates an untyped `Program` (`TYPED_PASSES`).
+
+  Args:
+    program: An untyped `Program`, from the frontend.
+    input_types: One type pattern (of `TensorType`) per main parameter.
+    backend: The backend that runs primitives on dummy values.
+    verify: Whether the verifier checks the input and each pass's result.
+
+  Returns:
+    The typed and allocated `Program`.
+  """
   if verify:
     verifier.verify(program, 'frontend')
   return run(TYPED_PASSES, program, verify, input_types=input_types,
@@ -94,14 +124,29 @@ def typed(program, input_types, backend, verify=False):
 
 def lowered(program, verify=False,
             schedule=virtual_machine.DEFAULT_SCHEDULE):
-  """Typed and allocated `Program` -> optimized `LoweredProgram`.
+  """Lowers and optimizes a typed, allocated `Program` (`LOWERED_PASSES`).
 
-  `schedule`: the VM schedule the program is for (block merging differs).
+  Args:
+    program: A typed and allocated `Program`.
+    verify: Whether the verifier checks each pass's result.
+    schedule: The VM schedule the program is for, `'most'` or `'lowest'`
+      (block merging and leaf returns differ).
+
+  Returns:
+    The optimized `LoweredProgram`.
   """
   return run(LOWERED_PASSES, program, verify, schedule=schedule)
 
 
 def stackless(program, verify=False):
-  """Typed and allocated `Program` -> the `Program` the stackless executor
-  runs (independent calls of one function grouped, `parallel_calls`)."""
+  """Prepares a typed, allocated `Program` for stackless mode.
+
+  Args:
+    program: A typed and allocated `Program`.
+    verify: Whether the verifier checks each pass's result.
+
+  Returns:
+    The `Program` the stackless executor runs: independent calls of one
+    function grouped (`parallel_calls`), allocated again.
+  """
   return run(STACKLESS_PASSES, program, verify)

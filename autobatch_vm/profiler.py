@@ -20,7 +20,20 @@ __all__ = ['rows', 'summary', 'format_table', 'plot']
 
 
 def rows(stats):
-  """One dict per executed block, most expensive first."""
+  """Tabulates the profile: one dict per executed block.
+
+  Args:
+    stats: The `RunStats` of a run (`fn.last_stats`).
+
+  Returns:
+    A list of dicts, most expensive first (by time where the run was
+    timed, else by runs), with keys `block`, `function`, `where`, `source`,
+    `runs`, `active_per_run`, `utilization`, `seconds` and `time_share`.
+
+  Raises:
+    ArgumentError: If the statistics are tensors of a `tf.function` being
+      traced.
+  """
   stats.require_numbers('profiler.rows()')
   out = []
   total_time = sum(stats.block_time.values()) or 0.0
@@ -48,8 +61,15 @@ def rows(stats):
 
 
 def summary(stats):
-  """One line: steps, batch, utilization, time in blocks and (with
-  `profile=True`) how the steps compare with the longest member alone."""
+  """Summarizes a run in a line or two.
+
+  Args:
+    stats: The `RunStats` of a run.
+
+  Returns:
+    The steps, batch size, utilization, time in blocks and (with
+    `profile=True`) how the steps compare with the longest member alone.
+  """
   what = 'blocks run (stackless mode)' if stats.stackless else 'VM steps'
   line = (f'{stats.steps} {what}, batch {stats.batch_size}, mean '
           f'utilization {stats.utilization:.1%}'
@@ -67,7 +87,19 @@ def summary(stats):
 
 
 def format_table(stats, max_rows=30):
-  """The profile as a fixed-width text table with a summary line."""
+  """Formats the profile as a fixed-width text table with a summary line.
+
+  Args:
+    stats: The `RunStats` of a run.
+    max_rows: The most blocks shown (the most expensive ones).
+
+  Returns:
+    The table, a string.
+
+  Raises:
+    ArgumentError: If the statistics are tensors of a `tf.function` being
+      traced.
+  """
   lines = [summary(stats)]
   header = (f'{"block":<22} {"runs":>7} {"active":>8} {"util":>6} '
             f'{"time s":>8} {"time%":>6}  source')
@@ -85,10 +117,20 @@ def format_table(stats, max_rows=30):
 
 
 def plot(stats, path=None, max_rows=20):
-  """A bar chart of time (or runs) per block, colored by utilization.
+  """Draws a bar chart of time (or runs) per block, colored by utilization.
 
-  Needs matplotlib (`pip install matplotlib`).  Saves to `path` if given;
-  returns the figure.
+  Needs matplotlib (`pip install matplotlib`).
+
+  Args:
+    stats: The `RunStats` of a run.
+    path: A file to save the chart to, or None.
+    max_rows: The most blocks shown (the most expensive ones).
+
+  Returns:
+    The matplotlib figure.
+
+  Raises:
+    ImportError: If matplotlib is not installed.
   """
   try:
     import matplotlib  # pylint: disable=g-import-not-at-top

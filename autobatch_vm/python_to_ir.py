@@ -1040,10 +1040,16 @@ def _relabel(block, rename):
 
 
 def range_bound(x):
-  """A `range()` bound in a dry run: a batch of one is its one value.
+  """Turns a `range()` bound of a dry run into one `range` takes.
 
   In a dry run a member's variables are batches of one (shape `[1]`),
   which Python's `range` does not take; a 0-d array or a number it does.
+
+  Args:
+    x: The bound: a batch of one, a 0-d array or a number.
+
+  Returns:
+    The one value of a batch of one, else `x`.
   """
   shape = getattr(x, 'shape', None)
   if shape is not None and tuple(shape) == (1,):
@@ -1070,13 +1076,19 @@ class _RangeBounds(ast.NodeTransformer):
 
 
 def dry_run_function(fn):
-  """The Python function a dry run calls for batched function `fn`.
+  """Finds the Python function a dry run calls for batched function `fn`.
 
-  `fn` itself, except where it loops `for ... in range(...)`: then a copy
-  compiled from its source whose range bounds go through `range_bound`
-  (what the batched call compiles those loops to takes a per-member
-  bound; the copy makes Python's `range` take one too).  The copy has
-  `fn`'s globals, closure cells, defaults, file and line numbers.
+  It is `fn` itself, except where `fn` loops `for ... in range(...)`: then
+  a copy compiled from its source whose range bounds go through
+  `range_bound` (what the batched call compiles those loops to takes a
+  per-member bound; the copy makes Python's `range` take one too).  The
+  copy has `fn`'s globals, closure cells, defaults, file and line numbers.
+
+  Args:
+    fn: The user's Python function.
+
+  Returns:
+    `fn`, or the copy.
   """
   src = _Source(fn)
   node = copy.deepcopy(src.node)
@@ -1121,13 +1133,23 @@ def compile_function(fn, resolve_batched, params_of, type_inference=None,
   """Compiles Python function `fn` to an IR `Function`.
 
   Args:
-    fn: the user's Python function.
+    fn: The user's Python function.
     resolve_batched: (object or None, bare name or None) -> name of a
       batched function of the same Context, or None.
-    params_of: batched function name -> its parameter names.
-    type_inference: the user's optional type-inference callable.
-    defaults_of: batched function name -> {parameter: default value} for
+    params_of: Batched function name -> its parameter names.
+    type_inference: The user's optional type-inference callable.
+    defaults_of: Batched function name -> {parameter: default value} for
       its parameters that have one (a call may omit those).
+
+  Returns:
+    The untyped IR `Function`.
+
+  Raises:
+    UnsupportedSyntaxError: If `fn` uses Python outside the supported
+      subset.
+    NameResolutionError: If `fn` uses a name that is not defined.
+    ArgumentError: If `fn` calls a batched function with arguments that
+      do not fit its parameters.
   """
   return _Compiler(fn, resolve_batched, params_of, type_inference,
                    defaults_of).compile()

@@ -71,15 +71,26 @@ _CALL_KWARGS = ('stackless', 'max_stack_depth', 'schedule', 'profile',
 # ---------------------------------------------------------------------------
 
 def split_indices(batch_size, num_shards, split='interleaved', cost=None):
-  """The members of each shard: a list of `num_shards` sorted int64 arrays
-  (empty shards left out), which together hold `range(batch_size)` once.
+  """Splits the members of a batch into shards.
 
-  split: 'interleaved' (member i to shard i mod num_shards) or 'contiguous'
-    (consecutive chunks, sizes differing by at most one).
-  cost: optional per-member costs, `[batch_size]`: members are sorted by
-    cost, most expensive first, and dealt out in a snake order (0, 1, ...,
-    k-1, k-1, ..., 0, 0, 1, ...), so that shards have the same size up to
-    one member and close sums of cost.  Overrides `split`.
+  Args:
+    batch_size: The members of the batch.
+    num_shards: The most shards to make, a positive int.
+    split: 'interleaved' (member i to shard i mod num_shards) or
+      'contiguous' (consecutive chunks, sizes differing by at most one).
+    cost: Optional per-member costs, `[batch_size]`: members are sorted by
+      cost, most expensive first, and dealt out in a snake order (0, 1,
+      ..., k-1, k-1, ..., 0, 0, 1, ...), so that shards have the same size
+      up to one member and close sums of cost.  Overrides `split`.
+
+  Returns:
+    The members of each shard: a list of at most `num_shards` sorted int64
+    arrays (empty shards left out), which together hold
+    `range(batch_size)` once.
+
+  Raises:
+    ArgumentError: If `split` or `num_shards` is invalid, or `cost` does
+      not give one finite number per member.
   """
   if split not in SPLITS:
     raise errors.ArgumentError(
@@ -129,16 +140,17 @@ def _inverse(parts, batch_size):
 class Shard:
   """One shard of a sharded call.
 
-  members: the batch members it ran (global indices, ascending).
-  where: the device it was placed on, or the worker that ran it
-    (host:pid, or the Dask worker's address).
-  stats: its `RunStats` (steps, utilization, blocks).
-  seconds: time the run took on the worker (executor form), from the
-    arguments unpickled to the outputs ready; None on TensorFlow.
-  loaded: whether the worker unpickled the shipped program for this shard
-    (the first shard of a signature a worker process runs).
-  compiled: whether the worker compiled the program from source, which
-    happens only if the shipped programs did not serve the call.
+  Attributes:
+    members: The batch members it ran (global indices, ascending).
+    where: The device it was placed on, or the worker that ran it
+      (host:pid, or the Dask worker's address).
+    stats: Its `RunStats` (steps, utilization, blocks).
+    seconds: The time the run took on the worker (executor form), from the
+      arguments unpickled to the outputs ready; None on TensorFlow.
+    loaded: Whether the worker unpickled the shipped program for this
+      shard (the first shard of a signature a worker process runs).
+    compiled: Whether the worker compiled the program from source, which
+      happens only if the shipped programs did not serve the call.
   """
   members: np.ndarray
   where: str
@@ -149,6 +161,7 @@ class Shard:
 
   @property
   def size(self):
+    """The number of members of the shard."""
     return int(self.members.size)
 
 
@@ -156,11 +169,12 @@ class Shard:
 class ShardStats:
   """What a sharded call did, shard by shard (`ShardedFunction.last_stats`).
 
-  batch_size: members of the whole call.
-  shards: one `Shard` per shard, in shard order.
-  split: 'interleaved', 'contiguous' or 'cost'.
-  seconds: the call's time as the caller saw it (executor form; None on
-    TensorFlow): splitting, shipping, the slowest worker, reassembling.
+  Attributes:
+    batch_size: The members of the whole call.
+    shards: One `Shard` per shard, in shard order.
+    split: 'interleaved', 'contiguous' or 'cost'.
+    seconds: The call's time as the caller saw it (executor form; None on
+      TensorFlow): splitting, shipping, the slowest worker, reassembling.
   """
   batch_size: int
   shards: List[Shard]
@@ -169,6 +183,7 @@ class ShardStats:
 
   @property
   def num_shards(self):
+    """The number of shards the call ran."""
     return len(self.shards)
 
   @property
@@ -197,15 +212,20 @@ class ShardStats:
 
   @property
   def work(self):
-    """Block executions summed over the members of each shard (a list):
-    the work each shard does, whatever its steps."""
+    """Block executions summed over the members of each shard (a list).
+
+    That is the work each shard does, whatever its steps.
+    """
     return [s.stats.member_block_executions for s in self.shards]
 
   @property
   def imbalance(self):
-    """Largest shard's work over the mean (1.0: balanced).  On NumPy a
-    shard's time follows its work; under XLA, which computes every lane
-    of a step, it follows steps times members (see `step_imbalance`)."""
+    """Largest shard's work over the mean (1.0: balanced).
+
+    On NumPy a shard's time follows its work; under XLA, which computes
+    every lane of a step, it follows steps times members (see
+    `step_imbalance`).
+    """
     self._require_numbers('imbalance')
     work = self.work
     mean = sum(work) / len(work) if work else 0
@@ -228,8 +248,21 @@ class ShardStats:
     return [s.stats.counts() for s in self.shards]
 
   def with_counts(self, counts):
-    """These statistics with the numbers `counts()` returned: the way to
-    read a sharded call's statistics made inside a `tf.function`."""
+    """Fills in the numbers of statistics made inside a `tf.function`.
+
+    This is the way to read a sharded call's statistics made inside a
+    `tf.function`: return `counts()` from it, and pass the value here.
+
+    Args:
+      counts: The value of what `counts()` returned: a list with one
+        `RunStats.counts()` value per shard.
+
+    Returns:
+      These statistics, with numbers.
+
+    Raises:
+      ArgumentError: If `counts` is not a list of one value per shard.
+    """
     if not isinstance(counts, (list, tuple)) or len(counts) != len(
         self.shards):
       raise errors.ArgumentError(
@@ -456,9 +489,37 @@ def _batch_size(fn, leaves):
 
 
 class ShardedFunction:
-  """A batched function whose calls split the batch into shards (`shard`
-  makes one).  Call it as the batched function; `last_stats` is then a
-  `ShardStats` of that call."""
+  """A batched function whose calls split the batch into shards.
+
+  `shard` makes one.  Call it as the batched function; `last_stats` is then
+  a `ShardStats` of that call.
+
+  Args:
+    fn: A batched function (`Context().batch()`).
+    strategy: A `tf.distribute.Strategy`, or None (see `shard`).
+    executor: An executor with `submit`, or None (see `shard`).
+    split: 'interleaved' or 'contiguous' (see `split_indices`).
+    shards: The number of shards, or None (see `shard`).
+    cost: A function of the call's arguments returning a cost per member,
+      or None.
+    jit_compile: Strategy form only: None, False or True (see `shard`).
+    **call_kwargs: Passed to each shard's call (see `shard`).
+
+  Raises:
+    ArgumentError: If the arguments do not make a valid sharded function
+      (neither or both of `strategy` and `executor`, an unknown split or
+      keyword, a non-NumPy backend or `jit_compile` with an executor).
+
+  Attributes:
+    fn: The batched function.
+    strategy: The strategy given, or None.
+    executor: The executor given, or None.
+    split: The split given.
+    shards: The number of shards given, or None.
+    cost: The cost function given, or None.
+    call_kwargs: The keyword arguments passed to each shard's call.
+    last_stats: The `ShardStats` of the last call (None before any).
+  """
 
   def __init__(self, fn, strategy=None, executor=None, split='interleaved',
                shards=None, cost=None, jit_compile=None, **call_kwargs):
@@ -554,6 +615,21 @@ class ShardedFunction:
     return split_indices(batch, num_shards, cost=cost), 'cost'
 
   def __call__(self, *args, **kwargs):
+    """Runs the call shard by shard and puts the outputs back in order.
+
+    Args:
+      *args, **kwargs: The batched function's own arguments, as for a call
+        of it; its call modes go to `shard`, not here.
+
+    Returns:
+      The batched results, in the batch's order.
+
+    Raises:
+      ArgumentError: If the arguments do not fit the function, or name a
+        call mode.
+      AutoBatchError: As a shard's call raises, naming global member
+        indices.
+    """
     args = self._bind(args, kwargs)
     if self.executor is not None:
       return self._call_executor(args)
@@ -903,38 +979,46 @@ class _TensorFlowShards:
 
 def shard(fn, strategy=None, executor=None, split='interleaved', shards=None,
           cost=None, jit_compile=None, **call_kwargs):
-  """Splits each call of the batched function `fn` into shards that run
-  apart: on the replicas of a `tf.distribute` strategy, or as tasks of an
-  executor.  Returns a `ShardedFunction`; call it as `fn` (without keyword
-  modes, which go here); its `last_stats` is a `ShardStats`.
+  """Splits each call of the batched function `fn` into shards that run apart.
+
+  The shards run on the replicas of a `tf.distribute` strategy, or as tasks
+  of an executor.
 
   Args:
-    fn: a batched function (`Context().batch()`).
-    strategy: a `tf.distribute.Strategy` (`MirroredStrategy` over GPUs or
+    fn: A batched function (`Context().batch()`).
+    strategy: A `tf.distribute.Strategy` (`MirroredStrategy` over GPUs or
       logical CPU devices, `OneDeviceStrategy`, a one-host
       `MultiWorkerMirroredStrategy`): each shard runs on TensorFlow, placed
       on a replica's device, shard j on device j mod replicas.
-    executor: an object with `submit(f, *args)` returning futures with
+    executor: An object with `submit(f, *args)` returning futures with
       `result()`: a `dask.distributed.Client`, a
       `concurrent.futures.ProcessPoolExecutor`.  Each shard runs on NumPy
       in a worker; the program is compiled here once per signature and
       shipped.
     split: 'interleaved' (member i to shard i mod shards; the default) or
       'contiguous' (consecutive chunks).
-    shards: number of shards; default the strategy's replicas, or the
+    shards: The number of shards; default the strategy's replicas, or the
       executor's workers (threads of a Dask cluster).  More shards than
       workers lets an executor balance as workers free up.
-    cost: a function of the call's arguments returning a cost per member
+    cost: A function of the call's arguments returning a cost per member
       (NumPy array): members are dealt out by cost so that shards carry
       close sums of it (`split_indices`).
-    jit_compile: strategy form only.  None: each shard runs in the
+    jit_compile: Strategy form only.  None: each shard runs in the
       caller's mode (eagerly, or in the caller's `tf.function`).  False:
       the sharded call is a `tf.function` of its own, in which the shards'
       loops run in parallel.  True: as False, with each shard compiled by
       XLA (`xla.compile_nested_output`: a stack overflow raises after the
       call, naming the members).
-    **call_kwargs: passed to each shard's call (`max_stack_depth`,
+    **call_kwargs: Passed to each shard's call (`max_stack_depth`,
       `schedule`, `stackless`, `profile`, `max_steps`, `backend`).
+
+  Returns:
+    A `ShardedFunction`: call it as `fn` (without keyword modes, which go
+    here); its `last_stats` is a `ShardStats`.
+
+  Raises:
+    ArgumentError: If the arguments do not make a valid sharded function
+      (see `ShardedFunction`).
   """
   return ShardedFunction(fn, strategy=strategy, executor=executor,
                          split=split, shards=shards, cost=cost,

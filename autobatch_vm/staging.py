@@ -41,6 +41,21 @@ class StagedFunction:
 
   Call it like the batched function, without the keyword arguments given to
   `stage`; `last_stats` is then the `RunStats` of that call, with numbers.
+
+  Args:
+    fn: The `BatchedFunction` to stage.
+    jit_compile: Whether to compile with XLA.
+    **call_kwargs: Keyword arguments passed to every call (see `stage`).
+
+  Raises:
+    ArgumentError: If `fn` is not a batched function, or `call_kwargs` ask
+      for a dry run or a NumPy backend.
+
+  Attributes:
+    fn: The staged `BatchedFunction`.
+    jit_compile: Whether it runs under XLA.
+    call_kwargs: The keyword arguments passed to every call.
+    fast_calls: How many calls took a traced concrete function directly.
   """
 
   def __init__(self, fn, jit_compile=False, **call_kwargs):
@@ -89,6 +104,19 @@ class StagedFunction:
     return f'<staged batched function {self.fn.name} ({mode})>'
 
   def __call__(self, *args, **kwargs):
+    """Runs the staged function, tracing it for a new input signature.
+
+    Args:
+      *args, **kwargs: The batched function's arguments (tensors or
+        arrays), as for a call of the function itself.
+
+    Returns:
+      The batched results, as tensors.
+
+    Raises:
+      ArgumentError: If called inside a `tf.function` being traced.
+      AutoBatchError: As a call of the batched function raises.
+    """
     if not tf.executing_eagerly():
       raise errors.ArgumentError(
           f'A staged function ({self.fn.name}) was called inside a '
@@ -136,12 +164,19 @@ class StagedFunction:
     return self._last_stats
 
   def numpy(self, *args, **kwargs):
-    """The call's outputs as NumPy arrays."""
+    """Runs the staged function and returns its outputs as NumPy arrays.
+
+    Args:
+      *args, **kwargs: As for a call.
+
+    Returns:
+      The call's outputs, each a NumPy array.
+    """
     return tf.nest.map_structure(lambda t: t.numpy(),
                                  self(*args, **kwargs))
 
   def profile_blocks(self, *args, steps=100, repeats=5):
-    """The statistics of a call with `args`, with each block's time.
+    """Times each block of a call with `args`, where XLA has no clock.
 
     Under XLA a step has no clock to read, so `profile=True` counts blocks
     but cannot time them.  Here each block that the call ran is timed on
@@ -155,11 +190,18 @@ class StagedFunction:
     (a step with every member at the block runs an unmasked one, guide,
     section 6).
 
-    Returns a `RunStats` like `last_stats` after `self(*args)`, whose
-    `block_time` holds, per block, its runs times its cost per step:
-    `table()` and `profiler.plot` show where the call's time goes.  Their
-    sum leaves out what a call costs beyond its steps (converting the
-    arguments, starting the loop).
+    Args:
+      *args: The call's arguments, as for a call.
+      steps: The shorter timing loop's steps (the longer runs three times
+        as many).
+      repeats: How many times each block's two loops are timed.
+
+    Returns:
+      A `RunStats` like `last_stats` after `self(*args)`, whose
+      `block_time` holds, per block, its runs times its cost per step:
+      `table()` and `profiler.plot` show where the call's time goes.
+      Their sum leaves out what a call costs beyond its steps (converting
+      the arguments, starting the loop).
     """
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
       raise errors.ArgumentError(
@@ -232,14 +274,26 @@ def _signature(x):
 
 
 def stage(fn, jit_compile=False, **call_kwargs):
-  """Stages the batched function `fn` with `tf.function` (with
-  `jit_compile=True`, XLA through `xla.compile_nested_output`).
+  """Stages the batched function `fn` with `tf.function`.
 
-  `call_kwargs` (`max_stack_depth`, `schedule`, `profile`, `max_steps`,
-  `stackless`, or the function's own arguments) are passed to every call.
-  Returns a `StagedFunction`: call it with tensors or arrays; after each
-  call its `last_stats` are that call's statistics as numbers (steps,
-  utilization, `table()`; with `profile=True` blocks per member and,
-  outside XLA, seconds per block).
+  Call the result with tensors or arrays; after each call its `last_stats`
+  are that call's statistics as numbers (steps, utilization, `table()`;
+  with `profile=True` blocks per member and, outside XLA, seconds per
+  block).
+
+  Args:
+    fn: A `BatchedFunction`.
+    jit_compile: Whether to compile with XLA (through
+      `xla.compile_nested_output`, which raises a run's errors).
+    **call_kwargs: Keyword arguments passed to every call:
+      `max_stack_depth`, `schedule`, `profile`, `max_steps`, `stackless`,
+      or the function's own arguments.
+
+  Returns:
+    A `StagedFunction`.
+
+  Raises:
+    ArgumentError: If `fn` is not a batched function, or `call_kwargs` ask
+      for a dry run or a NumPy backend.
   """
   return StagedFunction(fn, jit_compile, **call_kwargs)

@@ -62,7 +62,19 @@ def _join_leaf(a, b):
 
 
 def join(a, b):
-  """Least upper bound of two type patterns (None = unknown)."""
+  """Computes the least upper bound of two type patterns.
+
+  Args:
+    a: A type pattern (of `TensorType`), or None (unknown).
+    b: A type pattern (of `TensorType`), or None (unknown).
+
+  Returns:
+    The least upper bound: the known one if the other is None, else a
+    pattern of the same structure whose leaves join `a`'s and `b`'s.
+
+  Raises:
+    Mismatch: If the structures, shapes or dtypes cannot be joined.
+  """
   if a is None:
     return b
   if b is None:
@@ -101,11 +113,24 @@ def castable(value, declared):
 
 
 def type_of_value(value, backend, batched, describe):
-  """The type pattern of a primitive's result computed at batch size 1.
+  """Finds the type pattern of a primitive's result computed at batch size 1.
 
-  `batched` says whether leaves must carry the batch dimension (results of
-  primitives with inputs) or are member-independent constants (primitives
-  without inputs), which the VM broadcasts.
+  Args:
+    value: The result, a pattern of arrays or tensors (or Python scalars).
+    backend: The backend whose `dtype` and `shape` read the leaves.
+    batched: Whether leaves must carry the batch dimension (results of
+      primitives with inputs) or are member-independent constants
+      (primitives without inputs), which the VM broadcasts.
+    describe: A callable with no arguments that names the primitive in
+      error messages.
+
+  Returns:
+    A pattern of `TensorType`s, shapes without the batch dimension; Python
+    scalars are weakly typed.
+
+  Raises:
+    TypeInferenceError: If a leaf is not a boolean or numeric array, or a
+      batched leaf lacks the batch dimension of 1.
   """
   def leaf(v):
     if type(v) in _PY_SCALARS:  # not np.float64, a float subclass
@@ -145,7 +170,19 @@ def type_of_value(value, backend, batched, describe):
 
 
 def normalize_declared(result, fn):
-  """A `type_inference` result as a pattern of `TensorType`s."""
+  """Turns what a `type_inference` callback declared into `TensorType`s.
+
+  Args:
+    result: The declared type: an `ab.Type`, a `TensorType`, or a tuple or
+      list (or namedtuple) of them.
+    fn: The `Function` whose result is declared, named in errors.
+
+  Returns:
+    A pattern of strong `TensorType`s with the structure of `result`.
+
+  Raises:
+    TypeInferenceError: If `result` holds something that is not a type.
+  """
   if isinstance(result, inst.Type):
     return normalize_declared(result.tensors, fn)
   if isinstance(result, inst.TensorType):
@@ -697,12 +734,15 @@ def _strip(t):
 
 
 def infer_types(program, input_types, backend):
-  """Returns `program` with `var_defs` filled in for every function.
+  """Types every variable of every function of `program`.
 
   Args:
-    program: an untyped `Program`.
-    input_types: one type pattern (of `TensorType`) per main parameter.
-    backend: runs primitives on dummy values.
+    program: An untyped `Program`.
+    input_types: One type pattern (of `TensorType`) per main parameter.
+    backend: The backend that runs primitives on dummy values.
+
+  Returns:
+    `program` with `var_defs` filled in for every function.
   """
   return _Inference(program, backend).run(list(input_types))
 
@@ -722,16 +762,29 @@ _running = threading.local()
 
 
 def is_inferring():
-  """Whether type inference is running: a primitive can tell the calls it
-  gets on dummy values from those of the VM (`virtual_machine.is_staging`)
-  and of a dry run."""
+  """Tells whether type inference is running.
+
+  A primitive can tell the calls it gets on dummy values from those of the
+  VM (`virtual_machine.is_staging`) and of a dry run.
+
+  Returns:
+    True while type inference runs primitives in this thread.
+  """
   return getattr(_running, 'depth', 0) > 0
 
 
 def infer_types_from_signature(program, sig, backend):
-  """`program` typed for inputs of types `sig`: one type (a pattern of
-  `TensorType`, or a `Type`; shapes exclude the batch dimension) per
-  parameter of main."""
+  """Types `program` for inputs of the types `sig`.
+
+  Args:
+    program: An untyped `Program`.
+    sig: One type per parameter of main: a pattern of `TensorType`, or a
+      `Type`; shapes exclude the batch dimension.
+    backend: The backend that runs primitives on dummy values.
+
+  Returns:
+    `program` with `var_defs` filled in for every function.
+  """
   sig = [inst.pattern_map(
       lambda t: t.strong() if isinstance(t, inst.TensorType) else t,
       t.tensors if isinstance(t, inst.Type) else t, inst.TensorType)
@@ -744,9 +797,21 @@ def infer_types_from_signature(program, sig, backend):
 
 
 def infer_types(program, inputs, backend):  # pylint: disable=function-redefined
-  """`program` typed for `inputs`: TFP's form, a list of batched input
-  values (arrays with a leading batch dimension, or patterns of them), or
-  a list of input types (`infer_types_from_signature`)."""
+  """Types `program` for `inputs`, given as values (TFP's form) or types.
+
+  Args:
+    program: An untyped `Program`.
+    inputs: A list with one entry per parameter of main: batched input
+      values (arrays with a leading batch dimension, or patterns of them),
+      or input types (as `infer_types_from_signature` takes them).
+    backend: The backend that runs primitives on dummy values.
+
+  Returns:
+    `program` with `var_defs` filled in for every function.
+
+  Raises:
+    ArgumentError: If the number of inputs is not main's.
+  """
   inputs = list(inputs)
   leaves = inst.pattern_flatten(inputs, (inst.Type, inst.TensorType))
   if all(isinstance(x, (inst.Type, inst.TensorType)) for x in leaves):
@@ -756,9 +821,18 @@ def infer_types(program, inputs, backend):  # pylint: disable=function-redefined
 
 
 def type_of_pattern(val, backend, preferred_type=None):
-  """The pattern of `TensorType`s (shapes including the leading batch
-  dimension) of the value pattern `val`.  A Python number takes the dtype
-  of `preferred_type` (a `Type` or pattern of `TensorType`) where given."""
+  """Finds the pattern of `TensorType`s of the value pattern `val`.
+
+  Args:
+    val: A pattern of arrays, tensors or Python numbers.
+    backend: The backend whose `asarray`, `dtype` and `shape` read them.
+    preferred_type: A `Type` or pattern of `TensorType` whose dtypes the
+      Python numbers of `val` take, or None.
+
+  Returns:
+    The pattern of `TensorType`s, shapes including the leading batch
+    dimension.
+  """
   if isinstance(preferred_type, inst.Type):
     preferred_type = preferred_type.tensors
 
@@ -773,9 +847,22 @@ def type_of_pattern(val, backend, preferred_type=None):
 
 
 def signature(program, inputs, backend):
-  """The input types (`TensorType` patterns, shapes without the batch
-  dimension) of batched `inputs` for main's parameters.  A scalar is a
-  batch of one (TFP's calling convention)."""
+  """Finds the input types of batched `inputs` for main's parameters.
+
+  A scalar is a batch of one (TFP's calling convention).
+
+  Args:
+    program: A `Program`, whose main function's parameters `inputs` are.
+    inputs: A list of batched values (or patterns of them), one per
+      parameter.
+    backend: The backend whose `asarray`, `dtype` and `shape` read them.
+
+  Returns:
+    A list of `TensorType` patterns, shapes without the batch dimension.
+
+  Raises:
+    ArgumentError: If the number of inputs is not main's.
+  """
   params = program.main_function.vars_in
   if len(inputs) != len(params):
     raise errors.ArgumentError(

@@ -34,9 +34,15 @@ _MAX_STEPS_HINT = (
 
 
 def warn_if_gradient_needs_max_steps(name):
-  """Warns (`errors.XlaGradientWarning`, at the user's call) if batched
-  function `name` is being traced for XLA while a gradient tape may record
-  it: its gradient would fail to compile without `max_steps`."""
+  """Warns if a batched function's XLA trace may be recorded for a gradient.
+
+  Without `max_steps` XLA cannot compile the gradient of the batched run's
+  loop, so a run traced for XLA while a gradient tape may record it gets an
+  `errors.XlaGradientWarning`, reported at the user's call.
+
+  Args:
+    name: The batched function's name, for the message.
+  """
   from tensorflow.python.eager import record  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
   if not (tf_backend._in_xla_context() and record.could_possibly_record()):  # pylint: disable=protected-access
     return
@@ -67,9 +73,9 @@ def compile_nested_output(f, compile_fn=None):
   """Wraps `f` so that it runs XLA-compiled and returns nested outputs.
 
   Args:
-    f: callable to compile; may take and return nested structures
+    f: The callable to compile; it may take and return nested structures
       (tuples, lists, namedtuples, dicts) of tensors.
-    compile_fn: turns a Python callable into a compiled one; default
+    compile_fn: Turns a Python callable into a compiled one; default
       `functools.partial(tf.function, jit_compile=True)`.  (TFP's version
       took `xla.compile`-style functions of `(f, inputs)`; TF 2 compiles
       with `tf.function(jit_compile=True)`, which keeps nested outputs.)
