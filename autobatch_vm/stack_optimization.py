@@ -7,7 +7,7 @@ per-member behaviour with fewer stack operations and steps:
    a self-recursive call, and the arguments that a recursive call passes
    on unchanged (`build_tree(point, ..., j - 1)` in the NUTS example
    copies only `j`; the whole copy goes if nothing else is copied).  Each
-   was a masked write of its whole register at every step that ran it
+   would be a masked write of its whole register at every step that runs it
    (NUTS: a `Point` of three `[64, 25]` arrays per subtree).
 2. Pop + push fusion: `pop v` followed in the same block by `push v` with no
    write of `v` in between restores the register from the top of the stack
