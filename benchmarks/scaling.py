@@ -4,7 +4,7 @@
         [--batch_sizes=64,256,1024,4096,16384,65536] [--batch_depth=20]
         [--depths=16,64,256,1000] [--depth_batch=1024]
         [--backends=numpy,stackless,eager,function,xla] [--tfp=function,xla]
-        [--repeats=7] [--cell_seconds=60]
+        [--repeats=5] [--cell_seconds=60] [--note=TEXT]
 
 Fibonacci, n ~ U[8, 16), on each backend: NumPy (the stack VM and the
 stackless executor), TensorFlow eagerly, under `tf.function` and under XLA,
@@ -13,13 +13,14 @@ sweeps: the batch size at a fixed stack capacity, and the stack capacity
 (`max_stack_depth`) at a fixed batch size; stackless mode has no stack, so
 it is in the first only.
 
-Every cell is run and checked against plain Python first; then the cells
-of one batch size (one depth) are timed in turns
-(`workloads.interleaved_median_times`), so that they meet the same machine
-conditions, and each figure is a median.  A cell whose time, extrapolated
-linearly from the system's cell at the size before, would exceed
-`--cell_seconds` for its calls is skipped and marked so, as are that
-system's larger sizes.
+Every cell is run and checked against plain Python, then timed once, in
+order of size; then all the cells of both sweeps are timed in turns
+(`workloads.interleaved_median_times`: each round calls every cell once),
+so that they meet the same machine conditions and a table's columns can be
+compared, and each figure is a median.  A cell whose calls would take over
+`--cell_seconds`, its time extrapolated linearly from its system's call at
+the size before, is skipped and marked so, as are that system's larger
+sizes.
 
 With `--out=DIR` it writes DIR/scaling.md (the tables, and the machine
 they ran on), DIR/scaling.json (the cells, to re-plot or compare runs) and
@@ -87,11 +88,12 @@ def define_flags():
                     '(function, xla); empty: none.')
   flags.DEFINE_string('note', '', 'A sentence for scaling.md about the '
                       'conditions of the run (other work on the machine).')
-  flags.DEFINE_integer('repeats', 7, 'Timed rounds per size (median).')
+  flags.DEFINE_integer('repeats', 5, 'Timed rounds, each calling every cell '
+                       'once (median).')
   flags.DEFINE_float('cell_seconds', 60.0, 'Skip a cell whose calls (a '
-                     'check, a warm-up and --repeats timed ones) would take '
-                     'longer, extrapolated from its system\'s previous '
-                     'size.')
+                     'check, an estimate, a warm-up and --repeats timed '
+                     'ones) would take longer, extrapolated from its '
+                     'system\'s previous size.')
 
 
 def apply_quick():
@@ -104,8 +106,8 @@ def apply_quick():
 
 def predicted_seconds(times, system, sizes, k):
   """A call's seconds at `sizes[k]`, extrapolated linearly from `system`'s
-  time at the size before (`times[(system, size)]`); None when nothing
-  measured came before; inf when that size was skipped.
+  time at the size before (`times[(system, size)]`); None at the first
+  size; inf when the size before was skipped.
 
   A batched run's cost per member falls as the batch grows, so a linear
   guess mostly overstates the time: it errs towards skipping.
@@ -151,26 +153,27 @@ def runner(system, backend, n, depth):
   return lambda: staged(n_tf).numpy()
 
 
-def sweep(name, systems, sizes, batch_of, depth_of, repeats, cell_seconds,
+def build(name, systems, sizes, batch_of, depth_of, calls, cell_seconds,
           traced):
-  """Times `systems` at each of `sizes` (in turns within a size); returns
-  `{(system, size): seconds}` and `{(system, size): predicted seconds}` of
-  the skipped cells.
+  """The cells of one sweep, each run and checked, then timed once, in
+  order of size; returns `{(system, size): call}` and, for the cells
+  skipped, `{(system, size): predicted seconds of a call}`.
 
   batch_of(size), depth_of(size): the batch size and max_stack_depth at
-  `size`.  traced: `{(system, batch, depth): call}`, the calls built so
+  `size`.  calls: how many calls a cell makes in all; a cell whose calls
+  would take over `cell_seconds` (`predicted_seconds`) is skipped.
+  traced: `{(system, batch, depth): (call, seconds)}`, the cells built so
   far, which this sweep reuses and adds to.
   """
-  times, skipped = {}, {}
+  cells, once, skipped = {}, {}, {}
   for k, size in enumerate(sizes):
     n = batch_n(batch_of(size))
     want = _expected(n)
-    runs = {}
     for system in systems:
-      guess = predicted_seconds(times, system, sizes, k)
-      if guess is not None and guess * (repeats + 2) > cell_seconds:
+      guess = predicted_seconds(once, system, sizes, k)
+      if guess is not None and guess * calls > cell_seconds:
         skipped[(system, size)] = guess
-        print(f'{name} {size}: {system[0]} on {system[1]} skipped '
+        print(f'{name}={size}: {system[0]} on {system[1]} skipped '
               f'(~{guess:.3g} s a call)', flush=True)
         continue
       key = (system, len(n), depth_of(size))
@@ -181,17 +184,27 @@ def sweep(name, systems, sizes, batch_of, depth_of, repeats, cell_seconds,
         start = time.perf_counter()
         if not np.array_equal(run(), want):
           raise AssertionError(f'{system} wrong at {name}={size}')
-        print(f'{name} {size}: {system[0]} on {system[1]} checked in '
-              f'{time.perf_counter() - start:.2f} s', flush=True)
-        traced[key] = run
-      runs[system] = traced[key]
-    medians = workloads.interleaved_median_times(list(runs.values()),
-                                                 repeats)
-    for system, t in zip(runs, medians):
-      times[(system, size)] = t
-      print(f'{name} {size}: {system[0]} on {system[1]} '
-            f'{t * 1000:.3g} ms', flush=True)
-  return times, skipped
+        checked = time.perf_counter() - start
+        start = time.perf_counter()
+        run()
+        traced[key] = (run, time.perf_counter() - start)
+        print(f'{name}={size}: {system[0]} on {system[1]} checked in '
+              f'{checked:.2f} s, a call {traced[key][1]:.3g} s', flush=True)
+      cells[(system, size)], once[(system, size)] = traced[key]
+  return cells, skipped
+
+
+def time_in_turns(sweeps, repeats):
+  """`[{(system, size): seconds}]`, the median seconds of the cells of
+  each of `sweeps` (`[{(system, size): call}]`), all timed in turns: each
+  round calls every distinct cell once."""
+  runs = list({id(run): run for cells in sweeps
+               for run in cells.values()}.values())
+  print(f'timing {len(runs)} cells in turns, {repeats} rounds', flush=True)
+  medians = dict(zip(map(id, runs),
+                     workloads.interleaved_median_times(runs, repeats)))
+  return [{cell: medians[id(run)] for cell, run in cells.items()}
+          for cells in sweeps]
 
 
 def machine(tf):
@@ -257,15 +270,16 @@ def markdown(results):
       'the end (the run itself keeps about one CPU busy).' +
       (f'  {results["note"]}' if results.get('note') else ''), '',
       'Fibonacci, n ~ U[8, 16), in one process.  Every cell is checked '
-      'against plain Python, then the cells of a column are timed in turns, '
-      f'{f["repeats"]} rounds after a warm-up call; figures are medians.  '
-      'A cell whose calls would have taken over '
-      f'{f["cell_seconds"]:g} s, its time extrapolated linearly from the '
-      'column before, was skipped ("skipped (~s)": that estimate of a '
-      'call), as were its system\'s larger sizes.  TF eager runs the same '
-      'staged loop as `tf.function` through an internal `tf.function`.  '
-      'Compare backends within a column; across columns the machine\'s '
-      'speed may have drifted.', '',
+      'against plain Python and timed once, in order of size; then all '
+      'cells of both tables are timed in turns, each round calling every '
+      f'cell once, {f["repeats"]} rounds after a warm-up call, so that '
+      'every cell meets the same machine conditions; figures are medians.  '
+      'A cell whose calls (these and its check and estimate) would have '
+      f'taken over {f["cell_seconds"]:g} s, its time extrapolated linearly '
+      'from its system\'s call at the size before, was skipped ("skipped '
+      '(~s)": that estimate of a call), as were its system\'s larger '
+      'sizes.  TF eager runs the same staged loop as `tf.function` through '
+      'an internal `tf.function`.', '',
       f'## Time against batch size (max_stack_depth={f["batch_depth"]})', '',
       'Milliseconds per call:', '',
       '| system | backend | ' + ' | '.join(f'B={b}' for b in sizes) + ' |',
@@ -408,15 +422,19 @@ def main(argv):
     print('TFP does not import: no TFP rows.')
   sizes = [int(b) for b in FLAGS.batch_sizes]
   depths = [int(d) for d in FLAGS.depths]
+  # A cell's calls: its check, one to estimate the next size's, the
+  # warm-up of the timing, and the timed rounds.
+  calls = FLAGS.repeats + 3
   traced = {}
-  b_times, b_skipped = sweep('B', systems, sizes, lambda b: b,
-                             lambda _: FLAGS.batch_depth, FLAGS.repeats,
+  b_cells, b_skipped = build('B', systems, sizes, lambda b: b,
+                             lambda _: FLAGS.batch_depth, calls,
                              FLAGS.cell_seconds, traced)
   d_systems = [s for s in systems if s[1] != 'stackless']
-  d_times, d_skipped = sweep('depth', d_systems, depths,
-                             lambda _: FLAGS.depth_batch, lambda d: d,
-                             FLAGS.repeats, FLAGS.cell_seconds, traced)
-  del traced
+  d_cells, d_skipped = build('depth', d_systems, depths,
+                             lambda _: FLAGS.depth_batch, lambda d: d, calls,
+                             FLAGS.cell_seconds, traced)
+  b_times, d_times = time_in_turns([b_cells, d_cells], FLAGS.repeats)
+  del traced, b_cells, d_cells
   info['load_after'] = list(os.getloadavg())
   results = dict(
       command=_command(sys.argv[1:]), note=FLAGS.note, machine=info,
