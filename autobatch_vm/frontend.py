@@ -450,7 +450,7 @@ class Context:
       True for stackless mode, False for the stack VM.
     """
     backend = backend or numpy_backend.NumpyBackend()
-    if (not getattr(backend, 'compacts', False)
+    if (not backend.compacts
         or max_stack_depth > AUTO_STACKLESS_MAX_DEPTH):
       return False
     main = self._name_of(main)
@@ -619,7 +619,7 @@ class Context:
                                   or max_steps < 1):
       raise errors.ArgumentError(
           f'max_steps must be None or a positive int, got {max_steps!r}')
-    if max_steps is None and getattr(backend, 'staged', False):
+    if max_steps is None and backend.staged:
       from autobatch_vm import xla  # pylint: disable=g-import-not-at-top
       xla.warn_if_gradient_needs_max_steps(bf.name)
     auto = stackless is None

@@ -207,7 +207,7 @@ class StagedFunction:
       raise errors.ArgumentError(
           f'profile_blocks(steps=...) must be a positive int, got '
           f'{steps!r}', loc=self.fn.context.function_loc(self.fn.name))
-    from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
+    from autobatch_vm.backends.tf import loop as tf_loop  # pylint: disable=g-import-not-at-top
     self(*args)
     stats = self.last_stats
     block = tf.Variable(0, dtype=tf.int32, trainable=False)
@@ -216,11 +216,11 @@ class StagedFunction:
     for n in (steps, 3 * steps):
       loop = StagedFunction(self.fn, self.jit_compile,
                             **dict(kwargs, max_steps=n))
-      tf_backend._FORCED_BLOCK.append(block)  # pylint: disable=protected-access
+      tf_loop.FORCED_BLOCK.append(block)
       try:
         _run_forced(loop, args)   # traces, and compiles
       finally:
-        tf_backend._FORCED_BLOCK.pop()  # pylint: disable=protected-access
+        tf_loop.FORCED_BLOCK.pop()
       loops.append(loop)
     block_time = {}
     for k, label in enumerate(stats.block_executions):

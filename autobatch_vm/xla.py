@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from autobatch_vm import errors
 from autobatch_vm import tf_backend
+from autobatch_vm.backends.tf import masks
 
 __all__ = ['compile_nested_output', 'warn_if_gradient_needs_max_steps']
 
@@ -44,7 +45,7 @@ def warn_if_gradient_needs_max_steps(name):
     name: The batched function's name, for the message.
   """
   from tensorflow.python.eager import record  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
-  if not (tf_backend._in_xla_context() and record.could_possibly_record()):  # pylint: disable=protected-access
+  if not (masks.in_xla_context() and record.could_possibly_record()):
     return
   warnings.warn(
       f'{name}() runs under tf.function(jit_compile=True) while a gradient '

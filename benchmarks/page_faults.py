@@ -31,7 +31,7 @@ _CHILD = '''
 import resource, sys
 import numpy as np
 import autobatch_vm as ab
-from autobatch_vm import numpy_backend
+from autobatch_vm.backends import numpy as numpy_backend
 
 if sys.argv[1] == 'default':
   numpy_backend._heap_kept = True   # as if already done: glibc's defaults hold

@@ -10,7 +10,7 @@ dead registers are skipped, and skipping them never changes a result.
 import numpy as np
 
 import autobatch_vm as ab
-from autobatch_vm import block_codegen
+from autobatch_vm.vm import codegen as block_codegen
 from autobatch_vm import instructions as inst
 from autobatch_vm import liveness
 from autobatch_vm import virtual_machine

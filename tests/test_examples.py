@@ -445,26 +445,30 @@ def test_nuts_tensorflow_matches_numpy(backend):
 @pytest.mark.slow
 def test_nuts_xla_guarded_group_matches_numpy(monkeypatch):
   """On the logistic regression at 64 chains, with groups made free
-  (`_GROUP_STEP_BYTES = 0`), the blocks that write large packs (a leaf
+  (knob `group_step_bytes=0`), the blocks that write large packs (a leaf
   writes a 550 KB pack of `[64, 25]` registers) are groups of their own:
   under XLA such a group runs its block in a conditional
-  (`tf_backend._run_group`), and the chains match NumPy's."""
-  from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
-  monkeypatch.setattr(tf_backend, '_GROUP_STEP_BYTES', 0)
+  (`backends.tf.groups.run_group`), and the chains match NumPy's.  The
+  sampler makes its own backends: the CPU's default knobs are replaced."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  from autobatch_vm.backends.tf import knobs  # pylint: disable=g-import-not-at-top
+  from autobatch_vm.backends.tf import packing  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(knobs, 'CPU',
+                      dataclasses.replace(knobs.CPU, group_step_bytes=0))
   guarded = []
-  no_ports = tf_backend._Packing.no_ports  # pylint: disable=protected-access
+  no_ports = packing.Packing.no_ports
 
   def spy(self, writes, width, carried):
     guarded.append(self.written_bytes(width))
     return no_ports(self, writes, width, carried)
-  monkeypatch.setattr(tf_backend._Packing, 'no_ports', spy)  # pylint: disable=protected-access
+  monkeypatch.setattr(packing.Packing, 'no_ports', spy)
   target = nuts.make_target('logistic')
   xla = nuts.Sampler(target, 'xla', chunk=2, max_tree_depth=3)
   numpy = nuts.Sampler(target, 'numpy', chunk=2, max_tree_depth=3)
   np.testing.assert_allclose(nuts.first_chunk(xla, 64, 1),
                              nuts.first_chunk(numpy, 64, 1), atol=1e-8)
   assert guarded
-  assert min(guarded) >= tf_backend._GUARDED_GROUP_BYTES  # pylint: disable=protected-access
+  assert min(guarded) >= knobs.CPU.guarded_group_bytes
   assert max(guarded) >= 512 * 1024
   assert xla.last_stats.block_executions == numpy.last_stats.block_executions
 

@@ -22,8 +22,8 @@ import pytest
 import autobatch_vm as ab
 from autobatch_vm import instructions as inst
 from autobatch_vm import parallel_calls
-from autobatch_vm import stackless
 from autobatch_vm import verifier
+from autobatch_vm.vm import stackless
 from tests import e2e_programs as progs
 
 ctx = ab.Context()

@@ -1,4 +1,4 @@
-"""NumPy backend stacks and masked writes against a plain-Python model.
+"""TensorFlow backend stacks and masked writes against a plain-Python model.
 
 The model keeps, per batch member, a Python list (its stack) and a register
 value.  Hypothesis draws random sequences of masked push / pop / peek
@@ -6,16 +6,22 @@ value.  Hypothesis draws random sequences of masked push / pop / peek
 arrays must agree with the model for every member, and members outside the
 mask must be untouched.  Two stacks (an int scalar and a float vector) are
 driven together, as the VM does for a variable whose type is a pattern.
+These are the backend methods that the VM's closures call on TensorFlow,
+eagerly here (the NumPy backend's blocks are generated code, which does
+its own pushes and pops: the end-to-end tests cover it).
 """
 
 import hypothesis
 from hypothesis import strategies as st
 import numpy as np
+import pytest
 
-from autobatch_vm.numpy_backend import NumpyBackend
 from autobatch_vm.instructions import TensorType
 
-BACKEND = NumpyBackend()
+tf = pytest.importorskip('tensorflow')
+from autobatch_vm.tf_backend import TensorFlowBackend  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+BACKEND = TensorFlowBackend()
 # At least 150 examples; more under the `--long` profile (tests/conftest.py).
 EXAMPLES = max(150, hypothesis.settings().max_examples)
 TYPES = [TensorType(np.int32, ()), TensorType(np.float64, (2,))]
@@ -43,6 +49,8 @@ def _value(batch, seed):
 
 
 def _check(model, regs, sp, stacks):
+  regs, sp, stacks = ([np.asarray(x) for x in regs], np.asarray(sp),
+                      [np.asarray(x) for x in stacks])
   for i, frames in enumerate(model.stacks):
     assert sp[i] == len(frames)
     for k, (a, b) in enumerate(frames):
@@ -67,39 +75,33 @@ def test_masked_stack_ops_match_the_model(batch, depth, ops):
   for kind, bits, seed in ops:
     mask = np.array(bits[:batch])
     if kind != 'push':  # popping an empty stack is not defined: never asked
-      mask &= sp > 0
-    m = BACKEND.mask_of(mask, batch)
+      mask &= np.asarray(sp) > 0
+    m = BACKEND.mask_of(tf.constant(mask), batch)
     members = np.flatnonzero(mask)
     if kind == 'push':
       values = _value(batch, seed)
-      rows = seed % 2 == 1   # pushed as the members' rows
-      pushed = [v[members] for v in values] if rows else values
       full = [i for i in members if len(model.stacks[i]) >= depth]
       try:
-        stacks, new_sp = BACKEND.push(stacks, sp, pushed, m, depth, Overflow,
-                                      rows=rows)
+        stacks, new_sp = BACKEND.push(stacks, sp, values, m, depth, Overflow)
       except Overflow as e:
         assert e.members == full
         _check(model, regs, sp, stacks)   # raised before pushing anything
         continue
       assert not full
-      sp = new_sp   # updated in place on NumPy: the run owns it
+      sp = new_sp
       for i in members:
         model.stacks[i].append((values[0][i], tuple(values[1][i])))
     else:
-      old_sp = sp.copy()
-      before = [r.copy() for r in regs]
-      # The top frames as rows of the members (what compiled blocks use).
-      tops = BACKEND.pop_rows(stacks, sp.copy(), m)
+      old_sp = np.asarray(sp)
+      before = [np.asarray(r) for r in regs]
       if kind == 'pop':
         new_regs, sp = BACKEND.pop(stacks, sp, regs, m)
-        np.testing.assert_array_equal(old_sp, sp + mask)
+        np.testing.assert_array_equal(old_sp, np.asarray(sp) + mask)
       else:
         new_regs = BACKEND.peek(stacks, sp, regs, m)
-        np.testing.assert_array_equal(old_sp, sp)
-      for old, new, b, top in zip(regs, new_regs, before, tops):
-        np.testing.assert_array_equal(old, b)   # registers not changed
-        np.testing.assert_array_equal(new[members], top)
+        np.testing.assert_array_equal(old_sp, np.asarray(sp))
+      for old, b in zip(regs, before):
+        np.testing.assert_array_equal(np.asarray(old), b)   # not changed
       regs = new_regs
       for i in members:
         top = (model.stacks[i].pop() if kind == 'pop'
@@ -114,21 +116,19 @@ def test_masked_stack_ops_match_the_model(batch, depth, ops):
                   seed=st.integers(0, 2**31), vector=st.booleans())
 def test_masked_write_and_goto(batch, bits, seed, vector):
   mask = np.array(bits[:batch])
-  m = BACKEND.mask_of(mask, batch)
+  m = BACKEND.mask_of(tf.constant(mask), batch)
   assert m.count == int(mask.sum()) and m.full == bool(mask.all())
   rng = np.random.default_rng(seed)
   shape = (batch, 3) if vector else (batch,)
   old, new = rng.normal(size=shape), rng.normal(size=shape)
-  out = BACKEND.write(old, new, m)
+  out = np.asarray(BACKEND.write(tf.constant(old), tf.constant(new), m))
   for i in range(batch):
     np.testing.assert_array_equal(out[i], new[i] if mask[i] else old[i])
-  # The PC belongs to the run: goto and branch move it in place.
   pc = rng.integers(0, 5, size=batch).astype(np.int32)
   cond = rng.integers(0, 2, size=batch).astype(bool)
-  moved = pc.copy()
-  assert BACKEND.goto(moved, m, 7) is moved
-  branched = pc.copy()
-  assert BACKEND.branch(branched, m, cond, 8, 9) is branched
+  moved = np.asarray(BACKEND.goto(tf.constant(pc), m, 7))
+  branched = np.asarray(BACKEND.branch(tf.constant(pc), m, tf.constant(cond),
+                                       8, 9))
   for i in range(batch):
     assert moved[i] == (7 if mask[i] else pc[i])
     assert branched[i] == ((8 if cond[i] else 9) if mask[i] else pc[i])

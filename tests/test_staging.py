@@ -266,7 +266,7 @@ def test_staging_many_functions_does_not_warn_of_retracing(jit, caplog):
 
 def test_running_many_programs_eagerly_does_not_warn_of_retracing(caplog):
   """Eagerly, each compiled program runs through a `tf.function` of its
-  own (`tf_backend._StagedRun`), traced once per batch size."""
+  own (`backends.tf.loop.StagedRun`), traced once per batch size."""
   caplog.set_level('WARNING')
   for k in range(6):
     ctx = ab.Context()

@@ -171,10 +171,13 @@ def test_xla_schedule_picks_the_block_numpy_picks(batch):
   # lowest-numbered of the blocks with the most members, as NumPy's
   # argmax; finished or parked members (pc >= num_blocks) count nowhere.
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
+  from autobatch_vm.backends.tf import knobs  # pylint: disable=g-import-not-at-top
+  from autobatch_vm.backends.tf import loop  # pylint: disable=g-import-not-at-top
+  from autobatch_vm.vm import scheduler  # pylint: disable=g-import-not-at-top
   num_blocks = 5
   pick = tf.function(
-      lambda pc: tf_backend._next_block_tf(pc, num_blocks, 'most'),  # pylint: disable=protected-access
+      lambda pc: loop.next_block_tensor(pc, num_blocks, 'most',
+                                        knobs.CPU.one_hot_max),
       jit_compile=True)
   rng = np.random.default_rng(batch)
   cases = [np.full(batch, num_blocks), np.full(batch, num_blocks + 3),
@@ -182,7 +185,7 @@ def test_xla_schedule_picks_the_block_numpy_picks(batch):
   cases += [rng.integers(0, num_blocks + 2, size=batch) for _ in range(30)]
   for pc in cases:
     pc = pc.astype(np.int32)
-    want = tf_backend._next_block_np(pc, num_blocks, 'most')  # pylint: disable=protected-access
+    want = scheduler.Scheduler('most', num_blocks).next_block(pc)
     assert int(pick(tf.constant(pc))) == want, pc
 
 
@@ -307,7 +310,7 @@ def scaled(x, n):
   return scaled(x * SCALE, n - 1) + SCALE
 
 
-def _gradients(fn, x, n, mode, max_stack_depth=16):
+def _gradients(fn, x, n, mode, max_stack_depth=16, **kwargs):
   def grad(x, n):
     with tf.GradientTape() as tape:
       tape.watch(x)
@@ -315,9 +318,10 @@ def _gradients(fn, x, n, mode, max_stack_depth=16):
         y = fn(x, n, dry_run=True)   # each member alone, plain Python
       elif mode == 'xla':
         # XLA differentiates a while_loop only with a static trip count.
-        y = fn(x, n, max_stack_depth=max_stack_depth, max_steps=500)
+        y = fn(x, n, max_stack_depth=max_stack_depth, max_steps=500,
+               **kwargs)
       else:
-        y = fn(x, n, max_stack_depth=max_stack_depth)
+        y = fn(x, n, max_stack_depth=max_stack_depth, **kwargs)
       total = tf.reduce_sum(y)
     dx, dscale = tape.gradient(total, [x, SCALE])
     return y, dx, dscale
@@ -424,15 +428,15 @@ def sparse_history(h, x, n):
 def test_xla_groups_blocks_by_what_they_write(differentiate, monkeypatch):
   """Under XLA the step is split into groups (each a switch in a one-trip
   while_loop); results and gradients still match each member alone."""
-  from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
+  from autobatch_vm.backends.tf import groups as groups_lib  # pylint: disable=g-import-not-at-top
   seen = []
 
   def spy(*args):
     groups = real(*args)
     seen.append(groups)
     return groups
-  real = tf_backend._write_groups  # pylint: disable=protected-access
-  monkeypatch.setattr(tf_backend, '_write_groups', spy)
+  real = groups_lib.write_groups
+  monkeypatch.setattr(groups_lib, 'write_groups', spy)
   rng = np.random.default_rng(3)
   # [16, 512] float64 rows are 64 KB: worth a group of their own.
   h = tf.constant(rng.normal(size=(16, 512)))
@@ -474,17 +478,17 @@ def test_xla_packs_integers_of_one_width_together(monkeypatch):
   keep their own (a bitcast has no gradient).  Results, with uint64 keys
   over 2**63 and negative int64s, and gradients match each member
   alone."""
-  from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
+  from autobatch_vm.backends.tf import packing  # pylint: disable=g-import-not-at-top
   layouts = []
 
-  class Spy(tf_backend._Packing):  # pylint: disable=protected-access
+  class Spy(packing.Packing):
 
     def __init__(self, state, *args):
       super().__init__(state, *args)
       layouts.append({(key[0], key[1].name): sorted({self.dtypes[s].name
                                                      for s in slots})
                       for key, slots in zip(self.keys, self.slots)})
-  monkeypatch.setattr(tf_backend, '_Packing', Spy)
+  monkeypatch.setattr(packing, 'Packing', Spy)
   rng = np.random.default_rng(11)
   b = 16
   x = tf.constant(rng.normal(size=b))
@@ -523,14 +527,14 @@ def test_graph_full_steps_and_packs_match_members_alone(same, monkeypatch):
   registers (4 KB rows) are packed with those the same blocks write:
   results and gradients match each member alone, whether every step is
   full (identical members) or not."""
-  from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
+  from autobatch_vm.backends.tf import groups  # pylint: disable=g-import-not-at-top
   branches = []
 
   def spy(b, fns):
     branches.append(len(fns))
     return real(b, fns)
-  real = tf_backend._switch  # pylint: disable=protected-access
-  monkeypatch.setattr(tf_backend, '_switch', spy)
+  real = groups.switch
+  monkeypatch.setattr(groups, 'switch', spy)
   rng = np.random.default_rng(5)
   rows = 1 if same else 16
   h = tf.constant(np.repeat(rng.normal(size=(rows, 512)), 16 // rows, 0))
@@ -568,10 +572,11 @@ def test_graph_large_stacks_packed_by_pushers(monkeypatch):
   pack limit) are packed with the stacks the same blocks push, pushed by a
   scatter (members not pushing write the spare frame): results, gradients
   and overflow match each member alone / fail the run."""
-  from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
+  from autobatch_vm.backends.tf import knobs  # pylint: disable=g-import-not-at-top
+  from autobatch_vm.backends.tf import packing  # pylint: disable=g-import-not-at-top
   layouts = []
 
-  class Spy(tf_backend._Packing):  # pylint: disable=protected-access
+  class Spy(packing.Packing):
 
     def __init__(self, state, stack_slots, *args):
       super().__init__(state, stack_slots, *args)
@@ -579,7 +584,7 @@ def test_graph_large_stacks_packed_by_pushers(monkeypatch):
                       for g, (key, slots) in enumerate(zip(self.keys,
                                                            self.slots))
                       if key[0]])
-  monkeypatch.setattr(tf_backend, '_Packing', Spy)
+  monkeypatch.setattr(packing, 'Packing', Spy)
   rng = np.random.default_rng(7)
   h = tf.constant(rng.normal(size=(16, 512)))
   x = tf.constant(rng.normal(size=(16,)))
@@ -595,7 +600,7 @@ def test_graph_large_stacks_packed_by_pushers(monkeypatch):
   out0, dh0 = run(h, x, n, dry_run=True)
   # `h` and `g`, pushed by the same block, in one pack.
   big = [(shape, count) for layout in layouts for _, shape, count in layout
-         if np.prod(shape) * 8 * 2 > tf_backend._PACK_BYTES]  # pylint: disable=protected-access
+         if np.prod(shape) * 8 * 2 > knobs.CPU.pack_bytes]
   assert big == [((13, 16, 512), 2)], layouts
   np.testing.assert_allclose(out.numpy(), out0.numpy(), rtol=1e-12)
   np.testing.assert_allclose(dh.numpy(), dh0.numpy(), rtol=1e-12)
@@ -607,40 +612,42 @@ def test_graph_large_stacks_packed_by_pushers(monkeypatch):
 
 
 def _pushes_in_place(monkeypatch):
-  """Every stack pack pushed in place (`_update_rows`), not only those of
-  `_INPLACE_STACK_BYTES` or more; returns a list that counts the pushes
-  traced in place."""
-  from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
+  """A backend pushing every stack pack in place (`ops.update_rows`), not
+  only those of the default `inplace_stack_bytes` or more; returns it and
+  a list that counts the pushes traced in place."""
+  from autobatch_vm.backends.tf import ops  # pylint: disable=g-import-not-at-top
   traced = []
-  real = tf_backend._update_rows  # pylint: disable=protected-access
+  real = ops.update_rows
 
   def spy(*args):
     traced.append(1)
     return real(*args)
-  monkeypatch.setattr(tf_backend, '_INPLACE_STACK_BYTES', 1)
-  monkeypatch.setattr(tf_backend, '_update_rows', spy)
-  return traced
+  monkeypatch.setattr(ops, 'update_rows', spy)
+  return ab.TensorFlowBackend(
+      knobs=ab.tf_backend.TuningKnobs(inplace_stack_bytes=1)), traced
 
 
 @pytest.mark.parametrize('case', CASES, ids=lambda c: c.name)
 def test_xla_with_many_groups_matches_members_alone(case, monkeypatch):
   """Under XLA the blocks run in groups, each in a single-trip loop (see
-  `_write_groups`).  With a group per distinct set of writes (3-5 groups
+  `groups.write_groups`).  With a group per distinct set of writes (3-5 groups
   here), every program matches the NumPy backend and each member alone.
   (When every group's loop carried every pack, programs with a pack no
   block writes, such as gcd's unused stack, failed to compile with three
   groups or more.)"""
-  from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
-  monkeypatch.setattr(tf_backend, '_GROUP_STEP_BYTES', 1)
+  from autobatch_vm.backends.tf import groups as groups_lib  # pylint: disable=g-import-not-at-top
+  backend = ab.TensorFlowBackend(
+      knobs=ab.tf_backend.TuningKnobs(group_step_bytes=1))
   groups = []
-  write_groups = tf_backend._write_groups  # pylint: disable=protected-access
+  write_groups = groups_lib.write_groups
 
   def spy(packing, block_writes):
     groups.append(write_groups(packing, block_writes))
     return groups[-1]
-  monkeypatch.setattr(tf_backend, '_write_groups', spy)
+  monkeypatch.setattr(groups_lib, 'write_groups', spy)
   args, on_numpy, alone = numpy_and_alone(case.name, 5)
-  result = run_tf(case.fn, args, 'xla', max_stack_depth=case.depth)
+  result = run_tf(case.fn, args, 'xla', max_stack_depth=case.depth,
+                  backend=backend)
   assert groups and all(len(g) >= 3 for g in groups)
   assert_same(result, on_numpy, case.rtol)
   assert_same(result, alone, case.rtol)
@@ -651,20 +658,23 @@ def test_xla_with_many_groups_matches_members_alone(case, monkeypatch):
                          ids=lambda c: c.name)
 def test_xla_pushes_by_select_match_members_alone(case, monkeypatch):
   """Where XLA expands a scatter into a loop (TensorFlow 2.18 on CPU),
-  pushes on shallow stacks are selects (`_select_push`).  With every push
+  pushes on shallow stacks are selects (`ops.select_push`).  With every push
   so written, every program matches the NumPy backend and each member
   alone, and so do gradients."""
-  from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
+  from autobatch_vm.backends.tf import ops  # pylint: disable=g-import-not-at-top
   selects = []
-  real = tf_backend._select_push  # pylint: disable=protected-access
+  real = ops.select_push
 
   def spy(*args):
     selects.append(1)
     return real(*args)
-  monkeypatch.setattr(tf_backend, '_select_push_frames', lambda: 10**9)
-  monkeypatch.setattr(tf_backend, '_select_push', spy)
+  backend = ab.TensorFlowBackend(
+      knobs=ab.tf_backend.TuningKnobs(select_push_frames=10**9))
+  monkeypatch.setattr(ops, 'xla_cpu_expands_scatter', lambda: True)
+  monkeypatch.setattr(ops, 'select_push', spy)
   args, on_numpy, alone = numpy_and_alone(case.name, 5)
-  result = run_tf(case.fn, args, 'xla', max_stack_depth=case.depth)
+  result = run_tf(case.fn, args, 'xla', max_stack_depth=case.depth,
+                  backend=backend)
   assert selects   # the call stack at least
   assert_same(result, on_numpy, case.rtol)
   assert_same(result, alone, case.rtol)
@@ -672,14 +682,14 @@ def test_xla_pushes_by_select_match_members_alone(case, monkeypatch):
     rng = np.random.default_rng(3)
     x = tf.constant(rng.uniform(-1.5, 1.5, size=7))
     n = tf.constant(rng.integers(0, 9, size=7))
-    _assert_gradients_match_alone(power, x, n, 'xla')
+    _assert_gradients_match_alone(power, x, n, 'xla', backend=backend)
 
 
 def test_scatter_probe_says_what_xla_compiles():
   """`_xla_cpu_expands_scatter` reads XLA's optimized HLO: a scatter
   there is either a `scatter` instruction or a loop, never neither."""
-  from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
-  expands = tf_backend._xla_cpu_expands_scatter()  # pylint: disable=protected-access
+  from autobatch_vm.backends.tf import ops  # pylint: disable=g-import-not-at-top
+  expands = ops.xla_cpu_expands_scatter()
   assert isinstance(expands, bool)
   major, minor = (int(v) for v in tf.__version__.split('.')[:2])
   if (major, minor) >= (2, 21):
@@ -688,9 +698,9 @@ def test_scatter_probe_says_what_xla_compiles():
     assert expands
 
 
-def _assert_gradients_match_alone(fn, x, n, mode):
+def _assert_gradients_match_alone(fn, x, n, mode, **kwargs):
   """The outputs and gradients of a run in `mode` are each member's."""
-  y, dx, dscale = _gradients(fn, x, n, mode)
+  y, dx, dscale = _gradients(fn, x, n, mode, **kwargs)
   y0, dx0, dscale0 = _gradients(fn, x, n, 'alone')
   np.testing.assert_allclose(y.numpy(), y0.numpy(), rtol=1e-12)
   np.testing.assert_allclose(dx.numpy(), dx0.numpy(), rtol=1e-12)
@@ -699,33 +709,33 @@ def _assert_gradients_match_alone(fn, x, n, mode):
 
 
 def _guard_every_group(monkeypatch):
-  """Under XLA, a group per distinct set of writes, and every group of one
-  block run in its conditional (`_run_group`); returns a list that counts
-  the conditionals' other branches traced (`no_ports`)."""
-  from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
-  monkeypatch.setattr(tf_backend, '_GROUP_STEP_BYTES', 1)
-  monkeypatch.setattr(tf_backend, '_GUARDED_GROUP_BYTES', 0)
+  """A backend that, under XLA, makes a group per distinct set of writes,
+  and runs every group of one block in its conditional (`run_group`);
+  returns it and a list that counts the conditionals' other branches
+  traced (`no_ports`)."""
+  from autobatch_vm.backends.tf import packing  # pylint: disable=g-import-not-at-top
   traced = []
-  no_ports = tf_backend._Packing.no_ports  # pylint: disable=protected-access
+  no_ports = packing.Packing.no_ports
 
   def spy(self, *args):
     traced.append(1)
     return no_ports(self, *args)
-  monkeypatch.setattr(tf_backend._Packing, 'no_ports', spy)  # pylint: disable=protected-access
-  return traced
+  monkeypatch.setattr(packing.Packing, 'no_ports', spy)
+  return ab.TensorFlowBackend(knobs=ab.tf_backend.TuningKnobs(
+      group_step_bytes=1, guarded_group_bytes=0)), traced
 
 
 @pytest.mark.parametrize('fn', [power, wiggle, scaled],
                          ids=['power', 'branches', 'closed_over_variable'])
 def test_xla_gradients_through_guarded_groups(fn, monkeypatch):
   """Gradients under XLA with a group per distinct set of writes and every
-  group of one block run in its conditional (`_run_group`) match each
+  group of one block run in its conditional (`groups.run_group`) match each
   member's."""
-  traced = _guard_every_group(monkeypatch)
+  backend, traced = _guard_every_group(monkeypatch)
   rng = np.random.default_rng(5)
   x = tf.constant(rng.uniform(-1.5, 1.5, size=7))
   n = tf.constant(rng.integers(0, 9, size=7))
-  _assert_gradients_match_alone(fn, x, n, 'xla')
+  _assert_gradients_match_alone(fn, x, n, 'xla', backend=backend)
   assert traced
 
 
@@ -733,12 +743,13 @@ def test_xla_gradients_through_guarded_groups(fn, monkeypatch):
 def test_xla_guarded_groups_of_one_block_match_members_alone(case,
                                                              monkeypatch):
   """Under XLA a group of one block that writes large packs runs it in a
-  conditional whose other branch writes nothing (`_run_group`).  With a
+  conditional whose other branch writes nothing (`groups.run_group`).  With a
   group per distinct set of writes and every group of one block so run,
   every program matches the NumPy backend and each member alone."""
-  traced = _guard_every_group(monkeypatch)
+  backend, traced = _guard_every_group(monkeypatch)
   args, on_numpy, alone = numpy_and_alone(case.name, 5)
-  result = run_tf(case.fn, args, 'xla', max_stack_depth=case.depth)
+  result = run_tf(case.fn, args, 'xla', max_stack_depth=case.depth,
+                  backend=backend)
   assert traced
   assert_same(result, on_numpy, case.rtol)
   assert_same(result, alone, case.rtol)
@@ -752,10 +763,11 @@ def test_graph_stacks_pushed_in_place_match_members_alone(case, batch,
   With every stack so written: each program matches the NumPy backend and
   each member alone, and again on a second call with other arguments (the
   stacks' buffer is fresh per run, so nothing is left from the first)."""
-  traced = _pushes_in_place(monkeypatch)
+  backend, traced = _pushes_in_place(monkeypatch)
   args, on_numpy, alone = numpy_and_alone(case.name, batch)
   other, on_numpy_other, _ = numpy_and_alone(case.name, batch + 1)
-  run = tf.function(lambda *a: case.fn(*a, max_stack_depth=case.depth))
+  run = tf.function(lambda *a: case.fn(*a, max_stack_depth=case.depth,
+                                       backend=backend))
   assert_same(to_np(run(*to_tf(args))), on_numpy, case.rtol)
   assert_same(to_np(run(*to_tf(args))), alone, case.rtol)
   assert traced   # the PC stack at least
@@ -772,11 +784,11 @@ def test_graph_gradients_through_stacks_pushed_in_place(fn, dtype,
   """The in-place push has its own gradient (rows to the pushed values,
   the rest to the stack), and a differentiated loop never needs a stack's
   values, which later pushes overwrite: gradients match each member's."""
-  traced = _pushes_in_place(monkeypatch)
+  backend, traced = _pushes_in_place(monkeypatch)
   rng = np.random.default_rng(11)
   x = tf.constant(rng.uniform(-1.5, 1.5, size=9).astype(dtype))
   n = tf.constant(rng.integers(0, 9, size=9))
-  _assert_gradients_match_alone(fn, x, n, 'graph')
+  _assert_gradients_match_alone(fn, x, n, 'graph', backend=backend)
   assert traced
 
 
@@ -785,10 +797,10 @@ def test_stacks_pushed_in_place_only_when_large_on_cpu_outside_xla():
   in place in a plain graph on CPU, and so are stacks of scalars; not
   under XLA (in place by itself), nor on a GPU, nor where the stacks are
   small."""
-  from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
+  from autobatch_vm.backends.tf import packing  # pylint: disable=g-import-not-at-top
   seen = []
 
-  class Spy(tf_backend._Packing):  # pylint: disable=protected-access
+  class Spy(packing.Packing):
 
     def __init__(self, *args):
       super().__init__(*args)
@@ -801,7 +813,7 @@ def test_stacks_pushed_in_place_only_when_large_on_cpu_outside_xla():
             tf.constant(rng.integers(0, 5, size=16)))
   run = lambda *a: deep_blend(*a, max_stack_depth=12)
   with pytest.MonkeyPatch.context() as mp:
-    mp.setattr(tf_backend, '_Packing', Spy)
+    mp.setattr(packing, 'Packing', Spy)
     tf.function(run)(*args(512))
     tf.function(run, jit_compile=True)(*args(512))
     tf.function(run)(*args(4))
@@ -863,15 +875,15 @@ def test_graph_masked_writes_match_members_alone(rows):
 def test_group_cost_follows_the_device():
   """On a GPU a one-trip loop's test syncs with the host: groups cost more
   there (so XLA keeps fewer), whatever machine traces the program."""
-  from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
+  backend = ab.TensorFlowBackend()
   seen = {}
 
   @tf.function
   def trace():
     with tf.device('/device:GPU:0'):
-      seen['gpu'] = tf_backend._group_step_bytes()  # pylint: disable=protected-access
+      seen['gpu'] = backend.device_knobs().group_step_bytes
     with tf.device('/device:CPU:0'):
-      seen['cpu'] = tf_backend._group_step_bytes()  # pylint: disable=protected-access
+      seen['cpu'] = backend.device_knobs().group_step_bytes
     return tf.constant(0)
   trace.get_concrete_function()
   assert seen['gpu'] > 100 * seen['cpu'], seen

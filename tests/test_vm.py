@@ -26,6 +26,7 @@ from autobatch_vm import pipeline
 from autobatch_vm import stackless
 from autobatch_vm import virtual_machine
 from autobatch_vm.numpy_backend import NumpyBackend
+from autobatch_vm.vm import layout as layout_lib
 from tests import programs as progs
 
 BACKEND = NumpyBackend()
@@ -267,7 +268,7 @@ def test_variables_saved_together_share_a_stack_pointer():
   a = np.array([1, -2, 3, 4, 0], np.int64)
   b = np.array([5, 6, -7, 8, 9], np.int64)
   program = ctx.lowered_for_args('blend', (n, a, b))
-  layout = virtual_machine._Layout(program, BACKEND, 5, 8)  # pylint: disable=protected-access
+  layout = layout_lib.Layout(program, BACKEND, 5, 8)
   saved_by = {}
   for k, block in enumerate(program.blocks):
     for i, op in enumerate(block.instructions):

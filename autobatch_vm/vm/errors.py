@@ -1,65 +1,16 @@
-"""What the executors share: instruction dispatch, result unpacking and
-casts, and the errors a run raises.
+"""The errors a run raises, built with the user's terms and lines.
 
-The stack VM's closure compiler (`virtual_machine`), its NumPy code
-generator (`block_codegen`) and the stackless executor (`stackless`) all
-import this module, and it imports none of them, so the executors depend
-on it one way.
+Every executor (the closure compiler, the NumPy code generator, the
+stackless executor) and the TensorFlow backend's parked members report
+through these builders, so a failure reads the same on every path.
 """
 
 from autobatch_vm import errors
 from autobatch_vm import instructions as inst
 
-__all__ = ['dispatch', 'unpack', 'cast_args', 'flatten_like',
-           'step_limit_error', 'saving_what', 'defining_text', 'overflow',
-           'retry_on_live_data', 'result_shape_error', 'primitive_error']
-
-
-def dispatch(compiler, op):
-  """`compiler.prim`, `.push` or `.pop` for instruction `op` (the closure
-  compiler here and the NumPy generator, `block_codegen`, both compile a
-  lowered block's instructions by these three)."""
-  if isinstance(op, inst.PrimOp):
-    return compiler.prim(op)
-  if isinstance(op, inst.PushOp):
-    return compiler.push(op)
-  if isinstance(op, (inst.PopOp, inst.RestoreOp)):
-    return compiler.pop(op, keep=isinstance(op, inst.RestoreOp))
-  if isinstance(op, inst.FunctionCallOp):
-    raise errors.InternalError('FunctionCallOp reached the VM unlowered')
-  raise errors.InternalError(f'Unknown instruction {op!r}')
-
-
-def unpack(value, n):
-  """`value` as a tuple of its `n` parts (a primitive's result bound to a
-  tuple of variables)."""
-  values = tuple(value)
-  if len(values) != n:
-    raise errors.InternalError(f'cannot unpack {len(values)} into {n}')
-  return values
-
-
-def cast_args(op, args, backend):
-  """`args` of `op` with its `casts` applied (for the stackless executor)."""
-  if not op.casts:
-    return args
-  args = list(args)
-  for i, dtype in op.casts:
-    args[i] = backend.cast(args[i], dtype)
-  return args
-
-
-def flatten_like(template, value):
-  """Leaves of `value` following the structure of type pattern `template`."""
-  if isinstance(template, inst.TensorType):
-    return [value]
-  values = tuple(value)
-  if len(values) != len(template):
-    raise errors.InternalError('value does not match its type pattern')
-  out = []
-  for t, v in zip(template, values):
-    out.extend(flatten_like(t, v))
-  return out
+__all__ = ['step_limit_error', 'step_limit', 'saving_what', 'defining_text',
+           'overflow', 'primitive_failure', 'result_shape_error',
+           'primitive_error']
 
 
 def step_limit_error(max_steps, members, loc, where):
@@ -112,23 +63,26 @@ def overflow(what, loc, depth):
   return make
 
 
-def retry_on_live_data(error, op, args, backend, m, compacted=False):
-  """Re-runs a primitive that raised, with leftover lanes made harmless.
+def primitive_failure(error, op, backend, m, compacted=False):
+  """The error for a primitive that raised, naming the members it ran for.
 
-  Members not at the block still flow through the primitive with leftover
-  data (e.g. an out-of-range index).  Their results are discarded anyway,
-  so the primitive is re-run with their inputs replaced by a live member's;
-  if it still raises, the error is the live members' and is reported.
-  With `compacted` arguments (rows of live members only) it is at once.
+  A primitive never runs for leftover data here: on a compacting backend
+  it gets the rows of the members at the block only, and a backend that
+  runs it on the whole batch (`sanitizes`) fills the other lanes from a
+  member at the block first.  So what it raised is the members' own
+  failure.
+
+  Args:
+    error: The exception the primitive raised.
+    op: The `PrimOp`.
+    backend: The backend (its `members(m)` names the members).
+    m: The mask of the members at the block.
+    compacted: Whether the primitive got the members' rows only.
+
+  Returns:
+    The `AutoBatchError` to raise from `error`.
   """
-  if not (getattr(m, 'full', True) or backend.staged or compacted):
-    fill = backend.fill_inactive
-    clean = [inst.pattern_map(lambda x: fill(x, m), a) for a in args]
-    try:
-      return op.function(*clean)
-    except Exception:  # pylint: disable=broad-except
-      pass
-  raise primitive_error(error, op, backend.members(m), compacted) from error
+  return primitive_error(error, op, backend.members(m), compacted)
 
 
 def _user_variables(pattern):
@@ -180,3 +134,17 @@ def primitive_error(e, op, members, compacted=False):
             'The primitive is called on whole batched arrays (leading '
             'dimension = batch); members not at this block carry leftover '
             'data.'))
+
+
+def step_limit(program, max_steps):
+  """`make(members, block=None) -> StepLimitError` for this program."""
+  locs = [b.loc for b in program.blocks]
+
+  def make(members, block=None):
+    if block is None:   # staged: where each member is is not known
+      return step_limit_error(max_steps, members, locs[0],
+                                         ' (started here)')
+    return step_limit_error(max_steps, members, locs[block],
+                            '; the block due next is at this line')
+  return make
+

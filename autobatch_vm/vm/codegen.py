@@ -1,6 +1,6 @@
 """Blocks as generated Python functions, for the NumPy backend.
 
-The VM's generic block compiler (`virtual_machine._BlockCompiler`) makes
+The VM's generic block compiler (`vm.closures.BlockCompiler`) makes
 each block a chain of closures: every read, write and primitive is a few
 Python calls and dict look-ups.  On NumPy, which runs a Python loop over
 steps, that overhead is paid at every step.  Here each block becomes one
@@ -32,12 +32,12 @@ known when generating it); constants, primitives and error builders are
 bound in the function's globals.  The semantics are the closure
 compiler's, compacted (see `numpy_backend`): primitives get the rows of
 the members at the block, results are scattered into registers, in place
-where the run owns the register (`virtual_machine._Layout`).  A store
+where the run owns the register (`vm.layout.Layout`).  A store
 that nothing reads is left out: above, `h_left` is dead after its pop, so
 its rows stay in `x1` and never reach its register.
 
 `source(compiled)` returns the generated code of a
-`virtual_machine.CompiledProgram`, for debugging; each block function
+`vm.closures.CompiledProgram`, for debugging; each block function
 also has it as its `source` attribute.
 """
 
@@ -48,8 +48,12 @@ import numpy as np
 from autobatch_vm import errors
 from autobatch_vm import instructions as inst
 from autobatch_vm import liveness
-from autobatch_vm import numpy_backend
-from autobatch_vm import vm_support
+from autobatch_vm.backends import numpy as numpy_backend
+from autobatch_vm.vm import dispatch
+from autobatch_vm.vm import errors as run_errors
+from autobatch_vm.vm.layout import PC
+from autobatch_vm.vm.layout import PC_SP
+from autobatch_vm.vm.layout import PC_STACK
 
 __all__ = ['compile_block', 'source']
 
@@ -65,9 +69,8 @@ def _ident(label):
 class _Gen:
   """Writes one block's function: `lines` of source, `env` its globals."""
 
-  def __init__(self, bc, block, vm, stored):
-    self.bc = bc          # the VM's _BlockCompiler: program, layout, backend
-    self.vm = vm          # the vm_support module (helpers)
+  def __init__(self, bc, block, stored):
+    self.bc = bc          # the VM's BlockCompiler: program, layout, backend
     self.block = block
     self.p = bc.p
     self.layout = bc.layout
@@ -121,7 +124,7 @@ class _Gen:
     template = self.template(var)
     leaves = [self.fresh() for _ in slots]
     # A whole-batch read hands out the register's array: the run no longer
-    # owns it (see virtual_machine._Layout).  A masked one gathers a copy.
+    # owns it (see vm.layout.Layout).  A masked one gathers a copy.
     self.emit('if full:')
     self.indent += 1
     for s, x in zip(slots, leaves):
@@ -144,7 +147,7 @@ class _Gen:
   def flatten(self, template):
     """A global: a function from a value of `template` to its leaves."""
     return self.const(
-        lambda v: self.vm.flatten_like(template, v), 'flat')
+        lambda v: dispatch.flatten_like(template, v), 'flat')
 
   def unflatten(self, template):
     return self.const(
@@ -159,7 +162,7 @@ class _Gen:
     checked, see `numpy_backend.coercer`)."""
     if not isinstance(names, str):
       parts = [self.fresh() for _ in names]
-      unpack = self.const(self.vm.unpack, 'unpack')
+      unpack = self.const(dispatch.unpack, 'unpack')
       self.emit(f'{", ".join(parts)}, = {unpack}({value}, {len(parts)})')
       for n, part in zip(names, parts):
         self.write(n, part, strict)
@@ -211,7 +214,7 @@ class _Gen:
 
   def instruction(self, op):
     self.emit(f'# {inst.op_str(op)}'.replace('\n', ' '))
-    return self.vm.dispatch(self, op)
+    return dispatch.dispatch(self, op)
 
   def prim(self, op):
     args = [self.read(v) for v in op.vars_in]
@@ -224,8 +227,8 @@ class _Gen:
         args[i] = x
     fn = self.const(op.function, 'fn')
     opname = self.const(op, 'op')
-    retry = self.const(self.vm.retry_on_live_data, 'retry')
-    shape_error = self.const(self.vm.result_shape_error, 'shape_error')
+    failure = self.const(run_errors.primitive_failure, 'failure')
+    shape_error = self.const(run_errors.result_shape_error, 'shape_error')
     r = self.fresh('r')
     arglist = ', '.join(args)
     self.emit('try:')
@@ -233,7 +236,7 @@ class _Gen:
     self.emit('except AutoBatchError:')
     self.emit('  raise')
     self.emit('except Exception as e:  # raises, naming the members')
-    self.emit(f'  {r} = {retry}(e, {opname}, [{arglist}], BE, m, True)')
+    self.emit(f'  raise {failure}(e, {opname}, BE, m, True) from e')
     self.emit('try:')
     self.indent += 1
     start = len(self.lines)
@@ -277,10 +280,10 @@ class _Gen:
     """Writes the rows into each stack at the members' pointers (stacks
     belong to the run: in place) and moves the pointers up."""
     depth = self.layout.depth
-    for names, stack_slots, _, sp_slot in self.bc._sp_groups(op):  # pylint: disable=protected-access
-      what = self.vm.saving_what(self.bc.p, names)
+    for names, stack_slots, _, sp_slot in self.layout.sp_groups(op):
+      what = run_errors.saving_what(self.bc.p, names)
       fail = self.const(_push_failure(
-          self.vm.overflow(what, op.loc, depth), depth), 'overflow')
+          run_errors.overflow(what, op.loc, depth), depth), 'overflow')
       values = [x for var in names for x in self.leaf_rows(var)]
       self.emit(f'top = state[{sp_slot}][idx]')
       self.emit('try:   # a full stack has no row `top`')
@@ -294,7 +297,7 @@ class _Gen:
     """Reads the top frames as the members' rows; `pop` also moves the
     pointers down."""
     batch = self.bc.batch
-    for names, stack_slots, _, sp_slot in self.bc._sp_groups(op):  # pylint: disable=protected-access
+    for names, stack_slots, _, sp_slot in self.layout.sp_groups(op):
       types = [t for var in names for t in self.layout.leaf_types[var]]
       rows = [self.fresh() for _ in stack_slots]
       self.emit(f'top = state[{sp_slot}][idx] - 1')
@@ -330,14 +333,14 @@ class _Gen:
 
   # -- terminators -------------------------------------------------------------
 
-  # The PC, its stack and stack pointer (state slots 0, 1, 2) belong to
+  # The PC, its stack and stack pointer (slots PC, PC_STACK, PC_SP) belong to
   # the run: updated in place, for the members' indices.
 
   def goto(self, target):
     self.emit('if full:')
-    self.emit(f'  state[0].fill({target})')
+    self.emit(f'  state[{PC}].fill({target})')
     self.emit('else:')
-    self.emit(f'  state[0][idx] = {target}')
+    self.emit(f'  state[{PC}][idx] = {target}')
 
   def condition(self, var):
     """A local holding `var`'s rows as bools."""
@@ -355,7 +358,7 @@ class _Gen:
     # of `np.where`, whose int64 result the int32 PC would also cast.
     targets = self.const(np.array([false_target, true_target], np.int32),
                          'targets')
-    self.emit(f'state[0][idx] = {targets}.take({c}.view(np.uint8))')
+    self.emit(f'state[{PC}][idx] = {targets}.take({c}.view(np.uint8))')
 
   def push_pc(self, t, members):
     """Pushes `t`'s return block on the PC stack for the members with
@@ -365,15 +368,15 @@ class _Gen:
               t.call_block if isinstance(t, inst.CallBranchOp)
               else t.true_block).split('.', 1)[0]
     overflow = self.const(_push_failure(
-        self.vm.overflow(f'call stack, calling {callee!r}', t.loc,
+        run_errors.overflow(f'call stack, calling {callee!r}', t.loc,
                           depth - 1), depth), 'pc_overflow')
     self.emit(f'calls = {members}')
-    self.emit('top = state[2][calls]')
+    self.emit(f'top = state[{PC_SP}][calls]')
     self.emit('try:   # a full stack has no row `top`')
-    self.emit(f'  state[1][top, calls] = {self.bc.index[t.push_block]}')
+    self.emit(f'  state[{PC_STACK}][top, calls] = {self.bc.index[t.push_block]}')
     self.emit('except IndexError:')
     self.emit(f'  raise {overflow}(calls, top) from None')
-    self.emit('state[2][calls] = top + 1')
+    self.emit(f'state[{PC_SP}][calls] = top + 1')
 
   def terminator(self, t):
     self.emit(f'# {inst.op_str(t)}')
@@ -397,9 +400,9 @@ class _Gen:
       return self.branch(c, index[t.true_block], index[t.false_block])
     if isinstance(t, inst.IndirectGotoOp):
       # Pops the return block into the PC.
-      self.emit('top = state[2][idx] - 1')
-      self.emit('state[2][idx] = top')
-      self.emit('state[0][idx] = state[1][top, idx]')
+      self.emit(f'top = state[{PC_SP}][idx] - 1')
+      self.emit(f'state[{PC_SP}][idx] = top')
+      self.emit(f'state[{PC}][idx] = state[{PC_STACK}][top, idx]')
       return None
     raise errors.InternalError(f'Unexpected terminator {t!r}')
 
@@ -437,10 +440,10 @@ def _push_failure(overflow, depth):
 def compile_block(bc, block, stored):
   """`block` of `bc`'s program as a function `run(state, m)` (NumPy);
   `stored`: `bc.stored(block)`."""
-  return _Gen(bc, block, vm_support, stored).function()
+  return _Gen(bc, block, stored).function()
 
 
 def source(compiled):
   """The generated code of every block of `compiled` (a
-  `virtual_machine.CompiledProgram` on NumPy), in block order."""
+  `vm.closures.CompiledProgram` on NumPy), in block order."""
   return '\n'.join(b.source for b in compiled.blocks)

@@ -1,0 +1,457 @@
+"""The interface every backend implements, with its capabilities.
+
+A backend holds the arrays of a run (NumPy arrays, TensorFlow tensors)
+and runs the VM's step loop over them.  Executors ask a backend what it
+can do through the attributes and methods declared here, never by probing
+for a name:
+
+- `compacts`: blocks run on the rows of the members at the block only
+  (NumPy): the VM generates each block's code (`vm.codegen`), which does
+  its own stack and PC updates, and the stackless executor queues rows
+  instead of keeping PCs.  A backend that does not compact runs
+  primitives on the whole batch with masked writes, through the methods
+  under "Masked lanes" below.
+- `staged`: the run may be staged into a graph (TensorFlow); `in_graph()`
+  says whether it is being staged now.
+- `sanitizes`: primitives on the whole batch must not see leftover data
+  in the lanes of members not at the block; `sanitize` fills them.
+- `prepare_run()`: called before a stackless run.
+
+Methods that every backend implements raise `NotImplementedError` here;
+those of the masked-lane protocol are needed only where `compacts` is
+false.
+"""
+
+import contextlib
+
+__all__ = ['Backend']
+
+
+class Backend:
+  """Base class of backends: the interface and its defaults.
+
+  Attributes:
+    name: The backend's name in messages (`'numpy'`, `'tensorflow'`).
+    compacts: Whether primitives get the active members' rows only.
+    staged: Whether a run can be staged into a graph.
+    sanitizes: Whether reads for whole-batch primitives go through
+      `sanitize`.
+    while_maximum_iterations: The default `max_steps` of a call (None: no
+      limit).
+  """
+
+  name = 'backend'
+  compacts = False
+  staged = False
+  sanitizes = False
+  while_maximum_iterations = None
+
+  # -- capabilities ----------------------------------------------------------
+
+  def in_graph(self):
+    """Whether ops are being staged into a graph now (False by default)."""
+    return False
+
+  def prepare_run(self):
+    """Called by the stackless executor before a run (nothing by default)."""
+
+  def error_context(self):
+    """A context manager around a run (none by default)."""
+    return contextlib.nullcontext()
+
+  def sanitize(self, x, m):
+    """`x` as a block's primitives see it (`x` itself by default).
+
+    Args:
+      x: A register's value, for the whole batch.
+      m: The mask of the members at the block, or None outside a block.
+
+    Returns:
+      `x`, with the lanes outside `m` made harmless where the backend
+      needs that (`sanitizes`).
+    """
+    del m
+    return x
+
+  def traces_symbolically(self):
+    """Whether `trace` finds a primitive's result type without values."""
+    return False
+
+  def trace(self, fn, args):
+    """`fn(*args)` traced symbolically (where `traces_symbolically()`).
+
+    Args:
+      fn: A primitive.
+      args: Values like its arguments.
+
+    Returns:
+      Its result, with dtypes and shapes and no values computed.
+    """
+    raise NotImplementedError(f'{type(self).__name__} cannot trace')
+
+  # -- values ----------------------------------------------------------------
+
+  def asarray(self, x):
+    """`x` as the backend's array.
+
+    Args:
+      x: An array-like value.
+
+    Returns:
+      The backend's array.
+    """
+    raise NotImplementedError
+
+  def shape(self, x):
+    """The shape of `x` as a tuple of ints.
+
+    Args:
+      x: An array of the backend, or an array-like value.
+
+    Returns:
+      Its shape.
+    """
+    raise NotImplementedError
+
+  def dtype(self, x):
+    """The dtype of `x` as a NumPy dtype.
+
+    Args:
+      x: An array of the backend, or an array-like value.
+
+    Returns:
+      Its `np.dtype`.
+    """
+    raise NotImplementedError
+
+  def cast(self, x, dtype):
+    """`x` cast to `dtype`.
+
+    Args:
+      x: An array.
+      dtype: A NumPy dtype.
+
+    Returns:
+      The cast array.
+    """
+    raise NotImplementedError
+
+  def dummy(self, tensor_type, batch):
+    """Zeros of a type, for type inference to run a primitive on.
+
+    Args:
+      tensor_type: The `TensorType` of one member's value.
+      batch: The leading dimension.
+
+    Returns:
+      An array `[batch, *shape]` of zeros.
+    """
+    raise NotImplementedError
+
+  def zeros(self, tensor_type, batch):
+    """A register's initial value: zeros `[batch, *shape]`.
+
+    Args:
+      tensor_type: The `TensorType` of one member's value.
+      batch: The leading dimension.
+
+    Returns:
+      An array of zeros.
+    """
+    raise NotImplementedError
+
+  def coerce_fn(self, tensor_type, batch, strict=False):
+    """A function making a value `[batch, *shape]` of the type's dtype.
+
+    Args:
+      tensor_type: The `TensorType` of one member's value.
+      batch: The leading dimension of the result.
+      strict: Whether the value is a primitive's result on per-member
+        inputs, whose number of rows is checked
+        (`backends.numpy.coercer`).
+
+    Returns:
+      `coerce(x)`.
+    """
+    raise NotImplementedError
+
+  def coercer(self, tensor_type, strict=False):
+    """`coerce(x, rows)`, as `coerce_fn(tensor_type, rows, strict)(x)`.
+
+    Args:
+      tensor_type: The `TensorType` of one member's value.
+      strict: As for `coerce_fn`.
+
+    Returns:
+      `coerce(x, rows)`.
+    """
+    raise NotImplementedError
+
+  def take_rows(self, x, idx):
+    """The rows `idx` (member indices) of `x`.
+
+    Args:
+      x: An array `[batch, ...]`.
+      idx: Row indices, a NumPy int array.
+
+    Returns:
+      `x[idx]`.
+    """
+    raise NotImplementedError
+
+  def concat(self, xs):
+    """`xs` concatenated along the rows.
+
+    Args:
+      xs: A list of arrays.
+
+    Returns:
+      The concatenation.
+    """
+    raise NotImplementedError
+
+  def slice(self, x, i):
+    """Row `i` of `x`, keeping the leading dimension (`x[i:i + 1]`).
+
+    Args:
+      x: An array.
+      i: A row index.
+
+    Returns:
+      The row as an array `[1, ...]`.
+    """
+    raise NotImplementedError
+
+  def expand(self, x):
+    """`x` with a leading dimension of 1.
+
+    Args:
+      x: An array-like value.
+
+    Returns:
+      The array `[1, *shape]`.
+    """
+    raise NotImplementedError
+
+  def to_bool(self, x):
+    """`x` as booleans (`x != 0` unless already boolean).
+
+    Args:
+      x: An array.
+
+    Returns:
+      A boolean array.
+    """
+    raise NotImplementedError
+
+  # -- masks -----------------------------------------------------------------
+
+  def make_mask(self, pc, block, batch):
+    """The mask of the members whose PC is `block`.
+
+    Args:
+      pc: The PCs `[batch]`.
+      block: A block index.
+      batch: The batch size.
+
+    Returns:
+      The backend's mask object (`mask`, `count`, `full`, ...).
+    """
+    raise NotImplementedError
+
+  def members(self, m):
+    """The indices of the members in mask `m` (None if unknown).
+
+    Args:
+      m: A mask.
+
+    Returns:
+      A NumPy int array, or None (inside a graph).
+    """
+    raise NotImplementedError
+
+  def write(self, old, new, m):
+    """`new` for the members in `m`, `old` for the rest.
+
+    Args:
+      old: A register's value.
+      new: The value written.
+      m: A mask.
+
+    Returns:
+      The register's new value.
+    """
+    raise NotImplementedError
+
+  # -- stacks ----------------------------------------------------------------
+
+  def stack_zeros(self, tensor_type, depth, batch):
+    """An empty stack of `depth` frames.
+
+    Args:
+      tensor_type: The `TensorType` of one member's value.
+      depth: The frames the stack holds.
+      batch: The batch size.
+
+    Returns:
+      The stack array (`[depth, batch, *shape]`, or more frames).
+    """
+    raise NotImplementedError
+
+  def sp_zeros(self, batch):
+    """Stack pointers of empty stacks: int32 zeros `[batch]`.
+
+    Args:
+      batch: The batch size.
+
+    Returns:
+      The array.
+    """
+    raise NotImplementedError
+
+  def push(self, stacks, sp, values, m, depth, overflow_error):
+    """Pushes each of `values` on its stack for the members in `m`.
+
+    Args:
+      stacks: The stacks, one per value, sharing stack pointer `sp`.
+      sp: The stack pointers `[batch]`.
+      values: Whole-batch values, one per stack.
+      m: The mask of the members that push.
+      depth: The stacks' capacity.
+      overflow_error: `overflow_error(members)` makes the error for
+        members whose stack is full (None: no check).
+
+    Returns:
+      `(stacks, sp)` after the push.
+    """
+    raise NotImplementedError
+
+  # -- the loop --------------------------------------------------------------
+
+  def run(self, blocks, state, num_blocks, schedule, stats, labels,
+          max_steps=None, step_limit_error=None):
+    """The VM loop: pick a block, run it for its members, until all exit.
+
+    Args:
+      blocks: The compiled blocks, `run(state, m)` each.
+      state: The VM state (`vm.layout`).
+      num_blocks: The number of blocks (the exit PC).
+      schedule: `'most'` or `'lowest'` (`vm.scheduler`).
+      stats: The `RunStats` to fill.
+      labels: The blocks' labels.
+      max_steps: Fail after this many steps (None: no limit).
+      step_limit_error: `step_limit_error(members, block=None)` makes that
+        failure's error.
+
+    Returns:
+      The state after the run.
+    """
+    raise NotImplementedError
+
+  # -- masked lanes (backends that do not compact) ---------------------------
+
+  def mask_of(self, mask, batch):
+    """A mask object for a boolean array.
+
+    Args:
+      mask: A boolean array `[batch]`.
+      batch: The batch size.
+
+    Returns:
+      The backend's mask object.
+    """
+    raise NotImplementedError
+
+  def submask(self, m, cond, negate=False):
+    """The members of `m` where `cond` holds (fails, if `negate`).
+
+    Args:
+      m: A mask.
+      cond: A boolean array `[batch]`.
+      negate: Whether to take the members where `cond` fails.
+
+    Returns:
+      The mask.
+    """
+    raise NotImplementedError
+
+  def start_pc(self, active, num_blocks):
+    """PCs at the entry (0) for `active` members, the exit for the rest.
+
+    Args:
+      active: A boolean array `[batch]`.
+      num_blocks: The exit PC.
+
+    Returns:
+      The int32 PCs.
+    """
+    raise NotImplementedError
+
+  def scatter(self, x, rows, m):
+    """`x` with the members of `m` set to `rows`.
+
+    Args:
+      x: An array `[batch, ...]`.
+      rows: One row per member of `m`.
+      m: A mask.
+
+    Returns:
+      The new array.
+    """
+    raise NotImplementedError
+
+  def goto(self, pc, m, target):
+    """The PCs with the members of `m` at `target`.
+
+    Args:
+      pc: The PCs.
+      m: A mask.
+      target: A block index.
+
+    Returns:
+      The new PCs.
+    """
+    raise NotImplementedError
+
+  def branch(self, pc, m, cond, true_target, false_target):
+    """The PCs with each member of `m` at one of two blocks.
+
+    Args:
+      pc: The PCs.
+      m: A mask.
+      cond: A bool per member of the batch.
+      true_target: The block where `cond` holds.
+      false_target: The block where it fails.
+
+    Returns:
+      The new PCs.
+    """
+    raise NotImplementedError
+
+  def pop(self, stacks, sp, values, m):
+    """Restores `values` from the top of their stacks and drops the frame.
+
+    Args:
+      stacks: The stacks, sharing stack pointer `sp`.
+      sp: The stack pointers.
+      values: The registers restored, one per stack.
+      m: The mask of the members that pop.
+
+    Returns:
+      `(values, sp)` after the pop.
+    """
+    raise NotImplementedError
+
+  def peek(self, stacks, sp, values, m):
+    """Restores `values` from the top of their stacks, keeping the frame.
+
+    Args:
+      stacks: The stacks, sharing stack pointer `sp`.
+      sp: The stack pointers.
+      values: The registers restored, one per stack.
+      m: The mask of the members that restore.
+
+    Returns:
+      The restored values.
+    """
+    raise NotImplementedError

@@ -1,0 +1,9 @@
+"""The TensorFlow backend, by concern.
+
+`backend` (`TensorFlowBackend`: element ops, masks, stacks), `loop` (the
+staged `tf.while_loop` and eager stepping), `packing` (the state packed
+into few tensors), `groups` (XLA's step in groups of blocks), `ops`
+(pending writes and in-place updates), `masks`, `errors` (parked members
+and their errors) and `knobs` (`TuningKnobs`).  Only this subpackage
+imports TensorFlow among the backends.
+"""

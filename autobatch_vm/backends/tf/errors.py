@@ -1,0 +1,159 @@
+"""Errors that only data reveals, in a staged run: parked members.
+
+Recursion deeper than `max_stack_depth` or a failing `assert` cannot
+raise inside a graph.  The members involved are *parked* instead: their
+PC is set to an error code (`num_blocks + 1 + site`), which stops them
+and lets the others finish; after the loop the run fails (see
+`backends.tf.backend`).
+"""
+
+import contextlib
+import threading
+import warnings
+
+import tensorflow as tf
+
+from autobatch_vm import errors
+from autobatch_vm.backends.tf import masks
+
+__all__ = ['Sites', 'Step', 'current_step', 'tracing_step', 'collect_errors',
+           'poison']
+
+
+class Sites:
+  """Error sites of one staged run; site k parks members at `base + k`."""
+
+  def __init__(self, num_blocks):
+    self.base = num_blocks + 1
+    self.makers = []      # site -> function(members) -> AutoBatchError
+
+  def add(self, make_error):
+    self.makers.append(make_error)
+    return self.base + len(self.makers) - 1
+
+  def error(self, code, members):
+    return self.makers[code - self.base](members)
+
+  def graph_messages(self):
+    return [without_members(self.error(self.base + k, None))
+            for k in range(len(self.makers))]
+
+
+def without_members(err):
+  """The text of `err` for a graph, where the members are unknown."""
+  text = str(err)
+  for known in (' for batch members None', ' for batch members []'):
+    text = text.replace(known, ' for some batch members')
+  # Assert prints strings escaped: keep the message on one line.
+  lines = [line.strip() for line in text.split('\n') if line.strip()]
+  return (f'{type(err).__name__}: {" -- ".join(lines)} (run eagerly to see '
+          'which members)')
+
+
+class Step:
+  """Collects what one traced block wants done to the PCs afterwards."""
+
+  def __init__(self, sites):
+    self.sites = sites
+    self.park = []        # (bool [batch] tensor, code)
+
+
+_local = threading.local()
+
+
+def current_step():
+  return getattr(_local, 'step', None)
+
+
+@contextlib.contextmanager
+def tracing_step(step):
+  old = current_step()
+  _local.step = step
+  try:
+    yield
+  finally:
+    _local.step = old
+
+
+def explain_symbolic(e):
+  """`e`, with a hint if a primitive met a symbolic tensor it cannot use."""
+  cause = e.__cause__
+  if not (isinstance(cause, (NotImplementedError, TypeError)) or
+          type(cause).__name__ == 'OperatorNotAllowedInGraphError'):
+    return e
+  if 'symbolic' not in str(cause) and 'graph' not in str(cause):
+    return e
+  return errors.PrimitiveError(
+      e.message, loc=e.loc,
+      hint='Inside tf.function (or XLA) primitives get symbolic tensors: '
+      'use TensorFlow ops (operators, tf.math, tf.gather, ...) rather than '
+      'NumPy functions or Python `if` on values, or call the batched '
+      'function eagerly.')
+
+
+def overflow_maker(overflow_error):
+  """A site's maker from `overflow_error(members)` (also a step limit's)."""
+  def make(members):
+    return overflow_error([] if members is None else members)
+  return make
+
+
+def assert_maker(err):
+  def make(members):
+    who = 'some batch members' if members is None else \
+        f'batch members {errors.member_indices(members)}'
+    cause = err.__cause__ if err.__cause__ is not None else err.message
+    return errors.AssertionFailedError(f'Assertion failed for {who}: {cause}',
+                                       loc=err.loc, hint=err.hint)
+  return make
+
+
+# Error codes of runs traced inside `xla.compile_nested_output`, which checks
+# them after the compiled function returns (XLA itself cannot raise).
+_collectors = threading.local()
+
+
+@contextlib.contextmanager
+def collect_errors(sink):
+  """Makes staged runs append `(code, members_failed, sites)` to `sink`."""
+  stack = getattr(_collectors, 'stack', [])
+  _collectors.stack = stack + [sink]
+  try:
+    yield sink
+  finally:
+    _collectors.stack = stack
+
+
+def report_to_collector(code, failed, sites):
+  """Hands the run's error code to `collect_errors`; False if none."""
+  stack = getattr(_collectors, 'stack', None)
+  if stack:
+    stack[-1].append((code, failed, sites))
+  return bool(stack)
+
+
+def warn_uncollected_under_xla(sites):
+  """Says, while tracing, that this XLA run cannot raise its errors."""
+  if not masks.in_xla_context():
+    return
+  what = sorted({type(sites.error(sites.base + k, [])).__name__
+                 for k in range(len(sites.makers))})
+  warnings.warn(
+      f'autobatch_vm under tf.function(jit_compile=True): XLA cannot raise '
+      f'at run time, so a {" or ".join(what)} in this batched run poisons '
+      'its outputs (NaN for floats, the minimum for integers; booleans are '
+      'left as they are) instead of raising.  Compile with '
+      'autobatch_vm.xla.compile_nested_output(fn) to get the exception.',
+      errors.XlaErrorsWarning, stacklevel=errors.user_stacklevel())
+
+
+def poison(x, bad):
+  """`x` with every element replaced by an unmistakable value if `bad`."""
+  dtype = x.dtype
+  if dtype.is_floating or dtype.is_complex:
+    value = float('nan')
+  elif dtype.is_integer:
+    value = dtype.max if dtype.is_unsigned else dtype.min
+  else:
+    return x  # booleans have no value to spare
+  return tf.where(bad, tf.constant(value, dtype), x)

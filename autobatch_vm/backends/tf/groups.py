@@ -1,0 +1,174 @@
+"""Under XLA: blocks in groups of similar writes, each its own switch.
+
+All branches of a switch return the same shapes, so with one switch
+every step would pay for the widest block's writes.  `write_groups` cuts
+the blocks into groups, and `run_groups` runs a step: the group of the
+block, in a `while_loop` of at most one trip (updated in place, unlike a
+conditional), and the scatter of its ports into the packs.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from autobatch_vm.backends.tf import masks
+
+try:  # The functional Case without lowering (see switch); TF >= 2.2.
+  from tensorflow.python.ops.cond_v2 import indexed_case as _indexed_case  # pylint: disable=g-direct-tensorflow-import,g-import-not-at-top
+except ImportError:  # pragma: no cover
+  _indexed_case = None
+
+__all__ = ['switch', 'write_groups', 'run_groups', 'run_group', 'bind']
+
+
+def switch(b, branches):
+  """`tf.switch_case(b, branches)`, kept as one `Case` op outside XLA.
+
+  By default TensorFlow lowers a `Case` in a graph to `Switch`/`Merge`
+  nodes, and the executor then visits every node of every branch at each
+  step (the untaken ones with dead tensors), so a step costs the size of
+  the whole program.  Kept as a functional `Case`, a step runs only the
+  taken block's function: fibonacci at B=1024 under `tf.function`, 0.15
+  -> 0.10 s.  XLA compiles the `Case` as a conditional either way.
+  """
+  if masks.in_xla_context() or _indexed_case is None:
+    return tf.switch_case(b, branches)
+  return _indexed_case(b, branches, lower_using_switch_merge=False)
+
+
+def write_groups(packing, block_writes):
+  """Splits the blocks into groups for XLA's step (see `loop.staged_loop`).
+
+  Returns `[(members, width)]`: block indices and, per pack, the ports
+  their switch returns (the most any member writes).  A step of a block
+  costs its group's ports, in bytes, plus the knob `group_step_bytes` per
+  group;
+  with blocks sorted by the bytes they write, the groups are the
+  contiguous runs that minimize that cost summed over all blocks (each
+  block counted once: which run most is not known when tracing).
+  """
+  row_bytes = []
+  for is_stack, dtype, shape in packing.keys:
+    row = shape[1:] if is_stack else shape
+    row_bytes.append(int(np.prod(row, dtype=np.int64)) * dtype.size)
+  widths = [packing.block_width(w) for w in block_writes]
+  step_bytes = packing.knobs.group_step_bytes
+
+  def cost(width):
+    return sum(r * w for r, w in zip(row_bytes, width))
+  order = sorted(range(len(widths)), key=lambda k: (cost(widths[k]), k))
+  n = len(order)
+  # best[j]: the cheapest split of order[:j], whose last group is
+  # order[cut[j]:j] with ports last_width[j].  For each end j the start i
+  # goes down, so the group's ports grow by one block's writes at a time;
+  # ties keep the earliest start.
+  best = [0] + [None] * n
+  cut = [0] * (n + 1)
+  last_width = [None] * (n + 1)
+  for j in range(1, n + 1):
+    width = [0] * len(row_bytes)
+    for i in range(j - 1, -1, -1):
+      width = [max(a, b) for a, b in zip(width, widths[order[i]])]
+      total = best[i] + (j - i) * cost(width) + n * step_bytes
+      if best[j] is None or total <= best[j]:
+        best[j], cut[j], last_width[j] = total, i, width
+  groups = []
+  while n:
+    groups.append((tuple(order[cut[n]:n]), last_width[n]))
+    n = cut[n]
+  return groups[::-1]
+
+
+def run_groups(b, mask, groups, branch_fns, packing, carried, writes):
+  """XLA's step: block `b`'s group switches to it and scatters its ports.
+  `writes`: each block's writes."""
+  num_packs = len(packing.slots)
+  if len(groups) == 1:
+    return run_group(b, mask, groups[0], branch_fns, packing, writes,
+                      *carried)
+  # One lookup for all groups, not one per group (each a step's thunk
+  # that XLA may hand to another thread when many are ready at once, see
+  # `ops.storage_dtype`).
+  case = _group_position(b, groups)
+  for group in groups:
+    members, width = group
+    taken = tf.reduce_any(tf.equal(b, tf.constant(members, tf.int32)))
+    # The group's loop carries only what it writes: the packs its blocks
+    # scatter into (and the flat slots); it reads the others from here.
+    # Carrying every pack, with three groups or more and a pack no block
+    # writes (gcd's unused stack), tf2xla failed to compile the run
+    # ("Propagate: Cannot find body function ..._const_0").  Same speed.
+    live = [g for g in range(num_packs) if width[g]] + list(
+        range(num_packs, len(carried)))
+    before = list(carried)
+
+    def run(*values, before=before, live=live, group=group):
+      full = list(before)
+      for g, v in zip(live, values):
+        full[g] = v
+      out = run_group(b, mask, group, branch_fns, packing, writes, *full,
+                       case=case)
+      return [out[g] for g in live]
+    after = _run_once(taken, run, [carried[g] for g in live])
+    carried = list(carried)
+    for g, v in zip(live, after):
+      carried[g] = v
+  return carried
+
+
+def run_group(b, mask, group, branch_fns, packing, writes, *carried,
+               case=None):
+  """A group's switch to block `b` (one of its members), and the scatter
+  of its ports into the packs.
+
+  A group of one block has no switch, unless the packs it writes are
+  large (the knob `guarded_group_bytes`): then its block runs in a conditional
+  with a branch that writes nothing (never taken, as the group runs only
+  for its block).  Inline, the block's reads of a pack and the scatter
+  into it are in one computation, and XLA copied the pack there, twice
+  per step (NUTS at 64 chains: a 550 KB pack of `[64, 25]` registers, at
+  each first leapfrog of a transition; 1.1 MB per transition).  In a
+  conditional the reads are done when the scatter runs, and XLA updates
+  the pack in place.
+  """
+  members, width = group
+  num_packs = len(packing.slots)
+  if len(members) == 1:
+    k = members[0]
+    if packing.written_bytes(width) < packing.knobs.guarded_group_bytes:
+      ports, flat = branch_fns[k](mask, *carried)
+    else:
+      ports, flat = tf.switch_case(
+          tf.cast(tf.not_equal(b, k), tf.int32),
+          [bind(branch_fns[k], mask, carried),
+           lambda: packing.no_ports(writes[k], width, carried)])
+  else:
+    if case is None:
+      case = _group_position(b, [group])
+    ports, flat = tf.switch_case(
+        case, [bind(branch_fns[k], mask, carried) for k in members])
+  packs = packing.scatter(list(carried[:num_packs]), list(ports), width)
+  return packs + list(flat)
+
+
+def _group_position(b, groups):
+  """Block `b`'s position among its group's members, for `groups`
+  (`[(members, width)]`) that together hold it."""
+  position = np.zeros(max(max(m) for m, _ in groups) + 1, np.int32)
+  for members, _ in groups:
+    position[list(members)] = np.arange(len(members), dtype=np.int32)
+  return tf.gather(tf.constant(position), tf.minimum(b, len(position) - 1))
+
+
+def _run_once(taken, fn, carried):
+  """`fn(*carried)` if `taken`, else `carried`: a `while_loop` of at most
+  one trip, which XLA runs in place, unlike a conditional."""
+
+  def body(go, *values):
+    del go
+    return [tf.constant(False)] + list(fn(*values))
+  return tf.while_loop(lambda go, *values: go, body, [taken] + list(carried),
+                       maximum_iterations=1)[1:]
+
+
+def bind(f, mask, carried):
+  return lambda: f(mask, *carried)

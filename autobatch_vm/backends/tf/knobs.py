@@ -1,0 +1,78 @@
+"""The staged loop's tuning knobs: thresholds in bytes and frames.
+
+Each knob picks between two ways of doing the same thing, which one is
+cheaper depending on sizes; the results are the same either way.  The
+defaults suit the device the run is traced on (`for_device`); a
+`TensorFlowBackend(knobs=TuningKnobs(...))` uses the given ones instead.
+The measurements behind each default are in docs/performance.md, under
+the knob's name.
+"""
+
+import dataclasses
+from typing import Optional
+
+__all__ = ['TuningKnobs', 'CPU', 'GPU', 'for_device']
+
+
+@dataclasses.dataclass(frozen=True)
+class TuningKnobs:
+  """Thresholds of the staged TensorFlow loop.
+
+  Attributes:
+    pack_bytes: Outside XLA, packs of small registers and stacks stay below
+      this size: a scatter copies its whole pack.
+    signature_bytes: Outside XLA, registers with rows of at least this many
+      bytes are packed with the registers of their dtype and shape that the
+      same blocks write: such a block writes the whole pack, which it
+      stacks anew instead of copying the pack to scatter into it.
+    group_step_bytes: Under XLA, what one more group of blocks costs a step
+      (its single-trip loop), in bytes of ports it would save
+      (`groups.write_groups`).  On a GPU a while loop's trip test copies its
+      predicate to the host, so there groups cost far more.
+    guarded_group_bytes: Under XLA, a group of one block that writes packs
+      of this many bytes or more runs its block in a conditional (whose
+      other branch, never taken, writes nothing) instead of inline
+      (`groups.run_group`), so that XLA updates the packs in place.
+    select_push_frames: Under XLA, where XLA compiles a scatter as a loop
+      with a trip per index (TensorFlow 2.18 and older on CPU), stacks of
+      at most this many frames are pushed by a select over the stack
+      (`ops.select_push`), deeper ones by the scatter, whose cost does not
+      grow with the depth.
+    inplace_stack_bytes: Outside XLA, on CPU, a pack of stacks this large
+      or larger is pushed in place (`ops.update_rows`) instead of copied
+      by a scatter or a select; None: never.  The copy is bounded by this
+      size, so no step costs more with `max_stack_depth`.
+    one_hot_max: Under XLA the `'most'` schedule counts members per block
+      by a `[blocks, batch]` comparison up to this many elements, and by a
+      segment sum beyond.
+  """
+  pack_bytes: int = 128 * 1024
+  signature_bytes: int = 4 * 1024
+  group_step_bytes: int = 16 * 1024
+  guarded_group_bytes: int = 64 * 1024
+  select_push_frames: int = 40
+  inplace_stack_bytes: Optional[int] = 32 * 1024
+  one_hot_max: int = 1 << 18
+
+
+# The defaults on a CPU.
+CPU = TuningKnobs()
+# On a GPU, where a loop's trip test and a conditional's branch index go to
+# the host: in practice one group and no guarded group.  Pushes are
+# scatters (a GPU compiles them as one kernel) and never in place (not
+# every dtype has the kernel there).
+GPU = TuningKnobs(group_step_bytes=16 * 1024 * 1024,
+                  guarded_group_bytes=16 * 1024 * 1024,
+                  select_push_frames=0, inplace_stack_bytes=None)
+
+
+def for_device(gpu):
+  """The default knobs for a device.
+
+  Args:
+    gpu: Whether the run is traced for a GPU.
+
+  Returns:
+    `GPU` or `CPU`.
+  """
+  return GPU if gpu else CPU

@@ -1,0 +1,462 @@
+"""The staged VM loop: one `tf.while_loop`, a step per iteration."""
+
+import collections
+import functools
+import threading
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from autobatch_vm import errors
+from autobatch_vm.backends.tf import errors as tf_errors
+from autobatch_vm.backends.tf import groups as groups_lib
+from autobatch_vm.backends.tf import masks
+from autobatch_vm.backends.tf import packing as packing_lib
+from autobatch_vm.vm.layout import PC
+from autobatch_vm.vm.scheduler import Scheduler
+
+__all__ = ['staged_loop', 'branch_fn', 'fail_in_graph', 'run_eagerly',
+           'step_eagerly', 'next_block_tensor', 'FORCED_BLOCK', 'traceable',
+           'StagedRun']
+
+_EAGER_CACHE_SIZE = 64
+
+
+def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
+                 step_limit=(None, None), profile=False):
+  """Builds the `tf.while_loop`; returns (state, [num_blocks, 2] counts,
+  profile), where with `profile` the last is (seconds per block, or None
+  under XLA, which has no clock; blocks run per member), else None.
+
+  The loop carries the state partly packed by dtype and shape
+  (`packing_lib.Packing`).
+
+  In a plain graph, the step is one `Case` over the blocks, and each
+  branch scatters into the packs its block writes and passes the others
+  through (free outside XLA).  There a step's cost is mostly graph nodes
+  (about a microsecond each), and every loop variable costs several (the
+  loop's and the `Case`'s plumbing), so the state is packed:
+  - small registers and stacks by dtype and shape, in packs of at most
+    `_PACK_BYTES`, since a scatter copies its pack (NUTS at 64 chains had
+    a 384 KB pack of `[64, 25]` registers, copied at every step);
+  - large registers (rows of `_SIGNATURE_BYTES` or more) with those that
+    the same blocks write, so that a block writing one writes the whole
+    pack, stacked anew (no copy of the old pack, no scatter).
+  A block reads a pack's rows by one unstack.  The `Case` has two
+  branches per block: one for a step with every member at the block,
+  which reads and writes without masks, and one for the others (a
+  select per register written, a gather per register read, see
+  `sanitize`).  NUTS at 64 chains: 0.067 -> 0.047 s per call; without
+  the first kind, 1.14-1.17x slower (in-process A/B runs).
+
+  Under XLA everything is packed, and no pack goes through a
+  conditional: XLA copies every value a conditional returns, so a step
+  would cost the size of the whole state.  A branch returns instead, per
+  pack, rows to scatter after the switch, in place (ports).  All branches
+  of a switch return the same shapes, so a step costs the widest block's
+  ports; the blocks are therefore split into groups of similar writes
+  (`groups_lib.write_groups`), each a switch with its own ports run in a
+  single-trip `while_loop` (which, unlike a conditional, updates its
+  state in place) taken only when the block is one of its own.  Tree-RNN
+  at B=256: 0.019 -> 0.008 s; NUTS at 64 chains: 0.029 -> 0.025 s.
+  """
+  state = [tf.convert_to_tensor(s) for s in state]
+  stack_slots = blocks[0].stack_slots if blocks else frozenset()
+  xla = masks.in_xla_context()
+  knobs = backend.device_knobs()
+  if xla:
+    packed, limit = range(len(state)), None
+  else:
+    # Stacks are all packed: large ones with those the same blocks push.
+    packed = [i for i, x in enumerate(state)
+              if 2 * x.shape.num_elements() * x.dtype.size <= knobs.pack_bytes
+              or i in stack_slots]
+    limit = knobs.pack_bytes
+  writers = None
+  if not xla:
+    writers = collections.defaultdict(set)
+    for k, blk in enumerate(blocks):
+      for slot in blk.writes:
+        writers[slot].add(k)
+  # Large stacks are pushed in place where that is safe and supported:
+  # not under XLA (which updates in place itself), not in blocks compiled
+  # by XLA one at a time, and on CPU.
+  inplace = (None if xla or backend.basic_block_xla_device is not None
+             or masks.on_gpu() else knobs.inplace_stack_bytes)
+  packing = packing_lib.Packing(state, stack_slots, frozenset(packed), limit,
+                                writers, inplace, knobs)
+  writes = [blk.writes for blk in blocks]
+  groups = groups_lib.write_groups(packing, writes) if xla else None
+  widths = {}
+  for members, width in groups or ():
+    widths.update((k, width) for k in members)
+  branch_fns = [branch_fn(backend, blk, batch, sites, packing, widths.get(k))
+                for k, blk in enumerate(blocks)]
+  # Outside XLA, each block also gets a variant for a step where every
+  # member is at the block (70% of NUTS's steps at 64 chains): it reads
+  # and writes registers without masks.  A batch of one is always full.
+  full_fns = None
+  if groups is None:
+    full_fns = [branch_fn(backend, blk, batch, sites, packing, None,
+                                full=True) for blk in blocks]
+    if batch == 1:
+      branch_fns = full_fns
+      full_fns = None
+
+  # profile=True: blocks per member and, outside XLA (which has no
+  # clock op), seconds per block between timestamps around the step's
+  # switch, as loop variables.
+  timed = profile and not xla
+  extra0 = []
+  if profile:
+    extra0 = [tf.zeros([batch], tf.int32)]
+    if timed:
+      extra0.append(tf.zeros([num_blocks], tf.float64))
+  num_extra = len(extra0)
+
+  # `staging.StagedFunction.profile_blocks` traces loops that run one
+  # block at every step, to time it (XLA has no clock op in the loop):
+  # the block whose index a variable holds, read at run time, so one
+  # trace times every block (and XLA cannot inline the block's switch
+  # for a constant index, which would make a different step).
+  forced = FORCED_BLOCK[-1] if FORCED_BLOCK else None
+
+  def next_block(pc):
+    if forced is None:
+      return next_block_tensor(pc, num_blocks, schedule, knobs.one_hot_max)
+    return tf.identity(forced.read_value())
+
+  def cond(b, acc, *rest):
+    del acc, rest
+    return b < num_blocks
+
+  def body(b, acc, *rest):
+    extra, carried = list(rest[:num_extra]), rest[num_extra:]
+    mask = tf.equal(packing.read(carried, PC), b)
+    count = tf.reduce_sum(tf.cast(mask, tf.int32))
+    run = tf.stack([tf.constant(1, tf.int32), count])[tf.newaxis]
+    if xla:
+      # A one-hot sum fuses into one loop; XLA made the scatter a
+      # bounds check, an index and an update (NUTS-like steps on a
+      # cheap target, together with the shared `case` of `groups_lib.run_groups`:
+      # 8% faster).
+      hot = tf.cast(tf.equal(tf.range(num_blocks), b), tf.int32)
+      acc += hot[:, tf.newaxis] * run
+    else:
+      acc = tf.tensor_scatter_nd_add(acc, tf.reshape(b, [1, 1]), run)
+    if profile:
+      extra[0] += tf.cast(mask, tf.int32)
+    start = None
+    if timed:
+      with tf.control_dependencies([mask]):
+        start = tf.timestamp()
+    with tf.control_dependencies([] if start is None else [start]):
+      if full_fns is not None:
+        index = b + num_blocks * tf.cast(tf.equal(count, batch), tf.int32)
+        carried = packing.after_switch(carried, groups_lib.switch(
+            index,
+            [groups_lib.bind(f, mask, carried) for f in branch_fns + full_fns]))
+      elif groups is None:
+        carried = packing.after_switch(carried, groups_lib.switch(
+            b, [groups_lib.bind(f, mask, carried) for f in branch_fns]))
+      else:
+        carried = groups_lib.run_groups(b, mask, groups, branch_fns, packing,
+                              list(carried), writes)
+    if timed:
+      with tf.control_dependencies(tf.nest.flatten(carried)):
+        elapsed = tf.timestamp() - start
+      extra[1] = tf.tensor_scatter_nd_add(
+          extra[1], tf.reshape(b, [1, 1]), tf.reshape(elapsed, [1]))
+    return [next_block(packing.read(carried, PC)), acc] + extra + list(
+        carried)
+
+  b0 = next_block(state[PC])
+  acc0 = tf.zeros([num_blocks, 2], tf.int32)
+  max_steps, step_limit_error = step_limit
+  out = tf.while_loop(cond, body,
+                      [b0, acc0] + extra0 + packing.carry(state),
+                      parallel_iterations=backend.while_parallel_iterations,
+                      maximum_iterations=max_steps)
+  profiled = None
+  if profile:
+    profiled = (out[3] if timed else None, out[2])
+  state = packing.unpack(out[2 + num_extra:])
+  if max_steps is not None and forced is None:
+    # Members still running after max_steps: parked at the limit's site
+    # (not in a loop that times one block: there they never finish).
+    code = sites.add(tf_errors.overflow_maker(step_limit_error))
+    pc = state[PC]
+    state[PC] = tf.where(pc < num_blocks, tf.constant(code, tf.int32), pc)
+  return state, out[1], profiled
+
+def branch_fn(backend, block_fn, batch, sites, packing, width, full=False):
+  """One block, traced into a switch branch: `f(mask, *carried)` returns
+  the loop variables after it (outside XLA), or, given its group's ports
+  per pack (`width`, under XLA), `(ports, flat)`.  `full`: for a step
+  with every member at the block (`mask` all true)."""
+
+  def run_block(mask, *carried):
+    st = packing_lib.BlockState(carried, packing, block_fn.writes)
+    m = masks.Mask(mask, batch if full else None, full, batch)
+    step = tf_errors.Step(sites)
+    with tf_errors.tracing_step(step):
+      try:
+        block_fn(st, m)
+      except errors.AssertionFailedError as e:
+        # An `assert` that fails for every member reaching this block:
+        # park them all (it raised while tracing, not at run time).
+        step.park.append((mask, sites.add(tf_errors.assert_maker(e))))
+      except errors.PrimitiveError as e:
+        raise tf_errors.explain_symbolic(e) from e.__cause__
+    pc = st[PC]
+    # Reversed, so that the block's first failure names the error.
+    for where, code in reversed(step.park):
+      pc = tf.where(where, tf.constant(code, tf.int32), pc)
+    st[PC] = pc
+    if width is None:
+      return packing.carried_after(st, block_fn.writes, carried)
+    return (packing.ports(st, block_fn.writes, width),
+            packing.flat_values(st))
+
+  if backend.basic_block_xla_device is None:
+    return run_block
+  device = backend.basic_block_xla_device
+  compiled = tf.function(traceable(run_block), jit_compile=True,
+                         autograph=False)
+
+  def run_on_device(mask, *carried):
+    with tf.device(device):
+      return compiled(mask, *carried)
+  return run_on_device
+
+def fail_in_graph(backend, state, num_blocks, sites):
+  """Makes a run with parked members fail: Assert, poison, collectors."""
+  if not sites.makers:
+    return state
+  pc = state[PC]
+  code = tf.reduce_max(pc)
+  bad = code > num_blocks
+  # One assertion per site, with a constant message.  Not under XLA,
+  # which drops assertions (logging "Ignoring Assert operator" for each
+  # at every compile): there the error code reaches a collector
+  # (`xla.compile_nested_output`), and the outputs are poisoned.
+  checks = [] if masks.in_xla_context() else [
+      tf.debugging.Assert(tf.not_equal(code, sites.base + k), [msg],
+                          summarize=1)
+      for k, msg in enumerate(sites.graph_messages())]
+  if not tf_errors.report_to_collector(code, pc > num_blocks, sites):
+    tf_errors.warn_uncollected_under_xla(sites)
+  with tf.control_dependencies(checks):
+    return [tf.identity(tf_errors.poison(s, bad)) for s in state]
+
+# -- eager ---------------------------------------------------------------
+
+def run_eagerly(backend, blocks, state, num_blocks, schedule, stats, labels,
+                 limit):
+  """Runs the staged loop via a cached tf.function; steps eagerly if not."""
+  batch = stats.batch_size
+  staged = _eager_cache_get(backend, blocks, num_blocks, schedule, batch,
+                            limit)
+  if not staged.stageable or stats.profile:
+    # profile=True times each block, which only stepping can do.
+    return step_eagerly(backend, blocks, state, num_blocks, schedule, stats,
+                              labels, limit)
+  try:
+    out_state, acc = staged(state)
+  except tf.errors.OpError:
+    # Failed at run time (say a primitive's own check): step eagerly to
+    # report it with the members and the user's line.
+    return step_eagerly(backend, blocks, state, num_blocks, schedule, stats,
+                              labels, limit)
+  except Exception:  # pylint: disable=broad-except
+    # Could not be traced (say a primitive calls NumPy on the tensor):
+    # from now on this program steps eagerly, which works or raises.
+    staged.stageable = False
+    return step_eagerly(backend, blocks, state, num_blocks, schedule, stats,
+                              labels, limit)
+  pc = out_state[PC].numpy()
+  if (pc > num_blocks).any():
+    code = int(pc.max())
+    raise staged.sites.error(code, np.flatnonzero(pc == code))
+  acc = acc.numpy()
+  fill_stats(stats, labels, int(acc[:, 0].sum()),
+              [int(r) for r in acc[:, 0]], [int(a) for a in acc[:, 1]])
+  return out_state
+
+
+def step_eagerly(backend, blocks, state, num_blocks, schedule, stats,
+                  labels, limit):
+  """The NumPy backend's loop, on eager tensors (for diagnostics).
+
+  Args:
+    backend: The `TensorFlowBackend`.
+    blocks: The compiled blocks.
+    state: The VM state (eager tensors).
+    num_blocks: The number of blocks.
+    schedule: `'most'` or `'lowest'`.
+    stats: The `RunStats` to fill.
+    labels: The blocks' labels.
+    limit: `(max_steps, step_limit_error)`.
+
+  Returns:
+    The state after the run.
+  """
+  max_steps, step_limit_error = limit
+  batch = stats.batch_size
+  runs = [0] * num_blocks
+  active = [0] * num_blocks
+  seconds = [0.0] * num_blocks
+  member_blocks = np.zeros(batch, np.int64)
+  steps = 0
+  next_block = Scheduler(schedule, num_blocks).next_block
+  while True:
+    pc = state[PC].numpy()
+    b = next_block(pc)
+    if b >= num_blocks:
+      break
+    if steps == max_steps:
+      raise step_limit_error(np.flatnonzero(pc < num_blocks), b)
+    mask = pc == b
+    count = int(mask.sum())
+    m = masks.Mask(tf.constant(mask), count, count == batch, batch)
+    m._idx = np.flatnonzero(mask)  # pylint: disable=protected-access
+    start = time.perf_counter()
+    blocks[b](state, m)
+    seconds[b] += time.perf_counter() - start
+    member_blocks[m._idx] += 1  # pylint: disable=protected-access
+    runs[b] += 1
+    active[b] += count
+    steps += 1
+  fill_stats(stats, labels, steps, runs, active)
+  if stats.profile:
+    stats.block_time.update(zip(labels, seconds))
+    stats.member_blocks = member_blocks
+  return state
+
+
+def fill_stats(stats, labels, steps, runs, active):
+  stats.steps = steps
+  for label, r, a in zip(labels, runs, active):
+    stats.block_executions[label] = r
+    stats.block_active[label] = a
+
+
+# While not empty, `staged_loop`s traced run, at every step, the block
+# whose index the last of these int32 `tf.Variable`s holds (the schedule
+# is not consulted).  See `StagedFunction.profile_blocks`.
+FORCED_BLOCK = []
+
+
+def next_block_tensor(pc, num_blocks, schedule, one_hot_max):
+  if schedule == 'most':
+    xla = masks.in_xla_context()
+    if not xla:
+      # One kernel, no broadcast: in a loop on CPU, 16 -> 10 us per step
+      # at 1024 members (the broadcast comparison), 7 -> 5 at 64.  Finished
+      # and parked members (pc >= num_blocks) count nowhere.
+      counts = tf.reduce_sum(tf.one_hot(pc, num_blocks, dtype=tf.int32),
+                             axis=0)
+    elif (pc.shape[0] is not None and
+          pc.shape[0] * num_blocks <= one_hot_max):
+      # Compare-and-sum fuses into one loop; a segment sum is a scatter.
+      # Summed along the members, the minor axis: XLA of TensorFlow 2.18
+      # on CPU took 14 us per step at 1024 members for a sum along the
+      # major axis, 5 us for this one (2.21: 3 us either way).
+      hits = tf.equal(tf.range(num_blocks, dtype=pc.dtype)[:, tf.newaxis],
+                      pc[tf.newaxis])
+      counts = tf.reduce_sum(tf.cast(hits, tf.int32), axis=1)
+    else:
+      counts = tf.math.unsorted_segment_sum(
+          tf.ones_like(pc), tf.minimum(pc, num_blocks), num_blocks + 1)
+      counts = counts[:num_blocks]
+    if xla:
+      return _most_by_key(counts, num_blocks, pc.shape[0])
+    best = tf.argmax(counts, output_type=tf.int32)
+    return tf.where(tf.reduce_max(counts) > 0, best,
+                    tf.constant(num_blocks, tf.int32))
+  return tf.reduce_min(pc)
+
+
+def _most_by_key(counts, num_blocks, batch):
+  """Under XLA, the lowest-numbered block with the most members (or
+  `num_blocks` if none has any) by one max over `count * K + K - 1 - k`
+  (K = num_blocks) instead of an argmax (a two-valued reduction) and a
+  max: NUTS at 64 chains, 5.5 -> 4.5 us per step of the schedule (forced
+  steps with and without it, in turns)."""
+  k = num_blocks
+  wide = batch is None or (batch + 1) * k >= 2**31
+  dtype = tf.int64 if wide else tf.int32
+  key = (tf.cast(counts, dtype) * k +
+         tf.range(k - 1, -1, -1, dtype=dtype))
+  top = tf.reduce_max(key)
+  best = tf.cast((k - 1) - top % k, tf.int32)
+  return tf.where(top >= k, best, tf.constant(num_blocks, tf.int32))
+
+
+def traceable(fn, name=None):
+  """`fn` as the Python function of a `tf.function` of its own: a
+  `functools.partial` of it, named `name` (default: `fn`'s name), the
+  name of the traced graphs and of TensorFlow's messages.
+
+  TensorFlow counts a `tf.function`'s traces by its Python function's
+  code (`__code__`) and warns of "excessive retracing" after five traces
+  in a row.  All the closures made by one `def` share their code, so each
+  `tf.function` over such a closure (one per staged function, per program
+  run eagerly, per sampler of the NUTS example) added to one count:
+  staging five functions, each traced once, warned.  A partial has no
+  code and is counted on its own, so the warning keeps its meaning: one
+  function traced for five signatures in a row.
+  """
+  out = _Traceable(fn)
+  out.__name__ = name or getattr(fn, '__name__', 'function')
+  return out
+
+
+class _Traceable(functools.partial):
+  """`traceable`'s partial, shown by its name in TensorFlow's messages
+  ("... calls to <function fibonacci> triggered tf.function retracing")."""
+
+  def __repr__(self):
+    return f'<function {self.__name__}>'
+
+
+# -- the eager path's cache of staged loops --------------------------------------
+
+class StagedRun:
+  """A `tf.function` running one compiled program's loop, and its sites."""
+
+  def __init__(self, backend, blocks, num_blocks, schedule, batch, limit):
+    self.blocks = blocks      # keeps id(blocks) unique while cached
+    self.sites = None
+    self.stageable = True
+
+    def loop(state):
+      self.sites = tf_errors.Sites(num_blocks)
+      out, acc, _ = staged_loop(backend, blocks, state, num_blocks, schedule,
+                                batch, self.sites, limit)
+      return out, acc
+    # One tf.function per program, each traced once per batch size: counted
+    # alone (`traceable`).
+    self.function = tf.function(traceable(loop), autograph=False)
+
+  def __call__(self, state):
+    return self.function(list(state))
+
+
+_eager_cache = collections.OrderedDict()
+_eager_lock = threading.Lock()
+
+
+def _eager_cache_get(backend, blocks, num_blocks, schedule, batch, limit):
+  key = (id(blocks), backend, schedule, limit[0])
+  with _eager_lock:
+    entry = _eager_cache.get(key)
+    if entry is not None and entry.blocks is blocks:
+      _eager_cache.move_to_end(key)
+      return entry
+    entry = StagedRun(backend, blocks, num_blocks, schedule, batch, limit)
+    _eager_cache[key] = entry
+    while len(_eager_cache) > _EAGER_CACHE_SIZE:
+      _eager_cache.popitem(last=False)
+    return entry

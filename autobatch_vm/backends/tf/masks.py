@@ -1,0 +1,110 @@
+"""Masks of the members at a block, and where ops are being traced."""
+
+import numpy as np
+import tensorflow as tf
+
+__all__ = ['Mask', 'in_xla_context', 'on_gpu']
+
+
+def in_xla_context():
+  """Whether ops are being traced for XLA (tf.function(jit_compile=True))."""
+  from tensorflow.python.ops import control_flow_util  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+  graph = tf.compat.v1.get_default_graph()
+  return bool(control_flow_util.GraphOrParentsInXlaContext(graph))
+
+
+# -- masks ---------------------------------------------------------------------
+
+class Mask:
+  """The members at the block being run, in the forms ops want.
+
+  `full` is a Python bool (True only when statically known); `count` is an
+  int eagerly and None in a graph.  Derived tensors are cached, so build a
+  new `Mask` per traced branch (tensors cannot cross graphs).
+  """
+  __slots__ = ('mask', 'count', 'full', 'batch', '_as_int', '_expanded',
+               '_idx', '_first', '_fill_index', '_fill_index_nd')
+
+  def __init__(self, mask, count, full, batch):
+    self.mask = mask
+    self.count = count
+    self.full = full
+    self.batch = batch
+    self._as_int = None
+    self._expanded = {}
+    self._idx = None
+    self._first = None
+    self._fill_index = None
+    self._fill_index_nd = None
+
+  @property
+  def first(self):
+    """The index of the first member in the mask, as a `[1]` tensor."""
+    if self._first is None:
+      self._first = tf.argmax(self.as_int[tf.newaxis], axis=1,
+                              output_type=tf.int32)
+    return self._first
+
+  @property
+  def as_int(self):
+    if self._as_int is None:
+      self._as_int = tf.cast(self.mask, tf.int32)
+    return self._as_int
+
+  @property
+  def fill_index(self):
+    """Per lane: itself inside the mask, the first member's lane outside."""
+    if self._fill_index is None:
+      self._fill_index = tf.where(
+          self.mask, tf.range(self.batch, dtype=tf.int32),
+          tf.fill([self.batch], self.first[0]))
+    return self._fill_index
+
+  @property
+  def fill_index_nd(self):
+    """`fill_index` as `tf.gather_nd` indices `[1, batch, 1]`."""
+    if self._fill_index_nd is None:
+      self._fill_index_nd = tf.reshape(self.fill_index, [1, self.batch, 1])
+    return self._fill_index_nd
+
+  def like_rows(self, k, shape):
+    """The mask broadcast to `[k, *shape]` (`shape` is `[batch, ...]`):
+    for a select over `k` stacked values."""
+    key = (k,) + tuple(shape)
+    if key not in self._expanded:
+      mask = tf.reshape(self.mask, [1, self.batch] + [1] * (len(shape) - 1))
+      self._expanded[key] = tf.broadcast_to(mask, key)
+    return self._expanded[key]
+
+  def like(self, shape):
+    """The mask broadcast to `shape` (`[batch, ...]`), to select between
+    values of that shape: on CPU TensorFlow's select is several times
+    slower when it broadcasts its condition (a `[64, 1]` mask against
+    `[64, 25]` values)."""
+    ndim = len(shape)
+    if ndim <= 1:
+      return self.mask
+    key = tuple(shape)
+    if key not in self._expanded:
+      mask = tf.reshape(self.mask, [self.batch] + [1] * (ndim - 1))
+      if None not in key and not in_xla_context():   # XLA fuses it
+        mask = tf.broadcast_to(mask, key)
+      self._expanded[key] = mask
+    return self._expanded[key]
+
+  @property
+  def idx(self):
+    if self._idx is None:
+      self._idx = np.flatnonzero(self.mask.numpy())
+    return self._idx
+
+
+
+
+def on_gpu():
+  """Whether ops traced here run on a GPU (a `tf.device` scope says so, or
+  there is none and a GPU is visible)."""
+  requested = tf.DeviceSpec.from_string(tf.constant(0).device).device_type
+  if requested is None:
+    return bool(tf.config.list_logical_devices('GPU'))
+  return requested.upper() == 'GPU'

@@ -1,0 +1,229 @@
+"""Tensor ops of a staged step: pending writes and in-place updates.
+
+A block's register writes and pushes stay pending (`MaskedWrite`,
+`StackWrite`) until the step knows how to apply them: one select per pack,
+a scatter of ports after the switch, or an in-place update.
+"""
+
+import functools
+
+import numpy as np
+import tensorflow as tf
+
+from autobatch_vm.backends.tf import masks
+
+__all__ = ['PackRow', 'MaskedWrite', 'value', 'StackWrite', 'hot',
+           'select_push', 'xla_cpu_expands_scatter', 'pushing_members',
+           'no_elements', 'nbytes', 'update_rows', 'private_copy',
+           'storage_dtype']
+
+
+class PackRow:
+  """A stack as a block reads it outside XLA: row `row` of its pack,
+  not sliced out (pops gather from the whole pack; pushes only need its
+  dtype)."""
+  __slots__ = ('pack', 'row')
+
+  def __init__(self, pack, row):
+    self.pack = pack
+    self.row = row
+
+  @property
+  def dtype(self):
+    return self.pack.dtype
+
+  def materialize(self):
+    return self.pack[self.row]
+
+
+class MaskedWrite:
+  """A masked register write not yet done: `new` for the members in `m`,
+  `old` for the rest (see `TensorFlowBackend.write`)."""
+
+  def __init__(self, old, new, m):
+    self.old = old
+    self.new = new
+    self.m = m
+
+  def materialize(self):
+    return tf.where(self.m.like(self.new.shape.as_list()), self.new,
+                    value(self.old))
+
+  def for_members(self, m):
+    """A value right in the lanes of the members in `m` (the others' do
+    not matter): `new`, with no select, if this write is for them."""
+    return self.new if self.m is m else self.materialize()
+
+
+def value(x):
+  """`x` as a tensor: a pending masked write done, a stack sliced out."""
+  return x.materialize() if isinstance(x, (MaskedWrite, PackRow)) else x
+
+
+class StackWrite:
+  """A push not yet applied: `value[b]` goes to row `target[b]` of `base`
+  for members with `target[b] >= 0`.  In the staged loop it becomes a
+  scatter of `[batch, *shape]` rows after the switch; read in the block, or
+  on a stack carried unpacked, it is applied here."""
+
+  def __init__(self, base, target, value, full=False):
+    self.base = base
+    self.target = target
+    self.value = value
+    self.full = full     # every member pushes
+
+  def materialize(self):
+    if no_elements(self.base):
+      return self.base   # nothing to write (and a scatter would fail)
+    rows = self.base.shape[0]
+    extra = len(self.base.shape) - 2
+    if extra and not masks.in_xla_context():
+      # Outside XLA, a stack of events (`[depth + 1, batch, *event]`) takes
+      # a scatter of the pushing members' rows: on CPU a select over the
+      # whole stack, with the one-hot broadcast over the event, cost 4x
+      # more (NUTS's [11, 64, 25] stacks), and a scatter costs per row.
+      batch = self.target.shape[0]
+      if self.full:
+        index = tf.stack([self.target, tf.range(batch, dtype=tf.int32)],
+                         axis=-1)
+        return tf.tensor_scatter_nd_update(self.base, index, self.value)
+      members = tf.reshape(tf.where(self.target >= 0), [-1])
+      index = tf.stack([tf.gather(self.target, members),
+                        tf.cast(members, tf.int32)], axis=-1)
+      return tf.tensor_scatter_nd_update(self.base, index,
+                                         tf.gather(self.value, members))
+    # Under XLA, and outside it for a stack of scalars, a select with the
+    # one-hot of the targets.  There the scatter, which copies its input
+    # (it is not forwarded in a `Case` branch), was slower: fibonacci at
+    # B=1024 under `tf.function`, 1.00-1.13x faster with the select (A/B
+    # runs in one process), NUTS and tree-RNN 0.98-1.05x.
+    return tf.where(hot(rows, self.target, extra), self.value[tf.newaxis],
+                    self.base)
+
+
+def hot(rows, target, extra=0):
+  """`[..., rows, batch, 1 * extra]` for targets `[..., batch]`: whether
+  each row is the member's target."""
+  hot = tf.equal(tf.range(rows, dtype=tf.int32)[:, tf.newaxis],
+                 target[..., tf.newaxis, :])
+  if extra:
+    hot = tf.reshape(hot, hot.shape.as_list() + [1] * extra)
+  return hot
+
+
+
+
+def select_push(pack, values, rows, targets):
+  """Under XLA, `pack` (`[slots + 1, frames, batch, *event]`) with the
+  ports' pushes (values `[K, batch, *event]`, rows `[K, 1]`, targets
+  `[K, batch]`, -1 for a member that does not push), written by a select
+  over each port's stack: one pass over `frames * batch` elements, where
+  the scatter is `batch` trips of a loop (see `_select_push_frames`)."""
+  shape = pack.shape.as_list()
+  frames, extra = shape[1], len(shape) - 3
+  frame = tf.reshape(tf.range(frames, dtype=tf.int32), [frames, 1])
+  for j in range(values.shape[0]):
+    row = rows[j, 0]
+    hot = tf.equal(frame, targets[j][tf.newaxis])
+    if extra:
+      hot = tf.reshape(hot, [frames, shape[2]] + [1] * extra)
+    new = tf.where(hot, values[j][tf.newaxis], pack[row])
+    pack = tf.tensor_scatter_nd_update(pack, tf.reshape(row, [1, 1]),
+                                       new[tf.newaxis])
+  return pack
+
+
+@functools.lru_cache(maxsize=None)
+def xla_cpu_expands_scatter():
+  """Whether XLA on this CPU compiles a scatter as a loop with a trip per
+  index (TensorFlow 2.18 and older: a push of `batch` members is `batch`
+  trips, each a few dozen nanoseconds, at every step) rather than as one
+  kernel (TensorFlow 2.21).  Found by compiling a small scatter once."""
+  with tf.init_scope(), tf.device('/device:CPU:0'):
+    probe = tf.function(
+        lambda x, i: tf.tensor_scatter_nd_update(x, i, tf.ones([2], x.dtype)),
+        jit_compile=True, autograph=False)
+    args = (tf.zeros([8], tf.float32), tf.constant([[1], [5]], tf.int32))
+    try:
+      hlo = probe.experimental_get_compiler_ir(*args)(stage='optimized_hlo')
+    except Exception:  # pylint: disable=broad-except
+      return False   # cannot tell: keep the scatter
+  return ' scatter(' not in hlo
+
+
+
+
+def pushing_members(values, rows, targets):
+  """A push's frames of the members that push (those with a target), as
+  (pack rows, frames, members), each `[n]`, and their values
+  `[n, *event]`; from a stack port (values `[K, batch, *event]`, rows
+  `[K, 1]`, targets `[K, batch]`)."""
+  hit = tf.where(targets >= 0)    # [n, 2]: (port, member)
+  port, member = tf.unstack(tf.cast(hit, tf.int32), axis=1)
+  return (tf.gather(rows[:, 0], port), tf.gather_nd(targets, hit), member,
+          tf.gather_nd(values, hit))
+
+
+def no_elements(x):
+  """Whether `x` has a dimension known to be 0: it holds nothing, and
+  TensorFlow's gathers and scatters fail on it (a register `[batch, 0]`)."""
+  shape = x.shape
+  return shape.rank is not None and 0 in shape.as_list()
+
+
+def nbytes(dtype, shape):
+  return int(np.prod(shape, dtype=np.int64)) * dtype.size
+
+
+@tf.custom_gradient
+def update_rows(x, index, rows):
+  """`x` with rows `index` (distinct) set to `rows`, written in place:
+  only for a buffer no one else holds (see `packing.Packing`)."""
+  y = tf.raw_ops.InplaceUpdate(x=x, i=index, v=rows)
+
+  def grad(dy):
+    d_rows = tf.gather(dy, index)
+    dx = tf.tensor_scatter_nd_update(dy, index[:, tf.newaxis],
+                                     tf.zeros_like(d_rows))
+    return dx, None, d_rows
+  return y, grad
+
+
+def private_copy(x, parts):
+  """A copy of `x` (which stacks `parts`) in a buffer of its own, fresh
+  at every run (`Empty` is stateful: never constant-folded nor shared),
+  for `update_rows`.  Stacks start empty: then the buffer is only zeroed."""
+  if all(_is_zeros(p) for p in parts):
+    return tf.raw_ops.Empty(shape=tf.shape(x), dtype=x.dtype, init=True)
+  buffer = tf.raw_ops.Empty(shape=tf.shape(x), dtype=x.dtype, init=False)
+  return update_rows(buffer, tf.range(tf.shape(x)[0]), x)
+
+
+def _is_zeros(x):
+  """Whether `x` is known, when tracing, to be all zeros."""
+  if x.op.type not in ('Const', 'Fill', 'ZerosLike'):
+    return False
+  value = tf.get_static_value(x)
+  return value is not None and not np.any(value)
+
+
+def storage_dtype(dtype):
+  """The dtype a pack stores `dtype` values as under XLA.
+
+  Integers of one width share packs as unsigned integers (bitcast, so
+  every value round-trips), booleans with the 4-byte ones (cast); floats
+  keep their own, as a bitcast has no gradient.  A step writes fewer
+  packs: NUTS had int32 and bool registers and stacks, and int64 and
+  uint64 ones, in separate packs.  Each pack a step writes is a scatter,
+  and its loops carry one more value; XLA on CPU runs a step as many
+  small thunks and hands part of them to another thread when more than
+  eight are ready at once, which costs more than the thunks themselves.
+  NUTS-like steps on a cheap target (a 25-dimensional Gaussian, 64
+  chains, 1225 steps per call): 9% faster; NUTS on the logistic
+  regression at 64 chains, where gradients dominate: 0.7%.
+  """
+  if dtype in (tf.int64, tf.uint64):
+    return tf.uint64
+  if dtype in (tf.int32, tf.uint32, tf.bool):
+    return tf.uint32
+  return dtype

@@ -1,0 +1,440 @@
+"""The VM state packed into few tensors for the staged loop."""
+
+import collections
+import functools
+
+import numpy as np
+import tensorflow as tf
+
+from autobatch_vm import errors
+from autobatch_vm.backends.tf import knobs as knobs_lib
+from autobatch_vm.backends.tf import ops
+
+__all__ = ['Packing', 'BlockState']
+
+
+class Packing:
+  """The VM state packed into one tensor per (kind, dtype, shape) (several
+  outside XLA, where each pack is kept below `max_bytes`).
+
+  Pack g stacks its slots' tensors `[len(slots) + 1, *shape]`; the last row
+  is scratch.  A block's writes become ports, per pack, which are scattered
+  into the packs: in its branch outside XLA, after its group's switch under
+  XLA (there a block's ports are padded, with writes to the scratch row, to
+  the most any block of its group writes in that pack):
+  - a register pack's port is (values `[K, *shape]`, rows `[K]`);
+  - a stack pack's port is a push (values `[K, batch, *event]`, rows `[K]`,
+    targets `[K, batch]`): only the pushed members' frames are written.
+
+  Outside XLA a scatter copies its pack: a `Case` branch cannot update a
+  tensor it was passed, nor can a scatter in the loop body (the loop keeps
+  a reference).  For a stack pack of `inplace_bytes` or more (NUTS at 64
+  chains: a 900 KB pack of the saved subtree's nine `[8, 64, 25]` stacks,
+  copied at every push, 6% of a call) the branch returns the push instead,
+  as flat row indices and rows, and the loop body writes those rows in
+  place (`ops.update_rows`) after the switch.  That is safe because the pack
+  is private to the loop: it starts as a fresh buffer (`ops.private_copy`),
+  every read of it in a block is a gather, which copies, so no alias
+  escapes, and the write follows the switch, whose block has then done
+  all its reads.  Gradients only ever need the pack's shape, never its
+  values (gathers' and pushes' gradients), so a loop that is
+  differentiated stays correct.
+  """
+
+  def __init__(self, state, stack_slots, packed, max_bytes=None,
+               writers=None, inplace_bytes=None, knobs=knobs_lib.CPU):
+    self.knobs = knobs
+    groups = collections.OrderedDict()
+    chunk = collections.Counter()   # per (kind, dtype, shape): packs full
+    self.flat = []                  # slots carried as they are
+    # Under XLA values of one width share a pack (`ops.storage_dtype`); each
+    # slot's own dtype is kept to read it back.
+    self.dtypes = [x.dtype for x in state]
+    merge = writers is None
+    for slot, x in enumerate(state):
+      if slot not in packed:
+        self.flat.append(slot)
+        continue
+      stored = ops.storage_dtype(x.dtype) if merge else x.dtype
+      kind = (slot in stack_slots, stored, tuple(x.shape.as_list()))
+      size = x.shape.num_elements() * x.dtype.size
+      if writers is not None and (
+          size >= knobs.signature_bytes if slot not in stack_slots
+          else 2 * size > max_bytes):
+        # With the registers the same blocks write (`signature_bytes`),
+        # or the stacks the same blocks push: a block writes all or none.
+        groups.setdefault(kind + (frozenset(writers[slot]),), []).append(
+            slot)
+        continue
+      key = kind + (chunk[kind],)
+      if max_bytes is not None and key in groups:
+        # A scatter copies its whole pack outside XLA: keep packs small.
+        if (len(groups[key]) + 2) * size > max_bytes:
+          chunk[kind] += 1
+          key = kind + (chunk[kind],)
+      groups.setdefault(key, []).append(slot)
+    # Outside XLA a block writing every row of a pack builds it anew; XLA
+    # updates packs in place.
+    self.rewrite = writers is not None
+    if self.rewrite:
+      # A pack of one slot is carried as the slot itself: no unstack to
+      # read it, no stack to write it (fibonacci at B=1024, where every
+      # `[1024]` register is large enough to go by its writers, had 13
+      # such nodes in a 45-node block: 1.1-1.2x faster without).
+      # Except a stack to push in place: that is done to packs only.
+      for key in [k for k, slots in groups.items() if len(slots) == 1]:
+        if not (key[0] and
+                ops.nbytes(key[1], key[2]) >= (inplace_bytes or np.inf)):
+          self.flat.append(groups.pop(key)[0])
+    self.flat_index = {s: i for i, s in enumerate(self.flat)}
+    self.keys = [key[:3] for key in groups]
+    self.slots = list(groups.values())
+    # Under XLA a pack's last row is scratch: for a padded port or a member
+    # that does not push.  Outside XLA ports are not padded, and only the
+    # members that push are scattered: no scratch row.
+    self.scratch = not self.rewrite
+    self.inplace = []   # stack packs pushed in place, in order
+    if inplace_bytes is not None and self.rewrite:
+      for g, (key, slots) in enumerate(zip(self.keys, self.slots)):
+        is_stack, dtype, shape = key
+        if (is_stack and
+            len(slots) * ops.nbytes(dtype, shape) >= inplace_bytes):
+          self.inplace.append(g)
+    self.where = {}
+    for g, slots in enumerate(self.slots):
+      for row, slot in enumerate(slots):
+        self.where[slot] = (g, row)
+    self.size = len(state)
+
+  def stored(self, slot, x):
+    """`x`, a value of `slot`, as its pack holds it."""
+    if slot not in self.where:
+      return x
+    dtype = self.keys[self.where[slot][0]][1]
+    x = tf.convert_to_tensor(x)
+    if x.dtype == dtype:
+      return x
+    return tf.cast(x, dtype) if x.dtype == tf.bool else tf.bitcast(x, dtype)
+
+  def _loaded(self, slot, x):
+    """`x`, read from `slot`'s pack, as the slot's own dtype."""
+    dtype = self.dtypes[slot]
+    if x.dtype == dtype:
+      return x
+    return tf.not_equal(x, 0) if dtype == tf.bool else tf.bitcast(x, dtype)
+
+  def carry(self, state):
+    """The loop variables: the packs, then the flat slots."""
+    packs = []
+    for slots in self.slots:
+      rows = [self.stored(s, state[s]) for s in slots]
+      packs.append(tf.stack(rows + [tf.zeros_like(rows[0])] * self.scratch))
+    for g in self.inplace:
+      packs[g] = ops.private_copy(packs[g], [state[s] for s in self.slots[g]])
+    return packs + [state[s] for s in self.flat]
+
+  def read(self, carried, slot, rows=None):
+    """The slot's value; `rows`, a dict, caches packs unstacked (outside
+    XLA: one node per pack instead of a slice per register)."""
+    if slot in self.where:
+      g, row = self.where[slot]
+      if rows is None or not self.rewrite:
+        return self._loaded(slot, carried[g][row])
+      if self.keys[g][0]:
+        # A stack: popped by a gather over its whole pack (`peek`).
+        return ops.PackRow(carried[g], row)
+      unstacked = rows.get(g)
+      if unstacked is None:
+        unstacked = rows[g] = tf.unstack(carried[g])
+      return unstacked[row]
+    return carried[len(self.slots) + self.flat_index[slot]]
+
+  def unpack(self, carried):
+    state = [None] * self.size
+    for slots, pack in zip(self.slots, carried):
+      for slot, x in zip(slots, tf.unstack(pack)):
+        state[slot] = self._loaded(slot, x)
+    for slot, x in zip(self.flat, carried[len(self.slots):]):
+      state[slot] = x
+    return state
+
+  def flat_values(self, st):
+    """The flat slots' values at the end of a block (pushes applied)."""
+    out = []
+    for slot in self.flat:
+      value = st.written(slot)
+      if isinstance(value, ops.StackWrite):
+        value = value.materialize()
+      out.append(tf.convert_to_tensor(value))
+    return out
+
+  def block_width(self, writes):
+    """Per pack, how many of its slots a block with `writes` writes."""
+    counts = collections.Counter(self.where[s][0] for s in writes
+                                 if s in self.where)
+    return [counts[g] for g in range(len(self.slots))]
+
+  def carried_after(self, st, writes, carried):
+    """All loop variables after a block, scattered in its branch: only the
+    packs the block writes are touched (outside XLA, where a scatter
+    copies its pack and passing a tensor through a `Case` is free)."""
+    width = self.block_width(writes)
+    copied = [0 if g in self.inplace else k for g, k in enumerate(width)]
+    packs = self.scatter(list(carried[:len(self.slots)]),
+                         self.ports(st, writes, copied, carried), copied)
+    in_place = [k if g in self.inplace else 0 for g, k in enumerate(width)]
+    pushes = iter(self.ports(st, writes, in_place))
+    updates = []
+    for g in self.inplace:
+      updates.extend(self._flat_push(g, next(pushes)) if width[g]
+                     else self._no_push(g))
+    kept = [p for g, p in enumerate(packs) if g not in self.inplace]
+    return kept + self.flat_values(st) + updates
+
+  def after_switch(self, carried, outputs):
+    """The loop variables after a step, from those before and the switch's
+    `outputs` (`carried_after`'s): the in-place pushes are applied here."""
+    outputs = list(outputs)
+    if not self.inplace:
+      return outputs
+    num_packs = len(self.slots)
+    kept = num_packs - len(self.inplace)
+    updates = outputs[len(outputs) - 2 * len(self.inplace):]
+    rest = iter(outputs[:kept])
+    packs = []
+    for g in range(num_packs):
+      if g in self.inplace:
+        k = self.inplace.index(g)
+        index, rows = updates[2 * k], updates[2 * k + 1]
+        pack = carried[g]
+        row_shape = pack.shape.as_list()[3:]
+        flat = tf.reshape(pack, [-1] + row_shape)
+        packs.append(tf.reshape(ops.update_rows(flat, index, rows),
+                                tf.shape(pack)))
+      else:
+        packs.append(next(rest))
+    return packs + outputs[kept:len(outputs) - len(updates)]
+
+  def _flat_push(self, g, port):
+    """Pack g's push as (flat row indices `[n]`, rows `[n, *event]`) of
+    the pack seen as `[slots * (depth + 1) * batch, *event]`."""
+    values, rows, targets, full = port
+    _, dtype, shape = self.keys[g]
+    frames, batch, event = shape[0], shape[1], list(shape[2:])
+    members = tf.range(batch, dtype=tf.int32)
+    if full:
+      # Every member pushes: every target is a frame.
+      index = (rows * frames + targets) * batch + members
+      return [tf.reshape(index, [-1]), tf.reshape(values, [-1] + event)]
+    row, frame, member, pushed = ops.pushing_members(values, rows, targets)
+    return [(row * frames + frame) * batch + member, pushed]
+
+  def _no_push(self, g):
+    _, dtype, shape = self.keys[g]
+    return [tf.zeros([0], tf.int32), tf.zeros([0] + list(shape[2:]), dtype)]
+
+  def ports(self, st, writes, width, carried=None):
+    """The values of `writes`, per pack: `width[g]` ports for pack g.
+
+    Few graph nodes: a pack the block does not write gets constants only.
+    """
+    out = []
+    for g, k in enumerate(width):
+      if not k:
+        continue
+      is_stack, dtype, shape = self.keys[g]
+      slots = self._port_slots(writes, g)
+      pad = k - len(slots)
+      rows = tf.constant(np.reshape(self._port_rows(g, slots, k), [k, 1]),
+                         tf.int32)
+      if not is_stack:
+        values = _masked_rows([st.written(s, masked=not self.scratch)
+                               for s in slots],
+                              carried[g] if k == len(self.slots[g]) and
+                              carried is not None else None,
+                              [functools.partial(self.stored, s)
+                               for s in slots])
+        if values is None:
+          values = _stack_padded([self.stored(s, st.written(s))
+                                  for s in slots], pad, shape, dtype)
+        out.append((values, rows))
+        continue
+      pushes = [st.written(s) for s in slots]
+      if not all(isinstance(w, ops.StackWrite) for w in pushes):
+        raise errors.InternalError('a stack was written other than by a '
+                                   'push')
+      batch = shape[1]
+      values = _stack_padded([self.stored(s, w.value)
+                              for s, w in zip(slots, pushes)], pad,
+                             shape[1:], dtype)
+      targets = _stack_padded([w.target for w in pushes], pad, [batch],
+                              tf.int32, fill=-1)
+      # Outside XLA (scattered in the branch): whether every member pushes.
+      full = () if self.scratch else (all(w.full for w in pushes),)
+      out.append((values, rows, targets) + full)
+    return out
+
+  def written_bytes(self, width):
+    """The bytes of the packs that ports of `width` scatter into."""
+    return sum(ops.nbytes(self.keys[g][1], self.keys[g][2]) *
+               (len(self.slots[g]) + self.scratch)
+               for g, k in enumerate(width) if k)
+
+  def no_ports(self, writes, width, carried):
+    """What a branch returns for a block with `writes` in a group of
+    `width` (under XLA): `(ports, flat)` shaped as `ports` and
+    `flat_values` make them, but leaving the state as it is: each register
+    row written with its own value, no member pushing, the flat slots
+    passed through."""
+    out = []
+    for g, k in enumerate(width):
+      if not k:
+        continue
+      is_stack, dtype, shape = self.keys[g]
+      rows = self._port_rows(g, self._port_slots(writes, g), k)
+      index = tf.constant(np.reshape(rows, [k, 1]), tf.int32)
+      if is_stack:
+        out.append((tf.zeros([k] + list(shape[1:]), dtype), index,
+                    tf.fill([k, shape[1]], tf.constant(-1, tf.int32))))
+      else:
+        out.append((tf.gather(carried[g], rows), index))
+    num_packs = len(self.slots)
+    return out, [carried[num_packs + i] for i in range(len(self.flat))]
+
+  def _port_slots(self, writes, g):
+    """The slots of pack g among `writes`, in the pack's order."""
+    return sorted(s for s in writes
+                  if s in self.where and self.where[s][0] == g)
+
+  def _port_rows(self, g, slots, k):
+    """Pack g's rows of `slots` (`_port_slots`), then the scratch row up
+    to `k` ports."""
+    return ([self.where[s][1] for s in slots] +
+            [len(self.slots[g])] * (k - len(slots)))
+
+  def select_push_frames(self):
+    """Under XLA, stacks of at most this many frames (capacity + 1) are
+    pushed by a select (`ops.select_push`) instead of a scatter: only
+    where XLA expands scatters into loops (`ops.xla_cpu_expands_scatter`),
+    up to the knob `select_push_frames` (0 on a GPU)."""
+    frames = self.knobs.select_push_frames
+    if not frames or not ops.xla_cpu_expands_scatter():
+      return 0
+    return frames
+
+  def scatter(self, packs, ports, width):
+    it = iter(ports)
+    for g, k in enumerate(width):
+      if not k:
+        continue
+      if ops.no_elements(packs[g]):
+        next(it)   # nothing to write (and a scatter would fail)
+        continue
+      if not self.keys[g][0]:
+        values, rows = next(it)
+        if k == len(self.slots[g]) and not self.scratch:
+          # Every row (rows are in order): a new pack, no copy of the old.
+          packs[g] = values
+        else:
+          packs[g] = tf.tensor_scatter_nd_update(packs[g], rows, values)
+        continue
+      values, rows, targets, *full = next(it)
+      batch = self.keys[g][2][1]
+      if (not self.scratch and k == len(self.slots[g])
+          and len(self.keys[g][2]) == 2):
+        # Outside XLA, pushes on every stack of a pack of scalar stacks:
+        # a select with the targets' one-hot (see `ops.StackWrite`).
+        packs[g] = tf.where(ops.hot(self.keys[g][2][0], targets),
+                            values[:, tf.newaxis], packs[g])
+        continue
+      members = np.broadcast_to(np.arange(batch, dtype=np.int32), [k, batch])
+      if self.scratch and self.keys[g][2][0] <= self.select_push_frames():
+        # XLA that expands a scatter into a loop: a select per port.
+        packs[g] = ops.select_push(packs[g], values, rows, targets)
+        continue
+      if self.scratch:
+        # Members that do not push write frame 0 of the scratch stack.
+        index = tf.stack([
+            tf.where(targets >= 0, rows, len(self.slots[g])),
+            tf.maximum(targets, 0), tf.constant(members)], axis=-1)
+      elif full[0]:
+        # Outside XLA, every member pushes: every target is a frame.
+        index = tf.stack([tf.broadcast_to(rows, [k, batch]), targets,
+                          tf.constant(members)], axis=-1)
+      else:
+        # Outside XLA a scatter costs per row: only the pushing members'.
+        row, frame, member, values = ops.pushing_members(values, rows, targets)
+        index = tf.stack([row, frame, member], axis=-1)
+      packs[g] = tf.tensor_scatter_nd_update(packs[g], index, values)
+    return packs
+
+
+
+
+def _masked_rows(writes, old_pack, stored):
+  """Stacked values of a pack's `writes` (the pack's rows in order), if
+  they are all masked writes with one mask: one select over the stacked
+  new values and the old ones (the whole `old_pack` when every row is
+  written).  None otherwise.  `stored`: per write, its value as the pack
+  holds it."""
+  if not writes or not all(isinstance(w, ops.MaskedWrite) for w in writes):
+    return None
+  m = writes[0].m
+  if any(w.m is not m for w in writes):
+    return None
+  new = tf.stack([f(w.new) for f, w in zip(stored, writes)])
+  old = old_pack if old_pack is not None else tf.stack(
+      [f(ops.value(w.old)) for f, w in zip(stored, writes)])
+  return tf.where(m.like_rows(len(writes), new.shape.as_list()[1:]), new,
+                  old)
+
+
+def _stack_padded(values, pad, shape, dtype, fill=0):
+  """`tf.stack(values)` followed by `pad` rows of `fill`."""
+  filler = tf.constant(np.full([pad] + list(shape), fill,
+                               dtype.as_numpy_dtype)) if pad else None
+  if not values:
+    return filler
+  stacked = tf.stack(values)
+  return stacked if filler is None else tf.concat([stacked, filler], 0)
+
+
+class BlockState:
+  """The state as a block sees it inside a branch: reads slice the packs,
+  writes are kept (and must be among the block's declared writes)."""
+
+  def __init__(self, carried, packing, writes):
+    self._carried = carried
+    self._packing = packing
+    self._writes = writes
+    self._values = {}
+    self._rows = {}
+
+  def __getitem__(self, slot):
+    value = self._values.get(slot)
+    if value is None:
+      value = self._values[slot] = self._packing.read(self._carried, slot,
+                                                      self._rows)
+    if isinstance(value, ops.StackWrite):
+      raise errors.InternalError('a block read a stack after pushing it')
+    # A masked write stays pending: the backend's `sanitize`, `push` and
+    # `write` take it as it is, or do it (`ops.value`).
+    return value
+
+  def written(self, slot, masked=False):
+    """The slot's value at the end of the block (a push stays pending;
+    so does a masked write, if `masked`)."""
+    value = self._values.get(slot)
+    if value is None:
+      value = self._packing.read(self._carried, slot, self._rows)
+    if isinstance(value, ops.MaskedWrite) and not masked:
+      value = self._values[slot] = value.materialize()
+    return value
+
+  def __setitem__(self, slot, value):
+    if slot not in self._writes:
+      raise errors.InternalError(
+          f'a block wrote state slot {slot} outside its declared writes')
+    if isinstance(self._values.get(slot), ops.StackWrite):
+      raise errors.InternalError('a block pushed the same stack twice')
+    self._values[slot] = value

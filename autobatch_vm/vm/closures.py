@@ -1,0 +1,417 @@
+"""Compiles a lowered program's blocks for one backend, batch and depth.
+
+Each block becomes a function `run(state, m)` that runs its instructions
+and terminator for the members of mask `m`.  On a compacting backend
+(NumPy, which steps in Python) a block is one generated function
+(`vm.codegen`); otherwise (TensorFlow, whose primitives take the whole
+batch and whose runs are mostly staged) a chain of closures, one per
+instruction.  Blocks are compiled once per (program, backend, batch size,
+depth); `block_code_cache` lets a caller keep them.
+"""
+
+import numpy as np
+
+from autobatch_vm import errors
+from autobatch_vm import instructions as inst
+from autobatch_vm import liveness
+from autobatch_vm.vm import codegen
+from autobatch_vm.vm import dispatch
+from autobatch_vm.vm import errors as run_errors
+from autobatch_vm.vm.layout import CALLS
+from autobatch_vm.vm.layout import Layout
+from autobatch_vm.vm.layout import PC
+from autobatch_vm.vm.layout import PC_SP
+from autobatch_vm.vm.layout import PC_STACK
+
+__all__ = ['BlockCompiler', 'CompiledProgram', 'compile_blocks']
+
+VA = inst.VariableAllocation
+
+
+class BlockCompiler:
+  """Turns each block into a function `run(state, m)`.
+
+  On a compacting backend (NumPy, which steps in Python) a block becomes
+  one generated function (`block_codegen`); otherwise (TensorFlow, whose
+  primitives take the whole batch and whose runs are mostly staged) a
+  chain of closures, one per instruction.  The run's inputs and outputs
+  are read and written here, for the whole batch, on either.
+  """
+
+  def __init__(self, program, layout):
+    self.p = program
+    self.layout = layout
+    self.be = layout.backend
+    self.batch = layout.batch
+    self.compact = self.be.compacts
+    self.stack_slots = frozenset(
+        [PC_STACK] + [s for slots, _ in layout.stacks.values()
+                       for s in slots])
+    self.index = program.block_index()
+    self.num_blocks = len(program.blocks)
+    self._live_out = None
+    # While a block's instruction is compiled: the variables whose writes
+    # there are stored (`stored`); None (outside blocks): all are.
+    self._stored = None
+
+  def live_out(self):
+    """Variables live on exit from each block (computed once)."""
+    if self._live_out is None:
+      self._live_out = liveness.lowered_live_out(self.p)
+    return self._live_out
+
+  def stored(self, block):
+    """Per instruction of `block`, the variables whose writes there are
+    stored in the state: a write that nothing reads is not, when the
+    variable is written again later in the block (reads in the block take
+    the value as computed) or is dead when the block ends."""
+    live_out = self.live_out()[block.label]
+    out, written = [], set()
+    for op in reversed(block.instructions):
+      out.append(frozenset(live_out - written))
+      written |= liveness.writes(op)
+    return out[::-1]
+
+  # -- reading and writing variables ---------------------------------------
+
+  def reader(self, var):
+    """A function `(state, temps, m)` returning `var`'s value, for the whole
+    batch.  `m=None` reads it outside a block (the run's outputs).
+    """
+    alloc = self.p.var_alloc.get(var, VA.NULL)
+    if alloc == VA.TEMPORARY:
+      return lambda state, temps, m: temps[var]
+    if alloc not in (VA.REGISTER, VA.FULL):
+      raise errors.InternalError(f'read of {alloc.name} variable {var}')
+    slots = self.layout.regs[var]
+    template = self.p.var_defs[var].tensors
+    single = isinstance(template, inst.TensorType)
+    # Whole-batch primitives must not see leftover data in the lanes of
+    # members not at the block (TensorFlow's `sanitize`): read once per
+    # block run and cached in `temps` until the variable is written.  A
+    # value computed in the block is in `temps` too (its write may not be
+    # stored: see `stored`).
+    fetch = self.be.sanitize
+    if single:
+      slot = slots[0]
+
+      def read(state, temps, m):
+        value = temps.get(var, _MISSING)
+        if value is _MISSING:
+          value = temps[var] = fetch(state[slot], m)
+        return value
+      return read
+
+    def read_pattern(state, temps, m):
+      value = temps.get(var, _MISSING)
+      if value is _MISSING:
+        value = temps[var] = inst.pattern_unflatten(
+            template, [fetch(state[s], m) for s in slots], inst.TensorType)
+      return value
+    return read_pattern
+
+  def writer(self, var, strict=False):
+    """A function `(state, temps, value, m)` storing `value` into `var`
+    (a whole-batch value, written for the members in `m`); `strict`: the
+    value is a primitive's result on per-member inputs, see
+    `numpy_backend.coercer`."""
+    alloc = self.p.var_alloc.get(var, VA.NULL)
+    if alloc == VA.NULL:
+      return lambda state, temps, value, m: None
+    template = self.p.var_defs[var].tensors
+    leaves = inst.pattern_flatten(template, inst.TensorType)
+    coerces = [_ignore_mask(self.be.coerce_fn(t, self.batch, strict))
+               for t in leaves]
+    single = isinstance(template, inst.TensorType)
+    if alloc == VA.TEMPORARY or (self._stored is not None and
+                                 var not in self._stored):
+      # A temporary, or a register write that nothing reads from the state
+      # (see `stored`): reads and pushes later in the block take it from
+      # `temps`.  On a staged backend that saves a step the write's select
+      # and scatter (NUTS: a leaf's tree, 9 vectors per member, is pushed
+      # and is then dead).
+      if single:
+        coerce = coerces[0]
+
+        def write_temp(state, temps, value, m):
+          temps[var] = coerce(value, m)
+        return write_temp
+
+      def write_temp_pattern(state, temps, value, m):
+        values = dispatch.flatten_like(template, value)
+        temps[var] = inst.pattern_unflatten(
+            template, [c(v, m) for c, v in zip(coerces, values)],
+            inst.TensorType)
+      return write_temp_pattern
+    slots = self.layout.regs[var]
+    write = self.be.write
+    # Later reads in the block take the value as computed, before the
+    # masked write: a primitive's inputs are sanitized (see `reader`), so
+    # its result is clean in every lane, and needs no second sanitizing.
+    if single:
+      slot, coerce = slots[0], coerces[0]
+
+      def write_reg(state, temps, value, m):
+        value = coerce(value, m)
+        state[slot] = write(state[slot], value, m)
+        temps[var] = value
+      return write_reg
+
+    def write_reg_pattern(state, temps, value, m):
+      leaves = dispatch.flatten_like(template, value)
+      rows = [c(v, m) for c, v in zip(coerces, leaves)]
+      for slot, v in zip(slots, rows):
+        state[slot] = write(state[slot], v, m)
+      temps[var] = inst.pattern_unflatten(template, rows, inst.TensorType)
+    return write_reg_pattern
+
+  def binder(self, pattern, strict=False):
+    """A writer for a pattern of variable names (tuple unpacking)."""
+    if isinstance(pattern, str):
+      return self.writer(pattern, strict)
+    subs = [self.binder(p, strict) for p in pattern]
+    n = len(subs)
+
+    def bind(state, temps, value, m):
+      for w, v in zip(subs, dispatch.unpack(value, n)):
+        w(state, temps, v, m)
+    return bind
+
+  # -- instructions ----------------------------------------------------------
+
+  def instruction(self, op):
+    return dispatch.dispatch(self, op)
+
+  def prim(self, op):
+    readers = [self.reader(v) for v in op.vars_in]
+    for i, dtype in op.casts:   # weak variables: see PrimOp.casts
+      readers[i] = _cast_reader(readers[i], self.be.cast, dtype)
+    bind = self.binder(op.vars_out, strict=bool(op.vars_in))
+    fn = op.function
+    be = self.be
+
+    def run_prim(state, temps, m):
+      args = [r(state, temps, m) for r in readers]
+      try:
+        result = fn(*args)
+      except errors.AutoBatchError:
+        raise
+      except Exception as e:  # pylint: disable=broad-except
+        raise run_errors.primitive_failure(e, op, be, m) from e
+      try:
+        bind(state, temps, result, m)
+      except ValueError as e:
+        raise run_errors.result_shape_error(e, op, be, m) from e
+    return run_prim
+
+  def push(self, op):
+    be, depth = self.be, self.layout.depth
+    groups = []
+    for names, stack_slots, _, sp_slot in self.layout.sp_groups(op):
+      what = run_errors.saving_what(self.p, names)
+      # Each variable's value: as computed in this block if it was (its
+      # write may not be stored: see `stored`), else its registers.  Only
+      # the members' rows are pushed, so either serves.
+      sources = [(var, self.layout.regs[var], self.p.var_defs[var].tensors)
+                 for var in names]
+      groups.append((stack_slots, sources, sp_slot,
+                     run_errors.overflow(what, op.loc, depth)))
+
+    def values(state, temps, sources):
+      out = []
+      for var, slots, template in sources:
+        value = temps.get(var, _MISSING)
+        if value is _MISSING:
+          out.extend(state[s] for s in slots)
+        else:
+          out.extend(dispatch.flatten_like(template, value))
+      return out
+
+    def run_push(state, temps, m):
+      for stack_slots, sources, sp_slot, overflow in groups:
+        stacks, state[sp_slot] = be.push(
+            [state[s] for s in stack_slots], state[sp_slot],
+            values(state, temps, sources), m, depth, overflow)
+        for s, st in zip(stack_slots, stacks):
+          state[s] = st
+    return run_push
+
+  def pop(self, op, keep):
+    be = self.be
+    fetch = be.sanitize   # as `reader` reads
+    groups = []
+    for names, stack_slots, reg_slots, sp_slot in self.layout.sp_groups(op):
+      # A restored variable that nothing reads from the state afterwards
+      # (see `stored`) is kept in `temps` only, as a read would see it.
+      kept = [(var, len(self.layout.regs[var]),
+               self.p.var_defs[var].tensors,
+               self._stored is None or var in self._stored) for var in names]
+      groups.append((names, stack_slots, reg_slots, sp_slot, kept))
+
+    def run_pop(state, temps, m):
+      for names, stack_slots, reg_slots, sp_slot, kept in groups:
+        for var in names:
+          temps.pop(var, None)   # drop values cached before the restore
+        stacks = [state[s] for s in stack_slots]
+        values = [state[s] for s in reg_slots]
+        if keep:
+          values = be.peek(stacks, state[sp_slot], values, m)
+        else:
+          values, state[sp_slot] = be.pop(stacks, state[sp_slot], values, m)
+        k = 0
+        for var, n, template, stored in kept:
+          slots, leaves, k = reg_slots[k:k + n], values[k:k + n], k + n
+          if stored:
+            for s, v in zip(slots, leaves):
+              state[s] = v
+            continue
+          temps[var] = inst.pattern_unflatten(
+              template, [fetch(v, m) for v in leaves], inst.TensorType)
+    return run_pop
+
+  # -- terminators -----------------------------------------------------------
+
+  def terminator(self, t):
+    be = self.be
+    if isinstance(t, inst.GotoOp):
+      target = self.index[t.block]
+
+      def run_goto(state, temps, m):
+        state[PC] = be.goto(state[PC], m, target)
+      return run_goto
+    if isinstance(t, inst.BranchOp):
+      cond = self.reader(t.cond)
+      tt, ff = self.index[t.true_block], self.index[t.false_block]
+
+      def run_branch(state, temps, m):
+        c = be.to_bool(cond(state, temps, m))
+        state[PC] = be.branch(state[PC], m, c, tt, ff)
+      return run_branch
+    if isinstance(t, CALLS):
+      ret = self.index[t.push_block]
+      # A NumPy constant, not a backend array: compiled blocks are cached
+      # and may be traced into several graphs.
+      ret_pc = np.full((self.batch,), ret, np.int32)
+      depth = self.layout.pc_depth
+      # Labels are `<function>.<n>[.<k>]`; the jump lands in the callee.
+      callee = (t.goto_block if isinstance(t, inst.PushGotoOp) else
+                t.call_block if isinstance(t, inst.CallBranchOp)
+                else t.true_block).split('.', 1)[0]
+      overflow = run_errors.overflow(f'call stack, calling {callee!r}', t.loc,
+                           depth - 1)
+      if isinstance(t, inst.CallBranchOp):
+        cond = self.reader(t.cond)
+        tt, ff = self.index[t.true_block], self.index[t.false_block]
+        negate = not t.call_side
+
+        def run_call_branch(state, temps, m):
+          # Only the members going to the callee push the return block.
+          c = be.to_bool(cond(state, temps, m))
+          calls = be.submask(m, c, negate=negate)
+          (state[PC_STACK],), state[PC_SP] = be.push(
+              [state[PC_STACK]], state[PC_SP], [ret_pc], calls, depth,
+              overflow)
+          state[PC] = be.branch(state[PC], m, c, tt, ff)
+        return run_call_branch
+      if isinstance(t, inst.PushGotoOp):
+        jump = self.terminator(inst.GotoOp(t.goto_block, t.loc))
+      else:
+        jump = self.terminator(inst.BranchOp(t.cond, t.true_block,
+                                             t.false_block, t.loc))
+
+      def run_push_goto(state, temps, m):
+        (state[PC_STACK],), state[PC_SP] = be.push(
+            [state[PC_STACK]], state[PC_SP], [ret_pc], m, depth, overflow)
+        jump(state, temps, m)
+      return run_push_goto
+    if isinstance(t, inst.IndirectGotoOp):
+      def run_return(state, temps, m):
+        (state[PC],), state[PC_SP] = be.pop(
+            [state[PC_STACK]], state[PC_SP], [state[PC]], m)
+      return run_return
+    raise errors.InternalError(f'Unexpected terminator {t!r}')
+
+  def writes(self, block, stored):
+    """The state slots that running `block` may write (always the PC);
+    `stored`: `self.stored(block)`."""
+    regs, stacks = self.layout.regs, self.layout.stacks
+    out = {PC}
+    for op, stored in zip(block.instructions, stored):
+      if isinstance(op, inst.PrimOp):
+        for var in inst.pattern_flatten(op.vars_out):
+          if var in stored:
+            out.update(regs.get(var, ()))
+      elif isinstance(op, inst.PushOp):
+        for var in op.vars:
+          stack_slots, sp_slot = stacks[var]
+          out.update(stack_slots)
+          out.add(sp_slot)
+      elif isinstance(op, (inst.PopOp, inst.RestoreOp)):
+        for var in op.vars:
+          if var in stored:
+            out.update(regs[var])
+          if isinstance(op, inst.PopOp):
+            out.add(stacks[var][1])
+    if isinstance(block.terminator, CALLS):
+      out.update((PC_STACK, PC_SP))
+    elif isinstance(block.terminator, inst.IndirectGotoOp):
+      out.add(PC_SP)
+    return frozenset(out)
+
+  def block(self, block):
+    stored = self.stored(block)
+    if self.compact:   # NumPy: one generated function per block
+      run_block = codegen.compile_block(self, block, stored)
+    else:
+      steps = []
+      for op, self._stored in zip(block.instructions, stored):
+        steps.append(self.instruction(op))
+      self._stored = None
+      steps.append(self.terminator(block.terminator))
+      steps = tuple(steps)
+
+      def run_block(state, m):
+        temps = {}
+        for s in steps:
+          s(state, temps, m)
+    # For staged backends, which carry only what a block may change: the
+    # slots it may write, and which slots are stacks (written by pushes).
+    run_block.writes = self.writes(block, stored)
+    run_block.stack_slots = self.stack_slots
+    return run_block
+
+
+_MISSING = object()
+
+
+def _cast_reader(read, cast, dtype):
+  return lambda state, temps, m: cast(read(state, temps, m), dtype)
+
+
+def _ignore_mask(coerce):
+  return lambda x, m: coerce(x)
+
+
+class CompiledProgram:
+  """A lowered program bound to a backend, batch size and stack depth."""
+
+  def __init__(self, program, backend, batch, depth):
+    self.program = program
+    self.backend = backend
+    self.batch = batch
+    self.depth = depth
+    self.layout = Layout(program, backend, batch, depth)
+    bc = BlockCompiler(program, self.layout)
+    self.blocks = [bc.block(b) for b in program.blocks]
+    self.inputs = [bc.writer(v) for v in program.vars_in]
+    self.outputs = inst.pattern_map(bc.reader, program.vars_out)
+
+
+def compile_blocks(program, backend, batch, depth, cache=None):
+  key = (id(program), backend, batch, depth)
+  if cache is not None and key in cache and cache[key].program is program:
+    return cache[key]
+  compiled = CompiledProgram(program, backend, batch, depth)
+  if cache is not None:
+    cache[key] = compiled
+  return compiled

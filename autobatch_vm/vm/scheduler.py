@@ -1,0 +1,262 @@
+"""Which block runs next: the one scheduler every executor follows.
+
+Every member has a program counter (PC); a member whose PC is
+`num_blocks` (or more: a staged run parks failed members past the exit)
+has finished.  One step runs one block, for the members at it:
+
+- `'most'` (the default): the block with the most members, ties to the
+  lowest index;
+- `'lowest'`: the lowest-indexed block that has any member.
+
+When no block has a member, the run is over.  `Scheduler` applies this
+rule to PCs held in a NumPy array (the NumPy stack VM's loop, TensorFlow
+stepping eagerly, the stackless executor's frames) and to counts of
+waiting rows (`RowQueue`, the stackless executor on a compacting
+backend).  A staged TensorFlow loop cannot call Python at each step; it
+computes the same choice with tensor ops (`backends.tf.loop`), which the
+tests check against this one.
+"""
+
+import numpy as np
+
+from autobatch_vm import errors
+
+__all__ = ['SCHEDULES', 'DEFAULT_SCHEDULE', 'check_schedule', 'Scheduler',
+           'ProgramCounter', 'RowQueue']
+
+SCHEDULES = ('lowest', 'most')
+# Better on three of the four benchmark workloads (collatz, tree-RNN,
+# NUTS) and about even on fibonacci: docs/performance.md.
+DEFAULT_SCHEDULE = 'most'
+
+
+def check_schedule(schedule):
+  """Raises `ArgumentError` unless `schedule` is one of `SCHEDULES`.
+
+  Args:
+    schedule: The schedule a caller asked for.
+
+  Raises:
+    ArgumentError: `schedule` is not a known schedule.
+  """
+  if schedule not in SCHEDULES:
+    raise errors.ArgumentError(
+        f'Unknown schedule {schedule!r}; choose one of {SCHEDULES}')
+
+
+class Scheduler:
+  """The rule that picks the next block, for a program of `num_blocks`.
+
+  Args:
+    schedule: `'most'` or `'lowest'` (see the module docstring).
+    num_blocks: The number of blocks; a PC of `num_blocks` or more is a
+      member that has finished.
+  """
+  __slots__ = ('schedule', 'most', 'num_blocks', '_size')
+
+  def __init__(self, schedule, num_blocks):
+    self.schedule = schedule
+    self.most = schedule == 'most'
+    self.num_blocks = num_blocks
+    self._size = num_blocks + 1
+
+  def next_block(self, pc):
+    """The block to run next.
+
+    Args:
+      pc: The members' PCs, a NumPy int array `[batch]` (non-negative).
+
+    Returns:
+      The block's index, or `num_blocks` if every member has finished.
+    """
+    if self.most:
+      # PCs past the exit (parked members) make `counts` longer: they
+      # count nowhere among the blocks.
+      counts = np.bincount(pc, minlength=self._size)
+      b = int(counts[:self.num_blocks].argmax())
+      return b if counts[b] else self.num_blocks
+    return int(pc.min())
+
+  def next_waiting(self, sizes):
+    """The block to run next, from the rows waiting at each block.
+
+    Args:
+      sizes: A dict, block index -> rows waiting there (only blocks with
+        rows); not empty.
+
+    Returns:
+      The block's index.
+    """
+    if len(sizes) == 1:
+      return next(iter(sizes))
+    if self.most:
+      return max(sizes, key=lambda k: (sizes[k], -k))
+    return min(sizes)
+
+
+class ProgramCounter:
+  """Which rows of a frame are at which block: a program counter per row
+  (as the VM keeps it), on any backend.
+
+  `next()` returns the block to run and the mask of its rows, or
+  `(None, None)` when all have returned.
+
+  Args:
+    backend: The backend holding the PCs.
+    batch: The frame's rows.
+    num_blocks: The function's blocks.
+    schedule: `'most'` or `'lowest'`.
+  """
+
+  def __init__(self, backend, batch, num_blocks, schedule):
+    self.be = backend
+    self.batch = batch
+    self.num_blocks = num_blocks
+    self.scheduler = Scheduler(schedule, num_blocks)
+    active = backend.asarray(np.ones(batch, bool))
+    self.full = backend.mask_of(active, batch)
+    self.pc = backend.start_pc(active, num_blocks)
+    self._first = True
+
+  def next(self):
+    """The next block and the mask of its rows, or `(None, None)`."""
+    if self._first:   # every row starts at the entry block
+      self._first = False
+      return 0, self.full
+    b = self.scheduler.next_block(np.asarray(self.pc))
+    if b >= self.num_blocks:
+      return None, None
+    return b, self.be.make_mask(self.pc, b, self.batch)
+
+  def goto(self, m, target):
+    """Moves the rows of `m` to block `target`.
+
+    Args:
+      m: The mask of the rows that ran.
+      target: A block index.
+    """
+    self.pc = self.be.goto(self.pc, m, target)
+
+  def branch(self, m, cond, true_block, false_block):
+    """Moves each row of `m` to one of two blocks.
+
+    Args:
+      m: The mask of the rows that ran.
+      cond: A bool per row of the frame.
+      true_block: The block of the rows where `cond` holds.
+      false_block: The block of the others.
+    """
+    self.pc = self.be.branch(self.pc, m, cond, true_block, false_block)
+
+  def finish(self, m):
+    """Marks the rows of `m` as returned.
+
+    Args:
+      m: The mask of the rows that returned.
+    """
+    self.pc = self.be.goto(self.pc, m, self.num_blocks)
+
+
+class RowQueue:
+  """`ProgramCounter` for a compacting backend (NumPy), without one.
+
+  Per block, the (sorted) rows waiting there.  The rows at a block are
+  what a compacting block needs, so no mask is built and no counter
+  compared; the choice is the `Scheduler`'s.
+
+  Args:
+    backend: Unused (the queue holds NumPy index arrays).
+    batch: The frame's rows.
+    num_blocks: The function's blocks.
+    schedule: `'most'` or `'lowest'`.
+  """
+
+  def __init__(self, backend, batch, num_blocks, schedule):
+    del backend
+    self.batch = batch
+    self.scheduler = Scheduler(schedule, num_blocks)
+    self.full = Rowset(np.arange(batch), batch)
+    self.waiting = {0: [self.full.idx]}   # block -> index arrays
+    self.sizes = {0: batch}               # block -> rows waiting there
+
+  def next(self):
+    """The next block and its rows (a `Rowset`), or `(None, None)`."""
+    sizes = self.sizes
+    if not sizes:
+      return None, None
+    b = self.scheduler.next_waiting(sizes)
+    n = sizes.pop(b)
+    parts = self.waiting.pop(b)
+    if n == self.batch:
+      return b, self.full
+    idx = parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))
+    return b, Rowset(idx, self.batch)
+
+  def _add(self, b, idx, n):
+    if b in self.sizes:
+      self.sizes[b] += n
+      self.waiting[b].append(idx)
+    else:
+      self.sizes[b] = n
+      self.waiting[b] = [idx]
+
+  def goto(self, m, target):
+    """Moves the rows of `m` to block `target`.
+
+    Args:
+      m: The rows that ran.
+      target: A block index.
+    """
+    self._add(target, m.idx, m.count)
+
+  def branch(self, m, cond, true_block, false_block):
+    """Moves each row of `m` to one of two blocks.
+
+    Args:
+      m: The rows that ran.
+      cond: A bool per row of `m`.
+      true_block: The block of the rows where `cond` holds.
+      false_block: The block of the others.
+    """
+    taken = m.idx[cond]
+    k = taken.size
+    if k:
+      self._add(true_block, taken, k)
+    if k < m.count:
+      self._add(false_block, m.idx[~cond], m.count - k)
+
+  def finish(self, m):
+    """Marks the rows of `m` as returned (they wait nowhere).
+
+    Args:
+      m: The rows that returned.
+    """
+    del m
+
+
+class Rowset:
+  """A `RowQueue`'s rows at a block, as a mask.
+
+  `idx` (sorted), `count`, `full`, and a bool `mask` made only if
+  something asks for it.
+
+  Args:
+    idx: The rows' indices, sorted.
+    batch: The frame's rows.
+  """
+  __slots__ = ('idx', 'count', 'full', '_batch', '_mask')
+
+  def __init__(self, idx, batch):
+    self.idx = idx
+    self.count = idx.size
+    self.full = self.count == batch
+    self._batch = batch
+    self._mask = None
+
+  @property
+  def mask(self):
+    """The rows as a bool mask `[batch]`."""
+    if self._mask is None:
+      self._mask = np.zeros(self._batch, bool)
+      self._mask[self.idx] = True
+    return self._mask
