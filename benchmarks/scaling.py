@@ -97,6 +97,8 @@ def define_flags():
 
 
 def apply_quick():
+  """Under --quick, sets each flag of `QUICK` that the command line did not
+  give."""
   if not FLAGS.quick:
     return
   for name, value in QUICK.items():
