@@ -12,11 +12,11 @@ the block, registers are passed as they are, with no gather.
 
 Stacks are arrays `[max_stack_depth, batch, *shape]` with one stack pointer
 per member; the generated blocks push and pop for the active members only
-(by their indices), so their cost does not depend on the stack depth.  Stacks, stack pointers
-and the program counter belong to the run and are updated in place.  A
-register is written in place only where the run owns the array (no one
-else can hold it, see `vm.layout.Layout`); otherwise a write
-copies, so a value a primitive returned, or an input array, is never
+(by their indices), so their cost does not depend on the stack depth.
+Stacks, stack pointers and the program counter belong to the run and are
+updated in place.  A register is written in place only where the run owns
+the array (no one else can hold it, see `vm.layout.Layout`); otherwise a
+write copies, so a value a primitive returned, or an input array, is never
 changed.
 """
 
@@ -46,14 +46,24 @@ class _Mask:
 
 
 def take_rows(x, idx):
-  """`x[idx]` (the rows of members `idx`): `take` is 2-3x faster on arrays
-  of vectors, slower on 1-D."""
+  """`x[idx]`, the rows of members `idx`.
+
+  `take` is faster on arrays of vectors, indexing on 1-D ones.
+
+  Args:
+    x: A NumPy array `[batch, ...]`.
+    idx: Row indices.
+
+  Returns:
+    The rows.
+  """
   return x[idx] if x.ndim == 1 else x.take(idx, axis=0)
 
 
 def coercer(tensor_type, strict=False):
-  """`coerce(x, rows)`: `x` as an array `[rows, *shape]` of the type's
-  dtype (a cast and a broadcast only where needed).
+  """`coerce(x, rows)`: `x` as an array `[rows, *shape]` of the type's dtype.
+
+  A cast and a broadcast only where needed.
 
   Args:
     tensor_type: the `TensorType` of one member's value.

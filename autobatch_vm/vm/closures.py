@@ -32,10 +32,14 @@ class BlockCompiler:
   """Turns each block into a function `run(state, m)`.
 
   On a compacting backend (NumPy, which steps in Python) a block becomes
-  one generated function (`block_codegen`); otherwise (TensorFlow, whose
+  one generated function (`vm.codegen`); otherwise (TensorFlow, whose
   primitives take the whole batch and whose runs are mostly staged) a
   chain of closures, one per instruction.  The run's inputs and outputs
   are read and written here, for the whole batch, on either.
+
+  Args:
+    program: The `LoweredProgram`.
+    layout: Its `vm.layout.Layout` for one backend, batch and depth.
   """
 
   def __init__(self, program, layout):
@@ -61,10 +65,18 @@ class BlockCompiler:
     return self._live_out
 
   def stored(self, block):
-    """Per instruction of `block`, the variables whose writes there are
-    stored in the state: a write that nothing reads is not, when the
+    """Per instruction of `block`, the variables whose writes are stored.
+
+    A write that nothing reads is not stored in the state: when the
     variable is written again later in the block (reads in the block take
-    the value as computed) or is dead when the block ends."""
+    the value as computed) or is dead when the block ends.
+
+    Args:
+      block: A block of the program.
+
+    Returns:
+      A list of frozensets, one per instruction.
+    """
     live_out = self.live_out()[block.label]
     out, written = [], set()
     for op in reversed(block.instructions):
@@ -75,8 +87,15 @@ class BlockCompiler:
   # -- reading and writing variables ---------------------------------------
 
   def reader(self, var):
-    """A function `(state, temps, m)` returning `var`'s value, for the whole
-    batch.  `m=None` reads it outside a block (the run's outputs).
+    """A function `(state, temps, m)` returning `var`'s whole-batch value.
+
+    `m=None` reads it outside a block (the run's outputs).
+
+    Args:
+      var: A REGISTER, FULL or TEMPORARY variable.
+
+    Returns:
+      The reader.
     """
     alloc = self.p.var_alloc.get(var, VA.NULL)
     if alloc == VA.TEMPORARY:
@@ -111,10 +130,18 @@ class BlockCompiler:
     return read_pattern
 
   def writer(self, var, strict=False):
-    """A function `(state, temps, value, m)` storing `value` into `var`
-    (a whole-batch value, written for the members in `m`); `strict`: the
-    value is a primitive's result on per-member inputs, see
-    `numpy_backend.coercer`."""
+    """A function `(state, temps, value, m)` storing `value` into `var`.
+
+    The value is a whole-batch one, written for the members in `m`.
+
+    Args:
+      var: A variable.
+      strict: Whether the value is a primitive's result on per-member
+        inputs, whose rows are checked (`backends.numpy.coercer`).
+
+    Returns:
+      The writer.
+    """
     alloc = self.p.var_alloc.get(var, VA.NULL)
     if alloc == VA.NULL:
       return lambda state, temps, value, m: None
@@ -166,7 +193,15 @@ class BlockCompiler:
     return write_reg_pattern
 
   def binder(self, pattern, strict=False):
-    """A writer for a pattern of variable names (tuple unpacking)."""
+    """A writer for a pattern of variable names (tuple unpacking).
+
+    Args:
+      pattern: A variable name, or a tuple of patterns.
+      strict: As for `writer`.
+
+    Returns:
+      The writer.
+    """
     if isinstance(pattern, str):
       return self.writer(pattern, strict)
     subs = [self.binder(p, strict) for p in pattern]
@@ -180,9 +215,25 @@ class BlockCompiler:
   # -- instructions ----------------------------------------------------------
 
   def instruction(self, op):
+    """The closure `run(state, temps, m)` of instruction `op`.
+
+    Args:
+      op: A lowered instruction.
+
+    Returns:
+      The closure.
+    """
     return dispatch.dispatch(self, op)
 
   def prim(self, op):
+    """The closure of `PrimOp` `op`: read, call, write.
+
+    Args:
+      op: The `PrimOp`.
+
+    Returns:
+      The closure.
+    """
     readers = [self.reader(v) for v in op.vars_in]
     for i, dtype in op.casts:   # weak variables: see PrimOp.casts
       readers[i] = _cast_reader(readers[i], self.be.cast, dtype)
@@ -205,6 +256,14 @@ class BlockCompiler:
     return run_prim
 
   def push(self, op):
+    """The closure of `PushOp` `op`.
+
+    Args:
+      op: The `PushOp`.
+
+    Returns:
+      The closure.
+    """
     be, depth = self.be, self.layout.depth
     groups = []
     for names, stack_slots, _, sp_slot in self.layout.sp_groups(op):
@@ -237,6 +296,15 @@ class BlockCompiler:
     return run_push
 
   def pop(self, op, keep):
+    """The closure of a `PopOp`, or of a `RestoreOp` (`keep`).
+
+    Args:
+      op: The instruction.
+      keep: Whether the frame stays on the stack (a restore).
+
+    Returns:
+      The closure.
+    """
     be = self.be
     fetch = be.sanitize   # as `reader` reads
     groups = []
@@ -272,6 +340,14 @@ class BlockCompiler:
   # -- terminators -----------------------------------------------------------
 
   def terminator(self, t):
+    """The closure of terminator `t`: it moves the members' PCs.
+
+    Args:
+      t: A lowered terminator.
+
+    Returns:
+      The closure.
+    """
     be = self.be
     if isinstance(t, inst.GotoOp):
       target = self.index[t.block]
@@ -332,8 +408,15 @@ class BlockCompiler:
     raise errors.InternalError(f'Unexpected terminator {t!r}')
 
   def writes(self, block, stored):
-    """The state slots that running `block` may write (always the PC);
-    `stored`: `self.stored(block)`."""
+    """The state slots that running `block` may write (always the PC).
+
+    Args:
+      block: A block of the program.
+      stored: `self.stored(block)`.
+
+    Returns:
+      A frozenset of slots.
+    """
     regs, stacks = self.layout.regs, self.layout.stacks
     out = {PC}
     for op, stored in zip(block.instructions, stored):
@@ -359,6 +442,17 @@ class BlockCompiler:
     return frozenset(out)
 
   def block(self, block):
+    """`block` as a function `run(state, m)`.
+
+    Its `writes` and `stack_slots` attributes tell a staged backend what
+    the block may change.
+
+    Args:
+      block: A block of the program.
+
+    Returns:
+      The function.
+    """
     stored = self.stored(block)
     if self.compact:   # NumPy: one generated function per block
       run_block = codegen.compile_block(self, block, stored)
@@ -393,7 +487,14 @@ def _ignore_mask(coerce):
 
 
 class CompiledProgram:
-  """A lowered program bound to a backend, batch size and stack depth."""
+  """A lowered program bound to a backend, batch size and stack depth.
+
+  Args:
+    program: The `LoweredProgram`.
+    backend: The backend.
+    batch: The batch size.
+    depth: `max_stack_depth`.
+  """
 
   def __init__(self, program, backend, batch, depth):
     self.program = program
@@ -408,6 +509,18 @@ class CompiledProgram:
 
 
 def compile_blocks(program, backend, batch, depth, cache=None):
+  """The `CompiledProgram` of `program`, from `cache` if it is there.
+
+  Args:
+    program: The `LoweredProgram`.
+    backend: The backend.
+    batch: The batch size.
+    depth: `max_stack_depth`.
+    cache: A dict keeping compiled programs across calls, or None.
+
+  Returns:
+    The `CompiledProgram`.
+  """
   key = (id(program), backend, batch, depth)
   if cache is not None and key in cache and cache[key].program is program:
     return cache[key]

@@ -373,7 +373,8 @@ class _Gen:
     self.emit(f'calls = {members}')
     self.emit(f'top = state[{PC_SP}][calls]')
     self.emit('try:   # a full stack has no row `top`')
-    self.emit(f'  state[{PC_STACK}][top, calls] = {self.bc.index[t.push_block]}')
+    ret = self.bc.index[t.push_block]
+    self.emit(f'  state[{PC_STACK}][top, calls] = {ret}')
     self.emit('except IndexError:')
     self.emit(f'  raise {overflow}(calls, top) from None')
     self.emit(f'state[{PC_SP}][calls] = top + 1')
@@ -438,12 +439,26 @@ def _push_failure(overflow, depth):
 
 
 def compile_block(bc, block, stored):
-  """`block` of `bc`'s program as a function `run(state, m)` (NumPy);
-  `stored`: `bc.stored(block)`."""
+  """`block` of `bc`'s program as a generated function `run(state, m)`.
+
+  Args:
+    bc: The VM's `BlockCompiler` (program, layout, backend).
+    block: A block of the lowered program.
+    stored: `bc.stored(block)`: per instruction, the writes stored.
+
+  Returns:
+    The function; its `source` attribute is its code.
+  """
   return _Gen(bc, block, stored).function()
 
 
 def source(compiled):
-  """The generated code of every block of `compiled` (a
-  `vm.closures.CompiledProgram` on NumPy), in block order."""
+  """The generated code of every block of `compiled`, in block order.
+
+  Args:
+    compiled: A `vm.closures.CompiledProgram` on NumPy.
+
+  Returns:
+    The source text.
+  """
   return '\n'.join(b.source for b in compiled.blocks)

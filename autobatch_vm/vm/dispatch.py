@@ -13,9 +13,23 @@ __all__ = ['dispatch', 'unpack', 'cast_args', 'flatten_like']
 
 
 def dispatch(compiler, op):
-  """`compiler.prim`, `.push` or `.pop` for instruction `op` (the closure
-  compiler here and the NumPy generator, `block_codegen`, both compile a
-  lowered block's instructions by these three)."""
+  """Compiles instruction `op` by `compiler.prim`, `.push` or `.pop`.
+
+  The closure compiler (`vm.closures`) and the NumPy generator
+  (`vm.codegen`) both compile a lowered block's instructions by these
+  three.
+
+  Args:
+    compiler: An object with methods `prim(op)`, `push(op)` and
+      `pop(op, keep)`.
+    op: A lowered instruction.
+
+  Returns:
+    What the compiler's method returns.
+
+  Raises:
+    InternalError: `op` is not a lowered instruction.
+  """
   if isinstance(op, inst.PrimOp):
     return compiler.prim(op)
   if isinstance(op, inst.PushOp):
@@ -28,8 +42,18 @@ def dispatch(compiler, op):
 
 
 def unpack(value, n):
-  """`value` as a tuple of its `n` parts (a primitive's result bound to a
-  tuple of variables)."""
+  """`value` as a tuple of its `n` parts.
+
+  Args:
+    value: A primitive's result bound to a tuple of variables.
+    n: The number of variables.
+
+  Returns:
+    The tuple.
+
+  Raises:
+    InternalError: `value` has another number of parts.
+  """
   values = tuple(value)
   if len(values) != n:
     raise errors.InternalError(f'cannot unpack {len(values)} into {n}')
@@ -37,7 +61,16 @@ def unpack(value, n):
 
 
 def cast_args(op, args, backend):
-  """`args` of `op` with its `casts` applied (for the stackless executor)."""
+  """`args` of `op` with its `casts` applied (for the stackless executor).
+
+  Args:
+    op: A `PrimOp`.
+    args: Its arguments' values.
+    backend: The backend that casts.
+
+  Returns:
+    The arguments, cast.
+  """
   if not op.casts:
     return args
   args = list(args)
@@ -47,7 +80,15 @@ def cast_args(op, args, backend):
 
 
 def flatten_like(template, value):
-  """Leaves of `value` following the structure of type pattern `template`."""
+  """Leaves of `value` following the structure of type pattern `template`.
+
+  Args:
+    template: A `TensorType` or a pattern (tuples, lists) of them.
+    value: A value of that structure.
+
+  Returns:
+    The list of leaves.
+  """
   if isinstance(template, inst.TensorType):
     return [value]
   values = tuple(value)

@@ -14,7 +14,17 @@ __all__ = ['step_limit_error', 'step_limit', 'saving_what', 'defining_text',
 
 
 def step_limit_error(max_steps, members, loc, where):
-  """The `StepLimitError` for `members` (`where`: how `loc` relates)."""
+  """The `StepLimitError` for `members`.
+
+  Args:
+    max_steps: The limit.
+    members: The members not finished.
+    loc: The source location the error names.
+    where: How `loc` relates to the members, appended to the message.
+
+  Returns:
+    The error.
+  """
   members = errors.member_indices(members)
   return errors.StepLimitError(
       f'Not finished after max_steps={max_steps} VM steps for batch '
@@ -25,9 +35,18 @@ def step_limit_error(max_steps, members, loc, where):
 
 
 def saving_what(program, names):
-  """What a push of variables `names` of lowered `program` saves, in the
-  user's terms, for a stack overflow's message: a variable by its name in
-  the user's function, a temporary by the expression that computed it."""
+  """What a push saves, in the user's terms, for a stack overflow's message.
+
+  A variable is named as in the user's function, a temporary by the
+  expression that computed it.
+
+  Args:
+    program: The `LoweredProgram`.
+    names: The variables the push saves.
+
+  Returns:
+    The text, `'saving ...'`.
+  """
   parts = []
   for var in names:
     _, dot, local = var.partition('.')
@@ -42,8 +61,16 @@ def saving_what(program, names):
 
 
 def defining_text(program, var):
-  """The source text of the primitive that computes `var`, if one does
-  and its text is the user's (not a copy between temporaries)."""
+  """The source text of the primitive that computes `var`.
+
+  Args:
+    program: The `LoweredProgram`.
+    var: A variable.
+
+  Returns:
+    The text, if a primitive computes `var` and its text is the user's
+    (not a copy between temporaries); else None.
+  """
   for block in program.blocks:
     for op in block.instructions:
       if (isinstance(op, inst.PrimOp) and op.text and '%' not in op.text
@@ -53,6 +80,16 @@ def defining_text(program, var):
 
 
 def overflow(what, loc, depth):
+  """A maker of the `StackOverflowError` of one push.
+
+  Args:
+    what: What the push saves (`saving_what`, or the call stack).
+    loc: The source location of the push.
+    depth: `max_stack_depth`.
+
+  Returns:
+    `make(members)`, the error for the members that overflowed.
+  """
   def make(members):
     members = errors.member_indices(members)
     return errors.StackOverflowError(
@@ -99,6 +136,17 @@ def _user_variables(pattern):
 
 
 def result_shape_error(e, op, backend, m):
+  """The error for a primitive's result that does not fit its variables.
+
+  Args:
+    e: The `ValueError` coercing the result raised.
+    op: The `PrimOp`.
+    backend: The backend (named in the hint).
+    m: The mask of the members at the block.
+
+  Returns:
+    The `PrimitiveError`.
+  """
   text = op.text or getattr(op.function, '__name__', '?')
   rows = getattr(m, 'count', None)
   return errors.PrimitiveError(
@@ -113,6 +161,18 @@ def result_shape_error(e, op, backend, m):
 
 
 def primitive_error(e, op, members, compacted=False):
+  """The error for a primitive that raised `e`, naming `members`.
+
+  Args:
+    e: The exception.
+    op: The `PrimOp`.
+    members: The members at the block, or None if unknown (in a graph).
+    compacted: Whether the primitive got the members' rows only.
+
+  Returns:
+    An `AssertionFailedError` for a failed assert, else a
+    `PrimitiveError`.
+  """
   members = errors.member_indices(members) if members is not None else None
   if isinstance(e, AssertionError):
     return errors.AssertionFailedError(
@@ -137,13 +197,23 @@ def primitive_error(e, op, members, compacted=False):
 
 
 def step_limit(program, max_steps):
-  """`make(members, block=None) -> StepLimitError` for this program."""
+  """A maker of the `StepLimitError`s of a run of `program`.
+
+  Args:
+    program: The `LoweredProgram`.
+    max_steps: The run's step limit.
+
+  Returns:
+    `make(members, block=None)`: the error for the members not finished,
+    naming the line of `block`, the block due next (None in a staged
+    run, where it is not known: the program's first line).
+  """
   locs = [b.loc for b in program.blocks]
 
   def make(members, block=None):
     if block is None:   # staged: where each member is is not known
       return step_limit_error(max_steps, members, locs[0],
-                                         ' (started here)')
+                              ' (started here)')
     return step_limit_error(max_steps, members, locs[block],
                             '; the block due next is at this line')
   return make

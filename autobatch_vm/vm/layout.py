@@ -110,6 +110,14 @@ class Layout:
             'total': stacks + regs + pc}
 
   def initial_state(self):
+    """The state before the first step: every PC at the entry block.
+
+    Each PC stack holds the exit index as its base frame; registers and
+    stacks are zeros.
+
+    Returns:
+      The state, a list of `size` arrays of the backend.
+    """
     b, be = self.batch, self.backend
     num_blocks = len(self.program.blocks)
     state = [None] * self.size

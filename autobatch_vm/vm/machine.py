@@ -32,9 +32,23 @@ def execute(program, args, backend, batch_size, max_stack_depth=15,
             max_steps=None):
   """Runs `program` on batched `args`; returns (outputs, RunStats).
 
-  `max_steps`: fail with `StepLimitError` if members have not finished
-  after that many VM steps (None: no limit).  On TensorFlow it also gives
-  the loop a static trip count, which XLA needs to differentiate it.
+  Args:
+    program: The `LoweredProgram`.
+    args: The batched inputs, one per input variable.
+    backend: The backend.
+    batch_size: The batch size.
+    max_stack_depth: The frames of each stack.
+    schedule: `'most'` or `'lowest'` (`vm.scheduler`).
+    block_code_cache: A dict keeping compiled blocks across calls, or
+      None.
+    profile: Also time each block and count the blocks each member runs.
+    max_steps: Fail with `StepLimitError` if members have not finished
+      after that many VM steps (None: no limit).  On TensorFlow it also
+      gives the loop a static trip count, which XLA needs to
+      differentiate it.
+
+  Returns:
+    `(outputs, RunStats)`.
   """
   check_schedule(schedule)
   c = closures.compile_blocks(program, backend, batch_size, max_stack_depth,
@@ -70,10 +84,11 @@ _running = threading.local()
 
 
 def is_staging():
-  """Whether the virtual machine is running (or, on TensorFlow, staging) a
-  program: true while `execute` runs, so a primitive can tell the VM's
-  calls from type inference's (`type_inference.is_inferring`) and from a
-  dry run."""
+  """Whether the virtual machine is running (or staging) a program.
+
+  True while `execute` runs, so a primitive can tell the VM's calls from
+  type inference's (`type_inference.is_inferring`) and from a dry run.
+  """
   return getattr(_running, 'depth', 0) > 0
 
 
@@ -91,6 +106,14 @@ def execute(program, args, *rest, **kwargs):  # pylint: disable=function-redefin
   The forms differ in the third argument: an int (TFP's
   `max_stack_depth`) or a backend; without it, in whether `batch_size` is
   given.
+
+  Args:
+    program: The `LoweredProgram`.
+    args: The batched inputs.
+    *rest, **kwargs: The other arguments of either form.
+
+  Returns:
+    `(outputs, RunStats)`, or the outputs alone in TFP's form.
   """
   depth = rest[0] if rest else None
   tfp_form = (isinstance(depth, numbers.Integral) and
@@ -128,12 +151,25 @@ def _execute_tfp(program, args, max_stack_depth, backend,
 
 
 def batched_inputs(names, types, args, backend, where):
-  """TFP's calling convention for a program's inputs: `(arrays, batch)`.
+  """TFP's calling convention for a program's inputs.
 
-  `types`: the declared `Type` (or pattern of `TensorType`) of each input
-  (`names`).  Every leaf becomes a backend array with a leading batch
-  dimension (a scalar is a batch of one) of its declared dtype; leaves of
-  batch size 1 are broadcast to the batch; other sizes must agree.
+  Every leaf becomes a backend array with a leading batch dimension (a
+  scalar is a batch of one) of its declared dtype; leaves of batch size 1
+  are broadcast to the batch; other sizes must agree.
+
+  Args:
+    names: The input variables.
+    types: The declared `Type` (or pattern of `TensorType`) of each.
+    args: The values given.
+    backend: The backend.
+    where: The function's name, for messages.
+
+  Returns:
+    `(arrays, batch)`.
+
+  Raises:
+    ArgumentError: An input does not fit its type, or the batch sizes
+      differ.
   """
   args = list(args)
   if len(args) != len(names):

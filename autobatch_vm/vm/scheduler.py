@@ -95,11 +95,10 @@ class Scheduler:
 
 
 class ProgramCounter:
-  """Which rows of a frame are at which block: a program counter per row
-  (as the VM keeps it), on any backend.
+  """Which rows of a frame are at which block, as a PC per row.
 
-  `next()` returns the block to run and the mask of its rows, or
-  `(None, None)` when all have returned.
+  The VM keeps PCs so, on any backend.  `next()` returns the block to run
+  and the mask of its rows, or `(None, None)` when all have returned.
 
   Args:
     backend: The backend holding the PCs.

@@ -51,9 +51,10 @@ MAX_GROUP_FRAME_BYTES = 64 << 20
 
 
 class Fallback(Exception):
-  """Raised by a run with `fallback=True` that should go to the stack VM
-  instead: its recursion went deeper than `max_depth`, it reached
-  `max_steps`, or Python's recursion limit.  The VM then runs the call
+  """Raised by a run with `fallback=True` that should go to the stack VM.
+
+  Its recursion went deeper than `max_depth`, it reached `max_steps`, or
+  Python's recursion limit.  The VM then runs the call
   from its start and decides (it may succeed: tail calls and leaf calls
   take no stack there), so under the automatic choice (`stackless=None`)
   a call the VM completes completes, with the VM's errors otherwise."""
@@ -451,11 +452,24 @@ def execute(program, args, backend, batch_size,
             profile=False, max_depth=None, fallback=False):
   """Runs typed `program` on batched `args`; returns (outputs, RunStats).
 
-  `max_steps` bounds the blocks run, counted over all calls.  `profile`:
-  also time each block and count the blocks each member runs.
-  `max_depth`: raise `Fallback` when calls nest deeper than this (main is
-  depth 1).  `fallback`: raise `Fallback` instead of the step-limit and
-  recursion errors (the caller then runs the stack VM).
+  Args:
+    program: The typed, allocated `Program` (`pipeline.stackless`).
+    args: The batched inputs of its main function.
+    backend: The backend (eager only).
+    batch_size: The batch size.
+    schedule: `'most'` or `'lowest'` (`vm.scheduler`), within a frame.
+    max_steps: Bounds the blocks run, counted over all calls.
+    profile: Also time each block and count the blocks each member runs.
+    max_depth: Raise `Fallback` when calls nest deeper than this (main is
+      depth 1).
+    fallback: Raise `Fallback` instead of the step-limit and recursion
+      errors (the caller then runs the stack VM).
+
+  Returns:
+    `(outputs, RunStats)`.
+
+  Raises:
+    BackendError: Called inside a graph (`tf.function`).
   """
   if backend.in_graph():
     raise errors.BackendError(
@@ -488,13 +502,20 @@ def execute(program, args, backend, batch_size,
 
 
 def branching_recursion(program):
-  """Whether some function of `program` (as `pipeline.stackless` returns
-  it) makes a group of parallel calls into its own recursion: a tree
+  """Whether some function of `program` calls its own recursion in groups.
+
+  A group of parallel calls into the function's own recursion is a tree
   recursion (fibonacci, a tree encoder), whose calls multiply with depth.
   The stack VM walks such a recursion one root-to-leaf path per member at a
   time; here each level of every member's tree is one batched call.  A
   linear recursion (one call per level) gains nothing from that and pays
   Python's recursion per call, so it is not counted.
+
+  Args:
+    program: A typed `Program` as `pipeline.stackless` returns it.
+
+  Returns:
+    Whether stackless mode batches a branching recursion in it.
   """
   calls = {fn.name: {op.function for b in fn.blocks for op in b.instructions
                      if isinstance(op, inst.FunctionCallOp)}
@@ -534,8 +555,11 @@ _running = threading.local()
 
 
 def is_running():
-  """Whether the stackless executor is running a program (a primitive can
-  tell its calls from the stack VM's, `virtual_machine.is_staging`)."""
+  """Whether the stackless executor is running a program.
+
+  A primitive can tell its calls from the stack VM's
+  (`virtual_machine.is_staging`).
+  """
   return getattr(_running, 'depth', 0) > 0
 
 
@@ -549,6 +573,13 @@ def execute(program, *rest, **kwargs):  # pylint: disable=function-redefined
     calling convention, as `virtual_machine.execute`).
     `block_code_cache` is accepted for TFP's signature: this executor
     runs blocks eagerly and keeps no compiled code.
+
+  Args:
+    program: The typed, allocated `Program`.
+    *rest, **kwargs: The other arguments of either form.
+
+  Returns:
+    `(outputs, RunStats)`, or the outputs alone in TFP's form.
   """
   tfp_form = not (rest and isinstance(rest[0], (list, tuple))
                   or 'args' in kwargs)

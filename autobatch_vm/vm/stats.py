@@ -43,10 +43,13 @@ class RunStats:
 
   @property
   def longest_member_blocks(self):
-    """Blocks of the member that executes the most (profile=True only,
-    else None).  On the VM a step moves each member by at most one block,
-    so no schedule can finish in fewer steps than this (stackless mode,
-    which runs a member's independent calls together, can)."""
+    """Blocks of the member that executes the most (profile=True only).
+
+    None without `profile=True`.  On the VM a step moves each member by
+    at most one block, so no schedule can finish in fewer steps than this
+    (stackless mode, which runs a member's independent calls together,
+    can).
+    """
     if self.member_blocks is None:
       return None
     self.require_numbers('longest_member_blocks')
@@ -56,8 +59,9 @@ class RunStats:
 
   @property
   def schedule_overhead(self):
-    """`steps / longest_member_blocks` (profile=True only, else None): 1.0
-    means the run took no more steps than its longest member alone; the
+    """`steps / longest_member_blocks` (profile=True only, else None).
+
+    1.0 means the run took no more steps than its longest member alone; the
     excess is divergence, which a schedule or a sync point can reduce."""
     longest = self.longest_member_blocks
     if not longest:
@@ -65,16 +69,26 @@ class RunStats:
     return self.steps / longest
 
   def rows(self, label):
-    """Rows block `label` ran on, summed over its executions (the batch
-    per execution, except in stackless mode: see `block_rows`)."""
+    """Rows block `label` ran on, summed over its executions.
+
+    The batch per execution, except in stackless mode (see `block_rows`).
+
+    Args:
+      label: A block's label.
+
+    Returns:
+      The number of rows.
+    """
     if self.block_rows:
       return self.block_rows.get(label, 0)
     return self.block_executions.get(label, 0) * self.batch_size
 
   @property
   def utilization(self):
-    """Mean fraction of the rows a block ran on that were active (of the
-    batch, except in stackless mode: see `block_rows`)."""
+    """Mean fraction of the rows a block ran on that were active.
+
+    Of the batch, except in stackless mode (see `block_rows`).
+    """
     self.require_numbers('utilization')
     total = sum(self.rows(l) for l in self.block_executions)
     if not total:
@@ -88,13 +102,16 @@ class RunStats:
 
   @property
   def symbolic(self):
-    """Whether the counts are tensors of a `tf.function` being traced
-    (read them after the call with `counts()` and `with_counts`)."""
+    """Whether the counts are tensors of a `tf.function` being traced.
+
+    Read them after the call with `counts()` and `with_counts`.
+    """
     return not isinstance(self.steps, (int, np.integer))
 
   def counts(self):
-    """The run's numbers as a dict of arrays, to read a staged run's
-    statistics after the call (`with_counts`):
+    """The run's numbers as a dict of arrays.
+
+    To read a staged run's statistics after the call (`with_counts`):
     - 'counts': executions and active members per block, `[blocks, 2]`
       int32, rows in the order of `block_executions`;
     - with `profile=True`: 'member_blocks', the blocks each member ran,
@@ -130,7 +147,14 @@ class RunStats:
     return out
 
   def require_numbers(self, what):
-    """Raises `ArgumentError` naming `what` if the counts are tensors."""
+    """Raises `ArgumentError` naming `what` if the counts are tensors.
+
+    Args:
+      what: The property or method that needs numbers.
+
+    Raises:
+      ArgumentError: The counts are tensors of a trace.
+    """
     if self.symbolic:
       raise errors.ArgumentError(
           f'RunStats.{what} needs numbers, but these statistics are tensors '
@@ -142,9 +166,19 @@ class RunStats:
           'after the call.')
 
   def with_counts(self, counts):
-    """These statistics with the numbers `counts()` returned (its value:
-    NumPy arrays or eager tensors): the way to read a staged run's
-    statistics."""
+    """These statistics with the numbers `counts()` returned.
+
+    The way to read a staged run's statistics.
+
+    Args:
+      counts: The value of `counts()`: NumPy arrays or eager tensors.
+
+    Returns:
+      A `RunStats` with numbers.
+
+    Raises:
+      ArgumentError: `counts` is not what `counts()` returned for this run.
+    """
     labels = list(self.block_executions)
     hint = ('Return fn.last_stats.counts() from the tf.function that calls '
             'fn, and pass its value here.')

@@ -306,10 +306,8 @@ class TensorFlowBackend(base.Backend):
       # Not `tf.gather`, nor `tf.gather_nd` with `[batch, 1]` indices,
       # whose gradients are `IndexedSlices`: tape.gradient would return
       # those as the gradient of the run's inputs.  With `[1, batch, 1]`
-      # indices the gradient is dense.  One gather and a reshape instead of
-      # a gather and a select: under `tf.function`, NUTS at 64 chains
-      # 1.01-1.03x and tree-RNN at 256 trees 1.02-1.06x faster (in-process
-      # A/B runs).
+      # indices the gradient is dense.  One gather and a reshape cost less
+      # than a gather and a select (docs/performance.md).
       filled = tf.gather_nd(x, m.fill_index_nd)
       return tf.reshape(filled, tf.shape(x) if None in x.shape.as_list()
                         else x.shape)
@@ -398,7 +396,7 @@ class TensorFlowBackend(base.Backend):
         v = v.for_members(m)
       v = tf.convert_to_tensor(v, s.dtype)
       out.append(ops.StackWrite(s, target, v, m.full))
-    if tf_errors.current_step() is None:   # not in the staged loop: apply at once
+    if tf_errors.current_step() is None:   # not in the staged loop: now
       out = [w.materialize() for w in out]
     new_sp = sp + 1 if m.full else sp + m.as_int
     if overflow_error is not None:

@@ -27,8 +27,8 @@ def switch(b, branches):
   nodes, and the executor then visits every node of every branch at each
   step (the untaken ones with dead tensors), so a step costs the size of
   the whole program.  Kept as a functional `Case`, a step runs only the
-  taken block's function: fibonacci at B=1024 under `tf.function`, 0.15
-  -> 0.10 s.  XLA compiles the `Case` as a conditional either way.
+  taken block's function (docs/performance.md).  XLA compiles the `Case`
+  as a conditional either way.
   """
   if masks.in_xla_context() or _indexed_case is None:
     return tf.switch_case(b, branches)
@@ -121,14 +121,12 @@ def run_group(b, mask, group, branch_fns, packing, writes, *carried,
   of its ports into the packs.
 
   A group of one block has no switch, unless the packs it writes are
-  large (the knob `guarded_group_bytes`): then its block runs in a conditional
-  with a branch that writes nothing (never taken, as the group runs only
-  for its block).  Inline, the block's reads of a pack and the scatter
-  into it are in one computation, and XLA copied the pack there, twice
-  per step (NUTS at 64 chains: a 550 KB pack of `[64, 25]` registers, at
-  each first leapfrog of a transition; 1.1 MB per transition).  In a
-  conditional the reads are done when the scatter runs, and XLA updates
-  the pack in place.
+  large (the knob `guarded_group_bytes`): then its block runs in a
+  conditional with a branch that writes nothing (never taken, as the group
+  runs only for its block).  Inline, the block's reads of a pack and the
+  scatter into it are in one computation, and XLA copies the pack there,
+  twice per step.  In a conditional the reads are done when the scatter
+  runs, and XLA updates the pack in place.
   """
   members, width = group
   num_packs = len(packing.slots)

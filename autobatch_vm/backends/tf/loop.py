@@ -38,17 +38,15 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
   (about a microsecond each), and every loop variable costs several (the
   loop's and the `Case`'s plumbing), so the state is packed:
   - small registers and stacks by dtype and shape, in packs of at most
-    `_PACK_BYTES`, since a scatter copies its pack (NUTS at 64 chains had
-    a 384 KB pack of `[64, 25]` registers, copied at every step);
-  - large registers (rows of `_SIGNATURE_BYTES` or more) with those that
+    the knob `pack_bytes`, since a scatter copies its pack;
+  - large registers (rows of `signature_bytes` or more) with those that
     the same blocks write, so that a block writing one writes the whole
     pack, stacked anew (no copy of the old pack, no scatter).
   A block reads a pack's rows by one unstack.  The `Case` has two
   branches per block: one for a step with every member at the block,
   which reads and writes without masks, and one for the others (a
   select per register written, a gather per register read, see
-  `sanitize`).  NUTS at 64 chains: 0.067 -> 0.047 s per call; without
-  the first kind, 1.14-1.17x slower (in-process A/B runs).
+  `sanitize`).
 
   Under XLA everything is packed, and no pack goes through a
   conditional: XLA copies every value a conditional returns, so a step
@@ -58,8 +56,8 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
   ports; the blocks are therefore split into groups of similar writes
   (`groups_lib.write_groups`), each a switch with its own ports run in a
   single-trip `while_loop` (which, unlike a conditional, updates its
-  state in place) taken only when the block is one of its own.  Tree-RNN
-  at B=256: 0.019 -> 0.008 s; NUTS at 64 chains: 0.029 -> 0.025 s.
+  state in place) taken only when the block is one of its own.  The
+  figures behind these choices are in docs/performance.md.
   """
   state = [tf.convert_to_tensor(s) for s in state]
   stack_slots = blocks[0].stack_slots if blocks else frozenset()
@@ -94,7 +92,7 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
   branch_fns = [branch_fn(backend, blk, batch, sites, packing, widths.get(k))
                 for k, blk in enumerate(blocks)]
   # Outside XLA, each block also gets a variant for a step where every
-  # member is at the block (70% of NUTS's steps at 64 chains): it reads
+  # member is at the block (most steps, where members agree): it reads
   # and writes registers without masks.  A batch of one is always full.
   full_fns = None
   if groups is None:
@@ -137,10 +135,9 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
     count = tf.reduce_sum(tf.cast(mask, tf.int32))
     run = tf.stack([tf.constant(1, tf.int32), count])[tf.newaxis]
     if xla:
-      # A one-hot sum fuses into one loop; XLA made the scatter a
-      # bounds check, an index and an update (NUTS-like steps on a
-      # cheap target, together with the shared `case` of `groups_lib.run_groups`:
-      # 8% faster).
+      # A one-hot sum fuses into one loop; XLA makes the scatter a
+      # bounds check, an index and an update (docs/performance.md, "Few
+      # thunks per step under XLA on CPU").
       hot = tf.cast(tf.equal(tf.range(num_blocks), b), tf.int32)
       acc += hot[:, tf.newaxis] * run
     else:
@@ -352,17 +349,16 @@ def next_block_tensor(pc, num_blocks, schedule, one_hot_max):
   if schedule == 'most':
     xla = masks.in_xla_context()
     if not xla:
-      # One kernel, no broadcast: in a loop on CPU, 16 -> 10 us per step
-      # at 1024 members (the broadcast comparison), 7 -> 5 at 64.  Finished
-      # and parked members (pc >= num_blocks) count nowhere.
+      # One kernel, no broadcast (a broadcast comparison costs more, see
+      # docs/performance.md).  Finished and parked members
+      # (pc >= num_blocks) count nowhere.
       counts = tf.reduce_sum(tf.one_hot(pc, num_blocks, dtype=tf.int32),
                              axis=0)
     elif (pc.shape[0] is not None and
           pc.shape[0] * num_blocks <= one_hot_max):
       # Compare-and-sum fuses into one loop; a segment sum is a scatter.
-      # Summed along the members, the minor axis: XLA of TensorFlow 2.18
-      # on CPU took 14 us per step at 1024 members for a sum along the
-      # major axis, 5 us for this one (2.21: 3 us either way).
+      # Summed along the members, the minor axis, which XLA of
+      # TensorFlow 2.18 on CPU sums faster (docs/performance.md).
       hits = tf.equal(tf.range(num_blocks, dtype=pc.dtype)[:, tf.newaxis],
                       pc[tf.newaxis])
       counts = tf.reduce_sum(tf.cast(hits, tf.int32), axis=1)
@@ -382,8 +378,7 @@ def _most_by_key(counts, num_blocks, batch):
   """Under XLA, the lowest-numbered block with the most members (or
   `num_blocks` if none has any) by one max over `count * K + K - 1 - k`
   (K = num_blocks) instead of an argmax (a two-valued reduction) and a
-  max: NUTS at 64 chains, 5.5 -> 4.5 us per step of the schedule (forced
-  steps with and without it, in turns)."""
+  max, which cost more per step (docs/performance.md)."""
   k = num_blocks
   wide = batch is None or (batch + 1) * k >= 2**31
   dtype = tf.int64 if wide else tf.int32
@@ -421,7 +416,7 @@ class _Traceable(functools.partial):
     return f'<function {self.__name__}>'
 
 
-# -- the eager path's cache of staged loops --------------------------------------
+# -- the eager path's cache of staged loops --------------------------------
 
 class StagedRun:
   """A `tf.function` running one compiled program's loop, and its sites."""

@@ -94,9 +94,8 @@ class StackWrite:
                                          tf.gather(self.value, members))
     # Under XLA, and outside it for a stack of scalars, a select with the
     # one-hot of the targets.  There the scatter, which copies its input
-    # (it is not forwarded in a `Case` branch), was slower: fibonacci at
-    # B=1024 under `tf.function`, 1.00-1.13x faster with the select (A/B
-    # runs in one process), NUTS and tree-RNN 0.98-1.05x.
+    # (it is not forwarded in a `Case` branch), costs more
+    # (docs/performance.md).
     return tf.where(hot(rows, self.target, extra), self.value[tf.newaxis],
                     self.base)
 
@@ -219,8 +218,7 @@ def storage_dtype(dtype):
   small thunks and hands part of them to another thread when more than
   eight are ready at once, which costs more than the thunks themselves.
   NUTS-like steps on a cheap target (a 25-dimensional Gaussian, 64
-  chains, 1225 steps per call): 9% faster; NUTS on the logistic
-  regression at 64 chains, where gradients dominate: 0.7%.
+  chains) take less time a call (docs/performance.md).
   """
   if dtype in (tf.int64, tf.uint64):
     return tf.uint64

@@ -29,8 +29,8 @@ class Packing:
   Outside XLA a scatter copies its pack: a `Case` branch cannot update a
   tensor it was passed, nor can a scatter in the loop body (the loop keeps
   a reference).  For a stack pack of `inplace_bytes` or more (NUTS at 64
-  chains: a 900 KB pack of the saved subtree's nine `[8, 64, 25]` stacks,
-  copied at every push, 6% of a call) the branch returns the push instead,
+  chains: the saved subtree's nine `[8, 64, 25]` stacks, copied at every
+  push) the branch returns the push instead,
   as flat row indices and rows, and the loop body writes those rows in
   place (`ops.update_rows`) after the switch.  That is safe because the pack
   is private to the loop: it starts as a fresh buffer (`ops.private_copy`),
@@ -80,7 +80,7 @@ class Packing:
       # A pack of one slot is carried as the slot itself: no unstack to
       # read it, no stack to write it (fibonacci at B=1024, where every
       # `[1024]` register is large enough to go by its writers, had 13
-      # such nodes in a 45-node block: 1.1-1.2x faster without).
+      # such nodes in a 45-node block; docs/performance.md).
       # Except a stack to push in place: that is done to packs only.
       for key in [k for k, slots in groups.items() if len(slots) == 1]:
         if not (key[0] and
