@@ -177,15 +177,26 @@ class TensorFlowBackend(base.Backend):
   zeros = dummy
 
   def traces_symbolically(self):
-    """Whether `trace` can find a primitive's result type without
-    computing values: when running eagerly (inside a graph, primitives
-    build ops and compute nothing anyway)."""
+    """Whether `trace` finds a primitive's result type without values.
+
+    True when running eagerly (inside a graph, primitives build ops and
+    compute nothing anyway).
+    """
     return tf.executing_eagerly()
 
   def trace(self, fn, args):
-    """`fn(*args)` traced in a scratch graph on `tf.TensorSpec`s like
-    `args` (Python scalars stay constants): its result with symbolic
-    tensors, of static dtypes and shapes, and no value computed."""
+    """`fn(*args)` traced in a scratch graph on `tf.TensorSpec`s like `args`.
+
+    Python scalars stay constants.
+
+    Args:
+      fn: A primitive.
+      args: Values like its arguments.
+
+    Returns:
+      Its result with symbolic tensors, of static dtypes and shapes, and
+      no value computed.
+    """
     names = itertools.count()
 
     def spec(x):
@@ -204,9 +215,18 @@ class TensorFlowBackend(base.Backend):
     return results[0]
 
   def coerce_fn(self, tensor_type, batch, strict=False):
-    """A function making a primitive's result `[batch, *shape]` of dtype
-    (see `numpy_backend.coercer` for `strict`: the rows are checked where
-    the result's shape is known while tracing)."""
+    """A function making a value `[batch, *shape]` of the type's dtype.
+
+    Args:
+      tensor_type: The `TensorType` of one member's value.
+      batch: The leading dimension of the result.
+      strict: Whether the value is a primitive's result on per-member
+        inputs: its rows are checked where its shape is known while
+        tracing (`backends.numpy.coercer`).
+
+    Returns:
+      `coerce(x)`.
+    """
     np_dtype = np.dtype(tensor_type.dtype)
     dtype = tf.as_dtype(np_dtype)
     full_shape = [batch] + list(tensor_type.shape)
@@ -231,17 +251,14 @@ class TensorFlowBackend(base.Backend):
     return coerce
 
   def coercer(self, tensor_type, strict=False):
-    """`coerce(x, rows)`, as `coerce_fn(tensor_type, rows, strict)(x)`."""
     return lambda x, rows: self.coerce_fn(tensor_type, rows, strict)(x)
 
   def take_rows(self, x, idx):
-    """The rows `idx` (member indices) of `x`."""
     if ops.no_elements(x):
       return tf.zeros([len(idx)] + x.shape.as_list()[1:], x.dtype)
     return tf.gather(x, idx)
 
   def scatter(self, x, rows, m):
-    """`x` with the members of `m` set to `rows` (eager, as `members`)."""
     if m.full:
       return tf.convert_to_tensor(rows)
     if ops.no_elements(x):
@@ -283,19 +300,25 @@ class TensorFlowBackend(base.Backend):
     return masks.Mask(mask, None, False, batch)
 
   def submask(self, m, cond, negate=False):
-    """The members of `m` where `cond` holds (fails, if `negate`)."""
     if negate:
       cond = tf.logical_not(cond)
     return self.mask_of(cond if m.full else tf.logical_and(m.mask, cond),
                         m.batch)
 
   def start_pc(self, active, num_blocks):
-    """Entry (0) for `active` members, exit for the rest."""
     return tf.where(active, tf.constant(0, tf.int32),
                     tf.constant(num_blocks, tf.int32))
 
   def fill_inactive(self, x, m):
-    """`x` with the lanes outside `m` copied from the first lane inside."""
+    """`x` with the lanes outside `m` copied from the first lane inside.
+
+    Args:
+      x: A whole-batch value.
+      m: A `masks.Mask`.
+
+    Returns:
+      The filled tensor.
+    """
     x = self.asarray(x)
     if len(x.shape) == 0 or ops.no_elements(x):
       return x
@@ -314,8 +337,10 @@ class TensorFlowBackend(base.Backend):
     return tf.gather(x, m.fill_index)
 
   def sanitize(self, x, m):
-    """A register as a block's primitives see it: the lanes of members not
-    at the block hold a copy of a member's that is (`fill_inactive`).
+    """A register as a block's primitives see it (`fill_inactive`).
+
+    The lanes of members not at the block hold a copy of a member's that
+    is.
 
     Primitives run on the whole batch here, and leftover data in the other
     lanes must not matter: an index out of range there would fail the run
@@ -324,6 +349,13 @@ class TensorFlowBackend(base.Backend):
     live member's data, those lanes compute what it computes.  Under XLA,
     which clamps indices and defines integer division by zero, only
     floating registers are filled (for gradients, with `max_steps`).
+
+    Args:
+      x: A register's value (a pending write included).
+      m: The mask of the members at the block, or None outside a block.
+
+    Returns:
+      The value the primitives get.
     """
     if m is None or m.full:
       return ops.value(x)
@@ -339,18 +371,15 @@ class TensorFlowBackend(base.Backend):
     return self.fill_inactive(x, m)
 
   def members(self, m):
-    """Indices of the members in `m`, or None in a graph (unknown)."""
     if not tf.executing_eagerly():
       return None
     return m.idx
 
   def write(self, old, new, m):
-    """`new` for the members in `m`, `old` for the rest.
-
-    In a block of the staged loop outside XLA the select waits
-    (`ops.MaskedWrite`): the registers a block writes into one pack then take
-    one select over the pack instead of one each (`packing.Packing.ports`).
-    """
+    # In a block of the staged loop outside XLA the select waits
+    # (`ops.MaskedWrite`): the registers a block writes into one pack then
+    # take one select over the pack instead of one each
+    # (`packing.Packing.ports`).
     if m.full:
       return new
     if tf_errors.current_step() is not None and not masks.in_xla_context():
@@ -385,7 +414,6 @@ class TensorFlowBackend(base.Backend):
     return tf.zeros((batch,), tf.int32)
 
   def push(self, stacks, sp, values, m, depth, overflow_error):
-    """Pushes each of `values` on its stack for the members in `m`."""
     # Members not in `m`, and members parked after an overflow (sp >
     # depth), target row -1: no row.
     target = sp if m.full else tf.where(m.mask, sp, -1)
@@ -418,12 +446,10 @@ class TensorFlowBackend(base.Backend):
     step.park.append((over, code))
 
   def pop(self, stacks, sp, values, m):
-    """Restores `values` from the top of their stacks and drops the frame."""
     out = self.peek(stacks, sp, values, m)
     return out, (sp - 1 if m.full else sp - m.as_int)
 
   def peek(self, stacks, sp, values, m):
-    """Restores `values` from the top of their stacks, keeping the frame."""
     batch = m.batch
     # Row-major flat index of (top, member); a member with an empty stack
     # (only ever one not in `m`) reads row 0, which `write` discards.
@@ -462,12 +488,10 @@ class TensorFlowBackend(base.Backend):
 
   def run(self, blocks, state, num_blocks, schedule, stats, labels,
           max_steps=None, step_limit_error=None):
-    """Runs the VM loop; fills `stats` (ints eagerly, tensors in a graph).
-
-    `max_steps` is the loop's `maximum_iterations` (members left then fail
-    with `step_limit_error(members)`); a static trip count also lets XLA
-    differentiate the loop.
-    """
+    # `stats` gets ints eagerly, tensors in a graph.  `max_steps` is the
+    # loop's `maximum_iterations` (members left then fail with
+    # `step_limit_error(members)`); a static trip count also lets XLA
+    # differentiate the loop.
     batch = stats.batch_size
     if not batch:
       loop.fill_stats(stats, labels, 0, [0] * num_blocks, [0] * num_blocks)

@@ -21,20 +21,42 @@ __all__ = ['Sites', 'Step', 'current_step', 'tracing_step', 'collect_errors',
 
 
 class Sites:
-  """Error sites of one staged run; site k parks members at `base + k`."""
+  """Error sites of one staged run; site k parks members at `base + k`.
+
+  Args:
+    num_blocks: The program's blocks (codes start past the exit).
+  """
 
   def __init__(self, num_blocks):
     self.base = num_blocks + 1
     self.makers = []      # site -> function(members) -> AutoBatchError
 
   def add(self, make_error):
+    """Adds a site.
+
+    Args:
+      make_error: `make_error(members)` builds the site's error.
+
+    Returns:
+      The site's error code.
+    """
     self.makers.append(make_error)
     return self.base + len(self.makers) - 1
 
   def error(self, code, members):
+    """The error of the site with `code`.
+
+    Args:
+      code: An error code `add` returned.
+      members: The members parked there (None: unknown).
+
+    Returns:
+      The error.
+    """
     return self.makers[code - self.base](members)
 
   def graph_messages(self):
+    """Each site's message for a graph's assertion (members unknown)."""
     return [without_members(self.error(self.base + k, None))
             for k in range(len(self.makers))]
 
@@ -51,7 +73,11 @@ def without_members(err):
 
 
 class Step:
-  """Collects what one traced block wants done to the PCs afterwards."""
+  """Collects what one traced block wants done to the PCs afterwards.
+
+  Args:
+    sites: The run's `Sites`.
+  """
 
   def __init__(self, sites):
     self.sites = sites
@@ -62,11 +88,20 @@ _local = threading.local()
 
 
 def current_step():
+  """The `Step` of the block being traced, or None outside the loop."""
   return getattr(_local, 'step', None)
 
 
 @contextlib.contextmanager
 def tracing_step(step):
+  """Makes `step` the current step while tracing a block.
+
+  Args:
+    step: A `Step`.
+
+  Yields:
+    Nothing.
+  """
   old = current_step()
   _local.step = step
   try:
@@ -115,7 +150,14 @@ _collectors = threading.local()
 
 @contextlib.contextmanager
 def collect_errors(sink):
-  """Makes staged runs append `(code, members_failed, sites)` to `sink`."""
+  """Makes staged runs append `(code, members_failed, sites)` to `sink`.
+
+  Args:
+    sink: A list.
+
+  Yields:
+    `sink`.
+  """
   stack = getattr(_collectors, 'stack', [])
   _collectors.stack = stack + [sink]
   try:
@@ -148,7 +190,16 @@ def warn_uncollected_under_xla(sites):
 
 
 def poison(x, bad):
-  """`x` with every element replaced by an unmistakable value if `bad`."""
+  """`x` with every element replaced by an unmistakable value if `bad`.
+
+  Args:
+    x: A tensor.
+    bad: A scalar bool tensor.
+
+  Returns:
+    NaN for floats, the minimum (or maximum, unsigned) for integers;
+    booleans as they are.
+  """
   dtype = x.dtype
   if dtype.is_floating or dtype.is_complex:
     value = float('nan')

@@ -29,6 +29,13 @@ def switch(b, branches):
   the whole program.  Kept as a functional `Case`, a step runs only the
   taken block's function (docs/performance.md).  XLA compiles the `Case`
   as a conditional either way.
+
+  Args:
+    b: The branch index, a scalar int32 tensor.
+    branches: The branch functions.
+
+  Returns:
+    The taken branch's outputs.
   """
   if masks.in_xla_context() or _indexed_case is None:
     return tf.switch_case(b, branches)
@@ -38,13 +45,19 @@ def switch(b, branches):
 def write_groups(packing, block_writes):
   """Splits the blocks into groups for XLA's step (see `loop.staged_loop`).
 
-  Returns `[(members, width)]`: block indices and, per pack, the ports
-  their switch returns (the most any member writes).  A step of a block
-  costs its group's ports, in bytes, plus the knob `group_step_bytes` per
-  group;
-  with blocks sorted by the bytes they write, the groups are the
-  contiguous runs that minimize that cost summed over all blocks (each
-  block counted once: which run most is not known when tracing).
+  A step of a block costs its group's ports, in bytes, plus the knob
+  `group_step_bytes` per group; with blocks sorted by the bytes they
+  write, the groups are the contiguous runs that minimize that cost summed
+  over all blocks (each block counted once: which run most is not known
+  when tracing).
+
+  Args:
+    packing: The run's `packing.Packing`.
+    block_writes: Each block's written slots.
+
+  Returns:
+    `[(members, width)]`: block indices and, per pack, the ports their
+    switch returns (the most any member writes).
   """
   row_bytes = []
   for is_stack, dtype, shape in packing.keys:
@@ -80,7 +93,19 @@ def write_groups(packing, block_writes):
 
 def run_groups(b, mask, groups, branch_fns, packing, carried, writes):
   """XLA's step: block `b`'s group switches to it and scatters its ports.
-  `writes`: each block's writes."""
+
+  Args:
+    b: The block to run, a scalar int32 tensor.
+    mask: The members at it, a bool tensor `[batch]`.
+    groups: `write_groups`'s groups.
+    branch_fns: Each block's branch function (`loop.branch_fn`).
+    packing: The run's `packing.Packing`.
+    carried: The loop variables.
+    writes: Each block's written slots.
+
+  Returns:
+    The loop variables after the step.
+  """
   num_packs = len(packing.slots)
   if len(groups) == 1:
     return run_group(b, mask, groups[0], branch_fns, packing, writes,
@@ -117,8 +142,7 @@ def run_groups(b, mask, groups, branch_fns, packing, carried, writes):
 
 def run_group(b, mask, group, branch_fns, packing, writes, *carried,
                case=None):
-  """A group's switch to block `b` (one of its members), and the scatter
-  of its ports into the packs.
+  """A group's switch to block `b`, and the scatter of its ports.
 
   A group of one block has no switch, unless the packs it writes are
   large (the knob `guarded_group_bytes`): then its block runs in a
@@ -127,6 +151,19 @@ def run_group(b, mask, group, branch_fns, packing, writes, *carried,
   scatter into it are in one computation, and XLA copies the pack there,
   twice per step.  In a conditional the reads are done when the scatter
   runs, and XLA updates the pack in place.
+
+  Args:
+    b: The block to run (one of the group's members).
+    mask: The members at it.
+    group: `(members, width)`.
+    branch_fns: Each block's branch function.
+    packing: The run's `packing.Packing`.
+    writes: Each block's written slots.
+    *carried: The loop variables.
+    case: `b`'s position among the group's members, if known.
+
+  Returns:
+    The loop variables after the step.
   """
   members, width = group
   num_packs = len(packing.slots)
@@ -169,4 +206,14 @@ def _run_once(taken, fn, carried):
 
 
 def bind(f, mask, carried):
+  """`f(mask, *carried)` as a function of no arguments (a branch).
+
+  Args:
+    f: A branch function.
+    mask: The members at the block.
+    carried: The loop variables.
+
+  Returns:
+    The bound function.
+  """
   return lambda: f(mask, *carried)

@@ -25,9 +25,7 @@ _EAGER_CACHE_SIZE = 64
 
 def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
                  step_limit=(None, None), profile=False):
-  """Builds the `tf.while_loop`; returns (state, [num_blocks, 2] counts,
-  profile), where with `profile` the last is (seconds per block, or None
-  under XLA, which has no clock; blocks run per member), else None.
+  """Builds the `tf.while_loop` of a run.
 
   The loop carries the state partly packed by dtype and shape
   (`packing_lib.Packing`).
@@ -58,6 +56,22 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
   single-trip `while_loop` (which, unlike a conditional, updates its
   state in place) taken only when the block is one of its own.  The
   figures behind these choices are in docs/performance.md.
+
+  Args:
+    backend: The `TensorFlowBackend`.
+    blocks: The compiled blocks.
+    state: The VM state.
+    num_blocks: The number of blocks.
+    schedule: `'most'` or `'lowest'`.
+    batch: The batch size.
+    sites: The run's `errors.Sites`.
+    step_limit: `(max_steps, step_limit_error)`.
+    profile: Whether to count blocks per member and time blocks.
+
+  Returns:
+    `(state, counts, profiled)`: counts `[num_blocks, 2]`; with `profile`,
+    `profiled` is (seconds per block, or None under XLA, which has no
+    clock; blocks run per member), else None.
   """
   state = [tf.convert_to_tensor(s) for s in state]
   stack_slots = blocks[0].stack_slots if blocks else frozenset()
@@ -188,10 +202,21 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
   return state, out[1], profiled
 
 def branch_fn(backend, block_fn, batch, sites, packing, width, full=False):
-  """One block, traced into a switch branch: `f(mask, *carried)` returns
-  the loop variables after it (outside XLA), or, given its group's ports
-  per pack (`width`, under XLA), `(ports, flat)`.  `full`: for a step
-  with every member at the block (`mask` all true)."""
+  """One block as a switch branch `f(mask, *carried)`.
+
+  Args:
+    backend: The `TensorFlowBackend`.
+    block_fn: The compiled block.
+    batch: The batch size.
+    sites: The run's `errors.Sites`.
+    packing: The run's `packing.Packing`.
+    width: Under XLA, its group's ports per pack; None outside XLA.
+    full: For a step with every member at the block (`mask` all true).
+
+  Returns:
+    `f`, returning the loop variables after the block (outside XLA) or
+    `(ports, flat)` (under XLA).
+  """
 
   def run_block(mask, *carried):
     st = packing_lib.BlockState(carried, packing, block_fn.writes)
@@ -228,7 +253,17 @@ def branch_fn(backend, block_fn, batch, sites, packing, width, full=False):
   return run_on_device
 
 def fail_in_graph(backend, state, num_blocks, sites):
-  """Makes a run with parked members fail: Assert, poison, collectors."""
+  """Makes a run with parked members fail: Assert, poison, collectors.
+
+  Args:
+    backend: The `TensorFlowBackend`.
+    state: The state after the loop.
+    num_blocks: The number of blocks.
+    sites: The run's `errors.Sites`.
+
+  Returns:
+    The state, poisoned where a member failed (under XLA).
+  """
   if not sites.makers:
     return state
   pc = state[PC]
@@ -251,7 +286,21 @@ def fail_in_graph(backend, state, num_blocks, sites):
 
 def run_eagerly(backend, blocks, state, num_blocks, schedule, stats, labels,
                  limit):
-  """Runs the staged loop via a cached tf.function; steps eagerly if not."""
+  """Runs the staged loop via a cached tf.function; steps eagerly if not.
+
+  Args:
+    backend: The `TensorFlowBackend`.
+    blocks: The compiled blocks.
+    state: The VM state.
+    num_blocks: The number of blocks.
+    schedule: `'most'` or `'lowest'`.
+    stats: The `RunStats` to fill.
+    labels: The blocks' labels.
+    limit: `(max_steps, step_limit_error)`.
+
+  Returns:
+    The state after the run.
+  """
   batch = stats.batch_size
   staged = _eager_cache_get(backend, blocks, num_blocks, schedule, batch,
                             limit)
@@ -333,6 +382,15 @@ def step_eagerly(backend, blocks, state, num_blocks, schedule, stats,
 
 
 def fill_stats(stats, labels, steps, runs, active):
+  """Writes a run's counts into `stats`.
+
+  Args:
+    stats: The `RunStats`.
+    labels: The blocks' labels.
+    steps: The steps run.
+    runs: Per block, its runs.
+    active: Per block, its active members summed over its runs.
+  """
   stats.steps = steps
   for label, r, a in zip(labels, runs, active):
     stats.block_executions[label] = r
@@ -346,6 +404,17 @@ FORCED_BLOCK = []
 
 
 def next_block_tensor(pc, num_blocks, schedule, one_hot_max):
+  """`vm.scheduler.Scheduler`'s choice, as tensor ops in the staged loop.
+
+  Args:
+    pc: The PCs, an int32 tensor `[batch]`.
+    num_blocks: The number of blocks (the exit PC).
+    schedule: `'most'` or `'lowest'`.
+    one_hot_max: The knob `one_hot_max`.
+
+  Returns:
+    The block to run, a scalar int32 tensor (`num_blocks`: none).
+  """
   if schedule == 'most':
     xla = masks.in_xla_context()
     if not xla:
@@ -390,8 +459,9 @@ def _most_by_key(counts, num_blocks, batch):
 
 
 def traceable(fn, name=None):
-  """`fn` as the Python function of a `tf.function` of its own: a
-  `functools.partial` of it, named `name` (default: `fn`'s name), the
+  """`fn` as the Python function of a `tf.function` of its own.
+
+  A `functools.partial` of it, named `name` (default: `fn`'s name), the
   name of the traced graphs and of TensorFlow's messages.
 
   TensorFlow counts a `tf.function`'s traces by its Python function's
@@ -402,6 +472,13 @@ def traceable(fn, name=None):
   staging five functions, each traced once, warned.  A partial has no
   code and is counted on its own, so the warning keeps its meaning: one
   function traced for five signatures in a row.
+
+  Args:
+    fn: A function.
+    name: Its name for TensorFlow.
+
+  Returns:
+    The partial.
   """
   out = _Traceable(fn)
   out.__name__ = name or getattr(fn, '__name__', 'function')
@@ -419,7 +496,16 @@ class _Traceable(functools.partial):
 # -- the eager path's cache of staged loops --------------------------------
 
 class StagedRun:
-  """A `tf.function` running one compiled program's loop, and its sites."""
+  """A `tf.function` running one compiled program's loop, and its sites.
+
+  Args:
+    backend: The `TensorFlowBackend`.
+    blocks: The compiled blocks.
+    num_blocks: The number of blocks.
+    schedule: `'most'` or `'lowest'`.
+    batch: The batch size.
+    limit: `(max_steps, step_limit_error)`.
+  """
 
   def __init__(self, backend, blocks, num_blocks, schedule, batch, limit):
     self.blocks = blocks      # keeps id(blocks) unique while cached
@@ -436,6 +522,11 @@ class StagedRun:
     self.function = tf.function(traceable(loop), autograph=False)
 
   def __call__(self, state):
+    """Runs the loop on `state`; returns `(state, counts)`.
+
+    Args:
+      state: The VM state.
+    """
     return self.function(list(state))
 
 

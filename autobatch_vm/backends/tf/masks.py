@@ -21,6 +21,12 @@ class Mask:
   `full` is a Python bool (True only when statically known); `count` is an
   int eagerly and None in a graph.  Derived tensors are cached, so build a
   new `Mask` per traced branch (tensors cannot cross graphs).
+
+  Args:
+    mask: A bool tensor `[batch]`.
+    count: The members in it: an int eagerly, None in a graph.
+    full: Whether every member is in it (True only when statically known).
+    batch: The batch size.
   """
   __slots__ = ('mask', 'count', 'full', 'batch', '_as_int', '_expanded',
                '_idx', '_first', '_fill_index', '_fill_index_nd')
@@ -47,6 +53,7 @@ class Mask:
 
   @property
   def as_int(self):
+    """The mask as int32 `[batch]`."""
     if self._as_int is None:
       self._as_int = tf.cast(self.mask, tf.int32)
     return self._as_int
@@ -68,8 +75,15 @@ class Mask:
     return self._fill_index_nd
 
   def like_rows(self, k, shape):
-    """The mask broadcast to `[k, *shape]` (`shape` is `[batch, ...]`):
-    for a select over `k` stacked values."""
+    """The mask broadcast to `[k, *shape]`, for a select over `k` values.
+
+    Args:
+      k: The number of stacked values.
+      shape: The shape of one value, `[batch, ...]`.
+
+    Returns:
+      The broadcast mask.
+    """
     key = (k,) + tuple(shape)
     if key not in self._expanded:
       mask = tf.reshape(self.mask, [1, self.batch] + [1] * (len(shape) - 1))
@@ -77,10 +91,17 @@ class Mask:
     return self._expanded[key]
 
   def like(self, shape):
-    """The mask broadcast to `shape` (`[batch, ...]`), to select between
-    values of that shape: on CPU TensorFlow's select is several times
-    slower when it broadcasts its condition (a `[64, 1]` mask against
-    `[64, 25]` values)."""
+    """The mask broadcast to `shape`, to select between values of it.
+
+    On CPU TensorFlow's select is several times slower when it broadcasts
+    its condition (a `[64, 1]` mask against `[64, 25]` values).
+
+    Args:
+      shape: The values' shape, `[batch, ...]`.
+
+    Returns:
+      The mask, broadcast (reshaped only under XLA, which fuses it).
+    """
     ndim = len(shape)
     if ndim <= 1:
       return self.mask
@@ -94,16 +115,17 @@ class Mask:
 
   @property
   def idx(self):
+    """The members' indices, a NumPy array (eagerly only)."""
     if self._idx is None:
       self._idx = np.flatnonzero(self.mask.numpy())
     return self._idx
 
 
-
-
 def on_gpu():
-  """Whether ops traced here run on a GPU (a `tf.device` scope says so, or
-  there is none and a GPU is visible)."""
+  """Whether ops traced here run on a GPU.
+
+  A `tf.device` scope says so, or there is none and a GPU is visible.
+  """
   requested = tf.DeviceSpec.from_string(tf.constant(0).device).device_type
   if requested is None:
     return bool(tf.config.list_logical_devices('GPU'))

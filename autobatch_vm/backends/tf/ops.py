@@ -19,9 +19,15 @@ __all__ = ['PackRow', 'MaskedWrite', 'value', 'StackWrite', 'hot',
 
 
 class PackRow:
-  """A stack as a block reads it outside XLA: row `row` of its pack,
-  not sliced out (pops gather from the whole pack; pushes only need its
-  dtype)."""
+  """A stack as a block reads it outside XLA: row `row` of its pack.
+
+  Not sliced out: pops gather from the whole pack, pushes only need its
+  dtype.
+
+  Args:
+    pack: The pack tensor.
+    row: The stack's row in it.
+  """
   __slots__ = ('pack', 'row')
 
   def __init__(self, pack, row):
@@ -30,15 +36,22 @@ class PackRow:
 
   @property
   def dtype(self):
+    """The stack's dtype (the pack's)."""
     return self.pack.dtype
 
   def materialize(self):
+    """The stack, sliced out of its pack."""
     return self.pack[self.row]
 
 
 class MaskedWrite:
-  """A masked register write not yet done: `new` for the members in `m`,
-  `old` for the rest (see `TensorFlowBackend.write`)."""
+  """A masked register write not yet done (see `TensorFlowBackend.write`).
+
+  Args:
+    old: The register's value for the members not in `m`.
+    new: Its value for the members in `m`.
+    m: The `masks.Mask`.
+  """
 
   def __init__(self, old, new, m):
     self.old = old
@@ -46,25 +59,51 @@ class MaskedWrite:
     self.m = m
 
   def materialize(self):
+    """The write done: one select."""
     return tf.where(self.m.like(self.new.shape.as_list()), self.new,
                     value(self.old))
 
   def for_members(self, m):
-    """A value right in the lanes of the members in `m` (the others' do
-    not matter): `new`, with no select, if this write is for them."""
+    """A value right in the lanes of the members in `m`.
+
+    The others' lanes do not matter: `new`, with no select, if this write
+    is for them.
+
+    Args:
+      m: A `masks.Mask`.
+
+    Returns:
+      The tensor.
+    """
     return self.new if self.m is m else self.materialize()
 
 
 def value(x):
-  """`x` as a tensor: a pending masked write done, a stack sliced out."""
+  """`x` as a tensor: a pending masked write done, a stack sliced out.
+
+  Args:
+    x: A tensor, `MaskedWrite` or `PackRow`.
+
+  Returns:
+    The tensor.
+  """
   return x.materialize() if isinstance(x, (MaskedWrite, PackRow)) else x
 
 
 class StackWrite:
-  """A push not yet applied: `value[b]` goes to row `target[b]` of `base`
-  for members with `target[b] >= 0`.  In the staged loop it becomes a
-  scatter of `[batch, *shape]` rows after the switch; read in the block, or
-  on a stack carried unpacked, it is applied here."""
+  """A push not yet applied.
+
+  `value[b]` goes to row `target[b]` of `base` for members with
+  `target[b] >= 0`.  In the staged loop it becomes a scatter of
+  `[batch, *shape]` rows after the switch; read in the block, or on a
+  stack carried unpacked, it is applied by `materialize`.
+
+  Args:
+    base: The stack.
+    target: The frame of each member, -1 for none.
+    value: The values pushed, `[batch, *shape]`.
+    full: Whether every member pushes.
+  """
 
   def __init__(self, base, target, value, full=False):
     self.base = base
@@ -73,6 +112,7 @@ class StackWrite:
     self.full = full     # every member pushes
 
   def materialize(self):
+    """The stack after the push."""
     if no_elements(self.base):
       return self.base   # nothing to write (and a scatter would fail)
     rows = self.base.shape[0]
@@ -101,8 +141,16 @@ class StackWrite:
 
 
 def hot(rows, target, extra=0):
-  """`[..., rows, batch, 1 * extra]` for targets `[..., batch]`: whether
-  each row is the member's target."""
+  """Whether each row is the member's target.
+
+  Args:
+    rows: The stack's frames.
+    target: The targets, `[..., batch]`.
+    extra: Trailing dimensions of size 1 to add (for events).
+
+  Returns:
+    A bool tensor `[..., rows, batch, 1 * extra]`.
+  """
   hot = tf.equal(tf.range(rows, dtype=tf.int32)[:, tf.newaxis],
                  target[..., tf.newaxis, :])
   if extra:
@@ -110,14 +158,22 @@ def hot(rows, target, extra=0):
   return hot
 
 
-
-
 def select_push(pack, values, rows, targets):
-  """Under XLA, `pack` (`[slots + 1, frames, batch, *event]`) with the
-  ports' pushes (values `[K, batch, *event]`, rows `[K, 1]`, targets
-  `[K, batch]`, -1 for a member that does not push), written by a select
-  over each port's stack: one pass over `frames * batch` elements, where
-  the scatter is `batch` trips of a loop (see `_select_push_frames`)."""
+  """Under XLA, a pack with the ports' pushes written by selects.
+
+  A select over each port's stack is one pass over `frames * batch`
+  elements, where the scatter is `batch` trips of a loop (see
+  `packing.Packing.select_push_frames`).
+
+  Args:
+    pack: The pack, `[slots + 1, frames, batch, *event]`.
+    values: The pushed values, `[K, batch, *event]`.
+    rows: The ports' stacks in the pack, `[K, 1]`.
+    targets: The members' frames, `[K, batch]` (-1: no push).
+
+  Returns:
+    The pack after the pushes.
+  """
   shape = pack.shape.as_list()
   frames, extra = shape[1], len(shape) - 3
   frame = tf.reshape(tf.range(frames, dtype=tf.int32), [frames, 1])
@@ -134,10 +190,12 @@ def select_push(pack, values, rows, targets):
 
 @functools.lru_cache(maxsize=None)
 def xla_cpu_expands_scatter():
-  """Whether XLA on this CPU compiles a scatter as a loop with a trip per
-  index (TensorFlow 2.18 and older: a push of `batch` members is `batch`
-  trips, each a few dozen nanoseconds, at every step) rather than as one
-  kernel (TensorFlow 2.21).  Found by compiling a small scatter once."""
+  """Whether XLA on this CPU compiles a scatter as a loop.
+
+  A loop with a trip per index (TensorFlow 2.18 and older: a push of
+  `batch` members is `batch` trips at every step) rather than one kernel
+  (TensorFlow 2.21).  Found by compiling a small scatter once.
+  """
   with tf.init_scope(), tf.device('/device:CPU:0'):
     probe = tf.function(
         lambda x, i: tf.tensor_scatter_nd_update(x, i, tf.ones([2], x.dtype)),
@@ -150,13 +208,18 @@ def xla_cpu_expands_scatter():
   return ' scatter(' not in hlo
 
 
-
-
 def pushing_members(values, rows, targets):
-  """A push's frames of the members that push (those with a target), as
-  (pack rows, frames, members), each `[n]`, and their values
-  `[n, *event]`; from a stack port (values `[K, batch, *event]`, rows
-  `[K, 1]`, targets `[K, batch]`)."""
+  """A stack port's frames of the members that push (those with a target).
+
+  Args:
+    values: The pushed values, `[K, batch, *event]`.
+    rows: The ports' stacks in the pack, `[K, 1]`.
+    targets: The members' frames, `[K, batch]` (-1: no push).
+
+  Returns:
+    `(pack rows, frames, members, values)`: three `[n]` tensors and the
+    values `[n, *event]`.
+  """
   hit = tf.where(targets >= 0)    # [n, 2]: (port, member)
   port, member = tf.unstack(tf.cast(hit, tf.int32), axis=1)
   return (tf.gather(rows[:, 0], port), tf.gather_nd(targets, hit), member,
@@ -164,13 +227,31 @@ def pushing_members(values, rows, targets):
 
 
 def no_elements(x):
-  """Whether `x` has a dimension known to be 0: it holds nothing, and
-  TensorFlow's gathers and scatters fail on it (a register `[batch, 0]`)."""
+  """Whether `x` has a dimension known to be 0.
+
+  It then holds nothing, and TensorFlow's gathers and scatters fail on it
+  (a register `[batch, 0]`).
+
+  Args:
+    x: A tensor.
+
+  Returns:
+    A Python bool.
+  """
   shape = x.shape
   return shape.rank is not None and 0 in shape.as_list()
 
 
 def nbytes(dtype, shape):
+  """The bytes of a tensor.
+
+  Args:
+    dtype: A `tf.DType`.
+    shape: Its static shape.
+
+  Returns:
+    An int.
+  """
   return int(np.prod(shape, dtype=np.int64)) * dtype.size
 
 
@@ -189,9 +270,18 @@ def update_rows(x, index, rows):
 
 
 def private_copy(x, parts):
-  """A copy of `x` (which stacks `parts`) in a buffer of its own, fresh
-  at every run (`Empty` is stateful: never constant-folded nor shared),
-  for `update_rows`.  Stacks start empty: then the buffer is only zeroed."""
+  """A copy of `x` in a buffer of its own, for `update_rows`.
+
+  Fresh at every run (`Empty` is stateful: never constant-folded nor
+  shared).  Stacks start empty: then the buffer is only zeroed.
+
+  Args:
+    x: A pack.
+    parts: The tensors `x` stacks.
+
+  Returns:
+    The copy.
+  """
   if all(_is_zeros(p) for p in parts):
     return tf.raw_ops.Empty(shape=tf.shape(x), dtype=x.dtype, init=True)
   buffer = tf.raw_ops.Empty(shape=tf.shape(x), dtype=x.dtype, init=False)
@@ -219,6 +309,12 @@ def storage_dtype(dtype):
   eight are ready at once, which costs more than the thunks themselves.
   NUTS-like steps on a cheap target (a 25-dimensional Gaussian, 64
   chains) take less time a call (docs/performance.md).
+
+  Args:
+    dtype: A `tf.DType`.
+
+  Returns:
+    The storage `tf.DType`.
   """
   if dtype in (tf.int64, tf.uint64):
     return tf.uint64

@@ -14,8 +14,10 @@ __all__ = ['Packing', 'BlockState']
 
 
 class Packing:
-  """The VM state packed into one tensor per (kind, dtype, shape) (several
-  outside XLA, where each pack is kept below `max_bytes`).
+  """The VM state packed into one tensor per (kind, dtype, shape).
+
+  Several per kind outside XLA, where each pack is kept below
+  `max_bytes`.
 
   Pack g stacks its slots' tensors `[len(slots) + 1, *shape]`; the last row
   is scratch.  A block's writes become ports, per pack, which are scattered
@@ -39,6 +41,17 @@ class Packing:
   all its reads.  Gradients only ever need the pack's shape, never its
   values (gathers' and pushes' gradients), so a loop that is
   differentiated stays correct.
+
+  Args:
+    state: The VM state's tensors.
+    stack_slots: The slots that are stacks.
+    packed: The slots to pack (the others are carried as they are).
+    max_bytes: The most bytes of a pack (None: no limit, under XLA).
+    writers: Outside XLA, per slot, the blocks that write it; None under
+      XLA.
+    inplace_bytes: Stack packs of this many bytes or more are pushed in
+      place (None: never).
+    knobs: The run's `knobs.TuningKnobs`.
   """
 
   def __init__(self, state, stack_slots, packed, max_bytes=None,
@@ -107,7 +120,15 @@ class Packing:
     self.size = len(state)
 
   def stored(self, slot, x):
-    """`x`, a value of `slot`, as its pack holds it."""
+    """`x`, a value of `slot`, as its pack holds it.
+
+    Args:
+      slot: A state slot.
+      x: Its value.
+
+    Returns:
+      The value in the pack's dtype.
+    """
     if slot not in self.where:
       return x
     dtype = self.keys[self.where[slot][0]][1]
@@ -124,7 +145,14 @@ class Packing:
     return tf.not_equal(x, 0) if dtype == tf.bool else tf.bitcast(x, dtype)
 
   def carry(self, state):
-    """The loop variables: the packs, then the flat slots."""
+    """The loop variables: the packs, then the flat slots.
+
+    Args:
+      state: The VM state's tensors.
+
+    Returns:
+      The list of loop variables.
+    """
     packs = []
     for slots in self.slots:
       rows = [self.stored(s, state[s]) for s in slots]
@@ -134,8 +162,17 @@ class Packing:
     return packs + [state[s] for s in self.flat]
 
   def read(self, carried, slot, rows=None):
-    """The slot's value; `rows`, a dict, caches packs unstacked (outside
-    XLA: one node per pack instead of a slice per register)."""
+    """The slot's value, read from the loop variables.
+
+    Args:
+      carried: The loop variables.
+      slot: A state slot.
+      rows: A dict caching packs unstacked (outside XLA: one node per
+        pack instead of a slice per register), or None.
+
+    Returns:
+      The value (a `ops.PackRow` for a stack outside XLA).
+    """
     if slot in self.where:
       g, row = self.where[slot]
       if rows is None or not self.rewrite:
@@ -150,6 +187,14 @@ class Packing:
     return carried[len(self.slots) + self.flat_index[slot]]
 
   def unpack(self, carried):
+    """The VM state from the loop variables.
+
+    Args:
+      carried: The loop variables.
+
+    Returns:
+      The state's tensors.
+    """
     state = [None] * self.size
     for slots, pack in zip(self.slots, carried):
       for slot, x in zip(slots, tf.unstack(pack)):
@@ -159,7 +204,14 @@ class Packing:
     return state
 
   def flat_values(self, st):
-    """The flat slots' values at the end of a block (pushes applied)."""
+    """The flat slots' values at the end of a block (pushes applied).
+
+    Args:
+      st: The block's `BlockState`.
+
+    Returns:
+      The list of tensors.
+    """
     out = []
     for slot in self.flat:
       value = st.written(slot)
@@ -169,15 +221,33 @@ class Packing:
     return out
 
   def block_width(self, writes):
-    """Per pack, how many of its slots a block with `writes` writes."""
+    """Per pack, how many of its slots a block with `writes` writes.
+
+    Args:
+      writes: The block's written slots.
+
+    Returns:
+      A list of ints, one per pack.
+    """
     counts = collections.Counter(self.where[s][0] for s in writes
                                  if s in self.where)
     return [counts[g] for g in range(len(self.slots))]
 
   def carried_after(self, st, writes, carried):
-    """All loop variables after a block, scattered in its branch: only the
-    packs the block writes are touched (outside XLA, where a scatter
-    copies its pack and passing a tensor through a `Case` is free)."""
+    """All loop variables after a block, scattered in its branch.
+
+    Only the packs the block writes are touched (outside XLA, where a
+    scatter copies its pack and passing a tensor through a `Case` is
+    free).
+
+    Args:
+      st: The block's `BlockState`.
+      writes: The block's written slots.
+      carried: The loop variables before the block.
+
+    Returns:
+      The branch's outputs (`after_switch` finishes them).
+    """
     width = self.block_width(writes)
     copied = [0 if g in self.inplace else k for g, k in enumerate(width)]
     packs = self.scatter(list(carried[:len(self.slots)]),
@@ -192,8 +262,15 @@ class Packing:
     return kept + self.flat_values(st) + updates
 
   def after_switch(self, carried, outputs):
-    """The loop variables after a step, from those before and the switch's
-    `outputs` (`carried_after`'s): the in-place pushes are applied here."""
+    """The loop variables after a step; the in-place pushes are done here.
+
+    Args:
+      carried: The loop variables before the step.
+      outputs: The switch's outputs (`carried_after`'s).
+
+    Returns:
+      The loop variables.
+    """
     outputs = list(outputs)
     if not self.inplace:
       return outputs
@@ -237,6 +314,16 @@ class Packing:
     """The values of `writes`, per pack: `width[g]` ports for pack g.
 
     Few graph nodes: a pack the block does not write gets constants only.
+
+    Args:
+      st: The block's `BlockState`.
+      writes: The block's written slots.
+      width: Per pack, the ports to return.
+      carried: The loop variables, to select against a whole pack, or
+        None.
+
+    Returns:
+      The ports of the packs with ports.
     """
     out = []
     for g, k in enumerate(width):
@@ -275,17 +362,33 @@ class Packing:
     return out
 
   def written_bytes(self, width):
-    """The bytes of the packs that ports of `width` scatter into."""
+    """The bytes of the packs that ports of `width` scatter into.
+
+    Args:
+      width: Per pack, the ports.
+
+    Returns:
+      An int.
+    """
     return sum(ops.nbytes(self.keys[g][1], self.keys[g][2]) *
                (len(self.slots[g]) + self.scratch)
                for g, k in enumerate(width) if k)
 
   def no_ports(self, writes, width, carried):
-    """What a branch returns for a block with `writes` in a group of
-    `width` (under XLA): `(ports, flat)` shaped as `ports` and
-    `flat_values` make them, but leaving the state as it is: each register
-    row written with its own value, no member pushing, the flat slots
-    passed through."""
+    """What a branch returns that leaves the state as it is (under XLA).
+
+    `(ports, flat)` shaped as `ports` and `flat_values` make them for a
+    block with `writes` in a group of `width`: each register row written
+    with its own value, no member pushing, the flat slots passed through.
+
+    Args:
+      writes: The block's written slots.
+      width: Per pack, the group's ports.
+      carried: The loop variables.
+
+    Returns:
+      `(ports, flat)`.
+    """
     out = []
     for g, k in enumerate(width):
       if not k:
@@ -313,16 +416,28 @@ class Packing:
             [len(self.slots[g])] * (k - len(slots)))
 
   def select_push_frames(self):
-    """Under XLA, stacks of at most this many frames (capacity + 1) are
-    pushed by a select (`ops.select_push`) instead of a scatter: only
-    where XLA expands scatters into loops (`ops.xla_cpu_expands_scatter`),
-    up to the knob `select_push_frames` (0 on a GPU)."""
+    """Under XLA, stacks of at most this many frames are pushed by a select.
+
+    By `ops.select_push` instead of a scatter: only where XLA expands
+    scatters into loops (`ops.xla_cpu_expands_scatter`), up to the knob
+    `select_push_frames` (0 on a GPU).
+    """
     frames = self.knobs.select_push_frames
     if not frames or not ops.xla_cpu_expands_scatter():
       return 0
     return frames
 
   def scatter(self, packs, ports, width):
+    """The packs with the ports written.
+
+    Args:
+      packs: The packs.
+      ports: The ports of the packs with ports (`ports`).
+      width: Per pack, the ports.
+
+    Returns:
+      The packs.
+    """
     it = iter(ports)
     for g, k in enumerate(width):
       if not k:
@@ -369,8 +484,6 @@ class Packing:
     return packs
 
 
-
-
 def _masked_rows(writes, old_pack, stored):
   """Stacked values of a pack's `writes` (the pack's rows in order), if
   they are all masked writes with one mask: one select over the stacked
@@ -400,8 +513,16 @@ def _stack_padded(values, pad, shape, dtype, fill=0):
 
 
 class BlockState:
-  """The state as a block sees it inside a branch: reads slice the packs,
-  writes are kept (and must be among the block's declared writes)."""
+  """The state as a block sees it inside a branch.
+
+  Reads slice the packs; writes are kept (and must be among the block's
+  declared writes).
+
+  Args:
+    carried: The loop variables.
+    packing: The run's `Packing`.
+    writes: The block's declared writes.
+  """
 
   def __init__(self, carried, packing, writes):
     self._carried = carried
@@ -422,8 +543,15 @@ class BlockState:
     return value
 
   def written(self, slot, masked=False):
-    """The slot's value at the end of the block (a push stays pending;
-    so does a masked write, if `masked`)."""
+    """The slot's value at the end of the block.
+
+    Args:
+      slot: A state slot.
+      masked: Whether a masked write stays pending (a push always does).
+
+    Returns:
+      The value.
+    """
     value = self._values.get(slot)
     if value is None:
       value = self._packing.read(self._carried, slot, self._rows)
