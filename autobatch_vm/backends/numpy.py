@@ -21,6 +21,7 @@ changed.
 """
 
 import ctypes
+import os
 import platform
 import time
 
@@ -105,12 +106,13 @@ def keep_freed_heap():
   starting thresholds these come from fresh `mmap` pages, or the heap's
   top is given back to the system when they are freed, so every call
   faults its memory in again (`benchmarks/page_faults.py` counts them).
-  This sets the thresholds glibc itself adopts once a program has freed
-  a 16 MiB array (see mallopt(3), M_MMAP_THRESHOLD and M_TRIM_THRESHOLD):
-  arrays up to 16 MiB come from the heap, which keeps up to 32 MiB free
-  at its top.  Set explicitly, they hold whatever the environment's
-  `MALLOC_*_` variables or earlier frees did.  Elsewhere than glibc it
-  does nothing.
+  This sets the mmap threshold glibc itself adopts once a program has
+  freed a 16 MiB array (see mallopt(3), M_MMAP_THRESHOLD): arrays up to
+  16 MiB come from the heap.  The heap keeps up to `_trim_bytes()` free at
+  its top (M_TRIM_THRESHOLD; glibc's own adjustment stops at 32 MiB, less
+  than a stackless run at a few thousand members frees between calls).
+  Set explicitly, they hold whatever the environment's `MALLOC_*_`
+  variables or earlier frees did.  Elsewhere than glibc it does nothing.
   """
   global _heap_kept
   if _heap_kept:
@@ -126,11 +128,21 @@ def keep_freed_heap():
   mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
   mallopt.restype = ctypes.c_int
   mallopt(_M_MMAP_THRESHOLD, 16 << 20)
-  mallopt(_M_TRIM_THRESHOLD, 32 << 20)
+  mallopt(_M_TRIM_THRESHOLD, _trim_bytes())
 
 
 _M_TRIM_THRESHOLD = -1   # glibc's <malloc.h>
 _M_MMAP_THRESHOLD = -3
+
+
+def _trim_bytes():
+  """The freed memory the heap keeps: 512 MiB, or a sixteenth of the
+  machine's memory where that is less (and at least 32 MiB)."""
+  try:
+    physical = os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
+  except (ValueError, OSError, AttributeError):
+    physical = 0
+  return min(512 << 20, max(32 << 20, physical // 16))
 
 
 class NumpyBackend(base.Backend):
