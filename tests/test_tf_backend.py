@@ -653,29 +653,33 @@ def test_xla_with_many_groups_matches_members_alone(case, monkeypatch):
   assert_same(result, alone, case.rtol)
 
 
+@pytest.mark.parametrize('window', [2, 32])
 @pytest.mark.parametrize('case', [c for c in CASES if c.name in (
     'fibonacci', 'even_odd', 'power_f64', 'tuple_result')],
                          ids=lambda c: c.name)
-def test_xla_pushes_by_select_match_members_alone(case, monkeypatch):
+def test_xla_pushes_by_select_match_members_alone(case, window, monkeypatch):
   """Where XLA expands a scatter into a loop (TensorFlow 2.18 on CPU),
-  pushes on shallow stacks are selects (`ops.select_push`).  With every push
-  so written, every program matches the NumPy backend and each member
-  alone, and so do gradients."""
+  pushes are selects (`ops.window_push`): over windows of a few frames, a
+  loop trip per window holding pushes (here 2 frames, so members at
+  different depths take several trips), or over the whole stack where it
+  has at most that many frames (32 here, against stacks of 21).  With
+  every push so written, on any TensorFlow, every program matches the
+  NumPy backend and each member alone, and so do gradients."""
   from autobatch_vm.backends.tf import ops  # pylint: disable=g-import-not-at-top
-  selects = []
-  real = ops.select_push
+  pushes = []
+  real = ops.window_push
 
   def spy(*args):
-    selects.append(1)
+    pushes.append(1)
     return real(*args)
   backend = ab.TensorFlowBackend(
-      knobs=ab.tf_backend.TuningKnobs(select_push_frames=10**9))
+      knobs=ab.tf_backend.TuningKnobs(push_window_frames=window))
   monkeypatch.setattr(ops, 'xla_cpu_expands_scatter', lambda: True)
-  monkeypatch.setattr(ops, 'select_push', spy)
+  monkeypatch.setattr(ops, 'window_push', spy)
   args, on_numpy, alone = numpy_and_alone(case.name, 5)
   result = run_tf(case.fn, args, 'xla', max_stack_depth=case.depth,
                   backend=backend)
-  assert selects   # the call stack at least
+  assert pushes   # the call stack at least
   assert_same(result, on_numpy, case.rtol)
   assert_same(result, alone, case.rtol)
   if case.name == 'power_f64':
@@ -683,6 +687,33 @@ def test_xla_pushes_by_select_match_members_alone(case, monkeypatch):
     x = tf.constant(rng.uniform(-1.5, 1.5, size=7))
     n = tf.constant(rng.integers(0, 9, size=7))
     _assert_gradients_match_alone(power, x, n, 'xla', backend=backend)
+
+
+@pytest.mark.parametrize('window', [2, 32])
+def test_xla_pushes_by_select_of_events_match_alone(window, monkeypatch):
+  """Pushes by select (`ops.window_push`) on stacks of events (`[13, 9, 4]`
+  float64 frames): results and gradients through the pushes match each
+  member alone, in windows of 2 frames and over the whole stack."""
+  from autobatch_vm.backends.tf import ops  # pylint: disable=g-import-not-at-top
+  backend = ab.TensorFlowBackend(
+      knobs=ab.tf_backend.TuningKnobs(push_window_frames=window))
+  monkeypatch.setattr(ops, 'xla_cpu_expands_scatter', lambda: True)
+  rng = np.random.default_rng(11)
+  h = tf.constant(rng.normal(size=(9, 4)))
+  x = tf.constant(rng.normal(size=(9,)))
+  n = tf.constant(rng.integers(0, 12, size=9))
+
+  def run(h, x, n, **kwargs):
+    with tf.GradientTape() as tape:
+      tape.watch(h)
+      out = deep_blend(h, x, n, max_stack_depth=12, **kwargs)
+      total = tf.reduce_sum(out * out)
+    return out, tape.gradient(total, h)
+  out, dh = tf.function(lambda *a: run(*a, max_steps=200, backend=backend),
+                        jit_compile=True)(h, x, n)
+  out0, dh0 = run(h, x, n, dry_run=True)
+  np.testing.assert_allclose(out.numpy(), out0.numpy(), rtol=1e-12)
+  np.testing.assert_allclose(dh.numpy(), dh0.numpy(), rtol=1e-12)
 
 
 def test_scatter_probe_says_what_xla_compiles():

@@ -33,11 +33,13 @@ class TuningKnobs:
       of this many bytes or more runs its block in a conditional (whose
       other branch, never taken, writes nothing) instead of inline
       (`groups.run_group`), so that XLA updates the packs in place.
-    select_push_frames: Under XLA, where XLA compiles a scatter as a loop
-      with a trip per index (TensorFlow 2.18 and older on CPU), stacks of
-      at most this many frames are pushed by a select over the stack
-      (`ops.select_push`), deeper ones by the scatter, whose cost does not
-      grow with the depth.
+    push_window_frames: Under XLA, where XLA compiles a scatter as a loop
+      with a trip per index (TensorFlow 2.18 and older on CPU), pushes are
+      selects (`ops.window_push`): over the whole stack for a stack of at
+      most this many frames, else over windows of this many frames, a loop
+      trip per window holding pushes, so that a push costs the spread of
+      the pushing members' frames, not the stack's capacity; register rows
+      are then written a row at a time.  0: pushes are scatters.
     inplace_stack_bytes: Outside XLA, on CPU, a pack of stacks this large
       or larger is pushed in place (`ops.update_rows`) instead of copied
       by a scatter or a select; None: never.  The copy is bounded by this
@@ -50,7 +52,7 @@ class TuningKnobs:
   signature_bytes: int = 4 * 1024
   group_step_bytes: int = 16 * 1024
   guarded_group_bytes: int = 64 * 1024
-  select_push_frames: int = 40
+  push_window_frames: int = 8
   inplace_stack_bytes: Optional[int] = 32 * 1024
   one_hot_max: int = 1 << 18
 
@@ -63,7 +65,7 @@ CPU = TuningKnobs()
 # every dtype has the kernel there).
 GPU = TuningKnobs(group_step_bytes=16 * 1024 * 1024,
                   guarded_group_bytes=16 * 1024 * 1024,
-                  select_push_frames=0, inplace_stack_bytes=None)
+                  push_window_frames=0, inplace_stack_bytes=None)
 
 
 def for_device(gpu):

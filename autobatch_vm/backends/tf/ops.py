@@ -13,7 +13,7 @@ import tensorflow as tf
 from autobatch_vm.backends.tf import masks
 
 __all__ = ['PackRow', 'MaskedWrite', 'value', 'StackWrite', 'hot',
-           'select_push', 'xla_cpu_expands_scatter', 'pushing_members',
+           'window_push', 'xla_cpu_expands_scatter', 'pushing_members',
            'no_elements', 'nbytes', 'update_rows', 'private_copy',
            'storage_dtype']
 
@@ -158,34 +158,102 @@ def hot(rows, target, extra=0):
   return hot
 
 
-def select_push(pack, values, rows, targets):
+def window_push(pack, values, rows, targets, window):
   """Under XLA, a pack with the ports' pushes written by selects.
 
-  A select over each port's stack is one pass over `frames * batch`
-  elements, where the scatter is `batch` trips of a loop (see
-  `packing.Packing.select_push_frames`).
+  Selects with the targets' one-hot, where a scatter would be `batch`
+  trips of a loop (see `packing.Packing.push_window`).  A stack of at most
+  `window` frames takes one select over the port's stack.  A deeper one
+  takes a loop over windows of `window` frames: each trip selects over the
+  window from the lowest frame that a member still pushes to, so the
+  pushes cost the spread of their frames, not the stack's capacity (one
+  trip where they lie within a window, none where no member pushes).
+  Windows are read and written as XLA's dynamic slices, in place.
 
   Args:
     pack: The pack, `[slots + 1, frames, batch, *event]`.
     values: The pushed values, `[K, batch, *event]`.
     rows: The ports' stacks in the pack, `[K, 1]`.
     targets: The members' frames, `[K, batch]` (-1: no push).
+    window: The frames a select covers.
 
   Returns:
     The pack after the pushes.
   """
   shape = pack.shape.as_list()
   frames, extra = shape[1], len(shape) - 3
-  frame = tf.reshape(tf.range(frames, dtype=tf.int32), [frames, 1])
+  window = min(frames, window)
+  frame = tf.reshape(tf.range(window, dtype=tf.int32), [window, 1])
+  zeros = [0] * (len(shape) - 2)
   for j in range(values.shape[0]):
-    row = rows[j, 0]
-    hot = tf.equal(frame, targets[j][tf.newaxis])
-    if extra:
-      hot = tf.reshape(hot, [frames, shape[2]] + [1] * extra)
-    new = tf.where(hot, values[j][tf.newaxis], pack[row])
-    pack = tf.tensor_scatter_nd_update(pack, tf.reshape(row, [1, 1]),
-                                       new[tf.newaxis])
+    row, target, value = rows[j, 0], targets[j], values[j]
+
+    def write(pack, done, row=row, target=target, value=value):
+      """The pushes to frames `done` and above, from the lowest one, in a
+      window (the last window of the stack, if that one is higher); and
+      the frame above the window."""
+      lowest = tf.reduce_min(tf.where(target >= done, target, frames))
+      start = tf.minimum(lowest, frames - window)
+      begin = tf.stack([row, start] + zeros)
+      old = _dynamic_slice(pack, begin, [1, window] + shape[2:])
+      hot = tf.equal(frame + start, target[tf.newaxis])
+      if extra:
+        hot = tf.reshape(hot, [window, shape[2]] + [1] * extra)
+      new = tf.where(hot, value[tf.newaxis], old[0])
+      return _update_slice(pack, new[tf.newaxis], begin), start + window
+
+    zero = tf.constant(0, tf.int32)
+    if window == frames:
+      pack, _ = write(pack, zero)
+      continue
+    # A trip writes at least the lowest frame left and every push up to
+    # `window` frames above it: at most `frames / window` trips.
+    pack, _ = tf.while_loop(
+        lambda pack, done, target=target: tf.reduce_any(target >= done),
+        write, [pack, zero], maximum_iterations=-(-frames // window))
   return pack
+
+
+def _dynamic_slice(x, begin, size):
+  """XLA's dynamic-slice: the `size` elements of `x` from `begin` (a
+  tensor), differentiable in `x`."""
+  from tensorflow.compiler.tf2xla.python import xla as tf2xla  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+
+  @tf.custom_gradient
+  def dynamic_slice(x, begin):
+    def grad(dy):
+      return tf2xla.dynamic_update_slice(tf.zeros_like(x), dy, begin), None
+    return tf2xla.dynamic_slice(x, begin, size), grad
+  return dynamic_slice(x, begin)
+
+
+@tf.custom_gradient
+def _update_slice(x, update, begin):
+  """XLA's dynamic-update-slice: `x` with `update` from `begin`, in place
+  where XLA can; differentiable in `x` and `update`."""
+  from tensorflow.compiler.tf2xla.python import xla as tf2xla  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+
+  def grad(dy):
+    d_update = tf2xla.dynamic_slice(dy, begin, update.shape.as_list())
+    dx = tf2xla.dynamic_update_slice(dy, tf.zeros_like(update), begin)
+    return dx, d_update, None
+  return tf2xla.dynamic_update_slice(x, update, begin), grad
+
+
+@functools.lru_cache(maxsize=None)
+def has_xla_slices():
+  """Whether this TensorFlow has the XLA slice ops `window_push` uses.
+
+  They come from `tensorflow.compiler.tf2xla.python.xla`, a module of
+  every TensorFlow this package supports, but not a public API: where it
+  is missing, pushes stay scatters.
+  """
+  try:
+    from tensorflow.compiler.tf2xla.python import xla as tf2xla  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+  except ImportError:
+    return False
+  return all(hasattr(tf2xla, name)
+             for name in ('dynamic_slice', 'dynamic_update_slice'))
 
 
 @functools.lru_cache(maxsize=None)

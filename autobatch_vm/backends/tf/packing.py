@@ -415,15 +415,16 @@ class Packing:
     return ([self.where[s][1] for s in slots] +
             [len(self.slots[g])] * (k - len(slots)))
 
-  def select_push_frames(self):
-    """Under XLA, stacks of at most this many frames are pushed by a select.
+  def push_window(self):
+    """Under XLA, the frames of the windows that pushes select over.
 
-    By `ops.select_push` instead of a scatter: only where XLA expands
-    scatters into loops (`ops.xla_cpu_expands_scatter`), up to the knob
-    `select_push_frames` (0 on a GPU).
+    Pushes are selects (`ops.window_push`) instead of a scatter only where
+    XLA expands scatters into loops (`ops.xla_cpu_expands_scatter`), with
+    the knob `push_window_frames` (0 on a GPU): else 0.
     """
-    frames = self.knobs.select_push_frames
-    if not frames or not ops.xla_cpu_expands_scatter():
+    frames = self.knobs.push_window_frames
+    if (not frames or not ops.xla_cpu_expands_scatter() or
+        not ops.has_xla_slices()):
       return 0
     return frames
 
@@ -450,6 +451,12 @@ class Packing:
         if k == len(self.slots[g]) and not self.scratch:
           # Every row (rows are in order): a new pack, no copy of the old.
           packs[g] = values
+        elif self.scratch and self.push_window():
+          # XLA that expands a scatter into a loop: a scatter of one row
+          # per port, which XLA makes a dynamic-update-slice in place.
+          for j in range(k):
+            packs[g] = tf.tensor_scatter_nd_update(
+                packs[g], rows[j:j + 1], values[j:j + 1])
         else:
           packs[g] = tf.tensor_scatter_nd_update(packs[g], rows, values)
         continue
@@ -463,9 +470,10 @@ class Packing:
                             values[:, tf.newaxis], packs[g])
         continue
       members = np.broadcast_to(np.arange(batch, dtype=np.int32), [k, batch])
-      if self.scratch and self.keys[g][2][0] <= self.select_push_frames():
-        # XLA that expands a scatter into a loop: a select per port.
-        packs[g] = ops.select_push(packs[g], values, rows, targets)
+      if self.scratch and self.push_window():
+        # XLA that expands a scatter into a loop: selects per port.
+        packs[g] = ops.window_push(packs[g], values, rows, targets,
+                                   self.push_window())
         continue
       if self.scratch:
         # Members that do not push write frame 0 of the scratch stack.
