@@ -93,6 +93,11 @@ Variables are local to their function (the frontend's convention), so
 (`out='x'`, `['x']`).  TFP's IR classes (mutable `Block`,
 `ControlFlowGraph`, `Module`) do not exist here: the builder produces the
 immutable `instructions.Program` that every pass and executor takes.
+
+`ProgramBuilder` is defined here with our vocabulary; TFP's methods come
+from its base class `dsl_tfp.TfpVocabulary`, and `dsl_function` holds
+the function being built (`Label`, `FunctionHandle`, `DslError`) and its
+assembly into IR.
 """
 
 import ast
@@ -102,117 +107,22 @@ import dataclasses
 import functools
 import inspect
 import linecache
-import os
-import sys
-from typing import Any, List, Optional
 
-from autobatch_vm import errors
+from autobatch_vm import dsl_tfp
 from autobatch_vm import instructions as inst
+from autobatch_vm.dsl_function import assemble
+from autobatch_vm.dsl_function import caller_loc
+from autobatch_vm.dsl_function import DslError
+from autobatch_vm.dsl_function import FallOff
+from autobatch_vm.dsl_function import FunctionHandle
+from autobatch_vm.dsl_function import FunctionState
+from autobatch_vm.dsl_function import Label
+from autobatch_vm.dsl_function import OpenBlock
 
 __all__ = ['ProgramBuilder', 'FunctionHandle', 'Label', 'DslError',
            'RETURN_VAR']
 
 RETURN_VAR = inst.RETURN_VAR   # the frontend's name for a function's result
-
-
-class DslError(errors.AutoBatchError):
-  """The program being built by hand is malformed."""
-
-
-class Label:
-  """A block of the function being built (`ProgramBuilder.label` makes one).
-
-  Its final name is `<fn>.<i>`, or `<fn>.<name>` for a named one
-  (`if_(..., then_name=...)`).
-
-  Args:
-    function: The name of the function it belongs to.
-    serial: Its number among the function's labels.
-    name: The name that labels its block, or None.
-  """
-  __slots__ = ('function', 'serial', 'name')
-
-  def __init__(self, function, serial, name=None):
-    self.function = function
-    self.serial = serial
-    self.name = name
-
-  def __repr__(self):
-    return f'<label {self.function}#{self.serial}>'
-
-
-class _FallOff:
-  """Terminator of a block that runs off the end of its function."""
-
-  def __init__(self, loc):
-    self.loc = loc
-
-
-@dataclasses.dataclass
-class _OpenBlock:
-  label: Label
-  ops: List[Any]
-  loc: Optional[inst.SourceLoc]
-  terminator: Any = None   # with Label targets until the function is built
-
-
-class FunctionHandle(str):
-  """A declared function: its name, to `call` and to give `program`.
-
-  TFP's builder hands out `instructions.Function` objects; this is the
-  name here (functions call each other by name), with TFP's `name` and
-  `type_inference` attributes.
-  """
-
-  def __new__(cls, name, type_inference=None):
-    handle = super().__new__(cls, name)
-    handle.type_inference = type_inference
-    return handle
-
-  @property
-  def name(self):
-    """The function's name (TFP's `Function.name`)."""
-    return str(self)
-
-  def __repr__(self):
-    return f'<function {str(self)}>'
-
-
-class _FunctionState:
-  """Everything known about the function being built."""
-
-  def __init__(self, name, params, type_inference, loc):
-    self.name = name
-    self.params = list(params)
-    self.type_inference = type_inference
-    self.loc = loc
-    self.blocks = []          # _OpenBlock, in layout order
-    self.placed = set()       # serials of placed labels
-    self.current = None       # the _OpenBlock receiving instructions
-    self.pending_else = None  # else-label of an if_ that just ended
-    self.pending_continue = None  # its continue_name, for the join block
-    self.temp_count = 0
-    self.temps = set()        # the temporaries made by temp()
-    self.label_count = 0
-    self.locals = {p: p for p in params}   # `var.x` / lambda name -> var
-    self.used = set(params)   # every variable name given out or seen
-
-
-_THIS_FILE = os.path.normcase(os.path.abspath(__file__))
-
-
-def _caller_loc(function):
-  """Where the user's code called into the builder."""
-  frame = sys._getframe(1)  # pylint: disable=protected-access
-  while frame is not None and os.path.normcase(
-      os.path.abspath(frame.f_code.co_filename)) in (
-          _THIS_FILE, os.path.normcase(os.path.abspath(contextlib.__file__))):
-    frame = frame.f_back
-  if frame is None:
-    return None
-  filename, line = frame.f_code.co_filename, frame.f_lineno
-  return inst.SourceLoc(function, filename, line,
-                        linecache.getline(filename, line).rstrip('\n'))
 
 
 def _params_of(fn):
@@ -301,66 +211,16 @@ def _one_of(what, ours, tfps, ours_name, tfps_name):
   return ours if ours is not None else tfps
 
 
-class ProgramBuilder:
+class ProgramBuilder(dsl_tfp.TfpVocabulary):
   """Builds an untyped `instructions.Program`; see the module docstring."""
 
   def __init__(self):
+    super().__init__()
     self._functions = {}    # name -> Function, in definition order
     self._declared = {}     # name -> FunctionHandle, declared or defined
-    self._fn = None         # _FunctionState being built
-    self._magic_vars = _MagicVars(self)
+    self._fn = None         # FunctionState being built
 
   # -- functions -------------------------------------------------------------
-
-  def declare_function(self, name=None, type_inference=None):
-    """Declares a function to define later (`define_function`).
-
-    Functions defined before it can then call it (mutual recursion).
-
-    Args:
-      name: Labels the function (made unique: `f`, `f_1`, ...); None:
-        `function_<k>`.
-      type_inference: The function's type-inference callable, or None.
-
-    Returns:
-      Its `FunctionHandle`.
-
-    Raises:
-      DslError: If `name` is not a string.
-    """
-    if name is not None and not isinstance(name, str):
-      raise DslError(f'function names are strings, got {name!r}')
-    base = name or f'function_{len(self._declared)}'
-    unique, k = base, 0
-    while unique in self._declared:
-      k += 1
-      unique = f'{base}_{k}'
-    handle = FunctionHandle(unique, type_inference)
-    self._declared[unique] = handle
-    return handle
-
-  @contextlib.contextmanager
-  def define_function(self, function):
-    """Builds the body of a function from `declare_function`; yields it.
-
-    Its parameters are declared in the body with `param`.
-
-    Args:
-      function: The `FunctionHandle` (or name) `declare_function` returned.
-
-    Yields:
-      The function's `FunctionHandle`.
-
-    Raises:
-      DslError: If `function` was not declared by this builder, or the
-        function is malformed.
-    """
-    if not isinstance(function, str) or self._declared.get(function) is None:
-      raise DslError(f'define_function expects a function from this '
-                     f'builder\'s declare_function, got {function!r}')
-    with self._building(self._declared[function], (),
-                        self._declared[function].type_inference) as handle:
-      yield handle
 
   @contextlib.contextmanager
   def function(self, name=None, params=None, type_inference=None):
@@ -422,28 +282,14 @@ class ProgramBuilder:
                        f'strings), got {p!r}')
     if len(set(params)) != len(params):
       raise DslError(f'function {name!r} has repeated parameters {params}')
-    loc = _caller_loc(name)
-    self._fn = _FunctionState(name, params, type_inference, loc)
+    loc = caller_loc(name)
+    self._fn = FunctionState(name, params, type_inference, loc)
     self.place(self.label())
     try:
       yield handle
       self._functions[name] = self._finish_function()
     finally:
       self._fn = None
-
-  def module(self):
-    """Collects every function defined so far (as `Context.module()`).
-
-    Returns:
-      A `Program` of them, whose main is the first.
-
-    Raises:
-      DslError: If called inside a function being built.
-    """
-    if self._fn is not None:
-      raise DslError(f'module() inside function {self._fn.name!r}')
-    functions = tuple(self._functions.values())
-    return inst.Program(functions, functions[0].name if functions else '')
 
   def program(self, main=None):
     """Collects `main` and every function it can reach into a `Program`.
@@ -494,86 +340,6 @@ class ProgramBuilder:
             if isinstance(op, inst.FunctionCallOp)]
 
   # -- variables -------------------------------------------------------------
-
-  def param(self, name=None):
-    """Adds a parameter to the function being built.
-
-    Args:
-      name: The parameter's name, made unique as by `local`.
-
-    Returns:
-      Its variable name (`local(name)`).
-    """
-    fn = self._state('param', settle=False)
-    var = self.local(name)
-    fn.params.append(var)
-    return var
-
-  def local(self, name=None, define=True):
-    """Makes a fresh variable name of the function being built.
-
-    The first variable made for `name` is the one `var.<name>` and a lambda
-    parameter `name` read.
-
-    Args:
-      name: The wanted name, or None.
-      define: Accepted for TFP's signature and ignored; whether a variable
-        is written is checked when the function ends.
-
-    Returns:
-      `name` if no variable has it yet, else `name_1`, `name_2`, ...
-      (`var_<k>` without a name).
-
-    Raises:
-      DslError: If `name` is not a non-empty string.
-    """
-    del define
-    fn = self._state('local', settle=False)
-    if name is not None and (not isinstance(name, str) or not name):
-      raise DslError(f'variable names are non-empty strings, got {name!r}',
-                     loc=_caller_loc(fn.name))
-    base = name or 'var'
-    var, k = base, 0
-    while var in fn.used or name is None and k == 0:
-      k += 1
-      var = f'{base}_{k}'
-    fn.used.add(var)
-    if name is not None:
-      fn.locals.setdefault(name, var)
-    return var
-
-  def locals_(self, count, name=None):
-    """Makes `count` fresh variable names.
-
-    Args:
-      count: How many.
-      name: The wanted name of each, as for `local`.
-
-    Returns:
-      A list of `count` names, `local(name)` each.
-    """
-    return [self.local(name) for _ in range(count)]
-
-  @property
-  def var(self):
-    """The variables of the function being built, by attribute.
-
-    `var.x = <op>` writes `x` (see the module docstring), `var.x` is `x`.
-    """
-    return self._magic_vars
-
-  def __call__(self, pattern):
-    """Unpacks the instruction just emitted: `builder(p).pattern = <op>`.
-
-    Args:
-      pattern: A pattern (tuple or list, nested) of variables to unpack
-        the result into.
-
-    Returns:
-      An object whose `pattern` attribute, when set to the instruction's
-      output, makes the instruction write `pattern`.
-    """
-    return _MagicPattern(self, pattern)
 
   def temp(self):
     """A fresh temporary variable name (`%0`, `%1`, ...)."""
@@ -689,18 +455,14 @@ class ProgramBuilder:
       DslError: If `value` is none of these.
     """
     value = _one_of('return_', value, vars_out, 'value', 'vars_out')
-    loc = _caller_loc(self._state('return_').name)
+    loc = caller_loc(self._state('return_').name)
     if callable(value):
       self.primop(value, out=RETURN_VAR)
     elif isinstance(value, str):
       if not self._retarget_last(value):
         self.assign(RETURN_VAR, value)
     elif isinstance(value, (tuple, list)):
-      leaves = inst.pattern_flatten(value)
-      for v in leaves:
-        self._check_name(v)
-      self.primop(_pack(value), leaves, RETURN_VAR,
-                  text=inst.pattern_str(value))
+      self._pack_into(value, RETURN_VAR)
     else:
       raise DslError(f'return_ expects a variable, a pattern of variables or '
                      f'a callable, got {value!r}', loc=loc)
@@ -733,11 +495,11 @@ class ProgramBuilder:
     fn = self._state('place')
     self._check_label(label)
     if label.serial in fn.placed:
-      raise DslError(f'{label} is placed twice', loc=_caller_loc(fn.name))
+      raise DslError(f'{label} is placed twice', loc=caller_loc(fn.name))
     if fn.current is not None:
       self._terminate(inst.GotoOp(label))
     fn.placed.add(label.serial)
-    fn.current = _OpenBlock(label, [], _caller_loc(fn.name))
+    fn.current = OpenBlock(label, [], caller_loc(fn.name))
     fn.blocks.append(fn.current)
 
   def goto(self, label):
@@ -788,7 +550,7 @@ class ProgramBuilder:
     self._state('if_')
     if cond is None:
       raise DslError('if_ expects a condition (a variable or a callable)',
-                     loc=_caller_loc(self._fn.name))
+                     loc=caller_loc(self._fn.name))
     cond = self._condition(cond)
     then_label, else_label = self.label(then_name), self.label(else_name)
     self.branch(cond, then_label, else_label)
@@ -816,7 +578,7 @@ class ProgramBuilder:
     fn = self._state('else_', settle=False)
     if fn.pending_else is None:
       raise DslError('else_ must directly follow a `with if_(...)` block',
-                     loc=_caller_loc(fn.name))
+                     loc=caller_loc(fn.name))
     else_label, fn.pending_else = fn.pending_else, None
     join_name = continue_name or fn.pending_continue
     fn.pending_continue = None
@@ -884,7 +646,7 @@ class ProgramBuilder:
   def _check_name(self, name):
     if not isinstance(name, str) or not name:
       raise DslError(f'variable names are non-empty strings, got {name!r}',
-                     loc=_caller_loc(self._fn.name if self._fn else '?'))
+                     loc=caller_loc(self._fn.name if self._fn else '?'))
     if self._fn is not None:
       self._fn.used.add(name)
 
@@ -913,32 +675,12 @@ class ProgramBuilder:
       fn.temp_count -= 1      # keep temporaries numbered densely
     return True
 
-  def _bind(self, target, value, what):
-    """`target = value` for `var.x = value` and `builder(p).pattern =
-    value`: the output of the instruction just emitted is renamed; any
-    other variable (or pattern of variables) is copied."""
-    fn = self._state(what)
-    for v in inst.pattern_flatten(target):
+  def _pack_into(self, value, target):
+    """Emits `target = value` for a pattern of variables `value`."""
+    leaves = inst.pattern_flatten(value)
+    for v in leaves:
       self._check_name(v)
-    if isinstance(value, str) and self._just_emitted(value):
-      fn.current.ops[-1] = dataclasses.replace(fn.current.ops[-1],
-                                               vars_out=target)
-      # The number is not reused: a later read of the stale temporary
-      # is then reported as never written.
-      fn.temps.discard(value)
-    elif isinstance(value, str):
-      self.assign(target, value)
-    elif isinstance(value, (tuple, list)) and all(
-        isinstance(v, str) for v in inst.pattern_flatten(value)):
-      leaves = inst.pattern_flatten(value)
-      for v in leaves:
-        self._check_name(v)
-      self.primop(_pack(value), leaves, target, text=inst.pattern_str(value))
-    else:
-      raise DslError(
-          f'{what} expects the result of primop, const or call, or a '
-          f'variable, got {value!r}', loc=_caller_loc(fn.name),
-          hint='Constants go through const: var.x = builder.const(5).')
+    self.primop(_pack(value), leaves, target, text=inst.pattern_str(value))
 
   def _condition(self, cond):
     if callable(cond):
@@ -949,7 +691,7 @@ class ProgramBuilder:
   def _current(self):
     fn = self._fn
     if fn.current is None:   # code after a terminator: unreachable
-      fn.current = _OpenBlock(self.label(), [], _caller_loc(fn.name))
+      fn.current = OpenBlock(self.label(), [], caller_loc(fn.name))
       fn.placed.add(fn.current.label.serial)
       fn.blocks.append(fn.current)
     return fn.current
@@ -961,144 +703,19 @@ class ProgramBuilder:
     for v in inst.pattern_flatten(out):
       self._check_name(v)
     block = self._current()
-    block.ops.append(make(out, _caller_loc(fn.name)))
+    block.ops.append(make(out, caller_loc(fn.name)))
     return out
 
   def _terminate(self, terminator):
     block = self._current()
-    if terminator.loc is None and not isinstance(terminator, _FallOff):
+    if terminator.loc is None and not isinstance(terminator, FallOff):
       terminator = dataclasses.replace(terminator,
-                                       loc=_caller_loc(self._fn.name))
+                                       loc=caller_loc(self._fn.name))
     block.terminator = terminator
     self._fn.current = None
 
   def _finish_function(self):
     fn = self._state('end of function')
     if fn.current is not None:
-      self._terminate(_FallOff(_caller_loc(fn.name)))
-    for b in fn.blocks:
-      for target in _targets(b.terminator):
-        if target.serial not in fn.placed:
-          raise DslError(f'{target} is jumped to but never placed in '
-                         f'function {fn.name!r}', loc=b.terminator.loc)
-    kept = _reachable(fn.blocks)
-    for b in kept:
-      if isinstance(b.terminator, _FallOff):
-        raise DslError(
-            f'function {fn.name!r} can reach its end without return_',
-            loc=b.terminator.loc or fn.loc,
-            hint='End every path with builder.return_(value).')
-    _check_written(fn, kept)
-    names = _block_names(fn.name, kept)
-    blocks = tuple(inst.Block(names[b.label.serial], tuple(b.ops),
-                              _rename(b.terminator, names), b.loc)
-                   for b in kept)
-    return inst.Function(
-        name=fn.name, vars_in=tuple(fn.params), vars_out=RETURN_VAR,
-        blocks=blocks, type_inference=fn.type_inference, loc=fn.loc)
-
-
-class _MagicVars:
-  """`builder.var`: the variables of the function being built, by
-  attribute (see the module docstring)."""
-
-  def __init__(self, builder):
-    object.__setattr__(self, '_builder', builder)
-
-  def __getattr__(self, name):
-    if name.startswith('__'):
-      raise AttributeError(name)
-    builder = object.__getattribute__(self, '_builder')
-    fn = builder._state(f'var.{name}', settle=False)  # pylint: disable=protected-access
-    var = fn.locals.setdefault(name, name)
-    fn.used.add(var)
-    return var
-
-  def __setattr__(self, name, value):
-    builder = object.__getattribute__(self, '_builder')
-    target = getattr(self, name)
-    if value is not None:   # `var.x = None` only declares `x` (TFP)
-      builder._bind(target, value, f'var.{name} =')  # pylint: disable=protected-access
-
-
-class _MagicPattern:
-  """`builder(pattern)`: its `.pattern = value` unpacks `value`."""
-
-  def __init__(self, builder, pattern):
-    self._builder = builder
-    self._pattern = pattern
-
-  @property
-  def pattern(self):
-    return self._pattern
-
-  @pattern.setter
-  def pattern(self, value):
-    if value is not None:
-      self._builder._bind(self._pattern, value, 'builder(...).pattern =')  # pylint: disable=protected-access
-
-
-def _check_written(fn, blocks):
-  """Every variable the function reads is one of its parameters or is
-  written by one of its instructions."""
-  written = set(fn.params)
-  for b in blocks:
-    for op in b.ops:
-      written.update(inst.pattern_flatten(op.vars_out))
-  for b in blocks:
-    reads = [(v, op.loc) for op in b.ops for v in op.vars_in]
-    if isinstance(b.terminator, inst.BranchOp):
-      reads.append((b.terminator.cond, b.terminator.loc))
-    for v, loc in reads:
-      if v not in written:
-        raise DslError(
-            f'function {fn.name!r} reads variable {v!r}, which nothing in '
-            'it writes', loc=loc or fn.loc,
-            hint='Write it first (var.x = builder.primop(...), or out=), '
-            'or make it a parameter (builder.param).')
-
-
-def _block_names(fn_name, blocks):
-  """Label serial -> final block name: `<fn>.<i>` (i: position), or
-  `<fn>.<name>` for a named label, made unique with `_<i>`."""
-  names, taken = {}, set()
-  for i, b in enumerate(blocks):
-    name = b.label.name
-    if name is None or str(name).isdigit():
-      label = f'{fn_name}.{i}' if name is None else f'{fn_name}.{name}_{i}'
-    else:
-      label = f'{fn_name}.{name}'
-    while label in taken:
-      label = f'{label}_{i}'
-    taken.add(label)
-    names[b.label.serial] = label
-  return names
-
-
-def _targets(t):
-  if isinstance(t, inst.GotoOp):
-    return [t.block]
-  if isinstance(t, inst.BranchOp):
-    return [t.true_block, t.false_block]
-  return []
-
-
-def _reachable(blocks):
-  """The blocks reachable from the entry, in layout order."""
-  by_serial = {b.label.serial: b for b in blocks}
-  seen, stack = set(), [blocks[0].label.serial]
-  while stack:
-    s = stack.pop()
-    if s not in seen:
-      seen.add(s)
-      stack.extend(t.serial for t in _targets(by_serial[s].terminator))
-  return [b for b in blocks if b.label.serial in seen]
-
-
-def _rename(t, names):
-  if isinstance(t, inst.GotoOp):
-    return inst.GotoOp(names[t.block.serial], t.loc)
-  if isinstance(t, inst.BranchOp):
-    return inst.BranchOp(t.cond, names[t.true_block.serial],
-                         names[t.false_block.serial], t.loc)
-  return t
+      self._terminate(FallOff(caller_loc(fn.name)))
+    return assemble(fn)

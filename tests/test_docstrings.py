@@ -41,6 +41,8 @@ MODULES = [
     'autobatch_vm.block_order',
     'autobatch_vm.copy_propagation',
     'autobatch_vm.dsl',
+    'autobatch_vm.dsl_function',
+    'autobatch_vm.dsl_tfp',
     'autobatch_vm.errors',
     'autobatch_vm.frontend',
     'autobatch_vm.instructions',
