@@ -19,27 +19,30 @@ construct, the function, the file and the line.
 
 Variables keep the user's names; temporaries are `%0`, `%1`, ... and the
 result is `%ret`, names no Python identifier can clash with.
+
+This module walks the statements and expressions; `python_source` reads
+the function's source (and makes a dry run's copy), `python_primitives`
+turns a pure expression into its batched primitive, and `python_cfg`
+prunes and checks the finished blocks.
 """
 
 import ast
 import builtins
 import copy
-import inspect
-import linecache
-import textwrap
-import types
 
 from autobatch_vm import errors
 from autobatch_vm import instructions as inst
 from autobatch_vm import ops as ops_module
+from autobatch_vm import python_cfg
+from autobatch_vm import python_primitives
+from autobatch_vm import python_source
+from autobatch_vm.python_source import dry_run_function
+from autobatch_vm.python_source import range_bound
 
 __all__ = ['compile_function', 'dry_run_function', 'range_bound',
            'RETURN_VAR']
 
 RETURN_VAR = inst.RETURN_VAR
-_OPS_NAME = '__ab_ops'
-_ASSERT_NAME = '__ab_helper_assertion'
-_RANGE_NAME = '__ab_range_bound'
 
 _UNSUPPORTED_STATEMENTS = {
     ast.Try: ('try statements', 'Handle errors outside the batched function.'),
@@ -76,64 +79,12 @@ _UNSUPPORTED_EXPRESSIONS = {
 }
 
 
-class _Source:
-  """The parsed source of the user's function and its location."""
-
-  def __init__(self, fn):
-    self.fn = fn
-    self.name = fn.__name__
-    try:
-      lines, first = inspect.getsourcelines(fn)
-      self.filename = inspect.getsourcefile(fn) or '<unknown>'
-    except (OSError, TypeError) as e:
-      raise errors.UnsupportedSyntaxError(
-          f'Cannot read the source of batched function {self.name!r}: {e}',
-          hint='Define batched functions in a file (not in an interactive '
-          'prompt or exec string).') from e
-    self.first_line = first
-    self.lines = lines
-    tree = ast.parse(textwrap.dedent(''.join(lines)))
-    defs = [n for n in tree.body
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-    if not defs or isinstance(defs[0], ast.AsyncFunctionDef):
-      raise errors.UnsupportedSyntaxError(
-          f'{self.name!r} is not a plain `def` function',
-          hint='Decorate a function defined with `def` (lambdas and async '
-          'functions cannot be batched).')
-    self.node = defs[0]
-
-  def loc(self, node):
-    lineno = getattr(node, 'lineno', None) or self.node.lineno
-    idx = lineno - 1
-    text = self.lines[idx].rstrip('\n') if 0 <= idx < len(self.lines) else ''
-    return inst.SourceLoc(self.name, self.filename,
-                          lineno + self.first_line - 1, text)
-
-
-def _assigned_names(fn_node):
-  """Names Python would treat as local: parameters and assignment targets."""
-  names = set()
-  for node in ast.walk(fn_node):
-    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-      names.add(node.id)
-    elif isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp,
-                           ast.DictComp, ast.GeneratorExp)):
-      continue
-  # Comprehension targets are local to the comprehension, not the function.
-  for node in ast.walk(fn_node):
-    if isinstance(node, ast.comprehension):
-      for t in ast.walk(node.target):
-        if isinstance(t, ast.Name):
-          names.discard(t.id)
-  return names
-
-
 class _Compiler:
   """Walks one function's AST and builds its blocks."""
 
   def __init__(self, fn, resolve_batched, params_of, type_inference,
                defaults_of=None):
-    self.src = _Source(fn)
+    self.src = python_source.Source(fn)
     self.fn = fn
     self.resolve_batched = resolve_batched
     self.params_of = params_of
@@ -150,7 +101,7 @@ class _Compiler:
     node = self.src.node
     self._check_signature(node)
     self.params = tuple(a.arg for a in node.args.args)
-    self.locals = _assigned_names(node) | set(self.params)
+    self.locals = python_source.assigned_names(node) | set(self.params)
     self.closure = {}
     if fn.__closure__:
       self.closure = dict(zip(fn.__code__.co_freevars, fn.__closure__))
@@ -231,8 +182,9 @@ class _Compiler:
     if self.cur_label is not None:
       end = self.src.loc(node.body[-1]) if node.body else self.src.loc(node)
       self.blocks.append(inst.Block(self.cur_label, tuple(self.cur_ops),
-                                    _FallOff(end), self.cur_loc))
-    blocks = _prune_unreachable(self.blocks, self.src, self.params)
+                                    python_cfg.FallOff(end), self.cur_loc))
+    blocks = python_cfg.prune_unreachable(self.blocks, self.src.name,
+                                         self.params)
     return inst.Function(
         name=self.src.name, vars_in=self.params, vars_out=RETURN_VAR,
         blocks=tuple(blocks), type_inference=self.type_inference,
@@ -513,7 +465,7 @@ class _Compiler:
     if isinstance(node, ast.BoolOp):
       return self._boolop(node, target)
     if isinstance(node, ast.Compare) and len(node.ops) > 1:
-      return self._boolop(_split_compare(node), target)
+      return self._boolop(python_primitives.split_compare(node), target)
     if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
                          ast.GeneratorExp)):
       self.unsupported(node, 'calls of batched functions inside lambdas or '
@@ -601,7 +553,7 @@ class _Compiler:
         var = self.temp()
         value = defaults[p]
         self.emit(inst.PrimOp((), var, _constant(value),
-                              f'{p}={_short(repr(value))}', loc))
+                              f'{p}={python_primitives.shorten(repr(value))}', loc))
         arg_vars.append(var)
     out = target if target is not None else self.temp()
     self.emit(inst.FunctionCallOp(callee, tuple(arg_vars), out, loc))
@@ -649,13 +601,17 @@ class _Compiler:
   def _primitive(self, node, target):
     loc = self.src.loc(node)
     self._check_pure(node)
-    rewritten, inputs = _PrimitiveRewriter(self).rewrite(node)
-    fn = self._make_function(rewritten, len(inputs), loc, _text(node))
+    rewritten, inputs = python_primitives.PrimitiveRewriter(
+        self.locals, self._static_value, self.unsupported).rewrite(node)
+    text = python_primitives.expression_text(node)
+    fn = python_primitives.make_function(
+        rewritten, len(inputs), loc, text, self.closure, self.fn.__globals__,
+        self.src.name)
     out = target if target is not None else self.temp()
     sync = any(getattr(self._static_value(n.func), ops_module.SYNC_ATTRIBUTE,
                        False)
                is True for n in ast.walk(node) if isinstance(n, ast.Call))
-    self.emit(inst.PrimOp(tuple(inputs), out, fn, _text(node), loc, sync))
+    self.emit(inst.PrimOp(tuple(inputs), out, fn, text, loc, sync))
     return out
 
   def _check_pure(self, node):
@@ -682,71 +638,8 @@ class _Compiler:
               hint='Define it at module level or as a variable of the '
               'function before using it.')
 
-  def _make_function(self, body, arity, loc, text=None):
-    """Builds `lambda __ab_v0, ...: body` with the user's globals/closure.
-
-    Where `body` calls functions of the user's or a library's, it is a
-    `def` instead, which turns an AssertionError raised in the callee into
-    `errors.HelperAssertionError` (see `_helper_assertion`): inference
-    and the VM then report the assertion, not a missing result.
-    """
-    args = [ast.arg(f'__ab_v{i}') for i in range(arity)]
-    arguments = ast.arguments(posonlyargs=[], args=args, vararg=None,
-                              kwonlyargs=[], kw_defaults=[], kwarg=None,
-                              defaults=[])
-    if _calls_outside_ops(body):
-      handler = ast.ExceptHandler(
-          type=ast.Name('AssertionError', ast.Load()), name='__ab_e',
-          body=[ast.Raise(
-              exc=ast.Call(ast.Name(_ASSERT_NAME, ast.Load()),
-                           [ast.Name('__ab_e', ast.Load()),
-                            ast.Constant(text or _text(body))], []),
-              cause=ast.Name('__ab_e', ast.Load()))])
-      made = ast.FunctionDef(
-          name='__ab_prim', args=arguments,
-          body=[ast.Try(body=[ast.Return(body)], handlers=[handler],
-                        orelse=[], finalbody=[])],
-          decorator_list=[], returns=None, type_comment=None,
-          type_params=[])
-      result = ast.Name('__ab_prim', ast.Load())
-    else:
-      made = None
-      result = ast.Lambda(args=arguments, body=body)
-    free = sorted(set(self.closure) | {_OPS_NAME, _ASSERT_NAME})
-    maker = ast.FunctionDef(
-        name='__ab_make',
-        args=ast.arguments(posonlyargs=[], args=[ast.arg(n) for n in free],
-                           vararg=None, kwonlyargs=[], kw_defaults=[],
-                           kwarg=None, defaults=[]),
-        body=([made] if made is not None else []) + [ast.Return(result)],
-        decorator_list=[], returns=None, type_comment=None, type_params=[])
-    module = ast.Module(body=[maker], type_ignores=[])
-    ast.fix_missing_locations(module)
-    _set_lines(module, loc.line)
-    code = compile(module, loc.filename, 'exec')
-    maker_code = next(c for c in code.co_consts
-                      if isinstance(c, types.CodeType))
-    lam_code = next(c for c in maker_code.co_consts
-                    if isinstance(c, types.CodeType))
-    cells = []
-    for name in lam_code.co_freevars:
-      if name == _OPS_NAME:
-        cells.append(types.CellType(ops_module))
-      elif name == _ASSERT_NAME:
-        cells.append(types.CellType(_helper_assertion))
-      else:
-        cells.append(self.closure[name])
-    fn = types.FunctionType(lam_code, self.fn.__globals__,
-                            f'{self.src.name}_line{loc.line}', None,
-                            tuple(cells))
-    return fn
-
 
 _NOT_STATIC = object()
-
-
-class _FallOff(inst.ReturnOp):
-  """Marks a block that reaches the end of the function without returning."""
 
 
 def _bound_inside(node, name):
@@ -770,41 +663,6 @@ def _range_condition(c, e, s):
   return ops_module.where(s > 0, c < e, c > e)
 
 
-def _text(node):
-  return _short(ast.unparse(node))
-
-
-def _short(text):
-  return text if len(text) <= 60 else text[:57] + '...'
-
-
-def _calls_outside_ops(node):
-  """Whether expression `node` calls anything but `autobatch_vm.ops`."""
-  for n in ast.walk(node):
-    if isinstance(n, ast.Call):
-      f = n.func
-      if not (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)
-              and f.value.id == _OPS_NAME):
-        return True
-  return False
-
-
-def _helper_assertion(error, text):
-  """`errors.HelperAssertionError` for AssertionError `error`, raised in a
-  function that primitive `text` calls: names that function, its file and
-  the line of the assert."""
-  tb = error.__traceback__
-  while tb.tb_next is not None:
-    tb = tb.tb_next
-  code = tb.tb_frame.f_code
-  line = linecache.getline(code.co_filename, tb.tb_lineno).strip()
-  where = f'{code.co_name}() ({code.co_filename}, line {tb.tb_lineno}'
-  where += f': {line})' if line else ')'
-  detail = f': {error}' if str(error) else ''
-  return errors.HelperAssertionError(
-      f'an assert in {where}, called by `{text}`, failed{detail}')
-
-
 def _constant(value):
   """A primitive without inputs computing `value` (a default argument)."""
   def constant():
@@ -814,26 +672,6 @@ def _constant(value):
 
 def _deepcopy(node):
   return copy.deepcopy(node)
-
-
-def _set_lines(tree, line):
-  for n in ast.walk(tree):
-    if 'lineno' in n._attributes:
-      n.lineno = line
-      n.end_lineno = line
-      n.col_offset = 0
-      n.end_col_offset = 0
-
-
-def _split_compare(node):
-  """`a < b < c` -> `a < b and b < c` (as a BoolOp)."""
-  parts = []
-  left = node.left
-  for op, right in zip(node.ops, node.comparators):
-    parts.append(ast.copy_location(
-        ast.Compare(left=left, ops=[op], comparators=[right]), node))
-    left = right
-  return ast.copy_location(ast.BoolOp(op=ast.And(), values=parts), node)
 
 
 class _Substituter(ast.NodeTransformer):
@@ -866,266 +704,6 @@ class _Substituter(ast.NodeTransformer):
 
   def visit(self, node):
     return self.generic_visit(node)
-
-
-class _PrimitiveRewriter(ast.NodeTransformer):
-  """Makes a pure expression batch: IR variables become lambda parameters.
-
-  `and`/`or`/`not`, chained comparisons and `a if c else b` become calls of
-  the per-member helpers in `autobatch_vm.ops`; `truthy(x)` becomes `x`.
-  """
-
-  def __init__(self, compiler):
-    self.c = compiler
-    self.inputs = []
-
-  def rewrite(self, node):
-    node = self.visit(_deepcopy(node))
-    return node, self.inputs
-
-  def _ops(self, name, args, like):
-    fn = ast.Attribute(ast.Name(_OPS_NAME, ast.Load()), name, ast.Load())
-    return ast.copy_location(ast.Call(fn, args, []), like)
-
-  def visit_Name(self, node):
-    if isinstance(node.ctx, ast.Load) and (
-        node.id in self.c.locals or node.id.startswith('%')):
-      if node.id not in self.inputs:
-        self.inputs.append(node.id)
-      return ast.copy_location(
-          ast.Name(f'__ab_v{self.inputs.index(node.id)}', ast.Load()), node)
-    return node
-
-  def visit_Lambda(self, node):
-    return node  # lambda bodies are plain Python on whatever they are given
-
-  def visit_BoolOp(self, node):
-    values = [self.visit(v) for v in node.values]
-    name = 'logical_and' if isinstance(node.op, ast.And) else 'logical_or'
-    return self._ops(name, values, node)
-
-  def visit_UnaryOp(self, node):
-    operand = self.visit(node.operand)
-    if isinstance(node.op, ast.Not):
-      return self._ops('logical_not', [operand], node)
-    return ast.copy_location(ast.UnaryOp(node.op, operand), node)
-
-  def visit_BinOp(self, node):
-    # `%` and `//` go through helpers so that a zero divisor in a member not
-    # at the block cannot fail a TensorFlow run (NumPy gives 0 there).
-    if isinstance(node.op, (ast.Mod, ast.FloorDiv)):
-      name = 'mod' if isinstance(node.op, ast.Mod) else 'floordiv'
-      return self._ops(name, [self.visit(node.left), self.visit(node.right)],
-                       node)
-    return self.generic_visit(node)
-
-  def visit_Compare(self, node):
-    if len(node.ops) > 1:
-      return self.visit(_split_compare(node))
-    return self.generic_visit(node)
-
-  def visit_IfExp(self, node):
-    return self._ops('where', [self.visit(node.test), self.visit(node.body),
-                               self.visit(node.orelse)], node)
-
-  def visit_Call(self, node):
-    if self.c._static_value(node.func) is ops_module.truthy:
-      if len(node.args) != 1 or node.keywords:
-        self.c.unsupported(node, 'truthy() with other than one argument')
-      return self.visit(node.args[0])
-    return self.generic_visit(node)
-
-
-def _prune_unreachable(blocks, src, params):
-  """Drops blocks no path reaches; rejects reachable fall-off ends."""
-  by_label = {b.label: b for b in blocks}
-  order = [b.label for b in blocks]
-  seen = set()
-  stack = [order[0]]
-  while stack:
-    label = stack.pop()
-    if label in seen:
-      continue
-    seen.add(label)
-    t = by_label[label].terminator
-    if isinstance(t, inst.GotoOp):
-      stack.append(t.block)
-    elif isinstance(t, inst.BranchOp):
-      stack.extend([t.false_block, t.true_block])
-  kept = [by_label[label] for label in order if label in seen]
-  for b in kept:
-    if isinstance(b.terminator, _FallOff):
-      raise errors.UnsupportedSyntaxError(
-          f'Batched function {src.name!r} can reach its end without '
-          'returning a value (Python would return None)',
-          loc=b.terminator.loc,
-          hint='Add a final `return <value>` (or an `else:` that returns).')
-  _check_definitely_assigned(kept, params)
-  # Renumber labels densely in order, so printed IR is stable and compact.
-  rename = {b.label: f'{src.name}.{i}' for i, b in enumerate(kept)}
-  return [_relabel(b, rename) for b in kept]
-
-
-def _check_definitely_assigned(blocks, params):
-  """Rejects reads of a variable that some path leaves unassigned.
-
-  Python would raise UnboundLocalError for the members taking that path;
-  batched, they would silently read leftover data, so refuse up front.
-  """
-  params = set(params)
-  succ = {}
-  for b in blocks:
-    t = b.terminator
-    succ[b.label] = ([t.block] if isinstance(t, inst.GotoOp) else
-                     [t.true_block, t.false_block]
-                     if isinstance(t, inst.BranchOp) else [])
-  preds = {b.label: [] for b in blocks}
-  for label, ss in succ.items():
-    for s in ss:
-      preds[s].append(label)
-  every = set(params)
-  for b in blocks:
-    for op in b.instructions:
-      every |= set(inst.pattern_flatten(op.vars_out))
-  entry = blocks[0].label
-  assigned_in = {b.label: (set(params) if b.label == entry else set(every))
-                 for b in blocks}
-  changed = True
-  while changed:
-    changed = False
-    for b in blocks:
-      if b.label != entry:
-        ins = [_assigned_out(b_, assigned_in) for b_ in
-               (x for x in blocks if x.label in preds[b.label])]
-        new = set.intersection(*ins) if ins else set(params)
-        if new != assigned_in[b.label]:
-          assigned_in[b.label] = new
-          changed = True
-  for b in blocks:
-    have = set(assigned_in[b.label])
-    for op in b.instructions:
-      for v in op.vars_in:
-        if v not in have and not v.startswith('%'):
-          raise errors.UnsupportedSyntaxError(
-              f'variable {v!r} may be used before it is assigned (some path '
-              'reaches this line without assigning it)', loc=op.loc,
-              hint=f'Assign {v!r} on every path first, e.g. initialize it '
-              'before the if/loop.')
-      have |= set(inst.pattern_flatten(op.vars_out))
-    t = b.terminator
-    if isinstance(t, inst.BranchOp) and t.cond not in have and \
-        not t.cond.startswith('%'):
-      raise errors.UnsupportedSyntaxError(
-          f'variable {t.cond!r} may be used before it is assigned',
-          loc=t.loc)
-    if isinstance(t, inst.ReturnOp) and RETURN_VAR not in have:
-      raise errors.InternalError('return without a result')
-
-
-def _assigned_out(block, assigned_in):
-  out = set(assigned_in[block.label])
-  for op in block.instructions:
-    out |= set(inst.pattern_flatten(op.vars_out))
-  return out
-
-
-def _relabel(block, rename):
-  t = block.terminator
-  if isinstance(t, inst.GotoOp):
-    t = inst.GotoOp(rename[t.block], t.loc)
-  elif isinstance(t, inst.BranchOp):
-    t = inst.BranchOp(t.cond, rename[t.true_block], rename[t.false_block],
-                      t.loc)
-  return inst.Block(rename[block.label], block.instructions, t, block.loc)
-
-
-def range_bound(x):
-  """Turns a `range()` bound of a dry run into one `range` takes.
-
-  In a dry run a member's variables are batches of one (shape `[1]`),
-  which Python's `range` does not take; a 0-d array or a number it does.
-
-  Args:
-    x: The bound: a batch of one, a 0-d array or a number.
-
-  Returns:
-    The one value of a batch of one, else `x`.
-  """
-  shape = getattr(x, 'shape', None)
-  if shape is not None and tuple(shape) == (1,):
-    return x[0]
-  return x
-
-
-class _RangeBounds(ast.NodeTransformer):
-  """Wraps each argument of `for ... in range(...)` in `range_bound`."""
-
-  def __init__(self, local_names):
-    self.local_names = local_names
-    self.changed = False
-
-  def visit_For(self, node):
-    self.generic_visit(node)
-    it = node.iter
-    if (isinstance(it, ast.Call) and isinstance(it.func, ast.Name)
-        and it.func.id == 'range' and it.func.id not in self.local_names):
-      it.args = [ast.copy_location(ast.Call(
-          ast.Name(_RANGE_NAME, ast.Load()), [a], []), a) for a in it.args]
-      self.changed = True
-    return node
-
-
-def dry_run_function(fn):
-  """Finds the Python function a dry run calls for batched function `fn`.
-
-  It is `fn` itself, except where `fn` loops `for ... in range(...)`: then
-  a copy compiled from its source whose range bounds go through
-  `range_bound` (what the batched call compiles those loops to takes a
-  per-member bound; the copy makes Python's `range` take one too).  The
-  copy has `fn`'s globals, closure cells, defaults, file and line numbers.
-
-  Args:
-    fn: The user's Python function.
-
-  Returns:
-    `fn`, or the copy.
-  """
-  src = _Source(fn)
-  node = copy.deepcopy(src.node)
-  rewriter = _RangeBounds(_assigned_names(node) |
-                          {a.arg for a in node.args.args})
-  rewriter.visit(node)
-  if not rewriter.changed:
-    return fn
-  node.decorator_list = []
-  # Renamed, so that the function's name in its body (a recursive call)
-  # is the global it is, not the maker's local.
-  node.name = '__ab_dry_run_copy'
-  freevars = fn.__code__.co_freevars
-  maker = ast.FunctionDef(
-      name='__ab_make',
-      args=ast.arguments(posonlyargs=[], args=[
-          ast.arg(n) for n in freevars + (_RANGE_NAME,)], vararg=None,
-                         kwonlyargs=[], kw_defaults=[], kwarg=None,
-                         defaults=[]),
-      body=[node, ast.Return(ast.Name(node.name, ast.Load()))],
-      decorator_list=[], returns=None, type_comment=None, type_params=[])
-  module = ast.Module(body=[maker], type_ignores=[])
-  ast.fix_missing_locations(module)
-  ast.increment_lineno(module, src.first_line - 1)
-  code = compile(module, src.filename, 'exec')
-  maker_code = next(c for c in code.co_consts
-                    if isinstance(c, types.CodeType))
-  fn_code = next(c for c in maker_code.co_consts
-                 if isinstance(c, types.CodeType) and c.co_name == node.name)
-  cells = dict(zip(freevars, fn.__closure__ or ()))
-  cells[_RANGE_NAME] = types.CellType(range_bound)
-  copied = types.FunctionType(fn_code, fn.__globals__, fn.__name__,
-                              fn.__defaults__,
-                              tuple(cells[n] for n in fn_code.co_freevars))
-  copied.__qualname__ = fn.__qualname__
-  copied.__doc__ = fn.__doc__
-  return copied
 
 
 def compile_function(fn, resolve_batched, params_of, type_inference=None,

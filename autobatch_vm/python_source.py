@@ -1,0 +1,193 @@
+"""The source of a batched Python function, and the copy a dry run calls.
+
+`Source` reads and parses the user's function and turns AST nodes into
+`SourceLoc`s (its file, its line, its text), which every error of the
+frontend names.  `dry_run_function` makes the copy of the function that a
+dry run calls, whose `range()` bounds take a member's one value.
+"""
+
+import ast
+import copy
+import inspect
+import textwrap
+import types
+
+from autobatch_vm import errors
+from autobatch_vm import instructions as inst
+
+__all__ = ['Source', 'assigned_names', 'dry_run_function', 'range_bound']
+
+_RANGE_NAME = '__ab_range_bound'
+
+
+class Source:
+  """The parsed source of the user's function and its location.
+
+  Args:
+    fn: The user's Python function.
+
+  Raises:
+    UnsupportedSyntaxError: If its source cannot be read or it is not a
+      plain `def` function.
+
+  Attributes:
+    fn: The function.
+    name: Its name.
+    filename: The file it is defined in.
+    first_line: The line of the file its source starts at.
+    lines: The lines of its source.
+    node: Its `ast.FunctionDef`, parsed from the dedented source.
+  """
+
+  def __init__(self, fn):
+    self.fn = fn
+    self.name = fn.__name__
+    try:
+      lines, first = inspect.getsourcelines(fn)
+      self.filename = inspect.getsourcefile(fn) or '<unknown>'
+    except (OSError, TypeError) as e:
+      raise errors.UnsupportedSyntaxError(
+          f'Cannot read the source of batched function {self.name!r}: {e}',
+          hint='Define batched functions in a file (not in an interactive '
+          'prompt or exec string).') from e
+    self.first_line = first
+    self.lines = lines
+    tree = ast.parse(textwrap.dedent(''.join(lines)))
+    defs = [n for n in tree.body
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    if not defs or isinstance(defs[0], ast.AsyncFunctionDef):
+      raise errors.UnsupportedSyntaxError(
+          f'{self.name!r} is not a plain `def` function',
+          hint='Decorate a function defined with `def` (lambdas and async '
+          'functions cannot be batched).')
+    self.node = defs[0]
+
+  def loc(self, node):
+    """Where `node` is in the user's file.
+
+    Args:
+      node: An AST node of the function's tree (one without a line stands
+        for the `def` line).
+
+    Returns:
+      Its `SourceLoc`: function, file, line and the line's text.
+    """
+    lineno = getattr(node, 'lineno', None) or self.node.lineno
+    idx = lineno - 1
+    text = self.lines[idx].rstrip('\n') if 0 <= idx < len(self.lines) else ''
+    return inst.SourceLoc(self.name, self.filename,
+                          lineno + self.first_line - 1, text)
+
+
+def assigned_names(fn_node):
+  """Names Python would treat as local: parameters and assignment targets.
+
+  Args:
+    fn_node: The function's `ast.FunctionDef`.
+
+  Returns:
+    The set of names assigned in its body, comprehension targets left out.
+  """
+  names = set()
+  for node in ast.walk(fn_node):
+    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+      names.add(node.id)
+    elif isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp,
+                           ast.DictComp, ast.GeneratorExp)):
+      continue
+  # Comprehension targets are local to the comprehension, not the function.
+  for node in ast.walk(fn_node):
+    if isinstance(node, ast.comprehension):
+      for t in ast.walk(node.target):
+        if isinstance(t, ast.Name):
+          names.discard(t.id)
+  return names
+
+
+def range_bound(x):
+  """Turns a `range()` bound of a dry run into one `range` takes.
+
+  In a dry run a member's variables are batches of one (shape `[1]`),
+  which Python's `range` does not take; a 0-d array or a number it does.
+
+  Args:
+    x: The bound: a batch of one, a 0-d array or a number.
+
+  Returns:
+    The one value of a batch of one, else `x`.
+  """
+  shape = getattr(x, 'shape', None)
+  if shape is not None and tuple(shape) == (1,):
+    return x[0]
+  return x
+
+
+class _RangeBounds(ast.NodeTransformer):
+  """Wraps each argument of `for ... in range(...)` in `range_bound`."""
+
+  def __init__(self, local_names):
+    self.local_names = local_names
+    self.changed = False
+
+  def visit_For(self, node):
+    self.generic_visit(node)
+    it = node.iter
+    if (isinstance(it, ast.Call) and isinstance(it.func, ast.Name)
+        and it.func.id == 'range' and it.func.id not in self.local_names):
+      it.args = [ast.copy_location(ast.Call(
+          ast.Name(_RANGE_NAME, ast.Load()), [a], []), a) for a in it.args]
+      self.changed = True
+    return node
+
+
+def dry_run_function(fn):
+  """Finds the Python function a dry run calls for batched function `fn`.
+
+  It is `fn` itself, except where `fn` loops `for ... in range(...)`: then
+  a copy compiled from its source whose range bounds go through
+  `range_bound` (what the batched call compiles those loops to takes a
+  per-member bound; the copy makes Python's `range` take one too).  The
+  copy has `fn`'s globals, closure cells, defaults, file and line numbers.
+
+  Args:
+    fn: The user's Python function.
+
+  Returns:
+    `fn`, or the copy.
+  """
+  src = Source(fn)
+  node = copy.deepcopy(src.node)
+  rewriter = _RangeBounds(assigned_names(node) |
+                          {a.arg for a in node.args.args})
+  rewriter.visit(node)
+  if not rewriter.changed:
+    return fn
+  node.decorator_list = []
+  # Renamed, so that the function's name in its body (a recursive call)
+  # is the global it is, not the maker's local.
+  node.name = '__ab_dry_run_copy'
+  freevars = fn.__code__.co_freevars
+  maker = ast.FunctionDef(
+      name='__ab_make',
+      args=ast.arguments(posonlyargs=[], args=[
+          ast.arg(n) for n in freevars + (_RANGE_NAME,)], vararg=None,
+                         kwonlyargs=[], kw_defaults=[], kwarg=None,
+                         defaults=[]),
+      body=[node, ast.Return(ast.Name(node.name, ast.Load()))],
+      decorator_list=[], returns=None, type_comment=None, type_params=[])
+  module = ast.Module(body=[maker], type_ignores=[])
+  ast.fix_missing_locations(module)
+  ast.increment_lineno(module, src.first_line - 1)
+  code = compile(module, src.filename, 'exec')
+  maker_code = next(c for c in code.co_consts
+                    if isinstance(c, types.CodeType))
+  fn_code = next(c for c in maker_code.co_consts
+                 if isinstance(c, types.CodeType) and c.co_name == node.name)
+  cells = dict(zip(freevars, fn.__closure__ or ()))
+  cells[_RANGE_NAME] = types.CellType(range_bound)
+  copied = types.FunctionType(fn_code, fn.__globals__, fn.__name__,
+                              fn.__defaults__,
+                              tuple(cells[n] for n in fn_code.co_freevars))
+  copied.__qualname__ = fn.__qualname__
+  copied.__doc__ = fn.__doc__
+  return copied
