@@ -1,0 +1,362 @@
+"""The executor form of `shard`: shards run as tasks of worker processes.
+
+The program is compiled on the caller's side once per signature and
+shipped: the Context (its functions, and the compiled programs of the
+call's signature) is pickled with cloudpickle, functions by value where
+their module cannot be imported by name.  A worker process unpickles one
+payload once and keeps it for later shards and calls (`run_shard`).
+`ExecutorShards` is a `ShardedFunction`'s executor form: it submits one
+task per shard and puts the outputs back in the batch's order.
+"""
+
+import hashlib
+import importlib.machinery
+import io
+import os
+import pickle
+import socket
+import sys
+import threading
+import time
+
+import numpy as np
+
+from autobatch_vm import errors
+from autobatch_vm import frontend
+from autobatch_vm import instructions as inst
+from autobatch_vm import numpy_backend
+from autobatch_vm import virtual_machine
+from autobatch_vm.shard_split import batch_size_of
+from autobatch_vm.shard_split import global_error
+from autobatch_vm.shard_split import leading
+from autobatch_vm.shard_split import Shard
+from autobatch_vm.shard_split import ShardStats
+
+__all__ = ['ExecutorShards', 'run_shard']
+
+
+# ---------------------------------------------------------------------------
+# Shipping a Context to worker processes.
+# ---------------------------------------------------------------------------
+
+# Entries of a Context's program cache shipped with it: the typed, lowered
+# and stackless programs of the call's signature and the stackless choice.
+_SHIPPED_KINDS = ('typed', 'lowered', 'stackless', 'chooses_stackless')
+_pickle_lock = threading.Lock()
+
+
+def _importable(module_name):
+  """Whether a worker can import `module_name` by name from its path (a
+  module loaded from a file path under another name cannot)."""
+  top = module_name.split('.')[0]
+  if top in sys.builtin_module_names:
+    return True
+  spec = getattr(sys.modules.get(top), '__spec__', None)
+  if spec is not None and spec.origin == 'frozen':
+    return True
+  return importlib.machinery.PathFinder.find_spec(top, sys.path) is not None
+
+
+def _new_context(debug):
+  return frontend.Context(debug=debug)
+
+
+def _set_context_state(ctx, state):
+  functions, cache = state
+  ctx._functions.update(functions)  # pylint: disable=protected-access
+  ctx._cache.update(cache)  # pylint: disable=protected-access
+  return ctx
+
+
+def _shipping_pickler(context, cache):
+  import cloudpickle  # pylint: disable=g-import-not-at-top
+
+  class Pickler(cloudpickle.Pickler):
+    """cloudpickle, with `context` pickled as its functions and `cache`
+    (a fresh Context is made on the other side) and batched functions
+    without their last statistics."""
+
+    def reducer_override(self, obj):
+      if isinstance(obj, frontend.Context):
+        if obj is not context:
+          raise errors.ArgumentError(
+              'A batched function to shard refers to a batched function '
+              'of another Context',
+              hint='Define the functions that call each other in one '
+              'Context.')
+        return (_new_context, (bool(obj.debug),),
+                (dict(obj._functions), cache),  # pylint: disable=protected-access
+                None, None, _set_context_state)
+      if isinstance(obj, frontend.BatchedFunction):
+        state = dict(obj.__dict__, last_stats=None)
+        return (_new_batched, (type(obj),), state)
+      if isinstance(obj, inst.FrozenDict):   # immutable: rebuilt from items
+        return (inst.FrozenDict, (dict(obj),))
+      return super().reducer_override(obj)
+
+  return Pickler
+
+
+def _new_batched(cls):
+  return cls.__new__(cls)
+
+
+def _dumps(obj, context=None, cache=None):
+  """`obj` pickled for a worker: cloudpickle, the modules of `context`'s
+  functions by value where a worker cannot import them by name."""
+  import cloudpickle  # pylint: disable=g-import-not-at-top
+  by_value = []
+  if context is not None:
+    names = {getattr(bf.python_function, '__module__', None)
+             for bf in context._functions.values()}  # pylint: disable=protected-access
+    for name in sorted(n for n in names if n):
+      if name != '__main__' and name in sys.modules and not _importable(name):
+        by_value.append(sys.modules[name])
+  with _pickle_lock:
+    for module in by_value:
+      cloudpickle.register_pickle_by_value(module)
+    try:
+      buffer = io.BytesIO()
+      _shipping_pickler(context, cache or {})(
+          buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+      return buffer.getvalue()
+    finally:
+      for module in by_value:
+        cloudpickle.unregister_pickle_by_value(module)
+
+
+# Worker side: payload digest -> (batched function, call kwargs).  A worker
+# process keeps the few payloads it ran last.
+_LOADED = {}
+_LOADED_MAX = 8
+_loaded_lock = threading.Lock()
+
+
+def _load(payload):
+  key = hashlib.sha1(payload).digest()
+  with _loaded_lock:
+    entry = _LOADED.get(key)
+  if entry is not None:
+    return entry, False
+  fn, call_kwargs = pickle.loads(payload)
+  with _loaded_lock:
+    while len(_LOADED) >= _LOADED_MAX:
+      _LOADED.pop(next(iter(_LOADED)))
+    _LOADED[key] = (fn, call_kwargs)
+  return (fn, call_kwargs), True
+
+
+def _worker_name():
+  try:
+    from distributed import get_worker  # pylint: disable=g-import-not-at-top
+    return str(get_worker().address)
+  except (ImportError, ValueError):
+    return f'{socket.gethostname()}:{os.getpid()}'
+
+
+def run_shard(payload, args):
+  """Runs one shard in a worker.
+
+  Args:
+    payload: The shipped batched function and call keywords, pickled.
+    args: The shard's arguments, pickled.
+
+  Returns:
+    Pickled bytes: ('ok', outputs, RunStats, info) or, for a mistake the
+    call reports (`AutoBatchError`), ('error', class, message, loc, hint,
+    info), which the caller raises naming global member indices.
+  """
+  (fn, call_kwargs), loaded = _load(payload)
+  ctx = fn.context
+  compiled_before = ctx._module is not None  # pylint: disable=protected-access
+  start = time.perf_counter()
+  shard_args = pickle.loads(args)
+  info = dict(where=_worker_name(), loaded=loaded)
+  try:
+    out = fn(*shard_args, **call_kwargs)
+  except errors.AutoBatchError as e:
+    info['seconds'] = time.perf_counter() - start
+    return _dumps(('error', type(e), e.message, e.loc, e.hint, info))
+  info['seconds'] = time.perf_counter() - start
+  info['compiled'] = (not compiled_before and
+                      ctx._module is not None)  # pylint: disable=protected-access
+  return _dumps(('ok', out, fn.last_stats, info))
+
+
+# ---------------------------------------------------------------------------
+# The executor form of a sharded function.
+# ---------------------------------------------------------------------------
+
+class ExecutorShards:
+  """A `ShardedFunction`'s calls through an executor (NumPy in workers).
+
+  Args:
+    sharded: The `ShardedFunction`, whose `fn`, `executor`, `shards` and
+      `call_kwargs` it reads and whose `last_stats` it sets.
+    jit_compile: What `shard` was given (None here: it applies to the
+      strategy form only).
+
+  Raises:
+    ArgumentError: If the executor has no `submit`, the backend is not
+      NumPy's, or `jit_compile` is given.
+
+  Attributes:
+    payloads: The pickled programs shipped so far, by signature.
+  """
+
+  def __init__(self, sharded, jit_compile):
+    self.sharded = sharded
+    fn, executor = sharded.fn, sharded.executor
+    loc = fn.context.function_loc(fn.name)
+    if not callable(getattr(executor, 'submit', None)):
+      raise errors.ArgumentError(
+          f'executor= needs a submit() method (a concurrent.futures '
+          f'Executor or a dask.distributed Client), got {executor!r}',
+          loc=loc)
+    backend = sharded.call_kwargs.get('backend')
+    if backend is not None and not isinstance(
+        backend, numpy_backend.NumpyBackend):
+      raise errors.ArgumentError(
+          f'shard({fn.name}, executor=...) runs its shards on NumPy, not '
+          f'{backend!r}', loc=loc,
+          hint='For TensorFlow devices pass strategy= instead.')
+    if jit_compile is not None:
+      raise errors.ArgumentError(
+          'jit_compile applies to strategy=, not executor=', loc=loc)
+    self.payloads = {}
+
+  def _workers(self):
+    ex = self.sharded.executor
+    nthreads = getattr(ex, 'nthreads', None)
+    if callable(nthreads):     # a dask.distributed Client
+      total = sum(nthreads().values())
+      if total:
+        return total
+    workers = getattr(ex, '_max_workers', None)
+    if isinstance(workers, int) and workers > 0:
+      return workers
+    raise errors.ArgumentError(
+        f'Cannot tell how many workers {ex!r} has',
+        loc=self.sharded.fn.context.function_loc(self.sharded.fn.name),
+        hint='Pass shards= to shard().')
+
+  def _payload(self, args, backend):
+    """The pickled (Context, call keywords) for these arguments' signature,
+    compiled here once and cached."""
+    fn, ctx = self.sharded.fn, self.sharded.fn.context
+    kwargs = dict(self.sharded.call_kwargs, backend=backend)
+    schedule = kwargs.get('schedule', virtual_machine.DEFAULT_SCHEDULE)
+    # The call's own checks and compile (as an unsharded call would do).
+    ctx.lowered_for_args(fn.name, args, backend, schedule)
+    sig = [inst.pattern_map(
+        lambda v: inst.TensorType(np.asarray(v).dtype,
+                                  tuple(np.shape(v))[1:]), a, leaf_type=list)
+           for a in args]
+    key = repr((sig, sorted((k, repr(v)) for k, v in kwargs.items())))
+    if key in self.payloads:
+      return self.payloads[key]
+    typed = ctx.program_compiled(fn.name, sig, backend)
+    stackless = kwargs.get('stackless')
+    depth = kwargs.get('max_stack_depth', frontend.DEFAULT_MAX_STACK_DEPTH)
+    if stackless is None and isinstance(depth, int):
+      ctx.chooses_stackless(fn.name, sig, backend, depth)
+    if stackless is not False:
+      ctx.program_stackless(fn.name, sig, backend)
+    cache = ctx._cache  # pylint: disable=protected-access
+    sig_repr = [k[2] for k, v in cache.items()
+                if isinstance(k, tuple) and k[:2] == ('typed', fn.name)
+                and v is typed]
+    shipped = {k: v for k, v in cache.items()
+               if isinstance(k, tuple) and len(k) > 2 and
+               k[0] in _SHIPPED_KINDS and k[1] == fn.name and
+               sig_repr and k[2] == sig_repr[0]}
+    try:
+      payload = _dumps((fn, kwargs), ctx, shipped)
+    except errors.AutoBatchError:
+      raise
+    except Exception as e:  # pylint: disable=broad-except
+      raise errors.ArgumentError(
+          f'{fn.name} (its Context and compiled program) cannot be pickled '
+          f'for the executor\'s workers: {type(e).__name__}: {e}',
+          loc=ctx.function_loc(fn.name),
+          hint='Values that the batched functions and their primitives '
+          'refer to must pickle (cloudpickle): module-level NumPy arrays '
+          'and functions do; open files, locks and TensorFlow objects do '
+          'not.') from e
+    self.payloads[key] = payload
+    return payload
+
+  def call(self, args):
+    """Runs a call's shards as tasks and puts the outputs back in order.
+
+    Args:
+      args: The call's arguments, bound to the function's parameters.
+
+    Returns:
+      The batched results, in the batch's order.
+
+    Raises:
+      ArgumentError: If no argument gives the batch size, or the program
+        cannot be pickled.
+      AutoBatchError: As a shard's call raises, naming global member
+        indices.
+    """
+    start = time.perf_counter()
+    sharded = self.sharded
+    fn = sharded.fn
+    backend = (sharded.call_kwargs.get('backend') or
+               numpy_backend.NumpyBackend())
+    args = [inst.pattern_map(np.asarray, a, leaf_type=list) for a in args]
+    leaves = [x for a in args for x in inst.pattern_flatten(a)]
+    batch = batch_size_of(fn, leaves)
+    payload = self._payload(args, backend)
+    if batch is None:
+      raise errors.ArgumentError(
+          f'{fn.name}() has no arguments to take the batch size from',
+          loc=fn.context.function_loc(fn.name))
+    num_shards = sharded._num_shards(  # pylint: disable=protected-access
+        self._workers() if sharded.shards is None else sharded.shards)
+    parts, split = sharded._parts(args, batch, num_shards)  # pylint: disable=protected-access
+    dask = type(sharded.executor).__module__.startswith('distributed')
+    # Dask would otherwise take shards with equal inputs for one task and
+    # keep results of an earlier call with the same inputs.
+    extra = {'pure': False} if dask else {}
+    futures = []
+    for part in parts:
+      take = lambda x, part=part: (
+          np.take(x, part, axis=0) if leading(x) == batch else x)
+      shard_args = [inst.pattern_map(take, a) for a in args]
+      futures.append(sharded.executor.submit(
+          run_shard, payload, _dumps(shard_args, fn.context), **extra))
+    results = []
+    try:
+      for j, future in enumerate(futures):
+        result = pickle.loads(future.result())
+        if result[0] == 'error':
+          _, cls, message, loc, hint, info = result
+          raise global_error(cls(message, loc=loc, hint=hint), parts[j], j,
+                             len(parts), info['where'])
+        results.append(result)
+    except BaseException:
+      for future in futures:
+        future.cancel()
+      raise
+    outs = [r[1] for r in results]
+    template = outs[0]
+    columns = zip(*[inst.pattern_flatten(o) for o in outs])
+    merged = []
+    for column in columns:
+      first = np.asarray(column[0])
+      full = np.empty((batch,) + first.shape[1:], first.dtype)
+      for part, value in zip(parts, column):
+        full[part] = value
+      merged.append(full)
+    out = inst.pattern_unflatten(template, merged)
+    sharded.last_stats = ShardStats(
+        batch_size=batch, split=split,
+        seconds=time.perf_counter() - start,
+        shards=[Shard(members=part, where=r[3]['where'], stats=r[2],
+                      seconds=r[3]['seconds'], loaded=r[3]['loaded'],
+                      compiled=r[3]['compiled'])
+                for part, r in zip(parts, results)])
+    return out
