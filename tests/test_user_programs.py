@@ -802,3 +802,60 @@ def test_tensorflow_matches_dry_run(case, mode):
   assert_same(batched, alone, case.rtol)
   np_args = [a.numpy() for a in args]
   case.check(np_args, batched)
+
+
+# -- mistakes a new user makes in such programs --------------------------------
+# Each offending line carries a `# ERR:<tag>` marker; the error must name
+# this file, that line and the function, and say what to do.
+
+_SOURCE = open(__file__).read().splitlines()
+
+
+def _line_of(tag):
+  lines = [i + 1 for i, text in enumerate(_SOURCE)
+           if text.rstrip().endswith(f'# ERR:{tag}')]
+  assert len(lines) == 1, tag
+  return lines[0]
+
+
+def check_error(exc_info, cls, tag, function, *snippets):
+  e = exc_info.value
+  assert type(e) is cls, (type(e), e)
+  assert (e.filename, e.lineno, e.function) == (
+      __file__, _line_of(tag), function), str(e)
+  for s in snippets:
+    assert s in str(e), (s, str(e))
+
+
+_mistakes = ab.Context()
+
+
+@_mistakes.batch
+def path_length(adj, start):
+  visited = start[:, None] == np.arange(N_NODES)
+  order = adj[:, 0, :] & False
+  steps = 0
+  for v in range(N_NODES):
+    if adj[np.arange(len(adj)), start, v]:
+      order = np.where(np.arange(N_NODES) == steps, v, order)  # ERR:dtype
+      steps += 1
+  return steps, order, visited
+
+
+def test_a_range_counter_written_into_a_bool_array():
+  # `v` from range() is int64 on NumPy: np.where makes `order` int64.
+  adj = _graphs(np.random.default_rng(0), 3)
+  with pytest.raises(errors.TypeInferenceError) as e:
+    path_length(adj, np.array([0, 1, 2]))
+  check_error(e, errors.TypeInferenceError, 'dtype', 'path_length',
+              "variable 'order'", 'bool[6] vs int64[6]', '.astype')
+
+
+def test_recursion_deeper_than_the_stack_names_the_call():
+  m, n = np.array([1, 3, 2]), np.array([2, 2, 1])
+  with pytest.raises(errors.StackOverflowError) as e:
+    NP.ackermann(m, n, max_stack_depth=8)
+  assert e.value.function == 'ackermann' and 'max_stack_depth=8' in str(
+      e.value) and 'members [1]' in str(e.value)
+  np.testing.assert_array_equal(NP.ackermann(m, n, max_stack_depth=32),
+                                [4, 29, 5])
