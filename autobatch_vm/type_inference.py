@@ -292,15 +292,10 @@ class _Inference:
         raise
       except AssertionError:
         value = None  # an `assert` failure block: produces nothing
-      except Exception as e:  # pylint: disable=broad-except
-        raise errors.PrimitiveError(
-            f'{type(e).__name__} while inferring the type of '
-            f'`{op.text}`: {e}', loc=op.loc,
-            hint='To find its result type, a primitive runs once on '
-            'made-up inputs of batch size 1 (zeros, ones, identity '
-            'matrices, then values in (0.25, 0.75)) and failed on each.  '
-            'Declare the result with type_inference= so that it does not '
-            'run, or guard the domain (e.g. np.maximum(x, tiny)).') from e
+      except _FailedOnEveryKind as failure:
+        raise _made_up_error(op, in_types, failure) from failure.first
+      if value is not None and op.vars_in:
+        self.check_batch_independent(op, in_types, value)
       if value is None and not op.vars_in:
         self.prim_cache[key] = None
       else:
@@ -323,51 +318,87 @@ class _Inference:
             op.function is not inst.identity and
             all(v == RET for v in inst.pattern_flatten(op.vars_out)))
 
-  def run_made_up(self, op, in_types):
-    """`op`'s result on made-up inputs of `in_types` at batch size 1.
+  def run_made_up(self, op, in_types, batch=1):
+    """`op`'s result on made-up inputs of `in_types` at batch size `batch`.
 
     Traced symbolically where the backend can (TensorFlow, eagerly: no
     values are computed, so no domain can be violated); otherwise run on
     each kind of `MADE_UP` inputs in turn until one does not raise (a
     primitive valid on the user's data may not be on zeros: a linear
-    solve, a Cholesky factor, a logarithm).  Raises the first kind's
-    error if every kind raises.
+    solve, a Cholesky factor, a logarithm).  If every kind raises, the
+    first kind's `AssertionError` is raised as it is, and any other error
+    as `_FailedOnEveryKind`, holding every kind's.
     """
     if self.backend.traces_symbolically():
       try:
         return self.backend.trace(op.function, self.dummies(
-            in_types, literals=False))
+            in_types, literals=False, batch=batch))
       except errors.AutoBatchError:
         raise
       except Exception:  # pylint: disable=broad-except
         pass   # eager-only code in the primitive: run it on values
-    first = None
+    failures = []
     for kind in MADE_UP:
       try:
         # Made-up values may be outside a function's domain (a log of
         # zero): NumPy's warnings about it would be about no user data.
         with self.backend.error_context(), np.errstate(all='ignore'):
           return op.function(*self.dummies(in_types, literals=False,
-                                            kind=kind))
+                                            kind=kind, batch=batch))
       except errors.AutoBatchError:
         raise
       except Exception as e:  # pylint: disable=broad-except
-        first = first or e
-    raise first
+        failures.append(e)
+    if isinstance(failures[0], AssertionError):
+      raise failures[0]   # an `assert` failure block
+    raise _FailedOnEveryKind(failures)
 
-  def dummies(self, in_types, literals=True, as_arrays=None, kind='zeros'):
-    """Arguments to run a primitive on at batch size 1: arrays of `kind`
-    (`made_up`), with each weak scalar a Python scalar if `literals`, or
-    (input `i` in `as_arrays`) an array of dtype `as_arrays[i]`."""
+  def check_batch_independent(self, op, in_types, value):
+    """Raises if a Python integer that `op` computes from batched inputs
+    changes with the batch size.
+
+    Such a result (`len(x)`, `x.shape[0]`, `x.size`) counts the members
+    and is taken for a literal, which the VM broadcasts: it would be the
+    batch size in every member at run time, silently, and 1 in a dry run.
+    A per-member count (`x.shape[-1]`) stays the same at batch size 2.
+    """
+    ints = [v for v in inst.pattern_flatten(value) if type(v) is int]
+    if not ints or all(_is_literal(t) for t in _leaves(in_types)):
+      return
+    try:
+      again = self.run_made_up(op, in_types, batch=2)
+    except Exception:  # pylint: disable=broad-except
+      return   # not run at batch size 2: nothing to compare
+    twice = [v for v in inst.pattern_flatten(again) if type(v) is int]
+    if len(twice) != len(ints) or twice == ints:
+      return
+    one, two = ints[0], twice[0]
+    if len(ints) > 1:
+      one, two = tuple(ints), tuple(twice)
+    raise errors.TypeInferenceError(
+        f'`{op.text}` gives {one} at batch size 1 and {two} at batch size '
+        '2: a Python number that counts the members, not one member\'s '
+        'value (at run time every member would get the batch size)',
+        loc=op.loc,
+        hint='Axis 0 of every batched value is the batch: len(x), '
+        'x.shape[0] and x.size count members.  For a per-member length use '
+        'x.shape[-1] (or x.shape[1:]); reduce with axis=-1.')
+
+  def dummies(self, in_types, literals=True, as_arrays=None, kind='zeros',
+              batch=1):
+    """Arguments to run a primitive on at batch size `batch`: arrays of
+    `kind` (`made_up`), with each weak scalar a Python scalar if
+    `literals`, or (input `i` in `as_arrays`) an array of dtype
+    `as_arrays[i]`."""
     as_arrays = as_arrays or {}
 
     def leaf(t):
       if literals and _is_literal(t):
         return t.dtype.type(0).item()
       if kind == 'zeros':
-        return self.backend.dummy(t, 1)
-      return self.backend.asarray(made_up(t, kind))
-    return [self.backend.dummy(inst.TensorType(as_arrays[i], ()), 1)
+        return self.backend.dummy(t, batch)
+      return self.backend.asarray(made_up(t, kind, batch))
+    return [self.backend.dummy(inst.TensorType(as_arrays[i], ()), batch)
             if i in as_arrays else inst.pattern_map(leaf, t, inst.TensorType)
             for i, t in enumerate(in_types)]
 
@@ -687,14 +718,14 @@ def _check_leaf(declared, value):
 MADE_UP = ('zeros', 'ones', 'eye', 'uniform')
 
 
-def made_up(tensor_type, kind):
-  """A NumPy array `[1, *shape]` of the type's dtype: ones; identity
+def made_up(tensor_type, kind, batch=1):
+  """A NumPy array `[batch, *shape]` of the type's dtype: ones; identity
   matrices in the last two axes where they are square (else ones); or
   values in (0.25, 0.75), fixed, different per element, for floats and
   complex numbers (ones for integers, True for booleans).  Together they
   are valid inputs for the usual restricted domains: logarithms, roots,
   arc-cosines, divisions, solves, inverses and Cholesky factors."""
-  shape = (1,) + tuple(tensor_type.shape)
+  shape = (batch,) + tuple(tensor_type.shape)
   dtype = np.dtype(tensor_type.dtype)
   if kind == 'eye' and len(shape) >= 3 and shape[-1] == shape[-2]:
     return np.broadcast_to(np.eye(shape[-1], dtype=dtype), shape).copy()
@@ -702,6 +733,59 @@ def made_up(tensor_type, kind):
     values = np.random.default_rng(0).uniform(0.25, 0.75, size=shape)
     return values.astype(dtype)
   return np.ones(shape, dtype)
+
+
+_CODE_ERRORS = (TypeError, IndexError, AttributeError)
+
+
+class _FailedOnEveryKind(Exception):
+  """A primitive raised on every kind of made-up input (`MADE_UP`).
+
+  Attributes:
+    errors: The exceptions, one per kind, in `MADE_UP`'s order.
+    first: The first of them.
+  """
+
+  def __init__(self, failures):
+    super().__init__(str(failures[0]))
+    self.errors = failures
+    self.first = failures[0]
+
+
+def _made_up_error(op, in_types, failure):
+  """The `PrimitiveError` for a primitive that failed on every kind of
+  made-up input: the inputs' types, and whether the values can be the
+  cause.  A type or index error on every kind says that they are not:
+  such errors come from the code (`float()` of an array, indexing a
+  Python scalar), where a domain error (a singular matrix, a value a
+  helper refuses) is a `ValueError`, `LinAlgError` or the like.  (Their
+  messages may differ only in the names of the made-up tensors.)"""
+  e = failure.first
+  same = isinstance(e, _CODE_ERRORS) and all(
+      type(x) is type(e) for x in failure.errors)
+  inputs = ', '.join(
+      f'{"a temporary" if v.startswith("%") else v}: {inst.type_str(t)}'
+      for v, t in zip(op.vars_in, in_types))
+  if not same:
+    hint = ('To find its result type, a primitive runs once on made-up '
+            'inputs of batch size 1 (zeros, ones, identity matrices, then '
+            'values in (0.25, 0.75)) and failed on each.  Declare the '
+            'result with type_inference= so that it does not run, or guard '
+            'the domain (e.g. np.maximum(x, tiny)).')
+  else:
+    hint = ('It fails the same way on every made-up input (zeros, ones, '
+            'identity matrices, values in (0.25, 0.75)), so the values are '
+            'not the likely cause: the code is.  A primitive runs on whole '
+            'batches: each input has the batch as axis 0, a number written '
+            'in the call stays a Python scalar, and a tuple or list '
+            'argument is structure.  Python\'s float(), int(), math.* and '
+            'min()/max() need one value: use NumPy on arrays (np.sqrt, '
+            'np.minimum, x.astype).  dry_run=True runs each member alone, '
+            'as plain Python, to debug it.')
+  per_member = f' (per member: {inputs})' if inputs else ''
+  return errors.PrimitiveError(
+      f'{type(e).__name__} while inferring the type of `{op.text}`'
+      f'{per_member}: {e}', loc=op.loc, hint=hint)
 
 
 _LITERAL_DTYPES = frozenset(np.dtype(t) for t in (bool, int, float, complex))

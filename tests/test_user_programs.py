@@ -859,3 +859,55 @@ def test_recursion_deeper_than_the_stack_names_the_call():
       e.value) and 'members [1]' in str(e.value)
   np.testing.assert_array_equal(NP.ackermann(m, n, max_stack_depth=32),
                                 [4, 29, 5])
+
+
+@_mistakes.batch
+def mean_of_positives(v):
+  total = v[:, 0] * 0.0
+  count = 0
+  for i in range(v.shape[-1]):      # the per-member length: right
+    if v[:, i] > 0:
+      total = total + v[:, i]
+      count += 1
+  n = len(v)  # ERR:len
+  return total / count, n
+
+
+def test_a_count_of_members_is_refused():
+  v = np.array([[1.0, -2.0, 3.0], [0.5, 0.5, -1.0]])
+  with pytest.raises(errors.TypeInferenceError) as e:
+    mean_of_positives(v)
+  check_error(e, errors.TypeInferenceError, 'len', 'mean_of_positives',
+              '`len(v)` gives 1 at batch size 1 and 2 at batch size 2',
+              'x.shape[-1]')
+
+
+def test_a_count_of_members_is_refused_on_tensorflow():
+  tf = pytest.importorskip('tensorflow')
+  v = tf.constant([[1.0, -2.0, 3.0], [0.5, 0.5, -1.0]])
+  with pytest.raises(errors.TypeInferenceError) as e:
+    mean_of_positives(v)
+  check_error(e, errors.TypeInferenceError, 'len', 'mean_of_positives',
+              'batch size 2')
+  # Inside a graph, TensorFlow refuses `len` of a tensor itself.
+  with pytest.raises(errors.PrimitiveError) as e:
+    tf.function(mean_of_positives)(v)
+  check_error(e, errors.PrimitiveError, 'len', 'mean_of_positives',
+              'x.shape', 'not the likely cause')
+
+
+@_mistakes.batch
+def heron(a, iters=np.int32(20)):
+  x = a + 1.0
+  for _ in range(iters):
+    x = 0.5 * (x + a / x)
+  return x, math.sqrt(a)  # ERR:math
+
+
+def test_a_scalar_function_of_an_array_says_the_code_is_the_cause():
+  with pytest.raises(errors.PrimitiveError) as e:
+    heron(np.array([2.0, 9.0]))
+  check_error(e, errors.PrimitiveError, 'math', 'heron',
+              'x: float64, a: float64', 'not the likely cause',
+              'np.sqrt')
+  assert 'type_inference=' not in str(e.value)
