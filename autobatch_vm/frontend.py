@@ -138,15 +138,49 @@ class BatchedFunction:
     """
     if self.context._dry_run_depth():  # inside a dry run: plain Python
       return self.context._dry_run_function(self)(*args, **kwargs)
+    given = args
     args = self._bind_arguments(args, kwargs)
     if dry_run:
       return self.context._dry_run(self, args, backend)
-    return self.context._run(self, args, stackless=stackless,
-                             max_stack_depth=max_stack_depth,
-                             backend=backend,
-                             block_code_cache=block_code_cache,
-                             schedule=schedule, profile=profile,
-                             max_steps=max_steps)
+    try:
+      return self.context._run(self, args, stackless=stackless,
+                               max_stack_depth=max_stack_depth,
+                               backend=backend,
+                               block_code_cache=block_code_cache,
+                               schedule=schedule, profile=profile,
+                               max_steps=max_steps)
+    except errors.PrimitiveError as e:
+      better = self._explain_number_defaults(e, len(given), kwargs,
+                                             backend or _default_backend(args))
+      if better is e:
+        raise
+      raise better from e.__cause__
+
+  def _explain_number_defaults(self, error, n_given, kwargs, backend):
+    """`error`, with a hint naming the parameters that took a Python number
+    as their default at this call, where it is about inputs of different
+    dtypes (TensorFlow): such a default is converted with the backend's
+    dtype for it (float32 for `tol=1e-6`), which the dry run, in plain
+    Python, does not do."""
+    if errors.explain_dtype_mismatch(error) is error:
+      return error
+    params = self.context._params_of(self.name)
+    taken = [(p, v) for p, v in self.context._defaults_of(self.name).items()
+             if params.index(p) >= n_given and p not in kwargs and
+             type(v) in _PY_NUMBERS]
+    if not taken:
+      return error
+    described = ', '.join(
+        f'{p}={v!r} (here {np.dtype(backend.dtype(backend.asarray(v))).name})'
+        for p, v in taken)
+    p, v = taken[0]
+    example = f'{p}=np.{np.asarray(v).dtype.name}({v!r})'
+    return errors.PrimitiveError(
+        error.message, loc=error.loc,
+        hint=f'{error.hint}  This call took the default {described}: a '
+        'Python number as a default of the called function is converted '
+        "as an argument is, with the backend's dtype for it.  Give the "
+        f'default the dtype you mean (`{example}`) or pass the argument.')
 
   def _bind_arguments(self, args, kwargs):
     params = self.context._params_of(self.name)

@@ -911,3 +911,30 @@ def test_a_scalar_function_of_an_array_says_the_code_is_the_cause():
               'x: float64, a: float64', 'not the likely cause',
               'np.sqrt')
   assert 'type_inference=' not in str(e.value)
+
+
+@_mistakes.batch
+def bisect_tol(c, tol=1e-10):
+  lo = c * 0.0
+  hi = c + 1.0
+  while hi - lo > tol:  # ERR:tol
+    mid = 0.5 * (lo + hi)
+    if mid * mid * mid > c:
+      hi = mid
+    else:
+      lo = mid
+  return lo
+
+
+def test_a_python_float_default_on_tensorflow_names_the_default():
+  tf = pytest.importorskip('tensorflow')
+  c = np.array([2.0, 27.0, 0.5])
+  np.testing.assert_allclose(bisect_tol(c) ** 3, c, rtol=1e-8)  # NumPy
+  with pytest.raises(errors.PrimitiveError) as e:
+    bisect_tol(tf.constant(c))
+  check_error(e, errors.PrimitiveError, 'tol', 'bisect_tol',
+              'does not promote dtypes', 'tol=1e-10 (here float32)',
+              '`tol=np.float64(1e-10)`')
+  # Passing the tolerance, in the dtype meant, is the way out.
+  out = bisect_tol(tf.constant(c), tf.constant(1e-10, tf.float64))
+  np.testing.assert_allclose(out.numpy() ** 3, c, rtol=1e-8)
