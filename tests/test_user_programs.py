@@ -938,3 +938,28 @@ def test_a_python_float_default_on_tensorflow_names_the_default():
   # Passing the tolerance, in the dtype meant, is the way out.
   out = bisect_tol(tf.constant(c), tf.constant(1e-10, tf.float64))
   np.testing.assert_allclose(out.numpy() ** 3, c, rtol=1e-8)
+
+
+def _clamp(x, lo, hi):
+  return max(lo, min(x, hi))
+
+
+@_mistakes.batch
+def damped_steps(x, target):
+  steps = 0
+  while abs(x - target) > 1e-3:
+    x = x + _clamp(target - x, -0.5, 0.5)  # ERR:clamp
+    steps += 1
+  return x, steps
+
+
+@pytest.mark.parametrize('stackless', [False, True])
+def test_python_min_in_a_helper_points_to_numpy(stackless):
+  # Fine at batch size 1 (type inference, each member alone); wrong for
+  # several members at once.
+  x, target = np.array([0.0, 2.0, -1.0]), np.array([1.0, 0.0, 3.0])
+  assert damped_steps(x[:1], target[:1], dry_run=True)[1] == [2]
+  with pytest.raises(errors.PrimitiveError) as e:
+    damped_steps(x, target, stackless=stackless)
+  check_error(e, errors.PrimitiveError, 'clamp', 'damped_steps',
+              'truth value', 'np.minimum')

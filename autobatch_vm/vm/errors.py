@@ -187,13 +187,25 @@ def primitive_error(e, op, members, compacted=False):
         'dry_run=True to see which members fail it.')
   text = op.text or getattr(op.function, '__name__', '?')
   who = f' (members at this block: {members})' if members is not None else ''
+  hint = ('The primitive is called on the rows of the members at this '
+          'block (leading dimension = their number).' if compacted else
+          'The primitive is called on whole batched arrays (leading '
+          'dimension = batch); members not at this block carry leftover '
+          'data.')
+  if isinstance(e, ValueError) and _ARRAY_TRUTH in str(e):
+    # Type inference ran it at batch size 1, where an array of one
+    # element has a truth value.
+    hint += ("  Python's min(), max(), `and`, `or`, `not` and `x if c "
+             "else y` inside it ask an array for one truth value: use "
+             'np.minimum, np.maximum, np.logical_and or np.where, which '
+             'work per element, or write the condition as a statement of '
+             'the batched function, where it is per member.')
   return errors.PrimitiveError(
-      f'{type(e).__name__} in `{text}`{who}: {e}', loc=op.loc,
-      hint=('The primitive is called on the rows of the members at this '
-            'block (leading dimension = their number).' if compacted else
-            'The primitive is called on whole batched arrays (leading '
-            'dimension = batch); members not at this block carry leftover '
-            'data.'))
+      f'{type(e).__name__} in `{text}`{who}: {e}', loc=op.loc, hint=hint)
+
+
+# NumPy's message for `bool(array)` of more than one element.
+_ARRAY_TRUTH = 'truth value of an array with more than one element'
 
 
 def step_limit(program, max_steps):
