@@ -122,12 +122,30 @@ def range_bound(x):
   return x
 
 
-class _RangeBounds(ast.NodeTransformer):
-  """Wraps each argument of `for ... in range(...)` in `range_bound`."""
+class _DryRunRewriter(ast.NodeTransformer):
+  """Wraps each argument of `for ... in range(...)` in `range_bound`, and
+  writes `x op= v` as `x = x op v`.
+
+  A dry run's variables hold batch-of-one NumPy arrays where the member's
+  own Python would hold numbers, and NumPy's `x += v` updates `x` in
+  place: after `i = lo`, `i += 1` would change `lo` too.  Variables of a
+  batched function are values (its `i += 1` is `i = i + 1`), so the dry
+  run rebinds them as well.
+  """
 
   def __init__(self, local_names):
     self.local_names = local_names
     self.changed = False
+
+  def visit_AugAssign(self, node):
+    self.generic_visit(node)
+    if not isinstance(node.target, ast.Name):
+      return node
+    self.changed = True
+    value = ast.copy_location(ast.BinOp(
+        ast.Name(node.target.id, ast.Load()), node.op, node.value), node)
+    return ast.copy_location(ast.Assign(
+        [ast.Name(node.target.id, ast.Store())], value), node)
 
   def visit_For(self, node):
     self.generic_visit(node)
@@ -143,11 +161,14 @@ class _RangeBounds(ast.NodeTransformer):
 def dry_run_function(fn):
   """Finds the Python function a dry run calls for batched function `fn`.
 
-  It is `fn` itself, except where `fn` loops `for ... in range(...)`: then
-  a copy compiled from its source whose range bounds go through
-  `range_bound` (what the batched call compiles those loops to takes a
-  per-member bound; the copy makes Python's `range` take one too).  The
-  copy has `fn`'s globals, closure cells, defaults, file and line numbers.
+  It is `fn` itself, except where `fn` loops `for ... in range(...)` or
+  updates a variable with an augmented assignment: then a copy compiled
+  from its source whose range bounds go through `range_bound` (what the
+  batched call compiles those loops to takes a per-member bound; the copy
+  makes Python's `range` take one too), and whose `x op= v` is
+  `x = x op v` (the batched call's variables are values; NumPy's `+=`
+  would update an array that another variable holds too).  The copy has
+  `fn`'s globals, closure cells, defaults, file and line numbers.
 
   Args:
     fn: The user's Python function.
@@ -157,7 +178,7 @@ def dry_run_function(fn):
   """
   src = Source(fn)
   node = copy.deepcopy(src.node)
-  rewriter = _RangeBounds(assigned_names(node) |
+  rewriter = _DryRunRewriter(assigned_names(node) |
                           {a.arg for a in node.args.args})
   rewriter.visit(node)
   if not rewriter.changed:

@@ -729,21 +729,7 @@ def tf_dry_run(name):
   return args, ab.instructions.pattern_map(np.asarray, alone)
 
 
-# Known: `i = lo; ...; i += 1` in quicksort updates the dry run's `lo` in
-# place (a batch-of-one NumPy array, where each member's Python would hold
-# an int): the dry run diverges from the batched call, which is right.
-_DRY_RUN_ALIASES = pytest.mark.xfail(
-    strict=True, reason='dry_run runs `x += 1` in place on NumPy arrays, '
-    'so a variable bound to another (`i = lo`) writes through to it')
-
-
-def _params(names_xfail):
-  return [pytest.param(c, id=c.name, marks=[_DRY_RUN_ALIASES]
-                       if c.name in names_xfail else [])
-          for c in CASES]
-
-
-@pytest.mark.parametrize('case', _params({'quicksort'}))
+@pytest.mark.parametrize('case', CASES, ids=lambda c: c.name)
 def test_dry_run_is_right(case):
   """The reference itself, against facts computed without autobatch_vm."""
   args, alone = numpy_dry_run(case.name)
@@ -752,7 +738,7 @@ def test_dry_run_is_right(case):
 
 @pytest.mark.parametrize('stackless', [False, True],
                          ids=['stack_vm', 'stackless'])
-@pytest.mark.parametrize('case', _params({'quicksort'}))
+@pytest.mark.parametrize('case', CASES, ids=lambda c: c.name)
 def test_numpy_matches_dry_run(case, stackless):
   args, alone = numpy_dry_run(case.name)
   fn = getattr(NP, case.name)
@@ -763,7 +749,7 @@ def test_numpy_matches_dry_run(case, stackless):
 
 @pytest.mark.parametrize('case', CASES, ids=lambda c: c.name)
 def test_numpy_matches_facts(case):
-  """The batched call against the facts (quicksort's dry run aside)."""
+  """The batched call against the facts."""
   args, _ = numpy_dry_run(case.name)
   case.check(args, getattr(NP, case.name)(*args, max_stack_depth=case.depth))
 
@@ -802,6 +788,30 @@ def test_tensorflow_matches_dry_run(case, mode):
   assert_same(batched, alone, case.rtol)
   np_args = [a.numpy() for a in args]
   case.check(np_args, batched)
+
+
+_alias_ctx = ab.Context()
+
+
+@_alias_ctx.batch
+def _count_up(lo, hi, scale):
+  i = lo          # `i += 1` must not change `lo` (quicksort's pattern)
+  x = scale
+  total = 0
+  while i < hi:
+    i += 1
+    x *= 2.0      # nor `x *= 2.0` the argument `scale`
+    total += 1
+  return lo, i, scale, x, total
+
+
+def test_dry_run_updates_rebind_variables():
+  lo = np.array([0, 3, 5])
+  hi = np.array([4, 4, 5])
+  scale = np.array([1.0, 0.5, 2.0])
+  expected = (lo, hi, scale, scale * 2.0 ** (hi - lo), hi - lo)
+  for kw in [dict(dry_run=True), {}]:
+    assert_same(_count_up(lo, hi, scale, **kw), expected, 0)
 
 
 # -- mistakes a new user makes in such programs --------------------------------
