@@ -26,23 +26,25 @@ cannot change dtype or shape.
 
 import dataclasses
 import threading
-from typing import Any
 
 import numpy as np
 
 from autobatch_vm import errors
 from autobatch_vm import instructions as inst
+from autobatch_vm.declared_types import _PY_SCALARS
+from autobatch_vm.declared_types import checked_result
+from autobatch_vm.declared_types import declared_type_error
+from autobatch_vm.declared_types import Mismatch
+from autobatch_vm.made_up import _FailedOnEveryKind
+from autobatch_vm.made_up import _made_up_error
+from autobatch_vm.made_up import MADE_UP
+from autobatch_vm.made_up import made_up
 
 __all__ = ['infer_types', 'join', 'type_of_value', 'normalize_declared']
 
 RET = inst.RETURN_VAR
 _MAX_ITERATIONS = 1000
 _WEAK_TO = {'b': 'b', 'i': 'iufc', 'u': 'iufc', 'f': 'fc', 'c': 'c'}
-_PY_SCALARS = (bool, int, float, complex)
-
-
-class Mismatch(Exception):
-  """Two types that cannot be joined."""
 
 
 def _join_leaf(a, b):
@@ -638,154 +640,6 @@ class _Inference:
           fn, var_defs=var_defs, blocks=tuple(
               self.with_casts(block, env, fn) for block in fn.blocks)))
     return dataclasses.replace(self.program, functions=tuple(functions))
-
-
-def declared_type_error(message, loc):
-  """The error for a value that does not fit its declared type."""
-  return errors.TypeInferenceError(
-      message, loc=loc, hint='Fix the type_inference callable, or omit it '
-      'and let autobatch_vm infer the type.')
-
-
-def checked_result(function, declared, op, fn_name):
-  """`function`, raising `TypeInferenceError` where its result does not
-  have the structure and per-member shapes of `declared`: a primitive
-  computing a declared result does not run during type inference, so its
-  first real run checks what a run on made-up data would have (the VM
-  would otherwise broadcast a wrong shape into the declared one)."""
-  return _CheckedResult(function, declared, op.text, op.loc, fn_name)
-
-
-@dataclasses.dataclass(frozen=True)
-class _CheckedResult:
-  """A primitive with a check of its result (`checked_result`); equal to
-  another made from the same parts, so that compiling twice gives equal
-  programs."""
-  function: Any
-  declared: Any
-  text: str
-  loc: Any
-  fn_name: str
-
-  @property
-  def __name__(self):
-    return getattr(self.function, '__name__', 'prim')
-
-  def __call__(self, *args):
-    value = self.function(*args)
-    try:
-      _check_pattern(self.declared, value)
-    except Mismatch as e:
-      raise declared_type_error(
-          f'`{self.text}` returns a value that does not match the type the '
-          f'type_inference of {self.fn_name!r} declares: {e}',
-          self.loc) from None
-    return value
-
-
-def _check_pattern(declared, value):
-  if isinstance(declared, inst.TensorType):
-    if isinstance(value, (tuple, list)):
-      raise Mismatch(f'a {type(value).__name__} where {declared} is '
-                     'declared (different structures)')
-    _check_leaf(declared, value)
-    return
-  if not isinstance(value, (tuple, list)) or len(value) != len(declared):
-    got = (f'a {type(value).__name__} of {len(value)}'
-           if isinstance(value, (tuple, list)) else 'an array')
-    raise Mismatch(f'{got} where {inst.type_str(declared)} is declared '
-                   '(different structures)')
-  for d, v in zip(declared, value):
-    _check_pattern(d, v)
-
-
-def _check_leaf(declared, value):
-  if type(value) in _PY_SCALARS:
-    return
-  shape = tuple(value.shape if hasattr(value, 'shape') else np.shape(value))
-  if len(shape) != len(declared.shape) + 1 or (
-      shape[1:] != declared.shape and None not in shape[1:]):
-    raise Mismatch(f'shape {shape}: members of shape {shape[1:]}, '
-                   f'declared {declared.shape}')
-  dtype = getattr(value, 'dtype', None)
-  dtype = np.dtype(getattr(dtype, 'as_numpy_dtype', dtype))
-  if dtype.kind == 'c' and declared.dtype.kind != 'c':
-    raise Mismatch(f'{dtype} declared {declared.dtype} (complex to real)')
-
-
-# The made-up inputs a primitive runs on to find its result type, in the
-# order tried: each kind where the ones before it raised.
-MADE_UP = ('zeros', 'ones', 'eye', 'uniform')
-
-
-def made_up(tensor_type, kind, batch=1):
-  """A NumPy array `[batch, *shape]` of the type's dtype: ones; identity
-  matrices in the last two axes where they are square (else ones); or
-  values in (0.25, 0.75), fixed, different per element, for floats and
-  complex numbers (ones for integers, True for booleans).  Together they
-  are valid inputs for the usual restricted domains: logarithms, roots,
-  arc-cosines, divisions, solves, inverses and Cholesky factors."""
-  shape = (batch,) + tuple(tensor_type.shape)
-  dtype = np.dtype(tensor_type.dtype)
-  if kind == 'eye' and len(shape) >= 3 and shape[-1] == shape[-2]:
-    return np.broadcast_to(np.eye(shape[-1], dtype=dtype), shape).copy()
-  if kind == 'uniform' and dtype.kind in 'fc':
-    values = np.random.default_rng(0).uniform(0.25, 0.75, size=shape)
-    return values.astype(dtype)
-  return np.ones(shape, dtype)
-
-
-_CODE_ERRORS = (TypeError, IndexError, AttributeError)
-
-
-class _FailedOnEveryKind(Exception):
-  """A primitive raised on every kind of made-up input (`MADE_UP`).
-
-  Attributes:
-    errors: The exceptions, one per kind, in `MADE_UP`'s order.
-    first: The first of them.
-  """
-
-  def __init__(self, failures):
-    super().__init__(str(failures[0]))
-    self.errors = failures
-    self.first = failures[0]
-
-
-def _made_up_error(op, in_types, failure):
-  """The `PrimitiveError` for a primitive that failed on every kind of
-  made-up input: the inputs' types, and whether the values can be the
-  cause.  A type or index error on every kind says that they are not:
-  such errors come from the code (`float()` of an array, indexing a
-  Python scalar), where a domain error (a singular matrix, a value a
-  helper refuses) is a `ValueError`, `LinAlgError` or the like.  (Their
-  messages may differ only in the names of the made-up tensors.)"""
-  e = failure.first
-  same = isinstance(e, _CODE_ERRORS) and all(
-      type(x) is type(e) for x in failure.errors)
-  inputs = ', '.join(
-      f'{"a temporary" if v.startswith("%") else v}: {inst.type_str(t)}'
-      for v, t in zip(op.vars_in, in_types))
-  if not same:
-    hint = ('To find its result type, a primitive runs once on made-up '
-            'inputs of batch size 1 (zeros, ones, identity matrices, then '
-            'values in (0.25, 0.75)) and failed on each.  Declare the '
-            'result with type_inference= so that it does not run, or guard '
-            'the domain (e.g. np.maximum(x, tiny)).')
-  else:
-    hint = ('It fails the same way on every made-up input (zeros, ones, '
-            'identity matrices, values in (0.25, 0.75)), so the values are '
-            'not the likely cause: the code is.  A primitive runs on whole '
-            'batches: each input has the batch as axis 0, a number written '
-            'in the call stays a Python scalar, and a tuple or list '
-            'argument is structure.  Python\'s float(), int(), math.* and '
-            'min()/max() need one value: use NumPy on arrays (np.sqrt, '
-            'np.minimum, x.astype).  dry_run=True runs each member alone, '
-            'as plain Python, to debug it.')
-  per_member = f' (per member: {inputs})' if inputs else ''
-  return errors.PrimitiveError(
-      f'{type(e).__name__} while inferring the type of `{op.text}`'
-      f'{per_member}: {e}', loc=op.loc, hint=hint)
 
 
 _LITERAL_DTYPES = frozenset(np.dtype(t) for t in (bool, int, float, complex))

@@ -46,6 +46,8 @@ MODULES = [
     'autobatch_vm.errors',
     'autobatch_vm.frontend',
     'autobatch_vm.instructions',
+    'autobatch_vm.declared_types',
+    'autobatch_vm.made_up',
     'autobatch_vm.interpreter',
     'autobatch_vm.ir',
     'autobatch_vm.leaf_returns',
