@@ -238,6 +238,31 @@ class TensorFlowShards:
     staged.__name__ = f'sharded_{fn.name}'
     self._staged = tf.function(tf_backend.traceable(staged))
 
+  def _refuse_outer_gradient(self, args):
+    """Raises where a gradient tape records this XLA-compiled call.
+
+    TensorFlow differentiates a compiled function from outside by having
+    it return its loops' saved values, which XLA cannot hand out ("Support
+    for TensorList crossing the XLA/TF boundary is not implemented"): the
+    tape has to be inside the compiled function, or the shards not
+    compiled.
+    """
+    from tensorflow.python.eager import record  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+    tensors = [x for a in args for x in inst.pattern_flatten(a)
+               if self.tf.is_tensor(x)]
+    if not (tensors and record.should_record_backprop(tensors)):
+      return
+    fn = self.sharded.fn
+    raise errors.ArgumentError(
+        f'shard({fn.name}, jit_compile=True) is called while a gradient '
+        'tape records it: TensorFlow cannot differentiate an XLA-compiled '
+        'loop from outside the compiled function',
+        loc=fn.context.function_loc(fn.name),
+        hint='Shard with jit_compile=None or False to differentiate it '
+        'with a tape outside, or take the gradient inside one '
+        'tf.function(jit_compile=True) that calls a sharded function made '
+        'with jit_compile=None (and max_steps=).')
+
   def _call_staged(self, args):
     tf = self.tf
     fn = self.sharded.fn
@@ -248,6 +273,8 @@ class TensorFlowShards:
           loc=fn.context.function_loc(fn.name),
           hint='Shard with jit_compile=None there (your tf.function stages '
           'the shards), or call this one eagerly.')
+    if self.jit_compile:
+      self._refuse_outer_gradient(args)
     # The split is made here, eagerly (a cost split reads the values);
     # the staged function takes it as tensors, whose shapes depend only on
     # the batch size and the number of shards.

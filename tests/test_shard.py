@@ -497,6 +497,25 @@ def test_tf_gradients_through_the_sharded_call(jit_compile, name):
 
 
 @in_device_process
+def test_tf_tape_outside_compiled_shards_is_refused_clearly():
+  # TensorFlow cannot differentiate an XLA-compiled loop from outside the
+  # compiled function (its raw error: "TensorList crossing the XLA/TF
+  # boundary"); the sharded call says so and what to do, and runs as
+  # usual under a tape that does not record it.
+  x = tf.constant([0.5, -1.0, 2.0, 0.25, -0.7], tf.float64)
+  n = tf.constant([1, 2, 3, 0, 4])
+  sharded = ab.shard(halve, strategy=_strategy(), jit_compile=True,
+                     max_stack_depth=8, max_steps=200)
+  with tf.GradientTape() as tape:
+    tape.watch(x)
+    with pytest.raises(errors.ArgumentError, match='jit_compile=None'):
+      sharded(x, n)
+  with tf.GradientTape():
+    np.testing.assert_allclose(sharded(x, n).numpy(),
+                               halve(x, n, max_stack_depth=8).numpy())
+
+
+@in_device_process
 @pytest.mark.slow
 def test_tf_gradients_inside_an_xla_function():
   # XLA differentiates the VM's loop with the tape inside the compiled
