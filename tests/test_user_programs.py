@@ -759,7 +759,8 @@ def test_numpy_matches_facts(case):
 # only, and leaves the slowest XLA compilations to `-m slow`.
 _FUNCTION_BY_DEFAULT = {'cube_root', 'power_iteration', 'gillespie',
                         'ackermann'}
-_SLOW_XLA = {'evaluate', 'modular', 'quicksort', 'reachable'}
+_SLOW_XLA = {'evaluate', 'modular', 'quicksort', 'reachable', 'metropolis',
+             'gradient_descent', 'integrate'}
 
 
 def _tf_params():
