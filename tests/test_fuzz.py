@@ -45,7 +45,7 @@ TF_MODES = ('tf_eager', 'tf_function', 'tf_xla', 'tf_stackless')
 
 LONG = settings.default.max_examples >= 1000   # conftest loads the profile
 NUMPY_PROGRAMS = {'ci': 30, 'long': 1000}      # the profiles' max_examples
-TF_PROGRAMS = {'ci': 4, 'long': 300}
+TF_PROGRAMS = {'ci': 2, 'long': 300}
 INT_DTYPES = (np.int64, np.int32)
 
 
