@@ -24,7 +24,7 @@ _EAGER_CACHE_SIZE = 64
 
 
 def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
-                 step_limit=(None, None), profile=False):
+                step_limit=(None, None), profile=False):
   """Builds the `tf.while_loop` of a run.
 
   The loop carries the state partly packed by dtype and shape
@@ -285,7 +285,7 @@ def fail_in_graph(backend, state, num_blocks, sites):
 # -- eager ---------------------------------------------------------------
 
 def run_eagerly(backend, blocks, state, num_blocks, schedule, stats, labels,
-                 limit):
+                limit):
   """Runs the staged loop via a cached tf.function; steps eagerly if not.
 
   Args:
@@ -307,32 +307,32 @@ def run_eagerly(backend, blocks, state, num_blocks, schedule, stats, labels,
   if not staged.stageable or stats.profile:
     # profile=True times each block, which only stepping can do.
     return step_eagerly(backend, blocks, state, num_blocks, schedule, stats,
-                              labels, limit)
+                        labels, limit)
   try:
     out_state, acc = staged(state)
   except tf.errors.OpError:
     # Failed at run time (say a primitive's own check): step eagerly to
     # report it with the members and the user's line.
     return step_eagerly(backend, blocks, state, num_blocks, schedule, stats,
-                              labels, limit)
+                        labels, limit)
   except Exception:  # pylint: disable=broad-except
     # Could not be traced (say a primitive calls NumPy on the tensor):
     # from now on this program steps eagerly, which works or raises.
     staged.stageable = False
     return step_eagerly(backend, blocks, state, num_blocks, schedule, stats,
-                              labels, limit)
+                        labels, limit)
   pc = out_state[PC].numpy()
   if (pc > num_blocks).any():
     code = int(pc.max())
     raise staged.sites.error(code, np.flatnonzero(pc == code))
   acc = acc.numpy()
   fill_stats(stats, labels, int(acc[:, 0].sum()),
-              [int(r) for r in acc[:, 0]], [int(a) for a in acc[:, 1]])
+             [int(r) for r in acc[:, 0]], [int(a) for a in acc[:, 1]])
   return out_state
 
 
 def step_eagerly(backend, blocks, state, num_blocks, schedule, stats,
-                  labels, limit):
+                 labels, limit):
   """The NumPy backend's loop, on eager tensors (for diagnostics).
 
   Args:
