@@ -9,6 +9,8 @@ import os
 
 from absl import flags
 
+from benchmarks import workloads
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -119,8 +121,4 @@ QUICK = dict(one_process=True, repeats=2, nuts_repeats=2, min_seconds=0.0,
 def apply_quick():
   """Under --quick, sets each flag of `QUICK` that the command line did not
   give."""
-  if not FLAGS.quick:
-    return
-  for name, value in QUICK.items():
-    if not FLAGS[name].present:
-      setattr(FLAGS, name, value)
+  workloads.apply_quick(FLAGS, QUICK)

@@ -99,11 +99,7 @@ def define_flags():
 def apply_quick():
   """Under --quick, sets each flag of `QUICK` that the command line did not
   give."""
-  if not FLAGS.quick:
-    return
-  for name, value in QUICK.items():
-    if not FLAGS[name].present:
-      setattr(FLAGS, name, value)
+  workloads.apply_quick(FLAGS, QUICK)
 
 
 def predicted_seconds(times, system, sizes, k):

@@ -98,3 +98,18 @@ def no_garbage_collection():
   finally:
     if enabled:
       gc.enable()
+
+
+def apply_quick(flags, quick):
+  """Under `--quick`, sets each flag of `quick` (name -> value) that the
+  command line did not give.
+
+  Args:
+    flags: The absl `FLAGS` holding a boolean `quick` flag.
+    quick: The flags' values for a quick run.
+  """
+  if not flags.quick:
+    return
+  for name, value in quick.items():
+    if not flags[name].present:
+      setattr(flags, name, value)
