@@ -23,6 +23,7 @@ changed.
 import ctypes
 import os
 import platform
+import threading
 import time
 
 import numpy as np
@@ -95,6 +96,7 @@ def coercer(tensor_type, strict=False):
 
 
 _heap_kept = False
+_thread_heaps_kept = False
 
 
 def keep_freed_heap():
@@ -112,27 +114,56 @@ def keep_freed_heap():
   its top (M_TRIM_THRESHOLD; glibc's own adjustment stops at 32 MiB, less
   than a stackless run at a few thousand members frees between calls).
   Set explicitly, they hold whatever the environment's `MALLOC_*_`
-  variables or earlier frees did.  Elsewhere than glibc it does nothing.
+  variables or earlier frees did.
+
+  A run in a thread other than the main one (a Dask worker runs its tasks
+  in threads) allocates from that thread's arena, whose heaps glibc
+  unmaps whenever one empties, whatever the thresholds: every step would
+  fault its arrays in again.  The first such run also sets M_TOP_PAD to
+  the size of a thread heap (64 MiB), so that no heap counts as empty
+  enough to unmap; the price is that a thread's arena keeps the heaps it
+  grew.
+
+  Elsewhere than glibc, or with `AUTOBATCH_VM_KEEP_HEAP=0` in the
+  environment, it does nothing.
   """
-  global _heap_kept
-  if _heap_kept:
+  global _heap_kept, _thread_heaps_kept
+  in_thread = threading.current_thread() is not threading.main_thread()
+  if _heap_kept and (_thread_heaps_kept or not in_thread):
     return
-  _heap_kept = True
+  mallopt = None
+  if os.environ.get('AUTOBATCH_VM_KEEP_HEAP', '1') != '0':
+    mallopt = _glibc_mallopt()
+  if not _heap_kept:
+    _heap_kept = True
+    if mallopt is not None:
+      mallopt(_M_MMAP_THRESHOLD, 16 << 20)
+      mallopt(_M_TRIM_THRESHOLD, _trim_bytes())
+  if in_thread:
+    _thread_heaps_kept = True
+    if mallopt is not None:
+      mallopt(_M_TOP_PAD, _THREAD_HEAP_BYTES)
+
+
+def _glibc_mallopt():
+  """glibc's `mallopt`, or None elsewhere."""
   if platform.system() != 'Linux' or platform.libc_ver()[0] != 'glibc':
-    return
+    return None
   try:
-    libc = ctypes.CDLL(None)
-    mallopt = libc.mallopt
+    mallopt = ctypes.CDLL(None).mallopt
   except (OSError, AttributeError):
-    return
+    return None
   mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
   mallopt.restype = ctypes.c_int
-  mallopt(_M_MMAP_THRESHOLD, 16 << 20)
-  mallopt(_M_TRIM_THRESHOLD, _trim_bytes())
+  return mallopt
 
 
 _M_TRIM_THRESHOLD = -1   # glibc's <malloc.h>
+_M_TOP_PAD = -2
 _M_MMAP_THRESHOLD = -3
+# A thread arena's heaps are at most this large (glibc's HEAP_MAX_SIZE on
+# 64-bit: twice the largest mmap threshold).
+_THREAD_HEAP_BYTES = 64 << 20
 
 
 def _trim_bytes():
