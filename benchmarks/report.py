@@ -4,7 +4,6 @@ comparisons process by process), results.json and results.png."""
 
 import json
 import os
-import platform
 import statistics
 
 import numpy as np
@@ -15,6 +14,7 @@ from benchmarks import nuts_ess
 from benchmarks import options
 from benchmarks import targets
 from benchmarks import tfp_baselines
+from benchmarks import workloads
 from benchmarks.targets import fmt
 from benchmarks.targets import ratio
 
@@ -48,7 +48,7 @@ def write(results, backends):
   with open(os.path.join(FLAGS.out, 'results.md'), 'w') as f:
     f.write(f'# Benchmark results\n\n`python benchmarks/run.py'
             f'{" --quick" if FLAGS.quick else ""}`, schedule '
-            f'{FLAGS.schedule}, {os.cpu_count()} CPUs ({_cpu()}), '
+            f'{FLAGS.schedule}, {os.cpu_count()} CPUs ({workloads.cpu_model()}), '
             f'{_versions()}.\n\n'
             f'{table}\n\n{notes}{goals}{floors}{schedules}{ess}'
             f'{processes}\n')
@@ -249,27 +249,6 @@ NOTES = ('Times are medians of calls after a warm-up call: at least '
          'up).  "steps", "util": VM steps and mean fraction of the '
          'batch active per step (a staged call returns its counts: '
          '`RunStats.counts()`).')
-
-
-def _cpu():
-  """The CPU model, and whether it has AVX-512, for the record: results
-  differ between machines and sessions, and not by one factor (TFP's
-  autobatched NUTS at 64 chains under XLA took 0.059 s in one session and
-  0.088 s in another, with the same versions, where ours took 0.039 and
-  0.040 s)."""
-  model, avx512 = platform.processor() or 'unknown CPU', False
-  try:
-    with open('/proc/cpuinfo') as f:
-      for line in f:
-        key, _, value = line.partition(':')
-        if key.strip() == 'model name':
-          model = value.strip()
-        elif key.strip() == 'flags':
-          avx512 = 'avx512f' in value.split()
-          break
-  except OSError:
-    pass
-  return model + (', AVX-512' if avx512 else '')
 
 
 def _versions():

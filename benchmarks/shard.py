@@ -19,7 +19,8 @@ in one shard.
 Cells are timed in turns, `--repeats` rounds after a warm-up call each;
 medians.  Each row also shows the shards' imbalance (largest shard's work
 over the mean, or steps x members under XLA) and the speed-up over the
-one-worker row.
+one-worker row.  `--out=FILE` also writes the tables as Markdown
+(benchmarks/results/shard.md).
 """
 
 import os
@@ -39,6 +40,8 @@ flags.DEFINE_integer('batch_size', 65536, 'Batch size of the Dask part.')
 flags.DEFINE_integer('xla_batch_size', 16384, 'Batch size of the XLA part.')
 flags.DEFINE_integer('repeats', 5, 'Timed rounds (median reported).')
 flags.DEFINE_integer('seed', 0, 'Random seed of the workload.')
+flags.DEFINE_string('out', None, 'Also write the tables to this Markdown '
+                    'file.')
 flags.DEFINE_enum('xla_devices', 'cpu', ['cpu', 'gpu'], 'The XLA part\'s two '
                   'devices: logical CPU devices, or two logical GPUs on the '
                   'first GPU.')
@@ -72,10 +75,17 @@ def interleaved_medians(cells, repeats):
   return {name: statistics.median(t) for name, t in times.items()}
 
 
+_MARKDOWN = []
+
+
 def report(title, cells, medians, base):
+  """Prints a table, and keeps it as Markdown for `--out`."""
   print(title)
   print(f'  {"configuration":<34}{"seconds":>9}{"vs 1 worker":>13}'
         f'{"imbalance":>11}  shard steps')
+  _MARKDOWN.extend(['', title, '',
+                    '| configuration | seconds | vs 1 worker | imbalance | '
+                    'steps per shard |', '|---|---|---|---|---|'])
   for name, (_, stats) in cells.items():
     s = stats()
     imbalance = f'{s.imbalance:.2f}' if s is not None else '-'
@@ -83,10 +93,28 @@ def report(title, cells, medians, base):
     ratio = medians[base] / medians[name]
     print(f'  {name:<34}{medians[name]:>9.3f}{ratio:>12.2f}x'
           f'{imbalance:>11}  {steps}')
+    _MARKDOWN.append(f'| {name} | {medians[name]:.3f} | {ratio:.2f}x | '
+                     f'{imbalance} | {steps.replace(",", ", ")} |')
+
+
+def write_markdown(path):
+  """Writes the tables kept by `report` with what they ran on."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from benchmarks import workloads  # pylint: disable=g-import-not-at-top
+  load = ', '.join(f'{x:.2f}' for x in os.getloadavg())
+  head = ['# Sharded calls: 1 vs 2 workers, balanced vs contiguous', '',
+          f'`python benchmarks/shard.py --out={path}`: {os.cpu_count()} '
+          f'CPUs ({workloads.cpu_model()}), numpy {np.__version__}, '
+          f'TensorFlow {tf.__version__}; load average at the end {load}.',
+          '', __doc__.split('\n\n', 2)[2].strip()]
+  with open(path, 'w') as f:
+    f.write('\n'.join(head + _MARKDOWN) + '\n')
 
 
 def dask_part(batch, repeats, seed):
+  import logging  # pylint: disable=g-import-not-at-top
   import distributed  # pylint: disable=g-import-not-at-top
+  logging.getLogger('distributed').setLevel(logging.WARNING)
   import autobatch_vm as ab  # pylint: disable=g-import-not-at-top
   from benchmarks.workloads import fibonacci  # pylint: disable=g-import-not-at-top
   n = skewed_fib_n(batch, seed)
@@ -117,11 +145,15 @@ def dask_part(batch, repeats, seed):
     report(f'fib, NumPy on Dask (2 worker processes), B={batch}, '
            f'n mostly U[4,12), 1/16 U[16,20) first', cells, medians,
            '1 worker (1 shard)')
+    _MARKDOWN.extend(['', 'Seconds each shard took on its worker, and the '
+                      'whole call, in one more call of each:', ''])
     for name, fn in configs.items():
       fn(n)
       s = fn.last_stats
-      print(f'  {name}: worker seconds per shard '
-            f'{[round(x.seconds, 3) for x in s.shards]}, call {s.seconds:.3f}')
+      seconds = ', '.join(f'{x.seconds:.3f}' for x in s.shards)
+      print(f'  {name}: worker seconds per shard [{seconds}], '
+            f'call {s.seconds:.3f}')
+      _MARKDOWN.append(f'- {name}: {seconds}; call {s.seconds:.3f}')
 
 
 def xla_part(batch, repeats, seed, kind='CPU'):
@@ -179,6 +211,8 @@ def main(argv):
   if 'xla' in FLAGS.parts:
     xla_part(FLAGS.xla_batch_size, FLAGS.repeats, FLAGS.seed,
              FLAGS.xla_devices.upper())
+  if FLAGS.out:
+    write_markdown(FLAGS.out)
 
 
 if __name__ == '__main__':
