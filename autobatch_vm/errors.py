@@ -16,7 +16,7 @@ __all__ = [
     'TypeInferenceError', 'ArgumentError', 'StackOverflowError',
     'PrimitiveError', 'AssertionFailedError', 'InternalError',
     'BackendError', 'StepLimitError', 'XlaErrorsWarning',
-    'HelperAssertionError', 'XlaGradientWarning',
+    'HelperAssertionError', 'XlaGradientWarning', 'FailedAssertion',
 ]
 
 
@@ -121,6 +121,57 @@ class XlaErrorsWarning(UserWarning):
   or failed `assert` poisons the outputs instead;
   `autobatch_vm.xla.compile_nested_output` raises it.
   """
+
+
+class FailedAssertion(AssertionError):
+  """A batched function's own `assert` failed, inside its primitive.
+
+  Raised by `ops.fail`; the VM turns it into an `AssertionFailedError`
+  naming the members.  Its text is the message where the message is a
+  constant, else the message's source: what the message computes depends
+  on a member's values, which only the VM knows the rows of.
+
+  Args:
+    text: The message, or the source text of the message expression.
+    message: None for a constant message; else the function computing the
+      message from one member's rows (batches of one) of `inputs`.
+    inputs: The batched values `message` reads, one row per input row.
+
+  Attributes:
+    text, message, inputs: As given.
+  """
+
+  def __init__(self, text, message=None, inputs=()):
+    super().__init__(text)
+    self.text = text
+    self.message = message
+    self.inputs = inputs
+
+  def member_message(self, row):
+    """The message as input row `row`'s member computes it alone.
+
+    The member sees its values as batches of one, as in a dry run, so the
+    text is the one Python's own `assert` gives there.
+
+    Args:
+      row: The row of `inputs` holding the member.
+
+    Returns:
+      The message, or the source text with the error computing it raised.
+    """
+    if self.message is None:
+      return self.text
+    def one_row(x):
+      if isinstance(x, (tuple, list)):
+        items = [one_row(v) for v in x]
+        return type(x)(*items) if hasattr(x, '_fields') else type(x)(items)
+      shape = getattr(x, 'shape', None)
+      return x[row:row + 1] if shape is not None and len(shape) else x
+    try:
+      return str(self.message(*[one_row(x) for x in self.inputs]))
+    except Exception as e:  # pylint: disable=broad-except
+      return (f'{self.text} (computing the message raised '
+              f'{type(e).__name__}: {e})')
 
 
 class HelperAssertionError(Exception):

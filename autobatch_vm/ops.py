@@ -12,6 +12,8 @@ import sys
 
 import numpy as np
 
+from autobatch_vm import errors
+
 __all__ = ['logical_and', 'logical_or', 'logical_not', 'where', 'mod',
            'floordiv', 'fail', 'sync_point', 'SYNC_ATTRIBUTE', 'truthy']
 
@@ -223,16 +225,22 @@ def floordiv(a, b):
   return _int_division(operator.floordiv, a, b)
 
 
-def fail(message):
+def fail(message, compute=None, *inputs):
   """Fails a user's `assert`; the VM attaches the members and the line.
 
   Args:
-    message: The assertion's message.
+    message: The assertion's message, or the source text of the message
+      where `compute` computes it.
+    compute: None, or the function computing the message from one member's
+      rows of `inputs`; it runs only for the members the VM reports, once
+      they are known (a message is text, which no primitive can return
+      per member).
+    *inputs: The batched values `compute` reads.
 
   Raises:
-    AssertionError: Always, with `message`.
+    errors.FailedAssertion: Always (an `AssertionError`).
   """
-  raise AssertionError(message)
+  raise errors.FailedAssertion(message, compute, inputs)
 
 
 def truthy(x):

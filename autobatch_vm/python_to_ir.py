@@ -392,14 +392,36 @@ class _Compiler:
     loc = self.src.loc(s)
     self.terminate(inst.BranchOp(cond, ok, bad, loc))
     self.start(bad, s)
-    if s.msg is not None and isinstance(s.msg, ast.Constant):
-      message = str(s.msg.value)
-    else:
-      message = (ast.unparse(s.msg) if s.msg is not None
-                 else f'assert {ast.unparse(s.test)}')
     fail = self.temp()
-    self.emit(inst.PrimOp((), fail, lambda: ops_module.fail(message),
-                          f'fail {message!r}', loc))
+    if s.msg is None or isinstance(s.msg, ast.Constant):
+      message = (str(s.msg.value) if s.msg is not None
+                 else f'assert {ast.unparse(s.test)}')
+      self.emit(inst.PrimOp((), fail, lambda: ops_module.fail(message),
+                            f'fail {message!r}', loc))
+    elif self._contains_batched_call(s.msg):
+      # The call cannot run inside the failing primitive: the message
+      # stays its source.
+      message = ast.unparse(s.msg)
+      self.emit(inst.PrimOp((), fail, lambda: ops_module.fail(message),
+                            f'fail {message!r}', loc))
+    else:
+      # The message reads the function's variables: the primitive gets
+      # them, and the VM computes the message for the failing members it
+      # names, each from its own rows (`errors.FailedAssertion`).  Only
+      # this block, which members reach when the assert fails, reads them.
+      message = ast.unparse(s.msg)
+      self._check_values(s.msg)
+      self._check_pure(s.msg)
+      rewritten, inputs = python_primitives.PrimitiveRewriter(
+          self.locals, self._static_value, self.unsupported).rewrite(s.msg)
+      compute = python_primitives.make_function(
+          rewritten, len(inputs), self.src.loc(s.msg),
+          python_primitives.expression_text(s.msg), self.closure,
+          self.fn.__globals__, self.src.name)
+      self.emit(inst.PrimOp(
+          tuple(inputs), fail,
+          lambda *values: ops_module.fail(message, compute, *values),
+          f'fail {python_primitives.shorten(message)}', loc))
     self.terminate(inst.GotoOp(ok))
     self.start(ok, s)
 

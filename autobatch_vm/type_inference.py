@@ -288,17 +288,18 @@ class _Inference:
       # The declared type is the result's: nothing runs on made-up data.
       self.prim_cache[key] = None
     if key not in self.prim_cache:
+      failed = False
       try:
         value = self.run_made_up(op, in_types)
       except errors.AutoBatchError:
         raise
       except AssertionError:
-        value = None  # an `assert` failure block: produces nothing
+        value, failed = None, True  # an `assert` failure block: no result
       except _FailedOnEveryKind as failure:
         raise _made_up_error(op, in_types, failure) from failure.first
       if value is not None and op.vars_in:
         self.check_batch_independent(op, in_types, value)
-      if value is None and not op.vars_in:
+      if failed or (value is None and not op.vars_in):
         self.prim_cache[key] = None
       else:
         try:

@@ -974,3 +974,103 @@ def test_python_min_in_a_helper_points_to_numpy(stackless):
     damped_steps(x, target, stackless=stackless)
   check_error(e, errors.PrimitiveError, 'clamp', 'damped_steps',
               'truth value', 'np.minimum')
+
+
+# A failing `assert` with an f-string message shows the message each failing
+# member computes, as Python's own AssertionError shows it in a dry run.
+
+@_mistakes.batch
+def checked_sqrt(a, iters):
+  x = a * 0.0 + 1.0
+  for _ in range(iters):
+    x = 0.5 * (x + a / x)
+  err = abs(x * x - a)
+  assert err < 1e-9 * a, f'sqrt({a}): x={x} after {iters} steps'  # ERR:fstring
+  return x
+
+
+@_mistakes.batch
+def ternary_digits(n, digits):
+  if n > 0:
+    return ternary_digits(n // 3, digits + 1)
+  assert digits < 3, f'{digits} digits'  # ERR:recursion
+  return digits
+
+
+@_mistakes.batch
+def formats_an_array(x):
+  assert x < 3, f'x is {x:.2f}'  # ERR:format
+  return x
+
+
+def _dry_run_message(fn, args, member, **kw):
+  """Python's own AssertionError message for one member, alone (its first
+  line: pytest adds the failing comparison to asserts in test modules)."""
+  one = [a[member:member + 1] for a in args]
+  with pytest.raises(AssertionError) as e:
+    fn(*one, dry_run=True, **kw)
+  return str(e.value).split('\n')[0]
+
+
+def _fails_alone(fn, args, member, **kw):
+  try:
+    fn(*[a[member:member + 1] for a in args], dry_run=True, **kw)
+  except AssertionError:
+    return True
+  return False
+
+
+@pytest.mark.parametrize('stackless', [False, True])
+def test_an_fstring_assert_shows_its_value(stackless):
+  a = np.array([2.0, 1e6, 9.0, 1e8, 3e9, 7e10, 5e11, 0.5])
+  args = (a, np.full(8, 8))
+  failing = [i for i in range(8) if _fails_alone(checked_sqrt, args, i)]
+  assert failing == [1, 3, 4, 5, 6]
+  with pytest.raises(errors.AssertionFailedError) as e:
+    checked_sqrt(*args, stackless=stackless)
+  check_error(e, errors.AssertionFailedError, 'fstring', 'checked_sqrt',
+              f'batch members {failing}: ')
+  text = e.value.message
+  assert "f'sqrt(" not in text   # the value, not the source
+  for member in failing[:3]:
+    alone = _dry_run_message(checked_sqrt, args, member)
+    assert f'member {member}: {alone}' in text, (alone, text)
+  assert text.count(' steps') == 3 and '; and 2 more' in text
+  # The members that pass are right.
+  ok = [0, 2, 7]
+  np.testing.assert_allclose(
+      checked_sqrt(a[ok], args[1][ok], stackless=stackless) ** 2, a[ok])
+
+
+@pytest.mark.parametrize('stackless', [False, True])
+def test_an_fstring_assert_in_a_recursion_shows_each_members_value(stackless):
+  n = np.array([5, 80, 2, 30])     # 2, 4, 1 and 4 ternary digits
+  with pytest.raises(errors.AssertionFailedError) as e:
+    ternary_digits(n, np.zeros(4, np.int64), stackless=stackless)
+  check_error(e, errors.AssertionFailedError, 'recursion', 'ternary_digits',
+              'batch members [1, 3]: [4] digits')
+  assert _dry_run_message(ternary_digits, (n, np.zeros(4, np.int64)),
+                          1) == '[4] digits'
+
+
+def test_a_message_that_fails_to_format_says_so():
+  with pytest.raises(TypeError):   # Python's own, in a dry run
+    formats_an_array(np.array([5.0]), dry_run=True)
+  with pytest.raises(errors.AssertionFailedError) as e:
+    formats_an_array(np.array([1.0, 5.0]))
+  check_error(e, errors.AssertionFailedError, 'format', 'formats_an_array',
+              "batch members [1]: f'x is {x:.2f}' (computing the message "
+              'raised TypeError')
+
+
+@pytest.mark.parametrize('stackless', [False, True])
+def test_an_fstring_assert_shows_its_value_on_tensorflow(stackless):
+  tf = pytest.importorskip('tensorflow')
+  args = (tf.constant([2.0, 1e6, 9.0], tf.float64), tf.constant([8, 8, 8]))
+  backend = ab.TensorFlowBackend()
+  with pytest.raises(errors.AssertionFailedError) as e:
+    checked_sqrt(*args, backend=backend, stackless=stackless)
+  alone = _dry_run_message(checked_sqrt, args, 1, backend=backend)
+  check_error(e, errors.AssertionFailedError, 'fstring', 'checked_sqrt',
+              f'batch members [1]: {alone}')
+  assert "f'sqrt(" not in e.value.message and 'sqrt([1000000.])' in alone

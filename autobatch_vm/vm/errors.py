@@ -5,6 +5,8 @@ stackless executor) and the TensorFlow backend's parked members report
 through these builders, so a failure reads the same on every path.
 """
 
+import numpy as np
+
 from autobatch_vm import errors
 from autobatch_vm import instructions as inst
 
@@ -119,7 +121,55 @@ def primitive_failure(error, op, backend, m, compacted=False):
   Returns:
     The `AutoBatchError` to raise from `error`.
   """
-  return primitive_error(error, op, backend.members(m), compacted)
+  members = backend.members(m)
+  messages = None
+  if (isinstance(error, errors.FailedAssertion) and
+      error.message is not None and members is not None):
+    messages = _assert_messages(error, backend, m, compacted)
+  return primitive_error(error, op, members, compacted, messages)
+
+
+# The most failing members whose own assertion messages an error shows.
+_MESSAGES_SHOWN = 3
+
+
+def _assert_messages(error, backend, m, compacted):
+  """A failed assert's message, computed for its first failing members.
+
+  Args:
+    error: The `errors.FailedAssertion`.
+    backend: The backend (or a stackless frame's view of it, whose
+      `row_members(m)` names the member of each row of `m`).
+    m: The mask of the members at the block (all failing it).
+    compacted: Whether the primitive got the members' rows only.
+
+  Returns:
+    `(shown, count)`: `(member, message)` for up to `_MESSAGES_SHOWN`
+    members, lowest first, and the number of failing members.
+  """
+  idx = np.asarray(m.idx, np.int64)
+  row_members = getattr(backend, 'row_members', None)
+  owners = np.asarray(row_members(m) if row_members is not None else idx)
+  rows = np.arange(idx.size) if compacted else idx
+  first = {}
+  for k in np.argsort(owners, kind='stable'):
+    first.setdefault(int(owners[k]), int(rows[k]))
+  shown = [(member, error.member_message(row))
+           for member, row in list(first.items())[:_MESSAGES_SHOWN]]
+  return shown, len(first)
+
+
+def _shown_messages(messages):
+  """The text of `_assert_messages`' result: one message where the shown
+  members' messages agree, else each with its member."""
+  shown, count = messages
+  texts = {text for _, text in shown}
+  if len(texts) == 1 and count == len(shown):
+    return shown[0][1]
+  text = '; '.join(f'member {member}: {msg}' for member, msg in shown)
+  if count > len(shown):
+    text += f'; and {count - len(shown)} more'
+  return text
 
 
 def _user_variables(pattern):
@@ -160,7 +210,7 @@ def result_shape_error(e, op, backend, m):
             'instead of closing over a batch-sized array.'))
 
 
-def primitive_error(e, op, members, compacted=False):
+def primitive_error(e, op, members, compacted=False, messages=None):
   """The error for a primitive that raised `e`, naming `members`.
 
   Args:
@@ -168,6 +218,8 @@ def primitive_error(e, op, members, compacted=False):
     op: The `PrimOp`.
     members: The members at the block, or None if unknown (in a graph).
     compacted: Whether the primitive got the members' rows only.
+    messages: For a failed assert whose message is computed, the messages
+      of its first failing members (`_assert_messages`), else None.
 
   Returns:
     An `AssertionFailedError` for a failed assert, else a
@@ -175,8 +227,10 @@ def primitive_error(e, op, members, compacted=False):
   """
   members = errors.member_indices(members) if members is not None else None
   if isinstance(e, AssertionError):
+    detail = _shown_messages(messages) if messages is not None else e
     return errors.AssertionFailedError(
-        f'Assertion failed for batch members {members}: {e}', loc=op.loc)
+        f'Assertion failed for batch members {members}: {detail}',
+        loc=op.loc)
   if isinstance(e, errors.HelperAssertionError):
     # The helper ran on whole arrays: which of these members failed it,
     # only the helper knows.

@@ -434,6 +434,10 @@ class _Frame:
     """The run's members (not the frame's rows) of mask `m`, sorted."""
     return np.unique(self.owners[self.indices(m)])
 
+  def row_members(self, m):
+    """The run's member of each row of mask `m`, in the rows' order."""
+    return self.owners[self.indices(m)]
+
 
 class _OwnedRows:
   """The backend, but naming the run's members rather than a frame's rows
@@ -442,6 +446,7 @@ class _OwnedRows:
   def __init__(self, backend, frame):
     self._be = backend
     self.members = frame.members
+    self.row_members = frame.row_members
 
   def __getattr__(self, name):
     return getattr(self._be, name)

@@ -55,6 +55,18 @@ class Sites:
     """
     return self.makers[code - self.base](members)
 
+  def computes_message(self, code):
+    """Whether a site's assert computes its message from members' values.
+
+    Args:
+      code: An error code `add` returned.
+
+    Returns:
+      True for an assert whose message reads the members' values
+      (`assert_maker`), which a traced block never has.
+    """
+    return getattr(self.makers[code - self.base], 'computes_message', False)
+
   def graph_messages(self):
     """Each site's message for a graph's assertion (members unknown)."""
     return [without_members(self.error(self.base + k, None))
@@ -134,12 +146,20 @@ def overflow_maker(overflow_error):
 
 
 def assert_maker(err):
+  """A site's maker from the `AssertionFailedError` raised while tracing.
+
+  The maker's `computes_message` says whether the assert's message is
+  computed from the members' values (`errors.FailedAssertion`), which a
+  traced primitive never sees: the error then shows the message's source.
+  """
   def make(members):
     who = 'some batch members' if members is None else \
         f'batch members {errors.member_indices(members)}'
     cause = err.__cause__ if err.__cause__ is not None else err.message
     return errors.AssertionFailedError(f'Assertion failed for {who}: {cause}',
                                        loc=err.loc, hint=err.hint)
+  make.computes_message = (isinstance(err.__cause__, errors.FailedAssertion)
+                           and err.__cause__.message is not None)
   return make
 
 

@@ -324,7 +324,15 @@ def run_eagerly(backend, blocks, state, num_blocks, schedule, stats, labels,
   pc = out_state[PC].numpy()
   if (pc > num_blocks).any():
     code = int(pc.max())
-    raise staged.sites.error(code, np.flatnonzero(pc == code))
+    error = staged.sites.error(code, np.flatnonzero(pc == code))
+    if staged.sites.computes_message(code):
+      # A failed assert whose message reads the members' values, which the
+      # traced loop never had: stepping eagerly from the start runs the
+      # failing primitive on them, and raises with the members' messages.
+      # (Unless the run draws random numbers and does not fail again.)
+      step_eagerly(backend, blocks, state, num_blocks, schedule, stats,
+                   labels, limit)
+    raise error
   acc = acc.numpy()
   fill_stats(stats, labels, int(acc[:, 0].sum()),
              [int(r) for r in acc[:, 0]], [int(a) for a in acc[:, 1]])
