@@ -19,6 +19,7 @@ lowered program is cached.  This module never imports TensorFlow.
 """
 
 import ast
+import dataclasses
 import functools
 import inspect
 import textwrap
@@ -36,7 +37,7 @@ from autobatch_vm import stackless as stackless_lib
 from autobatch_vm import virtual_machine
 from autobatch_vm.ops import truthy  # re-exported: ab.frontend.truthy, as in TFP
 
-__all__ = ['Context', 'truthy', 'BatchedFunction']
+__all__ = ['Context', 'ContextState', 'truthy', 'BatchedFunction']
 
 DEFAULT_MAX_STACK_DEPTH = 15
 # `stackless=None` (the default) picks stackless mode only up to this
@@ -44,6 +45,12 @@ DEFAULT_MAX_STACK_DEPTH = 15
 # does not spend Python's recursion limit (about three Python frames per
 # batched call in stackless mode).
 AUTO_STACKLESS_MAX_DEPTH = 100
+
+# The kinds of compiled programs a Context caches per signature (the first
+# item of their cache keys), which `Context.export_state` hands out.  The
+# cache's other entries are the VM's compiled blocks, kept by `id` of a
+# lowered program and so meaningful only in this process.
+_PROGRAM_KINDS = ('typed', 'stackless', 'chooses_stackless', 'lowered')
 
 
 def _is_tf_value(x):
@@ -139,7 +146,7 @@ class BatchedFunction:
     if self.context._dry_run_depth():  # inside a dry run: plain Python
       return self.context._dry_run_function(self)(*args, **kwargs)
     given = args
-    args = self._bind_arguments(args, kwargs)
+    args = self.bind_arguments(args, kwargs)
     if dry_run:
       return self.context._dry_run(self, args, backend)
     try:
@@ -182,7 +189,24 @@ class BatchedFunction:
         "as an argument is, with the backend's dtype for it.  Give the "
         f'default the dtype you mean (`{example}`) or pass the argument.')
 
-  def _bind_arguments(self, args, kwargs):
+  def bind_arguments(self, args, kwargs):
+    """Binds a call's arguments to the parameters, as a call does.
+
+    Defaulted parameters left out get their defaults (converted later as
+    passed arguments are).
+
+    Args:
+      args: The call's positional arguments.
+      kwargs: The call's keyword arguments (the function's own, not its
+        call modes).
+
+    Returns:
+      The list of arguments, one per parameter, in the parameters' order.
+
+    Raises:
+      ArgumentError: If there are too many, unknown, repeated or missing
+        arguments.
+    """
     params = self.context._params_of(self.name)
     loc = self.context.function_loc(self.name)
     if len(args) > len(params):
@@ -211,6 +235,25 @@ class BatchedFunction:
           f'{self.name}() is missing argument(s) {", ".join(missing)}',
           loc=loc)
     return [bound[p] for p in params]
+
+
+@dataclasses.dataclass(frozen=True)
+class ContextState:
+  """What rebuilds a Context elsewhere: its functions and compiled programs.
+
+  `Context.export_state` makes one and `Context.install_state` puts it in
+  another Context (`shard`'s executor form ships it to worker processes,
+  pickled with cloudpickle, so that they run without compiling).
+
+  Attributes:
+    functions: Function name -> (Python function, type-inference callable
+      or None), in definition order.
+    programs: The compiled programs (typed, stackless, lowered, and the
+      choice of stackless mode), keyed as the Context caches them: by
+      kind, function name, input signature, backend (and schedule).
+  """
+  functions: dict
+  programs: dict
 
 
 class Context:
@@ -289,6 +332,83 @@ class Context:
     self._cache.clear()
     return wrapper
 
+  # -- rebuilding elsewhere -----------------------------------------------------
+
+  def export_state(self, main=None, sig=None):
+    """Hands out the functions and compiled programs that rebuild this Context.
+
+    The state holds the Python functions and the programs compiled so far;
+    `install_state` puts it in another Context (in another process, once
+    pickled), whose calls of these signatures then run without compiling.
+
+    Args:
+      main: Optional: a batched function of this Context, the function it
+        was made from, or its name; only its programs are handed out.
+        None: the programs of every function.
+      sig: Optional, with `main`: the input types, as for
+        `program_compiled`; only the programs for them are handed out.
+
+    Returns:
+      A `ContextState`; its dicts are new, the functions and programs in
+      them this Context's own.
+
+    Raises:
+      ArgumentError: If `main` is not a batched function of this Context,
+        or `sig` is given without `main`.
+    """
+    name = None if main is None else self._name_of(main)
+    if sig is not None and name is None:
+      raise errors.ArgumentError(
+          'export_state(sig=...) needs main=, the function the signature '
+          'is of')
+    sig_key = None if sig is None else repr(self._signature(name, sig))
+    programs = {
+        key: value for key, value in self._cache.items()
+        if isinstance(key, tuple) and len(key) > 2
+        and key[0] in _PROGRAM_KINDS
+        and (name is None or key[1] == name)
+        and (sig_key is None or key[2] == sig_key)}
+    functions = {n: (bf.python_function, bf.type_inference)
+                 for n, bf in self._functions.items()}
+    return ContextState(functions=functions, programs=programs)
+
+  def install_state(self, state):
+    """Makes this Context the one `state` describes.
+
+    Its functions and compiled programs become those of `state` (from
+    `export_state`), each function batched anew in this Context.  A call
+    whose program `state` holds runs it without compiling (`compiled`
+    stays False); another signature is compiled from the functions.
+
+    Args:
+      state: A `ContextState`.
+
+    Returns:
+      Function name -> the `BatchedFunction` of this Context.
+
+    Raises:
+      ArgumentError: If `state` is not a `ContextState`.
+    """
+    if not isinstance(state, ContextState):
+      raise errors.ArgumentError(
+          f'install_state expects a ContextState (from export_state), got '
+          f'{type(state).__name__}')
+    self._functions = {
+        n: BatchedFunction(self, fn, type_inference)
+        for n, (fn, type_inference) in state.functions.items()}
+    self._module = None
+    self._cache = dict(state.programs)
+    return dict(self._functions)
+
+  @property
+  def compiled(self):
+    """Whether this Context has compiled any of its functions to IR.
+
+    False for a new Context, after a function is added to it, and after
+    `install_state` until a call needs a program the state did not hold.
+    """
+    return self._module is not None
+
   # -- compiling ---------------------------------------------------------------
 
   def _resolve(self, obj, name=None):
@@ -297,10 +417,18 @@ class Context:
     A batched function of this Context, or the plain Python function that
     was registered (a function batched with `batch_uncurried` that calls
     itself by its own name).  A bare name that is registered but not bound
-    to anything callable yet counts too, as in TFP.
+    to anything callable yet counts too, as in TFP.  A batched function of
+    another Context counts where this Context has the same Python function
+    under its name (a Context rebuilt by `install_state`, whose functions
+    still name the original's).
     """
     if isinstance(obj, BatchedFunction):
-      return obj.name if obj.context is self else None
+      if obj.context is self:
+        return obj.name
+      mine = self._functions.get(obj.name)
+      if mine is not None and mine.python_function is obj.python_function:
+        return obj.name
+      return None
     for fname, bf in self._functions.items():
       if obj is bf.python_function:
         return fname
@@ -542,7 +670,7 @@ class Context:
       ArgumentError: If the arguments do not fit the function.
     """
     name = self._name_of(name)
-    args = self._functions[name]._bind_arguments(list(args), {})
+    args = self._functions[name].bind_arguments(list(args), {})
     backend = backend or _default_backend(args)
     args = self._convert_args(name, args, backend)
     return self.program_lowered(name, self._arg_types(args, backend),

@@ -161,12 +161,27 @@ class ShardedFunction:
                 self.fn.name))
     # As an unsharded call binds them: defaults filled in, and what is
     # wrong said by the batched function.
-    return self.fn._bind_arguments(args, kwargs)  # pylint: disable=protected-access
+    return self.fn.bind_arguments(args, kwargs)
 
-  def _num_shards(self, available):
-    return self.shards if self.shards is not None else available
+  def split_batch(self, args, batch, available):
+    """Splits a call's batch into the members of each shard.
 
-  def _parts(self, args, batch, num_shards):
+    The executor and strategy forms call it with their number of workers
+    or replicas; `shards=` given to `shard` takes precedence.
+
+    Args:
+      args: The call's arguments, bound to the function's parameters
+        (NumPy values where `cost` reads them).
+      batch: The batch size.
+      available: The number of workers or replicas, the number of shards
+        unless `shards` was given (then it may be None).
+
+    Returns:
+      (parts, split): one sorted int64 array of member indices per shard
+      (`split_indices`), and the split made: 'interleaved', 'contiguous'
+      or 'cost'.
+    """
+    num_shards = self.shards if self.shards is not None else available
     if self.cost is None:
       return split_indices(batch, num_shards, self.split), self.split
     cost = self.cost(*args)

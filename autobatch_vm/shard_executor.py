@@ -1,9 +1,10 @@
 """The executor form of `shard`: shards run as tasks of worker processes.
 
 The program is compiled on the caller's side once per signature and
-shipped: the Context (its functions, and the compiled programs of the
-call's signature) is pickled with cloudpickle, functions by value where
-their module cannot be imported by name.  A worker process unpickles one
+shipped: the Context, as its `export_state` (its functions, and the
+compiled programs of the call's signature), is pickled with cloudpickle,
+functions by value where their module cannot be imported by name, and
+rebuilt in the worker with `install_state`.  A worker process unpickles one
 payload once and keeps it for later shards and calls (`run_shard`).
 `ExecutorShards` is a `ShardedFunction`'s executor form: it submits one
 task per shard and puts the outputs back in the batch's order.
@@ -39,9 +40,6 @@ __all__ = ['ExecutorShards', 'run_shard']
 # Shipping a Context to worker processes.
 # ---------------------------------------------------------------------------
 
-# Entries of a Context's program cache shipped with it: the typed, lowered
-# and stackless programs of the call's signature and the stackless choice.
-_SHIPPED_KINDS = ('typed', 'lowered', 'stackless', 'chooses_stackless')
 _pickle_lock = threading.Lock()
 
 
@@ -61,19 +59,17 @@ def _new_context(debug):
   return frontend.Context(debug=debug)
 
 
-def _set_context_state(ctx, state):
-  functions, cache = state
-  ctx._functions.update(functions)  # pylint: disable=protected-access
-  ctx._cache.update(cache)  # pylint: disable=protected-access
+def _install_state(ctx, state):
+  ctx.install_state(state)
   return ctx
 
 
-def _shipping_pickler(context, cache):
+def _shipping_pickler(context, state):
   import cloudpickle  # pylint: disable=g-import-not-at-top
 
   class Pickler(cloudpickle.Pickler):
-    """cloudpickle, with `context` pickled as its functions and `cache`
-    (a fresh Context is made on the other side) and batched functions
+    """cloudpickle, with `context` pickled as `state`, its `ContextState`
+    (a fresh Context is made on the other side), and batched functions
     without their last statistics."""
 
     def reducer_override(self, obj):
@@ -84,12 +80,11 @@ def _shipping_pickler(context, cache):
               'of another Context',
               hint='Define the functions that call each other in one '
               'Context.')
-        return (_new_context, (bool(obj.debug),),
-                (dict(obj._functions), cache),  # pylint: disable=protected-access
-                None, None, _set_context_state)
+        return (_new_context, (bool(obj.debug),), state, None, None,
+                _install_state)
       if isinstance(obj, frontend.BatchedFunction):
-        state = dict(obj.__dict__, last_stats=None)
-        return (_new_batched, (type(obj),), state)
+        return (_new_batched, (type(obj),),
+                dict(obj.__dict__, last_stats=None))
       if isinstance(obj, inst.FrozenDict):   # immutable: rebuilt from items
         return (inst.FrozenDict, (dict(obj),))
       return super().reducer_override(obj)
@@ -101,14 +96,15 @@ def _new_batched(cls):
   return cls.__new__(cls)
 
 
-def _dumps(obj, context=None, cache=None):
-  """`obj` pickled for a worker: cloudpickle, the modules of `context`'s
-  functions by value where a worker cannot import them by name."""
+def _dumps(obj, context=None, state=None):
+  """`obj` pickled for a worker: cloudpickle, `context` as `state` (its
+  `export_state`), the modules of its functions by value where a worker
+  cannot import them by name."""
   import cloudpickle  # pylint: disable=g-import-not-at-top
   by_value = []
   if context is not None:
-    names = {getattr(bf.python_function, '__module__', None)
-             for bf in context._functions.values()}  # pylint: disable=protected-access
+    names = {getattr(fn, '__module__', None)
+             for fn, _ in state.functions.values()}
     for name in sorted(n for n in names if n):
       if name != '__main__' and name in sys.modules and not _importable(name):
         by_value.append(sys.modules[name])
@@ -117,7 +113,7 @@ def _dumps(obj, context=None, cache=None):
       cloudpickle.register_pickle_by_value(module)
     try:
       buffer = io.BytesIO()
-      _shipping_pickler(context, cache or {})(
+      _shipping_pickler(context, state)(
           buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
       return buffer.getvalue()
     finally:
@@ -168,7 +164,7 @@ def run_shard(payload, args):
   """
   (fn, call_kwargs), loaded = _load(payload)
   ctx = fn.context
-  compiled_before = ctx._module is not None  # pylint: disable=protected-access
+  compiled_before = ctx.compiled
   start = time.perf_counter()
   shard_args = pickle.loads(args)
   info = dict(where=_worker_name(), loaded=loaded)
@@ -178,8 +174,7 @@ def run_shard(payload, args):
     info['seconds'] = time.perf_counter() - start
     return _dumps(('error', type(e), e.message, e.loc, e.hint, info))
   info['seconds'] = time.perf_counter() - start
-  info['compiled'] = (not compiled_before and
-                      ctx._module is not None)  # pylint: disable=protected-access
+  info['compiled'] = not compiled_before and ctx.compiled
   return _dumps(('ok', out, fn.last_stats, info))
 
 
@@ -224,6 +219,7 @@ class ExecutorShards:
       raise errors.ArgumentError(
           'jit_compile applies to strategy=, not executor=', loc=loc)
     self.payloads = {}
+    self._states = {}   # the shipped ContextStates, by signature
 
   def _workers(self):
     ex = self.sharded.executor
@@ -242,7 +238,7 @@ class ExecutorShards:
 
   def _payload(self, args, backend):
     """The pickled (Context, call keywords) for these arguments' signature,
-    compiled here once and cached."""
+    compiled here once and cached, and the Context's shipped state."""
     fn, ctx = self.sharded.fn, self.sharded.fn.context
     kwargs = dict(self.sharded.call_kwargs, backend=backend)
     schedule = kwargs.get('schedule', virtual_machine.DEFAULT_SCHEDULE)
@@ -254,24 +250,19 @@ class ExecutorShards:
            for a in args]
     key = repr((sig, sorted((k, repr(v)) for k, v in kwargs.items())))
     if key in self.payloads:
-      return self.payloads[key]
-    typed = ctx.program_compiled(fn.name, sig, backend)
+      return self.payloads[key], self._states[key]
+    ctx.program_compiled(fn.name, sig, backend)
     stackless = kwargs.get('stackless')
     depth = kwargs.get('max_stack_depth', frontend.DEFAULT_MAX_STACK_DEPTH)
     if stackless is None and isinstance(depth, int):
       ctx.chooses_stackless(fn.name, sig, backend, depth)
     if stackless is not False:
       ctx.program_stackless(fn.name, sig, backend)
-    cache = ctx._cache  # pylint: disable=protected-access
-    sig_repr = [k[2] for k, v in cache.items()
-                if isinstance(k, tuple) and k[:2] == ('typed', fn.name)
-                and v is typed]
-    shipped = {k: v for k, v in cache.items()
-               if isinstance(k, tuple) and len(k) > 2 and
-               k[0] in _SHIPPED_KINDS and k[1] == fn.name and
-               sig_repr and k[2] == sig_repr[0]}
+    # The typed, stackless and lowered programs of this signature (and the
+    # stackless choice), on every backend compiled for.
+    state = ctx.export_state(fn.name, sig)
     try:
-      payload = _dumps((fn, kwargs), ctx, shipped)
+      payload = _dumps((fn, kwargs), ctx, state)
     except errors.AutoBatchError:
       raise
     except Exception as e:  # pylint: disable=broad-except
@@ -284,7 +275,8 @@ class ExecutorShards:
           'and functions do; open files, locks and TensorFlow objects do '
           'not.') from e
     self.payloads[key] = payload
-    return payload
+    self._states[key] = state
+    return payload, state
 
   def call(self, args):
     """Runs a call's shards as tasks and puts the outputs back in order.
@@ -309,14 +301,13 @@ class ExecutorShards:
     args = [inst.pattern_map(np.asarray, a, leaf_type=list) for a in args]
     leaves = [x for a in args for x in inst.pattern_flatten(a)]
     batch = batch_size_of(fn, leaves)
-    payload = self._payload(args, backend)
+    payload, state = self._payload(args, backend)
     if batch is None:
       raise errors.ArgumentError(
           f'{fn.name}() has no arguments to take the batch size from',
           loc=fn.context.function_loc(fn.name))
-    num_shards = sharded._num_shards(  # pylint: disable=protected-access
-        self._workers() if sharded.shards is None else sharded.shards)
-    parts, split = sharded._parts(args, batch, num_shards)  # pylint: disable=protected-access
+    parts, split = sharded.split_batch(
+        args, batch, self._workers() if sharded.shards is None else None)
     dask = type(sharded.executor).__module__.startswith('distributed')
     # Dask would otherwise take shards with equal inputs for one task and
     # keep results of an earlier call with the same inputs.
@@ -327,7 +318,8 @@ class ExecutorShards:
           np.take(x, part, axis=0) if leading(x) == batch else x)
       shard_args = [inst.pattern_map(take, a) for a in args]
       futures.append(sharded.executor.submit(
-          run_shard, payload, _dumps(shard_args, fn.context), **extra))
+          run_shard, payload, _dumps(shard_args, fn.context, state),
+          **extra))
     results = []
     try:
       for j, future in enumerate(futures):

@@ -120,8 +120,8 @@ class TensorFlowShards:
             hint='Call the sharded function eagerly (jit_compile=True or '
             'False stages it), or use split=\'interleaved\'.')
       cost_args = static
-    parts, split = self.sharded._parts(  # pylint: disable=protected-access
-        cost_args, batch, self.sharded._num_shards(len(self.devices)))  # pylint: disable=protected-access
+    parts, split = self.sharded.split_batch(cost_args, batch,
+                                            len(self.devices))
     return batch, parts, split
 
   def _take(self, args, batch, part):

@@ -194,7 +194,7 @@ def test_verifier_accepts_every_stage(case):
   ctx.debug = True
   try:
     rng = np.random.default_rng(3)
-    args = case.fn._bind_arguments(case.make_args(rng, 5), {})  # pylint: disable=protected-access
+    args = case.fn.bind_arguments(case.make_args(rng, 5), {})
     sig = ctx._arg_types(args, ab.NumpyBackend())  # pylint: disable=protected-access
     ab.pipeline.lowered(
         ab.pipeline.typed(ctx.program(case.fn.name), sig, ab.NumpyBackend(),

@@ -10,7 +10,11 @@ processes (and a process pool).  The TensorFlow form needs logical CPU
 devices, which must be configured before TensorFlow initializes its
 devices: `test_tensorflow_on_logical_devices` runs this file again in a
 subprocess with AB_SHARD_DEVICES set (2, then 4), where the `tf_` tests
-run and the others are skipped.
+run and the others are skipped.  A `MultiWorkerMirroredStrategy` has to be
+made before TensorFlow initializes its devices and collective ops, and
+not beside other strategies: `test_multi_worker_mirrored_strategy` runs
+the `multi_worker` tests in a subprocess of their own
+(AB_SHARD_STRATEGY=multi_worker), which makes it on import.
 """
 
 import concurrent.futures
@@ -26,11 +30,16 @@ import numpy as np
 import pytest
 
 DEVICES = int(os.environ.get('AB_SHARD_DEVICES', '0'))
+MULTI_WORKER = os.environ.get('AB_SHARD_STRATEGY') == 'multi_worker'
 if DEVICES:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   tf.config.set_logical_device_configuration(
       tf.config.list_physical_devices('CPU')[0],
       [tf.config.LogicalDeviceConfiguration()] * DEVICES)
+  if MULTI_WORKER:
+    # One worker (no TF_CONFIG), made before TensorFlow initializes its
+    # devices and collective ops.
+    MULTI_WORKER_STRATEGY = tf.distribute.MultiWorkerMirroredStrategy()
 
 import autobatch_vm as ab  # pylint: disable=g-import-not-at-top,wrong-import-position
 from autobatch_vm import errors  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -39,8 +48,12 @@ shard_lib = sys.modules['autobatch_vm.shard']
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / 'examples'
 
 in_device_process = pytest.mark.skipif(
-    not DEVICES, reason='run by test_tensorflow_on_logical_devices, in a '
-    'subprocess with logical CPU devices')
+    not DEVICES or MULTI_WORKER, reason='run by '
+    'test_tensorflow_on_logical_devices, in a subprocess with logical CPU '
+    'devices')
+in_multi_worker_process = pytest.mark.skipif(
+    not MULTI_WORKER, reason='run by test_multi_worker_mirrored_strategy, in '
+    'a subprocess of its own')
 in_main_process = pytest.mark.skipif(
     bool(DEVICES), reason='runs in the main test process')
 
@@ -169,6 +182,66 @@ def test_shard_fills_in_default_arguments():
     sharded = ab.shard(power, executor=pool)
     assert_same(sharded(x), power(x))
     assert_same(sharded(x, k=2), power(x, k=2))
+
+
+# -- rebuilding a Context (what the executor form ships) ------------------------------
+
+@in_main_process
+def test_context_state_round_trip_runs_without_compiling():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def one(n):
+    return n * 0 + 1
+
+  @ctx.batch()
+  def tribonacci(n):
+    if n < 3:
+      return one(n)
+    return tribonacci(n - 1) + tribonacci(n - 2) + tribonacci(n - 3)
+
+  n = np.array([1, 7, 4, 9, 3, 0])
+  assert not ctx.compiled
+  expected = tribonacci(n, max_stack_depth=12)
+  assert ctx.compiled
+  steps = tribonacci.last_stats.steps
+  tribonacci(n.astype(np.int32), max_stack_depth=12)   # another signature
+  state = ctx.export_state(tribonacci, [ab.TensorType(np.int64, ())])
+  assert list(state.functions) == ['one', 'tribonacci']
+  assert state.functions['one'] == (one.python_function, None)
+  assert state.programs and all(key[1] == 'tribonacci' and 'int64' in key[2]
+                                for key in state.programs)
+  assert len(ctx.export_state().programs) > len(state.programs)
+
+  rebuilt = ab.Context()
+  functions = rebuilt.install_state(state)
+  assert list(functions) == ['one', 'tribonacci']
+  assert all(bf.context is rebuilt for bf in functions.values())
+  assert not rebuilt.compiled
+  out = functions['tribonacci'](n, max_stack_depth=12)
+  assert not rebuilt.compiled          # ran the installed programs
+  assert_same(out, expected)
+  assert functions['tribonacci'].last_stats.steps == steps
+  assert tribonacci.context is ctx and ctx.compiled
+  # A signature the state does not hold compiles from the functions, whose
+  # calls name the original Context's batched functions: they are calls
+  # of the rebuilt Context's, not primitives running the original.
+  original_stats = tribonacci.last_stats
+  out = functions['tribonacci'](n.astype(np.int32), max_stack_depth=12)
+  assert rebuilt.compiled and tribonacci.last_stats is original_stats
+  assert [f.name for f in rebuilt.program('tribonacci').functions] == [
+      'tribonacci', 'one']
+  assert_same(out, tribonacci(n.astype(np.int32), max_stack_depth=12))
+
+
+@in_main_process
+def test_context_state_mistakes_raise():
+  with pytest.raises(errors.ArgumentError, match='needs main='):
+    power.context.export_state(sig=[ab.TensorType(np.float64, ())])
+  with pytest.raises(errors.ArgumentError, match='not a batched function'):
+    power.context.export_state('nothing')
+  with pytest.raises(errors.ArgumentError, match='expects a ContextState'):
+    ab.Context().install_state(({}, {}))
 
 
 # -- NumPy on a Dask cluster --------------------------------------------------------
@@ -336,6 +409,22 @@ def test_process_pool_executor():
 
 # -- TensorFlow on logical devices ---------------------------------------------------
 
+def _run_in_subprocess(select, marks, **env):
+  """Runs the tests of this file that `select` (-k) and `marks` (-m) pick
+  in a new Python process with environment variables `env` added."""
+  pytest.importorskip('tensorflow')
+  env = dict(os.environ, OPENBLAS_NUM_THREADS='1', TF_CPP_MIN_LOG_LEVEL='2',
+             **env)
+  env.pop('TF_CONFIG', None)
+  proc = subprocess.run(
+      [sys.executable, '-m', 'pytest', '-q', '-x', '-p', 'no:cacheprovider',
+       __file__, '-k', select, '-m', marks],
+      capture_output=True, text=True, env=env, timeout=900, check=False,
+      cwd=pathlib.Path(__file__).resolve().parent.parent)
+  assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+  assert ' passed' in proc.stdout, proc.stdout[-2000:]
+
+
 @in_main_process
 @pytest.mark.parametrize('devices, marks', [
     (2, 'not slow'),
@@ -344,17 +433,18 @@ def test_process_pool_executor():
 def test_tensorflow_on_logical_devices(devices, marks):
   """The `tf_` tests, in a process with `devices` logical CPU devices (on
   4 devices those named `four`)."""
-  pytest.importorskip('tensorflow')
-  env = dict(os.environ, AB_SHARD_DEVICES=str(devices),
-             OPENBLAS_NUM_THREADS='1', TF_CPP_MIN_LOG_LEVEL='2')
-  select = 'tf_' if devices == 2 else 'tf_ and four'
-  proc = subprocess.run(
-      [sys.executable, '-m', 'pytest', '-q', '-x', '-p', 'no:cacheprovider',
-       __file__, '-k', select, '-m', marks],
-      capture_output=True, text=True, env=env, timeout=900, check=False,
-      cwd=pathlib.Path(__file__).resolve().parent.parent)
-  assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-  assert ' passed' in proc.stdout, proc.stdout[-2000:]
+  _run_in_subprocess('tf_' if devices == 2 else 'tf_ and four', marks,
+                     AB_SHARD_DEVICES=str(devices))
+
+
+@in_main_process
+@pytest.mark.parametrize('marks', [
+    'not slow', pytest.param('slow', marks=pytest.mark.slow)])
+def test_multi_worker_mirrored_strategy(marks):
+  """The `multi_worker` tests, in a process whose one-worker
+  `MultiWorkerMirroredStrategy` is made on import."""
+  _run_in_subprocess('multi_worker', marks, AB_SHARD_DEVICES='2',
+                     AB_SHARD_STRATEGY='multi_worker')
 
 
 def _strategy():
@@ -563,3 +653,54 @@ def test_tf_collatz_tree_rnn_nuts():
   assert_same(tf.nest.map_structure(lambda t: t.numpy(), out),
               tf.nest.map_structure(lambda t: t.numpy(), expected),
               rtol=1e-9, atol=1e-12)
+
+
+# -- MultiWorkerMirroredStrategy, one worker (in a subprocess of its own) ------------
+
+@in_multi_worker_process
+@pytest.mark.parametrize('jit_compile, shards', [
+    (None, 2),
+    pytest.param(None, None, marks=pytest.mark.slow),
+    pytest.param(False, 3, marks=pytest.mark.slow),
+    pytest.param(True, None, marks=pytest.mark.slow)])
+def test_multi_worker_fibonacci_matches_the_unsharded_call(jit_compile,
+                                                           shards):
+  # On a host without GPUs the strategy has one replica, the worker's CPU
+  # (logical CPU devices are not replicas of it); shards= splits an uneven
+  # batch over it.
+  strategy = MULTI_WORKER_STRATEGY
+  n = np.array([9, 3, 12, 5, 1, 7, 4])
+  expected = fibonacci(tf.constant(n), max_stack_depth=14).numpy()
+  sharded = ab.shard(fibonacci, strategy=strategy, shards=shards,
+                     jit_compile=jit_compile, max_stack_depth=14)
+  assert_same(sharded(tf.constant(n)).numpy(), expected)
+  assert expected.tolist() == [34, 2, 144, 5, 1, 13, 3]
+  stats = sharded.last_stats
+  num_shards = shards or strategy.num_replicas_in_sync
+  assert [s.size for s in stats.shards] == [
+      p.size for p in shard_lib.split_indices(7, num_shards)]
+  assert ({s.where for s in stats.shards} ==
+          set(strategy.extended.worker_devices))
+  if jit_compile is None:
+    # Inside the caller's tf.function the shards are staged with it.
+    staged = tf.function(sharded)
+    assert_same(staged(tf.constant(n)).numpy(), expected)
+
+
+@in_multi_worker_process
+@pytest.mark.slow
+@pytest.mark.parametrize('jit_compile, name', [(None, 'halve'),
+                                               (False, 'scaled')])
+def test_multi_worker_gradients_through_the_sharded_call(jit_compile, name):
+  # The strategy form's gradient path is MirroredStrategy's (checked on
+  # every run by test_tf_gradients_through_the_sharded_call); this checks
+  # it on this strategy's replica.
+  fn = globals()[name]
+  x = tf.constant([0.5, -1.0, 2.0, 0.25, -0.7], tf.float64)
+  n = tf.constant([1, 2, 3, 0, 4])
+  variables = [SCALE] if name == 'scaled' else []
+  expected = _gradients(fn, x, n, variables, max_stack_depth=8)
+  sharded = ab.shard(fn, strategy=MULTI_WORKER_STRATEGY, shards=2,
+                     jit_compile=jit_compile, max_stack_depth=8)
+  for got, want in zip(_gradients(sharded, x, n, variables), expected):
+    np.testing.assert_allclose(got, want, rtol=1e-12)
