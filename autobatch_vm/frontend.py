@@ -144,7 +144,7 @@ class BatchedFunction:
         members.
     """
     if self.context._dry_run_depth():  # inside a dry run: plain Python
-      return self.context._dry_run_function(self)(*args, **kwargs)
+      return self.context._dry_run_call(self, args, kwargs)
     given = args
     args = self.bind_arguments(args, kwargs)
     if dry_run:
@@ -835,10 +835,15 @@ class Context:
           f'{bf.name}() has no arguments to take the batch size from',
           loc=self.function_loc(bf.name),
           hint='Batched functions need at least one batched argument.')
-    result_type = self._result_type(bf.name, args, backend)
+    program = self._typed_or_none(bf.name, args, backend)
+    result_type = (None if program is None else
+                   program.main_function.var_defs[python_to_ir.RETURN_VAR]
+                   .tensors)
     run = self._dry_run_function(bf)
     results = []
+    outer = getattr(self._local, 'dry_run_program', None)
     self._local.dry_run = self._dry_run_depth() + 1
+    self._local.dry_run_program = (program, backend, {})
     try:
       for i in range(batch):
         # A copy: the member's code may update a variable in place
@@ -849,6 +854,7 @@ class Context:
         results.append(run(*member))
     finally:
       self._local.dry_run -= 1
+      self._local.dry_run_program = outer
     if not results:
       if result_type is None:
         raise errors.ArgumentError(
@@ -870,16 +876,48 @@ class Context:
                                     for x in column]))
     return inst.pattern_unflatten(results[0], merged)
 
-  def _result_type(self, name, args, backend):
-    """The per-member result type (a pattern of `TensorType`s) of `name`
-    on converted `args`, as the batched call has it; None where the
-    program does not compile."""
+  def _typed_or_none(self, name, args, backend):
+    """The typed program of `name` on converted `args`, as the batched
+    call has it; None where the program does not compile."""
     try:
-      program = self.program_compiled(name, self._arg_types(args, backend),
-                                      backend)
+      return self.program_compiled(name, self._arg_types(args, backend),
+                                   backend)
     except errors.AutoBatchError:
       return None
-    return program.main_function.var_defs[python_to_ir.RETURN_VAR].tensors
+
+  def _dry_run_call(self, bf, args, kwargs):
+    """A call of batched function `bf` inside a dry run: plain Python, with
+    the arguments that the batched call gives one member.
+
+    There a callee's parameters are per-member values, as at the top
+    level: each argument leaf becomes a batch of one of its parameter's
+    type in the batched program (`_dry_run_argument_types`), so that a
+    literal `f(v, 1)` is `array([1])` (not `1`) and a constant
+    `np.zeros(3)` gets the batch axis.  Where the program does not
+    compile, a scalar leaf becomes a batch of one of its own dtype.
+    """
+    args = bf.bind_arguments(args, kwargs)
+    program, backend, known = self._local.dry_run_program
+    if bf.name not in known:   # once per function and dry run
+      known[bf.name] = None
+      if program is not None and any(
+          f.name == bf.name for f in program.functions):
+        known[bf.name] = _dry_run_argument_types(program.function(bf.name))
+    types_ = known[bf.name]
+    converted = []
+    for k, a in enumerate(args):
+      t = types_[k] if types_ is not None else None
+      try:
+        converted.append(inst.pattern_map2(
+            lambda x, tt: _member_rows(backend, x, tt), a, t,
+            inst.TensorType) if t is not None else
+                         map_arguments(lambda x: _member_rows(backend, x,
+                                                              None), a))
+      except Exception:  # pylint: disable=broad-except
+        # Not of the parameter's structure (the batched call would have
+        # refused it): as written, for the callee to fail on as Python.
+        converted.append(a)
+    return self._dry_run_function(bf)(*converted)
 
   def _dry_run_function(self, bf):
     """The Python function a dry run calls for `bf` (see
@@ -955,6 +993,34 @@ def map_arguments(f, arg):
 def _own(x):
   """`x`, copied if it is a NumPy array (a view of the caller's data)."""
   return x.copy() if isinstance(x, np.ndarray) else x
+
+
+def _dry_run_argument_types(fn):
+  """The type each parameter of typed `Function` `fn` has for one member
+  in the batched call, as a dry run gives it to the member.
+
+  That is the parameter's type, except for a literal (a weak parameter,
+  `f(v, 1)`), which the batched call keeps in its default dtype (int64,
+  float64) and casts, where it meets a typed array, to the dtype a Python
+  number would take there (`PrimOp.casts`): the dtype its uses agree on,
+  else its own.
+  """
+  out = []
+  for p in fn.vars_in:
+    t = fn.var_defs[p].tensors
+    if isinstance(t, inst.TensorType):
+      seen = set()
+      for block in fn.blocks:
+        for op in block.instructions:
+          if not isinstance(op, inst.PrimOp) or op.function is inst.identity:
+            continue
+          casts = dict(op.casts)
+          seen.update(np.dtype(casts.get(i, t.dtype))
+                      for i, v in enumerate(op.vars_in) if v == p)
+      if len(seen) == 1:
+        t = inst.TensorType(seen.pop(), t.shape)
+    out.append(t)
+  return out
 
 
 def _member_rows(backend, x, tensor_type):

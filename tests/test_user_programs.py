@@ -1074,3 +1074,113 @@ def test_an_fstring_assert_shows_its_value_on_tensorflow(stackless):
   check_error(e, errors.AssertionFailedError, 'fstring', 'checked_sqrt',
               f'batch members [1]: {alone}')
   assert "f'sqrt(" not in e.value.message and 'sqrt([1000000.])' in alone
+
+
+# -- literal arguments of calls between batched functions ----------------------
+# The batched call passes `score(x, 1)`'s `1` to `score` as a per-member
+# value (one row per member), so a dry run gives the callee a batch of one
+# too, as it gives the top-level function its arguments.
+
+LEVEL_WEIGHTS = np.array([[1.0, 2.0], [3.0, -1.0], [0.5, 0.25]])
+
+
+def literal_programs(lib, weights):
+  """Programs passing literals to batched functions, on `lib`."""
+  ctx = ab.Context()
+
+  @ctx.batch
+  def score(x, level):
+    w = lib.rows(weights, level)          # a row per member: [batch, 2]
+    return w[:, 0] * x[:, 0] + w[:, 1] * x[:, 1]
+
+  @ctx.batch
+  def total_score(x):
+    return score(x, 1) + 2.0 * score(x, 2)
+
+  @ctx.batch
+  def shrink(x, factor):
+    return x * factor + factor
+
+  @ctx.batch
+  def shrunk_twice(x):
+    return shrink(shrink(x, 0.1), 0.3)
+
+  @ctx.batch
+  def rank_of_literal(x, k):
+    return x * 0 + lib.rank(k)
+
+  @ctx.batch
+  def rank_of_scalar(x, k):
+    return x * 0 + lib.rank(k)
+
+  @ctx.batch
+  def rank_of_vector(x, k):
+    return x * 0 + lib.rank(k)
+
+  @ctx.batch
+  def ranks(x):
+    return (rank_of_literal(x, 1), rank_of_scalar(x, np.int32(2)),
+            rank_of_vector(x, np.zeros(3)))
+
+  return types.SimpleNamespace(total_score=total_score,
+                               shrunk_twice=shrunk_twice, ranks=ranks)
+
+
+@functools.lru_cache(maxsize=None)
+def numpy_literal_programs():
+  lib = types.SimpleNamespace(rows=lambda table, i: table[i], rank=np.ndim)
+  return literal_programs(lib, LEVEL_WEIGHTS)
+
+
+@functools.lru_cache(maxsize=None)
+def tf_literal_programs():
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  lib = types.SimpleNamespace(rows=tf.gather, rank=lambda k: tf.rank(k))
+  return literal_programs(lib, tf.constant(LEVEL_WEIGHTS))
+
+
+def _literal_args(name, rng):
+  if name == 'total_score':
+    return (rng.normal(size=(5, 2)),)
+  if name == 'shrunk_twice':
+    return (rng.normal(size=5).astype(np.float32),)
+  return (_i32(rng.integers(0, 9, 5)),)
+
+
+def _literal_expected(name, args):
+  x = args[0]
+  if name == 'total_score':
+    w = LEVEL_WEIGHTS
+    return x @ w[1] + 2.0 * (x @ w[2])
+  if name == 'shrunk_twice':
+    f1, f2 = np.float32(0.1), np.float32(0.3)
+    return (x * f1 + f1) * f2 + f2          # float32 throughout
+  # Each `k` has the batch axis: a scalar has rank 1, a vector rank 2.
+  return tuple(np.full(5, r, np.int32) for r in (1, 1, 2))
+
+
+@pytest.mark.parametrize('name', ['total_score', 'shrunk_twice', 'ranks'])
+@pytest.mark.parametrize('stackless', [False, True],
+                         ids=['stack_vm', 'stackless'])
+def test_a_literal_argument_is_a_member_value_in_a_dry_run(name, stackless):
+  fn = getattr(numpy_literal_programs(), name)
+  args = _literal_args(name, np.random.default_rng(3))
+  alone = fn(*args, dry_run=True)
+  expected = _literal_expected(name, args)
+  assert_same(alone, expected, 0)
+  assert_same(fn(*args, stackless=stackless), alone, 0)
+
+
+@pytest.mark.parametrize('name', ['total_score', 'shrunk_twice', 'ranks'])
+def test_a_literal_argument_is_a_member_value_in_a_tf_dry_run(name):
+  tf = pytest.importorskip('tensorflow')
+  fn = getattr(tf_literal_programs(), name)
+  args = [tf.constant(a) for a in _literal_args(name, np.random.default_rng(4))]
+  backend = ab.TensorFlowBackend()
+  alone = ab.instructions.pattern_map(
+      np.asarray, fn(*args, dry_run=True, backend=backend))
+  batched = ab.instructions.pattern_map(np.asarray,
+                                        fn(*args, backend=backend))
+  assert_same(batched, alone, 1e-6)
+  expected = _literal_expected(name, [a.numpy() for a in args])
+  assert_same(alone, expected, 1e-6)
