@@ -781,9 +781,14 @@ class Context:
                                   or max_steps < 1):
       raise errors.ArgumentError(
           f'max_steps must be None or a positive int, got {max_steps!r}')
-    if max_steps is None and backend.staged:
+    if backend.staged:
       from autobatch_vm import xla  # pylint: disable=g-import-not-at-top
-      xla.warn_if_gradient_needs_max_steps(bf.name)
+      if max_steps is None:
+        xla.warn_if_gradient_needs_max_steps(bf.name)
+      # Under XLA, a gradient from outside the compiled function is
+      # refused clearly, at the run's inputs and outputs.
+      loc = self.function_loc(bf.name)
+      args = xla.refuse_gradient_from_outside(args, bf.name, loc)
     auto = stackless is None
     if auto:
       stackless = self.chooses_stackless(bf.name, sig, backend,
@@ -808,6 +813,8 @@ class Context:
           program, args, backend, batch, max_stack_depth=max_stack_depth,
           schedule=schedule, block_code_cache=cache, profile=profile,
           max_steps=max_steps)
+    if backend.staged:
+      out = xla.refuse_gradient_from_outside(out, bf.name, loc)
     bf.last_stats = stats
     self.last_stats = stats
     return out

@@ -252,12 +252,11 @@ class TensorFlowShards:
                if self.tf.is_tensor(x)]
     if not (tensors and record.should_record_backprop(tensors)):
       return
+    from autobatch_vm import xla  # pylint: disable=g-import-not-at-top
     fn = self.sharded.fn
-    raise errors.ArgumentError(
+    raise xla.outer_gradient_error(
         f'shard({fn.name}, jit_compile=True) is called while a gradient '
-        'tape records it: TensorFlow cannot differentiate an XLA-compiled '
-        'loop from outside the compiled function',
-        loc=fn.context.function_loc(fn.name),
+        'tape records it', fn.context.function_loc(fn.name),
         hint='Shard with jit_compile=None or False to differentiate it '
         'with a tape outside, or take the gradient inside one '
         'tf.function(jit_compile=True) that calls a sharded function made '

@@ -10,6 +10,11 @@ compiled function returns, outside XLA, it raises the error the run would
 have raised eagerly (`errors.StackOverflowError`, naming the members, or
 `errors.AssertionFailedError`).  Called inside a `tf.function`, the check is
 a `tf.debugging.Assert` that fails the call with the same message.
+
+A batched run traced for XLA can be differentiated only inside its
+compiled function: `refuse_gradient_from_outside` makes a tape outside
+that records it raise a clear `errors.ArgumentError` instead of
+TensorFlow's error about TensorLists crossing the XLA/TF boundary.
 """
 
 import functools
@@ -25,7 +30,8 @@ from autobatch_vm import errors
 from autobatch_vm import tf_backend
 from autobatch_vm.backends.tf import masks
 
-__all__ = ['compile_nested_output', 'warn_if_gradient_needs_max_steps']
+__all__ = ['compile_nested_output', 'warn_if_gradient_needs_max_steps',
+           'refuse_gradient_from_outside', 'outer_gradient_error']
 
 _MAX_STEPS_HINT = (
     'Pass max_steps= to the batched function (a bound on the VM steps the '
@@ -53,6 +59,117 @@ def warn_if_gradient_needs_max_steps(name):
       'gradient of its loop ("XLA compilation requires a fixed tensor list '
       f'size").  {_MAX_STEPS_HINT}', errors.XlaGradientWarning,
       stacklevel=errors.user_stacklevel())
+
+
+def outer_gradient_error(what, loc, hint):
+  """The error for a tape outside a compiled function recording its run.
+
+  TensorFlow differentiates a compiled function from outside by having it
+  return the values its loops save for the backward pass, as TensorLists,
+  which XLA cannot hand out ("Support for TensorList crossing the XLA/TF
+  boundary is not implemented").
+
+  Args:
+    what: What the user did, naming their function.
+    loc: The `SourceLoc` of the user's function.
+    hint: What to do instead.
+
+  Returns:
+    An `errors.ArgumentError`.
+  """
+  return errors.ArgumentError(
+      f'{what}: TensorFlow cannot differentiate an XLA-compiled loop from '
+      'outside the compiled function (TensorFlow: "Support for TensorList '
+      'crossing the XLA/TF boundary is not implemented")', loc=loc,
+      hint=hint)
+
+
+def _xla_root(graph):
+  """The function graph that XLA compiles as a whole around `graph`.
+
+  TensorFlow marks a `tf.function(jit_compile=True)` being traced (or
+  called) by an XLA context on the graph it is called from, the eager
+  context's or an outer function's; functions traced inside it are
+  compiled with it.  The root is therefore the graph traced under the
+  outermost such mark: the one just inside the outermost graph in an XLA
+  context (that graph itself where it is `graph`: the eager context's,
+  while a compiled function is called).  None outside XLA.
+  """
+  from tensorflow.python.ops import control_flow_util  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+  chain = []
+  while graph is not None:
+    chain.append(graph)
+    graph = getattr(graph, 'outer_graph', None)
+  marked = [j for j, g in enumerate(chain)
+            if control_flow_util.InXlaContext(g)]
+  if not marked:
+    return None
+  return chain[max(marked[-1] - 1, 0)]
+
+
+def refuse_gradient_from_outside(values, name, loc):
+  """`values` of a batched run, whose gradient must be built under XLA.
+
+  A tape outside a `tf.function(jit_compile=True)` that records its call
+  makes TensorFlow build the compiled function's gradient as a function
+  of its own, outside the compilation; the compiled function then has to
+  return what the run's `while_loop` saved, which XLA cannot do, and the
+  call fails with TensorFlow's error, naming neither the batched function
+  nor the remedy.  Traced for XLA, the run's floating inputs and outputs
+  therefore go through an identity whose gradient raises
+  `outer_gradient_error` when it is built outside the XLA compilation
+  that holds the run.  Inside it (a tape within the compiled function)
+  the gradient goes through the same identity, so that a tape outside
+  that differentiates the gradient taken inside is refused as well.
+  Outside XLA, `values` are returned as they are.
+
+  Args:
+    values: The run's inputs or outputs, a nested structure of tensors.
+    name: The batched function's name, for the message.
+    loc: Its `SourceLoc`.
+
+  Returns:
+    `values`, the floating tensors behind that identity under XLA.
+  """
+  if not masks.in_xla_context():
+    return values
+  root = _xla_root(tf.compat.v1.get_default_graph())
+  if root is None:
+    return values
+  # A weak reference: TensorFlow keeps the gradient function (in its
+  # global registry of gradients), which must not keep the graph alive.
+  return _guard(values, weakref.ref(root), name, loc)
+
+
+def _guard(values, root, name, loc):
+  flat = tf.nest.flatten(values)
+  picked = [i for i, x in enumerate(flat) if isinstance(x, tf.Tensor)
+            and (x.dtype.is_floating or x.dtype.is_complex)]
+  if not picked:
+    return values
+
+  @tf.autograph.experimental.do_not_convert
+  def grad(*upstream):
+    # The gradient belongs to the run's compilation where its graph has
+    # the same root: the compiled function's own graph, or one traced
+    # inside it.
+    if _xla_root(tf.compat.v1.get_default_graph()) is not root():
+      raise outer_gradient_error(
+          f'{name}() runs inside tf.function(jit_compile=True), and a '
+          'gradient tape outside that function records its call', loc,
+          hint='Take the gradient inside the compiled function (a '
+          'tf.GradientTape within it, with max_steps= for a static trip '
+          'count), or compile the function without jit_compile to take '
+          'the gradient from outside.')
+    return _guard(list(upstream), root, name, loc)
+
+  @tf.custom_gradient
+  def guarded(*xs):
+    return list(xs), grad
+
+  for i, x in zip(picked, guarded(*[flat[i] for i in picked])):
+    flat[i] = x
+  return tf.nest.pack_sequence_as(values, flat)
 
 
 def _explain(error):
