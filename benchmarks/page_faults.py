@@ -17,7 +17,11 @@ arrays), and fibonacci, n ~ U[8, 16), stackless at `--fib_batch` members
 - glibc's defaults: `keep_freed_heap` skipped, so arrays above 128 KiB
   come from fresh `mmap` pages on every call;
 - kept, `MALLOC_MMAP_THRESHOLD_` set: a fixed threshold in the
-  environment turns off glibc's own adjustment, not ours.
+  environment turns off glibc's own adjustment, not ours;
+- kept, in a thread: the calls run in a thread other than the main one
+  (as a Dask worker runs its tasks), which allocates from a thread arena;
+- kept, in a thread, no top pad: the same, with the thread arenas' heaps
+  left to glibc (unmapped whenever one empties).
 """
 
 import os
@@ -37,7 +41,7 @@ flags.DEFINE_integer('calls', 5, 'Measured calls.')
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _CHILD = '''
-import ctypes, resource, sys, time
+import ctypes, resource, sys, threading, time
 import numpy as np
 import autobatch_vm as ab
 from autobatch_vm.backends import numpy as numpy_backend
@@ -63,22 +67,33 @@ def fib(n):
     return n
   return fib(n - 1) + fib(n - 2)
 
+if heap == 'thread_nopad':   # thread heaps left to glibc
+  numpy_backend._THREAD_HEAP_BYTES = 0
 if program == 'smooth':
   fn, x = smooth, np.zeros((batch, width))
 else:
   fn, x = fib, np.random.default_rng(batch).integers(8, 16, size=batch)
-fn(x[:2], stackless=stackless)   # sets the thresholds (unless 'default')
-if heap == 'trim32':
-  ctypes.CDLL(None).mallopt(-1, 32 << 20)   # M_TRIM_THRESHOLD
-for _ in range(2):
-  fn(x, stackless=stackless)
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-start = time.perf_counter()
-for _ in range(calls):
-  fn(x, stackless=stackless)
-seconds = (time.perf_counter() - start) / calls
-faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / calls
-print(faults, seconds)
+
+def body():
+  fn(x[:2], stackless=stackless)   # sets the thresholds (unless 'default')
+  if heap == 'trim32':
+    ctypes.CDLL(None).mallopt(-1, 32 << 20)   # M_TRIM_THRESHOLD
+  for _ in range(2):
+    fn(x, stackless=stackless)
+  before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+  start = time.perf_counter()
+  for _ in range(calls):
+    fn(x, stackless=stackless)
+  seconds = (time.perf_counter() - start) / calls
+  faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / calls
+  print(faults, seconds)
+
+if heap.startswith('thread'):   # as a Dask worker runs its tasks
+  worker = threading.Thread(target=body)
+  worker.start()
+  worker.join()
+else:
+  body()
 '''
 
 
@@ -108,7 +123,9 @@ def main(argv):
             FLAGS.fib_batch, True)]
   heaps = (('kept', 'kept', None), ('kept, 32 MiB trim', 'trim32', None),
            ("glibc's defaults", 'default', None),
-           ('kept, MALLOC_MMAP_THRESHOLD_', 'kept', 131072))
+           ('kept, MALLOC_MMAP_THRESHOLD_', 'kept', 131072),
+           ('kept, in a thread', 'thread', None),
+           ('kept, in a thread, no top pad', 'thread_nopad', None))
   print('| program | heap | faults per call | ms per call |')
   print('|---|---|---|---|')
   for label, program, batch, stackless in cells:
