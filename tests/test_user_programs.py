@@ -1184,3 +1184,119 @@ def test_a_literal_argument_is_a_member_value_in_a_tf_dry_run(name):
   assert_same(batched, alone, 1e-6)
   expected = _literal_expected(name, [a.numpy() for a in args])
   assert_same(alone, expected, 1e-6)
+
+
+# -- reductions over the batch axis --------------------------------------------
+# `w.sum()` in a primitive sums over axis 0, the batch: every member would
+# get the batch's sum.  Type inference runs such a primitive on two made-up
+# members and refuses it where the first member's result follows the
+# second member's values.
+
+@_mistakes.batch
+def resample(w, u):
+  p = w / w.sum()  # ERR:batchsum
+  c = np.cumsum(p, axis=-1)
+  return np.sum(c < u[:, None], axis=-1)
+
+
+@_mistakes.batch
+def resample_per_member(w, u):
+  p = w / w.sum(axis=-1, keepdims=True)
+  c = np.cumsum(p, axis=-1)
+  return np.sum(c < u[:, None], axis=-1)
+
+
+@_mistakes.batch
+def largest_gap(x):
+  s = np.sort(x, axis=0)  # ERR:sort0
+  return s[:, -1] - s[:, 0]
+
+
+@_mistakes.batch
+def centered(v):
+  return v - lib_tf_sum(v)  # ERR:tfsum
+
+
+def lib_tf_sum(v):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return tf.reduce_sum(v)
+
+
+@pytest.mark.parametrize('stackless', [False, True])
+def test_a_reduction_over_the_batch_is_refused(stackless):
+  rng = np.random.default_rng(5)
+  w, u = rng.uniform(0.1, 1, (6, 4)), rng.uniform(0, 1, 6)
+  with pytest.raises(errors.TypeInferenceError) as e:
+    resample(w, u, stackless=stackless)
+  check_error(e, errors.TypeInferenceError, 'batchsum', 'resample',
+              '`w / w.sum()` mixes batch members', 'axis=-1')
+  # Per member, as written, each member alone agrees with the batch.
+  alone = resample_per_member(w, u, dry_run=True)
+  assert_same(resample_per_member(w, u, stackless=stackless), alone, 0)
+  with pytest.raises(errors.TypeInferenceError) as e:
+    largest_gap(rng.normal(size=(5, 3)), stackless=stackless)
+  check_error(e, errors.TypeInferenceError, 'sort0', 'largest_gap',
+              'mixes batch members')
+
+
+def test_a_reduction_over_the_batch_is_refused_on_tensorflow():
+  tf = pytest.importorskip('tensorflow')
+  with pytest.raises(errors.TypeInferenceError) as e:
+    centered(tf.constant([1.0, 2.0, 4.0]))
+  check_error(e, errors.TypeInferenceError, 'tfsum', 'centered',
+              'mixes batch members')
+
+
+_random_ctx = ab.Context()
+_calls = []
+
+
+def _counted(x):
+  _calls.append(1)
+  return x + len(_calls)          # a different result at every call
+
+
+@_random_ctx.batch
+def random_walk(x, steps):
+  for _ in range(steps):
+    x = x + np.random.normal(size=x.shape)
+  return x
+
+
+@_random_ctx.batch
+def seeded_noise(x):
+  return x + np.random.default_rng(0).normal(size=x.shape)
+
+
+@_random_ctx.batch
+def counted(x):
+  return _counted(x)
+
+
+def _tf_noise(x):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return tf.random.normal(tf.shape(x), dtype=x.dtype)
+
+
+@_random_ctx.batch
+def tf_random_walk(x, steps):
+  for _ in range(steps):
+    x = x + _tf_noise(x)
+  return x
+
+
+@pytest.mark.parametrize('stackless', [False, True])
+def test_random_and_stateful_primitives_are_not_taken_for_mixing(stackless):
+  # Their results differ from call to call, or follow a member's position
+  # in the batch (one generator per call), never another member's values.
+  x = np.zeros((7, 2))
+  assert random_walk(x, np.full(7, 3), stackless=stackless).shape == (7, 2)
+  out = seeded_noise(x, stackless=stackless)
+  assert out.shape == (7, 2) and len(np.unique(out)) == 14
+  assert counted(x, stackless=stackless).shape == (7, 2)
+
+
+def test_random_primitives_are_not_taken_for_mixing_on_tensorflow():
+  tf = pytest.importorskip('tensorflow')
+  out = tf_random_walk(tf.zeros([7, 2], tf.float64), tf.fill([7], 3))
+  assert out.shape == (7, 2)
