@@ -15,7 +15,9 @@ a whole batch (arrays whose axis 0 is the batch):
 
 The source of each decorated function is compiled (`python_to_ir`) the first
 time the Context is used; types are inferred per input signature and the
-lowered program is cached.  This module never imports TensorFlow.
+lowered program is cached.  A call's arguments are converted by
+`call_arguments`, and a dry run (`dry_run=True`: each member alone, as
+plain Python) is run by `dry_run`.  This module never imports TensorFlow.
 """
 
 import ast
@@ -23,11 +25,12 @@ import dataclasses
 import functools
 import inspect
 import textwrap
-import threading
 import types
 
 import numpy as np
 
+from autobatch_vm import call_arguments
+from autobatch_vm import dry_run as dry_run_lib
 from autobatch_vm import errors
 from autobatch_vm import instructions as inst
 from autobatch_vm import numpy_backend
@@ -35,6 +38,8 @@ from autobatch_vm import pipeline
 from autobatch_vm import python_to_ir
 from autobatch_vm import stackless as stackless_lib
 from autobatch_vm import virtual_machine
+from autobatch_vm.call_arguments import _PY_NUMBERS
+from autobatch_vm.call_arguments import map_arguments  # re-exported
 from autobatch_vm.ops import truthy  # re-exported: ab.frontend.truthy, as in TFP
 
 __all__ = ['Context', 'ContextState', 'truthy', 'BatchedFunction']
@@ -51,20 +56,6 @@ AUTO_STACKLESS_MAX_DEPTH = 100
 # cache's other entries are the VM's compiled blocks, kept by `id` of a
 # lowered program and so meaningful only in this process.
 _PROGRAM_KINDS = ('typed', 'stackless', 'chooses_stackless', 'lowered')
-
-
-def _is_tf_value(x):
-  mod = type(x).__module__ or ''
-  return mod.startswith('tensorflow') or mod.startswith('tf_keras') or \
-      mod.startswith('keras')
-
-
-def _default_backend(args):
-  leaves = inst.pattern_flatten(args)
-  if any(_is_tf_value(x) for x in leaves):
-    from autobatch_vm import tf_backend  # pylint: disable=g-import-not-at-top
-    return tf_backend.TensorFlowBackend()
-  return numpy_backend.NumpyBackend()
 
 
 class BatchedFunction:
@@ -143,8 +134,9 @@ class BatchedFunction:
         compiled or typed, or a primitive or an `assert` fails for some
         members.
     """
-    if self.context._dry_run_depth():  # inside a dry run: plain Python
-      return self.context._dry_run_call(self, args, kwargs)
+    dry_runs = self.context._dry_runs
+    if dry_runs.active():  # inside a dry run: plain Python
+      return dry_runs.call(self, args, kwargs)
     given = args
     args = self.bind_arguments(args, kwargs)
     if dry_run:
@@ -157,8 +149,9 @@ class BatchedFunction:
                                schedule=schedule, profile=profile,
                                max_steps=max_steps)
     except errors.PrimitiveError as e:
-      better = self._explain_number_defaults(e, len(given), kwargs,
-                                             backend or _default_backend(args))
+      better = self._explain_number_defaults(
+          e, len(given), kwargs,
+          backend or call_arguments.default_backend(args))
       if better is e:
         raise
       raise better from e.__cause__
@@ -272,7 +265,7 @@ class Context:
     self._functions = {}      # name -> BatchedFunction, in definition order
     self._module = None
     self._cache = {}
-    self._local = threading.local()
+    self._dry_runs = dry_run_lib.DryRuns()
     self.last_stats = None
 
   # -- decorating --------------------------------------------------------------
@@ -671,7 +664,7 @@ class Context:
     """
     name = self._name_of(name)
     args = self._functions[name].bind_arguments(list(args), {})
-    backend = backend or _default_backend(args)
+    backend = backend or call_arguments.default_backend(args)
     args = self._convert_args(name, args, backend)
     return self.program_lowered(name, self._arg_types(args, backend),
                                 backend, schedule)
@@ -695,81 +688,29 @@ class Context:
   # -- running -----------------------------------------------------------------
 
   def _convert_args(self, name, args, backend):
-    """The arguments as backend arrays with one common batch size.
-
-    TFP's calling convention: every argument has a leading batch
-    dimension; a scalar is promoted to shape `[1]`; an argument of batch
-    size 1 is broadcast to the batch.  Tuples, namedtuples and lists are
-    structure, except a (nested) list of plain numbers, which is one array
-    (`_is_number_list`).
-    """
-    loc = self.function_loc(name)
-    params = self._params_of(name)
-    out = []
-    for p, a in zip(params, args):
-      def convert(x, p=p):
-        if x is None or isinstance(x, (str, bytes, dict, set)):
-          raise errors.ArgumentError(
-              f'argument {p!r} of {name}() is {type(x).__name__}, not an '
-              'array', loc=loc, hint='Pass arrays whose axis 0 is the batch '
-              '(or tuples/lists/namedtuples of them).')
-        try:
-          v = backend.asarray(x)
-        except Exception as e:  # pylint: disable=broad-except
-          raise errors.ArgumentError(
-              f'argument {p!r} of {name}() cannot be converted to an array: '
-              f'{e}', loc=loc, hint='Ragged lists are not arrays; pad them '
-              'to a common shape.') from e
-        if backend.dtype(v).kind not in 'biufc':
-          raise errors.ArgumentError(
-              f'argument {p!r} of {name}() has dtype {backend.dtype(v)}',
-              loc=loc, hint='Only boolean and numeric arrays can be '
-              'batched.')
-        if len(backend.shape(v)) == 0:
-          v = backend.expand(v)  # a scalar is a batch of one
-        return v
-      out.append(map_arguments(convert, a))
-    sizes = {}
-    for p, a in zip(params, out):
-      for leaf in inst.pattern_flatten(a):
-        sizes.setdefault(backend.shape(leaf)[0], p)
-    wide = {s: p for s, p in sizes.items() if s != 1}
-    if len(wide) > 1:
-      detail = ', '.join(f'{p!r}: {s}' for s, p in wide.items())
-      raise errors.ArgumentError(
-          f'arguments of {name}() have different batch sizes ({detail})',
-          loc=loc, hint='Every argument needs the same leading (batch) '
-          'dimension, or a batch dimension of 1 (or none: a scalar), which '
-          'is broadcast to the batch.')
-    if wide and 1 in sizes:
-      (batch,) = wide
-      rows = np.zeros(batch, np.int64)
-      out = [inst.pattern_map(
-          lambda v: backend.take_rows(v, rows)
-          if backend.shape(v)[0] == 1 else v, a) for a in out]
-    return out
+    """The arguments of `name` as backend arrays with one common batch size
+    (`call_arguments.convert_arguments`)."""
+    return call_arguments.convert_arguments(
+        name, self._params_of(name), args, backend, self.function_loc(name))
 
   def _arg_types(self, args, backend):
-    return [inst.pattern_map(
-        lambda v: inst.TensorType(backend.dtype(v), backend.shape(v)[1:]), a)
-            for a in args]
+    return call_arguments.argument_types(args, backend)
 
-  def _batch_size(self, args, backend):
-    for a in args:
-      for leaf in inst.pattern_flatten(a):
-        return backend.shape(leaf)[0]
-    return None
+  def _batch_size(self, name, args, backend):
+    """The batch size of `name`'s converted arguments."""
+    batch = call_arguments.batch_size(args, backend)
+    if batch is None:
+      raise errors.ArgumentError(
+          f'{name}() has no arguments to take the batch size from',
+          loc=self.function_loc(name),
+          hint='Batched functions need at least one batched argument.')
+    return batch
 
   def _run(self, bf, args, stackless, max_stack_depth, backend,
            block_code_cache, schedule, profile=False, max_steps=None):
-    backend = backend or _default_backend(args)
+    backend = backend or call_arguments.default_backend(args)
     args = self._convert_args(bf.name, args, backend)
-    batch = self._batch_size(args, backend)
-    if batch is None:
-      raise errors.ArgumentError(
-          f'{bf.name}() has no arguments to take the batch size from',
-          loc=self.function_loc(bf.name),
-          hint='Batched functions need at least one batched argument.')
+    batch = self._batch_size(bf.name, args, backend)
     sig = self._arg_types(args, backend)
     if not isinstance(max_stack_depth, int) or max_stack_depth < 1:
       raise errors.ArgumentError(
@@ -819,124 +760,12 @@ class Context:
     self.last_stats = stats
     return out
 
-  def _dry_run_depth(self):
-    return getattr(self._local, 'dry_run', 0)
-
   def _dry_run(self, bf, args, backend):
-    """Runs the plain Python function once per member (batches of one).
-
-    The results are stacked as the batched call's are: each leaf gets the
-    batch axis where a member returned it without one (a leaf whose shape
-    is the per-member shape of the batched call's result type; one of
-    shape `[1, *that]` is already a batch of one), and is cast to that
-    type's dtype.  An empty batch gives empty arrays of that type.  Where
-    the result type cannot be found (the batched call fails to compile,
-    e.g. over a `print`), a scalar gets the batch axis and anything else
-    is taken as a batch of one.
-    """
-    backend = backend or _default_backend(args)
+    """Runs `bf` once per member as plain Python (`dry_run.DryRuns.run`)."""
+    backend = backend or call_arguments.default_backend(args)
     args = self._convert_args(bf.name, args, backend)
-    batch = self._batch_size(args, backend)
-    if batch is None:
-      raise errors.ArgumentError(
-          f'{bf.name}() has no arguments to take the batch size from',
-          loc=self.function_loc(bf.name),
-          hint='Batched functions need at least one batched argument.')
-    program = self._typed_or_none(bf.name, args, backend)
-    result_type = (None if program is None else
-                   program.main_function.var_defs[python_to_ir.RETURN_VAR]
-                   .tensors)
-    run = self._dry_run_function(bf)
-    results = []
-    outer = getattr(self._local, 'dry_run_program', None)
-    self._local.dry_run = self._dry_run_depth() + 1
-    self._local.dry_run_program = (program, backend, {})
-    try:
-      for i in range(batch):
-        # A copy: the member's code may update a variable in place
-        # (`a += 1` on an array), which must not write through to the
-        # caller's arguments.
-        member = [inst.pattern_map(lambda x: _own(backend.slice(x, i)), a)
-                  for a in args]
-        results.append(run(*member))
-    finally:
-      self._local.dry_run -= 1
-      self._local.dry_run_program = outer
-    if not results:
-      if result_type is None:
-        raise errors.ArgumentError(
-            f'dry run of {bf.name}() on an empty batch: the result type is '
-            'unknown', loc=self.function_loc(bf.name),
-            hint='The batched call on the same arguments says why.')
-      return inst.pattern_map(lambda t: backend.zeros(t, 0), result_type,
-                              inst.TensorType)
-    types_ = (inst.pattern_flatten(result_type, inst.TensorType)
-              if result_type is not None else None)
-    leaves = [inst.pattern_flatten(r) for r in results]
-    if types_ is not None and any(len(l) != len(types_) for l in leaves):
-      types_ = None
-    columns = list(zip(*leaves))
-    merged = []
-    for k, column in enumerate(columns):
-      t = types_[k] if types_ is not None else None
-      merged.append(backend.concat([_member_rows(backend, x, t)
-                                    for x in column]))
-    return inst.pattern_unflatten(results[0], merged)
-
-  def _typed_or_none(self, name, args, backend):
-    """The typed program of `name` on converted `args`, as the batched
-    call has it; None where the program does not compile."""
-    try:
-      return self.program_compiled(name, self._arg_types(args, backend),
-                                   backend)
-    except errors.AutoBatchError:
-      return None
-
-  def _dry_run_call(self, bf, args, kwargs):
-    """A call of batched function `bf` inside a dry run: plain Python, with
-    the arguments that the batched call gives one member.
-
-    There a callee's parameters are per-member values, as at the top
-    level: each argument leaf becomes a batch of one of its parameter's
-    type in the batched program (`_dry_run_argument_types`), so that a
-    literal `f(v, 1)` is `array([1])` (not `1`) and a constant
-    `np.zeros(3)` gets the batch axis.  Where the program does not
-    compile, a scalar leaf becomes a batch of one of its own dtype.
-    """
-    args = bf.bind_arguments(args, kwargs)
-    program, backend, known = self._local.dry_run_program
-    if bf.name not in known:   # once per function and dry run
-      known[bf.name] = None
-      if program is not None and any(
-          f.name == bf.name for f in program.functions):
-        known[bf.name] = _dry_run_argument_types(program.function(bf.name))
-    types_ = known[bf.name]
-    converted = []
-    for k, a in enumerate(args):
-      t = types_[k] if types_ is not None else None
-      try:
-        converted.append(inst.pattern_map2(
-            lambda x, tt: _member_rows(backend, x, tt), a, t,
-            inst.TensorType) if t is not None else
-                         map_arguments(lambda x: _member_rows(backend, x,
-                                                              None), a))
-      except Exception:  # pylint: disable=broad-except
-        # Not of the parameter's structure (the batched call would have
-        # refused it): as written, for the callee to fail on as Python.
-        converted.append(a)
-    return self._dry_run_function(bf)(*converted)
-
-  def _dry_run_function(self, bf):
-    """The Python function a dry run calls for `bf` (see
-    `python_to_ir.dry_run_function`), made once."""
-    fn = getattr(bf, '_dry_run_python', None)
-    if fn is None:
-      try:
-        fn = python_to_ir.dry_run_function(bf.python_function)
-      except errors.AutoBatchError:
-        fn = bf.python_function  # no readable source: run it as it is
-      bf._dry_run_python = fn
-    return fn
+    batch = self._batch_size(bf.name, args, backend)
+    return self._dry_runs.run(bf, args, batch, backend)
 
 
 def _output_types(type_inference):
@@ -958,95 +787,6 @@ def _output_types(type_inference):
     return result
   wrapped.user_type_inference = type_inference
   return wrapped
-
-
-_PY_NUMBERS = (bool, int, float, complex)
-
-
-def _is_number_list(x):
-  """Whether `x` is a (nested) list of plain Python numbers (`bool`,
-  `int`, `float`, `complex`): one array, not structure.  A list holding
-  anything else -- arrays, tensors, NumPy scalars -- is structure, as in
-  TFP (its NUTS passes the chain state and the step sizes so)."""
-  if not isinstance(x, list) or not x:
-    return False
-  return all(_is_number_list(e) if isinstance(e, list)
-             else type(e) in _PY_NUMBERS for e in x)
-
-
-def map_arguments(f, arg):
-  """Applies `f` to each leaf of a call argument.
-
-  Tuples, namedtuples and lists are structure; a (nested) list of plain
-  numbers (`_is_number_list`) is a leaf.
-
-  Args:
-    f: The function applied to each leaf.
-    arg: A call argument.
-
-  Returns:
-    `arg` with each leaf replaced by `f` of it.
-  """
-  if _is_number_list(arg):
-    return f(arg)
-  if isinstance(arg, (tuple, list)):
-    items = [map_arguments(f, a) for a in arg]
-    if inst.is_namedtuple(arg):
-      return type(arg)(*items)
-    return type(arg)(items)
-  return f(arg)
-
-
-def _own(x):
-  """`x`, copied if it is a NumPy array (a view of the caller's data)."""
-  return x.copy() if isinstance(x, np.ndarray) else x
-
-
-def _dry_run_argument_types(fn):
-  """The type each parameter of typed `Function` `fn` has for one member
-  in the batched call, as a dry run gives it to the member.
-
-  That is the parameter's type, except for a literal (a weak parameter,
-  `f(v, 1)`), which the batched call keeps in its default dtype (int64,
-  float64) and casts, where it meets a typed array, to the dtype a Python
-  number would take there (`PrimOp.casts`): the dtype its uses agree on,
-  else its own.
-  """
-  out = []
-  for p in fn.vars_in:
-    t = fn.var_defs[p].tensors
-    if isinstance(t, inst.TensorType):
-      seen = set()
-      for block in fn.blocks:
-        for op in block.instructions:
-          if not isinstance(op, inst.PrimOp) or op.function is inst.identity:
-            continue
-          casts = dict(op.casts)
-          seen.update(np.dtype(casts.get(i, t.dtype))
-                      for i, v in enumerate(op.vars_in) if v == p)
-      if len(seen) == 1:
-        t = inst.TensorType(seen.pop(), t.shape)
-    out.append(t)
-  return out
-
-
-def _member_rows(backend, x, tensor_type):
-  """One member's result leaf `x` as a batch of one of `tensor_type`
-  (None: unknown; then a scalar gets the batch axis)."""
-  if tensor_type is None:
-    v = backend.asarray(x)
-    return v if len(backend.shape(v)) else backend.expand(v)
-  if type(x) in _PY_NUMBERS:  # a literal: the type's dtype, as batched
-    x = np.asarray(x, tensor_type.dtype)
-  v = backend.asarray(x)
-  shape = tuple(backend.shape(v))
-  if shape == tuple(tensor_type.shape):
-    v = backend.expand(v)  # the member's value: give it the batch axis
-  elif shape != (1,) + tuple(tensor_type.shape) and not shape:
-    v = backend.expand(v)  # not the batched call's type: a scalar is one row
-  if backend.dtype(v) != np.dtype(tensor_type.dtype):
-    v = backend.cast(v, tensor_type.dtype)
-  return v
 
 
 def _decorated_bare(fn):

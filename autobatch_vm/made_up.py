@@ -47,6 +47,18 @@ def made_up(tensor_type, kind, batch=1):
   return np.ones(shape, dtype)
 
 
+def _is_literal(t):
+  """Whether leaf type `t` is a weak scalar (a Python literal): an input
+  that a primitive gets as a Python scalar, not as a made-up array."""
+  return t.weak and not t.shape
+
+
+def _leaves(in_types):
+  """The `TensorType` leaves of a primitive's input types, in order."""
+  return [leaf for t in in_types
+          for leaf in inst.pattern_flatten(t, inst.TensorType)]
+
+
 _CODE_ERRORS = (TypeError, IndexError, AttributeError)
 
 
