@@ -11,6 +11,8 @@ import sys
 
 import numpy as np
 
+from autobatch_vm import patterns
+
 __all__ = [
     'AutoBatchError', 'UnsupportedSyntaxError', 'NameResolutionError',
     'TypeInferenceError', 'ArgumentError', 'StackOverflowError',
@@ -162,13 +164,11 @@ class FailedAssertion(AssertionError):
     if self.message is None:
       return self.text
     def one_row(x):
-      if isinstance(x, (tuple, list)):
-        items = [one_row(v) for v in x]
-        return type(x)(*items) if hasattr(x, '_fields') else type(x)(items)
       shape = getattr(x, 'shape', None)
       return x[row:row + 1] if shape is not None and len(shape) else x
     try:
-      return str(self.message(*[one_row(x) for x in self.inputs]))
+      return str(self.message(*patterns.pattern_map(one_row,
+                                                    list(self.inputs))))
     except Exception as e:  # pylint: disable=broad-except
       return (f'{self.text} (computing the message raised '
               f'{type(e).__name__}: {e})')

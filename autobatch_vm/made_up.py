@@ -22,7 +22,7 @@ MADE_UP = ('zeros', 'ones', 'eye', 'uniform')
 def made_up(tensor_type, kind, batch=1):
   """A made-up NumPy array `[batch, *shape]` of the type's dtype.
 
-  Ones; identity matrices in the last two axes where they are
+  Zeros; ones; identity matrices in the last two axes where they are
   square (else ones); or values in (0.25, 0.75), fixed, different per
   element, for floats and complex numbers (ones for integers, True for
   booleans).  Together they are valid inputs for the usual restricted
@@ -31,7 +31,7 @@ def made_up(tensor_type, kind, batch=1):
 
   Args:
     tensor_type: The `TensorType` of one member's value.
-    kind: One of `MADE_UP` other than 'zeros'.
+    kind: One of `MADE_UP`.
     batch: The leading (batch) dimension.
 
   Returns:
@@ -39,6 +39,8 @@ def made_up(tensor_type, kind, batch=1):
   """
   shape = (batch,) + tuple(tensor_type.shape)
   dtype = np.dtype(tensor_type.dtype)
+  if kind == 'zeros':
+    return np.zeros(shape, dtype)
   if kind == 'eye' and len(shape) >= 3 and shape[-1] == shape[-2]:
     return np.broadcast_to(np.eye(shape[-1], dtype=dtype), shape).copy()
   if kind == 'uniform' and dtype.kind in 'fc':

@@ -145,8 +145,7 @@ def _member_pair(in_types, kind, change, backend):
   def leaf(t):
     if _is_literal(t):
       return t.dtype.type(0).item()
-    one = made_up(t, kind, 1) if kind != 'zeros' else np.zeros(
-        (1,) + tuple(t.shape), t.dtype)
+    one = made_up(t, kind, 1)
     second = one if change is None else _other_member(one, change)
     return backend.asarray(np.concatenate([one, second]))
   return [inst.pattern_map(leaf, t, inst.TensorType) for t in in_types]

@@ -151,12 +151,12 @@ def _assert_messages(error, backend, m, compacted):
   row_members = getattr(backend, 'row_members', None)
   owners = np.asarray(row_members(m) if row_members is not None else idx)
   rows = np.arange(idx.size) if compacted else idx
-  first = {}
-  for k in np.argsort(owners, kind='stable'):
-    first.setdefault(int(owners[k]), int(rows[k]))
-  shown = [(member, error.member_message(row))
-           for member, row in list(first.items())[:_MESSAGES_SHOWN]]
-  return shown, len(first)
+  # Each failing member once, lowest first, with its first row.
+  members, first = np.unique(owners, return_index=True)
+  shown = [(int(member), error.member_message(int(rows[k])))
+           for member, k in zip(members[:_MESSAGES_SHOWN],
+                                first[:_MESSAGES_SHOWN])]
+  return shown, members.size
 
 
 def _shown_messages(messages):
