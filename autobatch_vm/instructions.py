@@ -84,6 +84,7 @@ from autobatch_vm.patterns import is_namedtuple
 from autobatch_vm.patterns import pattern_flatten
 from autobatch_vm.patterns import pattern_map
 from autobatch_vm.patterns import pattern_map2
+from autobatch_vm.patterns import pattern_paths
 from autobatch_vm.patterns import pattern_traverse
 from autobatch_vm.patterns import pattern_unflatten
 from autobatch_vm.patterns import pattern_zip
@@ -95,8 +96,8 @@ __all__ = [
     'ReturnOp', 'SourceLoc', 'TensorType', 'Type', 'VariableAllocation',
     'FrozenDict', 'RETURN_VAR',
     'pattern_map', 'pattern_map2', 'pattern_zip', 'pattern_flatten',
-    'pattern_traverse', 'pattern_unflatten', 'is_namedtuple',
-    'interpret', 'print_program',
+    'pattern_traverse', 'pattern_paths', 'pattern_unflatten',
+    'is_namedtuple', 'interpret', 'print_program',
 ]
 
 

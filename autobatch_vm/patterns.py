@@ -8,7 +8,8 @@ IR; `instructions` re-exports them.
 
 __all__ = [
     'pattern_map', 'pattern_map2', 'pattern_zip', 'pattern_flatten',
-    'pattern_traverse', 'pattern_unflatten', 'is_namedtuple',
+    'pattern_traverse', 'pattern_paths', 'pattern_unflatten',
+    'is_namedtuple',
 ]
 
 
@@ -82,21 +83,35 @@ def pattern_map2(f, pattern1, pattern2, leaf_type=None):
 
 
 def pattern_zip(pattern1, pattern2, leaf_type=None):
-  """Pairs the leaves of two same-structured patterns.
+  """Yields the corresponding leaves of two patterns, pair by pair (TFP's).
+
+  The pairs come flat, in depth-first order of `pattern1`; where
+  `pattern1` has a leaf, the pair holds whatever `pattern2` has there (a
+  leaf or a subpattern).  Use `pattern_map2(lambda a, b: (a, b), ...)` for
+  the pairs in `pattern1`'s structure.
 
   Args:
     pattern1: A pattern.
-    pattern2: A pattern of the same structure.
+    pattern2: A pattern of the same structure (down to `pattern1`'s
+      leaves, which may face subpatterns here).
     leaf_type: A type (or tuple of types) whose instances are leaves even
       where they are tuples or lists, or None.
 
-  Returns:
-    A pattern of `pattern1`'s structure holding `(leaf1, leaf2)` tuples.
+  Yields:
+    `(leaf1, item2)`: a leaf of `pattern1` and what `pattern2` holds at
+    its place.
 
   Raises:
-    ValueError: If the structures differ.
+    ValueError: If the structures differ (as the pairs are taken).
   """
-  return pattern_map2(lambda a, b: (a, b), pattern1, pattern2, leaf_type)
+  if _is_node(pattern1, leaf_type):
+    if not _is_node(pattern2, leaf_type) or len(pattern1) != len(pattern2):
+      raise ValueError(
+          f'Patterns do not match: {pattern1!r} vs {pattern2!r}')
+    for a, b in zip(pattern1, pattern2):
+      yield from pattern_zip(a, b, leaf_type)
+  else:
+    yield pattern1, pattern2
 
 
 def pattern_flatten(pattern, leaf_type=None):
@@ -142,7 +157,22 @@ def pattern_unflatten(template, leaves, leaf_type=None):
 
 
 def pattern_traverse(pattern, leaf_type=None):
-  """Walks the leaves of `pattern` in depth-first order.
+  """Walks the leaves of `pattern` in depth-first order (TFP's).
+
+  Args:
+    pattern: A leaf, or a tuple, list or namedtuple of patterns.
+    leaf_type: A type (or tuple of types) whose instances are leaves even
+      where they are tuples or lists, or None.
+
+  Yields:
+    Every leaf, in the order `pattern_flatten` lists them.
+  """
+  for _, leaf in pattern_paths(pattern, leaf_type):
+    yield leaf
+
+
+def pattern_paths(pattern, leaf_type=None):
+  """Walks the leaves of `pattern` in depth-first order, with their places.
 
   Args:
     pattern: A leaf, or a tuple, list or namedtuple of patterns.
@@ -154,7 +184,7 @@ def pattern_traverse(pattern, leaf_type=None):
   """
   if _is_node(pattern, leaf_type):
     for i, p in enumerate(pattern):
-      for path, leaf in pattern_traverse(p, leaf_type):
+      for path, leaf in pattern_paths(p, leaf_type):
         yield (i,) + path, leaf
   else:
     yield (), pattern

@@ -67,7 +67,24 @@ def test_pattern_map2_and_zip():
   a = (1, Point(2, 3))
   b = (10, Point(20, 30))
   assert inst.pattern_map2(lambda x, y: x + y, a, b) == (11, Point(22, 33))
-  assert inst.pattern_zip(a, b) == ((1, 10), Point((2, 20), (3, 30)))
+  # TFP's pattern_zip: the leaf pairs, flat, in depth-first order.
+  assert list(inst.pattern_zip(a, b)) == [(1, 10), (2, 20), (3, 30)]
+
+
+def test_pattern_zip_pairs_a_leaf_with_a_subpattern():
+  # Where the first pattern has a leaf, the pair holds the second's
+  # subpattern whole (TFP's test compares an array with a tuple of arrays).
+  pairs = list(inst.pattern_zip(('x', ['y', 'z']), ((1, 2), [3, (4, 5)])))
+  assert pairs == [('x', (1, 2)), ('y', 3), ('z', (4, 5))]
+  t = inst.TensorType(np.int32, ())
+  assert list(inst.pattern_zip((inst.Type((t,)),), (7,), inst.Type)) == [
+      (inst.Type((t,)), 7)]
+
+
+@pytest.mark.parametrize('other', [((1, 2, 3), 3), (1, 3), 5])
+def test_pattern_zip_rejects_mismatched_structures(other):
+  with pytest.raises(ValueError, match='do not match'):
+    list(inst.pattern_zip(((1, 2), 3), other))
 
 
 @pytest.mark.parametrize('other', [((1, 2, 3), 3), (1, 3), 5])
@@ -84,10 +101,19 @@ def test_leaf_type_stops_descent():
   assert inst.pattern_map(str, (typ,), inst.Type) == (str(typ),)
 
 
-def test_pattern_traverse_paths():
-  assert list(inst.pattern_traverse(NESTED)) == [
+def test_pattern_traverse_yields_the_leaves():
+  # TFP's pattern_traverse: the leaves, as pattern_flatten lists them.
+  assert list(inst.pattern_traverse(NESTED)) == [1, 2, 3, 4]
+  assert list(inst.pattern_traverse(7)) == [7]
+  t = inst.TensorType(np.int32, ())
+  assert list(inst.pattern_traverse([inst.Type((t,))], inst.Type)) == [
+      inst.Type((t,))]
+
+
+def test_pattern_paths():
+  assert list(inst.pattern_paths(NESTED)) == [
       ((0,), 1), ((1, 0), 2), ((1, 1, 0), 3), ((1, 1, 1, 0), 4)]
-  assert list(inst.pattern_traverse(7)) == [((), 7)]
+  assert list(inst.pattern_paths(7)) == [((), 7)]
 
 
 def test_types_print_and_compare_structurally():
