@@ -19,6 +19,7 @@ __all__ = [
     'PrimitiveError', 'AssertionFailedError', 'InternalError',
     'BackendError', 'StepLimitError', 'XlaErrorsWarning',
     'HelperAssertionError', 'XlaGradientWarning', 'FailedAssertion',
+    'MemberMixingWarning',
 ]
 
 
@@ -122,6 +123,17 @@ class XlaErrorsWarning(UserWarning):
   Issued while tracing: XLA cannot raise at run time, so a stack overflow
   or failed `assert` poisons the outputs instead;
   `autobatch_vm.xla.compile_nested_output` raises it.
+  """
+
+
+class MemberMixingWarning(UserWarning):
+  """A primitive seems to read other members' values, but may draw at random.
+
+  Type inference refuses a primitive whose first member's result follows
+  another member's values (`TypeInferenceError`) where the comparison is
+  exact.  Where the primitive draws at random in a way the check cannot
+  hold fixed, or its ops cannot be seen, a difference may be chance: it
+  warns instead, naming the user's line.
   """
 
 

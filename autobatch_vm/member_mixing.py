@@ -12,10 +12,13 @@ first member's result follows the second member's values
 size (`check_batch_independent`).
 """
 
+import warnings
+
 import numpy as np
 
 from autobatch_vm import errors
 from autobatch_vm import instructions as inst
+from autobatch_vm import randomness
 from autobatch_vm.declared_types import _PY_SCALARS
 from autobatch_vm.made_up import _is_literal
 from autobatch_vm.made_up import _leaves
@@ -54,17 +57,49 @@ def check_batch_independent(op, in_types, value, run_at):
   twice = [v for v in inst.pattern_flatten(again) if type(v) is int]
   if len(twice) != len(ints) or twice == ints:
     return
+  # A count follows the batch size every time; a number that differs
+  # between two runs at one size (a random draw, a counter) does not.
+  try:
+    ints_again = [v for v in inst.pattern_flatten(run_at(1))
+                  if type(v) is int]
+    twice_again = [v for v in inst.pattern_flatten(run_at(2))
+                   if type(v) is int]
+  except Exception:  # pylint: disable=broad-except
+    return
+  if ints_again != ints or twice_again != twice:
+    return
   one, two = ints[0], twice[0]
   if len(ints) > 1:
     one, two = tuple(ints), tuple(twice)
-  raise errors.TypeInferenceError(
-      f'`{op.text}` gives {one} at batch size 1 and {two} at batch size '
-      '2: a Python number that counts the members, not one member\'s '
-      'value (at run time every member would get the batch size)',
-      loc=op.loc,
-      hint='Axis 0 of every batched value is the batch: len(x), '
-      'x.shape[0] and x.size count members.  For a per-member length use '
-      'x.shape[-1] (or x.shape[1:]); reduce with axis=-1.')
+  message = (f'`{op.text}` gives {one} at batch size 1 and {two} at batch '
+             'size 2: a Python number that counts the members, not one '
+             "member's value (at run time every member would get the batch "
+             'size)')
+  hint = ('Axis 0 of every batched value is the batch: len(x), x.shape[0] '
+          'and x.size count members.  For a per-member length use '
+          'x.shape[-1] (or x.shape[1:]); reduce with axis=-1.')
+  drawn, generators = randomness.python_randomness(op.function)
+  if drawn:
+    pin = randomness.RngPin(generators)
+
+    def pinned(batch):
+      pin.reset()
+      return [v for v in inst.pattern_flatten(run_at(batch))
+              if type(v) is int]
+    try:
+      if pinned(1) == pinned(2):
+        return   # the same draws at both sizes: the same number
+    except Exception:  # pylint: disable=broad-except
+      return
+    finally:
+      pin.restore()
+    warnings.warn_explicit(
+        f'{message}; it draws at random, so this may be chance.  {hint}',
+        errors.MemberMixingWarning,
+        filename=op.loc.filename if op.loc else '<autobatch_vm>',
+        lineno=op.loc.line if op.loc else 0)
+    return
+  raise errors.TypeInferenceError(message, loc=op.loc, hint=hint)
 
 
 def check_members_apart(op, in_types, backend):
@@ -74,16 +109,25 @@ def check_members_apart(op, in_types, backend):
   (`v - v.sum()`) gives each member the batch's value: silently wrong
   results, and batch-of-one dry runs and inference see nothing.  At
   batch size 2 the first member's result must not change when only the
-  second member's inputs change: the primitive runs on two members that
-  are made-up inputs of one kind (`MADE_UP`, the first where it runs),
-  then with the second member's changed (`_other_member`, up, then
-  down where up changes nothing).  A result
-  that changes is compared with a third run on the first inputs, so
-  that a primitive whose results differ from run to run (random draws,
-  a counter it keeps) is not taken for one that mixes members.
-  Floating-point rows are compared with a tolerance.  Skipped for the
-  compiler's own primitives (copies, loop counters), primitives of
-  literals only, and in a graph, where nothing runs on values.
+  second member's inputs change (`_mixes`).  Floating-point rows are
+  compared with a tolerance.  Skipped for the compiler's own primitives
+  (copies, loop counters), primitives of literals only, and in a graph,
+  where nothing runs on values.
+
+  A refusal must never stop a correct program, and a primitive that
+  draws at random can differ between two runs by chance.  So before it
+  refuses, the check asks whether the primitive draws (`randomness`):
+  - ops the backend sees draw at random or keep state (TensorFlow's
+    random ops, stateless ones with seeds as data included): nothing is
+    said, since those draws cannot be held fixed;
+  - its Python code draws (NumPy's or Python's generators): the
+    comparison runs again with every generator found pinned to one
+    state, and a difference that remains is reported as a
+    `MemberMixingWarning`, since a generator the walk did not find could
+    still explain it;
+  - the backend cannot see its ops (a TensorFlow primitive that runs
+    Python on values): a `MemberMixingWarning`;
+  - none of these: `TypeInferenceError`.
 
   Args:
     op: The `PrimOp`, whose inputs are batched.
@@ -92,7 +136,7 @@ def check_members_apart(op, in_types, backend):
 
   Raises:
     TypeInferenceError: If the first member's result follows the second
-      member's values.
+      member's values, and the primitive draws nothing at random.
   """
   module = getattr(op.function, '__module__', None) or ''
   if (op.function is inst.identity or module.startswith('autobatch_vm.')
@@ -100,42 +144,99 @@ def check_members_apart(op, in_types, backend):
       or backend.in_graph()):
     return
   with backend.error_context(), np.errstate(all='ignore'):
-    for kind in MADE_UP:
-      same = _member_pair(in_types, kind, None, backend)
+    kind = _mixes(op, in_types, backend)
+    if kind is None:
+      return
+    drawn, generators = randomness.python_randomness(op.function)
+    ops_draw = backend.draws_at_random(
+        op.function, _member_pair(in_types, kind, None, backend))
+    if ops_draw:
+      return
+    if drawn:
+      pin = randomness.RngPin(generators)
       try:
-        first = _first_rows(op.function(*same))
-      except Exception:  # pylint: disable=broad-except
-        continue
-      break
-    else:
-      return
-    if first is None:
-      return
-    for change in _CHANGES:
-      try:
-        other = _first_rows(op.function(*_member_pair(
-            in_types, kind, change, backend)))
-      except Exception:  # pylint: disable=broad-except
-        continue
-      if other is not None and not _rows_agree(first, other):
-        break
-    else:
-      return
+        kind = _mixes(op, in_types, backend, pin)
+      finally:
+        pin.restore()
+      if kind is None:
+        return
+  message = (f'`{op.text}` mixes batch members: run on two members, the '
+             "first one's result changes when only the second one's values "
+             'change')
+  if drawn or ops_draw is None:
+    why = ('it draws at random' if drawn else
+           'its TensorFlow ops could not be traced to be checked')
+    warnings.warn_explicit(
+        f'{message}; {why}, so this may be chance.  {_MIXING_HINT}',
+        errors.MemberMixingWarning,
+        filename=op.loc.filename if op.loc else '<autobatch_vm>',
+        lineno=op.loc.line if op.loc else 0)
+    return
+  raise errors.TypeInferenceError(message, loc=op.loc, hint=_MIXING_HINT)
+
+
+_MIXING_HINT = (
+    'Axis 0 of every batched value is the batch, so a reduction over it '
+    '(x.sum(), x.max(), np.mean(x, axis=0)) gives every member the whole '
+    "batch's value.  Reduce over axis=-1 or the member's own axes "
+    '(x.sum(axis=-1), x.sum(axis=tuple(range(1, x.ndim)))), and index per '
+    'member with x[:, i].')
+
+
+def _mixes(op, in_types, backend, pin=None):
+  """The made-up kind on which `op` mixes members, or None.
+
+  The primitive runs on two members that are made-up inputs of one kind
+  (`MADE_UP`, the first where it runs), then with the second member's
+  changed (`_other_member`: up, then down where up changes nothing).  It
+  mixes where the first member's result changes, and the difference is
+  reproducible: a third run on the first inputs gives the first result
+  again, and a fourth on the changed inputs the changed result again.
+  A primitive whose results differ from run to run (random draws, a
+  counter it keeps) is thereby not taken for one that mixes members.
+
+  Args:
+    op: The `PrimOp`.
+    in_types: The type pattern of each of its inputs.
+    backend: The backend that runs it.
+    pin: A `randomness.RngPin` reset before each run, or None.
+
+  Returns:
+    The kind in `MADE_UP`, or None where nothing shows mixing.
+  """
+  def run(change):
+    if pin is not None:
+      pin.reset()
+    return _first_rows(op.function(*_member_pair(in_types, kind, change,
+                                                 backend)))
+  for kind in MADE_UP:
     try:
-      again = _first_rows(op.function(*same))
+      first = run(None)
     except Exception:  # pylint: disable=broad-except
-      return
-  if again is None or not _rows_agree(first, again):
-    return   # not the same result twice on the same inputs
-  raise errors.TypeInferenceError(
-      f'`{op.text}` mixes batch members: run on two members, the first '
-      "one's result changes when only the second one's values change",
-      loc=op.loc,
-      hint='Axis 0 of every batched value is the batch, so a reduction '
-      'over it (x.sum(), x.max(), np.mean(x, axis=0)) gives every member '
-      "the whole batch's value.  Reduce over axis=-1 or the member's own "
-      'axes (x.sum(axis=-1), x.sum(axis=tuple(range(1, x.ndim)))), and '
-      'index per member with x[:, i].')
+      continue
+    break
+  else:
+    return None
+  if first is None:
+    return None
+  for change in _CHANGES:
+    try:
+      other = run(change)
+    except Exception:  # pylint: disable=broad-except
+      continue
+    if other is not None and not _rows_agree(first, other):
+      break
+  else:
+    return None
+  try:
+    again = run(None)
+    other_again = run(change)
+  except Exception:  # pylint: disable=broad-except
+    return None
+  if (again is None or not _rows_agree(first, again) or
+      other_again is None or not _rows_agree(other, other_again)):
+    return None   # not the same result twice on the same inputs
+  return kind
 
 
 def _member_pair(in_types, kind, change, backend):

@@ -73,6 +73,25 @@ class Backend:
     del m
     return x
 
+  def draws_at_random(self, fn, args):
+    """Whether `fn(*args)` runs backend ops that draw at random.
+
+    Python-level draws (NumPy's generators, Python's `random`) are found
+    by `randomness.python_randomness`; this is what only the backend can
+    see.
+
+    Args:
+      fn: A primitive.
+      args: Values like its arguments.
+
+    Returns:
+      True, False, or None where the backend cannot tell.  False by
+      default: a backend without ops of its own draws nothing beyond
+      what Python code does.
+    """
+    del fn, args
+    return False
+
   def traces_symbolically(self):
     """Whether `trace` finds a primitive's result type without values."""
     return False

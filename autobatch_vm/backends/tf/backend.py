@@ -68,6 +68,7 @@ from autobatch_vm.backends.tf import knobs as knobs_lib
 from autobatch_vm.backends.tf import loop
 from autobatch_vm.backends.tf import masks
 from autobatch_vm.backends.tf import ops
+from autobatch_vm.backends.tf import randomness
 
 __all__ = ['TensorFlowBackend']
 
@@ -175,6 +176,11 @@ class TensorFlowBackend(base.Backend):
                     tf.as_dtype(tensor_type.dtype))
 
   zeros = dummy
+
+  def draws_at_random(self, fn, args):
+    """Whether `fn(*args)` traces to ops that draw at random or keep state
+    (`randomness.draws_at_random`); None where it does not trace."""
+    return randomness.draws_at_random(fn, args)
 
   def traces_symbolically(self):
     """Whether `trace` finds a primitive's result type without values.
