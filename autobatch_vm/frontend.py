@@ -537,7 +537,9 @@ class Context:
       main: A batched function of this Context, the function it was made
         from, or its name.
       sig: A list with one `ab.Type` or `ab.TensorType` (or pattern of
-        them; shapes without the batch dimension) per argument of `main`.
+        them; shapes without the batch dimension) per argument of `main`;
+        None: no type inference, every type `Type(None)` (as TFP, a
+        program to inspect, not to run: `pipeline.untyped`).
       backend: The backend that runs primitives during type inference;
         None: `NumpyBackend()`.
 
@@ -545,10 +547,16 @@ class Context:
       The typed and allocated `Program` (cached per signature).
 
     Raises:
-      ArgumentError: If `main` is unknown or `sig` is missing.
+      ArgumentError: If `main` is unknown.
     """
     backend = backend or numpy_backend.NumpyBackend()
     main = self._name_of(main)
+    if sig is None:
+      key = ('untyped', main)
+      if key not in self._cache:
+        self._cache[key] = pipeline.untyped(self.program(main),
+                                            verify=self._verify())
+      return self._cache[key]
     sig = self._signature(main, sig)
     key = ('typed', main, repr(sig), backend)
     if key not in self._cache:
@@ -623,7 +631,9 @@ class Context:
     Args:
       main: A batched function of this Context, the function it was made
         from, or its name.
-      sig: The input types, as for `program_compiled`.
+      sig: The input types, as for `program_compiled`; None: every type
+        unknown, the structure the VM would run for any types (`graph`,
+        `var_alloc`), which cannot run.
       backend: As for `program_compiled`.
       schedule: The VM schedule, `'most'` or `'lowest'`; the blocks are
         merged for it.
@@ -636,7 +646,7 @@ class Context:
     """
     backend = backend or numpy_backend.NumpyBackend()
     main = self._name_of(main)
-    sig = self._signature(main, sig)
+    sig = None if sig is None else self._signature(main, sig)
     virtual_machine.check_schedule(schedule)
     key = ('lowered', main, repr(sig), backend, schedule)
     if key not in self._cache:

@@ -54,6 +54,7 @@ from autobatch_vm.ir import FrozenDict
 from autobatch_vm.ir import Function
 from autobatch_vm.ir import FunctionCallOp
 from autobatch_vm.ir import GotoOp
+from autobatch_vm.ir import GraphView
 from autobatch_vm.ir import has_sync
 from autobatch_vm.ir import identity
 from autobatch_vm.ir import IndirectGotoOp
@@ -91,8 +92,8 @@ from autobatch_vm.patterns import pattern_zip
 
 __all__ = [
     'Block', 'BranchOp', 'CallBranchOp', 'Function', 'FunctionCallOp',
-    'GotoOp', 'IndirectGotoOp', 'LoweredProgram', 'PopOp', 'PrimOp',
-    'Program', 'PushBranchOp', 'PushGotoOp', 'PushOp', 'RestoreOp',
+    'GotoOp', 'GraphView', 'IndirectGotoOp', 'LoweredProgram', 'PopOp',
+    'PrimOp', 'Program', 'PushBranchOp', 'PushGotoOp', 'PushOp', 'RestoreOp',
     'ReturnOp', 'SourceLoc', 'TensorType', 'Type', 'VariableAllocation',
     'FrozenDict', 'RETURN_VAR',
     'pattern_map', 'pattern_map2', 'pattern_zip', 'pattern_flatten',

@@ -18,8 +18,8 @@ from autobatch_vm import patterns
 
 __all__ = [
     'Block', 'BranchOp', 'CallBranchOp', 'Function', 'FunctionCallOp',
-    'GotoOp', 'IndirectGotoOp', 'LoweredProgram', 'PopOp', 'PrimOp',
-    'Program', 'PushBranchOp', 'PushGotoOp', 'PushOp', 'RestoreOp',
+    'GotoOp', 'GraphView', 'IndirectGotoOp', 'LoweredProgram', 'PopOp',
+    'PrimOp', 'Program', 'PushBranchOp', 'PushGotoOp', 'PushOp', 'RestoreOp',
     'ReturnOp', 'SourceLoc', 'TensorType', 'Type', 'VariableAllocation',
     'FrozenDict', 'RETURN_VAR', 'print_program',
 ]
@@ -72,7 +72,11 @@ def _as_dtype(dtype):
 
 
 class Type(collections.namedtuple('Type', ['tensors'])):
-  """The type of one variable: a pattern of `TensorType`s."""
+  """The type of one variable: a pattern of `TensorType`s.
+
+  `Type(None)` is an unknown type: a program lowered without an input
+  signature (`Context.program_lowered(main)`) shows its structure only.
+  """
   __slots__ = ()
 
   def __str__(self):
@@ -82,6 +86,8 @@ class Type(collections.namedtuple('Type', ['tensors'])):
 def type_str(tensors):
   if isinstance(tensors, TensorType):
     return str(tensors)
+  if tensors is None:
+    return '?'
   inner = ', '.join(type_str(t) for t in tensors)
   if patterns.is_namedtuple(tensors):
     return f'{type(tensors).__name__}({inner})'
@@ -440,6 +446,66 @@ class Block:
 
 
 @dataclasses.dataclass(frozen=True)
+class GraphView:
+  """A read-only view of a block list, read as TFP's `ControlFlowGraph`.
+
+  `program.graph` and `function.graph` give one, so code written against
+  TFP's programs (`prog.graph.exit_index()`, `prog.graph.block(i)`) reads
+  these.  Block `i` is the one a program counter of `i` runs; the exit
+  index, one past the last block, means finished.
+
+  Attributes:
+    blocks: The `Block`s, the entry first.
+  """
+  blocks: Tuple[Block, ...]
+
+  def block(self, index):
+    """The block at `index` (a program counter value).
+
+    Args:
+      index: An int in `range(exit_index())`.
+
+    Returns:
+      The `Block`.
+    """
+    return self.blocks[index]
+
+  def block_index(self, block):
+    """The index (program counter value) of a block.
+
+    Args:
+      block: A `Block` of this graph, its label, or None for the exit.
+
+    Returns:
+      The int index; `exit_index()` for None.
+
+    Raises:
+      KeyError: If the graph has no such block.
+    """
+    if block is None:
+      return self.exit_index()
+    label = block.label if isinstance(block, Block) else block
+    for i, b in enumerate(self.blocks):
+      if b.label == label:
+        return i
+    raise KeyError(f'No block {label!r} in this graph')
+
+  def exit_index(self):
+    """The index that means "finished": one past the last block."""
+    return len(self.blocks)
+
+  def enter_block(self):
+    """The entry block, `block(0)`."""
+    return self.blocks[0]
+
+  def __len__(self):
+    return len(self.blocks)
+
+  def __str__(self):
+    return '\n'.join(_blocks_str(self.blocks))
+
+
+@dataclasses.dataclass(frozen=True)
 class Function:
   """One batched function: parameters, result pattern and a CFG of blocks.
 
@@ -475,6 +541,11 @@ class Function:
       if b.label == label:
         return b
     raise errors.InternalError(f'No block {label!r} in function {self.name}')
+
+  @property
+  def graph(self):
+    """The blocks as a read-only `GraphView` (TFP's `Function.graph`)."""
+    return GraphView(self.blocks)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -546,6 +617,15 @@ class LoweredProgram:
       A dict from label to index in `blocks`.
     """
     return {b.label: i for i, b in enumerate(self.blocks)}
+
+  @property
+  def graph(self):
+    """The blocks as a read-only `GraphView` (TFP's `Program.graph`).
+
+    `graph.block(i)` is the block a program counter of `i` runs;
+    `graph.exit_index()` is `len(blocks)`.
+    """
+    return GraphView(self.blocks)
 
   def __str__(self):
     return print_program(self)

@@ -4,6 +4,8 @@
     TYPED_PASSES             (Program, signature, backend)
       type_inference           -> every variable typed
       allocation_strategy      -> NULL / TEMPORARY / REGISTER / FULL
+      (`untyped`: no signature, every type unknown, allocation only;
+      lowered, it shows the program's structure but cannot run)
     LOWERED_PASSES           (typed Program, schedule)
       lowering                 -> one flat CFG, explicit stacks and PC
       stack_optimization       -> fewer pushes and pops, tail calls
@@ -26,11 +28,13 @@ pipeline out again.
 """
 
 import collections
+import dataclasses
 
 from autobatch_vm import allocation_strategy
 from autobatch_vm import block_merge
 from autobatch_vm import block_order
 from autobatch_vm import copy_propagation
+from autobatch_vm import instructions as inst
 from autobatch_vm import leaf_returns
 from autobatch_vm import lowering
 from autobatch_vm import parallel_calls
@@ -41,7 +45,7 @@ from autobatch_vm import verifier
 from autobatch_vm import virtual_machine
 
 __all__ = ['Pass', 'TYPED_PASSES', 'LOWERED_PASSES', 'STACKLESS_PASSES',
-           'run', 'typed', 'lowered', 'stackless']
+           'run', 'typed', 'untyped', 'lowered', 'stackless']
 
 Pass = collections.namedtuple('Pass', ['name', 'apply'])
 Pass.__doc__ = """One pass of a table: its name and how to apply it.
@@ -120,6 +124,35 @@ def typed(program, input_types, backend, verify=False):
     verifier.verify(program, 'frontend')
   return run(TYPED_PASSES, program, verify, input_types=input_types,
              backend=backend)
+
+
+def untyped(program, verify=False):
+  """Allocates an untyped `Program` with every type unknown (`Type(None)`).
+
+  Allocation and the lowered passes read which variables a program has
+  and where they are read and written, not their types, so lowering the
+  result shows the structure the VM would run -- the blocks, the
+  allocations, the pushes -- for any input signature.  It cannot run: the
+  VM needs the types.
+
+  Args:
+    program: An untyped `Program`, from the frontend.
+    verify: Whether the verifier checks the input and the result.
+
+  Returns:
+    The `Program` with `var_defs` mapping every variable to `Type(None)`,
+    allocated.
+  """
+  if verify:
+    verifier.verify(program, 'frontend')
+  functions = []
+  for fn in program.functions:
+    names = sorted(inst.extract_referenced_variables(fn))
+    functions.append(dataclasses.replace(fn, var_defs=inst.FrozenDict(
+        {v: inst.Type(None) for v in names})))
+  program = dataclasses.replace(program, functions=tuple(functions))
+  return run([p for p in TYPED_PASSES if p.name != 'type_inference'],
+             program, verify)
 
 
 def lowered(program, verify=False,

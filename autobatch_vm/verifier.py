@@ -94,7 +94,8 @@ def _check_blocks(blocks, params, var_defs, var_alloc, lowered, listing,
     if var_defs and isinstance(t, (inst.BranchOp, inst.PushBranchOp,
                                    inst.CallBranchOp)):
       ct = var_defs[t.cond].tensors
-      if not isinstance(ct, inst.TensorType) or ct.shape != ():
+      if ct is not None and (not isinstance(ct, inst.TensorType)
+                             or ct.shape != ()):
         _fail(listing, inst.op_str(t), 'condition is not a scalar', stage)
 
 

@@ -136,3 +136,152 @@ def test_tf_backend_keyword_names():
                    max_stack_depth=6)
   np.testing.assert_allclose(np.asarray(out.position), ref.position)
   del ctx
+
+
+# -- reading lowered programs as TFP's code does -----------------------------
+
+def _iota_sum_context():
+  ctx = ab.Context()
+
+  @ctx.batch(type_inference=lambda types: types[0])
+  def iota_sum(n, acc):
+    if n <= 0:
+      return acc
+    else:
+      return iota_sum(n - 1, acc + n)
+
+  @ctx.batch(type_inference=lambda types: types[0])
+  def fib(n):
+    if n > 1:
+      return fib(n - 1) + fib(n - 2)
+    return n
+
+  return ctx, iota_sum, fib
+
+
+def test_lowered_program_reads_as_tfp_graph():
+  ctx, _, _ = _iota_sum_context()
+  prog = ctx.lowered_for_args('fib', [np.array([3, 5])])
+  graph = prog.graph
+  assert graph.exit_index() == len(prog.blocks) > 1
+  assert [graph.block(i) for i in range(graph.exit_index())] == list(
+      prog.blocks)
+  assert graph.enter_block() is prog.blocks[0]
+  assert graph.blocks == prog.blocks
+  for i, block in enumerate(graph.blocks):
+    assert graph.block_index(block) == i
+    assert graph.block_index(block.label) == i
+    assert isinstance(block.terminator, ab.instructions.TERMINATORS)
+  assert graph.block_index(None) == graph.exit_index()
+  with pytest.raises(KeyError):
+    graph.block_index('no_such_block')
+  fn = ctx.program('fib').main_function
+  assert fn.graph.blocks == fn.blocks
+  assert fn.graph.exit_index() == len(fn.blocks)
+  assert str(graph).splitlines()[0] == f'  {prog.blocks[0].label}:'
+
+
+def test_graph_view_is_read_only():
+  ctx, _, _ = _iota_sum_context()
+  prog = ctx.lowered_for_args('fib', [np.array([3, 5])])
+  with pytest.raises(AttributeError):
+    prog.graph.blocks = ()
+  with pytest.raises(AttributeError):
+    prog.graph = None
+  with pytest.raises(TypeError):
+    prog.var_alloc['fib.n'] = ab.instructions.VariableAllocation.NULL
+  assert not hasattr(prog.graph, 'append') and not hasattr(
+      prog.graph, 'set_blocks')
+
+
+def test_self_tail_call_pushes_nothing():
+  # TFP's frontend_test.testSelfTailCallOptimization, through `graph` and
+  # `var_alloc` as it reads them.
+  ctx, iota_sum, _ = _iota_sum_context()
+  inputs = [np.array([12, -13, 100], dtype=np.int32),
+            np.array([0, 0, 0], dtype=np.int32)]
+  prog = ctx.lowered_for_args('iota_sum', inputs)
+  for i in range(prog.graph.exit_index()):
+    assert not isinstance(prog.graph.block(i).terminator,
+                          ab.instructions.PushGotoOp)
+  assert all(alloc != ab.instructions.VariableAllocation.FULL
+             for _, alloc in prog.var_alloc.items())
+  np.testing.assert_array_equal(iota_sum(*inputs, max_stack_depth=3),
+                                [78, 0, 5050])
+
+
+def _structure(prog):
+  return ([(b.label, [ab.instructions.op_str(o) for o in b.instructions],
+            ab.instructions.op_str(b.terminator)) for b in prog.blocks],
+          dict(prog.var_alloc), prog.vars_in, prog.vars_out)
+
+
+@pytest.mark.parametrize('name, sig', [
+    ('fib', [ab.TensorType(np.int64, ())]),
+    ('iota_sum', [ab.TensorType(np.int32, ())] * 2),
+    ('build_tree', [State(ab.TensorType(np.float64, (4,)),
+                          ab.TensorType(np.float64, (4,))),
+                    ab.TensorType(np.float64, ()),
+                    ab.TensorType(np.int64, ())]),
+    ('count_steps', [ab.TensorType(np.int64, ())] * 2),
+])
+@pytest.mark.parametrize('debug', [False, True])
+def test_program_lowered_without_signature(name, sig, debug):
+  # TFP: without a signature type inference is skipped and the program is
+  # for reading.  Its structure is the one a typed lowering has.
+  ctx = (_make_program() if name in ('build_tree', 'count_steps')
+         else _iota_sum_context())[0]
+  ctx.debug = debug   # the IR verifier checks each pass
+  untyped = ctx.program_lowered(name)
+  assert untyped is ctx.program_lowered(name)
+  assert untyped.var_defs and all(
+      t == ab.Type(None) for t in untyped.var_defs.values())
+  assert set(untyped.var_defs) == set(untyped.var_alloc)
+  typed = ctx.program_lowered(name, sig)
+  assert _structure(untyped) == _structure(typed)
+  compiled = ctx.program_compiled(name)
+  assert all(t == ab.Type(None) for f in compiled.functions
+             for t in f.var_defs.values())
+  assert ': ? ' in str(untyped) and ': ? ' in str(compiled)
+
+
+def test_untyped_program_is_not_run():
+  ctx, _, _ = _iota_sum_context()
+  backend = ab.NumpyBackend()
+  with pytest.raises(ab.errors.ArgumentError, match='untyped'):
+    ab.virtual_machine.execute(ctx.program_lowered('fib'),
+                               [np.array([3, 5])], 15, backend)
+  with pytest.raises(ab.errors.ArgumentError, match='untyped'):
+    ab.stackless.execute(ctx.program_compiled('fib'), backend, None,
+                         np.array([3, 5]))
+
+
+def test_tfp_nuts_program_reads_as_tfps_test_reads_it():
+  # TFP's nuts_autobatching_test.testProgramProperties: evolve_trajectory
+  # lowered without a signature, read through `graph` and `var_alloc`.
+  # TFP's compiler had 9 FULL variables besides the PC and 20 pushes (a
+  # write to a FULL variable pushes there); here pushes are `PushOp`s and
+  # the terminators that push a return block.
+  pytest.importorskip('tensorflow_probability')
+  from benchmarks import tfp_baselines  # pylint: disable=g-import-not-at-top
+  nuts = tfp_baselines.tfp_nuts_on_autobatch_vm()
+  kernel = nuts.NoUTurnSampler(lambda x: x, step_size=0,
+                               use_auto_batching=True)
+  program = kernel.autobatch_context.program_lowered('evolve_trajectory')
+  full = {v for v, a in program.var_alloc.items()
+          if a == ab.instructions.VariableAllocation.FULL}
+  assert 0 < len(full) <= 9
+  pushes = 0
+  for i in range(program.graph.exit_index()):
+    block = program.graph.block(i)
+    for op in block.instructions:
+      for var in ab.instructions.pattern_traverse(getattr(op, 'vars_out',
+                                                          ())):
+        assert var in program.var_alloc
+      if isinstance(op, ab.instructions.PushOp):
+        assert set(op.vars) <= full
+        pushes += len(op.vars)
+    pushes += isinstance(block.terminator, (
+        ab.instructions.PushGotoOp, ab.instructions.PushBranchOp,
+        ab.instructions.CallBranchOp))
+  assert 0 < pushes <= 20

@@ -179,6 +179,12 @@ def batched_inputs(names, types, args, backend, where):
   out, sizes = [], {}
   for name, t, a in zip(names, types, args):
     t = t.tensors if isinstance(t, inst.Type) else t
+    if t is None:
+      raise errors.ArgumentError(
+          f'{where} is untyped (input {name!r} has no type): it was lowered '
+          'without an input signature, to be read, not run',
+          hint='Lower it for the inputs\' types: program_lowered(main, '
+          'sig) or lowered_for_args(name, args).')
 
     def convert(tt, x, name=name):
       if x is None or isinstance(x, (str, bytes, dict, set)):
