@@ -41,6 +41,7 @@ from autobatch_vm import virtual_machine
 from autobatch_vm.call_arguments import _PY_NUMBERS
 from autobatch_vm.call_arguments import map_arguments  # re-exported
 from autobatch_vm.ops import truthy  # re-exported: ab.frontend.truthy, as in TFP
+from autobatch_vm.vm import failures
 
 __all__ = ['Context', 'ContextState', 'truthy', 'BatchedFunction']
 
@@ -97,7 +98,7 @@ class BatchedFunction:
                max_stack_depth=DEFAULT_MAX_STACK_DEPTH, backend=None,
                block_code_cache=None,
                schedule=virtual_machine.DEFAULT_SCHEDULE, profile=False,
-               max_steps=None, **kwargs):
+               max_steps=None, on_error='raise', **kwargs):
     """Runs the function on a batch; `last_stats` then describes the run.
 
     Args:
@@ -120,9 +121,14 @@ class BatchedFunction:
       profile: Whether to time every block (`last_stats.table()`).
       max_steps: The most VM steps the run may take, or None (no bound,
         or the backend's `while_maximum_iterations`).
+      on_error: What a stack overflow, a failed `assert` or `max_steps`
+        does: `'raise'` raises it; `'status'` returns `(results, ok)`,
+        `ok` a boolean per member, False for those it stopped
+        (`vm.failures`).
 
     Returns:
-      The batched results, with the structure the function returns.
+      The batched results, with the structure the function returns;
+      with `on_error='status'`, `(results, ok)`.
 
     Raises:
       ArgumentError: If the arguments or options are wrong (count, names,
@@ -139,15 +145,20 @@ class BatchedFunction:
       return dry_runs.call(self, args, kwargs)
     given = args
     args = self.bind_arguments(args, kwargs)
+    failures.check_on_error(on_error, self.context.function_loc(self.name))
     if dry_run:
-      return self.context._dry_run(self, args, backend)
+      out = self.context._dry_run(self, args, backend)
+      if on_error == 'status':   # a dry run raises any error
+        out = failures.finished(
+            out, backend or call_arguments.default_backend(args))
+      return out
     try:
       return self.context._run(self, args, stackless=stackless,
                                max_stack_depth=max_stack_depth,
                                backend=backend,
                                block_code_cache=block_code_cache,
                                schedule=schedule, profile=profile,
-                               max_steps=max_steps)
+                               max_steps=max_steps, on_error=on_error)
     except errors.PrimitiveError as e:
       better = self._explain_number_defaults(
           e, len(given), kwargs,
@@ -213,7 +224,7 @@ class BatchedFunction:
             f'{self.name}() got an unexpected keyword argument {k!r}',
             loc=loc, hint=f'Its parameters are: {", ".join(params)}; the '
             'modes are dry_run, stackless, max_stack_depth, backend, '
-            'block_code_cache, schedule, profile and max_steps.')
+            'block_code_cache, schedule, profile, max_steps and on_error.')
       if k in bound:
         raise errors.ArgumentError(
             f'{self.name}() got multiple values for argument {k!r}', loc=loc)
@@ -717,7 +728,8 @@ class Context:
     return batch
 
   def _run(self, bf, args, stackless, max_stack_depth, backend,
-           block_code_cache, schedule, profile=False, max_steps=None):
+           block_code_cache, schedule, profile=False, max_steps=None,
+           on_error='raise'):
     backend = backend or call_arguments.default_backend(args)
     args = self._convert_args(bf.name, args, backend)
     batch = self._batch_size(bf.name, args, backend)
@@ -757,13 +769,16 @@ class Context:
             max_depth=max_stack_depth + 1 if auto else None, fallback=auto)
       except stackless_lib.Fallback:
         stackless = False
+      else:
+        if on_error == 'status':   # stackless mode raises any error
+          out = failures.finished(out, backend)
     if not stackless:
       program = self.program_lowered(bf.name, sig, backend, schedule)
       cache = self._cache if block_code_cache is None else block_code_cache
       out, stats = virtual_machine.execute(
           program, args, backend, batch, max_stack_depth=max_stack_depth,
           schedule=schedule, block_code_cache=cache, profile=profile,
-          max_steps=max_steps)
+          max_steps=max_steps, on_error=on_error)
     if backend.staged:
       out = xla.refuse_gradient_from_outside(out, bf.name, loc)
     bf.last_stats = stats

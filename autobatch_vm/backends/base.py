@@ -24,6 +24,8 @@ false.
 
 import contextlib
 
+import numpy as np
+
 __all__ = ['Backend']
 
 
@@ -348,7 +350,7 @@ class Backend:
   # -- the loop --------------------------------------------------------------
 
   def run(self, blocks, state, num_blocks, schedule, stats, labels,
-          max_steps=None, step_limit_error=None):
+          max_steps=None, step_limit_error=None, on_error='raise'):
     """The VM loop: pick a block, run it for its members, until all exit.
 
     Args:
@@ -361,10 +363,43 @@ class Backend:
       max_steps: Fail after this many steps (None: no limit).
       step_limit_error: `step_limit_error(members, block=None)` makes that
         failure's error.
+      on_error: `'raise'`, or `'status'`: a backend that stops failed
+        members rather than raising at once sets `stats.failed` and
+        raises nothing (`vm.failures`); others raise as with `'raise'`.
 
     Returns:
       The state after the run.
     """
+    raise NotImplementedError
+
+  def poison_members(self, x, failed):
+    """`x` with the rows of the failed members marked (`vm.failures`).
+
+    Only backends that stop failed members rather than raising set
+    `RunStats.failed`, and need this.
+
+    Args:
+      x: An output, axis 0 the batch.
+      failed: A boolean array `[batch]`.
+
+    Returns:
+      NaN for floats, the dtype's minimum for integers, False for
+      booleans, in the failed members' rows.
+    """
+    raise NotImplementedError
+
+  def members_ok(self, failed, batch):
+    """`on_error='status'`'s `ok`: True for the members that finished.
+
+    Args:
+      failed: `RunStats.failed`, or None (none failed).
+      batch: The batch size.
+
+    Returns:
+      A boolean array `[batch]`.
+    """
+    if failed is None:
+      return self.asarray(np.ones((batch,), np.bool_))
     raise NotImplementedError
 
   # -- masked lanes (backends that do not compact) ---------------------------

@@ -288,7 +288,8 @@ class NumpyBackend(base.Backend):
   # -- loop ----------------------------------------------------------------
 
   def run(self, blocks, state, num_blocks, schedule, stats, labels,
-          max_steps=None, step_limit_error=None):
+          max_steps=None, step_limit_error=None, on_error='raise'):
+    del on_error   # errors raise at once here (`vm.failures`)
     batch = stats.batch_size
     keep_freed_heap()
     next_block = Scheduler(schedule, num_blocks).next_block

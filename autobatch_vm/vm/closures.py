@@ -17,6 +17,7 @@ from autobatch_vm import liveness
 from autobatch_vm.vm import codegen
 from autobatch_vm.vm import dispatch
 from autobatch_vm.vm import errors as run_errors
+from autobatch_vm.vm import failures
 from autobatch_vm.vm.layout import CALLS
 from autobatch_vm.vm.layout import Layout
 from autobatch_vm.vm.layout import PC
@@ -54,6 +55,11 @@ class BlockCompiler:
     self.index = program.block_index()
     self.num_blocks = len(program.blocks)
     self._live_out = None
+    # A program whose calls do not recurse, and fit the depth, cannot
+    # overflow: its pushes check nothing (on TensorFlow a check is an op
+    # per push, and a place where the run may fail).
+    self.checks_overflow = self.compact or failures.can_overflow(
+        program, layout.depth)
     # While a block's instruction is compiled: the variables whose writes
     # there are stored (`stored`); None (outside blocks): all are.
     self._stored = None
@@ -274,7 +280,8 @@ class BlockCompiler:
       sources = [(var, self.layout.regs[var], self.p.var_defs[var].tensors)
                  for var in names]
       groups.append((stack_slots, sources, sp_slot,
-                     run_errors.overflow(what, op.loc, depth)))
+                     run_errors.overflow(what, op.loc, depth)
+                     if self.checks_overflow else None))
 
     def values(state, temps, sources):
       out = []
@@ -374,7 +381,7 @@ class BlockCompiler:
                 t.call_block if isinstance(t, inst.CallBranchOp)
                 else t.true_block).split('.', 1)[0]
       overflow = run_errors.overflow(f'call stack, calling {callee!r}', t.loc,
-                           depth - 1)
+                           depth - 1) if self.checks_overflow else None
       if isinstance(t, inst.CallBranchOp):
         cond = self.reader(t.cond)
         tt, ff = self.index[t.true_block], self.index[t.false_block]

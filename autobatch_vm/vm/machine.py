@@ -19,6 +19,7 @@ from autobatch_vm import errors
 from autobatch_vm import instructions as inst
 from autobatch_vm.vm import closures
 from autobatch_vm.vm import errors as run_errors
+from autobatch_vm.vm import failures
 from autobatch_vm.vm import stats as stats_lib
 from autobatch_vm.vm.layout import PC
 from autobatch_vm.vm.scheduler import check_schedule
@@ -29,7 +30,7 @@ __all__ = ['execute', 'execute_batched', 'is_staging', 'batched_inputs']
 
 def execute(program, args, backend, batch_size, max_stack_depth=15,
             schedule=DEFAULT_SCHEDULE, block_code_cache=None, profile=False,
-            max_steps=None):
+            max_steps=None, on_error='raise'):
   """Runs `program` on batched `args`; returns (outputs, RunStats).
 
   Args:
@@ -46,11 +47,15 @@ def execute(program, args, backend, batch_size, max_stack_depth=15,
       after that many VM steps (None: no limit).  On TensorFlow it also
       gives the loop a static trip count, which XLA needs to
       differentiate it.
+    on_error: `'raise'`, or `'status'`: the outputs are then `(outputs,
+      ok)` (`vm.failures`).
 
   Returns:
     `(outputs, RunStats)`.
   """
   check_schedule(schedule)
+  loc = program.blocks[0].loc if program.blocks else None
+  failures.check_on_error(on_error, loc)
   c = closures.compile_blocks(program, backend, batch_size, max_stack_depth,
                      block_code_cache)
   state = c.layout.initial_state()
@@ -67,8 +72,11 @@ def execute(program, args, backend, batch_size, max_stack_depth=15,
                         stats, [b.label for b in program.blocks],
                         max_steps=max_steps,
                         step_limit_error=run_errors.step_limit(program,
-                                                                max_steps))
+                                                                max_steps),
+                        on_error=on_error)
   out = inst.pattern_map(lambda read: read(state, {}, None), c.outputs)
+  if stats.failed is not None or on_error == 'status':
+    out = failures.settle(out, stats, on_error, backend, loc)
   return out, stats
 
 
@@ -97,7 +105,7 @@ def execute(program, args, *rest, **kwargs):  # pylint: disable=function-redefin
 
   - `execute(program, args, backend, batch_size, max_stack_depth=15,
     schedule=DEFAULT_SCHEDULE, block_code_cache=None, profile=False,
-    max_steps=None)` returns `(outputs, RunStats)` (`execute_batched`).
+    max_steps=None, on_error='raise')` returns `(outputs, RunStats)` (`execute_batched`).
   - TFP's `execute(program, args, max_stack_depth, backend,
     block_code_cache=None)` returns the outputs alone.  The batch size
     comes from the inputs (TFP's calling convention: a scalar is a batch

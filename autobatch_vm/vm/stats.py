@@ -28,6 +28,15 @@ class RunStats:
   stackless: whether stackless mode ran the call (`stackless=True`, or
     chosen by `stackless=None`, the default): then `steps` counts blocks
     run, each on a frame of rows, not VM steps.
+  failed: where the run stops members at an error (a stack overflow, a
+    failed `assert`, `max_steps`) instead of raising at once (TensorFlow
+    in a graph, and any TensorFlow run with `on_error='status'`), a
+    boolean `[batch]`, True for the members stopped; None where no member
+    can fail so (`vm.failures`).
+  unreported: the names of the errors (`'StackOverflowError'`, ...) the
+    run can meet and nothing can raise: it runs under a bare
+    `tf.function(jit_compile=True)` (not `xla.compile_nested_output`)
+    with `on_error='raise'`; else empty.
   """
   batch_size: int
   steps: int = 0
@@ -40,6 +49,8 @@ class RunStats:
   member_blocks: Optional[np.ndarray] = dataclasses.field(default=None,
                                                           compare=False)
   block_rows: Dict[str, int] = dataclasses.field(default_factory=dict)
+  failed: Optional[object] = dataclasses.field(default=None, compare=False)
+  unreported: tuple = dataclasses.field(default=(), compare=False)
 
   @property
   def longest_member_blocks(self):

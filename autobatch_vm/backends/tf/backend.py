@@ -490,10 +490,20 @@ class TensorFlowBackend(base.Backend):
       out.append(self.write(v, top, m))
     return out
 
+  # -- members stopped by an error (`vm.failures`) --------------------------
+
+  def poison_members(self, x, failed):
+    return tf_errors.poison(tf.convert_to_tensor(x), failed)
+
+  def members_ok(self, failed, batch):
+    if failed is None:
+      return tf.ones([batch], tf.bool)
+    return tf.logical_not(failed)
+
   # -- the loop ------------------------------------------------------------
 
   def run(self, blocks, state, num_blocks, schedule, stats, labels,
-          max_steps=None, step_limit_error=None):
+          max_steps=None, step_limit_error=None, on_error='raise'):
     # `stats` gets ints eagerly, tensors in a graph.  `max_steps` is the
     # loop's `maximum_iterations` (members left then fail with
     # `step_limit_error(members)`); a static trip count also lets XLA
@@ -505,12 +515,13 @@ class TensorFlowBackend(base.Backend):
     limit = (max_steps, step_limit_error)
     if tf.executing_eagerly():
       return loop.run_eagerly(self, blocks, state, num_blocks, schedule,
-                              stats, labels, limit)
+                              stats, labels, limit, on_error)
     sites = tf_errors.Sites(num_blocks)
     state, acc, profiled = loop.staged_loop(
         self, blocks, state, num_blocks, schedule, batch, sites, limit,
         profile=stats.profile)
-    state = loop.fail_in_graph(self, state, num_blocks, sites)
+    state = loop.fail_in_graph(self, state, num_blocks, sites, stats,
+                               on_error)
     runs, active = tf.unstack(acc, axis=1)
     loop.fill_stats(stats, labels, tf.reduce_sum(runs), tf.unstack(runs),
                     tf.unstack(active))

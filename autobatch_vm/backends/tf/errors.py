@@ -9,12 +9,10 @@ and lets the others finish; after the loop the run fails (see
 
 import contextlib
 import threading
-import warnings
 
 import tensorflow as tf
 
 from autobatch_vm import errors
-from autobatch_vm.backends.tf import masks
 
 __all__ = ['Sites', 'Step', 'current_step', 'tracing_step', 'collect_errors',
            'poison']
@@ -194,37 +192,33 @@ def report_to_collector(code, failed, sites):
   return bool(stack)
 
 
-def warn_uncollected_under_xla(sites):
-  """Says, while tracing, that this XLA run cannot raise its errors."""
-  if not masks.in_xla_context():
-    return
-  what = sorted({type(sites.error(sites.base + k, [])).__name__
-                 for k in range(len(sites.makers))})
-  warnings.warn(
-      f'autobatch_vm under tf.function(jit_compile=True): XLA cannot raise '
-      f'at run time, so a {" or ".join(what)} in this batched run poisons '
-      'its outputs (NaN for floats, the minimum for integers; booleans are '
-      'left as they are) instead of raising.  Compile with '
-      'autobatch_vm.xla.compile_nested_output(fn) to get the exception.',
-      errors.XlaErrorsWarning, stacklevel=errors.user_stacklevel())
+def error_names(sites):
+  """The names of the errors a run's sites raise, sorted."""
+  return tuple(sorted({type(sites.error(sites.base + k, [])).__name__
+                       for k in range(len(sites.makers))}))
 
 
 def poison(x, bad):
-  """`x` with every element replaced by an unmistakable value if `bad`.
+  """`x` with the rows of the members in `bad` replaced by a marker.
 
   Args:
-    x: A tensor.
-    bad: A scalar bool tensor.
+    x: A tensor whose axis 0 is the batch.
+    bad: A bool tensor `[batch]`.
 
   Returns:
-    NaN for floats, the minimum (or maximum, unsigned) for integers;
-    booleans as they are.
+    NaN for floats, the minimum (or maximum, unsigned) for integers,
+    False for booleans, in the rows of `bad`.
   """
   dtype = x.dtype
   if dtype.is_floating or dtype.is_complex:
     value = float('nan')
   elif dtype.is_integer:
     value = dtype.max if dtype.is_unsigned else dtype.min
+  elif dtype == tf.bool:
+    value = False
   else:
-    return x  # booleans have no value to spare
-  return tf.where(bad, tf.constant(value, dtype), x)
+    return x
+  if x.shape.rank is None or x.shape.rank == 0:
+    return x
+  where = tf.reshape(bad, [-1] + [1] * (x.shape.rank - 1))
+  return tf.where(where, tf.constant(value, dtype), x)

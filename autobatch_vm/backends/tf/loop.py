@@ -252,40 +252,55 @@ def branch_fn(backend, block_fn, batch, sites, packing, width, full=False):
       return compiled(mask, *carried)
   return run_on_device
 
-def fail_in_graph(backend, state, num_blocks, sites):
-  """Makes a run with parked members fail: Assert, poison, collectors.
+def fail_in_graph(backend, state, num_blocks, sites, stats,
+                  on_error='raise'):
+  """Makes a run with parked members fail: Assert, collectors.
+
+  Sets `stats.failed` (the members parked) where any can be, and, under a
+  bare `tf.function(jit_compile=True)` that nothing raises the errors of,
+  `stats.unreported`; `vm.machine.execute` then poisons the failed
+  members' outputs (`errors.settle`).
 
   Args:
     backend: The `TensorFlowBackend`.
     state: The state after the loop.
     num_blocks: The number of blocks.
     sites: The run's `errors.Sites`.
+    stats: The run's `RunStats`.
+    on_error: `'raise'`, or `'status'` (nothing fails the run).
 
   Returns:
-    The state, poisoned where a member failed (under XLA).
+    The state, after the assertions (in a graph outside XLA).
   """
+  del backend
   if not sites.makers:
     return state
   pc = state[PC]
+  failed = pc > num_blocks
+  stats.failed = failed
+  if on_error == 'status':
+    return state
   code = tf.reduce_max(pc)
-  bad = code > num_blocks
   # One assertion per site, with a constant message.  Not under XLA,
   # which drops assertions (logging "Ignoring Assert operator" for each
   # at every compile): there the error code reaches a collector
-  # (`xla.compile_nested_output`), and the outputs are poisoned.
+  # (`xla.compile_nested_output`), or nothing can raise it.
   checks = [] if masks.in_xla_context() else [
       tf.debugging.Assert(tf.not_equal(code, sites.base + k), [msg],
                           summarize=1)
       for k, msg in enumerate(sites.graph_messages())]
-  if not tf_errors.report_to_collector(code, pc > num_blocks, sites):
-    tf_errors.warn_uncollected_under_xla(sites)
+  if (not tf_errors.report_to_collector(code, failed, sites)
+      and masks.in_xla_context()):
+    stats.unreported = tf_errors.error_names(sites)
+  if not checks:
+    return state
   with tf.control_dependencies(checks):
-    return [tf.identity(tf_errors.poison(s, bad)) for s in state]
+    return [tf.identity(s) for s in state]
 
 # -- eager ---------------------------------------------------------------
 
 def run_eagerly(backend, blocks, state, num_blocks, schedule, stats, labels,
-                limit):
+                limit, on_error='raise'):
   """Runs the staged loop via a cached tf.function; steps eagerly if not.
 
   Args:
@@ -297,6 +312,8 @@ def run_eagerly(backend, blocks, state, num_blocks, schedule, stats, labels,
     stats: The `RunStats` to fill.
     labels: The blocks' labels.
     limit: `(max_steps, step_limit_error)`.
+    on_error: `'raise'`, or `'status'`: members parked by an error are
+      set in `stats.failed` instead (stepping eagerly still raises).
 
   Returns:
     The state after the run.
@@ -322,7 +339,9 @@ def run_eagerly(backend, blocks, state, num_blocks, schedule, stats, labels,
     return step_eagerly(backend, blocks, state, num_blocks, schedule, stats,
                         labels, limit)
   pc = out_state[PC].numpy()
-  if (pc > num_blocks).any():
+  if on_error == 'status' and staged.sites.makers:
+    stats.failed = tf.constant(pc > num_blocks)
+  elif (pc > num_blocks).any():
     code = int(pc.max())
     error = staged.sites.error(code, np.flatnonzero(pc == code))
     if staged.sites.computes_message(code):

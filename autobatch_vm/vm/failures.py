@@ -1,0 +1,234 @@
+"""What a run does with members that fail: the `on_error=` policy.
+
+A member fails at an error that only its data reveals: recursion deeper
+than `max_stack_depth` (`StackOverflowError`), a failed `assert`
+(`AssertionFailedError`), more than `max_steps` VM steps
+(`StepLimitError`).  The policy is the batched call's `on_error=`:
+
+- `'raise'` (the default): the error is raised -- at once on NumPy and
+  eagerly, by a failed assertion inside `tf.function`, after the compiled
+  call in `xla.compile_nested_output` (and `ab.stage(jit_compile=True)`).
+  A bare `tf.function(jit_compile=True)` cannot raise at run time: there
+  the failed members' outputs are poisoned (NaN for floats, the dtype's
+  minimum for integers; the other members keep their values) and the
+  trace warns (`XlaErrorsWarning`).  A boolean has no value to spare, so
+  a run there that can fail and returns a boolean is refused while
+  tracing (`refuse_unmarkable`).
+- `'status'`: the call returns `(outputs, ok)`, `ok` a boolean per member,
+  False for the members an error stopped, whose outputs are poisoned
+  (booleans False); the others finish with their values.  Where a run
+  stops members rather than raising (TensorFlow's stack VM: eagerly,
+  inside `tf.function`, under XLA) nothing is raised; where the executor
+  stops at the first error (NumPy, stackless mode, a dry run, TensorFlow
+  stepping eagerly) that error is raised as with `'raise'`, so no value
+  is ever returned wrong.
+
+`can_overflow` tells whether a program's stacks can overflow at all: a
+program whose calls do not recurse has a bounded call depth, and where
+that fits `max_stack_depth` its pushes need no check (TensorFlow then
+adds none, and such a run cannot fail by overflow).
+"""
+
+import warnings
+
+import numpy as np
+
+from autobatch_vm import errors
+from autobatch_vm import instructions as inst
+
+__all__ = ['ON_ERROR', 'check_on_error', 'can_overflow', 'refuse_unmarkable',
+           'settle', 'finished']
+
+ON_ERROR = ('raise', 'status')
+
+
+def check_on_error(on_error, loc=None):
+  """Raises `ArgumentError` unless `on_error` is one of `ON_ERROR`.
+
+  Args:
+    on_error: The value given.
+    loc: The user's function's `SourceLoc`, or None.
+  """
+  if not (isinstance(on_error, str) and on_error in ON_ERROR):
+    raise errors.ArgumentError(
+        f"on_error must be 'raise' or 'status', got {on_error!r}", loc=loc,
+        hint="'raise' (the default) raises a stack overflow, a failed "
+        "assert or max_steps; 'status' returns (outputs, ok) with a "
+        'boolean per member, False where an error stopped it.')
+
+
+def _owner(label):
+  """The function whose frame a block runs in, from its label.
+
+  Labels are `<function>.<n>[.<k>]`; a block inlined from a callee is
+  `<callee>.<n>><caller>.<m>...`, and runs in the caller's frame.
+  """
+  return label.rsplit('>', 1)[-1].split('.', 1)[0]
+
+
+def _call_target(t):
+  for name in ('goto_block', 'call_block', 'true_block'):
+    target = getattr(t, name, None)
+    if target is not None:
+      return target
+  return None
+
+
+def call_depth(program):
+  """The most calls active at once in a run of `program`, or None.
+
+  Args:
+    program: A `LoweredProgram`.
+
+  Returns:
+    The length of the longest chain of calls from the entry, if calls do
+    not recurse (the call graph of the functions, by the blocks' labels,
+    has no cycle) and no variable lives on a stack; else None.
+  """
+  from autobatch_vm.vm.layout import CALLS  # pylint: disable=g-import-not-at-top
+  if any(a == inst.VariableAllocation.FULL
+         for a in program.var_alloc.values()):
+    return None
+  callees = {}
+  for block in program.blocks:
+    t = block.terminator
+    caller = _owner(block.label)
+    callees.setdefault(caller, set())
+    if isinstance(t, CALLS):
+      target = _call_target(t)
+      if target is None:
+        return None
+      callees[caller].add(_owner(target))
+  if not program.blocks:
+    return 0
+  depth = {}
+  visiting = set()
+
+  def longest(f):
+    if f in depth:
+      return depth[f]
+    if f in visiting:
+      return None   # a cycle: recursion
+    visiting.add(f)
+    best = 0
+    for g in callees.get(f, ()):
+      d = longest(g)
+      if d is None:
+        return None
+      best = max(best, d + 1)
+    visiting.discard(f)
+    depth[f] = best
+    return best
+  return longest(_owner(program.blocks[0].label))
+
+
+def can_overflow(program, max_stack_depth):
+  """Whether a run of `program` can recurse deeper than its stacks hold.
+
+  Args:
+    program: A `LoweredProgram`.
+    max_stack_depth: The run's `max_stack_depth`.
+
+  Returns:
+    False where the calls do not recurse and their deepest chain fits
+    `max_stack_depth` (`call_depth`); else True.
+  """
+  depth = call_depth(program)
+  return depth is None or depth > max_stack_depth
+
+
+def refuse_unmarkable(out, backend, loc, names):
+  """Refuses a run whose failures nothing reports, if it returns a boolean.
+
+  Under a bare `tf.function(jit_compile=True)` the failed members'
+  outputs are poisoned, which a boolean cannot be: False or True would be
+  a plausible, wrong answer.
+
+  Args:
+    out: The run's outputs (a pattern of backend arrays).
+    backend: The backend.
+    loc: The `SourceLoc` of the user's function, or None.
+    names: The names of the errors the run can meet
+      (`RunStats.unreported`).
+
+  Raises:
+    BackendError: An output is boolean.
+  """
+  leaves = inst.pattern_flatten(out)
+  if not any(backend.dtype(x) == np.bool_ for x in leaves):
+    return
+  name = loc.function if loc is not None else 'the batched function'
+  raise errors.BackendError(
+      f'{name}() returns a boolean and runs under a bare '
+      f'tf.function(jit_compile=True), where a {" or ".join(names)} cannot '
+      'raise: the members it stopped would return a plausible but wrong '
+      'boolean', loc=loc,
+      hint=f"Choose what a failure does: call {name}(..., "
+      "on_error='status'), which returns (outputs, ok) with ok False for "
+      'the members stopped; or compile with '
+      'autobatch_vm.xla.compile_nested_output(f) (or ab.stage(f, '
+      'jit_compile=True)), which raises the error after the call; or '
+      'return the boolean as a number (tf.cast(x, tf.int32)), which is '
+      'poisoned (the minimum) where a member failed.')
+
+
+def warn_unreported(names):
+  """Says, while tracing, that this XLA run cannot raise its errors.
+
+  Args:
+    names: The names of the errors (`RunStats.unreported`).
+  """
+  warnings.warn(
+      f'autobatch_vm under tf.function(jit_compile=True): XLA cannot raise '
+      f'at run time, so a {" or ".join(names)} in this batched run poisons '
+      'the outputs of the members it stops (NaN for floats, the minimum '
+      'for integers) instead of raising; the other members keep their '
+      "values.  Pass on_error='status' to get (outputs, ok), or compile "
+      'with autobatch_vm.xla.compile_nested_output(fn) to get the '
+      'exception.', errors.XlaErrorsWarning,
+      stacklevel=errors.user_stacklevel())
+
+
+def settle(out, stats, on_error, backend, loc):
+  """A run's outputs, once the members that failed are known.
+
+  Where members may have failed without raising (`stats.failed`), their
+  outputs are poisoned (`backend.poison_members`).  A run whose errors
+  nothing raises (`stats.unreported`) is refused if it returns a boolean
+  (`refuse_unmarkable`), else it warns.
+
+  Args:
+    out: The run's outputs, a pattern of backend arrays.
+    stats: The run's `RunStats`.
+    on_error: `'raise'` or `'status'`.
+    backend: The backend.
+    loc: The `SourceLoc` of the user's function, or None.
+
+  Returns:
+    The outputs; with `'status'`, `(outputs, ok)`, `ok` True for the
+    members that finished.
+  """
+  failed = stats.failed
+  if stats.unreported:
+    refuse_unmarkable(out, backend, loc, stats.unreported)
+    warn_unreported(stats.unreported)
+  if failed is not None:
+    out = inst.pattern_map(lambda x: backend.poison_members(x, failed), out)
+  if on_error != 'status':
+    return out
+  return out, backend.members_ok(failed, stats.batch_size)
+
+
+def finished(out, backend):
+  """`(out, ok)` of a run that raises any error: every member finished.
+
+  Args:
+    out: The run's outputs, a pattern of backend arrays.
+    backend: The backend.
+
+  Returns:
+    `(out, ok)`, `ok` True for each member.
+  """
+  leaves = inst.pattern_flatten(out)
+  batch = backend.shape(leaves[0])[0] if leaves else 0
+  return out, backend.members_ok(None, batch)

@@ -1,0 +1,184 @@
+"""`on_error=`: what a stack overflow (or failed assert, or max_steps) does.
+
+Under a bare `tf.function(jit_compile=True)` nothing can raise at run
+time: the default refuses a run that can fail and returns a boolean (no
+value to mark a failed member with), poisons only the failed members'
+numbers, and `on_error='status'` returns `(outputs, ok)` everywhere
+(`vm.failures`).
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import autobatch_vm as ab
+from autobatch_vm import errors
+
+tf = pytest.importorskip('tensorflow')
+
+ctx = ab.Context()
+
+
+def _same(r, n):
+  del n
+  return r
+
+
+@ctx.batch
+def walk(n, x):
+  """Returns `x` after recursing `n` deep (not a tail call)."""
+  if n <= 0:
+    return x
+  r = walk(n - 1, x)
+  return _same(r, n)
+
+
+@ctx.batch
+def has_mult7(n):
+  if n <= 0:
+    return False
+  r = has_mult7(n - 1)
+  return r or n % 7 == 0
+
+
+@ctx.batch
+def _above(x):
+  if x > 2:
+    return x > 5
+  return x < 0
+
+
+@ctx.batch
+def calls_without_recursion(x):
+  a = _above(x)
+  b = _above(x + 1)
+  return a and b
+
+
+N = np.array([2, 9, 1, 12], np.int32)    # members 1 and 3 need depth > 4
+FAILED = np.array([False, True, False, True])
+DTYPES = [np.bool_, np.int32, np.int64, np.float32, np.float64]
+VALUES = np.array([1, 1, 0, 1])
+
+
+def _marker(dtype):
+  if dtype == np.bool_:
+    return False
+  if np.issubdtype(dtype, np.integer):
+    return np.iinfo(dtype).min
+  return np.nan
+
+
+def _expected(dtype):
+  out = VALUES.astype(dtype)
+  out[FAILED] = _marker(dtype)
+  return out
+
+
+def _bare_xla(fn, **kwargs):
+  return tf.function(lambda *a: fn(*a, **kwargs), jit_compile=True)
+
+
+@pytest.mark.parametrize('dtype', DTYPES, ids=lambda d: np.dtype(d).name)
+def test_status_under_bare_xla_marks_failed_members_keeps_the_others(dtype):
+  x = tf.constant(VALUES.astype(dtype))
+  with warnings.catch_warnings():
+    warnings.simplefilter('error', errors.XlaErrorsWarning)  # none: chosen
+    out, ok = _bare_xla(walk, max_stack_depth=4, on_error='status')(
+        tf.constant(N), x)
+  np.testing.assert_array_equal(ok.numpy(), ~FAILED)
+  assert out.dtype == tf.as_dtype(dtype)
+  np.testing.assert_array_equal(out.numpy(), _expected(dtype))
+
+
+@pytest.mark.parametrize('dtype', DTYPES[1:], ids=lambda d: np.dtype(d).name)
+def test_default_under_bare_xla_poisons_only_failed_numbers(dtype):
+  x = tf.constant(VALUES.astype(dtype))
+  with pytest.warns(errors.XlaErrorsWarning, match="on_error='status'"):
+    out = _bare_xla(walk, max_stack_depth=4)(tf.constant(N), x)
+  np.testing.assert_array_equal(out.numpy(), _expected(dtype))
+
+
+def test_default_under_bare_xla_refuses_a_boolean_naming_the_function():
+  run = _bare_xla(has_mult7, max_stack_depth=4)
+  with pytest.raises(errors.BackendError) as e:
+    run(tf.constant([3, 9, 2, 20]))
+  assert e.value.loc.function == 'has_mult7'
+  assert e.value.loc.filename == __file__
+  assert 'returns a boolean' in e.value.message
+  assert 'StackOverflowError' in e.value.message
+  assert "on_error='status'" in e.value.hint
+  assert 'compile_nested_output' in e.value.hint
+  # Chosen: the members that fit are right, the others say so.
+  out, ok = _bare_xla(has_mult7, max_stack_depth=4, on_error='status')(
+      tf.constant([3, 9, 2, 20]))
+  np.testing.assert_array_equal(ok.numpy(), [True, False, True, False])
+  np.testing.assert_array_equal(out.numpy()[[0, 2]], [False, False])
+  out, ok = _bare_xla(has_mult7, max_stack_depth=30, on_error='status')(
+      tf.constant([3, 9, 2, 20]))
+  np.testing.assert_array_equal(ok.numpy(), [True] * 4)
+  np.testing.assert_array_equal(out.numpy(), [False, True, False, True])
+
+
+def test_calls_without_recursion_are_not_refused_under_bare_xla():
+  # Their depth is bounded and fits: no run of them can overflow.
+  x = np.array([-1, 3, 6, 1], np.int32)
+  expected = calls_without_recursion(x)
+  with warnings.catch_warnings():
+    warnings.simplefilter('error', errors.XlaErrorsWarning)
+    out = _bare_xla(calls_without_recursion, max_stack_depth=1)(
+        tf.constant(x))
+  np.testing.assert_array_equal(out.numpy(), expected)
+
+
+def test_compile_nested_output_and_stage_raise_or_report_status():
+  n, x = tf.constant(N), tf.constant(VALUES.astype(np.bool_))
+  run = ab.xla.compile_nested_output(
+      lambda n, x: walk(n, x, max_stack_depth=4))
+  with pytest.raises(errors.StackOverflowError, match=r'members \[1, 3\]'):
+    run(n, x)
+  status = ab.xla.compile_nested_output(
+      lambda n, x: walk(n, x, max_stack_depth=4, on_error='status'))
+  out, ok = status(n, x)
+  np.testing.assert_array_equal(ok.numpy(), ~FAILED)
+  np.testing.assert_array_equal(out.numpy(), _expected(np.bool_))
+  staged = ab.stage(walk, jit_compile=True, max_stack_depth=4,
+                    on_error='status')
+  out, ok = staged(n, x)
+  np.testing.assert_array_equal(ok.numpy(), ~FAILED)
+  np.testing.assert_array_equal(out.numpy(), _expected(np.bool_))
+
+
+@pytest.mark.parametrize('mode', ['eager', 'graph'])
+def test_status_eagerly_and_in_a_graph(mode):
+  n, x = tf.constant(N), tf.constant(VALUES.astype(np.float32))
+  call = lambda n, x: walk(n, x, max_stack_depth=4, on_error='status')  # pylint: disable=unnecessary-lambda-assignment
+  if mode == 'graph':
+    call = tf.function(call)
+  out, ok = call(n, x)
+  np.testing.assert_array_equal(ok.numpy(), ~FAILED)
+  np.testing.assert_array_equal(out.numpy(), _expected(np.float32))
+  # The default still raises there.
+  with pytest.raises((errors.StackOverflowError,
+                      tf.errors.InvalidArgumentError),
+                     match='max_stack_depth=4'):
+    walk(n, x, max_stack_depth=4) if mode == 'eager' else tf.function(
+        lambda n, x: walk(n, x, max_stack_depth=4))(n, x)
+
+
+def test_status_on_numpy_raises_what_it_cannot_continue_past():
+  x = VALUES.astype(np.int64)
+  out, ok = walk(N, x, max_stack_depth=20, on_error='status')
+  np.testing.assert_array_equal(out, x)
+  assert ok.dtype == np.bool_ and ok.all()
+  with pytest.raises(errors.StackOverflowError):
+    walk(N, x, max_stack_depth=4, on_error='status')
+  out, ok = walk(N, x, dry_run=True, on_error='status')
+  np.testing.assert_array_equal(out, x)
+  assert ok.all()
+
+
+def test_bad_on_error_is_refused():
+  with pytest.raises(errors.ArgumentError, match="on_error must be 'raise'"):
+    walk(N, VALUES, on_error='nan')
