@@ -121,8 +121,9 @@ class XlaErrorsWarning(UserWarning):
   """Warns that a batched run under bare `jit_compile=True` cannot raise.
 
   Issued while tracing: XLA cannot raise at run time, so a stack overflow
-  or failed `assert` poisons the outputs instead;
-  `autobatch_vm.xla.compile_nested_output` raises it.
+  or failed `assert` poisons the outputs of the members it stops instead;
+  `autobatch_vm.xla.compile_nested_output` raises it, and
+  `on_error='status'` returns which members finished.
   """
 
 

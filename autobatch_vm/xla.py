@@ -3,7 +3,9 @@
 XLA cannot raise an error at run time: it drops `tf.debugging.Assert`.  A
 batched run inside `tf.function(jit_compile=True)` that overflows its stack
 (or fails an `assert`) therefore cannot stop the computation; it poisons
-its outputs instead (NaN for floats, the dtype's minimum for integers).
+the outputs of the members that failed instead (NaN for floats, the
+dtype's minimum for integers), and refuses, while tracing, to return a
+boolean that could be wrong (`vm.failures`, the call's `on_error=`).
 `compile_nested_output` compiles a function with XLA *and* returns, next to
 its outputs, the error codes of every batched run inside; after the
 compiled function returns, outside XLA, it raises the error the run would

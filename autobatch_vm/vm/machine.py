@@ -105,7 +105,8 @@ def execute(program, args, *rest, **kwargs):  # pylint: disable=function-redefin
 
   - `execute(program, args, backend, batch_size, max_stack_depth=15,
     schedule=DEFAULT_SCHEDULE, block_code_cache=None, profile=False,
-    max_steps=None, on_error='raise')` returns `(outputs, RunStats)` (`execute_batched`).
+    max_steps=None, on_error='raise')` returns `(outputs, RunStats)`
+    (`execute_batched`).
   - TFP's `execute(program, args, max_stack_depth, backend,
     block_code_cache=None)` returns the outputs alone.  The batch size
     comes from the inputs (TFP's calling convention: a scalar is a batch

@@ -29,11 +29,14 @@ which stops them and lets the others finish.  After the loop:
   `AssertionFailedError` naming the members;
 - in a graph (`tf.function`): a `tf.debugging.Assert` fails the run with
   the same message (`tf.errors.InvalidArgumentError`);
-- under XLA, which drops asserts (the run adds none there), every output
-  of the run is poisoned (NaN for floats, the dtype's minimum for
-  integers; booleans cannot be poisoned), and
+- under XLA, which drops asserts (the run adds none there),
   `autobatch_vm.xla.compile_nested_output` turns the error into an
-  exception after the compiled function returns.
+  exception after the compiled function returns; under a bare
+  `jit_compile=True` the failed members' outputs are poisoned (NaN for
+  floats, the dtype's minimum for integers) and a boolean output is
+  refused while tracing (`vm.failures`);
+- with `on_error='status'` nothing is raised: the call returns which
+  members finished.
 
 Eager mode runs the same staged loop through an internal `tf.function`,
 traced once per compiled program and cached (it is tens of times faster

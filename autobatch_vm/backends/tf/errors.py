@@ -3,8 +3,8 @@
 Recursion deeper than `max_stack_depth` or a failing `assert` cannot
 raise inside a graph.  The members involved are *parked* instead: their
 PC is set to an error code (`num_blocks + 1 + site`), which stops them
-and lets the others finish; after the loop the run fails (see
-`backends.tf.backend`).
+and lets the others finish; after the loop the run fails, or reports
+them (see `backends.tf.backend` and `vm.failures`).
 """
 
 import contextlib
