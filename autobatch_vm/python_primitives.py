@@ -18,10 +18,14 @@ from autobatch_vm import errors
 from autobatch_vm import ops as ops_module
 
 __all__ = ['PrimitiveRewriter', 'make_function', 'expression_text',
-           'shorten', 'split_compare']
+           'shorten', 'split_compare', 'subscript_parts']
 
-_OPS_NAME = '__ab_ops'
-_ASSERT_NAME = '__ab_helper_assertion'
+# The names the generated code binds are `prefix + suffix`, with a prefix
+# that no identifier of the user's function starts with
+# (`python_source.generated_prefix`): `__ab_` unless the user's code uses
+# such names itself.
+_OPS = 'ops'
+_ASSERT = 'helper_assertion'
 
 
 class PrimitiveRewriter(ast.NodeTransformer):
@@ -37,13 +41,22 @@ class PrimitiveRewriter(ast.NodeTransformer):
       of non-locals refers to (a sentinel where it is not static).
     unsupported: (node, what) -> raises the error for an unsupported
       construct.
+    prefix: The prefix of generated names (`generated_prefix`).
   """
 
-  def __init__(self, local_names, static_value, unsupported):
+  def __init__(self, local_names, static_value, unsupported,
+               prefix='__ab_'):
     self.local_names = local_names
     self.static_value = static_value
     self.unsupported = unsupported
+    self.prefix = prefix
     self.inputs = []
+    # `(text, node, index_inputs, value_text, element_texts)` per
+    # subscript of a variable by a variable: its source, its rewritten
+    # node, the positions in `inputs` of the variables its index reads,
+    # and the source of its value and of each element of its index
+    # (`member_indexing`).
+    self.subscripts = []
 
   def rewrite(self, node):
     """Rewrites a copy of `node`.
@@ -52,18 +65,19 @@ class PrimitiveRewriter(ast.NodeTransformer):
       node: A pure expression (no call of a batched function).
 
     Returns:
-      `(body, inputs)`: the rewritten expression, reading `__ab_v<i>`,
-      and the variables it reads, `inputs[i]` for `__ab_v<i>`.
+      `(body, inputs)`: the rewritten expression, reading `<prefix>v<i>`,
+      and the variables it reads, `inputs[i]` for `<prefix>v<i>`.
     """
     node = self.visit(copy.deepcopy(node))
     return node, self.inputs
 
   def _ops(self, name, args, like):
-    fn = ast.Attribute(ast.Name(_OPS_NAME, ast.Load()), name, ast.Load())
+    fn = ast.Attribute(ast.Name(self.prefix + _OPS, ast.Load()), name,
+                       ast.Load())
     return ast.copy_location(ast.Call(fn, args, []), like)
 
   def visit_Name(self, node):
-    """A read of a variable becomes the parameter `__ab_v<i>`.
+    """A read of a variable becomes the parameter `<prefix>v<i>`.
 
     Args:
       node: The AST node.
@@ -76,8 +90,39 @@ class PrimitiveRewriter(ast.NodeTransformer):
       if node.id not in self.inputs:
         self.inputs.append(node.id)
       return ast.copy_location(
-          ast.Name(f'__ab_v{self.inputs.index(node.id)}', ast.Load()), node)
+          ast.Name(f'{self.prefix}v{self.inputs.index(node.id)}',
+                   ast.Load()), node)
     return node
+
+  def visit_Subscript(self, node):
+    """A subscript is rewritten as usual; one whose value and index both
+    read variables (`x[:, j]`, `x[j]`) is also noted in `subscripts`.
+
+    Args:
+      node: The AST node.
+
+    Returns:
+      Its replacement.
+    """
+    text, value_text = expression_text(node), expression_text(node.value)
+    elements = (node.slice.elts if isinstance(node.slice, ast.Tuple)
+                else [node.slice])
+    element_texts = tuple(expression_text(e) for e in elements)
+    node = self.generic_visit(node)
+    if isinstance(node.ctx, ast.Load):
+      value, index = self._inputs_read(node.value), self._inputs_read(
+          node.slice)
+      if value and index:
+        self.subscripts.append((text, node, index, value_text,
+                                element_texts))
+    return node
+
+  def _inputs_read(self, node):
+    """The positions in `inputs` of the variables rewritten `node` reads
+    (outside lambdas, which are kept as written)."""
+    names = {f'{self.prefix}v{i}': i for i in range(len(self.inputs))}
+    return sorted({names[n.id] for n in ast.walk(node)
+                   if isinstance(n, ast.Name) and n.id in names})
 
   def visit_Lambda(self, node):
     """A lambda is kept as written.
@@ -176,8 +221,9 @@ class PrimitiveRewriter(ast.NodeTransformer):
     return self.generic_visit(node)
 
 
-def make_function(body, arity, loc, text, closure, fn_globals, name):
-  """Builds `lambda __ab_v0, ...: body` with the user's globals/closure.
+def make_function(body, arity, loc, text, closure, fn_globals, name,
+                  prefix='__ab_', helpers=None):
+  """Builds `lambda <prefix>v0, ...: body` with the user's globals/closure.
 
   Where `body` calls functions of the user's or a library's, it is a
   `def` instead, which turns an AssertionError raised in the callee into
@@ -185,7 +231,7 @@ def make_function(body, arity, loc, text, closure, fn_globals, name):
   and the VM then report the assertion, not a missing result.
 
   Args:
-    body: The expression (an AST), reading its inputs as `__ab_v<i>`.
+    body: The expression (an AST), reading its inputs as `<prefix>v<i>`.
     arity: The number of inputs.
     loc: The `SourceLoc` of the expression: the function's code object
       carries its file and line.
@@ -193,35 +239,41 @@ def make_function(body, arity, loc, text, closure, fn_globals, name):
     closure: The user's function's closure cells, by name.
     fn_globals: The user's function's globals.
     name: The user's function's name (the primitive is `<name>_line<l>`).
+    prefix: The prefix of the names it binds (`generated_prefix`), the
+      `PrimitiveRewriter`'s.
+    helpers: More objects that `body` reads, by name after the prefix.
 
   Returns:
     The primitive, a Python function of `arity` batched arguments.
   """
-  args = [ast.arg(f'__ab_v{i}') for i in range(arity)]
+  ops_name, assert_name = prefix + _OPS, prefix + _ASSERT
+  error, prim = prefix + 'e', prefix + 'prim'
+  args = [ast.arg(f'{prefix}v{i}') for i in range(arity)]
   arguments = ast.arguments(posonlyargs=[], args=args, vararg=None,
                             kwonlyargs=[], kw_defaults=[], kwarg=None,
                             defaults=[])
-  if _calls_outside_ops(body):
+  if _calls_outside_ops(body, ops_name):
     handler = ast.ExceptHandler(
-        type=ast.Name('AssertionError', ast.Load()), name='__ab_e',
+        type=ast.Name('AssertionError', ast.Load()), name=error,
         body=[ast.Raise(
-            exc=ast.Call(ast.Name(_ASSERT_NAME, ast.Load()),
-                         [ast.Name('__ab_e', ast.Load()),
+            exc=ast.Call(ast.Name(assert_name, ast.Load()),
+                         [ast.Name(error, ast.Load()),
                           ast.Constant(text or expression_text(body))], []),
-            cause=ast.Name('__ab_e', ast.Load()))])
+            cause=ast.Name(error, ast.Load()))])
     made = ast.FunctionDef(
-        name='__ab_prim', args=arguments,
+        name=prim, args=arguments,
         body=[ast.Try(body=[ast.Return(body)], handlers=[handler],
                       orelse=[], finalbody=[])],
         decorator_list=[], returns=None, type_comment=None,
         type_params=[])
-    result = ast.Name('__ab_prim', ast.Load())
+    result = ast.Name(prim, ast.Load())
   else:
     made = None
     result = ast.Lambda(args=arguments, body=body)
-  free = sorted(set(closure) | {_OPS_NAME, _ASSERT_NAME})
+  helpers = {prefix + k: v for k, v in (helpers or {}).items()}
+  free = sorted(set(closure) | {ops_name, assert_name} | set(helpers))
   maker = ast.FunctionDef(
-      name='__ab_make',
+      name=prefix + 'make',
       args=ast.arguments(posonlyargs=[], args=[ast.arg(n) for n in free],
                          vararg=None, kwonlyargs=[], kw_defaults=[],
                          kwarg=None, defaults=[]),
@@ -237,15 +289,56 @@ def make_function(body, arity, loc, text, closure, fn_globals, name):
                   if isinstance(c, types.CodeType))
   cells = []
   for name in lam_code.co_freevars:
-    if name == _OPS_NAME:
+    if name == ops_name:
       cells.append(types.CellType(ops_module))
-    elif name == _ASSERT_NAME:
+    elif name == assert_name:
       cells.append(types.CellType(_helper_assertion))
+    elif name in helpers:
+      cells.append(types.CellType(helpers[name]))
     else:
       cells.append(closure[name])
   fn = types.FunctionType(lam_code, fn_globals, f'{name}_line{loc.line}',
                           None, tuple(cells))
   return fn
+
+
+class _Key:
+  """`key[index]` is `index`: a subscript's index as a value, slices and
+  all (`key[:, j]` is `(slice(None), j)`)."""
+
+  def __getitem__(self, index):
+    return index
+
+
+_KEY = _Key()
+
+
+def subscript_parts(rewriter, arity, loc, closure, fn_globals, name):
+  """For each subscript `rewriter` noted (`x[:, j]`), what
+  `member_indexing` checks: `(text, parts, index_inputs, value_text,
+  element_texts)`, where
+  `parts(*inputs)` is the pair `(x, (slice(None), j))` of the
+  primitive's inputs (the value subscripted, and the index as Python
+  gives it to `__getitem__`) and `index_inputs` the positions of the
+  inputs the index reads (the texts as `PrimitiveRewriter.subscripts`).
+
+  Args:
+    rewriter: The `PrimitiveRewriter` that rewrote the primitive.
+    arity: The primitive's number of inputs.
+    loc, closure, fn_globals, name: As for `make_function`.
+
+  Returns:
+    The list of triples.
+  """
+  out = []
+  for text, node, index, value_text, element_texts in rewriter.subscripts:
+    key = ast.Subscript(ast.Name(rewriter.prefix + 'key', ast.Load()),
+                        node.slice, ast.Load())
+    body = ast.Tuple([node.value, key], ast.Load())
+    parts = make_function(body, arity, loc, text, closure, fn_globals, name,
+                          rewriter.prefix, helpers={'key': _KEY})
+    out.append((text, parts, tuple(index), value_text, element_texts))
+  return out
 
 
 def expression_text(node):
@@ -272,13 +365,14 @@ def shorten(text):
   return text if len(text) <= 60 else text[:57] + '...'
 
 
-def _calls_outside_ops(node):
-  """Whether expression `node` calls anything but `autobatch_vm.ops`."""
+def _calls_outside_ops(node, ops_name):
+  """Whether expression `node` calls anything but `autobatch_vm.ops`
+  (bound to `ops_name`)."""
   for n in ast.walk(node):
     if isinstance(n, ast.Call):
       f = n.func
       if not (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)
-              and f.value.id == _OPS_NAME):
+              and f.value.id == ops_name):
         return True
   return False
 

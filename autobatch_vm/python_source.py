@@ -15,9 +15,8 @@ import types
 from autobatch_vm import errors
 from autobatch_vm import instructions as inst
 
-__all__ = ['Source', 'assigned_names', 'dry_run_function', 'range_bound']
-
-_RANGE_NAME = '__ab_range_bound'
+__all__ = ['Source', 'assigned_names', 'dry_run_function', 'generated_prefix',
+           'range_bound']
 
 
 class Source:
@@ -104,6 +103,39 @@ def assigned_names(fn_node):
   return names
 
 
+def generated_prefix(fn, node):
+  """The prefix of every name that code generated from `fn` binds.
+
+  The primitives (`python_primitives.make_function`) and the dry run's
+  copy (`dry_run_function`) are Python code compiled with `fn`'s globals
+  and closure, next to names of their own (parameters, helpers).  Those
+  names start with this prefix, which no identifier of `fn` starts with,
+  so none of them can hide a name of the user's: `__ab_`, or where `fn`
+  uses names that start with it, the first free one of `__ab0_`,
+  `__ab1_`, ...
+
+  Args:
+    fn: The user's Python function.
+    node: Its `ast.FunctionDef`.
+
+  Returns:
+    The prefix.
+  """
+  used = set(fn.__code__.co_freevars) | set(fn.__code__.co_names)
+  for n in ast.walk(node):
+    if isinstance(n, ast.Name):
+      used.add(n.id)
+    elif isinstance(n, ast.arg):
+      used.add(n.arg)
+    elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef,
+                        ast.ClassDef)):
+      used.add(n.name)
+  prefix, k = '__ab_', 0
+  while any(u.startswith(prefix) for u in used):
+    prefix, k = f'__ab{k}_', k + 1
+  return prefix
+
+
 def range_bound(x):
   """Turns a `range()` bound of a dry run into one `range` takes.
 
@@ -133,8 +165,9 @@ class _DryRunRewriter(ast.NodeTransformer):
   run rebinds them as well.
   """
 
-  def __init__(self, local_names):
+  def __init__(self, local_names, range_name):
     self.local_names = local_names
+    self.range_name = range_name
     self.changed = False
 
   def visit_AugAssign(self, node):
@@ -153,7 +186,8 @@ class _DryRunRewriter(ast.NodeTransformer):
     if (isinstance(it, ast.Call) and isinstance(it.func, ast.Name)
         and it.func.id == 'range' and it.func.id not in self.local_names):
       it.args = [ast.copy_location(ast.Call(
-          ast.Name(_RANGE_NAME, ast.Load()), [a], []), a) for a in it.args]
+          ast.Name(self.range_name, ast.Load()), [a], []), a)
+                 for a in it.args]
       self.changed = True
     return node
 
@@ -178,20 +212,22 @@ def dry_run_function(fn):
   """
   src = Source(fn)
   node = copy.deepcopy(src.node)
+  prefix = generated_prefix(fn, node)
+  range_name = prefix + 'range_bound'
   rewriter = _DryRunRewriter(assigned_names(node) |
-                          {a.arg for a in node.args.args})
+                             {a.arg for a in node.args.args}, range_name)
   rewriter.visit(node)
   if not rewriter.changed:
     return fn
   node.decorator_list = []
   # Renamed, so that the function's name in its body (a recursive call)
   # is the global it is, not the maker's local.
-  node.name = '__ab_dry_run_copy'
+  node.name = prefix + 'dry_run_copy'
   freevars = fn.__code__.co_freevars
   maker = ast.FunctionDef(
-      name='__ab_make',
+      name=prefix + 'make',
       args=ast.arguments(posonlyargs=[], args=[
-          ast.arg(n) for n in freevars + (_RANGE_NAME,)], vararg=None,
+          ast.arg(n) for n in freevars + (range_name,)], vararg=None,
                          kwonlyargs=[], kw_defaults=[], kwarg=None,
                          defaults=[]),
       body=[node, ast.Return(ast.Name(node.name, ast.Load()))],
@@ -205,7 +241,7 @@ def dry_run_function(fn):
   fn_code = next(c for c in maker_code.co_consts
                  if isinstance(c, types.CodeType) and c.co_name == node.name)
   cells = dict(zip(freevars, fn.__closure__ or ()))
-  cells[_RANGE_NAME] = types.CellType(range_bound)
+  cells[range_name] = types.CellType(range_bound)
   copied = types.FunctionType(fn_code, fn.__globals__, fn.__name__,
                               fn.__defaults__,
                               tuple(cells[n] for n in fn_code.co_freevars))

@@ -32,6 +32,7 @@ import copy
 
 from autobatch_vm import errors
 from autobatch_vm import instructions as inst
+from autobatch_vm import member_indexing
 from autobatch_vm import ops as ops_module
 from autobatch_vm import python_cfg
 from autobatch_vm import python_primitives
@@ -105,6 +106,8 @@ class _Compiler:
     self.closure = {}
     if fn.__closure__:
       self.closure = dict(zip(fn.__code__.co_freevars, fn.__closure__))
+    # Names of the generated primitives' own start with this.
+    self.prefix = python_source.generated_prefix(fn, node)
 
   # -- errors --------------------------------------------------------------
 
@@ -413,11 +416,12 @@ class _Compiler:
       self._check_values(s.msg)
       self._check_pure(s.msg)
       rewritten, inputs = python_primitives.PrimitiveRewriter(
-          self.locals, self._static_value, self.unsupported).rewrite(s.msg)
+          self.locals, self._static_value, self.unsupported,
+          self.prefix).rewrite(s.msg)
       compute = python_primitives.make_function(
           rewritten, len(inputs), self.src.loc(s.msg),
           python_primitives.expression_text(s.msg), self.closure,
-          self.fn.__globals__, self.src.name)
+          self.fn.__globals__, self.src.name, self.prefix)
       self.emit(inst.PrimOp(
           tuple(inputs), fail,
           lambda *values: ops_module.fail(message, compute, *values),
@@ -623,12 +627,18 @@ class _Compiler:
   def _primitive(self, node, target):
     loc = self.src.loc(node)
     self._check_pure(node)
-    rewritten, inputs = python_primitives.PrimitiveRewriter(
-        self.locals, self._static_value, self.unsupported).rewrite(node)
+    rewriter = python_primitives.PrimitiveRewriter(
+        self.locals, self._static_value, self.unsupported, self.prefix)
+    rewritten, inputs = rewriter.rewrite(node)
     text = python_primitives.expression_text(node)
     fn = python_primitives.make_function(
         rewritten, len(inputs), loc, text, self.closure, self.fn.__globals__,
-        self.src.name)
+        self.src.name, self.prefix)
+    # A variable indexed by a variable (`x[:, j]`): type inference checks
+    # that the index is not a per-member array (`member_indexing`).
+    member_indexing.note(fn, python_primitives.subscript_parts(
+        rewriter, len(inputs), loc, self.closure, self.fn.__globals__,
+        self.src.name))
     out = target if target is not None else self.temp()
     sync = any(getattr(self._static_value(n.func), ops_module.SYNC_ATTRIBUTE,
                        False)

@@ -33,6 +33,7 @@ import numpy as np
 
 from autobatch_vm import errors
 from autobatch_vm import instructions as inst
+from autobatch_vm import member_indexing
 from autobatch_vm import member_mixing
 from autobatch_vm.declared_types import _PY_SCALARS
 from autobatch_vm.declared_types import checked_result
@@ -286,6 +287,7 @@ class _Inference:
       return
     key = _prim_key(op, in_types)
     if key not in self.prim_cache:
+      member_indexing.check(op, in_types, self.backend)
       weak = self.prim_with_literals(op, in_types)
       if weak is not None:
         self.prim_cache[key] = weak

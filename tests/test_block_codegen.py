@@ -47,7 +47,7 @@ def test_generated_source_is_deterministic_and_readable():
   _, c2 = _compiled(progs.ctx, 'fibonacci', [n], 3)
   src = block_codegen.source(c1)
   assert src == block_codegen.source(c2)
-  assert 'def fibonacci_0(state, m):' in src
+  assert 'def block_fibonacci_0(state, m):' in src
   assert '# block fibonacci.0' in src
   assert 'n > 2' in src   # each instruction as a comment
   for block, fn in zip(c1.program.blocks, c1.blocks):

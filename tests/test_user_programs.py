@@ -872,13 +872,22 @@ def test_recursion_deeper_than_the_stack_names_the_call():
                                 [4, 29, 5])
 
 
+def _column(v, i):
+  """Each member's `v[b, i[b]]`, on NumPy or TensorFlow."""
+  if isinstance(v, np.ndarray):
+    return np.take_along_axis(v, np.reshape(i, (-1, 1)), axis=1)[:, 0]
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return tf.gather(v, tf.reshape(i, [-1]), batch_dims=1)
+
+
 @_mistakes.batch
 def mean_of_positives(v):
   total = v[:, 0] * 0.0
   count = 0
   for i in range(v.shape[-1]):      # the per-member length: right
-    if v[:, i] > 0:
-      total = total + v[:, i]
+    vi = _column(v, i)   # `i` holds one index per member: not v[:, i]
+    if vi > 0:
+      total = total + vi
       count += 1
   n = len(v)  # ERR:len
   return total / count, n

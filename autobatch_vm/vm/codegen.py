@@ -7,7 +7,7 @@ steps, that overhead is paid at every step.  Here each block becomes one
 straight-line Python function instead, written out as source and compiled
 once per (program, batch, stack depth):
 
-    def encode_2_2(state, m):
+    def block_encode_2_2(state, m):
       # block encode.2.2
       idx, full = m.idx, m.full
       own = state[10]
@@ -41,8 +41,6 @@ its rows stay in `x1` and never reach its register.
 also has it as its `source` attribute.
 """
 
-import keyword
-
 import numpy as np
 
 from autobatch_vm import errors
@@ -59,11 +57,16 @@ __all__ = ['compile_block', 'source']
 
 
 def _ident(label):
-  """A Python identifier from a block label (deterministic)."""
-  out = ''.join(c if c.isalnum() else '_' for c in label)
-  if not out or out[0].isdigit() or keyword.iskeyword(out):
-    out = 'b_' + out
-  return out
+  """The name of a block's function, from its label (deterministic).
+
+  A label starts with the user's function name (`FN.2`), which may be any
+  identifier, so the name starts with `block_`: no name `_Gen` binds in
+  the function's globals (`np`, `take`, `BE`, `AutoBatchError`, the
+  constants `FN_2`, `COERCE_7`, ...: upper case) or uses as a local
+  (`idx`, `x1`, ...) does, and a function's own name never replaces a
+  constant it calls.
+  """
+  return 'block_' + ''.join(c if c.isalnum() else '_' for c in label)
 
 
 class _Gen:
