@@ -8,6 +8,7 @@ runs here by changing its import.
 
 from autobatch_vm import allocation_strategy
 from autobatch_vm import block_order
+from autobatch_vm import caches
 from autobatch_vm import dsl
 from autobatch_vm import errors
 from autobatch_vm import frontend
@@ -37,7 +38,7 @@ __version__ = '0.1.0'
 __all__ = [
     'AutoBatchError', 'Context', 'InternalError', 'NumpyBackend', 'RunStats',
     'TensorFlowBackend', 'TensorType', 'Type', 'allocation_strategy',
-    'block_order', 'dsl',
+    'block_order', 'caches', 'dsl',
     'errors', 'frontend', 'instructions', 'liveness', 'lowering',
     'numpy_backend', 'pipeline', 'shard', 'stack_optimization', 'stackless',
     'stage', 'staging', 'sync_point', 'tf_backend', 'truthy',

@@ -29,6 +29,7 @@ import types
 
 import numpy as np
 
+from autobatch_vm import caches
 from autobatch_vm import call_arguments
 from autobatch_vm import dry_run as dry_run_lib
 from autobatch_vm import errors
@@ -51,6 +52,10 @@ DEFAULT_MAX_STACK_DEPTH = 15
 # does not spend Python's recursion limit (about three Python frames per
 # batched call in stackless mode).
 AUTO_STACKLESS_MAX_DEPTH = 100
+# The most entries a Context's cache keeps (`Context(cache_size=...)`): a
+# signature takes up to four programs, plus compiled blocks per backend
+# and `max_stack_depth` (on TensorFlow also per batch size).
+DEFAULT_CACHE_SIZE = 256
 
 # The kinds of compiled programs a Context caches per signature (the first
 # item of their cache keys), which `Context.export_state` hands out.  The
@@ -265,17 +270,23 @@ class Context:
 
   Args:
     debug: Whether to run the IR verifier between compiler passes.
+    cache_size: The most compiled programs and blocks kept, the least
+      recently used dropped first (`caches.LRUCache`); None: no bound.
+      `clear_caches()` empties the cache, `cache_info()` counts it.
 
   Attributes:
     debug: As given.
     last_stats: The `RunStats` of the last call of any of its functions.
   """
 
-  def __init__(self, debug=False):
+  def __init__(self, debug=False, cache_size=DEFAULT_CACHE_SIZE):
     self.debug = debug
     self._functions = {}      # name -> BatchedFunction, in definition order
     self._module = None
-    self._cache = {}
+    try:
+      self._cache = caches.LRUCache(cache_size)
+    except ValueError as e:
+      raise errors.ArgumentError(str(e)) from None
     self._dry_runs = dry_run_lib.DryRuns()
     self.last_stats = None
 
@@ -401,7 +412,7 @@ class Context:
         n: BatchedFunction(self, fn, type_inference)
         for n, (fn, type_inference) in state.functions.items()}
     self._module = None
-    self._cache = dict(state.programs)
+    self._cache = caches.LRUCache(self._cache.maxsize, state.programs)
     return dict(self._functions)
 
   @property
@@ -412,6 +423,36 @@ class Context:
     `install_state` until a call needs a program the state did not hold.
     """
     return self._module is not None
+
+  # -- caches ------------------------------------------------------------------
+
+  def clear_caches(self):
+    """Empties this Context's cache and the process-wide ones.
+
+    The Context's: its typed, lowered and stackless programs and compiled
+    blocks.  The process-wide ones (`caches.clear_caches`): the
+    TensorFlow backend's staged loops and the stackless executor's tables.
+    The next call of each signature compiles again.
+    """
+    self._cache.clear()
+    caches.clear_caches()
+
+  def cache_info(self):
+    """Counts the cached entries.
+
+    Returns:
+      A dict: `entries` and `maxsize` of this Context's cache, `kinds`
+      (entries per kind: `'typed'`, `'lowered'`, `'stackless'`,
+      `'chooses_stackless'`, `'untyped'`, and `'blocks'`, the compiled
+      blocks of a program for a backend and `max_stack_depth`, on
+      TensorFlow also a batch size) and `process` (`caches.cache_info()`).
+    """
+    kinds = {}
+    for key in self._cache:
+      kind = key[0] if isinstance(key, tuple) and key else 'other'
+      kinds[kind] = kinds.get(kind, 0) + 1
+    return {'entries': len(self._cache), 'maxsize': self._cache.maxsize,
+            'kinds': kinds, 'process': caches.cache_info()}
 
   # -- compiling ---------------------------------------------------------------
 

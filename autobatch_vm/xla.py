@@ -184,7 +184,6 @@ def _explain(error):
         'list size")', hint=_MAX_STEPS_HINT)
   return None
 
-_traces = {}                 # trace id -> [sites of each batched run]
 _trace_ids = itertools.count(1)
 _lock = threading.Lock()
 
@@ -206,6 +205,9 @@ def compile_nested_output(f, compile_fn=None):
   """
   compile_fn = compile_fn or functools.partial(tf.function, jit_compile=True)
   trace_of_graph = weakref.WeakKeyDictionary()
+  # Trace id -> [sites of each batched run]: one entry per trace of this
+  # function, as `compiled` keeps one, and freed with it.
+  traces = {}
   last = []
 
   def with_errors(*args, **kwargs):
@@ -214,7 +216,7 @@ def compile_nested_output(f, compile_fn=None):
       out = f(*args, **kwargs)
     with _lock:
       trace_id = next(_trace_ids)
-      _traces[trace_id] = [sites for _, _, sites in sink]
+      traces[trace_id] = [sites for _, _, sites in sink]
     graph = tf.compat.v1.get_default_graph()
     try:
       trace_of_graph[graph] = trace_id
@@ -252,7 +254,7 @@ def compile_nested_output(f, compile_fn=None):
     out, (trace_id, codes, failed) = result
     if not codes:
       return out
-    all_sites = _traces[graph_trace_id(args, kwargs)]
+    all_sites = traces[graph_trace_id(args, kwargs)]
     checks = [tf.debugging.Assert(tf.not_equal(code, sites.base + k), [msg],
                                   summarize=1)
               for code, sites in zip(codes, all_sites)
@@ -265,7 +267,7 @@ def compile_nested_output(f, compile_fn=None):
     """`f`'s outputs from an eager call's result, raising its error."""
     out, (trace_id, codes, failed) = result
     if codes:
-      _raise_first_error(_traces[int(trace_id)], codes, failed)
+      _raise_first_error(traces[int(trace_id)], codes, failed)
     return out
   # For callers that call the compiled function themselves (`stage`, by
   # its concrete functions): the compiled function and the eager check.

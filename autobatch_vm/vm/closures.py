@@ -5,8 +5,10 @@ and terminator for the members of mask `m`.  On a compacting backend
 (NumPy, which steps in Python) a block is one generated function
 (`vm.codegen`); otherwise (TensorFlow, whose primitives take the whole
 batch and whose runs are mostly staged) a chain of closures, one per
-instruction.  Blocks are compiled once per (program, backend, batch size,
-depth); `block_code_cache` lets a caller keep them.
+instruction.  Blocks are compiled once per (program, backend, depth) on a
+compacting backend, whose generated blocks read the batch size from the
+state's arrays, and once per (program, backend, batch size, depth)
+otherwise; `block_code_cache` lets a caller keep them.
 """
 
 import numpy as np
@@ -153,8 +155,11 @@ class BlockCompiler:
       return lambda state, temps, value, m: None
     template = self.p.var_defs[var].tensors
     leaves = inst.pattern_flatten(template, inst.TensorType)
-    coerces = [_ignore_mask(self.be.coerce_fn(t, self.batch, strict))
-               for t in leaves]
+    if self.batch is None:   # compiled for every batch size: the mask's
+      coerces = [_rows_of_mask(self.be.coercer(t, strict)) for t in leaves]
+    else:
+      coerces = [_ignore_mask(self.be.coerce_fn(t, self.batch, strict))
+                 for t in leaves]
     single = isinstance(template, inst.TensorType)
     if alloc == VA.TEMPORARY or (self._stored is not None and
                                  var not in self._stored):
@@ -493,13 +498,19 @@ def _ignore_mask(coerce):
   return lambda x, m: coerce(x)
 
 
+def _rows_of_mask(coerce):
+  return lambda x, m: coerce(x, m.count)
+
+
 class CompiledProgram:
   """A lowered program bound to a backend, batch size and stack depth.
 
   Args:
     program: The `LoweredProgram`.
     backend: The backend.
-    batch: The batch size.
+    batch: The batch size; None on a compacting backend (NumPy): the
+      blocks then serve every batch size, given to
+      `layout.initial_state(batch)` at each run.
     depth: `max_stack_depth`.
   """
 
@@ -518,17 +529,24 @@ class CompiledProgram:
 def compile_blocks(program, backend, batch, depth, cache=None):
   """The `CompiledProgram` of `program`, from `cache` if it is there.
 
+  On a compacting backend (NumPy) one compiled program serves every
+  batch size: it is compiled and cached without one (`batch` is then the
+  run's, for `layout.initial_state`).
+
   Args:
     program: The `LoweredProgram`.
     backend: The backend.
     batch: The batch size.
     depth: `max_stack_depth`.
-    cache: A dict keeping compiled programs across calls, or None.
+    cache: A dict (or `caches.LRUCache`) keeping compiled programs across
+      calls, or None.
 
   Returns:
     The `CompiledProgram`.
   """
-  key = (id(program), backend, batch, depth)
+  if backend.compacts:
+    batch = None
+  key = ('blocks', id(program), backend, batch, depth)
   if cache is not None and key in cache and cache[key].program is program:
     return cache[key]
   compiled = CompiledProgram(program, backend, batch, depth)

@@ -5,7 +5,8 @@ each block a chain of closures: every read, write and primitive is a few
 Python calls and dict look-ups.  On NumPy, which runs a Python loop over
 steps, that overhead is paid at every step.  Here each block becomes one
 straight-line Python function instead, written out as source and compiled
-once per (program, batch, stack depth):
+once per (program, stack depth), for every batch size (the batch size is
+the stacks' second axis):
 
     def block_encode_2_2(state, m):
       # block encode.2.2
@@ -13,7 +14,7 @@ once per (program, batch, stack depth):
       own = state[10]
       # pop encode.h_left
       top = state[7][idx] - 1
-      frame = top * 256 + idx
+      frame = top * state[6].shape[1] + idx
       x1 = state[6].reshape((-1, 64)).take(frame, axis=0)
       state[7][idx] = top
       # encode.%ret = prim[lib.cell(h_left, h_right)](encode.h_left, ...)
@@ -299,18 +300,18 @@ class _Gen:
   def pop(self, op, keep):
     """Reads the top frames as the members' rows; `pop` also moves the
     pointers down."""
-    batch = self.bc.batch
     for names, stack_slots, _, sp_slot in self.layout.sp_groups(op):
       types = [t for var in names for t in self.layout.leaf_types[var]]
       rows = [self.fresh() for _ in stack_slots]
       self.emit(f'top = state[{sp_slot}][idx] - 1')
-      if any(t.shape for t in types):
-        self.emit(f'frame = top * {batch} + idx')
+      shaped = [s for s, t in zip(stack_slots, types) if t.shape]
+      if shaped:   # the batch size: a stack's second axis
+        self.emit(f'frame = top * state[{shaped[0]}].shape[1] + idx')
       for s, t, x in zip(stack_slots, types, rows):
         if t.shape:   # frames of vectors: `take` on flattened frames
           # (frames x batch rows, by name where a row holds nothing:
           # NumPy cannot infer the -1 of a reshape of no elements)
-          rows_of = (f'(state[{s}].shape[0] * {batch},) + '
+          rows_of = (f'(state[{s}].shape[0] * state[{s}].shape[1],) + '
                      f'{tuple(t.shape)}' if 0 in t.shape
                      else (-1,) + tuple(t.shape))
           self.emit(f'{x} = state[{s}].reshape({rows_of}).take(frame, axis=0)')

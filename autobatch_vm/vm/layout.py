@@ -46,7 +46,9 @@ class Layout:
   Args:
     program: The `LoweredProgram` whose variables get slots.
     backend: The backend that makes the state's arrays.
-    batch: The batch size.
+    batch: The batch size, or None: given to `initial_state` and `memory`
+      at each call (a compacting backend's compiled blocks read it from
+      the state's arrays, so one layout serves every batch size).
     depth: `max_stack_depth`, the frames of each stack.
   """
 
@@ -94,13 +96,22 @@ class Layout:
     self.owned_slot = n if backend.compacts else None
     self.size = n if self.owned_slot is None else n + 1
 
-  def memory(self):
+  def _batch(self, batch):
+    batch = self.batch if batch is None else batch
+    if batch is None:
+      raise errors.InternalError('a layout without a batch size needs one')
+    return batch
+
+  def memory(self, batch=None):
     """Bytes the VM state takes: {'stacks': ..., 'registers': ..., 'pc': ...}.
 
     Only FULL variables (live across a call that may overwrite them) have
     stacks: `max_stack_depth * batch * size` bytes per leaf.
+
+    Args:
+      batch: The batch size; None: the layout's.
     """
-    b, d = self.batch, self.depth
+    b, d = self._batch(batch), self.depth
     regs = sum(b * t.nbytes for v in self.regs for t in self.leaf_types[v])
     stacks = sum(d * b * t.nbytes for v in self.stacks
                  for t in self.leaf_types[v])
@@ -109,16 +120,19 @@ class Layout:
     return {'stacks': stacks, 'registers': regs, 'pc': pc,
             'total': stacks + regs + pc}
 
-  def initial_state(self):
+  def initial_state(self, batch=None):
     """The state before the first step: every PC at the entry block.
 
     Each PC stack holds the exit index as its base frame; registers and
     stacks are zeros.
 
+    Args:
+      batch: The batch size; None: the layout's.
+
     Returns:
       The state, a list of `size` arrays of the backend.
     """
-    b, be = self.batch, self.backend
+    b, be = self._batch(batch), self.backend
     num_blocks = len(self.program.blocks)
     state = [None] * self.size
     state[PC] = be.asarray(np.zeros((b,), np.int32))

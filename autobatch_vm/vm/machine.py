@@ -58,7 +58,7 @@ def execute(program, args, backend, batch_size, max_stack_depth=15,
   failures.check_on_error(on_error, loc)
   c = closures.compile_blocks(program, backend, batch_size, max_stack_depth,
                      block_code_cache)
-  state = c.layout.initial_state()
+  state = c.layout.initial_state(batch_size)
   full = backend.make_mask(state[PC], 0, batch_size)
   for write, arg in zip(c.inputs, args):
     write(state, {}, arg, full)

@@ -21,13 +21,13 @@ Cannot be staged (Python drives the calls), so with TensorFlow it runs
 eagerly only.
 """
 
-import collections
 import sys
 import threading
 import time
 
 import numpy as np
 
+from autobatch_vm import caches
 from autobatch_vm import errors
 from autobatch_vm import instructions as inst
 from autobatch_vm import liveness
@@ -362,25 +362,21 @@ class _Rows:
                                         strict=strict)
 
 
-_INFO_CACHE_SIZE = 64
-_info_cache = collections.OrderedDict()   # id(program) -> (program, info)
-_info_lock = threading.Lock()
+# id(program) -> (program, info)
+_info_cache = caches.register('stackless program tables',
+                              caches.LRUCache(64))
 
 
 def _program_info(program):
   """Per function: block label -> index, and its block-local variables
   (computed once per program)."""
-  with _info_lock:
-    hit = _info_cache.get(id(program))
-    if hit is not None and hit[0] is program:
-      return hit[1]
+  hit = _info_cache.get(id(program))
+  if hit is not None and hit[0] is program:
+    return hit[1]
   index = {fn.name: {b.label: i for i, b in enumerate(fn.blocks)}
            for fn in program.functions}
   local = {fn.name: _block_local(fn) for fn in program.functions}
-  with _info_lock:
-    _info_cache[id(program)] = (program, (index, local))
-    while len(_info_cache) > _INFO_CACHE_SIZE:
-      _info_cache.popitem(last=False)
+  _info_cache[id(program)] = (program, (index, local))
   return index, local
 
 

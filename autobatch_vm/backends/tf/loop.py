@@ -8,6 +8,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from autobatch_vm import caches
 from autobatch_vm import errors
 from autobatch_vm.backends.tf import errors as tf_errors
 from autobatch_vm.backends.tf import groups as groups_lib
@@ -20,7 +21,7 @@ __all__ = ['staged_loop', 'branch_fn', 'fail_in_graph', 'run_eagerly',
            'step_eagerly', 'next_block_tensor', 'FORCED_BLOCK', 'traceable',
            'StagedRun']
 
-_EAGER_CACHE_SIZE = 64
+_EAGER_CACHE_SIZE = 16
 
 
 def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
@@ -557,7 +558,9 @@ class StagedRun:
     return self.function(list(state))
 
 
-_eager_cache = collections.OrderedDict()
+# Each entry holds its traced graphs (megabytes for a large program).
+_eager_cache = caches.register('staged loops',
+                               caches.LRUCache(_EAGER_CACHE_SIZE))
 _eager_lock = threading.Lock()
 
 
@@ -566,10 +569,7 @@ def _eager_cache_get(backend, blocks, num_blocks, schedule, batch, limit):
   with _eager_lock:
     entry = _eager_cache.get(key)
     if entry is not None and entry.blocks is blocks:
-      _eager_cache.move_to_end(key)
       return entry
     entry = StagedRun(backend, blocks, num_blocks, schedule, batch, limit)
     _eager_cache[key] = entry
-    while len(_eager_cache) > _EAGER_CACHE_SIZE:
-      _eager_cache.popitem(last=False)
     return entry

@@ -1,0 +1,166 @@
+"""Compiled programs serve every batch size, and every cache is bounded.
+
+On NumPy one compiled program (`'blocks'` in `Context.cache_info`) serves
+every batch size, on the stack VM and stackless; results stay right at
+every size.  A Context's cache keeps at most `cache_size` entries, the
+least recently used dropped first; `clear_caches` empties it and the
+process-wide caches (`caches.cache_info`), which are bounded too.
+"""
+
+import numpy as np
+import pytest
+
+import autobatch_vm as ab
+from autobatch_vm import caches
+
+SIZES = [1, 2, 3, 5, 8, 13, 64, 100, 257, 0, 7]
+
+
+def _programs(ctx):
+  @ctx.batch
+  def fib(n):
+    if n > 2:
+      return fib(n - 1) + fib(n - 2)
+    return 1
+
+  @ctx.batch
+  def scaled_sum(v, k):
+    # `v` (a vector per member) is saved across the call: a stack of
+    # vectors, whose pops read the batch size from the stack.
+    if k > 0:
+      w = scaled_sum(v * 2.0, k - 1)
+      return w + v
+    return v
+
+  @ctx.batch
+  def empty_rows(e, k):
+    # A stack of zero-sized vectors (no row to infer a reshape from).
+    if k > 0:
+      f = empty_rows(e, k - 1)
+      return f + e
+    return e
+  return fib, scaled_sum, empty_rows
+
+
+def _args(size, rng):
+  return {
+      'fib': (rng.integers(1, 10, size=size),),
+      'scaled_sum': (rng.normal(size=(size, 3)),
+                     rng.integers(0, 4, size=size)),
+      'empty_rows': (np.zeros((size, 0)), rng.integers(0, 3, size=size))}
+
+
+def _check(fn, args, **kwargs):
+  out = fn(*args, **kwargs)
+  expected = fn(*args, dry_run=True)
+  assert np.shape(out) == np.shape(expected)
+  np.testing.assert_allclose(out, expected)
+
+
+@pytest.mark.parametrize('stackless', [False, True])
+def test_numpy_compiles_once_for_every_batch_size(stackless):
+  ctx = ab.Context()
+  fns = _programs(ctx)
+  rng = np.random.default_rng(0)
+  counts = []
+  for size in SIZES:
+    args = _args(size, rng)
+    for fn in fns:
+      _check(fn, args[fn.name], stackless=stackless)
+    counts.append(ctx.cache_info()['entries'])
+  assert counts[1:] == counts[:1] * (len(SIZES) - 1), counts
+  blocks = ctx.cache_info()['kinds'].get('blocks', 0)
+  assert blocks == (0 if stackless else len(fns))
+
+
+def test_numpy_block_code_cache_of_the_caller_stays_one_entry():
+  ctx = ab.Context()
+  fib = _programs(ctx)[0]
+  cache = {}
+  rng = np.random.default_rng(1)
+  for size in SIZES:
+    _check(fib, (rng.integers(1, 10, size=size),), stackless=False,
+           block_code_cache=cache)
+  assert len(cache) == 1
+
+
+def test_context_cache_is_bounded_least_recently_used_first():
+  ctx = ab.Context(cache_size=3)
+  fib, scaled_sum, _ = _programs(ctx)
+  rng = np.random.default_rng(2)
+  for size in (4, 9):
+    for dtype in (np.int32, np.int64, np.float64):
+      _check(fib, (rng.integers(1, 10, size=size).astype(dtype),),
+             stackless=False)
+      assert ctx.cache_info()['entries'] <= 3
+    _check(scaled_sum, _args(size, rng)['scaled_sum'], stackless=False)
+  info = ctx.cache_info()
+  assert info['entries'] == 3 and info['maxsize'] == 3
+  # The last call's programs are the ones kept.
+  assert set(info['kinds']) == {'typed', 'lowered', 'blocks'}
+
+
+def test_clear_caches_empties_them():
+  ctx = ab.Context()
+  fib, scaled_sum, _ = _programs(ctx)
+  rng = np.random.default_rng(3)
+  n = rng.integers(1, 10, size=6)
+  first = fib(n, stackless=True)
+  _check(scaled_sum, _args(6, rng)['scaled_sum'], stackless=False)
+  assert ctx.cache_info()['entries'] > 0
+  assert caches.cache_info()['stackless program tables']['entries'] > 0
+  ctx.clear_caches()
+  assert ctx.cache_info()['entries'] == 0
+  assert all(c['entries'] == 0 for c in caches.cache_info().values())
+  np.testing.assert_array_equal(fib(n, stackless=True), first)
+
+
+def test_cache_size_is_checked():
+  with pytest.raises(ab.errors.ArgumentError, match='cache size'):
+    ab.Context(cache_size=0)
+  assert ab.Context(cache_size=None).cache_info()['maxsize'] is None
+
+
+def test_lru_cache():
+  cache = caches.LRUCache(2)
+  cache['a'], cache['b'] = 1, 2
+  assert cache['a'] == 1          # 'a' is now the most recently used
+  cache['c'] = 3
+  assert list(cache) == ['a', 'c'] and cache.evictions == 1
+  assert 'b' not in cache and cache.get('b') is None
+  cache.maxsize = 1
+  assert list(cache) == ['c']
+  cache.maxsize = None
+  for k in range(100):
+    cache[k] = k
+  assert len(cache) == 101
+  cache.clear()
+  assert not cache
+  with pytest.raises(ValueError):
+    caches.LRUCache(-1)
+
+
+def test_tensorflow_eager_results_at_every_size_and_staged_loops_bounded():
+  tf = pytest.importorskip('tensorflow')
+  from autobatch_vm.backends.tf import loop  # pylint: disable=g-import-not-at-top
+  ctx = ab.Context()
+  fib, scaled_sum, _ = _programs(ctx)
+  rng = np.random.default_rng(4)
+  staged = caches.cache_info()['staged loops']
+  saved = loop._eager_cache.maxsize  # pylint: disable=protected-access
+  loop._eager_cache.maxsize = 2  # pylint: disable=protected-access
+  try:
+    for size in (1, 5, 17):
+      args = _args(size, rng)
+      n = args['fib'][0].astype(np.int32)
+      out = fib(tf.constant(n))
+      np.testing.assert_array_equal(out.numpy(), fib(n, dry_run=True))
+      v, k = args['scaled_sum']
+      out = scaled_sum(tf.constant(v), tf.constant(k.astype(np.int32)))
+      np.testing.assert_allclose(out.numpy(), scaled_sum(v, k, dry_run=True))
+      assert caches.cache_info()['staged loops']['entries'] <= 2
+  finally:
+    loop._eager_cache.maxsize = saved  # pylint: disable=protected-access
+  assert staged['maxsize'] == saved
+  ctx.clear_caches()
+  assert caches.cache_info()['staged loops']['entries'] == 0
