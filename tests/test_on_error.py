@@ -56,6 +56,23 @@ def calls_without_recursion(x):
   return a and b
 
 
+@ctx.batch
+def _double_above_two(x):
+  if x > 2:
+    return x * 2
+  return x
+
+
+@ctx.batch
+def calls_in_a_loop(n):
+  acc = n * 0
+  i = n * 0
+  while i < n:
+    acc = acc + _double_above_two(i)
+    i = i + 1
+  return acc > 10
+
+
 N = np.array([2, 9, 1, 12], np.int32)    # members 1 and 3 need depth > 4
 FAILED = np.array([False, True, False, True])
 DTYPES = [np.bool_, np.int32, np.int64, np.float32, np.float64]
@@ -130,6 +147,20 @@ def test_calls_without_recursion_are_not_refused_under_bare_xla():
     out = _bare_xla(calls_without_recursion, max_stack_depth=1)(
         tf.constant(x))
   np.testing.assert_array_equal(out.numpy(), expected)
+
+
+def test_call_depth_is_bounded_without_recursion_only():
+  from autobatch_vm.vm import failures  # pylint: disable=g-import-not-at-top
+  sig = [ab.TensorType(np.int32, ())]
+  depth = lambda f: failures.call_depth(ctx.program_lowered(f, sig))  # pylint: disable=unnecessary-lambda-assignment
+  assert depth(has_mult7) is None
+  assert depth(calls_without_recursion) in (0, 1)
+  assert depth(calls_in_a_loop) in (0, 1)
+  n = np.array([0, 3, 5, 9], np.int32)
+  with warnings.catch_warnings():
+    warnings.simplefilter('error', errors.XlaErrorsWarning)
+    out = _bare_xla(calls_in_a_loop, max_stack_depth=1)(tf.constant(n))
+  np.testing.assert_array_equal(out.numpy(), calls_in_a_loop(n))
 
 
 def test_compile_nested_output_and_stage_raise_or_report_status():

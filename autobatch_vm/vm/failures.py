@@ -57,69 +57,108 @@ def check_on_error(on_error, loc=None):
         'boolean per member, False where an error stopped it.')
 
 
-def _owner(label):
-  """The function whose frame a block runs in, from its label.
+def _edges(block):
+  """`(target, calls)` for each block `block` may go to in a run.
 
-  Labels are `<function>.<n>[.<k>]`; a block inlined from a callee is
-  `<callee>.<n>><caller>.<m>...`, and runs in the caller's frame.
+  `calls` is 1 where the target runs one call deeper (a callee's block),
+  0 in the same frame (a jump, a branch, the block a call returns to).
+  None where the terminator is not known here.
   """
-  return label.rsplit('>', 1)[-1].split('.', 1)[0]
-
-
-def _call_target(t):
-  for name in ('goto_block', 'call_block', 'true_block'):
-    target = getattr(t, name, None)
-    if target is not None:
-      return target
+  t = block.terminator
+  if isinstance(t, inst.GotoOp):
+    return [(t.block, 0)]
+  if isinstance(t, inst.BranchOp):
+    return [(t.true_block, 0), (t.false_block, 0)]
+  if isinstance(t, inst.PushGotoOp):
+    return [(t.push_block, 0), (t.goto_block, 1)]
+  if isinstance(t, inst.PushBranchOp):
+    # The callee's entry test, merged into the caller's block.
+    return [(t.push_block, 0), (t.true_block, 1), (t.false_block, 1)]
+  if isinstance(t, inst.CallBranchOp):
+    other = t.false_block if t.call_side else t.true_block
+    return [(t.push_block, 0), (t.call_block, 1), (other, 0)]
+  if isinstance(t, inst.IndirectGotoOp) or t is None:
+    return []
   return None
 
 
 def call_depth(program):
   """The most calls active at once in a run of `program`, or None.
 
+  The blocks form a graph: a jump or branch stays in the frame, a call
+  goes one frame deeper into the callee and, for the caller, on to the
+  block it returns to.  The deepest a run can nest is the most call edges
+  on a path from the entry; a cycle through a call edge is a recursion,
+  with no bound.
+
   Args:
     program: A `LoweredProgram`.
 
   Returns:
-    The length of the longest chain of calls from the entry, if calls do
-    not recurse (the call graph of the functions, by the blocks' labels,
-    has no cycle) and no variable lives on a stack; else None.
+    That most, if no call recurses and no variable lives on a stack;
+    else None.
   """
-  from autobatch_vm.vm.layout import CALLS  # pylint: disable=g-import-not-at-top
   if any(a == inst.VariableAllocation.FULL
          for a in program.var_alloc.values()):
     return None
-  callees = {}
-  for block in program.blocks:
-    t = block.terminator
-    caller = _owner(block.label)
-    callees.setdefault(caller, set())
-    if isinstance(t, CALLS):
-      target = _call_target(t)
-      if target is None:
-        return None
-      callees[caller].add(_owner(target))
   if not program.blocks:
     return 0
+  edges = {}
+  for block in program.blocks:
+    out = _edges(block)
+    if out is None:
+      return None
+    edges[block.label] = out
+  # Tarjan's strongly connected components, iteratively, from the entry.
+  index, low, comp, stack, on_stack = {}, {}, {}, [], set()
+  finished = []   # components as they complete: successors first
+  counter = [0]
+  entry = program.blocks[0].label
+  work = [(entry, 0)]
+  while work:
+    v, i = work.pop()
+    if i == 0:
+      index[v] = low[v] = counter[0]
+      counter[0] += 1
+      stack.append(v)
+      on_stack.add(v)
+    succ = edges.get(v, [])
+    if i < len(succ):
+      work.append((v, i + 1))
+      w = succ[i][0]
+      if w not in index:
+        work.append((w, 0))
+      elif w in on_stack:
+        low[v] = min(low[v], index[w])
+      continue
+    if low[v] == index[v]:
+      finished.append(v)
+      while True:
+        w = stack.pop()
+        on_stack.discard(w)
+        comp[w] = v
+        if w == v:
+          break
+    if work:
+      parent = work[-1][0]
+      low[parent] = min(low[parent], low[v])
+  for v in comp:
+    for w, calls in edges.get(v, []):
+      if calls and comp.get(w) == comp[v]:
+        return None   # a call inside a cycle: recursion
+  # The deepest nesting: a longest path over the components (a DAG).
+  members = {}
+  for v, c in comp.items():
+    members.setdefault(c, []).append(v)
   depth = {}
-  visiting = set()
-
-  def longest(f):
-    if f in depth:
-      return depth[f]
-    if f in visiting:
-      return None   # a cycle: recursion
-    visiting.add(f)
+  for c in finished:
     best = 0
-    for g in callees.get(f, ()):
-      d = longest(g)
-      if d is None:
-        return None
-      best = max(best, d + 1)
-    visiting.discard(f)
-    depth[f] = best
-    return best
-  return longest(_owner(program.blocks[0].label))
+    for v in members[c]:
+      for w, calls in edges.get(v, []):
+        if comp.get(w, c) != c:
+          best = max(best, calls + depth[comp[w]])
+    depth[c] = best
+  return depth[comp[entry]]
 
 
 def can_overflow(program, max_stack_depth):
