@@ -37,6 +37,7 @@ from autobatch_vm import instructions as inst
 from autobatch_vm import numpy_backend
 from autobatch_vm import pipeline
 from autobatch_vm import python_to_ir
+from autobatch_vm import shipping
 from autobatch_vm import stackless as stackless_lib
 from autobatch_vm import virtual_machine
 from autobatch_vm.call_arguments import _PY_NUMBERS
@@ -64,7 +65,7 @@ DEFAULT_CACHE_SIZE = 256
 _PROGRAM_KINDS = ('typed', 'stackless', 'chooses_stackless', 'lowered')
 
 
-class BatchedFunction:
+class BatchedFunction(shipping.FunctionPickling):
   """A decorated function: call it on a batch.
 
   `Context.batch` makes one; the undecorated function is its
@@ -247,7 +248,7 @@ class BatchedFunction:
 
 
 @dataclasses.dataclass(frozen=True)
-class ContextState:
+class ContextState(shipping.StatePickling):
   """What rebuilds a Context elsewhere: its functions and compiled programs.
 
   `Context.export_state` makes one and `Context.install_state` puts it in
@@ -265,7 +266,7 @@ class ContextState:
   programs: dict
 
 
-class Context:
+class Context(shipping.ContextPickling):
   """A set of batched functions that may call each other.
 
   Args:

@@ -148,6 +148,15 @@ class ShardedFunction:
            is not None else f'executor {type(self.executor).__name__}')
     return f'<sharded batched function {self.fn.name} ({how})>'
 
+  def __reduce__(self):
+    how = ('strategy' if self.strategy is not None else 'executor')
+    raise errors.ArgumentError(
+        f'A sharded function ({self.fn.name}) does not pickle: its {how} '
+        'belongs to this process', loc=self.fn.context.function_loc(
+            self.fn.name),
+        hint=f'Pickle the batched function ({self.fn.name}, or '
+        '`sharded.fn`) and call ab.shard where it is unpickled.')
+
   # -- arguments ---------------------------------------------------------------
 
   def _bind(self, args, kwargs):

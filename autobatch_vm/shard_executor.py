@@ -2,22 +2,17 @@
 
 The program is compiled on the caller's side once per signature and
 shipped: the Context, as its `export_state` (its functions, and the
-compiled programs of the call's signature), is pickled with cloudpickle,
-functions by value where their module cannot be imported by name, and
-rebuilt in the worker with `install_state`.  A worker process unpickles one
+compiled programs of the call's signature), is pickled with cloudpickle
+by `shipping`, functions by value where their module cannot be imported
+by name, and rebuilt in the worker with `install_state`.  A worker process unpickles one
 payload once and keeps it for later shards and calls (`run_shard`).
 `ExecutorShards` is a `ShardedFunction`'s executor form: it submits one
 task per shard and puts the outputs back in the batch's order.
 """
 
-import hashlib
-import importlib.machinery
-import io
 import os
 import pickle
 import socket
-import sys
-import threading
 import time
 
 import numpy as np
@@ -26,6 +21,7 @@ from autobatch_vm import errors
 from autobatch_vm import frontend
 from autobatch_vm import instructions as inst
 from autobatch_vm import numpy_backend
+from autobatch_vm import shipping
 from autobatch_vm import virtual_machine
 from autobatch_vm.shard_split import batch_size_of
 from autobatch_vm.shard_split import global_error
@@ -36,110 +32,10 @@ from autobatch_vm.shard_split import ShardStats
 __all__ = ['ExecutorShards', 'run_shard']
 
 
-# ---------------------------------------------------------------------------
-# Shipping a Context to worker processes.
-# ---------------------------------------------------------------------------
-
-_pickle_lock = threading.Lock()
-
-
-def _importable(module_name):
-  """Whether a worker can import `module_name` by name from its path (a
-  module loaded from a file path under another name cannot)."""
-  top = module_name.split('.')[0]
-  if top in sys.builtin_module_names:
-    return True
-  spec = getattr(sys.modules.get(top), '__spec__', None)
-  if spec is not None and spec.origin == 'frozen':
-    return True
-  return importlib.machinery.PathFinder.find_spec(top, sys.path) is not None
-
-
-def _new_context(debug):
-  return frontend.Context(debug=debug)
-
-
-def _install_state(ctx, state):
-  ctx.install_state(state)
-  return ctx
-
-
-def _shipping_pickler(context, state):
-  import cloudpickle  # pylint: disable=g-import-not-at-top
-
-  class Pickler(cloudpickle.Pickler):
-    """cloudpickle, with `context` pickled as `state`, its `ContextState`
-    (a fresh Context is made on the other side), and batched functions
-    without their last statistics."""
-
-    def reducer_override(self, obj):
-      if isinstance(obj, frontend.Context):
-        if obj is not context:
-          raise errors.ArgumentError(
-              'A batched function to shard refers to a batched function '
-              'of another Context',
-              hint='Define the functions that call each other in one '
-              'Context.')
-        return (_new_context, (bool(obj.debug),), state, None, None,
-                _install_state)
-      if isinstance(obj, frontend.BatchedFunction):
-        return (_new_batched, (type(obj),),
-                dict(obj.__dict__, last_stats=None))
-      if isinstance(obj, inst.FrozenDict):   # immutable: rebuilt from items
-        return (inst.FrozenDict, (dict(obj),))
-      return super().reducer_override(obj)
-
-  return Pickler
-
-
-def _new_batched(cls):
-  return cls.__new__(cls)
-
-
-def _dumps(obj, context=None, state=None):
-  """`obj` pickled for a worker: cloudpickle, `context` as `state` (its
-  `export_state`), the modules of its functions by value where a worker
-  cannot import them by name."""
-  import cloudpickle  # pylint: disable=g-import-not-at-top
-  by_value = []
-  if context is not None:
-    names = {getattr(fn, '__module__', None)
-             for fn, _ in state.functions.values()}
-    for name in sorted(n for n in names if n):
-      if name != '__main__' and name in sys.modules and not _importable(name):
-        by_value.append(sys.modules[name])
-  with _pickle_lock:
-    for module in by_value:
-      cloudpickle.register_pickle_by_value(module)
-    try:
-      buffer = io.BytesIO()
-      _shipping_pickler(context, state)(
-          buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
-      return buffer.getvalue()
-    finally:
-      for module in by_value:
-        cloudpickle.unregister_pickle_by_value(module)
-
-
-# Worker side: payload digest -> (batched function, call kwargs).  A worker
-# process keeps the few payloads it ran last.
-_LOADED = {}
-_LOADED_MAX = 8
-_loaded_lock = threading.Lock()
-
-
-def _load(payload):
-  key = hashlib.sha1(payload).digest()
-  with _loaded_lock:
-    entry = _LOADED.get(key)
-  if entry is not None:
-    return entry, False
-  fn, call_kwargs = pickle.loads(payload)
-  with _loaded_lock:
-    while len(_LOADED) >= _LOADED_MAX:
-      _LOADED.pop(next(iter(_LOADED)))
-    _LOADED[key] = (fn, call_kwargs)
-  return (fn, call_kwargs), True
+# Shipping a Context to worker processes: `shipping.dumps` pickles it (as
+# its `export_state`), `shipping.load` unpickles a payload once per worker
+# process while it keeps it.
+_dumps = shipping.dumps
 
 
 def _worker_name():
@@ -162,7 +58,7 @@ def run_shard(payload, args):
     call reports (`AutoBatchError`), ('error', class, message, loc, hint,
     info), which the caller raises naming global member indices.
   """
-  (fn, call_kwargs), loaded = _load(payload)
+  (fn, call_kwargs), loaded = shipping.load(payload)
   ctx = fn.context
   compiled_before = ctx.compiled
   start = time.perf_counter()

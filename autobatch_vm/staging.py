@@ -103,6 +103,11 @@ class StagedFunction:
     mode = 'XLA' if self.jit_compile else 'tf.function'
     return f'<staged batched function {self.fn.name} ({mode})>'
 
+  def __reduce__(self):
+    # The batched function and the options travel; the tf.functions and
+    # their traces stay, and the other side traces on its first call.
+    return _restage, (self.fn, self.jit_compile, self.call_kwargs)
+
   def __call__(self, *args, **kwargs):
     """Runs the staged function, tracing it for a new input signature.
 
@@ -238,6 +243,11 @@ class StagedFunction:
                      statistics.median(times[0]), 0.0) / (2 * steps)
       block_time[label] = runs * per_step
     return dataclasses.replace(stats, block_time=block_time)
+
+
+def _restage(fn, jit_compile, call_kwargs):
+  """A staged function unpickled: `fn` staged anew."""
+  return StagedFunction(fn, jit_compile, **call_kwargs)
 
 
 def _run_forced(loop, args):

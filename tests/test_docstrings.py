@@ -71,6 +71,7 @@ MODULES = [
     'autobatch_vm.shard_executor',
     'autobatch_vm.shard_split',
     'autobatch_vm.shard_tf',
+    'autobatch_vm.shipping',
     'autobatch_vm.stackless',
     'autobatch_vm.stack_optimization',
     'autobatch_vm.staging',
