@@ -8,6 +8,12 @@ a batch of one, a batch of one is broadcast); `argument_types` and
 `batch_size` read the converted arguments; `default_backend` picks the
 backend their type calls for.  The batched call and the dry run
 (`dry_run`) both take their arguments so.
+
+A plain Python number given as an argument (or taken as a default) is a
+literal, as it is written in the function: weak (`python_scalars`,
+`argument_types`), it takes the dtype of the data it meets (float32 data
+stays float32, NumPy 2's rule for Python scalars, NEP 50), and alone it
+is NumPy's dtype for it (int64, float64) on every backend.
 """
 
 import numpy as np
@@ -17,7 +23,8 @@ from autobatch_vm import instructions as inst
 from autobatch_vm import numpy_backend
 
 __all__ = ['argument_types', 'batch_size', 'convert_arguments',
-           'default_backend', 'map_arguments']
+           'default_backend', 'map_arguments', 'name_argument_values',
+           'python_scalars']
 
 _PY_NUMBERS = (bool, int, float, complex)
 
@@ -52,7 +59,9 @@ def convert_arguments(name, params, args, backend, loc):
   dimension; a scalar is promoted to shape `[1]`; an argument of batch
   size 1 is broadcast to the batch.  Tuples, namedtuples and lists are
   structure, except a (nested) list of plain numbers, which is one array
-  (`_is_number_list`).
+  (`_is_number_list`).  A plain Python number gets NumPy's dtype for it
+  (int64, float64) on every backend: it is typed as a literal
+  (`python_scalars`), which the program casts where it meets typed data.
 
   Args:
     name: The called function's name, for error messages.
@@ -78,7 +87,8 @@ def convert_arguments(name, params, args, backend, loc):
             'array', loc=loc, hint='Pass arrays whose axis 0 is the batch '
             '(or tuples/lists/namedtuples of them).')
       try:
-        v = backend.asarray(x)
+        # NumPy's dtype for a Python number, the dtype of its weak type.
+        v = backend.asarray(np.asarray(x) if type(x) in _PY_NUMBERS else x)
       except Exception as e:  # pylint: disable=broad-except
         raise errors.ArgumentError(
             f'argument {p!r} of {name}() cannot be converted to an array: '
@@ -114,20 +124,44 @@ def convert_arguments(name, params, args, backend, loc):
   return out
 
 
-def argument_types(args, backend):
+def python_scalars(args):
+  """Marks the leaves of a call's arguments that are plain Python numbers.
+
+  Args:
+    args: The call's arguments, before conversion, one per parameter.
+
+  Returns:
+    One pattern per argument (`map_arguments`'s structure) of bools: True
+    where the leaf is a Python `bool`, `int`, `float` or `complex`.
+  """
+  return [map_arguments(lambda x: type(x) in _PY_NUMBERS, a) for a in args]
+
+
+def argument_types(args, backend, scalars=None):
   """Finds the input types of converted arguments.
 
   Args:
     args: Converted arguments (`convert_arguments`).
     backend: The backend whose `dtype` and `shape` read them.
+    scalars: `python_scalars` of the arguments before conversion, or
+      None (no Python numbers).
 
   Returns:
     One pattern of `TensorType` per argument, shapes without the batch
-    dimension.
+    dimension; the type of a Python number is weak, as a literal's.
   """
-  return [inst.pattern_map(
-      lambda v: inst.TensorType(backend.dtype(v), backend.shape(v)[1:]), a)
-          for a in args]
+  def leaf(v, scalar=False):
+    return inst.TensorType(backend.dtype(v), backend.shape(v)[1:],
+                           weak=bool(scalar))
+  if scalars is None:
+    return [inst.pattern_map(leaf, a) for a in args]
+  out = []
+  for a, s in zip(args, scalars):
+    try:
+      out.append(inst.pattern_map2(leaf, a, s))
+    except Exception:  # pylint: disable=broad-except
+      out.append(inst.pattern_map(leaf, a))   # not of one structure
+  return out
 
 
 def batch_size(args, backend):
@@ -178,3 +212,29 @@ def map_arguments(f, arg):
       return type(arg)(*items)
     return type(arg)(items)
   return f(arg)
+
+
+def name_argument_values(error, params, args):
+  """`error`, with the values of the Python number arguments it names.
+
+  Type inference names the arguments of main a type clash comes from
+  (`error.arguments`); the call knows their values.
+
+  Args:
+    error: A `TypeInferenceError`.
+    params: The called function's parameters.
+    args: Its bound arguments, before conversion.
+
+  Returns:
+    A new error whose message ends with each named Python number
+    argument's value, or `error` where it names none.
+  """
+  values = dict(zip(params, args))
+  named = [f'{p}={values[p]!r}' for p in getattr(error, 'arguments', ())
+           if p in values and type(values[p]) in _PY_NUMBERS]
+  if not named:
+    return error
+  better = type(error)(f'{error.message} (this call: {", ".join(named)})',
+                       loc=error.loc, hint=error.hint)
+  better.arguments = error.arguments
+  return better

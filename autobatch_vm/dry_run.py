@@ -7,6 +7,15 @@ plain Python too, with the arguments the batched call gives one member
 (`DryRuns.call`).  It is the reference that a batched run is checked
 against, and a member can be debugged in it with Python's own tools.  Each
 `Context` hands its dry runs to a `DryRuns` of its own.
+
+Every value that a primitive or a callee gets in the batched call is one
+row per member; in the dry run it is that member's row, a batch of one.
+So each variable assigned in the function (`prev = np.arange(4)`,
+`i = 0`, a loop counter, a primitive's result) and each callee's result
+is made a batch of one of its type in the batched program as it is
+assigned (`DryRuns.member_value`, which the copy of the function made by
+`python_source.dry_run_function` calls): a helper that reads
+`row[:, j]` works alike in both.
 """
 
 import threading
@@ -48,7 +57,7 @@ class DryRuns:
   def _depth(self):
     return getattr(self._local, 'depth', 0)
 
-  def run(self, bf, args, batch, backend):
+  def run(self, bf, args, batch, backend, given=None):
     """Runs `bf`'s plain Python function once per member (batches of one).
 
     The results are stacked as the batched call's are: each leaf gets the
@@ -60,11 +69,19 @@ class DryRuns:
     e.g. over a `print`), a scalar gets the batch axis and anything else
     is taken as a batch of one.
 
+    Each member gets its rows of the arguments, each a batch of one of
+    its parameter's type (`_member_types`: a Python number argument has
+    the dtype the batched call casts it to where it is used; where its
+    uses are cast to different dtypes, it is the Python number, which
+    takes each of them as it meets it).
+
     Args:
       bf: The `BatchedFunction`.
       args: Its arguments, converted (`call_arguments.convert_arguments`).
       batch: Their batch size.
       backend: The backend of the arrays.
+      given: The arguments before conversion (bound to the parameters),
+        or None.
 
     Returns:
       The members' results, stacked.
@@ -72,7 +89,9 @@ class DryRuns:
     Raises:
       ArgumentError: If the batch is empty and the result type unknown.
     """
-    program = _typed_or_none(bf, args, backend)
+    scalars = None if given is None else call_arguments.python_scalars(
+        given)
+    program = _typed_or_none(bf, args, backend, scalars)
     result_type = (None if program is None else
                    program.main_function.var_defs[python_to_ir.RETURN_VAR]
                    .tensors)
@@ -82,12 +101,20 @@ class DryRuns:
     self._local.depth = self._depth() + 1
     self._local.program = (program, backend, {})
     try:
+      params = self._types(bf.name)
+      params = params and [params.get(p) for p in
+                           program.main_function.vars_in]
       for i in range(batch):
         # A copy: the member's code may update a variable in place
         # (`a += 1` on an array), which must not write through to the
         # caller's arguments.
         member = [inst.pattern_map(lambda x: _own(backend.slice(x, i)), a)
                   for a in args]
+        if params:
+          member = [g if (t is None and given is not None and
+                          type(g) in _PY_NUMBERS)
+                    else _converted(backend, a, t, a)
+                    for a, t, g in zip(member, params, given or params)]
         results.append(run(*member))
     finally:
       self._local.depth -= 1
@@ -119,10 +146,12 @@ class DryRuns:
     The callee gets the arguments that the batched call gives one member.
     There a callee's parameters are per-member values, as at the top
     level: each argument leaf becomes a batch of one of its parameter's
-    type in the batched program (`_argument_types`), so that a literal
+    type in the batched program (`_member_types`), so that a literal
     `f(v, 1)` is `array([1])` (not `1`) and a constant `np.zeros(3)` gets
-    the batch axis.  Where the program does not
-    compile, a scalar leaf becomes a batch of one of its own dtype.
+    the batch axis.  Its result reaches the caller so too, a batch of one
+    of the type the caller's variable for it has.  Where the program does
+    not compile, a scalar argument leaf becomes a batch of one of its own
+    dtype, and the result is what the callee's Python returns.
 
     Args:
       bf: The called `BatchedFunction`.
@@ -130,53 +159,112 @@ class DryRuns:
       kwargs: Its keyword arguments.
 
     Returns:
-      What the callee's Python returns.
+      What the callee's Python returns, as a batch of one.
 
     Raises:
       ArgumentError: If the arguments do not bind to its parameters.
     """
     args = bf.bind_arguments(args, kwargs)
-    program, backend, known = self._local.program
-    if bf.name not in known:   # once per function and dry run
-      known[bf.name] = None
-      if program is not None and any(
-          f.name == bf.name for f in program.functions):
-        known[bf.name] = _argument_types(program.function(bf.name))
-    types_ = known[bf.name]
+    program, backend, _ = self._local.program
+    types_ = self._types(bf.name)
+    params = (program.function(bf.name).vars_in if types_ is not None
+              else [None] * len(args))
     converted = []
-    for k, a in enumerate(args):
-      t = types_[k] if types_ is not None else None
+    for a, p in zip(args, params):
+      if types_ is not None:
+        converted.append(_converted(backend, a, types_.get(p), a))
+        continue
       try:
-        converted.append(inst.pattern_map2(
-            lambda x, tt: _member_rows(backend, x, tt), a, t,
-            inst.TensorType) if t is not None else
-                         call_arguments.map_arguments(
-                             lambda x: _member_rows(backend, x, None), a))
+        converted.append(call_arguments.map_arguments(
+            lambda x: _member_rows(backend, x, None), a))
       except Exception:  # pylint: disable=broad-except
-        # Not of the parameter's structure (the batched call would have
-        # refused it): as written, for the callee to fail on as Python.
-        converted.append(a)
-    return self._python_function(bf)(*converted)
+        converted.append(a)   # as written, for the callee to fail on
+    result = self._python_function(bf)(*converted)
+    if types_ is None:
+      return result
+    return _converted(backend, result, self._result_type(bf.name), result)
+
+  def member_value(self, function, var, value):
+    """One member's value of variable `var` of batched function `function`,
+    as the batched call holds it: a batch of one of its type there.
+
+    The copy of the function that a dry run calls
+    (`python_source.dry_run_function`) calls this at each assignment
+    and at the start of each iteration of a `for` loop.
+
+    Args:
+      function: The batched function's name.
+      var: The variable's name.
+      value: What the member's Python computed for it.
+
+    Returns:
+      `value` as a batch of one of the variable's type (`_member_rows`), or
+      as it is where no dry run of a typed program runs, the variable is
+      not in it, or the value does not fit its type (the batched call
+      would refuse it or compute otherwise; Python shows it as it is).
+    """
+    if self._depth() == 0:
+      return value
+    types_ = self._types(function)
+    if types_ is None or var not in types_:
+      return value
+    return _converted(self._local.program[1], value, types_[var], value)
+
+  def _result_type(self, callee):
+    """The type a call of `callee` gives its caller's variable for one
+    member (the `_member_types` of the callers' variables for it, where
+    they agree), else the callee's result type; None where unknown."""
+    program, _, known = self._local.program
+    key = ('result', callee)
+    if key not in known:   # once per function and dry run
+      found = []
+      for fn in program.functions:
+        for block in fn.blocks:
+          for op in block.instructions:
+            if (isinstance(op, inst.FunctionCallOp) and
+                op.function == callee):
+              types_ = self._types(fn.name) or {}
+              t = inst.pattern_map(types_.get, op.vars_out)
+              if t not in found:
+                found.append(t)
+      known[key] = (found[0] if len(found) == 1 else program.function(
+          callee).var_defs[python_to_ir.RETURN_VAR].tensors)
+    return known[key]
+
+  def _types(self, function):
+    """The member type of each variable of `function` in the program the
+    running dry run agrees with (`_member_types`), or None."""
+    program, _, known = self._local.program
+    if function not in known:   # once per function and dry run
+      known[function] = None
+      if program is not None and any(
+          f.name == function for f in program.functions):
+        known[function] = _member_types(program.function(function))
+    return known[function]
 
   def _python_function(self, bf):
     """The Python function a dry run calls for `bf` (see
     `python_to_ir.dry_run_function`), made once."""
     fn = self._functions.get(bf)
     if fn is None:
+      name = bf.name
       try:
-        fn = python_to_ir.dry_run_function(bf.python_function)
+        fn = python_to_ir.dry_run_function(
+            bf.python_function,
+            lambda var, value: self.member_value(name, var, value))
       except errors.AutoBatchError:
         fn = bf.python_function  # no readable source: run it as it is
       self._functions[bf] = fn
     return fn
 
 
-def _typed_or_none(bf, args, backend):
+def _typed_or_none(bf, args, backend, scalars=None):
   """The typed program of `bf` on converted `args`, as the batched
   call has it; None where the program does not compile."""
   try:
     return bf.context.program_compiled(
-        bf.name, call_arguments.argument_types(args, backend), backend)
+        bf.name, call_arguments.argument_types(args, backend, scalars),
+        backend)
   except errors.AutoBatchError:
     return None
 
@@ -186,32 +274,60 @@ def _own(x):
   return x.copy() if isinstance(x, np.ndarray) else x
 
 
-def _argument_types(fn):
-  """The type each parameter of typed `Function` `fn` has for one member
-  in the batched call, as a dry run gives it to the member.
+def _member_types(fn):
+  """The type of each variable of typed `Function` `fn` as the batched call
+  gives it to one member's primitives and callees.
 
-  That is the parameter's type, except for a literal (a weak parameter,
-  `f(v, 1)`), which the batched call keeps in its default dtype (int64,
+  That is the variable's type, except for a literal (a weak variable:
+  `i = 0`, a `range` counter, `f(v, 1)`'s parameter, a Python number
+  argument), which the batched call keeps in its default dtype (int64,
   float64) and casts, where it meets a typed array, to the dtype a Python
-  number would take there (`PrimOp.casts`): the dtype its uses agree on,
-  else its own.
+  number would take there (`PrimOp.casts`): the dtype its uses agree on.
+  Where they are cast to different dtypes (a counter compared with int64
+  data and dividing float64 data), no one array is what every use gets:
+  the type is None, and the dry run leaves the value as the member's
+  Python computes it (a Python number, which each use promotes as the
+  batched call's cast does).
+
+  Returns:
+    A dict: variable name -> pattern of `TensorType`, or None.
   """
-  out = []
-  for p in fn.vars_in:
-    t = fn.var_defs[p].tensors
-    if isinstance(t, inst.TensorType):
-      seen = set()
-      for block in fn.blocks:
-        for op in block.instructions:
-          if not isinstance(op, inst.PrimOp) or op.function is inst.identity:
-            continue
-          casts = dict(op.casts)
-          seen.update(np.dtype(casts.get(i, t.dtype))
-                      for i, v in enumerate(op.vars_in) if v == p)
-      if len(seen) == 1:
-        t = inst.TensorType(seen.pop(), t.shape)
-    out.append(t)
+  seen = {}
+  for block in fn.blocks:
+    for op in block.instructions:
+      if not isinstance(op, inst.PrimOp) or op.function is inst.identity:
+        continue
+      casts = dict(op.casts)
+      for i, v in enumerate(op.vars_in):
+        t = fn.var_defs[v].tensors
+        if isinstance(t, inst.TensorType):
+          seen.setdefault(v, set()).add(np.dtype(casts.get(i, t.dtype)))
+  out = {}
+  for v, d in fn.var_defs.items():
+    t = d.tensors
+    if isinstance(t, inst.TensorType) and len(seen.get(v, ())) == 1:
+      t = inst.TensorType(next(iter(seen[v])), t.shape)
+    out[v] = None if len(seen.get(v, ())) > 1 else t
   return out
+
+
+def _converted(backend, value, tensor_type, otherwise):
+  """`value` as a batch of one of type pattern `tensor_type`
+  (`_member_rows` per leaf; a list of numbers may be a leaf); `otherwise`
+  where the type is unknown or `value` does not fit it."""
+  def convert(x, t):
+    if isinstance(t, inst.TensorType):
+      return _member_rows(backend, x, t)
+    if not isinstance(x, (tuple, list)) or len(x) != len(t):
+      raise ValueError('not of the structure of the type')
+    items = [convert(a, b) for a, b in zip(x, t)]
+    return type(x)(*items) if inst.is_namedtuple(x) else type(x)(items)
+  if tensor_type is None:
+    return otherwise
+  try:
+    return convert(value, tensor_type)
+  except Exception:  # pylint: disable=broad-except
+    return otherwise
 
 
 def _member_rows(backend, x, tensor_type):

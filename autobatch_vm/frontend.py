@@ -152,19 +152,25 @@ class BatchedFunction(shipping.FunctionPickling):
     given = args
     args = self.bind_arguments(args, kwargs)
     failures.check_on_error(on_error, self.context.function_loc(self.name))
-    if dry_run:
-      out = self.context._dry_run(self, args, backend)
-      if on_error == 'status':   # a dry run raises any error
-        out = failures.finished(
-            out, backend or call_arguments.default_backend(args))
-      return out
     try:
+      if dry_run:
+        out = self.context._dry_run(self, args, backend)
+        if on_error == 'status':   # a dry run raises any error
+          out = failures.finished(
+              out, backend or call_arguments.default_backend(args))
+        return out
       return self.context._run(self, args, stackless=stackless,
                                max_stack_depth=max_stack_depth,
                                backend=backend,
                                block_code_cache=block_code_cache,
                                schedule=schedule, profile=profile,
                                max_steps=max_steps, on_error=on_error)
+    except errors.TypeInferenceError as e:
+      better = call_arguments.name_argument_values(
+          e, self.context._params_of(self.name), args)
+      if better is e:
+        raise
+      raise better from e.__cause__
     except errors.PrimitiveError as e:
       better = self._explain_number_defaults(
           e, len(given), kwargs,
@@ -176,9 +182,8 @@ class BatchedFunction(shipping.FunctionPickling):
   def _explain_number_defaults(self, error, n_given, kwargs, backend):
     """`error`, with a hint naming the parameters that took a Python number
     as their default at this call, where it is about inputs of different
-    dtypes (TensorFlow): such a default is converted with the backend's
-    dtype for it (float32 for `tol=1e-6`), which the dry run, in plain
-    Python, does not do."""
+    dtypes (TensorFlow): such a default is typed as a literal, NumPy's
+    dtype for it (int64, float64) where it meets no typed data."""
     if errors.explain_dtype_mismatch(error) is error:
       return error
     params = self.context._params_of(self.name)
@@ -188,16 +193,16 @@ class BatchedFunction(shipping.FunctionPickling):
     if not taken:
       return error
     described = ', '.join(
-        f'{p}={v!r} (here {np.dtype(backend.dtype(backend.asarray(v))).name})'
-        for p, v in taken)
+        f'{p}={v!r} (here {np.asarray(v).dtype.name})' for p, v in taken)
     p, v = taken[0]
     example = f'{p}=np.{np.asarray(v).dtype.name}({v!r})'
     return errors.PrimitiveError(
         error.message, loc=error.loc,
         hint=f'{error.hint}  This call took the default {described}: a '
-        'Python number as a default of the called function is converted '
-        "as an argument is, with the backend's dtype for it.  Give the "
-        f'default the dtype you mean (`{example}`) or pass the argument.')
+        'Python number as a default of the called function is a literal: '
+        'it takes the dtype of the typed data it meets, and is int64 or '
+        'float64 where it meets none.  Give the default the dtype you mean '
+        f'(`{example}`) or pass the argument.')
 
   def bind_arguments(self, args, kwargs):
     """Binds a call's arguments to the parameters, as a call does.
@@ -728,8 +733,9 @@ class Context(shipping.ContextPickling):
     name = self._name_of(name)
     args = self._functions[name].bind_arguments(list(args), {})
     backend = backend or call_arguments.default_backend(args)
+    scalars = call_arguments.python_scalars(args)
     args = self._convert_args(name, args, backend)
-    return self.program_lowered(name, self._arg_types(args, backend),
+    return self.program_lowered(name, self._arg_types(args, backend, scalars),
                                 backend, schedule)
 
   def _verify(self):
@@ -745,7 +751,9 @@ class Context(shipping.ContextPickling):
     for t in sig:
       if isinstance(t, inst.Type):
         t = t.tensors
-      out.append(inst.pattern_map(lambda x: x.strong(), t, inst.TensorType))
+      # A weak scalar stands for a Python number argument (a literal).
+      out.append(inst.pattern_map(lambda x: x if x.weak and not x.shape
+                                  else x.strong(), t, inst.TensorType))
     return out
 
   # -- running -----------------------------------------------------------------
@@ -756,8 +764,8 @@ class Context(shipping.ContextPickling):
     return call_arguments.convert_arguments(
         name, self._params_of(name), args, backend, self.function_loc(name))
 
-  def _arg_types(self, args, backend):
-    return call_arguments.argument_types(args, backend)
+  def _arg_types(self, args, backend, scalars=None):
+    return call_arguments.argument_types(args, backend, scalars)
 
   def _batch_size(self, name, args, backend):
     """The batch size of `name`'s converted arguments."""
@@ -773,9 +781,10 @@ class Context(shipping.ContextPickling):
            block_code_cache, schedule, profile=False, max_steps=None,
            on_error='raise'):
     backend = backend or call_arguments.default_backend(args)
+    scalars = call_arguments.python_scalars(args)
     args = self._convert_args(bf.name, args, backend)
     batch = self._batch_size(bf.name, args, backend)
-    sig = self._arg_types(args, backend)
+    sig = self._arg_types(args, backend, scalars)
     if not isinstance(max_stack_depth, int) or max_stack_depth < 1:
       raise errors.ArgumentError(
           f'max_stack_depth must be a positive int, got {max_stack_depth!r}')
@@ -830,9 +839,10 @@ class Context(shipping.ContextPickling):
   def _dry_run(self, bf, args, backend):
     """Runs `bf` once per member as plain Python (`dry_run.DryRuns.run`)."""
     backend = backend or call_arguments.default_backend(args)
+    given = args
     args = self._convert_args(bf.name, args, backend)
     batch = self._batch_size(bf.name, args, backend)
-    return self._dry_runs.run(bf, args, batch, backend)
+    return self._dry_runs.run(bf, args, batch, backend, given)
 
 
 def _output_types(type_inference):

@@ -3,7 +3,9 @@
 `Source` reads and parses the user's function and turns AST nodes into
 `SourceLoc`s (its file, its line, its text), which every error of the
 frontend names.  `dry_run_function` makes the copy of the function that a
-dry run calls, whose `range()` bounds take a member's one value.
+dry run calls, whose `range()` bounds take a member's one value and whose
+variables are given, as they are assigned, the value a member has in the
+batched call.
 """
 
 import ast
@@ -155,8 +157,10 @@ def range_bound(x):
 
 
 class _DryRunRewriter(ast.NodeTransformer):
-  """Wraps each argument of `for ... in range(...)` in `range_bound`, and
-  writes `x op= v` as `x = x op v`.
+  """Wraps each argument of `for ... in range(...)` in `range_bound`,
+  writes `x op= v` as `x = x op v`, and, given `member_name`, follows each
+  assignment of a name `x` (and starts each iteration of a
+  `for x in range(...)` loop) with `x = <member_name>('x', x)`.
 
   A dry run's variables hold batch-of-one NumPy arrays where the member's
   own Python would hold numbers, and NumPy's `x += v` updates `x` in
@@ -165,10 +169,35 @@ class _DryRunRewriter(ast.NodeTransformer):
   run rebinds them as well.
   """
 
-  def __init__(self, local_names, range_name):
+  def __init__(self, local_names, range_name, member_name=None):
     self.local_names = local_names
     self.range_name = range_name
+    self.member_name = member_name
     self.changed = False
+
+  def _member_values(self, node, targets):
+    """`x = <member_name>('x', x)` for each name that assignment `targets`
+    bind, placed at `node`."""
+    if self.member_name is None:
+      return []
+    names = [n.id for t in targets for n in ast.walk(t)
+             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+    self.changed = self.changed or bool(names)
+    return [ast.copy_location(ast.Assign(
+        [ast.Name(n, ast.Store())],
+        ast.Call(ast.Name(self.member_name, ast.Load()),
+                 [ast.Constant(n), ast.Name(n, ast.Load())], [])), node)
+            for n in dict.fromkeys(names)]
+
+  def visit_Assign(self, node):
+    self.generic_visit(node)
+    return [node] + self._member_values(node, node.targets)
+
+  def visit_AnnAssign(self, node):
+    self.generic_visit(node)
+    if node.value is None:
+      return node
+    return [node] + self._member_values(node, [node.target])
 
   def visit_AugAssign(self, node):
     self.generic_visit(node)
@@ -177,8 +206,9 @@ class _DryRunRewriter(ast.NodeTransformer):
     self.changed = True
     value = ast.copy_location(ast.BinOp(
         ast.Name(node.target.id, ast.Load()), node.op, node.value), node)
-    return ast.copy_location(ast.Assign(
+    assign = ast.copy_location(ast.Assign(
         [ast.Name(node.target.id, ast.Store())], value), node)
+    return [assign] + self._member_values(node, assign.targets)
 
   def visit_For(self, node):
     self.generic_visit(node)
@@ -189,23 +219,29 @@ class _DryRunRewriter(ast.NodeTransformer):
           ast.Name(self.range_name, ast.Load()), [a], []), a)
                  for a in it.args]
       self.changed = True
+      node.body = self._member_values(node, [node.target]) + node.body
     return node
 
 
-def dry_run_function(fn):
+def dry_run_function(fn, member_value=None):
   """Finds the Python function a dry run calls for batched function `fn`.
 
-  It is `fn` itself, except where `fn` loops `for ... in range(...)` or
-  updates a variable with an augmented assignment: then a copy compiled
-  from its source whose range bounds go through `range_bound` (what the
-  batched call compiles those loops to takes a per-member bound; the copy
-  makes Python's `range` take one too), and whose `x op= v` is
-  `x = x op v` (the batched call's variables are values; NumPy's `+=`
-  would update an array that another variable holds too).  The copy has
-  `fn`'s globals, closure cells, defaults, file and line numbers.
+  It is `fn` itself, except where `fn` loops `for ... in range(...)`,
+  updates a variable with an augmented assignment or (with
+  `member_value`) assigns a variable: then a copy compiled from its
+  source whose range bounds go through `range_bound` (what the batched
+  call compiles those loops to takes a per-member bound; the copy makes
+  Python's `range` take one too), whose `x op= v` is `x = x op v` (the
+  batched call's variables are values; NumPy's `+=` would update an array
+  that another variable holds too), and which passes each value it
+  assigns to a variable `x` (a loop counter at each iteration) through
+  `member_value('x', value)`.  The copy has `fn`'s globals, closure cells,
+  defaults, file and line numbers.
 
   Args:
     fn: The user's Python function.
+    member_value: A callable `(name, value)` giving what the variable
+      holds for one member in the batched call, or None.
 
   Returns:
     `fn`, or the copy.
@@ -214,8 +250,10 @@ def dry_run_function(fn):
   node = copy.deepcopy(src.node)
   prefix = generated_prefix(fn, node)
   range_name = prefix + 'range_bound'
+  member_name = prefix + 'member_value'
   rewriter = _DryRunRewriter(assigned_names(node) |
-                             {a.arg for a in node.args.args}, range_name)
+                             {a.arg for a in node.args.args}, range_name,
+                             member_name if member_value else None)
   rewriter.visit(node)
   if not rewriter.changed:
     return fn
@@ -227,7 +265,8 @@ def dry_run_function(fn):
   maker = ast.FunctionDef(
       name=prefix + 'make',
       args=ast.arguments(posonlyargs=[], args=[
-          ast.arg(n) for n in freevars + (range_name,)], vararg=None,
+          ast.arg(n) for n in freevars + (range_name, member_name)],
+                         vararg=None,
                          kwonlyargs=[], kw_defaults=[], kwarg=None,
                          defaults=[]),
       body=[node, ast.Return(ast.Name(node.name, ast.Load()))],
@@ -242,6 +281,7 @@ def dry_run_function(fn):
                  if isinstance(c, types.CodeType) and c.co_name == node.name)
   cells = dict(zip(freevars, fn.__closure__ or ()))
   cells[range_name] = types.CellType(range_bound)
+  cells[member_name] = types.CellType(member_value)
   copied = types.FunctionType(fn_code, fn.__globals__, fn.__name__,
                               fn.__defaults__,
                               tuple(cells[n] for n in fn_code.co_freevars))

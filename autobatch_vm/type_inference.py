@@ -22,6 +22,12 @@ Recursion converges because a base case (`return 1`) types the result
 before the recursive case needs it; if a function's result is never
 typed, the error suggests giving `type_inference`.
 
+A parameter of main may be weak (a Python number passed as an argument,
+`call_arguments.argument_types`): it is typed as a literal is.  Each
+variable remembers which of main's arguments its dtype comes from, so that
+a type clash names the argument (and the frontend its value), not only the
+variable where two dtypes meet.
+
 Limits: one signature per function (all call sites must agree); variables
 cannot change dtype or shape.
 """
@@ -231,10 +237,45 @@ class _Inference:
     self.declared = {}       # fn -> (param types, declared return pattern)
     self.prim_cache = {}
     self.changed = False
+    self.origins = {}        # (fn, var) -> main's arguments its dtype is from
+    self.arguments = {}      # main's parameter -> its type
+
+  # -- where dtypes come from --------------------------------------------------
+
+  def origin(self, fn, var):
+    """The arguments of main that `var` of `fn` takes its dtype from."""
+    return self.origins.get((fn.name, var), frozenset())
+
+  def result_origin(self, fn, vars_in, result):
+    """The arguments a result of type `result` computed from `vars_in`
+    takes its dtype from: those of the inputs whose dtype it has."""
+    dtypes = {l.dtype for l in _leaves([result])}
+    return frozenset(
+        a for v in vars_in for a in self.origin(fn, v)
+        if any(l.dtype in dtypes for l in _leaves([self.arguments[a]])))
+
+  def explain_origin(self, old, new, old_origin, new_origin):
+    """Names the arguments of main behind a clash of `old` and `new`."""
+    main = self.program.main_function.name
+    parts = []
+    for t, origin in ((new, new_origin), (old, old_origin)):
+      if t is None:
+        continue
+      for a in sorted(origin):
+        arg = self.arguments[a]
+        if not {l.dtype for l in _leaves([arg])} & {
+            l.dtype for l in _leaves([t])}:
+          continue
+        what = ('a Python number, which takes the dtype it meets where it '
+                'can' if isinstance(arg, inst.TensorType) and arg.weak
+                else f'of type {inst.type_str(_strip(arg))}')
+        parts.append(f'the {inst.type_str(_strip(t))} comes from argument '
+                     f'{a!r} of {main}() ({what})')
+    return ('; ' + '; '.join(dict.fromkeys(parts))) if parts else ''
 
   # -- helpers ---------------------------------------------------------------
 
-  def set_type(self, fn, var, t, loc):
+  def set_type(self, fn, var, t, loc, origin=frozenset()):
     env = self.env[fn.name]
     old = env.get(var)
     if var == RET and fn.name in self.declared:
@@ -253,22 +294,31 @@ class _Inference:
       hint = ('A variable keeps one dtype and shape in every branch and '
               'iteration; convert explicitly (e.g. with .astype) so they '
               'agree.')
+      because = self.explain_origin(old, t, self.origin(fn, var), origin)
+      if because:
+        hint = ('Pass the argument as an array of the dtype you mean (e.g. '
+                'np.float32(0.5)), or convert explicitly (e.g. with '
+                '.astype) so that the dtypes agree.')
       if var == RET and fn.type_inference is not None:
         hint = ('The type_inference callable of this function declares a '
                 'different type; fix it, or omit it to infer the type.')
       what = ('the result' if var == RET else
               f'parameter {var!r}' if var in fn.vars_in else
               f'variable {var!r}')
-      raise errors.TypeInferenceError(
-          f'{what} of {fn.name!r} gets inconsistent types: {e}', loc=loc,
-          hint=hint) from None
+      error = errors.TypeInferenceError(
+          f'{what} of {fn.name!r} gets inconsistent types: {e}{because}',
+          loc=loc, hint=hint)
+      error.arguments = tuple(sorted(origin | self.origin(fn, var)))
+      raise error from None
+    if origin - self.origin(fn, var):
+      self.origins[(fn.name, var)] = origin | self.origin(fn, var)
     if new != old:
       env[var] = new
       self.changed = True
 
-  def bind(self, fn, names, t, loc):
+  def bind(self, fn, names, t, loc, origin=frozenset()):
     if isinstance(names, str):
-      self.set_type(fn, names, t, loc)
+      self.set_type(fn, names, t, loc, origin)
       return
     if isinstance(t, inst.TensorType) or len(t) != len(names):
       raise errors.TypeInferenceError(
@@ -276,7 +326,7 @@ class _Inference:
           f'{len(names)} names', loc=loc,
           hint='Unpack only tuples; a batched array cannot be unpacked.')
     for n, sub in zip(names, t):
-      self.bind(fn, n, sub, loc)
+      self.bind(fn, n, sub, loc, origin)
 
   # -- ops -------------------------------------------------------------------
 
@@ -322,7 +372,8 @@ class _Inference:
         member_mixing.check_members_apart(op, in_types, self.backend)
     result = self.prim_cache[key]
     if result is not None:
-      self.bind(fn, op.vars_out, result, op.loc)
+      self.bind(fn, op.vars_out, result, op.loc,
+                self.result_origin(fn, op.vars_in, result))
 
   def declares_result(self, fn, op):
     """Whether `op` computes from batched inputs nothing but `fn`'s
@@ -371,7 +422,7 @@ class _Inference:
               batch=1):
     """Arguments to run a primitive on at batch size `batch`: arrays of
     `kind` (`made_up`), with each weak scalar a Python scalar if
-    `literals`, or (input `i` in `as_arrays`) an array of dtype
+    `literals`, or (input `i` in `as_arrays`) an array of `kind` of dtype
     `as_arrays[i]`."""
     as_arrays = as_arrays or {}
 
@@ -381,8 +432,8 @@ class _Inference:
       if kind == 'zeros':
         return self.backend.dummy(t, batch)
       return self.backend.asarray(made_up(t, kind, batch))
-    return [self.backend.dummy(inst.TensorType(as_arrays[i], ()), batch)
-            if i in as_arrays else inst.pattern_map(leaf, t, inst.TensorType)
+    return [leaf(inst.TensorType(as_arrays[i], ())) if i in as_arrays
+            else inst.pattern_map(leaf, t, inst.TensorType)
             for i, t in enumerate(in_types)]
 
   def prim_with_literals(self, op, in_types):
@@ -434,7 +485,7 @@ class _Inference:
     except Exception:  # pylint: disable=broad-except
       return None
 
-  def weak_casts(self, op, in_types):
+  def weak_casts(self, op, in_types, fn):
     """`PrimOp.casts` for an op whose inputs mix weak variables and arrays.
 
     Inference runs such an op with each weak scalar as a Python scalar (as
@@ -484,12 +535,22 @@ class _Inference:
         break
     if chosen is None or not gives_expected(chosen):
       names = ', '.join(repr(op.vars_in[i]) for i in weak)
-      raise errors.TypeInferenceError(
+      origin = frozenset().union(*(self.origin(fn, op.vars_in[i])
+                                   for i in weak))
+      main = self.program.main_function.name
+      because = ''.join(f'; {op.vars_in[i]!r} is argument {a!r} of '
+                        f'{main}(), a Python number' for i in weak
+                        for a in sorted(self.origin(fn, op.vars_in[i])))
+      error = errors.TypeInferenceError(
           f'`{op.text}` mixes {names}, which holds a Python literal, with '
           f'typed arrays, and no dtype for it gives the type it has per '
-          f'member ({inst.type_str(expected)})', loc=op.loc,
-          hint='Give the literal a dtype where it is assigned, e.g. '
-          '`i = np.int32(0)`.')
+          f'member ({inst.type_str(expected)}){because}', loc=op.loc,
+          hint=('Pass the argument as an array of the dtype you mean, e.g. '
+                'np.int32(3).' if origin else
+                'Give the literal a dtype where it is assigned, e.g. '
+                '`i = np.int32(0)`.'))
+      error.arguments = tuple(sorted(origin))
+      raise error
     return tuple((i, np.dtype(d)) for i, d in sorted(chosen.items())
                  if np.dtype(d) != np.dtype(in_types[i].dtype))
 
@@ -498,10 +559,10 @@ class _Inference:
     callee = self.program.function(op.function)
     for arg, param in zip(op.vars_in, callee.vars_in):
       if env.get(arg) is not None:
-        self.set_type(callee, param, env[arg], op.loc)
+        self.set_type(callee, param, env[arg], op.loc, self.origin(fn, arg))
     ret = self.env[callee.name].get(RET)
     if ret is not None:
-      self.bind(fn, op.vars_out, ret, op.loc)
+      self.bind(fn, op.vars_out, ret, op.loc, self.origin(callee, RET))
 
   def declare(self, fn):
     """Seeds the result type from the user's type_inference callable."""
@@ -556,7 +617,8 @@ class _Inference:
     if len(input_types) != len(main.vars_in):
       raise errors.InternalError('input types do not match main parameters')
     for p, t in zip(main.vars_in, input_types):
-      self.set_type(main, p, t, main.loc)
+      self.arguments[p] = t
+      self.set_type(main, p, t, main.loc, frozenset([p]))
     for _ in range(_MAX_ITERATIONS):
       self.changed = False
       for fn in self.program.functions:
@@ -575,7 +637,7 @@ class _Inference:
     ops = []
     for op in block.instructions:
       if isinstance(op, inst.PrimOp):
-        casts = self.weak_casts(op, [env[v] for v in op.vars_in])
+        casts = self.weak_casts(op, [env[v] for v in op.vars_in], fn)
         if casts:
           op = dataclasses.replace(op, casts=casts)
         if self.declares_result(fn, op):
@@ -688,15 +750,18 @@ def infer_types_from_signature(program, sig, backend):
   Args:
     program: An untyped `Program`.
     sig: One type per parameter of main: a pattern of `TensorType`, or a
-      `Type`; shapes exclude the batch dimension.
+      `Type`; shapes exclude the batch dimension.  A weak scalar type
+      stands for a Python number passed as the argument (typed as a
+      literal); other types are taken as strong.
     backend: The backend that runs primitives on dummy values.
 
   Returns:
     `program` with `var_defs` filled in for every function.
   """
+  # A weak scalar is a Python number passed as an argument: a literal.
   sig = [inst.pattern_map(
-      lambda t: t.strong() if isinstance(t, inst.TensorType) else t,
-      t.tensors if isinstance(t, inst.Type) else t, inst.TensorType)
+      lambda t: t.strong() if isinstance(t, inst.TensorType) and t.shape
+      else t, t.tensors if isinstance(t, inst.Type) else t, inst.TensorType)
          for t in sig]
   _running.depth = getattr(_running, 'depth', 0) + 1
   try:

@@ -926,3 +926,59 @@ def test_primitive_returning_other_rows_than_members(backend, stackless):
     run(x, **options)
   check(e, errors.PrimitiveError, 'first_rows', '1 row for',
         'one row per member', function='_first_rows')
+
+
+# -- Python number arguments ---------------------------------------------------
+# A Python number argument is a literal: it takes the dtype it meets.  Where
+# it cannot (a float joined with int32 data), the error names the argument
+# and its value, besides the variable where the dtypes meet.
+
+_number_ctx = ab.Context()
+
+
+@_number_ctx.batch
+def stepped(n, step=0.5):
+  k = step
+  if n > 0:
+    k = n  # ERR:pystep
+  return k
+
+
+@_number_ctx.batch
+def widen(n, factor):
+  return n * 0 + factor
+
+
+@_number_ctx.batch
+def widen_both(n, step):
+  return widen(n, n) + widen(n, step)  # ERR:pyparam
+
+
+@pytest.mark.parametrize('stackless', [False, True])
+def test_a_python_number_argument_that_cannot_take_a_dtype_is_named(
+    stackless):
+  n = np.array([1, -2, 3], np.int32)
+  with pytest.raises(errors.TypeInferenceError) as e:
+    stepped(n, stackless=stackless)
+  check(e, errors.TypeInferenceError, 'pystep', "variable 'k'", 'int32',
+        "argument 'step' of stepped()", 'a Python number', 'step=0.5',
+        'dtype you mean', function='stepped')
+  with pytest.raises(errors.TypeInferenceError) as e:
+    stepped(n, 2.5, stackless=stackless)
+  assert 'step=2.5' in str(e.value)
+  # The dry run, plain Python, runs; the batched call says why it cannot.
+  np.testing.assert_array_equal(stepped(n, dry_run=True), [1, 0.5, 3])
+  # In the dtype meant, or as an int, it runs.
+  np.testing.assert_array_equal(stepped(n, np.int32(7)), [1, 7, 3])
+  np.testing.assert_array_equal(stepped(n, 7), [1, 7, 3])
+
+
+def test_a_python_number_argument_passed_on_is_named():
+  n = np.array([1, 2], np.int32)
+  with pytest.raises(errors.TypeInferenceError) as e:
+    widen_both(n, 0.5)
+  check(e, errors.TypeInferenceError, 'pyparam', "parameter 'factor'",
+        "argument 'step' of widen_both()", 'step=0.5')
+  np.testing.assert_array_equal(widen_both(n, 3), [4, 5])
+  assert widen(n, 0.5).dtype == np.float64
+  assert widen(np.array([1.0], np.float32), 0.5).dtype == np.float32
