@@ -179,8 +179,11 @@ _MIXING_HINT = (
     'Axis 0 of every batched value is the batch, so a reduction over it '
     '(x.sum(), x.max(), np.mean(x, axis=0)) gives every member the whole '
     "batch's value.  Reduce over axis=-1 or the member's own axes "
-    '(x.sum(axis=-1), x.sum(axis=tuple(range(1, x.ndim)))), and index per '
-    'member with x[:, i].')
+    '(x.sum(axis=-1), x.sum(axis=tuple(range(1, x.ndim))).  Index a '
+    "member's own axes after the batch: x[:, 0] for a constant index; with "
+    'a per-member index j (a loop counter, an argument), '
+    'np.take_along_axis(x, j[:, None], axis=1)[:, 0] on NumPy or '
+    'tf.gather(x, j, batch_dims=1) on TensorFlow.')
 
 
 def _mixes(op, in_types, backend, pin=None):
