@@ -73,10 +73,23 @@ def _cache_entries(ctx):
   return info()['entries'] if info else len(ctx._cache)  # pylint: disable=protected-access
 
 
-def _tf_traces():
+_traced = [0]
+
+
+def _count_traces():
+  """Counts the traces of eager calls' staged loops (one `staged_loop`
+  each), those of loops since dropped from the cache included."""
   from autobatch_vm.backends.tf import loop  # pylint: disable=g-import-not-at-top
-  return sum(e.function.experimental_get_tracing_count()
-             for e in list(loop._eager_cache.values()))  # pylint: disable=protected-access
+  staged_loop = loop.staged_loop
+
+  def counted(*args, **kwargs):
+    _traced[0] += 1
+    return staged_loop(*args, **kwargs)
+  loop.staged_loop = counted
+
+
+def _tf_traces():
+  return _traced[0]
 
 
 def _sizes_part(part):
@@ -95,6 +108,8 @@ def _sizes_part(part):
   ctx = ab.Context()
   fib = _fib(ctx)
   traces = _tf_traces
+  if part == 'tf_eager':
+    _count_traces()
   if part in ('tf_function', 'xla'):
     fib = ab.stage(fib, jit_compile=part == 'xla')
     traces = fib._function.experimental_get_tracing_count  # pylint: disable=protected-access
