@@ -19,7 +19,7 @@ __all__ = [
     'PrimitiveError', 'AssertionFailedError', 'InternalError',
     'BackendError', 'StepLimitError', 'XlaErrorsWarning',
     'HelperAssertionError', 'XlaGradientWarning', 'FailedAssertion',
-    'MemberMixingWarning',
+    'MemberMixingWarning', 'WorkerError',
 ]
 
 
@@ -115,6 +115,14 @@ class AssertionFailedError(AutoBatchError):
 
 class BackendError(AutoBatchError):
   """A backend cannot do what was asked in this mode."""
+
+
+class WorkerError(AutoBatchError):
+  """A shard did not come back from its worker (the executor's error chained).
+
+  Its worker process died (a primitive that crashes the process), or the
+  task failed outside the batched call.
+  """
 
 
 class XlaErrorsWarning(UserWarning):

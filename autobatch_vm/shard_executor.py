@@ -4,8 +4,11 @@ The program is compiled on the caller's side once per signature and
 shipped: the Context, as its `export_state` (its functions, and the
 compiled programs of the call's signature), is pickled with cloudpickle
 by `shipping`, functions by value where their module cannot be imported
-by name, and rebuilt in the worker with `install_state`.  A worker process unpickles one
-payload once and keeps it for later shards and calls (`run_shard`).
+by name, and rebuilt in the worker with `install_state`.  A worker
+process unpickles one payload once and keeps it for later shards and
+calls (`run_shard`).  A shard's error is raised naming the members of
+the whole batch, from the worker's exception; a shard that does not come
+back (its worker died) raises `WorkerError`.
 `ExecutorShards` is a `ShardedFunction`'s executor form: it submits one
 task per shard and puts the outputs back in the batch's order.
 """
@@ -14,6 +17,7 @@ import os
 import pickle
 import socket
 import time
+import traceback
 
 import numpy as np
 
@@ -46,6 +50,50 @@ def _worker_name():
     return f'{socket.gethostname()}:{os.getpid()}'
 
 
+def _portable(exc):
+  """`exc`, or where it does not survive pickling, a `RuntimeError` that
+  names it (None stays None)."""
+  if exc is None:
+    return None
+  try:
+    pickle.loads(_dumps(exc))
+    return exc
+  except Exception:  # pylint: disable=broad-except
+    return RuntimeError(f'{type(exc).__name__}: {exc}')
+
+
+def _worker_exception(original, where):
+  """The worker's exception, as `run_shard` sent it: its cause chained
+  again (pickling drops it) and the worker's traceback as a note."""
+  exc, cause, trace = original
+  exc.__cause__ = cause
+  if hasattr(exc, 'add_note'):
+    exc.add_note(f'Raised on worker {where}:\n{trace}')
+  return exc
+
+
+def _lost_shard(e, fn, parts, j, futures):
+  """The `WorkerError` for shard j, whose future raised `e` (the worker
+  died running it, or the task failed outside the batched call)."""
+  part = parts[j]
+  shown = errors.member_indices(part)
+  more = f' and {part.size - len(shown)} more' if part.size > len(shown) else ''
+  waiting = [k for k, f in enumerate(futures) if k != j and not f.done()]
+  others = (f'; shards {waiting} had not finished' if waiting else '')
+  err = errors.WorkerError(
+      f'Shard {j} of {len(parts)} of {fn.name} (members {shown}{more}) did '
+      f'not come back from the executor: {type(e).__name__}: {e}{others}',
+      loc=fn.context.function_loc(fn.name),
+      hint='A worker died running it (a primitive that crashes the process: '
+      'a segmentation fault, os._exit, running out of memory), or the task '
+      'failed outside the batched call.  Call the function unsharded on '
+      'these members, or with dry_run=True, to find the member and the '
+      'primitive.')
+  err.members = [int(i) for i in part]
+  err.shard = j
+  return err
+
+
 def run_shard(payload, args):
   """Runs one shard in a worker.
 
@@ -56,7 +104,8 @@ def run_shard(payload, args):
   Returns:
     Pickled bytes: ('ok', outputs, RunStats, info) or, for a mistake the
     call reports (`AutoBatchError`), ('error', class, message, loc, hint,
-    info), which the caller raises naming global member indices.
+    info, (the exception, its cause, its traceback as text)), which the
+    caller raises naming global member indices, from the exception.
   """
   (fn, call_kwargs), loaded = shipping.load(payload)
   ctx = fn.context
@@ -68,7 +117,10 @@ def run_shard(payload, args):
     out = fn(*shard_args, **call_kwargs)
   except errors.AutoBatchError as e:
     info['seconds'] = time.perf_counter() - start
-    return _dumps(('error', type(e), e.message, e.loc, e.hint, info))
+    trace = ''.join(traceback.format_exception(type(e), e, e.__traceback__))
+    original = (_portable(e), _portable(e.__cause__), trace)
+    return _dumps(('error', type(e), e.message, e.loc, e.hint, info,
+                   original))
   info['seconds'] = time.perf_counter() - start
   info['compiled'] = not compiled_before and ctx.compiled
   return _dumps(('ok', out, fn.last_stats, info))
@@ -187,7 +239,9 @@ class ExecutorShards:
       ArgumentError: If no argument gives the batch size, or the program
         cannot be pickled.
       AutoBatchError: As a shard's call raises, naming global member
-        indices.
+        indices, from the worker's exception.
+      WorkerError: If a shard does not come back (its worker died),
+        naming its members, from the executor's exception.
     """
     start = time.perf_counter()
     sharded = self.sharded
@@ -219,11 +273,18 @@ class ExecutorShards:
     results = []
     try:
       for j, future in enumerate(futures):
-        result = pickle.loads(future.result())
+        try:
+          result = pickle.loads(future.result())
+        except errors.InternalError:
+          raise
+        except Exception as e:  # pylint: disable=broad-except
+          # Dask's KilledWorker, a BrokenProcessPool, a task's error.
+          raise _lost_shard(e, fn, parts, j, futures) from e
         if result[0] == 'error':
-          _, cls, message, loc, hint, info = result
+          _, cls, message, loc, hint, info, original = result
+          original = _worker_exception(original, info['where'])
           raise global_error(cls(message, loc=loc, hint=hint), parts[j], j,
-                             len(parts), info['where'])
+                             len(parts), info['where']) from original
         results.append(result)
     except BaseException:
       for future in futures:

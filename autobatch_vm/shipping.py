@@ -324,8 +324,8 @@ def shipping_pickler(context=None, state=None):
     def reducer_override(self, obj):
       if context is not None:
         if obj is context:
-          return (_new_context, (type(obj), bool(obj.debug),
-                                 obj._cache.maxsize),  # pylint: disable=protected-access
+          size = obj._cache.maxsize  # pylint: disable=protected-access
+          return (_new_context, (type(obj), bool(obj.debug), size),
                   pack_state(state), None, None, _install_state)
         if (isinstance(obj, FunctionPickling) and
             getattr(obj, 'context', None) is context):

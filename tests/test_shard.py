@@ -380,7 +380,66 @@ def test_dask_primitive_error_names_global_members(client):
   with pytest.raises(errors.PrimitiveError, match='seven') as info:
     sharded(x)
   assert info.value.members == [1, 3, 5, 7, 9]   # shard 1's, interleaved
+  # The worker's own error is the cause, its cause the primitive's.
+  worker = info.value.__cause__
+  assert type(worker) is errors.PrimitiveError and worker is not info.value
+  assert worker.loc.function == 'bump'
+  assert isinstance(worker.__cause__, ValueError)
+  assert str(worker.__cause__) == 'seven'
+  assert 'Raised on worker tcp://' in '\n'.join(
+      getattr(worker, '__notes__', ['Raised on worker tcp://']))
   assert_same(sharded(x[:7]), bump(x[:7]))
+
+
+def _exit_at_seven(x):
+  if np.any(x == 7):
+    os._exit(3)   # pylint: disable=protected-access
+  return x + 1
+
+
+def _crashing_function():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def crash(x):
+    return _exit_at_seven(x)
+
+  return crash
+
+
+@in_main_process
+def test_a_worker_that_dies_names_the_shard_process_pool():
+  crash = _crashing_function()
+  x = np.array([7, 1, 2, 3, 4, 5])
+  context = multiprocessing.get_context('spawn')
+  with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
+    sharded = ab.shard(crash, executor=pool, shards=2)
+    with pytest.raises(errors.WorkerError, match=r'Shard 0 of 2 of crash '
+                       r'\(members \[0, 2, 4\]\)') as info:
+      sharded(x)
+  assert info.value.members == [0, 2, 4] and info.value.shard == 0
+  assert info.value.loc.function == 'crash'
+  assert type(info.value.__cause__).__name__ == 'BrokenProcessPool'
+  assert 'dry_run=True' in info.value.hint
+
+
+@in_main_process
+def test_a_worker_that_dies_names_the_shard_dask():
+  distributed = pytest.importorskip('distributed')
+  dask = pytest.importorskip('dask')
+  crash = _crashing_function()
+  x = np.array([0, 1, 2, 7, 4, 5])
+  with dask.config.set({'distributed.scheduler.allowed-failures': 0}), \
+      distributed.LocalCluster(n_workers=1, threads_per_worker=1,
+                               processes=True,
+                               dashboard_address=None) as cluster, \
+      distributed.Client(cluster) as dask_client:
+    sharded = ab.shard(crash, executor=dask_client, shards=2)
+    with pytest.raises(errors.WorkerError, match=r'Shard 1 of 2 of crash '
+                       r'\(members \[1, 3, 5\]\)') as info:
+      sharded(x)
+  assert info.value.members == [1, 3, 5] and info.value.shard == 1
+  assert type(info.value.__cause__).__name__ == 'KilledWorker'
 
 
 @in_main_process

@@ -5,12 +5,15 @@ stackless executor) and the TensorFlow backend's parked members report
 through these builders, so a failure reads the same on every path.
 """
 
+import dataclasses
+
 import numpy as np
 
 from autobatch_vm import errors
 from autobatch_vm import instructions as inst
 
-__all__ = ['step_limit_error', 'step_limit', 'saving_what', 'defining_text',
+__all__ = ['step_limit_error', 'step_limit', 'enclosing_loops',
+           'saving_what', 'defining_text',
            'overflow', 'primitive_failure', 'result_shape_error',
            'primitive_error']
 
@@ -270,17 +273,95 @@ def step_limit(program, max_steps):
     max_steps: The run's step limit.
 
   Returns:
-    `make(members, block=None)`: the error for the members not finished,
-    naming the line of `block`, the block due next (None in a staged
-    run, where it is not known: the program's first line).
+    `make(members, block=None, loop=None)`: the error for the members
+    not finished, naming the line of `block`, the block due next, or
+    `loop`, the `SourceLoc` of the loop they are in (a staged run, which
+    parks them by loop: `make.loops()` is `enclosing_loops(program)`);
+    with neither, the program's first line.
   """
   locs = [b.loc for b in program.blocks]
 
-  def make(members, block=None):
+  def make(members, block=None, loop=None):
+    if loop is not None:
+      return step_limit_error(max_steps, members, loop,
+                              '; they are in the loop (or recursion) at '
+                              'this line')
     if block is None:   # staged: where each member is is not known
       return step_limit_error(max_steps, members, locs[0],
                               ' (started here)')
     return step_limit_error(max_steps, members, locs[block],
                             '; the block due next is at this line')
+  # Read while tracing a staged run (not on a call's path).
+  make.loops = lambda: enclosing_loops(program)
   return make
 
+
+def enclosing_loops(program):
+  """The loop or recursion each block of `program` runs in, if any.
+
+  Blocks go to the blocks their terminators name (a call to the callee's
+  entry and to the block it returns to; a return nowhere).  An edge back
+  to a block at or before its source that reaches the source again closes
+  a loop (a `while`, a `for`, or a recursive call); its body is what
+  reaches the edge's source from the target without leaving the cycle.
+  A block runs in the smallest body holding it, named by the line of the
+  edge's terminator: the loop's condition, or the recursive call.  A
+  staged run's step limit names it for the members still in it.
+
+  Args:
+    program: A `LoweredProgram`.
+
+  Returns:
+    A list with, per block, the `SourceLoc` of its innermost loop, or
+    None for a block in no loop.
+  """
+  index = program.block_index()
+  succ = []
+  for b in program.blocks:
+    t = b.terminator
+    targets = set()
+    if dataclasses.is_dataclass(t):
+      for field in dataclasses.fields(t):
+        value = getattr(t, field.name)
+        if isinstance(value, str) and value in index:
+          targets.add(index[value])
+    succ.append(sorted(targets))
+  pred = [[] for _ in succ]
+  for u, targets in enumerate(succ):
+    for h in targets:
+      pred[h].append(u)
+
+  reach = {}
+
+  def reached_from(h):
+    if h not in reach:
+      seen, todo = set(), list(succ[h])
+      while todo:
+        j = todo.pop()
+        if j not in seen:
+          seen.add(j)
+          todo.extend(succ[j])
+      reach[h] = seen
+    return reach[h]
+
+  loops = []    # (body, loc)
+  for u, targets in enumerate(succ):
+    for h in targets:
+      if h > u or u not in reached_from(h):
+        continue
+      body, todo = {h}, [u]
+      while todo:
+        v = todo.pop()
+        if v not in body and v in reached_from(h):
+          body.add(v)
+          todo.extend(pred[v])
+      loc = (getattr(program.blocks[u].terminator, 'loc', None) or
+             program.blocks[u].loc or program.blocks[h].loc)
+      if loc is not None:
+        loops.append((body, loc))
+  out = []
+  for b in range(len(succ)):
+    holding = [(len(body), k) for k, (body, _) in enumerate(loops)
+               if b in body]
+    out.append(loops[min(holding)[1]][1] if holding else None)
+  return out

@@ -197,9 +197,24 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
   if max_steps is not None and forced is None:
     # Members still running after max_steps: parked at the limit's site
     # (not in a loop that times one block: there they never finish).
+    # Those in a loop (or recursion) at a site of their loop, which the
+    # error names; the others at one that names the program's start.
     code = sites.add(tf_errors.overflow_maker(step_limit_error))
+    loop_of = (step_limit_error.loops()
+               if hasattr(step_limit_error, 'loops') else [])
+    loops = {}
+    for loop in loop_of:
+      if loop is not None and loop not in loops:
+        loops[loop] = sites.add(tf_errors.overflow_maker(
+            functools.partial(step_limit_error, loop=loop)))
     pc = state[PC]
-    state[PC] = tf.where(pc < num_blocks, tf.constant(code, tf.int32), pc)
+    if loops:
+      codes = tf.constant([code if loop is None else loops[loop]
+                           for loop in loop_of] + [code], tf.int32)
+      parked = tf.gather(codes, tf.minimum(pc, num_blocks))
+    else:
+      parked = tf.constant(code, tf.int32)
+    state[PC] = tf.where(pc < num_blocks, parked, pc)
   return state, out[1], profiled
 
 def branch_fn(backend, block_fn, batch, sites, packing, width, full=False):
