@@ -1050,6 +1050,28 @@ def test_step_limit_stops_a_run_eagerly(mode):
       count_up(tf.constant([0, -2]), max_steps=50).numpy(), [0, 0])
 
 
+@ctx.batch()
+def nested_spin(n):
+  """The inner loop never ends for n > 1."""
+  i = n * 0
+  while i < n:
+    j = i * 0
+    while j < i:
+      j = j * 1
+    i = i + 1
+  return i
+
+
+def test_step_limit_names_the_innermost_loop_or_the_recursive_call():
+  with pytest.raises(errors.StepLimitError, match=r'members \[1\]') as e:
+    nested_spin(tf.constant([1, 3, 0]), max_steps=60)
+  assert e.value.loc.source_line.strip() == 'while j < i:'
+  with pytest.raises(errors.StepLimitError) as e:
+    fibonacci(tf.constant([14, 2]), max_steps=40, max_stack_depth=20)
+  assert 'fibonacci(n - 1)' in e.value.loc.source_line
+  assert 'in the loop (or recursion) at this line' in str(e.value)
+
+
 def test_step_limit_fails_the_graph():
   run = tf.function(lambda n: count_up(n, max_steps=50))
   with pytest.raises(tf.errors.InvalidArgumentError,

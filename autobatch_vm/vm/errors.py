@@ -279,21 +279,31 @@ def step_limit(program, max_steps):
     parks them by loop: `make.loops()` is `enclosing_loops(program)`);
     with neither, the program's first line.
   """
-  locs = [b.loc for b in program.blocks]
+  return _StepLimit(program, max_steps)
 
-  def make(members, block=None, loop=None):
+
+class _StepLimit:
+  """`step_limit`'s maker: made on every run, it reads the program only
+  when an error is made or a staged run is traced."""
+
+  def __init__(self, program, max_steps):
+    self.program = program
+    self.max_steps = max_steps
+
+  def __call__(self, members, block=None, loop=None):
     if loop is not None:
-      return step_limit_error(max_steps, members, loop,
+      return step_limit_error(self.max_steps, members, loop,
                               '; they are in the loop (or recursion) at '
                               'this line')
+    blocks = self.program.blocks
     if block is None:   # staged: where each member is is not known
-      return step_limit_error(max_steps, members, locs[0],
+      return step_limit_error(self.max_steps, members, blocks[0].loc,
                               ' (started here)')
-    return step_limit_error(max_steps, members, locs[block],
+    return step_limit_error(self.max_steps, members, blocks[block].loc,
                             '; the block due next is at this line')
-  # Read while tracing a staged run (not on a call's path).
-  make.loops = lambda: enclosing_loops(program)
-  return make
+
+  def loops(self):
+    return enclosing_loops(self.program)
 
 
 def enclosing_loops(program):
