@@ -185,10 +185,9 @@ class DryRuns:
     return _converted(backend, result, self._result_type(bf.name), result)
 
   def member_value(self, function, var, value):
-    """One member's value of variable `var` of batched function `function`,
-    as the batched call holds it: a batch of one of its type there.
+    """Gives one member's value of a variable as the batched call has it.
 
-    The copy of the function that a dry run calls
+    That is a batch of one of the variable's type there.  The copy of the function that a dry run calls
     (`python_source.dry_run_function`) calls this at each assignment
     and at the start of each iteration of a `for` loop.
 
