@@ -35,7 +35,7 @@ LEAF, ADD, MUL, SUB = 0, 1, 2, 3  # expression tree node kinds
 
 # -- the two libraries -------------------------------------------------------
 # Helpers run as primitives on whole batches: axis 0 is the batch.  An index
-# may be a Python int (a literal, or a dry run's loop counter), so the
+# may be a Python int (a literal written in the call), so the
 # helpers broadcast it.
 
 def numpy_lib():
