@@ -72,14 +72,24 @@ def _worker_exception(original, where):
   return exc
 
 
+def _came_back(future):
+  """Whether a shard's future holds its result now."""
+  try:
+    return future.done() and future.exception() is None
+  except Exception:  # pylint: disable=broad-except
+    return False
+
+
 def _lost_shard(e, fn, parts, j, futures):
   """The `WorkerError` for shard j, whose future raised `e` (the worker
   died running it, or the task failed outside the batched call)."""
   part = parts[j]
   shown = errors.member_indices(part)
   more = f' and {part.size - len(shown)} more' if part.size > len(shown) else ''
-  waiting = [k for k, f in enumerate(futures) if k != j and not f.done()]
-  others = (f'; shards {waiting} had not finished' if waiting else '')
+  waiting = [k for k, f in enumerate(futures)
+             if k != j and not _came_back(f)]
+  others = (f'; shards {waiting} had not come back either' if waiting
+            else '')
   err = errors.WorkerError(
       f'Shard {j} of {len(parts)} of {fn.name} (members {shown}{more}) did '
       f'not come back from the executor: {type(e).__name__}: {e}{others}',
