@@ -95,8 +95,10 @@ class PrimitiveRewriter(ast.NodeTransformer):
     return node
 
   def visit_Subscript(self, node):
-    """A subscript is rewritten as usual; one whose value and index both
-    read variables (`x[:, j]`, `x[j]`) is also noted in `subscripts`.
+    """Rewrites a subscript, noting those that may index per member.
+
+    A subscript whose value and index both read variables (`x[:, j]`,
+    `x[j]`) is also noted in `subscripts`.
 
     Args:
       node: The AST node.
@@ -314,10 +316,10 @@ _KEY = _Key()
 
 
 def subscript_parts(rewriter, arity, loc, closure, fn_globals, name):
-  """For each subscript `rewriter` noted (`x[:, j]`), what
-  `member_indexing` checks: `(text, parts, index_inputs, value_text,
-  element_texts)`, where
-  `parts(*inputs)` is the pair `(x, (slice(None), j))` of the
+  """What `member_indexing` checks of each subscript `rewriter` noted.
+
+  For each (`x[:, j]`): `(text, parts, index_inputs, value_text,
+  element_texts)`, where `parts(*inputs)` is the pair `(x, (slice(None), j))` of the
   primitive's inputs (the value subscripted, and the index as Python
   gives it to `__getitem__`) and `index_inputs` the positions of the
   inputs the index reads (the texts as `PrimitiveRewriter.subscripts`).

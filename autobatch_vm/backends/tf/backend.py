@@ -181,8 +181,16 @@ class TensorFlowBackend(base.Backend):
   zeros = dummy
 
   def draws_at_random(self, fn, args):
-    """Whether `fn(*args)` traces to ops that draw at random or keep state
-    (`randomness.draws_at_random`); None where it does not trace."""
+    """Whether `fn(*args)` traces to ops that draw or keep state.
+
+    Args:
+      fn: A primitive.
+      args: Values like its arguments.
+
+    Returns:
+      `randomness.draws_at_random`'s answer: None where `fn` does not
+      trace.
+    """
     return randomness.draws_at_random(fn, args)
 
   def traces_symbolically(self):
