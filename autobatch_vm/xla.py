@@ -184,8 +184,21 @@ def _explain(error):
         'list size")', hint=_MAX_STEPS_HINT)
   return None
 
+# Trace id -> [sites of each batched run], for every live compiled
+# function: a trace's record is dropped when the wrapper that made it is
+# collected (`_forget`).  One registry, not one per wrapper: a caller may
+# finish one wrapper's result with another's `finish` (`ab.shard` compiles
+# one wrapper per device and finishes with the first).
+_traces = {}
 _trace_ids = itertools.count(1)
 _lock = threading.Lock()
+
+
+def _forget(trace_ids):
+  """Drops the records of `trace_ids` (a collected wrapper's traces)."""
+  with _lock:
+    for trace_id in trace_ids:
+      _traces.pop(trace_id, None)
 
 
 def compile_nested_output(f, compile_fn=None):
@@ -205,9 +218,7 @@ def compile_nested_output(f, compile_fn=None):
   """
   compile_fn = compile_fn or functools.partial(tf.function, jit_compile=True)
   trace_of_graph = weakref.WeakKeyDictionary()
-  # Trace id -> [sites of each batched run]: one entry per trace of this
-  # function, as `compiled` keeps one, and freed with it.
-  traces = {}
+  own_traces = []   # this wrapper's trace ids, forgotten with it
   last = []
 
   def with_errors(*args, **kwargs):
@@ -216,7 +227,8 @@ def compile_nested_output(f, compile_fn=None):
       out = f(*args, **kwargs)
     with _lock:
       trace_id = next(_trace_ids)
-      traces[trace_id] = [sites for _, _, sites in sink]
+      _traces[trace_id] = [sites for _, _, sites in sink]
+      own_traces.append(trace_id)
     graph = tf.compat.v1.get_default_graph()
     try:
       trace_of_graph[graph] = trace_id
@@ -254,7 +266,7 @@ def compile_nested_output(f, compile_fn=None):
     out, (trace_id, codes, failed) = result
     if not codes:
       return out
-    all_sites = traces[graph_trace_id(args, kwargs)]
+    all_sites = _traces[graph_trace_id(args, kwargs)]
     checks = [tf.debugging.Assert(tf.not_equal(code, sites.base + k), [msg],
                                   summarize=1)
               for code, sites in zip(codes, all_sites)
@@ -267,12 +279,13 @@ def compile_nested_output(f, compile_fn=None):
     """`f`'s outputs from an eager call's result, raising its error."""
     out, (trace_id, codes, failed) = result
     if codes:
-      _raise_first_error(traces[int(trace_id)], codes, failed)
+      _raise_first_error(_traces[int(trace_id)], codes, failed)
     return out
   # For callers that call the compiled function themselves (`stage`, by
   # its concrete functions): the compiled function and the eager check.
   wrapper.compiled = compiled
   wrapper.finish = finish
+  weakref.finalize(wrapper, _forget, own_traces)
   return wrapper
 
 

@@ -164,3 +164,24 @@ def test_tensorflow_eager_results_at_every_size_and_staged_loops_bounded():
   assert staged['maxsize'] == saved
   ctx.clear_caches()
   assert caches.cache_info()['staged loops']['entries'] == 0
+
+
+def test_xla_trace_records_are_freed_with_their_compiled_function():
+  tf = pytest.importorskip('tensorflow')
+  import gc  # pylint: disable=g-import-not-at-top
+  from autobatch_vm import xla  # pylint: disable=g-import-not-at-top
+  ctx = ab.Context()
+
+  @ctx.batch
+  def fib(n):
+    if n > 2:
+      return fib(n - 1) + fib(n - 2)
+    return 1
+
+  before = len(xla._traces)  # pylint: disable=protected-access
+  compiled = xla.compile_nested_output(lambda n: fib(n, max_stack_depth=10))
+  assert compiled(tf.constant([5, 6])).numpy().tolist() == [5, 8]
+  assert len(xla._traces) == before + 1  # pylint: disable=protected-access
+  del compiled
+  gc.collect()
+  assert len(xla._traces) == before  # pylint: disable=protected-access
