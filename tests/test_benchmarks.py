@@ -121,7 +121,9 @@ def _quick_run(tmp_path, *flags, hide=()):
   return proc
 
 
-@pytest.mark.parametrize('processes', ['--one_process', '--noone_process'])
+# --one_process also runs in test_stackless_rows_only_where_calls_run_together.
+@pytest.mark.parametrize('processes', [
+    pytest.param('--one_process', marks=pytest.mark.slow), '--noone_process'])
 def test_quick_run_writes_table_and_schedules(tmp_path, processes):
   """Each (workload, backend) measured in a process of its own, or all in
   one: the same tables.  Flags given on the command line keep their
@@ -670,6 +672,7 @@ def test_tfp_baselines_quiet_only_their_own_tracing():
   assert (absl_logging.get_verbosity(), tf.get_logger().level) == before
 
 
+@pytest.mark.slow    # a subprocess timing every backend
 def test_scaling_quick_run_writes_both_tables(tmp_path):
   """`benchmarks/scaling.py --quick --out=DIR`: scaling.md holds the
   batch-size table (time per call and per member) with a row per backend

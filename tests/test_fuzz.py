@@ -139,6 +139,7 @@ def test_random_programs_match_python(case):
   run_program(source, seed, NUMPY_MODES, int_dtype)
 
 
+@pytest.mark.slow    # a TensorFlow trace and XLA compile per fuzzed program
 @pytest.mark.skipif(tf is None, reason='needs TensorFlow')
 @settings(max_examples=TF_PROGRAMS['long' if LONG else 'ci'])
 @given(cases(portable=True))
@@ -228,6 +229,8 @@ def _regression_params():
         marks.append(pytest.mark.xfail(strict=True, reason=failing[mode]))
       if mode.startswith('tf') and tf is None:
         marks.append(pytest.mark.skip(reason='needs TensorFlow'))
+      if mode.startswith('tf') and int_dtype == np.int64:
+        marks.append(pytest.mark.slow)   # the controls, on NumPy by default
       params.append(pytest.param(source, mode, int_dtype, marks=marks,
                                  id=f'{name}-{mode}'))
   return params

@@ -91,8 +91,12 @@ def test_schedules_both_available():
   assert ab.virtual_machine.SCHEDULES == ('lowest', 'most')
 
 
-@pytest.mark.parametrize('jit', [False, True], ids=['graph', 'xla'])
-@pytest.mark.parametrize('schedule', ['lowest', 'most'])
+# Each schedule and each mode by default; the other pairs in `-m slow`.
+@pytest.mark.parametrize('schedule, jit', [
+    pytest.param(s, jit, id=f'{s}-{jit_id}',
+                 marks=[] if (s == 'most') == jit else [pytest.mark.slow])
+    for s in ('lowest', 'most')
+    for jit, jit_id in ((False, 'graph'), (True, 'xla'))])
 def test_staged_run_statistics_read_back_through_counts(jit, schedule):
   """Inside tf.function the statistics are tensors: `counts()` returned
   from the function, then `with_counts`, gives the numbers of the same

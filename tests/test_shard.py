@@ -425,6 +425,7 @@ def test_a_worker_that_dies_names_the_shard_process_pool():
 
 
 @in_main_process
+@pytest.mark.slow    # a Dask cluster of processes; the process pool's is fast
 def test_a_worker_that_dies_names_the_shard_dask():
   distributed = pytest.importorskip('distributed')
   dask = pytest.importorskip('dask')

@@ -14,8 +14,11 @@ MODES = [False, True]
 MODE_IDS = ['graph', 'xla']
 
 
-@pytest.mark.parametrize('jit', MODES, ids=MODE_IDS)
-@pytest.mark.parametrize('schedule', ['lowest', 'most'])
+# Each schedule and each mode by default; the other pairs in `-m slow`.
+@pytest.mark.parametrize('schedule, jit', [
+    pytest.param(s, jit, id=f'{s}-{jit_id}',
+                 marks=[] if (s == 'most') == jit else [pytest.mark.slow])
+    for s in ('lowest', 'most') for jit, jit_id in zip(MODES, MODE_IDS)])
 def test_stats_of_each_call_equal_numpy_runs(jit, schedule):
   """Calls alternate between two batch sizes (two traces): each call's
   statistics are its own, not those of the latest trace."""
@@ -240,7 +243,8 @@ def _retracing(caplog):
   return [m for m in caplog.messages if 'retracing' in m]
 
 
-@pytest.mark.parametrize('jit', MODES, ids=MODE_IDS)
+@pytest.mark.parametrize('jit', [
+    False, pytest.param(True, marks=pytest.mark.slow)], ids=MODE_IDS)
 def test_staging_many_functions_does_not_warn_of_retracing(jit, caplog):
   """Each staged function is a `tf.function` of its own, traced once for
   a signature: six of them, called once each, are six traces that

@@ -98,7 +98,10 @@ def test_same_results_and_fewer_runs_of_the_sync_block(stackless, schedule):
       assert runs[True] == max(_leaves(int(n)) for n in N)
 
 
-@pytest.mark.parametrize('schedule', ab.virtual_machine.SCHEDULES)
+# 'most' by default; test_sync_point's NumPy tests run both schedules.
+@pytest.mark.parametrize('schedule', [
+    pytest.param(s, marks=[] if s == 'most' else [pytest.mark.slow])
+    for s in ab.virtual_machine.SCHEDULES])
 def test_sync_point_on_tensorflow(schedule):
   tf = pytest.importorskip('tensorflow')
   expected = [_walk_ref(int(n)) for n in N]

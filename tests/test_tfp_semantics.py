@@ -322,7 +322,8 @@ def tfp_nuts():
   return module
 
 
-@pytest.mark.parametrize('mode', ['eager', 'graph', 'xla'])
+@pytest.mark.parametrize('mode', [
+    'eager', 'graph', pytest.param('xla', marks=pytest.mark.slow)])
 def test_tfps_nuts_sampler_runs_unchanged(tfp_nuts, mode):
   tf = _tf()
   dim, chains = 5, 128
