@@ -1,7 +1,8 @@
 """Shared pytest configuration: the `--long` fuzzing profile.
 
 Profiles of hypothesis: 'ci' (default: 30 examples per property, e.g. 30
-fuzzed programs on NumPy, and 4 on TensorFlow, see tests/test_fuzz.py) and
+fuzzed programs on NumPy, and 2 on TensorFlow in the slow tier, `-m slow`,
+see tests/test_fuzz.py) and
 'long' (`--long` or AB_FUZZ=long: 1,000 examples per property, 300 fuzzed
 programs on TensorFlow).
 """

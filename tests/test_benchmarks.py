@@ -121,7 +121,6 @@ def _quick_run(tmp_path, *flags, hide=()):
   return proc
 
 
-# --one_process also runs in test_stackless_rows_only_where_calls_run_together.
 @pytest.mark.parametrize('processes', [
     pytest.param('--one_process', marks=pytest.mark.slow), '--noone_process'])
 def test_quick_run_writes_table_and_schedules(tmp_path, processes):
@@ -237,6 +236,7 @@ def test_quick_nuts_cells_share_tfps_samplers_and_run_without_tfp(
     cells.nuts_warm_state.cache_clear()
 
 
+@pytest.mark.slow    # a benchmark subprocess; two more run by default
 def test_stackless_rows_only_where_calls_run_together(tmp_path):
   """The stackless backend (NumPy, stackless=True) is measured for the
   recursions whose calls it runs together, not for collatz (no calls),

@@ -14,8 +14,10 @@ Ints must match exactly, floats to 1e-12, shapes are `[batch]`, and every
 mode must give the dtypes `dry_run=True` gives (each member run alone
 through the batched module's Python), whose values match too.  Counts:
 the default (CI) profile runs NUMPY_PROGRAMS['ci'] programs on NumPy and
-TF_PROGRAMS['ci'] on TensorFlow (each of those also on NumPy);
-`python -m pytest tests/test_fuzz.py --long` (or AB_FUZZ=long)
+TF_PROGRAMS['ci'] on TensorFlow (each of those also on NumPy; that test
+is in the slow tier, `-m slow`, with the regressions' int64 controls on
+TensorFlow); `python -m pytest tests/test_fuzz.py -m "" --long` (or
+AB_FUZZ=long)
 runs the 'long' counts (TF tracing and XLA compilation take about a second
 per program and mode).  A mismatch prints the mode, the seed, the int
 dtype and the program's source; minimize it and add it to

@@ -635,8 +635,8 @@ def _gradients(fn, x, n, variables, **kwargs):
 
 
 @in_device_process
-@pytest.mark.parametrize('jit_compile, name', [(None, 'halve'),
-                                               (False, 'scaled')])
+@pytest.mark.parametrize('jit_compile, name', [
+    pytest.param(None, 'halve', marks=pytest.mark.slow), (False, 'scaled')])
 def test_tf_gradients_through_the_sharded_call(jit_compile, name):
   fn = globals()[name]
   x = tf.constant([0.5, -1.0, 2.0, 0.25, -0.7], tf.float64)

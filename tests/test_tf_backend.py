@@ -262,7 +262,8 @@ def carry(x, n):
   return x
 
 
-@pytest.mark.parametrize('mode', ['eager', 'graph', 'xla'])
+@pytest.mark.parametrize('mode', [
+    'eager', pytest.param('graph', marks=pytest.mark.slow), 'xla'])
 @pytest.mark.parametrize('dtype', ['int32', 'int64', 'float32', 'float64',
                                    'bool'])
 def test_dtypes_and_event_dims_survive_the_stack(dtype, mode):
@@ -897,8 +898,10 @@ def _guard_every_group(monkeypatch):
       group_step_bytes=1, guarded_group_bytes=0)), traced
 
 
-@pytest.mark.parametrize('fn', [power, wiggle, scaled],
-                         ids=['power', 'branches', 'closed_over_variable'])
+@pytest.mark.parametrize('fn', [
+    pytest.param(power, id='power'),
+    pytest.param(wiggle, id='branches', marks=pytest.mark.slow),
+    pytest.param(scaled, id='closed_over_variable')])
 def test_xla_gradients_through_guarded_groups(fn, monkeypatch):
   """Gradients under XLA with a group per distinct set of writes and every
   group of one block run in its conditional (`groups.run_group`) match each
@@ -930,7 +933,8 @@ def test_xla_guarded_groups_of_one_block_match_members_alone(case,
 @pytest.mark.parametrize('batch', [
     pytest.param(1, marks=pytest.mark.slow), 5,
     pytest.param(33, marks=pytest.mark.slow)])
-@pytest.mark.parametrize('case', CASES, ids=lambda c: c.name)
+@pytest.mark.parametrize('case', _cases_by_default(
+    {'fibonacci', 'namedtuple_state', 'vector_state', 'empty_rows'}))
 def test_graph_stacks_pushed_in_place_match_members_alone(case, batch,
                                                           monkeypatch):
   """Outside XLA, large stacks are written in place after the switch.

@@ -24,7 +24,10 @@ tf = pytest.importorskip('tensorflow')
 
 ctx = ab.Context()
 
-MODES = ['eager', 'graph', 'xla', 'stackless']
+# An eager call runs the same staged loop as a user's `tf.function` (through
+# an internal one): the runs inside a user's `tf.function` are in `-m slow`.
+MODES = ['eager', pytest.param('graph', marks=pytest.mark.slow), 'xla',
+         'stackless']
 
 # A linked list in two tables: NEXT[i] is the successor of node i, -1 (or
 # BIG) ends the walk.  VALUES[i] is the node's value.

@@ -319,7 +319,8 @@ def test_tensorflow_eager_vm_and_stackless(name):
   check(case, stackless.execute(alloc, backend, {}, *inputs), 5)
 
 
-@pytest.mark.parametrize('name', ['fibonacci', 'patterns', 'collatz'])
+@pytest.mark.parametrize('name', [
+    'fibonacci', 'patterns', pytest.param('collatz', marks=pytest.mark.slow)])
 def test_tensorflow_function_vm(name):
   tf = pytest.importorskip('tensorflow')
   case = CASES[name](np.random.default_rng(8), 6, np.int32)
