@@ -5,9 +5,11 @@ user's function, file and line (when known), shows the source line and says
 what to do.  `InternalError` is a bug in autobatch_vm itself.
 """
 
+import contextlib
 import os
 import re
 import sys
+import warnings
 
 import numpy as np
 
@@ -232,6 +234,70 @@ def explain_dtype_mismatch(error):
       'x.astype(np.int32)), or pass arguments of matching dtypes (a NumPy '
       'int64 array next to an int32 tensor, a Python float next to an '
       'int32 tensor, are different dtypes).')
+
+
+# NumPy's error for a Python scalar made of an array of ndim > 0
+# (`float(x)`, `int(x)`, `math.sqrt(x)`), even of one element.  NumPy
+# from 1.25 until the deprecation expired only warns, and converts, where
+# the array has one element; its warning's message starts as below.
+SCALAR_CONVERSION_MESSAGE = (
+    'only 0-dimensional arrays can be converted to Python scalars')
+_SCALAR_CONVERSION_WARNING = 'Conversion of an array with ndim > 0 to a scalar'
+
+
+def _scalar_conversion_warns():
+  """Whether this NumPy only warns when it makes a Python scalar of an
+  array of one element and ndim > 0 (where newer NumPy raises)."""
+  with warnings.catch_warnings():
+    warnings.simplefilter('error', DeprecationWarning)
+    try:
+      float(np.zeros(1))
+    except DeprecationWarning:
+      return True
+    except TypeError:
+      return False
+  return False
+
+
+_SCALAR_CONVERSION_WARNS = _scalar_conversion_warns()
+
+
+def scalar_conversion_error(e):
+  """`e`, or, for NumPy's warning that a Python scalar is made of an
+  array of ndim > 0 (raised under `scalar_conversions_raise`), the
+  `TypeError` that newer NumPy raises instead."""
+  if (isinstance(e, DeprecationWarning) and
+      str(e).startswith(_SCALAR_CONVERSION_WARNING)):
+    return TypeError(SCALAR_CONVERSION_MESSAGE)
+  return e
+
+
+@contextlib.contextmanager
+def scalar_conversions_raise():
+  """A context in which NumPy refuses a Python scalar of an array of
+  ndim > 0, as newer NumPy does, whatever the NumPy installed.
+
+  Type inference runs a primitive at batch size 1, where NumPy that only
+  warns would make `math.sqrt(x)` of a batch a number; the error that
+  says the code is the cause would come only at run time, on another
+  batch size, or never (a batch of one).  Here that warning is a
+  `TypeError` with newer NumPy's message; code that catches inside the
+  context turns it into one with `scalar_conversion_error`.  Nothing
+  changes on NumPy that raises.
+  """
+  if not _SCALAR_CONVERSION_WARNS:
+    yield
+    return
+  with warnings.catch_warnings():
+    warnings.filterwarnings('error', message=_SCALAR_CONVERSION_WARNING,
+                            category=DeprecationWarning)
+    try:
+      yield
+    except DeprecationWarning as e:
+      converted = scalar_conversion_error(e)
+      if converted is e:
+        raise
+      raise converted.with_traceback(e.__traceback__) from None
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))

@@ -5,6 +5,7 @@ that the error names this file, that line, and shows its source.
 """
 
 import collections
+import warnings
 
 import numpy as np
 import pytest
@@ -982,3 +983,17 @@ def test_a_python_number_argument_passed_on_is_named():
   np.testing.assert_array_equal(widen_both(n, 3), [4, 5])
   assert widen(n, 0.5).dtype == np.float64
   assert widen(np.array([1.0], np.float32), 0.5).dtype == np.float32
+
+
+def test_a_python_scalar_of_an_array_raises_on_every_numpy():
+  """`float()` of an array of one element raises inside the library's
+  runs, as on the newest NumPy, also on one that only warns; the warning
+  filters are as they were after it."""
+  before = list(warnings.filters)
+  for x in (np.zeros(1), np.zeros((1, 1))):
+    with pytest.raises(TypeError, match=errors.SCALAR_CONVERSION_MESSAGE):
+      with errors.scalar_conversions_raise():
+        float(x)
+  assert list(warnings.filters) == before
+  with errors.scalar_conversions_raise():
+    assert float(np.float64(2.0)) == 2.0 and float(np.array(3.0)) == 3.0

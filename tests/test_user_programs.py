@@ -933,6 +933,21 @@ def test_a_scalar_function_of_an_array_says_the_code_is_the_cause():
   assert 'type_inference=' not in str(e.value)
 
 
+@pytest.mark.parametrize('batch', [1, 2])
+def test_a_scalar_function_of_an_array_fails_alike_everywhere(batch):
+  """The same error at any batch size, on NumPy and TensorFlow, with any
+  NumPy: one that only warns for an array of one element as well."""
+  tf = pytest.importorskip('tensorflow')
+  a = np.array([2.0, 9.0])[:batch]
+  for arg, kw in ((a, {}), (a, {'stackless': True}),
+                  (tf.constant(a), {'backend': ab.TensorFlowBackend()})):
+    with pytest.raises(errors.PrimitiveError) as e:
+      heron(arg, **kw)
+    check_error(e, errors.PrimitiveError, 'math', 'heron',
+                'TypeError while inferring', 'x: float64, a: float64',
+                'only 0-dimensional arrays', 'not the likely cause')
+
+
 @_mistakes.batch
 def bisect_tol(c, tol=1e-10):
   lo = c * 0.0

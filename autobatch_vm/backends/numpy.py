@@ -20,6 +20,7 @@ write copies, so a value a primitive returned, or an input array, is never
 changed.
 """
 
+import contextlib
 import ctypes
 import os
 import platform
@@ -236,8 +237,12 @@ class NumpyBackend(base.Backend):
     x = np.asarray(x)
     return x if x.dtype == np.bool_ else x != 0
 
+  @contextlib.contextmanager
   def error_context(self):
-    return np.errstate(all='ignore')
+    # A Python scalar of a batch raises on every NumPy, as on the newest
+    # (`errors.scalar_conversions_raise`).
+    with np.errstate(all='ignore'), errors.scalar_conversions_raise():
+      yield
 
   def prepare_run(self):
     keep_freed_heap()

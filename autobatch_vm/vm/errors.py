@@ -229,6 +229,7 @@ def primitive_error(e, op, members, compacted=False, messages=None):
     `PrimitiveError`.
   """
   members = errors.member_indices(members) if members is not None else None
+  e = errors.scalar_conversion_error(e)
   if isinstance(e, AssertionError):
     detail = _shown_messages(messages) if messages is not None else e
     return errors.AssertionFailedError(

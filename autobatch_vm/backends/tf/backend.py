@@ -58,7 +58,6 @@ seconds per block from timestamps around each step: return
 """
 
 import collections
-import contextlib
 import itertools
 
 import numpy as np
@@ -296,7 +295,10 @@ class TensorFlowBackend(base.Backend):
     return x if x.dtype == tf.bool else tf.not_equal(x, tf.zeros_like(x))
 
   def error_context(self):
-    return contextlib.nullcontext()
+    # A Python scalar of a batch raises on every NumPy, as on the newest
+    # (`errors.scalar_conversions_raise`): an eager tensor converts
+    # through NumPy.
+    return errors.scalar_conversions_raise()
 
   # -- masks ---------------------------------------------------------------
 
