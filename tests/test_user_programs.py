@@ -1474,7 +1474,11 @@ def damped_newton_sqrt(x, iters, damping=0.5):
 
 
 def _newton_alone(x, iters, damping):
-  """One member, in plain Python on a NumPy float32 scalar."""
+  """One member, in plain Python on a NumPy float32 scalar, with the
+  Python number in x's dtype, as NumPy 2 promotes it (NEP 50) and the
+  library does on every NumPy (NumPy 1 makes float32 scalar times a
+  Python float a float64)."""
+  damping = x.dtype.type(damping)
   y = x
   for _ in range(iters):
     y = y - damping * (y - x / y)
