@@ -450,8 +450,8 @@ class Context(shipping.ContextPickling):
       A dict: `entries` and `maxsize` of this Context's cache, `kinds`
       (entries per kind: `'typed'`, `'lowered'`, `'stackless'`,
       `'chooses_stackless'`, `'untyped'`, and `'blocks'`, the compiled
-      blocks of a program for a backend and `max_stack_depth`, on
-      TensorFlow also a batch size) and `process` (`caches.cache_info()`).
+      blocks of a program for a backend and `max_stack_depth`, serving
+      every batch size) and `process` (`caches.cache_info()`).
     """
     kinds = {}
     for key in self._cache:

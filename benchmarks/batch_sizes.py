@@ -14,7 +14,10 @@ Each part runs in a fresh process (fibonacci, the workload of `run.py`):
   once (the median of the ratios).
 - tf_eager: the same on TensorFlow eagerly, `--tf_calls` calls at sizes
   from 1 to `--tf_max_batch`, and the number of traces of the staged
-  loop.
+  loop.  The growth of the resident memory is also given from the first
+  call at a second size on (`rss_growth_after_second_size_mb`): a
+  program's staged loop is traced for its first size and once more, at
+  the first call at another size, for every other size.
 - tf_function, xla: the same through `ab.stage(fib, jit_compile=...)`,
   `--staged_calls` calls (not in the default parts: each new size traces,
   and under XLA compiles).
@@ -126,10 +129,13 @@ def _sizes_part(part):
   rss0 = _rss_mb()
   traces0 = traces() if tf_part else 0
   seen, ratios, new_ms, rep_ms = {top}, [], [], []
+  rss1 = None
   start = time.perf_counter()
   for _ in range(calls):
     b = int(rng.integers(1, top + 1))
     t, x = call(b)
+    if rss1 is None and b != top:
+      rss1 = _rss_mb()   # after the first call at a second size
     if b not in seen:
       seen.add(b)
       t0 = time.perf_counter()
@@ -143,6 +149,7 @@ def _sizes_part(part):
       'part': part, 'calls': calls, 'max_batch': top,
       'sizes': len(seen), 'seconds': round(wall, 1),
       'rss_growth_mb': round(_rss_mb() - rss0, 1),
+      'rss_growth_after_second_size_mb': round(_rss_mb() - rss1, 1),
       'cache_entries': _cache_entries(ctx),
       'new_ms_median': round(float(np.median(new_ms)), 2),
       'repeated_ms_median': round(float(np.median(rep_ms)), 2),

@@ -185,3 +185,56 @@ def test_xla_trace_records_are_freed_with_their_compiled_function():
   del compiled
   gc.collect()
   assert len(xla._traces) == before  # pylint: disable=protected-access
+
+
+def _count_staged_loop_traces(monkeypatch):
+  """A list whose length counts the staged loops traced from now on."""
+  from autobatch_vm.backends.tf import loop  # pylint: disable=g-import-not-at-top
+  traced = []
+  staged_loop = loop.staged_loop
+
+  def counted(*args, **kwargs):
+    traced.append(args[5])   # the batch size the plan is made at
+    return staged_loop(*args, **kwargs)
+  monkeypatch.setattr(loop, 'staged_loop', counted)
+  return traced
+
+
+def test_tensorflow_eager_traces_once_for_every_batch_size(monkeypatch):
+  tf = pytest.importorskip('tensorflow')
+  traced = _count_staged_loop_traces(monkeypatch)
+  ctx = ab.Context()
+  fns = _programs(ctx)
+  rng = np.random.default_rng(5)
+  for size in SIZES:
+    args = _args(size, rng)
+    for fn in fns:
+      values = [np.asarray(a, np.int32) if a.dtype.kind == 'i' else a
+                for a in args[fn.name]]
+      out = fn(*[tf.constant(a) for a in values])
+      expected = fn(*values, dry_run=True)
+      assert tuple(out.shape) == np.shape(expected)
+      np.testing.assert_allclose(out.numpy(), expected)
+  # One staged loop per program, traced twice: at its first size, and
+  # once for every other size (a batch axis of unknown size), both
+  # planned at the first size.
+  assert traced == [1] * (2 * len(fns)), traced
+  assert ctx.cache_info()['kinds']['blocks'] == len(fns)
+
+
+def test_tensorflow_eager_overflow_and_status_at_new_sizes(monkeypatch):
+  tf = pytest.importorskip('tensorflow')
+  traced = _count_staged_loop_traces(monkeypatch)
+  ctx = ab.Context()
+  fib = _programs(ctx)[0]
+  for size in (3, 6, 11):
+    n = np.full(size, 5, np.int32)
+    n[size // 2] = 40
+    with pytest.raises(ab.errors.StackOverflowError,
+                       match=rf'members \[{size // 2}\]'):
+      fib(tf.constant(n), max_stack_depth=6)
+    out, ok = fib(tf.constant(n), max_stack_depth=6, on_error='status')
+    expected_ok = np.arange(size) != size // 2
+    np.testing.assert_array_equal(ok.numpy(), expected_ok)
+    np.testing.assert_array_equal(out.numpy()[expected_ok], 5)
+  assert len(traced) <= 2, traced   # per on_error mode at most

@@ -454,6 +454,20 @@ class Backend:
     """
     raise NotImplementedError
 
+  def fill_like(self, pc, value):
+    """An int32 array of `pc`'s shape holding `value`.
+
+    A call's return block, pushed for every member.
+
+    Args:
+      pc: The PCs.
+      value: An int.
+
+    Returns:
+      The array.
+    """
+    return np.full(np.shape(pc), value, np.int32)
+
   def goto(self, pc, m, target):
     """The PCs with the members of `m` at `target`.
 

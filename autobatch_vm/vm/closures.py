@@ -5,11 +5,14 @@ and terminator for the members of mask `m`.  On a compacting backend
 (NumPy, which steps in Python) a block is one generated function
 (`vm.codegen`); otherwise (TensorFlow, whose primitives take the whole
 batch and whose runs are mostly staged) a chain of closures, one per
-instruction.  Blocks are compiled once per (program, backend, depth) on a
-compacting backend, whose generated blocks read the batch size from the
-state's arrays, and once per (program, backend, batch size, depth)
-otherwise; `block_code_cache` lets a caller keep them.
+instruction.  Blocks are compiled once per (program, backend, depth) and
+serve every batch size: a generated block reads the batch size from the
+state's arrays; a closure from the mask (`m.batch`, a tensor where a
+staged loop's batch axis is unknown) or the PCs' shape.
+`block_code_cache` lets a caller keep them.
 """
+
+import functools
 
 import numpy as np
 
@@ -42,7 +45,7 @@ class BlockCompiler:
 
   Args:
     program: The `LoweredProgram`.
-    layout: Its `vm.layout.Layout` for one backend, batch and depth.
+    layout: Its `vm.layout.Layout` for one backend and depth.
   """
 
   def __init__(self, program, layout):
@@ -156,7 +159,8 @@ class BlockCompiler:
     template = self.p.var_defs[var].tensors
     leaves = inst.pattern_flatten(template, inst.TensorType)
     if self.batch is None:   # compiled for every batch size: the mask's
-      coerces = [_rows_of_mask(self.be.coercer(t, strict)) for t in leaves]
+      rows_of = _rows_of_mask if self.compact else _batch_of_mask
+      coerces = [rows_of(self.be.coercer(t, strict)) for t in leaves]
     else:
       coerces = [_ignore_mask(self.be.coerce_fn(t, self.batch, strict))
                  for t in leaves]
@@ -377,9 +381,10 @@ class BlockCompiler:
       return run_branch
     if isinstance(t, CALLS):
       ret = self.index[t.push_block]
-      # A NumPy constant, not a backend array: compiled blocks are cached
-      # and may be traced into several graphs.
-      ret_pc = np.full((self.batch,), ret, np.int32)
+      # Made per run (compiled blocks are cached and may be traced into
+      # several graphs): a NumPy constant where the batch size is known
+      # when tracing, else the block index broadcast to the PCs' shape.
+      ret_pc = functools.partial(be.fill_like, value=np.int32(ret))
       depth = self.layout.pc_depth
       # Labels are `<function>.<n>[.<k>]`; the jump lands in the callee.
       callee = (t.goto_block if isinstance(t, inst.PushGotoOp) else
@@ -397,8 +402,8 @@ class BlockCompiler:
           c = be.to_bool(cond(state, temps, m))
           calls = be.submask(m, c, negate=negate)
           (state[PC_STACK],), state[PC_SP] = be.push(
-              [state[PC_STACK]], state[PC_SP], [ret_pc], calls, depth,
-              overflow)
+              [state[PC_STACK]], state[PC_SP], [ret_pc(state[PC])], calls,
+              depth, overflow)
           state[PC] = be.branch(state[PC], m, c, tt, ff)
         return run_call_branch
       if isinstance(t, inst.PushGotoOp):
@@ -409,7 +414,8 @@ class BlockCompiler:
 
       def run_push_goto(state, temps, m):
         (state[PC_STACK],), state[PC_SP] = be.push(
-            [state[PC_STACK]], state[PC_SP], [ret_pc], m, depth, overflow)
+            [state[PC_STACK]], state[PC_SP], [ret_pc(state[PC])], m, depth,
+            overflow)
         jump(state, temps, m)
       return run_push_goto
     if isinstance(t, inst.IndirectGotoOp):
@@ -502,15 +508,18 @@ def _rows_of_mask(coerce):
   return lambda x, m: coerce(x, m.count)
 
 
+def _batch_of_mask(coerce):
+  return lambda x, m: coerce(x, m.batch)
+
+
 class CompiledProgram:
-  """A lowered program bound to a backend, batch size and stack depth.
+  """A lowered program bound to a backend and stack depth.
 
   Args:
     program: The `LoweredProgram`.
     backend: The backend.
-    batch: The batch size; None on a compacting backend (NumPy): the
-      blocks then serve every batch size, given to
-      `layout.initial_state(batch)` at each run.
+    batch: The batch size, or None: the blocks then serve every batch
+      size, given to `layout.initial_state(batch)` at each run.
     depth: `max_stack_depth`.
   """
 
@@ -529,9 +538,8 @@ class CompiledProgram:
 def compile_blocks(program, backend, batch, depth, cache=None):
   """The `CompiledProgram` of `program`, from `cache` if it is there.
 
-  On a compacting backend (NumPy) one compiled program serves every
-  batch size: it is compiled and cached without one (`batch` is then the
-  run's, for `layout.initial_state`).
+  One compiled program serves every batch size: it is compiled and
+  cached without one (`batch` is the run's, for `layout.initial_state`).
 
   Args:
     program: The `LoweredProgram`.
@@ -544,12 +552,11 @@ def compile_blocks(program, backend, batch, depth, cache=None):
   Returns:
     The `CompiledProgram`.
   """
-  if backend.compacts:
-    batch = None
-  key = ('blocks', id(program), backend, batch, depth)
+  del batch   # read at run time
+  key = ('blocks', id(program), backend, depth)
   if cache is not None and key in cache and cache[key].program is program:
     return cache[key]
-  compiled = CompiledProgram(program, backend, batch, depth)
+  compiled = CompiledProgram(program, backend, None, depth)
   if cache is not None:
     cache[key] = compiled
   return compiled

@@ -2,9 +2,10 @@
 
 One loop iteration is one VM step: pick the next block (the lowest PC, or
 the most populated block), count the members there, and run that block
-through a `tf.switch_case` over all blocks.  Everything has a static shape,
-so the same graph runs under `tf.function` and `tf.function(jit_compile=
-True)` (XLA), and `tf.GradientTape` differentiates through it.
+through a `tf.switch_case` over all blocks.  Every shape but the batch
+axis is static, and under `tf.function` and `tf.function(jit_compile=
+True)` (XLA) the batch axis is too; `tf.GradientTape` differentiates
+through it.
 
 Stacks are preallocated `[depth + 1, batch, *shape]` tensors: one spare
 row above the capacity; a member writing the spare row has overflowed.  A
@@ -38,15 +39,19 @@ which stops them and lets the others finish.  After the loop:
 - with `on_error='status'` nothing is raised: the call returns which
   members finished.
 
-Eager mode runs the same staged loop through an internal `tf.function`,
-traced once per compiled program and cached (it is tens of times faster
-than stepping eagerly).  As with any `tf.function`, primitives run once at
-tracing: a Python side effect happens once, and a closed-over Python or
-NumPy value is frozen at its first value (a `tf.Variable` is read at every
-call).  If a primitive cannot be staged (say it calls NumPy on the tensor),
-the program steps eagerly from then on; if the staged run fails inside
-TensorFlow, that run is repeated step by step eagerly, which raises the
-error naming the members.
+Eager mode runs the same staged loop through an internal `tf.function`
+per compiled program, cached (it is tens of times faster than stepping
+eagerly): traced for the first call's batch size and, at a call at
+another size, once more with a batch axis of unknown size, whose ops
+read the size at run time, for every other size; both are planned for
+the first call's batch size (`loop.StagedRun`).  As with any
+`tf.function`, primitives run when it is traced: a Python side effect
+happens at a trace, and a closed-over Python or NumPy value is frozen at
+its value then (a `tf.Variable` is read at every call).  If a primitive
+cannot be staged (say it calls NumPy on the tensor), the program steps
+eagerly from then on; if the staged run fails inside TensorFlow, that
+run is repeated step by step eagerly, which raises the error naming the
+members.
 
 RunStats: eagerly, ints as on NumPy (with `profile=True` the run steps
 eagerly so that each block can be timed).  In a graph, `steps` and the
@@ -245,6 +250,10 @@ class TensorFlowBackend(base.Backend):
     """
     np_dtype = np.dtype(tensor_type.dtype)
     dtype = tf.as_dtype(np_dtype)
+    if tf.is_tensor(batch):
+      # A staged loop's batch axis of unknown size: the size read at run
+      # time.
+      return _dynamic_coerce(np_dtype, dtype, batch, tensor_type.shape)
     full_shape = [batch] + list(tensor_type.shape)
 
     def coerce(x):
@@ -268,6 +277,25 @@ class TensorFlowBackend(base.Backend):
 
   def coercer(self, tensor_type, strict=False):
     return lambda x, rows: self.coerce_fn(tensor_type, rows, strict)(x)
+
+  def fill_like(self, pc, value):
+    """`value` for every member, an int32 tensor of `pc`'s shape.
+
+    A constant where `pc`'s batch size is known when tracing, else a
+    broadcast to the size read at run time.
+
+    Args:
+      pc: The PCs.
+      value: An int.
+
+    Returns:
+      The tensor.
+    """
+    if pc.shape[0] is not None:
+      return tf.constant(np.full([pc.shape[0]], value, np.int32))
+    axis = masks.batch_axis()
+    return tf.broadcast_to(tf.constant(value, tf.int32),
+                           tf.shape(pc) if axis is None else axis.shape)
 
   def take_rows(self, x, idx):
     if ops.no_elements(x):
@@ -486,7 +514,7 @@ class TensorFlowBackend(base.Backend):
         continue   # a gather per stack: the pack is mostly other stacks
       # Most stacks of one pack (NUTS: the nine `[25]` stacks of a
       # subtree): one gather of every row's top frames, then an unstack.
-      rows = tf.reshape(pack, [shape[0], shape[1] * batch] + shape[3:])
+      rows = tf.reshape(pack, [shape[0], -1] + shape[3:])
       tops[key] = tf.unstack(tf.gather(rows, flat, axis=1))
     out = []
     for s, v in zip(stacks, values):
@@ -496,9 +524,10 @@ class TensorFlowBackend(base.Backend):
         s = ops.value(s)
         shape = s.shape.as_list()
         if ops.no_elements(s):   # a gather from no elements fails
-          top = tf.zeros([batch] + shape[2:], s.dtype)
+          top = tf.zeros(tf.stack([batch] + shape[2:]) if tf.is_tensor(batch)
+                         else [batch] + shape[2:], s.dtype)
         else:
-          rows = tf.reshape(s, [shape[0] * batch] + shape[2:])
+          rows = tf.reshape(s, [-1] + shape[2:])
           top = tf.gather(rows, flat)
       out.append(self.write(v, top, m))
     return out
@@ -543,3 +572,38 @@ class TensorFlowBackend(base.Backend):
       if seconds is not None:
         stats.block_time.update(zip(labels, tf.unstack(seconds)))
     return state
+
+
+def _as_tensor(x, np_dtype, dtype):
+  """`x` as a tensor of `dtype` (a variable read, a Python or NumPy value
+  converted)."""
+  if isinstance(x, tf.Variable):
+    x = x.read_value()
+  elif not tf.is_tensor(x):
+    if isinstance(x, (np.ndarray, np.generic, bool, int, float, complex,
+                      list)):
+      x = np.asarray(x, np_dtype)
+    x = tf.convert_to_tensor(x)
+  if x.dtype != dtype:
+    x = tf.cast(x, dtype)
+  return x
+
+
+def _dynamic_coerce(np_dtype, dtype, batch, shape):
+  """`coerce_fn`'s function for a batch size `batch` that is a scalar
+  tensor: a value of rank `1 + len(shape)` whose first axis is unknown
+  when tracing is taken as a batch; anything else is broadcast to
+  `[batch, *shape]` (a row count other than 1 or the batch fails there,
+  at run time)."""
+  shape = list(shape)
+
+  def coerce(x):
+    x = _as_tensor(x, np_dtype, dtype)
+    if (x.shape.rank == len(shape) + 1 and x.shape[0] is None and
+        x.shape.as_list()[1:] == shape):
+      return x
+    axis = masks.batch_axis()
+    if not shape and axis is not None:
+      return tf.broadcast_to(x, axis.shape)
+    return tf.broadcast_to(x, tf.stack([batch] + shape))
+  return coerce

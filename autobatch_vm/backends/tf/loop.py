@@ -22,6 +22,10 @@ __all__ = ['staged_loop', 'branch_fn', 'fail_in_graph', 'run_eagerly',
            'StagedRun']
 
 _EAGER_CACHE_SIZE = 16
+# The batch size a loop plans its packing for where the batch size is
+# unknown when tracing and no call says it (a `tf.function` whose input
+# signature has no batch size).
+NOMINAL_BATCH = 256
 
 
 def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
@@ -64,7 +68,9 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
     state: The VM state.
     num_blocks: The number of blocks.
     schedule: `'most'` or `'lowest'`.
-    batch: The batch size.
+    batch: The batch size; where the state's batch axis has no size when
+      tracing (a loop serving every batch size), the size the packing's
+      thresholds are reckoned at.
     sites: The run's `errors.Sites`.
     step_limit: `(max_steps, step_limit_error)`.
     profile: Whether to count blocks per member and time blocks.
@@ -78,13 +84,21 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
   stack_slots = blocks[0].stack_slots if blocks else frozenset()
   xla = masks.in_xla_context()
   knobs = backend.device_knobs()
+  # The packing's plan is made at `batch` members; the ops read the batch
+  # size from the PCs where it has none when tracing.
+  nominal = axis = None
+  if state[PC].shape[0] is None:
+    nominal = (int(batch) if isinstance(batch, (int, np.integer))
+               else NOMINAL_BATCH)
+    axis = masks.BatchAxis(state[PC])
+    batch = axis.size
   if xla:
     packed, limit = range(len(state)), None
   else:
     # Stacks are all packed: large ones with those the same blocks push.
     packed = [i for i, x in enumerate(state)
-              if 2 * x.shape.num_elements() * x.dtype.size <= knobs.pack_bytes
-              or i in stack_slots]
+              if 2 * packing_lib.nominal_bytes(x.dtype, x.shape, nominal)
+              <= knobs.pack_bytes or i in stack_slots]
     limit = knobs.pack_bytes
   writers = None
   if not xla:
@@ -98,7 +112,7 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
   inplace = (None if xla or backend.basic_block_xla_device is not None
              or masks.on_gpu() else knobs.inplace_stack_bytes)
   packing = packing_lib.Packing(state, stack_slots, frozenset(packed), limit,
-                                writers, inplace, knobs)
+                                writers, inplace, knobs, nominal)
   writes = [blk.writes for blk in blocks]
   groups = groups_lib.write_groups(packing, writes) if xla else None
   widths = {}
@@ -113,7 +127,7 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
   if groups is None:
     full_fns = [branch_fn(backend, blk, batch, sites, packing, None,
                                 full=True) for blk in blocks]
-    if batch == 1:
+    if nominal is None and batch == 1:
       branch_fns = full_fns
       full_fns = None
 
@@ -123,7 +137,7 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
   timed = profile and not xla
   extra0 = []
   if profile:
-    extra0 = [tf.zeros([batch], tf.int32)]
+    extra0 = [tf.zeros_like(state[PC])]
     if timed:
       extra0.append(tf.zeros([num_blocks], tf.float64))
   num_extra = len(extra0)
@@ -186,10 +200,11 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
   b0 = next_block(state[PC])
   acc0 = tf.zeros([num_blocks, 2], tf.int32)
   max_steps, step_limit_error = step_limit
-  out = tf.while_loop(cond, body,
-                      [b0, acc0] + extra0 + packing.carry(state),
-                      parallel_iterations=backend.while_parallel_iterations,
-                      maximum_iterations=max_steps)
+  with masks.tracing_axis(axis):
+    out = tf.while_loop(cond, body,
+                        [b0, acc0] + extra0 + packing.carry(state),
+                        parallel_iterations=backend.while_parallel_iterations,
+                        maximum_iterations=max_steps)
   profiled = None
   if profile:
     profiled = (out[3] if timed else None, out[2])
@@ -539,30 +554,46 @@ class _Traceable(functools.partial):
 # -- the eager path's cache of staged loops --------------------------------
 
 class StagedRun:
-  """A `tf.function` running one compiled program's loop, and its sites.
+  """`tf.function`s running one compiled program's loop, and their sites.
+
+  Two traces at most, whatever the batch sizes: one with the shapes of
+  the first call, which calls at that size run, and, once a call comes at
+  another size, one whose input signature leaves the batch axis without
+  a size (the state's first axis, a stack's second), which runs every
+  other size.  The ops of that trace read the batch size at run time; a
+  static one lets TensorFlow fold them (a call at one size, repeated,
+  costs 5-9% less: docs/performance.md).  Both are planned at the
+  first call's batch size: the packing's thresholds (`knobs`) are
+  reckoned there.
 
   Args:
     backend: The `TensorFlowBackend`.
     blocks: The compiled blocks.
     num_blocks: The number of blocks.
     schedule: `'most'` or `'lowest'`.
-    batch: The batch size.
+    batch: The batch size of the first call.
     limit: `(max_steps, step_limit_error)`.
   """
 
   def __init__(self, backend, blocks, num_blocks, schedule, batch, limit):
     self.blocks = blocks      # keeps id(blocks) unique while cached
-    self.sites = None
+    self.batch = batch
     self.stageable = True
+    self._sites = {}          # per trace (True: any batch size)
 
-    def loop(state):
-      self.sites = tf_errors.Sites(num_blocks)
+    def loop(state, any_size):
+      self._sites[any_size] = tf_errors.Sites(num_blocks)
       out, acc, _ = staged_loop(backend, blocks, state, num_blocks, schedule,
-                                batch, self.sites, limit)
+                                batch, self._sites[any_size], limit)
       return out, acc
-    # One tf.function per program, each traced once per batch size: counted
-    # alone (`traceable`).
-    self.function = tf.function(traceable(loop), autograph=False)
+    self._loop = loop
+    self._functions = {}
+    self._last = False
+
+  @property
+  def sites(self):
+    """The `errors.Sites` of the trace the last call ran."""
+    return self._sites.get(self._last)
 
   def __call__(self, state):
     """Runs the loop on `state`; returns `(state, counts)`.
@@ -570,7 +601,28 @@ class StagedRun:
     Args:
       state: The VM state.
     """
-    return self.function(list(state))
+    state = list(state)
+    any_size = state[PC].shape[0] != self.batch
+    function = self._functions.get(any_size)
+    if function is None:
+      stacks = self.blocks[0].stack_slots if self.blocks else ()
+      signature = [tf.TensorSpec(
+          _without_batch(x.shape, 1 if i in stacks else 0) if any_size
+          else x.shape, x.dtype) for i, x in enumerate(state)]
+      # Counted alone (`traceable`).
+      function = self._functions[any_size] = tf.function(
+          traceable(functools.partial(self._loop, any_size=any_size),
+                    'loop'),
+          input_signature=[signature], autograph=False)
+    self._last = any_size
+    return function(state)
+
+
+def _without_batch(shape, axis):
+  """`shape` with its batch axis, `axis`, of unknown size."""
+  dims = shape.as_list()
+  dims[axis] = None
+  return tf.TensorShape(dims)
 
 
 # Each entry holds its traced graphs (megabytes for a large program).

@@ -3,7 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
-__all__ = ['Mask', 'in_xla_context', 'on_gpu']
+__all__ = ['Mask', 'BatchAxis', 'batch_axis', 'in_xla_context', 'on_gpu']
 
 
 def in_xla_context():
@@ -11,6 +11,56 @@ def in_xla_context():
   from tensorflow.python.ops import control_flow_util  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
   graph = tf.compat.v1.get_default_graph()
   return bool(control_flow_util.GraphOrParentsInXlaContext(graph))
+
+
+# -- a batch axis of unknown size ----------------------------------------------
+
+class BatchAxis:
+  """Tensors of a staged loop's batch size, where tracing has no size.
+
+  Made once before the loop (`loop.staged_loop`) and captured by its
+  blocks, so that a step reads them instead of computing the batch size
+  from a shape (which a static shape would have folded away).
+
+  Args:
+    pc: The PCs, an int32 tensor `[batch]`.
+  """
+
+  def __init__(self, pc):
+    self.shape = tf.shape(pc)                   # [batch], int32
+    self.size = self.shape[0]
+    self.members = tf.range(self.size)          # 0, 1, ..., batch - 1
+    self.members_row = self.members[tf.newaxis]
+
+
+_AXES = []
+
+
+def batch_axis():
+  """The `BatchAxis` of the staged loop being traced, or None.
+
+  None where the batch size is known when tracing, or outside a loop.
+  """
+  return _AXES[-1] if _AXES else None
+
+
+class tracing_axis:  # pylint: disable=invalid-name
+  """Context manager: `batch_axis()` is `axis` inside.
+
+  Args:
+    axis: A `BatchAxis`, or None (`batch_axis()` unchanged).
+  """
+
+  def __init__(self, axis):
+    self.axis = axis
+
+  def __enter__(self):
+    if self.axis is not None:
+      _AXES.append(self.axis)
+
+  def __exit__(self, *exc):
+    if self.axis is not None:
+      _AXES.pop()
 
 
 # -- masks ---------------------------------------------------------------------
@@ -26,7 +76,8 @@ class Mask:
     mask: A bool tensor `[batch]`.
     count: The members in it: an int eagerly, None in a graph.
     full: Whether every member is in it (True only when statically known).
-    batch: The batch size.
+    batch: The batch size: an int, or a scalar int32 tensor in a staged
+      loop whose batch axis has no size when tracing.
   """
   __slots__ = ('mask', 'count', 'full', 'batch', '_as_int', '_expanded',
                '_idx', '_first', '_fill_index', '_fill_index_nd')
@@ -62,16 +113,20 @@ class Mask:
   def fill_index(self):
     """Per lane: itself inside the mask, the first member's lane outside."""
     if self._fill_index is None:
-      self._fill_index = tf.where(
-          self.mask, tf.range(self.batch, dtype=tf.int32),
-          tf.fill([self.batch], self.first[0]))
+      axis = batch_axis() if tf.is_tensor(self.batch) else None
+      if axis is not None:   # the first lane broadcast by the select
+        self._fill_index = tf.where(self.mask, axis.members, self.first[0])
+      else:
+        self._fill_index = tf.where(
+            self.mask, tf.range(self.batch, dtype=tf.int32),
+            tf.fill([self.batch], self.first[0]))
     return self._fill_index
 
   @property
   def fill_index_nd(self):
     """`fill_index` as `tf.gather_nd` indices `[1, batch, 1]`."""
     if self._fill_index_nd is None:
-      self._fill_index_nd = tf.reshape(self.fill_index, [1, self.batch, 1])
+      self._fill_index_nd = tf.reshape(self.fill_index, [1, -1, 1])
     return self._fill_index_nd
 
   def like_rows(self, k, shape):
@@ -86,8 +141,8 @@ class Mask:
     """
     key = (k,) + tuple(shape)
     if key not in self._expanded:
-      mask = tf.reshape(self.mask, [1, self.batch] + [1] * (len(shape) - 1))
-      self._expanded[key] = tf.broadcast_to(mask, key)
+      mask = tf.reshape(self.mask, [1, -1] + [1] * (len(shape) - 1))
+      self._expanded[key] = tf.broadcast_to(mask, self._shape(key))
     return self._expanded[key]
 
   def like(self, shape):
@@ -107,11 +162,23 @@ class Mask:
       return self.mask
     key = tuple(shape)
     if key not in self._expanded:
-      mask = tf.reshape(self.mask, [self.batch] + [1] * (ndim - 1))
-      if None not in key and not in_xla_context():   # XLA fuses it
-        mask = tf.broadcast_to(mask, key)
+      mask = tf.reshape(self.mask, [-1] + [1] * (ndim - 1))
+      if not in_xla_context() and (None not in key or
+                                   tf.is_tensor(self.batch)):
+        mask = tf.broadcast_to(mask, self._shape(key))   # XLA fuses it
       self._expanded[key] = mask
     return self._expanded[key]
+
+  def _shape(self, shape):
+    """`shape` (a tuple of ints, None only for the batch axis) with the
+    batch size in place of None: a tuple, or a tensor when the batch size
+    is one."""
+    if None not in shape:
+      return shape
+    if not tf.is_tensor(self.batch):
+      return tuple(self.batch if d is None else d for d in shape)
+    return tf.stack([self.batch if d is None else tf.constant(d, tf.int32)
+                     for d in shape])
 
   @property
   def idx(self):

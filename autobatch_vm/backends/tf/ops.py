@@ -124,8 +124,13 @@ class StackWrite:
       # more (NUTS's [11, 64, 25] stacks), and a scatter costs per row.
       batch = self.target.shape[0]
       if self.full:
-        index = tf.stack([self.target, tf.range(batch, dtype=tf.int32)],
-                         axis=-1)
+        if batch is None:   # a batch axis of unknown size
+          axis = masks.batch_axis()
+          members = (tf.range(tf.shape(self.target)[0]) if axis is None
+                     else axis.members)
+        else:
+          members = tf.range(batch, dtype=tf.int32)
+        index = tf.stack([self.target, members], axis=-1)
         return tf.tensor_scatter_nd_update(self.base, index, self.value)
       members = tf.reshape(tf.where(self.target >= 0), [-1])
       index = tf.stack([tf.gather(self.target, members),
@@ -154,7 +159,9 @@ def hot(rows, target, extra=0):
   hot = tf.equal(tf.range(rows, dtype=tf.int32)[:, tf.newaxis],
                  target[..., tf.newaxis, :])
   if extra:
-    hot = tf.reshape(hot, hot.shape.as_list() + [1] * extra)
+    shape = hot.shape.as_list()
+    hot = tf.reshape(hot, shape + [1] * extra if None not in shape else
+                     tf.concat([tf.shape(hot), [1] * extra], 0))
   return hot
 
 

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from autobatch_vm import errors
 from autobatch_vm.backends.tf import knobs as knobs_lib
+from autobatch_vm.backends.tf import masks
 from autobatch_vm.backends.tf import ops
 
 __all__ = ['Packing', 'BlockState']
@@ -52,11 +53,16 @@ class Packing:
     inplace_bytes: Stack packs of this many bytes or more are pushed in
       place (None: never).
     knobs: The run's `knobs.TuningKnobs`.
+    batch: The batch size the sizes above are reckoned at where the
+      state's batch axis has no size when tracing (a loop serving every
+      batch size); None where it has one.
   """
 
   def __init__(self, state, stack_slots, packed, max_bytes=None,
-               writers=None, inplace_bytes=None, knobs=knobs_lib.CPU):
+               writers=None, inplace_bytes=None, knobs=knobs_lib.CPU,
+               batch=None):
     self.knobs = knobs
+    self.batch = batch
     groups = collections.OrderedDict()
     chunk = collections.Counter()   # per (kind, dtype, shape): packs full
     self.flat = []                  # slots carried as they are
@@ -70,7 +76,7 @@ class Packing:
         continue
       stored = ops.storage_dtype(x.dtype) if merge else x.dtype
       kind = (slot in stack_slots, stored, tuple(x.shape.as_list()))
-      size = x.shape.num_elements() * x.dtype.size
+      size = nominal_bytes(x.dtype, x.shape, batch)
       if writers is not None and (
           size >= knobs.signature_bytes if slot not in stack_slots
           else 2 * size > max_bytes):
@@ -96,8 +102,8 @@ class Packing:
       # such nodes in a 45-node block; docs/performance.md).
       # Except a stack to push in place: that is done to packs only.
       for key in [k for k, slots in groups.items() if len(slots) == 1]:
-        if not (key[0] and
-                ops.nbytes(key[1], key[2]) >= (inplace_bytes or np.inf)):
+        if not (key[0] and nominal_bytes(key[1], key[2], batch) >=
+                (inplace_bytes or np.inf)):
           self.flat.append(groups.pop(key)[0])
     self.flat_index = {s: i for i, s in enumerate(self.flat)}
     self.keys = [key[:3] for key in groups]
@@ -110,8 +116,8 @@ class Packing:
     if inplace_bytes is not None and self.rewrite:
       for g, (key, slots) in enumerate(zip(self.keys, self.slots)):
         is_stack, dtype, shape = key
-        if (is_stack and
-            len(slots) * ops.nbytes(dtype, shape) >= inplace_bytes):
+        if (is_stack and len(slots) * nominal_bytes(dtype, shape, batch)
+            >= inplace_bytes):
           self.inplace.append(g)
     self.where = {}
     for g, slots in enumerate(self.slots):
@@ -298,7 +304,12 @@ class Packing:
     values, rows, targets, full = port
     _, dtype, shape = self.keys[g]
     frames, batch, event = shape[0], shape[1], list(shape[2:])
-    members = tf.range(batch, dtype=tf.int32)
+    if batch is None:   # a batch axis of unknown size
+      axis = masks.batch_axis()
+      batch = tf.shape(values)[1] if axis is None else axis.size
+      members = tf.range(batch) if axis is None else axis.members
+    else:
+      members = tf.range(batch, dtype=tf.int32)
     if full:
       # Every member pushes: every target is a frame.
       index = (rows * frames + targets) * batch + members
@@ -469,7 +480,6 @@ class Packing:
         packs[g] = tf.where(ops.hot(self.keys[g][2][0], targets),
                             values[:, tf.newaxis], packs[g])
         continue
-      members = np.broadcast_to(np.arange(batch, dtype=np.int32), [k, batch])
       if self.scratch and self.push_window():
         # XLA that expands a scatter into a loop: selects per port.
         packs[g] = ops.window_push(packs[g], values, rows, targets,
@@ -479,17 +489,46 @@ class Packing:
         # Members that do not push write frame 0 of the scratch stack.
         index = tf.stack([
             tf.where(targets >= 0, rows, len(self.slots[g])),
-            tf.maximum(targets, 0), tf.constant(members)], axis=-1)
+            tf.maximum(targets, 0), _members(targets)], axis=-1)
       elif full[0]:
         # Outside XLA, every member pushes: every target is a frame.
-        index = tf.stack([tf.broadcast_to(rows, [k, batch]), targets,
-                          tf.constant(members)], axis=-1)
+        index = tf.stack([tf.broadcast_to(rows, tf.shape(targets)
+                                          if batch is None else [k, batch]),
+                          targets, _members(targets)], axis=-1)
       else:
         # Outside XLA a scatter costs per row: only the pushing members'.
         row, frame, member, values = ops.pushing_members(values, rows, targets)
         index = tf.stack([row, frame, member], axis=-1)
       packs[g] = tf.tensor_scatter_nd_update(packs[g], index, values)
     return packs
+
+
+def _members(targets):
+  """Each member's index, shaped as the targets `[K, batch]`."""
+  k, batch = targets.shape.as_list()
+  if batch is None:   # a batch axis of unknown size
+    axis = masks.batch_axis()
+    if axis is not None and k == 1:
+      return axis.members_row
+    return tf.broadcast_to(tf.range(tf.shape(targets)[1]), tf.shape(targets))
+  return tf.constant(np.broadcast_to(np.arange(batch, dtype=np.int32),
+                                     [k, batch]))
+
+
+def nominal_bytes(dtype, shape, batch=None):
+  """The bytes of a tensor of `dtype` and static `shape`, its unknown
+  axis (the batch axis) reckoned at `batch` members.
+
+  Args:
+    dtype: A `tf.DType`.
+    shape: A `tf.TensorShape` or list, None only for the batch axis.
+    batch: The batch size to reckon with (None: the shape is known).
+
+  Returns:
+    An int.
+  """
+  dims = [batch if d is None else d for d in tf.TensorShape(shape).as_list()]
+  return ops.nbytes(dtype, dims)
 
 
 def _masked_rows(writes, old_pack, stored):
