@@ -147,6 +147,18 @@ class MemberMixingWarning(UserWarning):
   warns instead, naming the user's line.
   """
 
+  @classmethod
+  def warn(cls, message, loc):
+    """Warns `message`, pointing at the user's line.
+
+    Args:
+      message: What may be wrong, and what to do.
+      loc: The `SourceLoc` of the user's code, or None.
+    """
+    warnings.warn_explicit(
+        message, cls, filename=loc.filename if loc else '<autobatch_vm>',
+        lineno=loc.line if loc else 0)
+
 
 class FailedAssertion(AssertionError):
   """A batched function's own `assert` failed, inside its primitive.

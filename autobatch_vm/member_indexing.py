@@ -28,8 +28,6 @@ index tensor of shape `[batch]`), it is refused; where it differs, a
 `MemberMixingWarning` says so.
 """
 
-import warnings
-
 import numpy as np
 
 from autobatch_vm import errors
@@ -88,12 +86,10 @@ def check(op, in_types, backend):
     message, hint = _explain(text, kind, axis, value_text, element_texts,
                              position)
     if verdict == 'suspect':
-      warnings.warn_explicit(
+      errors.MemberMixingWarning.warn(
           f'{message}; the primitive fails on made-up inputs, so whether '
           f'its result is each member\'s own could not be checked.  {hint}',
-          errors.MemberMixingWarning,
-          filename=op.loc.filename if op.loc else '<autobatch_vm>',
-          lineno=op.loc.line if op.loc else 0)
+          op.loc)
       continue
     if verdict == 'fails':
       message += f' ({type(cause).__name__}: {cause})'

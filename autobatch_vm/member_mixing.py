@@ -12,8 +12,6 @@ first member's result follows the second member's values
 size (`check_batch_independent`).
 """
 
-import warnings
-
 import numpy as np
 
 from autobatch_vm import errors
@@ -93,11 +91,9 @@ def check_batch_independent(op, in_types, value, run_at):
       return
     finally:
       pin.restore()
-    warnings.warn_explicit(
+    errors.MemberMixingWarning.warn(
         f'{message}; it draws at random, so this may be chance.  {hint}',
-        errors.MemberMixingWarning,
-        filename=op.loc.filename if op.loc else '<autobatch_vm>',
-        lineno=op.loc.line if op.loc else 0)
+        op.loc)
     return
   raise errors.TypeInferenceError(message, loc=op.loc, hint=hint)
 
@@ -166,11 +162,8 @@ def check_members_apart(op, in_types, backend):
   if drawn or ops_draw is None:
     why = ('it draws at random' if drawn else
            'its TensorFlow ops could not be traced to be checked')
-    warnings.warn_explicit(
-        f'{message}; {why}, so this may be chance.  {_MIXING_HINT}',
-        errors.MemberMixingWarning,
-        filename=op.loc.filename if op.loc else '<autobatch_vm>',
-        lineno=op.loc.line if op.loc else 0)
+    errors.MemberMixingWarning.warn(
+        f'{message}; {why}, so this may be chance.  {_MIXING_HINT}', op.loc)
     return
   raise errors.TypeInferenceError(message, loc=op.loc, hint=_MIXING_HINT)
 

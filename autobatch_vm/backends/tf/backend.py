@@ -257,15 +257,7 @@ class TensorFlowBackend(base.Backend):
     full_shape = [batch] + list(tensor_type.shape)
 
     def coerce(x):
-      if isinstance(x, tf.Variable):
-        x = x.read_value()
-      elif not tf.is_tensor(x):
-        if isinstance(x, (np.ndarray, np.generic, bool, int, float, complex,
-                          list)):
-          x = np.asarray(x, np_dtype)
-        x = tf.convert_to_tensor(x)
-      if x.dtype != dtype:
-        x = tf.cast(x, dtype)
+      x = _as_tensor(x, np_dtype, dtype)
       if x.shape.as_list() != full_shape:
         if (strict and x.shape.rank == len(full_shape) and
             x.shape[0] is not None and x.shape[0] != batch):
