@@ -140,8 +140,9 @@ def nuts_runner(kind, backend, target, theta, step_size, num_transitions,
   hand-batched).  backend: 'function'
   (tf.function, graph) or 'xla'.  Returns `(run, out)`: a call that draws
   `num_transitions` samples, and the dict its calls fill with `samples`
-  ([transitions, chains, dim]) and `leapfrogs` (summed over chains and
-  transitions); `(None, None)` without TFP.  `run(draw=k)` makes the
+  ([transitions, chains, dim]), `leapfrogs_each` (each chain's leapfrogs
+  in each transition, [transitions, chains]: `leapfrogs_per_iteration`)
+  and `leapfrogs` (their sum); `(None, None)` without TFP.  `run(draw=k)` makes the
   hand-batched sampler draw with the stateless seed `[seed + k, 1]` (the
   same numbers for the same k; k = 0 by default); the autobatched sampler
   draws new numbers at every call whatever k.
@@ -183,5 +184,29 @@ def nuts_runner(kind, backend, target, theta, step_size, num_transitions,
       draws[draw] = tf.constant(draw, tf.int32)
     samples, leapfrogs = staged(theta, draws[draw])
     out['samples'] = samples.numpy()
-    out['leapfrogs'] = float(np.sum(leapfrogs.numpy()))
+    out['leapfrogs_each'] = leapfrogs_per_iteration(kind, leapfrogs.numpy())
+    out['leapfrogs'] = float(np.sum(out['leapfrogs_each']))
   return _first_call_quiet(run), out
+
+
+# The kinds whose kernel results' `leapfrogs_taken` is a running total.
+CUMULATIVE_LEAPFROGS = ('autobatched', 'autobatched_ours')
+
+
+def leapfrogs_per_iteration(kind, trace):
+  """Each chain's leapfrogs in each transition, [transitions, chains],
+  from the `leapfrogs_taken` of the kernel results after each transition
+  of a `sample_chain` call (`trace`, the same shape) of a `nuts_runner`
+  kind.
+
+  The hand-batched `tfp.mcmc.NoUTurnSampler` ('unrolled') reports the
+  leapfrogs of the transition it made; the autobatched sampler of
+  `nuts_autobatching.py` ('autobatched', 'autobatched_ours') adds them to
+  the previous results' count, a running total from `bootstrap_results`
+  (zero), which `sample_chain` calls at its start: the transitions' own
+  counts are its differences.
+  """
+  trace = np.asarray(trace, np.float64)
+  if kind not in CUMULATIVE_LEAPFROGS:
+    return trace
+  return np.diff(trace, axis=0, prepend=np.zeros_like(trace[:1]))

@@ -610,8 +610,61 @@ def test_hand_batched_nuts_draws_by_the_runs_index():
   for draw in (0, 0, 1):
     sampler(draw=draw)
     drawn.append(out['samples'].copy())
+  assert out['leapfrogs_each'].shape == (4, 3)
+  assert out['leapfrogs'] == np.sum(out['leapfrogs_each']) > 0
   np.testing.assert_array_equal(drawn[0], drawn[1])
   assert not np.allclose(drawn[0], drawn[2])
+
+
+def test_tfp_nuts_leapfrogs_are_counted_per_transition():
+  """TFP's autobatched NUTS program (here on our VM, run member by member
+  in eager mode) keeps `leapfrogs_taken` as a running total, the
+  hand-batched `tfp.mcmc.NoUTurnSampler` per transition;
+  `leapfrogs_per_iteration` turns either into each transition's own count,
+  the number of gradients of the target it took (one chain)."""
+  np = pytest.importorskip('numpy')
+  from benchmarks import tfp_baselines  # pylint: disable=g-import-not-at-top
+  if not tfp_baselines.available():
+    pytest.skip('needs TensorFlow Probability')
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_probability as tfp  # pylint: disable=g-import-not-at-top
+  calls = [0]
+
+  def log_prob(x):
+    calls[0] += 1
+    return -0.5 * tf.reduce_sum(x * x, -1)
+
+  x = tf.constant([[0.3, -0.2]])
+  step = tf.constant([[0.3]])
+  kernels = {
+      'autobatched_ours': tfp_baselines.tfp_nuts_on_autobatch_vm()
+                          .NoUTurnSampler(log_prob, step_size=step,
+                                          max_tree_depth=3, seed=1,
+                                          use_auto_batching=False),
+      'unrolled': tfp.mcmc.NoUTurnSampler(log_prob, step_size=step,
+                                          max_tree_depth=3)}
+  for kind, kernel in kernels.items():
+    seeds = {} if kind != 'unrolled' else {'seed': tf.constant([3, 1])}
+    kernel.one_step(x, kernel.bootstrap_results(x), **seeds)  # first call
+    results = kernel.bootstrap_results(x)
+    state, trace, gradients = x, [], []
+    for _ in range(4):
+      before = calls[0]
+      state, results = kernel.one_step(state, results, **seeds)
+      gradients.append(calls[0] - before)
+      trace.append(results.leapfrogs_taken.numpy())
+    each = tfp_baselines.leapfrogs_per_iteration(kind, np.stack(trace))
+    assert each.shape == (4, 1)
+    # One gradient per leapfrog in TFP's program; the hand-batched sampler
+    # evaluates the target twice per leapfrog when run eagerly.
+    per_leapfrog = 1 if kind == 'autobatched_ours' else 2
+    np.testing.assert_array_equal(each[:, 0] * per_leapfrog, gradients)
+    # A previous count of 1000 is carried on by the running total only.
+    carried = results._replace(
+        leapfrogs_taken=results.leapfrogs_taken + 1000)
+    after = kernel.one_step(state, carried, **seeds)[1].leapfrogs_taken
+    assert (after.numpy()[0] >= 1000) == (
+        kind in tfp_baselines.CUMULATIVE_LEAPFROGS)
 
 
 def test_nuts_gradient_floor_runs_the_leapfrogs_back_to_back():
