@@ -16,6 +16,11 @@ is made a batch of one of its type in the batched program as it is
 assigned (`DryRuns.member_value`, which the copy of the function made by
 `python_source.dry_run_function` calls): a helper that reads
 `row[:, j]` works alike in both.
+
+A per-member function (`Context.batch(per_member=True)`) is run on each
+member's values as they are, without a batch axis; where it calls a
+batch-aware function, or one calls it, the values cross as batches of
+one.  Its `x[i] = v` gives `x` a new value, as in the batched call.
 """
 
 import threading
@@ -28,6 +33,7 @@ from autobatch_vm import errors
 from autobatch_vm import instructions as inst
 from autobatch_vm import python_to_ir
 from autobatch_vm.call_arguments import _PY_NUMBERS
+from autobatch_vm.per_member import member_ops
 
 __all__ = ['DryRuns']
 
@@ -98,8 +104,10 @@ class DryRuns:
     run = self._python_function(bf)
     results = []
     outer = getattr(self._local, 'program', None)
+    outer_mode = self._per_member()
     self._local.depth = self._depth() + 1
     self._local.program = (program, backend, {})
+    self._local.per_member = bf.per_member
     try:
       params = self._types(bf.name)
       params = params and [params.get(p) for p in
@@ -110,7 +118,11 @@ class DryRuns:
         # caller's arguments.
         member = [inst.pattern_map(lambda x: _own(backend.slice(x, i)), a)
                   for a in args]
-        if params:
+        if bf.per_member:
+          member = [g if given is not None and type(g) in _PY_NUMBERS
+                    else _one_member(a)
+                    for a, g in zip(member, given or member)]
+        elif params:
           member = [g if (t is None and given is not None and
                           type(g) in _PY_NUMBERS)
                     else _converted(backend, a, t, a)
@@ -119,6 +131,7 @@ class DryRuns:
     finally:
       self._local.depth -= 1
       self._local.program = outer
+      self._local.per_member = outer_mode
     if not results:
       if result_type is None:
         raise errors.ArgumentError(
@@ -166,6 +179,18 @@ class DryRuns:
     """
     args = bf.bind_arguments(args, kwargs)
     program, backend, _ = self._local.program
+    caller = self._per_member()
+    if caller and bf.per_member:
+      return self._call_in_mode(bf, args, True)
+    if bf.per_member:   # batches of one in, one member's values out
+      args = [g if type(g) in _PY_NUMBERS else _one_member(g) for g in args]
+      result = self._call_in_mode(bf, args, True)
+      return _converted(backend, result, self._result_type(bf.name),
+                        result)
+    if caller:   # one member's values in: batches of one
+      args = [call_arguments.map_arguments(
+          lambda x: _member_rows(backend, x, None), a) for a in args]
+      return _one_member(self._call_in_mode(bf, args, False))
     types_ = self._types(bf.name)
     params = (program.function(bf.name).vars_in if types_ is not None
               else [None] * len(args))
@@ -183,6 +208,19 @@ class DryRuns:
     if types_ is None:
       return result
     return _converted(backend, result, self._result_type(bf.name), result)
+
+  def _per_member(self):
+    return getattr(self._local, 'per_member', False)
+
+  def _call_in_mode(self, bf, args, per_member):
+    """`bf`'s dry-run function on `args`, its calls made as from a
+    function of its kind."""
+    outer = self._per_member()
+    self._local.per_member = per_member
+    try:
+      return self._python_function(bf)(*args)
+    finally:
+      self._local.per_member = outer
 
   def member_value(self, function, var, value):
     """Gives one member's value of a variable as the batched call has it.
@@ -202,7 +240,7 @@ class DryRuns:
       not in it, or the value does not fit its type (the batched call
       would refuse it or compute otherwise; Python shows it as it is).
     """
-    if self._depth() == 0:
+    if self._depth() == 0 or self._per_member():
       return value
     types_ = self._types(function)
     if types_ is None or var not in types_:
@@ -250,7 +288,9 @@ class DryRuns:
       try:
         fn = python_to_ir.dry_run_function(
             bf.python_function,
-            lambda var, value: self.member_value(name, var, value))
+            None if bf.per_member else (
+                lambda var, value: self.member_value(name, var, value)),
+            member_ops if bf.per_member else None)
       except errors.AutoBatchError:
         fn = bf.python_function  # no readable source: run it as it is
       self._functions[bf] = fn
@@ -266,6 +306,14 @@ def _typed_or_none(bf, args, backend, scalars=None):
         backend)
   except errors.AutoBatchError:
     return None
+
+
+def _one_member(value):
+  """The member's values of batch-of-one leaves of `value`."""
+  def strip(x):
+    shape = getattr(x, 'shape', None)
+    return x[0] if shape is not None and len(shape) and shape[0] == 1 else x
+  return inst.pattern_map(strip, value)
 
 
 def _own(x):

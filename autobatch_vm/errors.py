@@ -21,7 +21,7 @@ __all__ = [
     'PrimitiveError', 'AssertionFailedError', 'InternalError',
     'BackendError', 'StepLimitError', 'XlaErrorsWarning',
     'HelperAssertionError', 'XlaGradientWarning', 'FailedAssertion',
-    'MemberMixingWarning', 'WorkerError',
+    'MemberMixingWarning', 'WorkerError', 'PerMemberError',
 ]
 
 
@@ -113,6 +113,14 @@ class PrimitiveError(AutoBatchError):
 
 class AssertionFailedError(AutoBatchError):
   """An `assert` in a batched function failed for some members."""
+
+
+class PerMemberError(AutoBatchError):
+  """A per-member function does what one member's values cannot do.
+
+  E.g. a shape that differs between members (`np.arange(n)` with a
+  per-member `n`), or one member's value where Python needs a single bool.
+  """
 
 
 class BackendError(AutoBatchError):

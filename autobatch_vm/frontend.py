@@ -76,11 +76,14 @@ class BatchedFunction(shipping.FunctionPickling):
     fn: The user's Python function, the logic of one batch member.
     type_inference: The user's type-inference callable (normalized by the
       Context), or None.
+    per_member: Whether `fn` is written for one member's values
+      (`Context.batch(per_member=True)`).
 
   Attributes:
     context: The `Context` it belongs to.
     python_function: The undecorated function.
     type_inference: The type-inference callable, or None.
+    per_member: As given.
     name: The function's name.
     last_stats: The `RunStats` of the last call (None before any).
   """
@@ -89,10 +92,11 @@ class BatchedFunction(shipping.FunctionPickling):
   # `tf.function` calls it as is rather than converting autobatch_vm's code.
   autograph_info__ = frozenset()
 
-  def __init__(self, context, fn, type_inference):
+  def __init__(self, context, fn, type_inference, per_member=False):
     self.context = context
     self.python_function = fn
     self.type_inference = type_inference
+    self.per_member = per_member
     self.name = fn.__name__
     self.last_stats = None
     functools.update_wrapper(self, fn)
@@ -262,7 +266,7 @@ class ContextState(shipping.StatePickling):
 
   Attributes:
     functions: Function name -> (Python function, type-inference callable
-      or None), in definition order.
+      or None, whether it is per-member), in definition order.
     programs: The compiled programs (typed, stackless, lowered, and the
       choice of stackless mode), keyed as the Context caches them: by
       kind, function name, input signature, backend (and schedule).
@@ -298,7 +302,7 @@ class Context(shipping.ContextPickling):
 
   # -- decorating --------------------------------------------------------------
 
-  def batch(self, type_inference=None):
+  def batch(self, type_inference=None, per_member=False):
     """Decorates a function as batched: `@ctx.batch(...)` or bare `@ctx.batch`.
 
     The forms are `@ctx.batch(type_inference=...)`, `@ctx.batch()` and the
@@ -313,6 +317,12 @@ class Context(shipping.ContextPickling):
         without the batch dimension) and returns the result's type (TFP's
         convention, a list with one `Type` per returned value, is taken
         too).  Without it the result's type is inferred.
+      per_member: Whether the function is written for one member: its
+        values have no batch axis, and its math (indexing, item
+        assignment, `len`, `min`, reductions, linear algebra) means what
+        it means on one member's values; the backend vectorizes it
+        (docs/guide.md, "Per-member functions").  The default, False,
+        is a batch-aware function: its primitives see whole batches.
 
     Returns:
       A decorator that returns the `BatchedFunction`; for the bare form,
@@ -322,15 +332,16 @@ class Context(shipping.ContextPickling):
       return self.batch_uncurried(type_inference)
 
     def decorator(fn):
-      return self.batch_uncurried(fn, type_inference)
+      return self.batch_uncurried(fn, type_inference, per_member)
     return decorator
 
-  def batch_uncurried(self, function, type_inference=None):
+  def batch_uncurried(self, function, type_inference=None, per_member=False):
     """Registers `function` as a batched function of this Context.
 
     Args:
       function: The user's Python function, the logic of one member.
       type_inference: As for `batch`, or None.
+      per_member: As for `batch`.
 
     Returns:
       The `BatchedFunction`, a callable wrapper of `function`.
@@ -347,7 +358,8 @@ class Context(shipping.ContextPickling):
           f'Context.batch expects a Python function, got {function!r}')
     if type_inference is not None:
       type_inference = _output_types(type_inference)
-    wrapper = BatchedFunction(self, function, type_inference)
+    wrapper = BatchedFunction(self, function, type_inference,
+                              bool(per_member))
     self._functions[function.__name__] = wrapper
     self._module = None
     self._cache.clear()
@@ -389,7 +401,7 @@ class Context(shipping.ContextPickling):
         and key[0] in _PROGRAM_KINDS
         and (name is None or key[1] == name)
         and (sig_key is None or key[2] == sig_key)}
-    functions = {n: (bf.python_function, bf.type_inference)
+    functions = {n: (bf.python_function, bf.type_inference, bf.per_member)
                  for n, bf in self._functions.items()}
     return ContextState(functions=functions, programs=programs)
 
@@ -415,8 +427,8 @@ class Context(shipping.ContextPickling):
           f'install_state expects a ContextState (from export_state), got '
           f'{type(state).__name__}')
     self._functions = {
-        n: BatchedFunction(self, fn, type_inference)
-        for n, (fn, type_inference) in state.functions.items()}
+        n: BatchedFunction(self, fn, type_inference, *per_member)
+        for n, (fn, type_inference, *per_member) in state.functions.items()}
     self._module = None
     self._cache = caches.LRUCache(self._cache.maxsize, state.programs)
     return dict(self._functions)
@@ -549,7 +561,8 @@ class Context(shipping.ContextPickling):
       bf = self._functions[name]
       self._module[name] = python_to_ir.compile_function(
           bf.python_function, self._resolve, self._params_of,
-          bf.type_inference, defaults_of=self._defaults_of)
+          bf.type_inference, defaults_of=self._defaults_of,
+          per_member=bf.per_member)
     return self._module[name]
 
   def module(self):

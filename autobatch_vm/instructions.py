@@ -10,7 +10,8 @@ stack operations):
     function   ::= Function(name, vars_in: name*, vars_out: pattern(name),
                             blocks: block*, var_defs, type_inference)
     block      ::= Block(label, instructions: op*, terminator)
-    op         ::= PrimOp(vars_in: name*, vars_out: pattern(name), function)
+    op         ::= PrimOp(vars_in: name*, vars_out: pattern(name), function,
+                          per_member: bool)   # prints `member[...]` if set
                  | FunctionCallOp(function: name, vars_in: name*,
                                   vars_out: pattern(name),
                                   parallel: bool)             # before lowering
@@ -31,7 +32,8 @@ stack operations):
 
 Every variable holds one value per batch member: an array whose leading
 dimension is the batch.  `TensorType.shape` excludes that dimension.  A
-`PrimOp` computes on whole batched arrays; the virtual machine decides which
+`PrimOp` computes on whole batched arrays (a `per_member` one is written for
+one member, and the backend vectorizes it); the virtual machine decides which
 members' results are kept (the members whose program counter is at the
 block).  All IR values are frozen dataclasses: passes build new values with
 `dataclasses.replace` and never mutate their input.

@@ -220,6 +220,9 @@ class PrimOp:
   holds a Python literal (a "weak" variable, e.g. a `range` counter) and
   meets typed arrays: the VM casts that input before the call, so the
   batched primitive computes in the dtype that the literal would take.
+  `per_member` marks a primitive of a per-member function: `function` is
+  then a `per_member.primitive.PerMemberFunction`, written for one
+  member, which the VM runs through its backend's `vectorize_member`.
   """
   vars_in: Tuple[str, ...]
   vars_out: Any
@@ -228,10 +231,11 @@ class PrimOp:
   loc: Optional[SourceLoc] = None
   sync: bool = False
   casts: Tuple[Tuple[int, Any], ...] = ()
+  per_member: bool = False
 
   def _key(self):
     return (self.vars_in, _freeze(self.vars_out), self.function, self.text,
-            self.sync, self.casts)
+            self.sync, self.casts, self.per_member)
 
   def __eq__(self, other):
     return isinstance(other, PrimOp) and self._key() == other._key()
@@ -652,7 +656,8 @@ def op_str(op):
     sync = ' sync' if op.sync else ''
     casts = ''.join(f' cast({op.vars_in[i]}:{np.dtype(d).name})'
                     for i, d in op.casts)
-    return f'{pattern_str(op.vars_out)} = prim[{text}]({ins}){sync}{casts}'
+    kind = 'member' if op.per_member else 'prim'
+    return f'{pattern_str(op.vars_out)} = {kind}[{text}]({ins}){sync}{casts}'
   if isinstance(op, FunctionCallOp):
     together = ' parallel' if op.parallel else ''
     return (f'{pattern_str(op.vars_out)} = call {op.function}'

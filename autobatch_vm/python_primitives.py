@@ -10,6 +10,7 @@ user's globals and closure cells and the user's file and line.
 """
 
 import ast
+import builtins
 import copy
 import linecache
 import types
@@ -26,6 +27,13 @@ __all__ = ['PrimitiveRewriter', 'make_function', 'expression_text',
 # such names itself.
 _OPS = 'ops'
 _ASSERT = 'helper_assertion'
+# The per-member helpers (`per_member.member_ops`), in per-member
+# primitives.
+MEMBER_OPS = 'pm'
+# Builtins that a per-member primitive calls as `member_ops`'s, which mean
+# for one member's arrays and tensors what the builtins mean for numbers.
+_MEMBER_BUILTINS = {getattr(builtins, n): n for n in
+                    ('min', 'max', 'abs', 'len', 'int', 'float')}
 
 
 class PrimitiveRewriter(ast.NodeTransformer):
@@ -42,14 +50,19 @@ class PrimitiveRewriter(ast.NodeTransformer):
     unsupported: (node, what) -> raises the error for an unsupported
       construct.
     prefix: The prefix of generated names (`generated_prefix`).
+    per_member: Whether the expression is one member's (a per-member
+      function's): then the helpers are `per_member.member_ops`'s, and
+      subscripts and the builtins `min`, `max`, `abs`, `len`, `int`,
+      `float` call them too.
   """
 
   def __init__(self, local_names, static_value, unsupported,
-               prefix='__ab_'):
+               prefix='__ab_', per_member=False):
     self.local_names = local_names
     self.static_value = static_value
     self.unsupported = unsupported
     self.prefix = prefix
+    self.per_member = per_member
     self.inputs = []
     # `(text, node, index_inputs, value_text, element_texts)` per
     # subscript of a variable by a variable: its source, its rewritten
@@ -71,8 +84,11 @@ class PrimitiveRewriter(ast.NodeTransformer):
     node = self.visit(copy.deepcopy(node))
     return node, self.inputs
 
-  def _ops(self, name, args, like):
-    fn = ast.Attribute(ast.Name(self.prefix + _OPS, ast.Load()), name,
+  def _ops(self, name, args, like, module=None):
+    if module is None:
+      module = MEMBER_OPS if self.per_member and name not in (
+          'mod', 'floordiv') else _OPS
+    fn = ast.Attribute(ast.Name(self.prefix + module, ast.Load()), name,
                        ast.Load())
     return ast.copy_location(ast.Call(fn, args, []), like)
 
@@ -110,7 +126,12 @@ class PrimitiveRewriter(ast.NodeTransformer):
     elements = (node.slice.elts if isinstance(node.slice, ast.Tuple)
                 else [node.slice])
     element_texts = tuple(expression_text(e) for e in elements)
+    if self.per_member and _is_member_key(node, self.prefix):
+      return self.generic_visit(node)   # made by the frontend: a value
     node = self.generic_visit(node)
+    if self.per_member and isinstance(node.ctx, ast.Load):
+      return self._ops('getitem', [node.value, member_key(
+          self.prefix, node.slice, node)], node)
     if isinstance(node.ctx, ast.Load):
       value, index = self._inputs_read(node.value), self._inputs_read(
           node.slice)
@@ -220,7 +241,40 @@ class PrimitiveRewriter(ast.NodeTransformer):
       if len(node.args) != 1 or node.keywords:
         self.unsupported(node, 'truthy() with other than one argument')
       return self.visit(node.args[0])
+    if self.per_member and isinstance(node.func, ast.Name) and (
+        not node.keywords) and not any(
+            isinstance(a, ast.Starred) for a in node.args):
+      try:
+        name = _MEMBER_BUILTINS.get(self.static_value(node.func))
+      except TypeError:   # an unhashable object
+        name = None
+      if name is not None:
+        return self._ops(name, [self.visit(a) for a in node.args], node)
     return self.generic_visit(node)
+
+
+def _is_member_key(node, prefix):
+  """Whether subscript `node` is a `member_key` (the frontend's)."""
+  v = node.value
+  return (isinstance(v, ast.Attribute) and v.attr == 'key' and
+          isinstance(v.value, ast.Name) and v.value.id == prefix + MEMBER_OPS)
+
+
+def member_key(prefix, index, like):
+  """`<prefix>pm.key[index]`: a subscript's index as a value (slices and
+  all), for `member_ops.getitem` and `setitem`.
+
+  Args:
+    prefix: The prefix of generated names.
+    index: The subscript's index (an AST node, possibly a slice).
+    like: The node whose location it takes.
+
+  Returns:
+    The AST expression.
+  """
+  holder = ast.Attribute(ast.Name(prefix + MEMBER_OPS, ast.Load()), 'key',
+                         ast.Load())
+  return ast.copy_location(ast.Subscript(holder, index, ast.Load()), like)
 
 
 def make_function(body, arity, loc, text, closure, fn_globals, name,

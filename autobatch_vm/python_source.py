@@ -169,11 +169,29 @@ class _DryRunRewriter(ast.NodeTransformer):
   run rebinds them as well.
   """
 
-  def __init__(self, local_names, range_name, member_name=None):
+  def __init__(self, local_names, range_name, member_name=None,
+               items_name=None):
     self.local_names = local_names
     self.range_name = range_name
     self.member_name = member_name
+    self.items_name = items_name
     self.changed = False
+
+  def _item_assignment(self, node, target, value):
+    """`x = <items_name>.setitem(x, <items_name>.key[index], value)` for
+    `x[index] = value`, or None where it is not an item of a name."""
+    if (self.items_name is None or not isinstance(target, ast.Subscript)
+        or not isinstance(target.value, ast.Name)):
+      return None
+    self.changed = True
+    items = ast.Name(self.items_name, ast.Load())
+    name = target.value.id
+    key = ast.Subscript(ast.Attribute(items, 'key', ast.Load()),
+                        target.slice, ast.Load())
+    call = ast.Call(ast.Attribute(items, 'setitem', ast.Load()),
+                    [ast.Name(name, ast.Load()), key, value], [])
+    return ast.copy_location(
+        ast.Assign([ast.Name(name, ast.Store())], call), node)
 
   def _member_values(self, node, targets):
     """`x = <member_name>('x', x)` for each name that assignment `targets`
@@ -191,6 +209,10 @@ class _DryRunRewriter(ast.NodeTransformer):
 
   def visit_Assign(self, node):
     self.generic_visit(node)
+    if len(node.targets) == 1:
+      functional = self._item_assignment(node, node.targets[0], node.value)
+      if functional is not None:
+        return functional
     return [node] + self._member_values(node, node.targets)
 
   def visit_AnnAssign(self, node):
@@ -201,6 +223,11 @@ class _DryRunRewriter(ast.NodeTransformer):
 
   def visit_AugAssign(self, node):
     self.generic_visit(node)
+    if isinstance(node.target, ast.Subscript):
+      read = copy.deepcopy(node.target)
+      read.ctx = ast.Load()
+      value = ast.copy_location(ast.BinOp(read, node.op, node.value), node)
+      return self._item_assignment(node, node.target, value) or node
     if not isinstance(node.target, ast.Name):
       return node
     self.changed = True
@@ -223,7 +250,7 @@ class _DryRunRewriter(ast.NodeTransformer):
     return node
 
 
-def dry_run_function(fn, member_value=None):
+def dry_run_function(fn, member_value=None, items=None):
   """Finds the Python function a dry run calls for batched function `fn`.
 
   It is `fn` itself, except where `fn` loops `for ... in range(...)`,
@@ -242,6 +269,11 @@ def dry_run_function(fn, member_value=None):
     fn: The user's Python function.
     member_value: A callable `(name, value)` giving what the variable
       holds for one member in the batched call, or None.
+    items: For a per-member function: the module of its item helpers
+      (`per_member.member_ops`); the copy then writes `x[i] = v` and
+      `x[i] op= v` as `x = items.setitem(x, i, v)`, as the batched call
+      does (arrays are values; a TensorFlow tensor has no item
+      assignment).
 
   Returns:
     `fn`, or the copy.
@@ -251,9 +283,11 @@ def dry_run_function(fn, member_value=None):
   prefix = generated_prefix(fn, node)
   range_name = prefix + 'range_bound'
   member_name = prefix + 'member_value'
+  items_name = prefix + 'items'
   rewriter = _DryRunRewriter(assigned_names(node) |
                              {a.arg for a in node.args.args}, range_name,
-                             member_name if member_value else None)
+                             member_name if member_value else None,
+                             items_name if items else None)
   rewriter.visit(node)
   if not rewriter.changed:
     return fn
@@ -265,7 +299,8 @@ def dry_run_function(fn, member_value=None):
   maker = ast.FunctionDef(
       name=prefix + 'make',
       args=ast.arguments(posonlyargs=[], args=[
-          ast.arg(n) for n in freevars + (range_name, member_name)],
+          ast.arg(n) for n in freevars + (range_name, member_name,
+                                          items_name)],
                          vararg=None,
                          kwonlyargs=[], kw_defaults=[], kwarg=None,
                          defaults=[]),
@@ -282,6 +317,7 @@ def dry_run_function(fn, member_value=None):
   cells = dict(zip(freevars, fn.__closure__ or ()))
   cells[range_name] = types.CellType(range_bound)
   cells[member_name] = types.CellType(member_value)
+  cells[items_name] = types.CellType(items)
   copied = types.FunctionType(fn_code, fn.__globals__, fn.__name__,
                               fn.__defaults__,
                               tuple(cells[n] for n in fn_code.co_freevars))

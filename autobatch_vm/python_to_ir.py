@@ -37,6 +37,8 @@ from autobatch_vm import ops as ops_module
 from autobatch_vm import python_cfg
 from autobatch_vm import python_primitives
 from autobatch_vm import python_source
+from autobatch_vm.per_member import member_ops
+from autobatch_vm.per_member import primitive as member_primitive
 from autobatch_vm.python_source import dry_run_function
 from autobatch_vm.python_source import range_bound
 
@@ -84,9 +86,10 @@ class _Compiler:
   """Walks one function's AST and builds its blocks."""
 
   def __init__(self, fn, resolve_batched, params_of, type_inference,
-               defaults_of=None):
+               defaults_of=None, per_member=False):
     self.src = python_source.Source(fn)
     self.fn = fn
+    self.per_member = per_member
     self.resolve_batched = resolve_batched
     self.params_of = params_of
     self.defaults_of = defaults_of or (lambda name: {})
@@ -217,6 +220,10 @@ class _Compiler:
     self.expr(s.value)
 
   def stmt_Assign(self, s):
+    if self.per_member and len(s.targets) == 1 and isinstance(
+        s.targets[0], ast.Subscript):
+      self._item_assignment(s, s.targets[0], s.value)
+      return
     for t in s.targets:
       self._check_target(t)
     if len(s.targets) == 1:
@@ -235,6 +242,14 @@ class _Compiler:
     self.expr(s.value, self._target_pattern(s.target))
 
   def stmt_AugAssign(self, s):
+    if self.per_member and isinstance(s.target, ast.Subscript):
+      read = ast.Subscript(copy.deepcopy(s.target.value),
+                           copy.deepcopy(s.target.slice), ast.Load())
+      value = ast.copy_location(ast.BinOp(left=read, op=s.op,
+                                          right=s.value), s)
+      ast.fix_missing_locations(value)
+      self._item_assignment(s, s.target, value)
+      return
     if not isinstance(s.target, ast.Name):
       self.unsupported(s, 'augmented assignment to items or attributes',
                        'Compute a new value and assign it to a variable.')
@@ -243,6 +258,29 @@ class _Compiler:
     ast.copy_location(value, s)
     ast.fix_missing_locations(value)
     self.expr(value, s.target.id)
+
+  def _item_assignment(self, s, target, value):
+    """`x[index] = value` in a per-member function: `x` becomes a new
+    value, `member_ops.setitem(x, index, value)`."""
+    if not (isinstance(target.value, ast.Name)
+            and target.value.id in self.locals):
+      self.unsupported(
+          target, 'assignment to items of anything but a variable',
+          'Assign the item of a variable of the function (`x[i] = v`); '
+          'for a nested item, take the inner array into a variable, '
+          'assign its item, and put it back.')
+    name = target.value.id
+    call = ast.Call(
+        ast.Attribute(ast.Name(self.prefix + python_primitives.MEMBER_OPS,
+                               ast.Load()), 'setitem', ast.Load()),
+        [ast.Name(name, ast.Load()),
+         python_primitives.member_key(self.prefix, target.slice, target),
+         value], [])
+    ast.copy_location(call, s)
+    ast.fix_missing_locations(call)
+    # Printed as the user wrote it (`cur[j] = ...`).
+    call.listing_text = python_primitives.shorten(ast.unparse(s))
+    self.expr(call, name)
 
   def _check_target(self, t):
     if isinstance(t, ast.Name):
@@ -628,27 +666,42 @@ class _Compiler:
     loc = self.src.loc(node)
     self._check_pure(node)
     rewriter = python_primitives.PrimitiveRewriter(
-        self.locals, self._static_value, self.unsupported, self.prefix)
+        self.locals, self._static_value, self.unsupported, self.prefix,
+        self.per_member)
     rewritten, inputs = rewriter.rewrite(node)
-    text = python_primitives.expression_text(node)
+    text = (getattr(node, 'listing_text', None) or
+            python_primitives.expression_text(node))
     fn = python_primitives.make_function(
         rewritten, len(inputs), loc, text, self.closure, self.fn.__globals__,
-        self.src.name, self.prefix)
+        self.src.name, self.prefix, helpers=self._helpers())
+    out = target if target is not None else self.temp()
+    if self.per_member:
+      self.emit(inst.PrimOp(
+          tuple(inputs), out,
+          member_primitive.PerMemberFunction(fn, loc, text), text, loc,
+          per_member=True))
+      return out
     # A variable indexed by a variable (`x[:, j]`): type inference checks
     # that the index is not a per-member array (`member_indexing`).
     member_indexing.note(fn, python_primitives.subscript_parts(
         rewriter, len(inputs), loc, self.closure, self.fn.__globals__,
         self.src.name))
-    out = target if target is not None else self.temp()
     sync = any(getattr(self._static_value(n.func), ops_module.SYNC_ATTRIBUTE,
                        False)
                is True for n in ast.walk(node) if isinstance(n, ast.Call))
     self.emit(inst.PrimOp(tuple(inputs), out, fn, text, loc, sync))
     return out
 
+  def _helpers(self):
+    """The objects a primitive's code reads besides the user's: the
+    per-member helpers, in a per-member function."""
+    if not self.per_member:
+      return None
+    return {python_primitives.MEMBER_OPS: member_ops}
+
   def _check_pure(self, node):
     for n in ast.walk(node):
-      if isinstance(n, ast.comprehension):
+      if isinstance(n, ast.comprehension) and not self.per_member:
         if any(isinstance(m, ast.Name) and m.id in self.locals
                for m in ast.walk(n.iter)):
           self.unsupported(
@@ -661,7 +714,7 @@ class _Compiler:
               n, 'lambdas with control flow',
               'Define a batched function instead, or use np.where.')
       if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
-        if (not n.id.startswith('%') and n.id not in self.locals
+        if (not n.id.startswith(('%', self.prefix)) and n.id not in self.locals
             and n.id not in self.closure
             and n.id not in self.fn.__globals__
             and not hasattr(builtins, n.id) and not _bound_inside(node, n.id)):
@@ -739,7 +792,7 @@ class _Substituter(ast.NodeTransformer):
 
 
 def compile_function(fn, resolve_batched, params_of, type_inference=None,
-                     defaults_of=None):
+                     defaults_of=None, per_member=False):
   """Compiles Python function `fn` to an IR `Function`.
 
   Args:
@@ -750,6 +803,9 @@ def compile_function(fn, resolve_batched, params_of, type_inference=None,
     type_inference: The user's optional type-inference callable.
     defaults_of: Batched function name -> {parameter: default value} for
       its parameters that have one (a call may omit those).
+    per_member: Whether `fn` is written for one member
+      (`Context.batch(per_member=True)`): its primitives are then
+      per-member `PrimOp`s, and `x[i] = v` assigns `x` a new value.
 
   Returns:
     The untyped IR `Function`.
@@ -762,4 +818,4 @@ def compile_function(fn, resolve_batched, params_of, type_inference=None,
       do not fit its parameters.
   """
   return _Compiler(fn, resolve_batched, params_of, type_inference,
-                   defaults_of).compile()
+                   defaults_of, per_member).compile()

@@ -267,7 +267,7 @@ def pack_state(state):
   read there.
   """
   sources = {}
-  for name, (fn, _) in state.functions.items():
+  for name, (fn, *_) in state.functions.items():
     code = getattr(fn, '__code__', None)
     if code is None:
       continue
@@ -358,7 +358,7 @@ def dumps(obj, context=None, state=None):
   by_value = []
   if state is not None:
     names = {getattr(fn, '__module__', None)
-             for fn, _ in state.functions.values()}
+             for fn, *_ in state.functions.values()}
     for name in sorted(n for n in names if n):
       if name != '__main__' and name in sys.modules and not importable(name):
         by_value.append(sys.modules[name])

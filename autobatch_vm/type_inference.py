@@ -336,8 +336,12 @@ class _Inference:
     if any(t is None for t in in_types):
       return
     key = _prim_key(op, in_types)
+    # A per-member primitive cannot mix members or index across them:
+    # the checks for batch-aware code do not apply to it.
+    batch_aware = not op.per_member
     if key not in self.prim_cache:
-      member_indexing.check(op, in_types, self.backend)
+      if batch_aware:
+        member_indexing.check(op, in_types, self.backend)
       weak = self.prim_with_literals(op, in_types)
       if weak is not None:
         self.prim_cache[key] = weak
@@ -354,7 +358,7 @@ class _Inference:
         value, failed = None, True  # an `assert` failure block: no result
       except _FailedOnEveryKind as failure:
         raise _made_up_error(op, in_types, failure) from failure.first
-      if value is not None and op.vars_in:
+      if value is not None and op.vars_in and batch_aware:
         member_mixing.check_batch_independent(
             op, in_types, value,
             lambda batch: self.run_made_up(op, in_types, batch=batch))
@@ -368,7 +372,7 @@ class _Inference:
         except errors.TypeInferenceError as e:
           raise errors.TypeInferenceError(e.message, loc=op.loc,
                                           hint=e.hint) from None
-      if self.prim_cache[key] is not None:
+      if self.prim_cache[key] is not None and batch_aware:
         member_mixing.check_members_apart(op, in_types, self.backend)
     result = self.prim_cache[key]
     if result is not None:

@@ -110,6 +110,19 @@ class Backend:
     """
     raise NotImplementedError(f'{type(self).__name__} cannot trace')
 
+  def vectorize_member(self, fn):
+    """The batched form of a per-member primitive on this backend.
+
+    Args:
+      fn: A `per_member.primitive.PerMemberFunction` (a `PrimOp` with
+        `per_member` set), written for one member.
+
+    Returns:
+      A function of batched arrays (leading axis the batch): on NumPy the
+      batching rules (`numpy_rules.vectorize`), on TensorFlow pfor.
+    """
+    return fn.batched(self.name)
+
   # -- values ----------------------------------------------------------------
 
   def asarray(self, x):

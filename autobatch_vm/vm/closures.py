@@ -253,7 +253,7 @@ class BlockCompiler:
     for i, dtype in op.casts:   # weak variables: see PrimOp.casts
       readers[i] = _cast_reader(readers[i], self.be.cast, dtype)
     bind = self.binder(op.vars_out, strict=bool(op.vars_in))
-    fn = op.function
+    fn = dispatch.primitive(op, self.be)
     be = self.be
 
     def run_prim(state, temps, m):

@@ -229,7 +229,7 @@ class _Gen:
         x = self.fresh()
         self.emit(f'{x} = {cast}({args[i]}, {self.const(dtype, "dtype")})')
         args[i] = x
-    fn = self.const(op.function, 'fn')
+    fn = self.const(dispatch.primitive(op, self.be), 'fn')
     opname = self.const(op, 'op')
     failure = self.const(run_errors.primitive_failure, 'failure')
     shape_error = self.const(run_errors.result_shape_error, 'shape_error')

@@ -60,6 +60,22 @@ def unpack(value, n):
   return values
 
 
+def primitive(op, backend):
+  """The function that runs `PrimOp` `op` on `backend`'s batched arrays.
+
+  Args:
+    op: A `PrimOp`.
+    backend: The backend that runs it.
+
+  Returns:
+    `op.function`, or for a per-member primitive its batched form on the
+    backend (`Backend.vectorize_member`).
+  """
+  if op.per_member:
+    return backend.vectorize_member(op.function)
+  return op.function
+
+
 def cast_args(op, args, backend):
   """`args` of `op` with its `casts` applied (for the stackless executor).
 

@@ -291,7 +291,7 @@ class _Executor:
       args = [inst.pattern_map(lambda x: self.sanitize(x, m), a)
               for a in args]
     try:
-      result = op.function(*args)
+      result = dispatch.primitive(op, self.be)(*args)
     except errors.AutoBatchError:
       raise
     except Exception as e:  # pylint: disable=broad-except

@@ -1,0 +1,394 @@
+"""The helpers a per-member primitive calls: Python's meaning for one member.
+
+The frontend rewrites a per-member function's primitives to call these
+where plain Python would not mean the same thing on a batch:
+
+- `getitem(x, key[...])` and `setitem(x, key[...], v)`: reading and
+  writing items (`x[i]`, `x[i, j] = v`, `x[1:3] += v`); `setitem` is
+  functional (the frontend assigns its result to `x`);
+- `min`, `max`, `abs`, `len`, `int`, `float`: the builtins on one
+  member's values;
+- `where`, `logical_and`, `logical_or`, `logical_not`: `a if c else b`,
+  `and`, `or`, `not` on one member's conditions.
+
+Each works on a member's NumPy value (a `numpy_rules.MemberArray` while
+the rules run a batch, a plain array or number in a dry run) and on a
+TensorFlow tensor (one member's, inside `tf.vectorized_map`).  On
+TensorFlow, an index that differs between members is a gather (pfor
+vectorizes `tf.gather` and `tf.tensor_scatter_nd_update`; it cannot
+vectorize a slice whose start differs between members, which `x[i]`
+becomes by default), and an index out of range is clipped into it, as
+members not at a block compute on leftover values.
+"""
+
+import builtins
+import sys
+
+import numpy as np
+
+__all__ = ['key', 'getitem', 'setitem', 'min', 'max', 'abs', 'len', 'int',
+           'float', 'where', 'logical_and', 'logical_or', 'logical_not',
+           'is_tf']
+
+# pylint: disable=redefined-builtin
+
+
+class _Key:
+  """`key[index]` is `index`: a subscript's index as a value."""
+
+  def __getitem__(self, index):
+    return index
+
+
+key = _Key()
+
+
+def is_tf(*xs):
+  """Whether any of `xs` is a TensorFlow tensor or variable.
+
+  Args:
+    *xs: Values.
+
+  Returns:
+    True if TensorFlow is imported and one of them is its tensor.
+  """
+  tf = sys.modules.get('tensorflow')
+  if tf is None:
+    return False
+  return builtins.any(tf.is_tensor(x) or isinstance(x, tf.Variable)
+                      for x in xs)
+
+
+def _tf():
+  return sys.modules['tensorflow']
+
+
+def _numpy_rules():
+  from autobatch_vm.per_member import numpy_rules  # pylint: disable=g-import-not-at-top
+  return numpy_rules
+
+
+def _is_member_array(x):
+  rules = sys.modules.get('autobatch_vm.per_member.numpy_rules')
+  return rules is not None and isinstance(x, rules.MemberArray)
+
+
+# -- items ----------------------------------------------------------------
+
+
+def _parts(index):
+  return index if isinstance(index, tuple) else (index,)
+
+
+def _tensor_index(index):
+  """Whether TensorFlow `index` holds a tensor element (an index that may
+  differ between members)."""
+  return builtins.any(is_tf(e) for e in _parts(index))
+
+
+def _tf_getitem(x, index):
+  """`x[index]` on one member's tensor, with tensor indices as gathers."""
+  tf = _tf()
+  parts = _parts(index)
+  if builtins.any(e is Ellipsis or e is None for e in parts) or not (
+      builtins.all(isinstance(e, (builtins.int, np.integer, slice)) or
+                   (is_tf(e) and e.shape.rank == 0) for e in parts)):
+    return x[index]
+  # The static parts first (integers and slices with Python bounds), each
+  # tensor index kept as a whole axis; then a gather per tensor index,
+  # from the last axis back (a gather drops its axis).
+  static, gathers, axis = [], [], 0
+  for e in parts:
+    if is_tf(e):
+      static.append(slice(None))
+      gathers.append((axis, e))
+      axis += 1
+    elif isinstance(e, slice):
+      static.append(e)
+      axis += 1
+    else:
+      static.append(e)
+  x = x[tuple(static)] if builtins.any(
+      not (isinstance(s, slice) and s == slice(None)) for s in static) else x
+  for axis, i in reversed(gathers):
+    n = x.shape[axis]
+    i = tf.cast(i, tf.int32) if i.dtype not in (tf.int32, tf.int64) else i
+    i = tf.where(i < 0, i + n, i)
+    i = tf.clip_by_value(i, 0, builtins.max(n - 1, 0))
+    x = tf.gather(x, i, axis=axis)
+  return x
+
+
+def getitem(x, index):
+  """One member's `x[index]`.
+
+  Args:
+    x: One member's value (array, tensor, tuple, shape).
+    index: The index as Python gives it to `__getitem__`.
+
+  Returns:
+    The item, as Python indexing gives it for one member; on TensorFlow
+    an index that is a tensor is a gather.
+  """
+  if is_tf(x) and _tensor_index(index):
+    return _tf_getitem(x, index)
+  return x[index]
+
+
+def setitem(x, index, value):
+  """One member's `x` with `x[index] = value`, as a new value.
+
+  Args:
+    x: One member's array (or tensor).
+    index: The index as Python gives it to `__setitem__`.
+    value: The value to write (broadcast to the items).
+
+  Returns:
+    A new array; `x` is unchanged.
+  """
+  if is_tf(x, value) or (is_tf(*_parts(index)) and not _is_member_array(x)):
+    return _tf_setitem(x, index, value)
+  return _numpy_rules().setitem(x, index, value)
+
+
+def _tf_setitem(x, index, value):
+  """`setitem` on one member's tensor: a scatter into its flat items."""
+  tf = _tf()
+  x = tf.convert_to_tensor(x)
+  shape = x.shape
+  size = int(np.prod(shape.as_list(), dtype=np.int64))
+  positions = tf.reshape(tf.range(size), shape)
+  chosen = getitem(positions, index)
+  value = tf.cast(value, x.dtype) if is_tf(value) else tf.constant(
+      value, x.dtype)
+  value = tf.broadcast_to(value, tf.shape(chosen))
+  flat = tf.tensor_scatter_nd_update(tf.reshape(x, [size]),
+                                     tf.reshape(chosen, [-1, 1]),
+                                     tf.reshape(value, [-1]))
+  return tf.reshape(flat, shape)
+
+
+# -- builtins -------------------------------------------------------------
+
+
+def _plain(*xs):
+  """Whether all of `xs` are plain Python values (no array, no tensor)."""
+  return builtins.all(isinstance(x, (builtins.int, builtins.float,
+                                     builtins.bool)) for x in xs)
+
+
+def _fold(xs, tf_op, np_op):
+  result = xs[0]
+  for x in xs[1:]:
+    if is_tf(result, x):
+      tf = _tf()
+      a, b = _tf_pair(result, x)
+      result = tf_op(a, b)
+    else:
+      result = np_op(result, x)
+  return result
+
+
+def _tf_pair(a, b):
+  """`a` and `b` as tensors of one dtype (a Python number takes the
+  tensor's)."""
+  tf = _tf()
+  if not is_tf(a):
+    b = tf.convert_to_tensor(b)
+    return tf.constant(a, b.dtype), b
+  a = tf.convert_to_tensor(a)
+  if not is_tf(b):
+    return a, tf.constant(b, a.dtype)
+  b = tf.convert_to_tensor(b)
+  if a.dtype != b.dtype:
+    dtype = np.result_type(a.dtype.as_numpy_dtype, b.dtype.as_numpy_dtype)
+    a, b = tf.cast(a, dtype), tf.cast(b, dtype)
+  return a, b
+
+
+def min(*xs):
+  """One member's `min(a, b, ...)`, or `min(x)` over one array's items.
+
+  Args:
+    *xs: Values, or one array.
+
+  Returns:
+    The least.
+  """
+  if builtins.len(xs) == 1:
+    x = xs[0]
+    return _tf().reduce_min(x) if is_tf(x) else np.min(x)
+  if _plain(*xs):
+    return builtins.min(*xs)
+  return _fold(xs, lambda a, b: _tf().minimum(a, b), np.minimum)
+
+
+def max(*xs):
+  """One member's `max(a, b, ...)`, or `max(x)` over one array's items.
+
+  Args:
+    *xs: Values, or one array.
+
+  Returns:
+    The greatest.
+  """
+  if builtins.len(xs) == 1:
+    x = xs[0]
+    return _tf().reduce_max(x) if is_tf(x) else np.max(x)
+  if _plain(*xs):
+    return builtins.max(*xs)
+  return _fold(xs, lambda a, b: _tf().maximum(a, b), np.maximum)
+
+
+def abs(x):
+  """One member's `abs(x)`.
+
+  Args:
+    x: A value.
+
+  Returns:
+    Its absolute value.
+  """
+  if _plain(x):
+    return builtins.abs(x)
+  return _tf().abs(x) if is_tf(x) else np.abs(x)
+
+
+def len(x):
+  """One member's `len(x)`: the length of its first axis.
+
+  Args:
+    x: A member's array, tensor, tuple or list.
+
+  Returns:
+    A Python int.
+  """
+  if is_tf(x):
+    n = x.shape[0] if x.shape.rank else None
+    if n is None:
+      raise TypeError('len() of a tensor of unknown length or a scalar')
+    return n
+  if _is_member_array(x):
+    return _numpy_rules().member_len(x)
+  return builtins.len(x)
+
+
+def int(x=0):
+  """One member's `int(x)`: truncated toward zero, as an int64 value.
+
+  Args:
+    x: A number or a member's scalar.
+
+  Returns:
+    A Python int for a Python number, else an int64 scalar.
+  """
+  if _plain(x) or isinstance(x, str):
+    return builtins.int(x)
+  if is_tf(x):
+    return _tf().cast(x, _tf().int64)
+  if _is_member_array(x):
+    return x.astype(np.int64)
+  return builtins.int(x)
+
+
+def float(x=0.0):
+  """One member's `float(x)`, as a float64 value.
+
+  Args:
+    x: A number or a member's scalar.
+
+  Returns:
+    A Python float for a Python number, else a float64 scalar.
+  """
+  if _plain(x) or isinstance(x, str):
+    return builtins.float(x)
+  if is_tf(x):
+    return _tf().cast(x, _tf().float64)
+  if _is_member_array(x):
+    return x.astype(np.float64)
+  return builtins.float(x)
+
+
+# -- conditions -----------------------------------------------------------
+
+
+def _as_bool(x):
+  if is_tf(x):
+    tf = _tf()
+    x = tf.convert_to_tensor(x)
+    return x if x.dtype == tf.bool else tf.not_equal(x, tf.zeros_like(x))
+  if _plain(x):
+    return builtins.bool(x)
+  return np.not_equal(x, 0) if getattr(x, 'dtype', None) != np.bool_ else x
+
+
+def where(cond, a, b):
+  """One member's `a if cond else b`.
+
+  Args:
+    cond: The member's condition (a scalar).
+    a: The value where it holds.
+    b: The value where it does not.
+
+  Returns:
+    `a` or `b`: a Python value where all three are, else an array or a
+    tensor of their joint dtype.
+  """
+  if _plain(cond, a, b):
+    return a if cond else b
+  cond = _as_bool(cond)
+  if is_tf(cond, a, b):
+    tf = _tf()
+    if _plain(a, b):
+      dtype = np.result_type(a, b)
+      a, b = tf.constant(a, dtype), tf.constant(b, dtype)
+    else:
+      a, b = _tf_pair(a, b)
+    shape = tf.broadcast_static_shape(a.shape, b.shape)
+    return tf.where(cond, tf.broadcast_to(a, shape), tf.broadcast_to(b, shape))
+  return np.where(cond, a, b)
+
+
+def logical_and(*xs):
+  """One member's `a and b and ...` of conditions (as booleans).
+
+  Args:
+    *xs: Conditions.
+
+  Returns:
+    True where all hold.
+  """
+  xs = [_as_bool(x) for x in xs]
+  if _plain(*xs):
+    return builtins.all(xs)
+  return _fold(xs, lambda a, b: _tf().logical_and(a, b), np.logical_and)
+
+
+def logical_or(*xs):
+  """One member's `a or b or ...` of conditions (as booleans).
+
+  Args:
+    *xs: Conditions.
+
+  Returns:
+    True where any holds.
+  """
+  xs = [_as_bool(x) for x in xs]
+  if _plain(*xs):
+    return builtins.any(xs)
+  return _fold(xs, lambda a, b: _tf().logical_or(a, b), np.logical_or)
+
+
+def logical_not(x):
+  """One member's `not x`.
+
+  Args:
+    x: A condition.
+
+  Returns:
+    True where it does not hold.
+  """
+  x = _as_bool(x)
+  if _plain(x):
+    return not x
+  return _tf().logical_not(x) if is_tf(x) else np.logical_not(x)

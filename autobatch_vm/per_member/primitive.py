@@ -1,0 +1,259 @@
+"""A per-member primitive: one member's function, callable on a batch.
+
+The frontend compiles each primitive of a per-member function into a
+`PerMemberFunction` (the `function` of a `PrimOp` with `per_member=True`).
+The VM asks its backend for the batched form (`Backend.vectorize_member`,
+which calls `batched(backend.name)`): on NumPy the batching rules of
+`numpy_rules`, on TensorFlow pfor (`tf_vectorize`).  Called directly on
+batched values (type inference, the checks that run primitives) it picks
+the form by the values' kind.
+
+Arguments that are the same for every member (Python numbers, which type
+inference passes for literals) are not batched: the member function gets
+them as they are.  A primitive whose arguments are all such values
+computes one member's value; where it has arguments, that value gets a
+batch axis of one (a Python number stays one, a literal).
+
+A user's mistake inside the member function (`errors.PerMemberError`, or
+a tensor used where Python needs one bool) is raised at the primitive's
+line.
+"""
+
+import sys
+import warnings
+
+import numpy as np
+
+from autobatch_vm import errors
+from autobatch_vm.per_member import member_ops
+
+__all__ = ['PerMemberFunction']
+
+_NUMBERS = (int, float, bool, complex)
+
+
+class PerMemberFunction:
+  """A primitive written for one member, run on a batch.
+
+  Args:
+    member_function: The function of one member's values.
+    loc: The `SourceLoc` of the primitive, or None.
+    text: The primitive's source text.
+
+  Attributes:
+    member_function: As given.
+    loc: As given.
+    text: As given.
+    fallbacks: NumPy function name -> how many times it ran once per
+      member (no batching rule).
+  """
+
+  def __init__(self, member_function, loc=None, text=''):
+    self.member_function = member_function
+    self.loc = loc
+    self.text = text
+    self.__name__ = getattr(member_function, '__name__', 'per_member')
+    self.fallbacks = {}
+    self._forms = {}
+    self._warned = set()
+
+  def __getstate__(self):
+    state = dict(self.__dict__)
+    state['_forms'] = {}
+    return state
+
+  def __repr__(self):
+    return f'<per-member primitive {self.text or self.__name__}>'
+
+  def __call__(self, *args):
+    kind = 'tensorflow' if member_ops.is_tf(*_leaves(args)) else 'numpy'
+    return self.batched(kind)(*args)
+
+  def batched(self, backend_name):
+    """The batched form of the primitive on a backend.
+
+    Args:
+      backend_name: `'numpy'` or `'tensorflow'`.
+
+    Returns:
+      A function of batched arguments (leading axis the batch) that
+      returns the members' results with a leading batch axis.
+    """
+    form = self._forms.get(backend_name)
+    if form is None:
+      make = _tensorflow_form if backend_name == 'tensorflow' else (
+          _numpy_form)
+      form = self._located(make(self))
+      self._forms[backend_name] = form
+    return form
+
+  def fallback(self, name):
+    """Counts a NumPy function that ran once per member; warns once.
+
+    Args:
+      name: The NumPy function's name.
+    """
+    self.fallbacks[name] = self.fallbacks.get(name, 0) + 1
+    _FALLBACKS[name] = _FALLBACKS.get(name, 0) + 1
+    if name in self._warned:
+      return
+    self._warned.add(name)
+    where = (f' at {self.loc.filename}, line {self.loc.line}'
+             if self.loc is not None else '')
+    warnings.warn_explicit(
+        f'{name} has no per-member batching rule, so `{self.text}`{where} '
+        f'runs it once per member (correct, slower); '
+        'last_stats.per_member_fallbacks counts such runs',
+        PerMemberFallbackWarning,
+        filename=self.loc.filename if self.loc else '<autobatch_vm>',
+        lineno=self.loc.line if self.loc else 0)
+
+  def _located(self, batched):
+    """`batched`, raising a user's mistake at the primitive's line."""
+    def run(*args):
+      try:
+        return batched(*args)
+      except errors.PerMemberError as e:
+        if e.loc is not None:
+          raise
+        raise errors.PerMemberError(e.message, loc=self.loc,
+                                    hint=e.hint) from None
+      except TypeError as e:
+        if 'as a Python `bool`' not in str(e) and (
+            'OperatorNotAllowedInGraphError' not in type(e).__name__):
+          raise
+        raise errors.PerMemberError(
+            f'`{self.text}` uses one member\'s value where Python needs a '
+            'single bool (an `if`, `while`, `and`, `or` or `not` on it '
+            'inside a function it calls); TensorFlow traces the function '
+            'once for all members, so the value is not known there',
+            loc=self.loc,
+            hint='Write the condition in the per-member function itself '
+            '(its `if` and `while` are per member), or use tf.where / '
+            'np.where in the helper.') from e
+    return run
+
+
+class PerMemberFallbackWarning(UserWarning):
+  """A NumPy function without a batching rule ran once per member."""
+
+
+# NumPy function name -> runs once per member, over every primitive; the
+# VM reports the change over a run in `RunStats`.
+_FALLBACKS = {}
+
+
+def fallback_counts():
+  """How many times each NumPy function ran once per member, so far.
+
+  Returns:
+    A new dict: function name -> count.
+  """
+  return dict(_FALLBACKS)
+
+
+def _leaves(args):
+  out = []
+  stack = list(args)
+  while stack:
+    x = stack.pop()
+    if isinstance(x, (tuple, list)):
+      stack.extend(x)
+    else:
+      out.append(x)
+  return out
+
+
+def _is_constant(x):
+  """Whether argument leaf `x` is the same for every member (a Python
+  number, or a 0-d value while types are inferred)."""
+  if member_ops.is_tf(x):
+    return x.shape.rank == 0
+  return isinstance(x, _NUMBERS) or np.ndim(x) == 0
+
+
+def _with_batch_axis(value, expand):
+  """Each leaf of `value` but Python numbers, with a batch axis of one."""
+  if isinstance(value, tuple) and hasattr(value, '_fields'):
+    return type(value)(*[_with_batch_axis(v, expand) for v in value])
+  if isinstance(value, (tuple, list)):
+    return type(value)(_with_batch_axis(v, expand) for v in value)
+  if isinstance(value, _NUMBERS):
+    return value
+  return expand(value)
+
+
+def _numpy_expand(x):
+  return np.asarray(x)[None]
+
+
+def _tf_expand(x):
+  tf = sys.modules['tensorflow']
+  return tf.expand_dims(tf.convert_to_tensor(x), 0)
+
+
+def _numpy_form(pm):
+  """The NumPy form: `numpy_rules.vectorize` over the batched leaves."""
+  rules = []
+
+  def batched(*args):
+    leaves, rebuild = _split(args)
+    where = [k for k, x in enumerate(leaves) if not _is_constant(x)]
+    if not where:   # see the module docstring
+      value = pm.member_function(*args)
+      return _with_batch_axis(value, _numpy_expand) if args else value
+    if not rules:
+      from autobatch_vm.per_member import numpy_rules  # pylint: disable=g-import-not-at-top
+      rules.append(numpy_rules)
+
+    def member(*xs):
+      full = list(leaves)
+      for k, x in zip(where, xs):
+        full[k] = x
+      return pm.member_function(*rebuild(full))
+    batch = np.shape(leaves[where[0]])[0]
+    return rules[0].vectorize(member, batch, fallback=pm.fallback)(
+        *[leaves[k] for k in where])
+  return batched
+
+
+def _tensorflow_form(pm):
+  """The TensorFlow form: pfor (`tf_vectorize`)."""
+  from autobatch_vm.per_member import tf_vectorize  # pylint: disable=g-import-not-at-top
+  vectorized = tf_vectorize.vectorize(
+      pm.member_function, lambda x: not _is_constant(x))
+
+  def batched(*args):
+    result = vectorized(*args)
+    if result is None:   # no batched argument: see the module docstring
+      value = pm.member_function(*args)
+      return _with_batch_axis(value, _tf_expand) if args else value
+    return result
+  return batched
+
+
+def _split(args):
+  """The leaves of argument patterns and a function that rebuilds them."""
+  leaves = []
+
+  def flatten(x):
+    if isinstance(x, (tuple, list)):
+      return (type(x), [flatten(v) for v in x])
+    leaves.append(x)
+    return None
+
+  shapes = [flatten(a) for a in args]
+
+  def rebuild(new):
+    it = iter(new)
+
+    def build(s):
+      if s is None:
+        return next(it)
+      kind, items = s
+      values = [build(v) for v in items]
+      if hasattr(kind, '_fields'):
+        return kind(*values)
+      return kind(values)
+    return tuple(build(s) for s in shapes)
+  return leaves, rebuild

@@ -1,0 +1,75 @@
+"""A per-member function on a batch of TensorFlow tensors: pfor.
+
+`vectorize(fn)` runs `fn`, written for one member, on batched tensors with
+TensorFlow's own vectorizer (`tf.vectorized_map`, which is pfor): the
+function is traced once on one member's symbolic values and each
+operation is rewritten to its batched form.  An operation pfor has no
+rule for runs in a `tf.while_loop` over the members
+(`fallback_to_while_loop`), which TensorFlow logs.  Inside a graph (a
+`tf.function`, the staged VM loop, XLA) the vectorized operations join
+the graph; called eagerly, the function is a `tf.function` made once (and
+on one member, as type inference calls it, just the function on that
+member's values).
+Gradients flow through the vectorized operations.
+"""
+
+import sys
+
+__all__ = ['vectorize']
+
+
+def _tf():
+  return sys.modules['tensorflow']
+
+
+def vectorize(fn, batched_leaf):
+  """Makes `fn`, written for one member, run on batched tensors.
+
+  Args:
+    fn: The per-member function.
+    batched_leaf: leaf -> whether an argument leaf is batched (others are
+      the same for every member: Python numbers while types are inferred).
+
+  Returns:
+    `batched(*args)`: `args` patterns of tensors with a leading batch
+    axis (or constants); the result pattern with a leading batch axis on
+    every leaf, or None where no leaf of `args` is batched.
+  """
+  def in_graph(*args):
+    tf = _tf()
+    leaves = tf.nest.flatten(args)
+    where = [k for k, x in enumerate(leaves) if batched_leaf(x)]
+    if not where:
+      return None
+    tensors = tuple(tf.convert_to_tensor(leaves[k]) for k in where)
+
+    def member(xs):
+      full = list(leaves)
+      for k, x in zip(where, xs):
+        full[k] = x
+      return fn(*tf.nest.pack_sequence_as(args, full))
+    if tf.executing_eagerly() and tensors[0].shape[0] == 1:
+      # One member, eagerly (type inference): the function on its values.
+      return tf.nest.map_structure(
+          lambda v: tf.expand_dims(tf.convert_to_tensor(v), 0),
+          member([t[0] for t in tensors]))
+    return tf.vectorized_map(member, tensors, fallback_to_while_loop=True,
+                             warn=True)
+
+  eager = []
+
+  def batched(*args):
+    tf = _tf()
+    if not tf.executing_eagerly() or _one_member(args):
+      return in_graph(*args)
+    if not eager:   # made once: pfor would make a tf.function per call
+      eager.append(tf.function(in_graph, autograph=False,
+                               reduce_retracing=True))
+    return eager[0](*args)
+  return batched
+
+
+def _one_member(args):
+  tf = _tf()
+  return any(tf.is_tensor(x) and x.shape.rank and x.shape[0] == 1
+             for x in tf.nest.flatten(args))
