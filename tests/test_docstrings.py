@@ -60,6 +60,7 @@ MODULES = [
     'autobatch_vm.ops',
     'autobatch_vm.parallel_calls',
     'autobatch_vm.patterns',
+    'autobatch_vm.per_member.numpy_rules',
     'autobatch_vm.pipeline',
     'autobatch_vm.profiler',
     'autobatch_vm.python_cfg',
