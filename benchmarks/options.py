@@ -92,6 +92,11 @@ flags.DEFINE_boolean('memory_processes', True, 'Measure the peak memory '
                      'of each TensorFlow cell in a fresh process of its own '
                      '(`processes.measure_memory_in_a_process`); without, '
                      'the TensorFlow rows have no peak memory.')
+flags.DEFINE_boolean('nuts_systems', False, 'After the run, run '
+                     'benchmarks/nuts_systems.py too (TFP\'s NUTS program '
+                     'on our VM beside its hand-batched sampler, BlackJAX '
+                     'and NumPyro; with --quick, its quick form), into '
+                     '--out/nuts_systems.')
 flags.DEFINE_string('worker', None, 'Internal: measure --workloads on '
                     '--backends in this process and write the rows as JSON '
                     'to this path.')

@@ -7,18 +7,27 @@ Reads each results directory written by `benchmarks/run.py --out=DIR`
 (`results.json`, and the first lines of `results.md`, which say how and
 where it ran) and renders one compact table per directory: ours, and each
 baseline as its time over ours; the NUTS effective samples per second;
-and how many of the run's targets it met.  `--write` replaces the text
-between the README's `<!-- benchmarks:start -->` and
+and how many of the run's targets it met.  A directory written by
+`benchmarks/nuts_systems.py` gets its NUTS table instead: per system and
+cell, the time per iteration, leapfrogs/s and their ratios to the
+hand-batched sampler's and BlackJAX's (`nuts_systems_table`).  `--write`
+replaces the text between the README's `<!-- benchmarks:start -->` and
 `<!-- benchmarks:end -->` markers.
 """
 
 import argparse
 import json
 import os
+import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# The headline first: TFP's own NUTS program on both VMs.
-DEFAULT_DIRS = [os.path.join(HERE, 'results', 'tfp_nuts'),
+sys.path.insert(0, os.path.dirname(HERE))
+# The headline first: TFP's own NUTS program on our VM beside the samplers
+# users would pick instead (on the newest TensorFlow, then on TF 2.18),
+# and on both VMs.
+DEFAULT_DIRS = [os.path.join(HERE, 'results', 'nuts_systems'),
+                os.path.join(HERE, 'results', 'nuts_systems_tf218'),
+                os.path.join(HERE, 'results', 'tfp_nuts'),
                 os.path.join(HERE, 'results')]
 START, END = '<!-- benchmarks:start -->', '<!-- benchmarks:end -->'
 
@@ -79,6 +88,56 @@ def ess_table(results):
   return '\n'.join(lines)
 
 
+def nuts_systems_table(results):
+  """A `benchmarks/nuts_systems.py` run's table: a row per system, a column
+  per cell (target, chains), each entry ms per iteration, leapfrogs/s, and
+  those over the hand-batched sampler's and over BlackJAX's."""
+  from benchmarks import nuts_systems  # pylint: disable=g-import-not-at-top
+  cells = results['cells']
+  names = {'gaussian': 'Gaussian', 'logistic': 'logistic'}
+  lines = ['| system | ' + ' | '.join(
+      f'{names.get(c["target"], c["target"])}, {c["chains"]} chains'
+      for c in cells) + ' |', '|---|' + '---|' * len(cells)]
+  systems = []
+  for c in cells:
+    systems += [n for n in [r['system'] for r in c['rows']] + list(
+        c['skipped']) if n not in systems]
+  for name in systems:
+    entries = []
+    for c in cells:
+      row = [r for r in c['rows'] if r['system'] == name]
+      if not row:
+        entries.append(c['skipped'].get(name, '-'))
+        continue
+      r, (hand, bj) = row[0], nuts_systems.ratios(c)[name]
+      ms = 1e3 * r['seconds_per_iteration']
+      entries.append(
+          (f'{ms:.3g}' if ms < 1000 else f'{ms:,.0f}') + ' ms, '
+          f'{r["leapfrogs_per_second"]:,.0f}/s, '
+          f'{_times(hand)} hand, {_times(bj)} BlackJAX')
+    label = nuts_systems.SYSTEMS[name][0]
+    lines.append(f'| {label} | ' + ' | '.join(entries) + ' |')
+  return '\n'.join(lines)
+
+
+def _times(x):
+  return '-' if x is None else f'{x:.2f}x'
+
+
+def nuts_systems_part(rel, directory, results):
+  """The README's text for a `nuts_systems.py` directory."""
+  from benchmarks import nuts_systems  # pylint: disable=g-import-not-at-top
+  with open(os.path.join(directory, 'results.md')) as f:
+    head = f.read().split('\n\n')[1]   # the command, machine, versions
+  text = [f'From [{rel}/results.md]({rel}/results.md): {head}',
+          nuts_systems_table(results),
+          'Each entry: ms per NUTS iteration; leapfrogs per second, summed '
+          'over chains; that over the hand-batched sampler\'s (the same '
+          'TensorFlow mode; XLA for the JAX rows) and over BlackJAX\'s.  '
+          + nuts_systems.counts_markdown()]
+  return text
+
+
 def section(directories):
   parts = []
   for d in directories:
@@ -87,6 +146,9 @@ def section(directories):
     with open(os.path.join(d, 'results.json')) as f:
       results = json.load(f)
     rel = os.path.relpath(d, os.path.dirname(HERE))
+    if 'cells' in results:
+      parts += nuts_systems_part(rel, d, results)
+      continue
     parts.append(f'From [{rel}/results.md]({rel}/results.md): '
                  f'{provenance(d)}')
     parts.append(table(results))

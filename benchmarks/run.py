@@ -32,12 +32,17 @@ size, in one process, with few repeats, no memory processes, no schedule
 table and no ESS comparison (`options.QUICK`; a flag given on the command
 line keeps its value).
 
+--nuts_systems then runs `benchmarks/nuts_systems.py` (TFP's NUTS program
+on our VM beside TFP's hand-batched sampler, BlackJAX and NumPyro) into
+--out/nuts_systems.
+
 The parts: `options` (the flags), `cells` (the workloads and their
 baselines), `measure` (timing and memory in this process), `nuts_ess`,
 `processes` (fresh processes, medians over them), `targets`, `report`.
 """
 
 import os
+import subprocess
 import sys
 
 # Multi-threaded OpenBLAS is pathological on small shared machines (a
@@ -85,6 +90,11 @@ def main(argv):
   if FLAGS.memory_processes:
     processes.add_tf_memory(results['rows'])
   report.write(results, backends)
+  if FLAGS.nuts_systems:
+    subprocess.run(
+        [sys.executable, os.path.join(options.HERE, 'nuts_systems.py'),
+         f'--out={os.path.join(FLAGS.out, "nuts_systems")}'] +
+        (['--quick'] if FLAGS.quick else []), check=True)
 
 
 if __name__ == '__main__':

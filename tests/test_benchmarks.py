@@ -803,3 +803,142 @@ def test_scaling_skips_cells_predicted_over_budget():
   assert '| autobatch_vm | XLA | 500 (1.00x) |' in text
   # No depth cells of TFP's VM: no row for it in the depth table.
   assert 'TFP VM' not in text.split('## Time against max_stack_depth')[1]
+
+
+def _fake_system(offset, leapfrogs):
+  """A `nuts_systems` system drawing the target's start plus `offset` at
+  every iteration, counting `leapfrogs` per chain and iteration."""
+  def make(target, theta, iterations):
+    def run():
+      samples = np.broadcast_to(theta + offset,
+                                (iterations,) + theta.shape).copy()
+      return samples, np.full((iterations, theta.shape[0]), leapfrogs, float)
+    return run
+  return make
+
+
+def test_nuts_systems_cell_times_in_turns_and_skips_missing_systems(
+    monkeypatch, clock):
+  """A cell of `benchmarks/nuts_systems.py`: each installed system timed
+  in turns, its leapfrogs/s from its own per-iteration counts, the ratios
+  to the hand-batched sampler and to BlackJAX, the mean check; a system
+  whose package is missing (here NumPyro) is skipped with a note, the
+  others still run."""
+  from benchmarks import nuts_systems  # pylint: disable=g-import-not-at-top
+  target = nuts_systems.gaussian(dim=4)
+  monkeypatch.setattr(nuts_systems, 'TARGETS', {'gaussian': lambda: target})
+  sd = target.sd
+
+  def timed(seconds, make):
+    def built(*args):
+      run = make(*args)
+
+      def call():
+        clock.now += seconds
+        return run()
+      return call
+    return built
+  monkeypatch.setattr(nuts_systems, 'SYSTEMS', {
+      'hand_xla': ('hand', 'numpy', timed(2.0, _fake_system(0 * sd, 10))),
+      'blackjax': ('bj', 'numpy', timed(1.0, _fake_system(0 * sd, 4))),
+      'ours_xla': ('ours', 'numpy', timed(4.0, _fake_system(2 * sd, 20))),
+      'numpyro': ('np', 'numpyro_missing', _fake_system(0, 1))})
+  monkeypatch.setattr(nuts_systems.time, 'perf_counter', lambda: clock.now)
+  cell = nuts_systems.measure_cell('gaussian', 16, list(
+      nuts_systems.SYSTEMS), iterations=5, repeats=3)
+  rows = {r['system']: r for r in cell['rows']}
+  assert list(rows) == ['hand_xla', 'blackjax', 'ours_xla']
+  assert 'numpyro_missing is not installed' in cell['skipped']['numpyro']
+  assert rows['ours_xla']['seconds_per_iteration'] == pytest.approx(0.8)
+  # 20 leapfrogs x 16 chains x 5 iterations in 4 s.
+  assert rows['ours_xla']['leapfrogs_per_second'] == pytest.approx(400)
+  assert nuts_systems.ratios(cell)['ours_xla'] == pytest.approx((1.0, 1.25))
+  assert rows['blackjax']['agree'] and rows['hand_xla']['agree']
+  # The start (16 draws of the target) plus two sd: 8 standard errors off.
+  assert not rows['ours_xla']['agree']
+  text = nuts_systems.cell_markdown(cell)
+  assert '| np | skipped: numpyro_missing is not installed' in text, text
+  assert '| ours | 800.0 | 400 | 1.00x | 1.25x |' in text, text
+
+
+def test_nuts_systems_without_jax_skips_only_the_jax_rows(monkeypatch):
+  """Without JAX, BlackJAX's and NumPyro's rows are skipped with a note
+  naming the extra to install; the TensorFlow rows stay (with TFP)."""
+  from benchmarks import nuts_systems, tfp_baselines  # pylint: disable=g-import-not-at-top
+  monkeypatch.setitem(sys.modules, 'jax', None)   # import jax fails
+  ok, notes = nuts_systems.available(list(nuts_systems.SYSTEMS))
+  assert sorted(notes) == ['blackjax', 'numpyro']
+  assert all('bench-jax' in why for why in notes.values())
+  assert ok == ([s for s in nuts_systems.SYSTEMS if s not in notes]
+                if tfp_baselines.available() else [])
+
+
+def test_nuts_systems_readme_table_is_a_row_per_system():
+  """readme_table renders a nuts_systems run: a row per system, a column
+  per cell, each entry time, leapfrogs/s and both ratios."""
+  import importlib  # pylint: disable=g-import-not-at-top
+  readme_table = importlib.import_module('benchmarks.readme_table')
+  row = lambda name, s, lf: dict(system=name, seconds_per_iteration=s,
+                                 leapfrogs_per_second=lf)
+  cell = lambda chains: dict(target='gaussian', chains=chains, skipped={
+      'numpyro': 'numpyro is not installed'}, rows=[
+          row('ours_xla', 0.02, 1000.0), row('hand_xla', 0.01, 2000.0),
+          row('blackjax', 0.01, 4000.0)])
+  text = readme_table.nuts_systems_table({'cells': [cell(64), cell(256)]})
+  lines = text.splitlines()
+  assert lines[0] == '| system | Gaussian, 64 chains | Gaussian, 256 chains |'
+  assert lines[2].endswith(
+      '| 20 ms, 1,000/s, 0.50x hand, 0.25x BlackJAX | 20 ms, 1,000/s, '
+      '0.50x hand, 0.25x BlackJAX |'), lines[2]
+  assert lines[-1].endswith(
+      '| numpyro is not installed | numpyro is not installed |')
+
+
+def test_nuts_systems_jax_rows_count_the_gradients_they_take():
+  """BlackJAX's `num_integration_steps` and NumPyro's `num_steps`, as the
+  benchmark reads them, are the leapfrogs each iteration took: one
+  gradient each (a run-time callback counts them; one more at the start),
+  per iteration, not a running total."""
+  jax = pytest.importorskip('jax')
+  pytest.importorskip('blackjax')
+  pytest.importorskip('numpyro')
+  from benchmarks import nuts_systems  # pylint: disable=g-import-not-at-top
+  calls = [0]
+
+  def bump():
+    calls[0] += 1
+
+  def log_prob(theta):
+    jax.debug.callback(bump)
+    return -0.5 * jax.numpy.sum(theta * theta)
+  target = nuts_systems.Target(
+      'standard normal', 2, 0.3, np.zeros(2), np.ones(2),
+      lambda chains: np.full((chains, 2), 0.3, np.float32), None, log_prob)
+  for name in ('blackjax', 'numpyro'):
+    calls[0] = 0
+    samples, leapfrogs = nuts_systems.SYSTEMS[name][2](
+        target, target.start(1), 3)()
+    jax.effects_barrier()
+    assert samples.shape == (3, 1, 2) and leapfrogs.shape == (3, 1)
+    assert np.sum(leapfrogs) + 1 == calls[0], name
+    assert np.all(leapfrogs < 2**nuts_systems.MAX_TREE_DEPTH), name
+
+
+@pytest.mark.slow    # a subprocess compiling three samplers
+def test_nuts_systems_quick_run_writes_its_table(tmp_path):
+  """`benchmarks/nuts_systems.py --quick` end to end, on the systems
+  installed here among three (the JAX ones need the bench-jax extra):
+  results.md and results.json with a row per system, or its note."""
+  subprocess.run(
+      [sys.executable, str(ROOT / 'benchmarks' / 'nuts_systems.py'),
+       '--quick', '--systems=hand_function,blackjax,numpyro',
+       f'--out={tmp_path}'], check=True, cwd=ROOT)
+  results = json.loads((tmp_path / 'results.json').read_text())
+  [cell] = results['cells']
+  assert (cell['target'], cell['chains'], cell['iterations']) == (
+      'gaussian', 8, 2)
+  seen = [r['system'] for r in cell['rows']] + list(cell['skipped'])
+  assert sorted(seen) == ['blackjax', 'hand_function', 'numpyro']
+  for r in cell['rows']:
+    assert r['leapfrogs_per_second'] > 0 and r['agree'], r
+  assert 'ms / iteration' in (tmp_path / 'results.md').read_text()
