@@ -44,6 +44,7 @@ a note in the results.  Writes DIR/results.md and DIR/results.json
 """
 
 import argparse
+import collections
 import json
 import os
 import platform
@@ -71,22 +72,13 @@ MAX_TREE_DEPTH = 8
 
 # -- targets -------------------------------------------------------------------
 
-class Target:
+class Target(collections.namedtuple('Target', [
+    'name', 'dim', 'step_size', 'mean', 'sd', 'start', 'tf_log_prob',
+    'jax_log_prob'])):
   """A float32 target in every system's terms: `tf_log_prob` over a batch
   of chains ([chains, dim] -> [chains]), `jax_log_prob` of one chain
   ([dim] -> scalar), its step size, `start(chains)` (the same points for
   every system), and a reference `mean` and `sd` for the mean check."""
-
-  def __init__(self, name, dim, step_size, mean, sd, start, tf_log_prob,
-               jax_log_prob):
-    self.name = name
-    self.dim = dim
-    self.step_size = step_size
-    self.mean = mean
-    self.sd = sd
-    self.start = start
-    self.tf_log_prob = tf_log_prob
-    self.jax_log_prob = jax_log_prob
 
 
 def gaussian(dim=50, rho=0.9):
@@ -197,6 +189,13 @@ def _blackjax(target, theta, iterations, seed=0):
       return states, (states.position, info.num_integration_steps)
     return jax.lax.scan(one, jax.vmap(nuts.init)(theta),
                         jax.random.split(key, iterations))[1]
+  return _jax_run(sample, theta, seed)
+
+
+def _jax_run(sample, theta, seed):
+  """A call of `sample(key, theta)` staged by `jax.jit`, returning
+  (samples, leapfrogs) as NumPy."""
+  import jax  # pylint: disable=g-import-not-at-top
   staged = jax.jit(sample)
   key, theta = jax.random.PRNGKey(seed), jax.numpy.asarray(theta)
 
@@ -209,9 +208,10 @@ def _blackjax(target, theta, iterations, seed=0):
 def _numpyro(target, theta, iterations, seed=0):
   """NumPyro's NUTS kernel run as `MCMC(chain_method='vectorized')` runs
   it (the kernel initialized with a key per chain samples them all, its
-  step vmapped), iterations in a `lax.scan`, staged once by `jax.jit`: `MCMC.run` traces and compiles its loop at
-  every call (5.7 s a call of 2 iterations at 8 chains), so repeated
-  calls of it would time compiles, a cost its users pay once a run."""
+  step vmapped), iterations in a `lax.scan`, staged once by `jax.jit`:
+  `MCMC.run` traces and compiles its loop at every call (5.7 s a call of
+  2 iterations at 8 chains), so repeated calls of it would time compiles,
+  a cost its users pay once a run."""
   import jax  # pylint: disable=g-import-not-at-top
   from numpyro import infer  # pylint: disable=g-import-not-at-top
   kernel = infer.NUTS(potential_fn=lambda x: -target.jax_log_prob(x),
@@ -228,13 +228,7 @@ def _numpyro(target, theta, iterations, seed=0):
       states = kernel.sample(states, (), {})
       return states, (states.z, states.num_steps)
     return jax.lax.scan(one, states, None, length=iterations)[1]
-  staged = jax.jit(sample)
-  key, theta = jax.random.PRNGKey(seed), jax.numpy.asarray(theta)
-
-  def run():
-    samples, steps = staged(key, theta)
-    return np.asarray(samples), np.asarray(steps, np.float64)
-  return run
+  return _jax_run(sample, theta, seed)
 
 
 SYSTEMS = {
