@@ -395,6 +395,8 @@ def _ndim(x):
   """One member's rank of `x`."""
   if isinstance(x, MemberArray):
     return x.batched.ndim - 1
+  if type(x) in (float, int, bool):
+    return 0
   return np.ndim(x)
 
 
@@ -501,15 +503,22 @@ def _strong_scalars(inputs, ndim):
 
 
 def _ufunc_call(ufunc, inputs, kwargs):
-  where = kwargs.get('where', True)
-  ndim = max([_ndim(x) for x in inputs] + [_ndim(where)])
   if ufunc.signature is not None:
     return _gufunc_call(ufunc, inputs, kwargs)
+  where = kwargs.get('where', True)
+  ranks = [_ndim(x) for x in inputs]
+  ndim = max(ranks)
+  if where is not True:
+    ndim = max(ndim, _ndim(where))
+    kwargs = dict(kwargs, where=_aligned(where, ndim))
   if _VALUE_BASED_PROMOTION:
     inputs = _strong_scalars(inputs, ndim)
-  if where is not True:
-    kwargs = dict(kwargs, where=_aligned(where, ndim))
-  result = ufunc(*[_aligned(x, ndim) for x in inputs], **kwargs)
+  # The common case, operands of one member rank, skips the alignment.
+  result = ufunc(*[x.batched if type(x) is MemberArray and r == ndim else
+                   _aligned(x, ndim) for x, r in zip(inputs, ranks)],
+                 **kwargs)
+  if type(result) is np.ndarray:
+    return MemberArray(result)
   return _wrap(result)
 
 
@@ -659,7 +668,9 @@ class _IndexPlan:
       return
     # With an array among them, integers index as advanced indices too.
     advanced = [p for p, k in enumerate(key) if not isinstance(k, slice)]
-    block = np.broadcast_shapes(*[member_shape(key[p]) for p in advanced])
+    shapes = [member_shape(key[p]) for p in advanced]
+    block = shapes[0] if len(set(shapes)) == 1 else np.broadcast_shapes(
+        *shapes)
     self.rank = slices + len(block)
     contiguous = advanced[-1] - advanced[0] == len(advanced) - 1
     if contiguous and not any(isinstance(key[p], MemberArray)
@@ -667,7 +678,7 @@ class _IndexPlan:
       # NumPy keeps the block in place, behind the batch axis's slice.
       self.key = (slice(None),) + key
       return
-    batch_index = np.arange(batch).reshape((batch,) + (1,) * len(block))
+    batch_index = _batch_index(batch, len(block))
     self.key = (batch_index,) + tuple(
         _aligned(k, len(block)) if isinstance(k, MemberArray) else k
         for k in key)
@@ -698,6 +709,14 @@ class _IndexPlan:
     out = self.source.copy()
     out[self.key] = self.value(value)
     return out.reshape(self.shape)
+
+
+@functools.lru_cache(maxsize=64)
+def _batch_index(batch, rank):
+  """`arange(batch)` with `rank` axes of length 1 behind, read-only."""
+  index = np.arange(batch).reshape((batch,) + (1,) * rank)
+  index.flags.writeable = False
+  return index
 
 
 def _expanded_key(key, ndim):
