@@ -60,6 +60,8 @@ MODULES = [
     'autobatch_vm.ops',
     'autobatch_vm.parallel_calls',
     'autobatch_vm.patterns',
+    'autobatch_vm.per_member.numpy_array',
+    'autobatch_vm.per_member.numpy_indexing',
     'autobatch_vm.per_member.numpy_rules',
     'autobatch_vm.pipeline',
     'autobatch_vm.profiler',

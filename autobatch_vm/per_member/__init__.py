@@ -11,12 +11,14 @@ on a batch:
   ufuncs, reductions, indexing and index assignment, shape queries, linear
   algebra, joining and reshaping; a NumPy function without a rule runs
   once per member and is counted.  `vectorize(fn, batch_size)` turns a
-  per-member function into a batched one.
+  per-member function into a batched one.  The rules live by family in
+  `numpy_array` (the wrapper, ufuncs, the rule table, the fallback),
+  `numpy_indexing`, `numpy_functions` and `numpy_linalg`.
 - On TensorFlow a per-member primitive is vectorized with TensorFlow's own
   vectorizer (pfor, as `tf.vectorized_map`).
 
-This layer imports NumPy, `autobatch_vm.errors` and (for TensorFlow)
-TensorFlow only; the frontend marks per-member primitives and the
-backends call into it.  A new batching rule goes in the rule table of
-`numpy_rules`, with a test against a loop over members.
+This layer imports NumPy, `autobatch_vm.errors`, `autobatch_vm.patterns`
+and (for TensorFlow) TensorFlow only; the frontend marks per-member
+primitives and the backends call into it.  A new batching rule goes in
+the module of its family, with a test against a loop over members.
 """

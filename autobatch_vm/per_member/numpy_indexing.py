@@ -1,0 +1,381 @@
+"""Batching rules of indexing: one member's `x[key]` and `x[key] = v`.
+
+A per-member integer index (scalar or array) becomes an advanced index
+next to a batch index `arange(B)`; the advanced block of the batched
+result is then moved to where NumPy puts it for one member (in place when
+a member's advanced indices are adjacent, else in front).  A None is an
+inserted axis of length 1 indexed by a slice, which NumPy places the same
+way.  `setitem` writes a copy (functional), the value laid out as the
+batched `x[key]`.  A per-member boolean mask selects per-member integer
+indices where every member selects as many elements (else
+`PerMemberError`, pointing to padding); writing one value through a mask
+is `np.where`, whatever the counts.
+
+Also here: `ufunc.at`, `np.take`, `np.take_along_axis`, `np.searchsorted`,
+`np.nonzero` and its relatives, `np.unique`, and `asarray` (a list mixing
+per-member values and numbers, stacked per member).  Importing this
+module gives `MemberArray` its `__getitem__` and `__setitem__`.
+"""
+
+import functools
+
+import numpy as np
+
+from autobatch_vm import errors
+from autobatch_vm.per_member import numpy_array as core
+from autobatch_vm.per_member.numpy_array import MemberArray
+
+__all__ = ['getitem', 'setitem', 'asarray']
+
+# Indexing.
+
+class _IndexPlan:
+  """How one member's `x[key]` runs on the batched array.
+
+  Attributes:
+    source: `x`'s batched array, with an axis of length 1 for each None of
+      the key (a None then indexes like a slice of that axis, which is
+      where NumPy puts its axis, and the advanced block, for one member).
+    key: The key of `source` (the batch axis first).
+    rank: The member result's rank.
+    move: None, or (block rank, position): the batched result holds the
+      advanced block right after the batch axis, and one member's result
+      holds it at this position among the sliced axes.
+  """
+
+  def __init__(self, x, key):
+    self.shape = x.batched.shape
+    batch = self.shape[0]
+    key = _expanded_key(key if isinstance(key, tuple) else (key,), x.ndim)
+    source = x.batched
+    if any(k is None for k in key):
+      shape = list(self.shape)
+      for p, k in enumerate(key):
+        if k is None:
+          shape.insert(p + 1, 1)
+      source = source.reshape(shape)
+      key = tuple(slice(None) if k is None else k for k in key)
+    self.source = source
+    slices = sum(1 for k in key if isinstance(k, slice))
+    advanced = [p for p, k in enumerate(key)
+                if isinstance(k, (MemberArray, np.ndarray))]
+    self.move = None
+    if not advanced:
+      self.key = (slice(None),) + key
+      self.rank = slices
+      return
+    # With an array among them, integers index as advanced indices too.
+    advanced = [p for p, k in enumerate(key) if not isinstance(k, slice)]
+    shapes = [core.member_shape(key[p]) for p in advanced]
+    block = shapes[0] if len(set(shapes)) == 1 else np.broadcast_shapes(
+        *shapes)
+    self.rank = slices + len(block)
+    contiguous = advanced[-1] - advanced[0] == len(advanced) - 1
+    if contiguous and not any(isinstance(key[p], MemberArray)
+                              for p in advanced):
+      # NumPy keeps the block in place, behind the batch axis's slice.
+      self.key = (slice(None),) + key
+      return
+    batch_index = _batch_index(batch, len(block))
+    self.key = (batch_index,) + tuple(
+        core.aligned(k, len(block)) if isinstance(k, MemberArray) else k
+        for k in key)
+    if contiguous and advanced[0] > 0:
+      self.move = (len(block), advanced[0])
+
+  def _moved_axes(self):
+    rank, at = self.move
+    return range(1, 1 + rank), range(1 + at, 1 + at + rank)
+
+  def result_of(self, batched):
+    """The batched `source[key]` laid out as one member's `x[key]`."""
+    if self.move is None:
+      return batched
+    return np.moveaxis(batched, *self._moved_axes())
+
+  def value(self, value):
+    """`value`, as each member writes it into `x[key]`, laid out as the
+    batched `source[key]`."""
+    v = core.ranked(value, self.rank)
+    if self.move is None or v.ndim != self.rank + 1:
+      return v
+    destination, source = self._moved_axes()
+    return np.moveaxis(v, source, destination)
+
+  def written(self, value):
+    """A copy of `x`'s batched array with `value` written at `key`."""
+    out = self.source.copy()
+    out[self.key] = self.value(value)
+    return out.reshape(self.shape)
+
+
+@functools.lru_cache(maxsize=64)
+def _batch_index(batch, rank):
+  """`arange(batch)` with `rank` axes of length 1 behind, read-only."""
+  index = np.arange(batch).reshape((batch,) + (1,) * rank)
+  index.flags.writeable = False
+  return index
+
+
+def _expanded_key(key, ndim):
+  """`key` with lists as arrays, boolean masks as integer indices and the
+  Ellipsis (or the end) spelled out as slices."""
+  out = []
+  for k in key:
+    if isinstance(k, list):
+      k = asarray(k)
+    if isinstance(k, MemberArray) and k.dtype == np.bool_:
+      out.extend(_member_mask_indices(k))
+    elif isinstance(k, np.ndarray) and k.dtype == np.bool_ and k.ndim:
+      out.extend(np.nonzero(k))
+    else:
+      out.append(k)
+  used = sum(1 for k in out if k is not None and k is not Ellipsis)
+  ellipsis = [p for p, k in enumerate(out) if k is Ellipsis]
+  if ellipsis:
+    out[ellipsis[0]:ellipsis[0] + 1] = [slice(None)] * (ndim - used)
+  else:
+    out.extend([slice(None)] * (ndim - used))
+  return tuple(out)
+
+
+def _member_mask_indices(mask):
+  """The integer indices selecting where a per-member boolean mask holds,
+  as `MemberArray`s; every member must select as many elements."""
+  b = mask.batched
+  if b.ndim == 1:
+    raise errors.PerMemberError(
+        'A per-member boolean scalar used as an index (x[c]): it adds an axis '
+        'of length 1 or 0, which differs between members.',
+        hint='Write np.where(c, x, fill) instead.')
+  counts = b.reshape(b.shape[0], -1).sum(axis=1)
+  if counts.size and np.any(counts != counts[0]):
+    raise errors.PerMemberError(
+        'A per-member boolean mask selects a different number of elements '
+        f'in different members ({int(counts.min())} to {int(counts.max())}): '
+        'the result\'s shape differs between members.', hint=core.PAD_HINT +
+        '  For a masked reduction, write np.sum(np.where(mask, x, 0)).')
+  count = int(counts[0]) if counts.size else 0
+  return [MemberArray(i.reshape(b.shape[0], count)) for i in np.nonzero(b)[1:]]
+
+
+def getitem(x, index):
+  """One member's `x[index]`, for per-member or plain `x` and `index`.
+
+  Args:
+    x: A `MemberArray`, or a plain array (indexed by per-member indices).
+    index: What one member indexes with: ints, slices, None, Ellipsis,
+      integer or boolean arrays, per-member or plain, or a tuple of them.
+
+  Returns:
+    The member's `x[index]` (plain where `x` and `index` are plain).
+  """
+  if not isinstance(x, MemberArray):
+    batch = core.batch_of(index if isinstance(index, tuple) else (index,))
+    if batch is None:
+      return x[index]
+    x = MemberArray(core.full(x, batch))
+  plan = _IndexPlan(x, index)
+  return MemberArray(plan.result_of(plan.source[plan.key]))
+
+
+def setitem(x, index, value):
+  """`x` with one member's `x[index] = value`, as a new value.
+
+  Functional: `x` is not written.  `x`, `index` and `value` may each be
+  per-member or plain; a plain `x` is broadcast over the batch when the
+  index or the value is per member.
+
+  Args:
+    x: The array written.
+    index: As for `getitem`.
+    value: What each member writes; cast to `x`'s dtype as NumPy does.
+
+  Returns:
+    The new array: a `MemberArray`, or plain where all three are plain.
+  """
+  parts = (x, value) + (index if isinstance(index, tuple) else (index,))
+  batch = core.batch_of(parts)
+  if batch is None:
+    if isinstance(x, list):
+      out = list(x)
+    else:
+      out = np.array(x, copy=True)
+    out[index] = value
+    return out
+  if not isinstance(x, MemberArray):
+    x = MemberArray(core.full(x, batch))
+  mask = index[0] if isinstance(index, tuple) and len(index) == 1 else index
+  if (isinstance(mask, (MemberArray, np.ndarray)) and mask.dtype == np.bool_
+      and core.member_rank(mask) and core.member_rank(value) == 0):
+    # Each member writes one value where its mask holds, whatever the count.
+    ndim = x.ndim
+    written = np.where(core.aligned(mask, ndim) if isinstance(
+        mask, MemberArray) else np.reshape(
+            mask, mask.shape + (1,) * (ndim - mask.ndim)),
+                       core.aligned(value, ndim), x.batched)
+    return MemberArray(written.astype(x.dtype, copy=False))
+  return MemberArray(_IndexPlan(x, index).written(value))
+
+
+def asarray(value, dtype=None):
+  """One member's `np.asarray(value, dtype)`.
+
+  A list or tuple mixing per-member values and numbers is stacked per
+  member.
+
+  Args:
+    value: A `MemberArray`, a plain value, or nested lists/tuples of both.
+    dtype: The dtype, or None for NumPy's.
+
+  Returns:
+    A `MemberArray`, or a plain array where nothing is per member.
+  """
+  if isinstance(value, MemberArray):
+    return value if dtype is None else value.astype(dtype)
+  if not isinstance(value, (list, tuple)):
+    return np.asarray(value, dtype=dtype)
+  batch = core.batch_of(value)
+  if batch is None:
+    return np.asarray(value, dtype=dtype)
+  items = [asarray(v) for v in value]
+  if any(core.member_shape(v) != core.member_shape(items[0]) for v in items):
+    raise ValueError('setting an array element with a sequence: the '
+                     'per-member parts have different shapes '
+                     f'{[core.member_shape(v) for v in items]}')
+  result_dtype = np.result_type(*[
+      v.dtype if isinstance(v, MemberArray) else v for v in items])
+  if dtype is not None:
+    result_dtype = dtype
+  stacked = np.stack([core.full(v, batch) for v in items], axis=1)
+  return MemberArray(stacked.astype(result_dtype, copy=False))
+
+
+def _at(ufunc, a, indices, b=None):
+  if not isinstance(a, MemberArray):
+    raise errors.PerMemberError(
+        f'np.{ufunc.__name__}.at on a plain array with per-member indices or '
+        'values: each member would change the one shared array.',
+        hint='Make the array per member first (x = np.zeros_like(...) of a '
+        'per-member value), or compute the update with np.where.')
+  plan = _IndexPlan(a, indices)
+  out = plan.source.copy()
+  ufunc.at(out, plan.key, *(() if b is None else (plan.value(b),)))
+  # The wrapper takes the result: its batched array may be a caller's.
+  a.batched = out.reshape(plan.shape)
+
+
+# Selecting by value: the shape must agree between members.
+
+def _agreed_count(mask, name):
+  """The number of True elements of each member of the batched `mask`,
+  which must agree."""
+  counts = mask.reshape(mask.shape[0], -1).sum(axis=1)
+  if counts.size and np.any(counts != counts[0]):
+    raise errors.PerMemberError(
+        f'{name} gives a different number of elements in different members '
+        f'({int(counts.min())} to {int(counts.max())}): the result\'s shape '
+        'differs between members.', hint=core.PAD_HINT)
+  return int(counts[0]) if counts.size else 0
+
+
+@core.rule(np.nonzero)
+def _nonzero(func, a):
+  a = core.as_member(a)
+  if a.ndim == 0:
+    a = np.atleast_1d(a)
+  mask = a.batched != 0
+  count = _agreed_count(mask, 'np.nonzero')
+  batch = mask.shape[0]
+  return tuple(MemberArray(i.reshape(batch, count))
+               for i in func(mask)[1:])
+
+
+@core.rule(np.argwhere)
+def _argwhere(func, a):
+  del func
+  a = core.as_member(a)
+  if a.ndim == 0:
+    raise errors.PerMemberError(
+        'np.argwhere of a per-member scalar: its result has 1 or 0 rows, '
+        'which differs between members.', hint=core.PAD_HINT)
+  return np.stack(np.nonzero(a), axis=-1)
+
+
+@core.rule(np.flatnonzero)
+def _flatnonzero(func, a):
+  del func
+  return np.nonzero(np.ravel(a))[0]
+
+
+@core.rule(np.unique)
+def _unique(func, ar, *args, **kwargs):
+  del func
+  if args or any(kwargs.get(k) for k in (
+      'return_index', 'return_inverse', 'return_counts', 'axis')):
+    return core.NO_RULE
+  ar = core.as_member(ar)
+  ordered = np.sort(core.flat(ar), axis=1)
+  new = np.ones(ordered.shape, bool)
+  new[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+  if kwargs.get('equal_nan', True) and ordered.dtype.kind in 'fc':
+    new[:, 1:] &= ~(np.isnan(ordered[:, 1:]) & np.isnan(ordered[:, :-1]))
+  count = _agreed_count(new, 'np.unique')
+  return MemberArray(ordered[new].reshape(ordered.shape[0], count))
+
+
+# Indexing functions.
+
+@core.rule(np.take)
+def _take(func, a, indices, axis=None, out=None, mode='raise'):
+  del func
+  core.refuse_out('np.take', out)
+  if axis is None:
+    a, axis = np.ravel(a), 0
+  size = core.member_shape(a)[axis]
+  if mode == 'wrap':
+    indices = np.mod(indices, size)
+  elif mode == 'clip':
+    indices = np.clip(indices, 0, size - 1)
+  axis = core.axis_of(axis, core.member_rank(a)) - 1
+  return getitem(a, (slice(None),) * axis + (indices,))
+
+
+@core.rule(np.take_along_axis)
+def _take_along_axis(func, arr, indices, axis=-1):
+  batch = core.batch_of((arr, indices))
+  if axis is None:
+    arr, axis = np.ravel(arr), 0
+  ndim = core.member_rank(arr)
+  return core.wrap(func(core.full(arr, batch), core.full(indices, batch, ndim),
+                    core.axis_of(axis, ndim)))
+
+
+@core.rule(np.searchsorted)
+def _searchsorted(func, a, v, side='left', sorter=None):
+  if sorter is not None:
+    return core.NO_RULE
+  if not isinstance(a, MemberArray):
+    return core.wrap(func(a, v.batched, side))
+  # Each member's insertion point is how many of its elements precede v.
+  batch = a.batched.shape[0]
+  v = core.full(v, batch)
+  elements = a.batched.reshape((batch,) + (1,) * (v.ndim - 1) + (-1,))
+  before = elements < v[..., None] if side == 'left' else (
+      elements <= v[..., None])
+  return MemberArray(np.sum(before, axis=-1, dtype=np.intp))
+
+
+def _member_getitem(self, key):
+  return getitem(self, key)
+
+
+def _member_setitem(self, key, value):
+  # The wrapper takes the updated array; the batched array it held is not
+  # written, since it may be a caller's input.
+  self.batched = setitem(self, key, value).batched
+
+
+MemberArray.__getitem__ = _member_getitem
+MemberArray.__setitem__ = _member_setitem
+core.UFUNC_METHODS['at'] = _at
