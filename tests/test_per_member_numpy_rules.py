@@ -14,6 +14,7 @@ import inspect
 import numpy as np
 import pytest
 from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from autobatch_vm import errors
@@ -499,9 +500,9 @@ def _operation(data, shape):
   (x, i, y), shape after): x the value, i a per-member index in [0, 3), y a
   per-member (3, 4) array."""
   rank = len(shape)
-  kinds = ['unary', 'binary', 'plain']
+  kinds = ['unary', 'binary', 'plain', 'where']
   if rank:
-    kinds += ['reduce', 'index', 'setitem', 'reverse']
+    kinds += ['reduce', 'index', 'setitem', 'reverse', 'dot']
   kind = data.draw(st.sampled_from(kinds))
   if kind == 'unary':
     f = data.draw(st.sampled_from(_UNARY))
@@ -519,13 +520,22 @@ def _operation(data, shape):
     return (lambda x, i, y: f(x, operand(y))), shape
   if kind == 'plain':
     return (lambda x, i, y: x * np.float64(1.5) + 1), shape
+  if kind == 'where':
+    return (lambda x, i, y: np.where(x > 0, x, _like(y, shape) - i)), shape
+  if kind == 'dot':
+    # A plain matrix, or the member's own y, on the right.
+    k = shape[-1]
+    if data.draw(st.booleans()):
+      matrix = np.linspace(-1.0, 1.0, 2 * k).reshape(k, 2)
+      return (lambda x, i, y: np.dot(x, matrix)), shape[:-1] + (2,)
+    return (lambda x, i, y: x @ _like(y, (k, 1))), shape[:-1] + (1,)
   if kind == 'reduce':
     f = data.draw(st.sampled_from(_REDUCE))
     axis = data.draw(st.sampled_from([None, 0, -1]))
     if f in (np.cumsum, np.sort):
       after = (int(np.prod(shape)),) if axis is None else shape
       return (lambda x, i, y: f(x, axis=axis).astype(float)), after
-    keep = data.draw(st.booleans()) and f is not np.argmax
+    keep = data.draw(st.booleans()) and f not in (np.argmax, np.any)
     if keep:
       after = (1,) * rank if axis is None else tuple(
           1 if a == axis % rank else n for a, n in enumerate(shape))
@@ -555,6 +565,18 @@ def _operation(data, shape):
 
 @given(st.data())
 def test_random_operation_chains_match_loop(data):
+  _check_random_chain(data)
+
+
+@pytest.mark.slow
+@settings(max_examples=max(500, settings().max_examples))
+@given(st.data())
+def test_many_random_operation_chains_match_loop(data):
+  _check_random_chain(data)
+
+
+def _check_random_chain(data):
+  """A random chain of operations, vectorized, equals the loop."""
   batch = data.draw(st.sampled_from([1, 2, 5]))
   shape = (3, 4)
   steps = []

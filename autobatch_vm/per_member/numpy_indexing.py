@@ -17,7 +17,9 @@ per-member values and numbers, stacked per member).  Importing this
 module gives `MemberArray` its `__getitem__` and `__setitem__`.
 """
 
+import contextlib
 import functools
+import re
 
 import numpy as np
 
@@ -105,8 +107,26 @@ class _IndexPlan:
   def written(self, value):
     """A copy of `x`'s batched array with `value` written at `key`."""
     out = self.source.copy()
-    out[self.key] = self.value(value)
+    with _member_axes_in_errors():
+      out[self.key] = self.value(value)
     return out.reshape(self.shape)
+
+  def read(self):
+    """The member's `x[key]`, batched."""
+    with _member_axes_in_errors():
+      return self.result_of(self.source[self.key])
+
+
+@contextlib.contextmanager
+def _member_axes_in_errors():
+  """NumPy's IndexError without the batched array's axis number, which is
+  one more than the member's (or more, with inserted axes)."""
+  try:
+    yield
+  except IndexError as e:
+    message = re.sub(r'for axis \d+ with size', 'for an axis with size',
+                     str(e))
+    raise IndexError(message) from None
 
 
 @functools.lru_cache(maxsize=64)
@@ -175,8 +195,7 @@ def getitem(x, index):
     if batch is None:
       return x[index]
     x = MemberArray(core.full(x, batch))
-  plan = _IndexPlan(x, index)
-  return MemberArray(plan.result_of(plan.source[plan.key]))
+  return MemberArray(_IndexPlan(x, index).read())
 
 
 def setitem(x, index, value):
