@@ -43,6 +43,7 @@ from autobatch_vm import virtual_machine
 from autobatch_vm.call_arguments import _PY_NUMBERS
 from autobatch_vm.call_arguments import map_arguments  # re-exported
 from autobatch_vm.ops import truthy  # re-exported: ab.frontend.truthy, as in TFP
+from autobatch_vm.per_member import primitive as member_primitive
 from autobatch_vm.vm import failures
 
 __all__ = ['Context', 'ContextState', 'truthy', 'BatchedFunction']
@@ -820,6 +821,7 @@ class Context(shipping.ContextPickling):
     if auto:
       stackless = self.chooses_stackless(bf.name, sig, backend,
                                          max_stack_depth)
+    fallbacks = member_primitive.fallback_counts()
     if stackless:
       program = self.program_stackless(bf.name, sig, backend)
       try:
@@ -845,6 +847,7 @@ class Context(shipping.ContextPickling):
           max_steps=max_steps, on_error=on_error)
     if backend.staged:
       out = xla.refuse_gradient_from_outside(out, bf.name, loc)
+    stats.per_member_fallbacks = member_primitive.fallbacks_since(fallbacks)
     bf.last_stats = stats
     self.last_stats = stats
     return out

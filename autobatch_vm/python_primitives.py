@@ -15,6 +15,8 @@ import copy
 import linecache
 import types
 
+import numpy as np
+
 from autobatch_vm import errors
 from autobatch_vm import ops as ops_module
 
@@ -34,6 +36,9 @@ MEMBER_OPS = 'pm'
 # for one member's arrays and tensors what the builtins mean for numbers.
 _MEMBER_BUILTINS = {getattr(builtins, n): n for n in
                     ('min', 'max', 'abs', 'len', 'int', 'float')}
+# NumPy's array constructors, which cannot dispatch on a list of
+# per-member values: `member_ops.asarray` stacks them.
+_MEMBER_ARRAYS = {np.array: 'asarray', np.asarray: 'asarray'}
 
 
 class PrimitiveRewriter(ast.NodeTransformer):
@@ -241,16 +246,27 @@ class PrimitiveRewriter(ast.NodeTransformer):
       if len(node.args) != 1 or node.keywords:
         self.unsupported(node, 'truthy() with other than one argument')
       return self.visit(node.args[0])
-    if self.per_member and isinstance(node.func, ast.Name) and (
-        not node.keywords) and not any(
-            isinstance(a, ast.Starred) for a in node.args):
-      try:
-        name = _MEMBER_BUILTINS.get(self.static_value(node.func))
-      except TypeError:   # an unhashable object
-        name = None
-      if name is not None:
-        return self._ops(name, [self.visit(a) for a in node.args], node)
+    if self.per_member:
+      name = _member_function(self.static_value(node.func))
+      if name is not None and not any(
+          isinstance(a, ast.Starred) for a in node.args) and (
+              name == 'asarray' or not node.keywords):
+        node = self.generic_visit(node)
+        fn = ast.Attribute(ast.Name(self.prefix + MEMBER_OPS, ast.Load()),
+                           name, ast.Load())
+        return ast.copy_location(ast.Call(fn, node.args, node.keywords),
+                                 node)
     return self.generic_visit(node)
+
+
+def _member_function(obj):
+  """The name of the `member_ops` function a per-member primitive calls
+  for `obj` (a builtin, `np.array`, `np.asarray`), or None."""
+  for table in (_MEMBER_BUILTINS, _MEMBER_ARRAYS):
+    for fn, name in table.items():
+      if obj is fn:
+        return name
+  return None
 
 
 def _is_member_key(node, prefix):

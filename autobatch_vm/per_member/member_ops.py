@@ -6,6 +6,7 @@ where plain Python would not mean the same thing on a batch:
 - `getitem(x, key[...])` and `setitem(x, key[...], v)`: reading and
   writing items (`x[i]`, `x[i, j] = v`, `x[1:3] += v`); `setitem` is
   functional (the frontend assigns its result to `x`);
+- `asarray`: `np.array` and `np.asarray` of a list of one member's values;
 - `min`, `max`, `abs`, `len`, `int`, `float`: the builtins on one
   member's values;
 - `where`, `logical_and`, `logical_or`, `logical_not`: `a if c else b`,
@@ -26,7 +27,7 @@ import sys
 
 import numpy as np
 
-__all__ = ['key', 'getitem', 'setitem', 'min', 'max', 'abs', 'len', 'int',
+__all__ = ['key', 'getitem', 'setitem', 'asarray', 'min', 'max', 'abs', 'len', 'int',
            'float', 'where', 'logical_and', 'logical_or', 'logical_not',
            'is_tf']
 
@@ -130,9 +131,44 @@ def getitem(x, index):
     The item, as Python indexing gives it for one member; on TensorFlow
     an index that is a tensor is a gather.
   """
-  if is_tf(x) and _tensor_index(index):
-    return _tf_getitem(x, index)
+  parts = _parts(index)
+  if is_tf(x, *parts):
+    if not is_tf(x):   # a constant array indexed per member
+      x = _tf().convert_to_tensor(x)
+    return _tf_getitem(x, index) if _tensor_index(index) else x[index]
+  if _is_member_array(x) or builtins.any(_is_member_array(e) for e in parts):
+    return _numpy_rules().getitem(x, index)
   return x[index]
+
+
+def asarray(value, dtype=None):
+  """One member's `np.array(value, dtype)` / `np.asarray`: nested lists of
+  one member's values and numbers stacked.
+
+  Args:
+    value: An array, a tensor, or nested lists or tuples of values.
+    dtype: The dtype, or None.
+
+  Returns:
+    A tensor where any value is one, else a NumPy (per-member) array.
+  """
+  if is_tf(*_leaves(value)):
+    tf = _tf()
+    def stack(v):
+      if isinstance(v, (list, tuple)):
+        items = [stack(e) for e in v]
+        joint = np.result_type(*[i.dtype.as_numpy_dtype for i in items])
+        return tf.stack([tf.cast(i, joint) for i in items])
+      return tf.convert_to_tensor(v)
+    result = stack(value)
+    return result if dtype is None else tf.cast(result, dtype)
+  return _numpy_rules().asarray(value, dtype)
+
+
+def _leaves(value):
+  if isinstance(value, (list, tuple)):
+    return [x for v in value for x in _leaves(v)]
+  return [value]
 
 
 def setitem(x, index, value):

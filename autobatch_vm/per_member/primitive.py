@@ -152,6 +152,19 @@ def fallback_counts():
   return dict(_FALLBACKS)
 
 
+def fallbacks_since(before):
+  """The NumPy functions that ran once per member since `before`.
+
+  Args:
+    before: A dict from `fallback_counts()`.
+
+  Returns:
+    Function name -> runs since then (only those that ran).
+  """
+  return {name: n - before.get(name, 0) for name, n in _FALLBACKS.items()
+          if n > before.get(name, 0)}
+
+
 def _leaves(args):
   out = []
   stack = list(args)

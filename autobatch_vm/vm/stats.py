@@ -37,6 +37,9 @@ class RunStats:
     run can meet and nothing can raise: it runs under a bare
     `tf.function(jit_compile=True)` (not `xla.compile_nested_output`)
     with `on_error='raise'`; else empty.
+  per_member_fallbacks: NumPy function name -> times it ran once per
+    member in a per-member primitive (it has no batching rule), in this
+    run; empty where none did.
   """
   batch_size: int
   steps: int = 0
@@ -51,6 +54,8 @@ class RunStats:
   block_rows: Dict[str, int] = dataclasses.field(default_factory=dict)
   failed: Optional[object] = dataclasses.field(default=None, compare=False)
   unreported: tuple = dataclasses.field(default=(), compare=False)
+  per_member_fallbacks: Dict[str, int] = dataclasses.field(
+      default_factory=dict, compare=False)
 
   @property
   def longest_member_blocks(self):

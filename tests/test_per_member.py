@@ -1,0 +1,298 @@
+"""Per-member functions end to end: batched runs against Python per member.
+
+Each program of `per_member_programs` runs batched and is compared with a
+plain Python loop over members (the undecorated functions, each member's
+arrays without a batch axis) and with `dry_run=True`: values, shapes and
+dtypes, on NumPy (stack VM and stackless) and TensorFlow (eager,
+`tf.function`, XLA).  Then gradients through a per-member tree RNN, calls
+between per-member and batch-aware functions, the listing's mark, the
+counted fallback of a NumPy function without a batching rule, and the
+errors a user's mistake gets at the user's line.
+"""
+
+import contextlib
+import warnings
+
+import numpy as np
+import pytest
+
+import autobatch_vm as ab
+from autobatch_vm import errors
+from autobatch_vm import frontend
+from autobatch_vm.per_member import primitive
+from tests import per_member_programs as programs
+
+BATCH = 5
+NUMPY = programs.PROGRAMS
+BOTH = [p for p in programs.PROGRAMS if p.backends == 'both']
+# TensorFlow programs checked in every mode in the fast tier; the others'
+# graph and XLA runs are in the slow tier (each traces for seconds).
+FAST_TF = ('edit_distance', 'collatz', 'gcd')
+
+
+@contextlib.contextmanager
+def plain_python():
+  """The program module's batched functions as their Python functions, so
+  that a recursive call in the plain run stays plain."""
+  saved = {k: v for k, v in vars(programs).items()
+           if isinstance(v, frontend.BatchedFunction)}
+  for k, v in saved.items():
+    setattr(programs, k, v.python_function)
+  try:
+    yield
+  finally:
+    for k, v in saved.items():
+      setattr(programs, k, v)
+
+
+def inputs(program, seed=0, batch=BATCH):
+  return program.inputs(np.random.default_rng(seed), batch)
+
+
+def python_loop(program, args):
+  """Each member's result of the undecorated function, stacked."""
+  with plain_python():
+    results = [program.fn.python_function(*[np.copy(a[k]) for a in args])
+               for k in range(len(args[0]))]
+  return np.stack([np.asarray(r) for r in results])
+
+
+def assert_same(batched, expected):
+  batched = np.asarray(batched)
+  assert batched.shape == expected.shape
+  assert batched.dtype == expected.dtype, (batched.dtype, expected.dtype)
+  np.testing.assert_allclose(batched, expected, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize('stackless', [False, True])
+@pytest.mark.parametrize('program', NUMPY, ids=lambda p: p.name)
+def test_numpy_matches_python_and_dry_run(program, stackless):
+  args = inputs(program)
+  expected = python_loop(program, args)
+  assert_same(program.fn(*[np.copy(a) for a in args], stackless=stackless),
+              expected)
+  assert_same(program.fn(*[np.copy(a) for a in args], dry_run=True),
+              expected)
+
+
+def _tf_modes():
+  out = []
+  for program in BOTH:
+    for mode in ('eager', 'function', 'xla', 'stackless'):
+      fast = program.name in FAST_TF or mode == 'eager'
+      out.append(pytest.param(program, mode, id=f'{program.name}-{mode}',
+                              marks=() if fast else pytest.mark.slow))
+  return out
+
+
+def run_tf(program, args, mode):
+  tf = pytest.importorskip('tensorflow')
+  args = [tf.constant(a) for a in args]
+  if mode == 'eager':
+    return program.fn(*args).numpy()
+  if mode == 'stackless':
+    return program.fn(*args, stackless=True).numpy()
+  if mode == 'function':
+    return tf.function(program.fn)(*args).numpy()
+  out, ok = tf.function(lambda *a: program.fn(*a, on_error='status'),
+                        jit_compile=True)(*args)
+  assert np.all(ok.numpy())
+  return out.numpy()
+
+
+@pytest.mark.parametrize('program,mode', _tf_modes())
+def test_tensorflow_matches_python(program, mode):
+  args = inputs(program, seed=1)
+  assert_same(run_tf(program, args, mode), python_loop(program, args))
+
+
+@pytest.mark.parametrize('program', BOTH[:2], ids=lambda p: p.name)
+def test_tensorflow_dry_run_matches_python(program):
+  tf = pytest.importorskip('tensorflow')
+  args = inputs(program, seed=2)
+  out = program.fn(*[tf.constant(a) for a in args], dry_run=True)
+  assert_same(out.numpy(), python_loop(program, args))
+
+
+@pytest.fixture(scope='module')
+def tf_programs():
+  pytest.importorskip('tensorflow')
+  return {p.name: p for p in programs.tensorflow_programs()}
+
+
+@pytest.mark.parametrize('name,numpy_name', [
+    ('newton_tf', 'newton'), ('tree_rnn_tf', 'tree_rnn')])
+def test_tensorflow_forms_match_numpy(tf_programs, name, numpy_name):
+  tf = pytest.importorskip('tensorflow')
+  program = tf_programs[name]
+  numpy_program = next(p for p in NUMPY if p.name == numpy_name)
+  args = inputs(program, seed=3)
+  expected = python_loop(numpy_program, args)
+  tensors = [tf.constant(a) for a in args]
+  assert_same(program.fn(*tensors).numpy(), expected)
+  assert_same(program.fn(*tensors, dry_run=True).numpy(), expected)
+
+
+def test_gradients_flow_through_a_per_member_tree_rnn(tf_programs):
+  tf = pytest.importorskip('tensorflow')
+  encode = tf_programs['tree_rnn_tf'].fn
+  args = [tf.constant(a) for a in inputs(tf_programs['tree_rnn_tf'],
+                                         seed=4, batch=3)]
+
+  def gradients(**kwargs):
+    with tf.GradientTape() as tape:
+      total = tf.reduce_sum(encode(*args, **kwargs) ** 2)
+    return tape.gradient(total, encode.variables)
+  batched, alone = gradients(), gradients(dry_run=True)
+  for b, a in zip(batched, alone):
+    b = tf.convert_to_tensor(b).numpy()
+    assert np.any(b != 0)
+    np.testing.assert_allclose(b, tf.convert_to_tensor(a).numpy(),
+                               rtol=1e-9, atol=1e-12)
+
+
+# -- mixing with batch-aware functions ----------------------------------------
+
+mix_ctx = ab.Context()
+
+
+@mix_ctx.batch(per_member=True)
+def normalized_sum(x):
+  """Per member: the sum of x scaled by a batch-aware helper."""
+  s = scaled(x, x)
+  return s[0] + s[1] + s[2] + float(count_down(len(x)))
+
+
+@mix_ctx.batch()
+def scaled(x, y):
+  """Batch-aware: x and y are [batch, 3]."""
+  return x + y
+
+
+@mix_ctx.batch()
+def count_down(n):
+  """Batch-aware, calling a per-member function."""
+  if n <= 0:
+    return halve(n)
+  return count_down(n - 1) + 1
+
+
+@mix_ctx.batch(per_member=True)
+def halve(n):
+  return n // 2
+
+
+@pytest.mark.parametrize('backend', ['numpy', 'tensorflow'])
+def test_per_member_and_batch_aware_functions_call_each_other(backend):
+  x = np.arange(12.0).reshape(4, 3)
+  expected = 2 * x.sum(axis=1) + 3
+  if backend == 'tensorflow':
+    tf = pytest.importorskip('tensorflow')
+    x = tf.constant(x)
+  for kwargs in ({}, {'dry_run': True}):
+    out = normalized_sum(x, **kwargs)
+    np.testing.assert_allclose(np.asarray(out), expected)
+
+
+def test_the_listing_marks_per_member_primitives():
+  listing = str(mix_ctx.program(normalized_sum))
+  assert 'member[' in listing
+  assert 'member[' not in str(mix_ctx.program(scaled))
+
+
+def test_item_assignment_stays_refused_in_batch_aware_functions():
+  ctx = ab.Context()
+
+  def assign(x):
+    x[0] = 1.0
+    return x
+  ctx.batch_uncurried(assign)
+  with pytest.raises(errors.UnsupportedSyntaxError, match='assignment to '
+                     'items'):
+    ctx.program(assign)
+
+
+# -- the counted fallback and errors at the user's line --------------------------
+
+fallback_ctx = ab.Context()
+
+
+@fallback_ctx.batch(per_member=True)
+def smoothed(x):
+  return np.convolve(x, np.ones(2) / 2, mode='valid')
+
+
+def test_a_function_without_a_rule_runs_per_member_counted_and_warned():
+  if np.convolve in getattr(
+      __import__('autobatch_vm.per_member.numpy_rules',
+                 fromlist=['_RULES']), '_RULES', {}):
+    pytest.skip('np.convolve has a batching rule now')
+  x = np.random.default_rng(5).normal(size=(4, 5))
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter('always')
+    out = smoothed(x)
+  expected = np.stack([np.convolve(r, np.ones(2) / 2, mode='valid')
+                       for r in x])
+  np.testing.assert_allclose(out, expected)
+  assert smoothed.last_stats.per_member_fallbacks.get('np.convolve', 0) >= 1
+  messages = [w for w in caught
+              if issubclass(w.category, primitive.PerMemberFallbackWarning)]
+  assert messages and 'convolve' in str(messages[0].message)
+  assert messages[0].lineno == _line_of(smoothed.python_function,
+                                       "np.convolve")
+
+
+def _line_of(fn, text):
+  lines = fn.__code__.co_firstlineno
+  import inspect  # pylint: disable=g-import-not-at-top
+  source = inspect.getsource(fn).splitlines()
+  return lines + next(i for i, l in enumerate(source) if text in l)
+
+
+def test_a_shape_that_differs_between_members_points_to_padding():
+  ctx = ab.Context()
+
+  def ramp(n):
+    r = np.arange(n)
+    return r.sum()
+  ctx.batch_uncurried(ramp, per_member=True)
+  with pytest.raises(errors.PerMemberError, match='(?i)pad') as info:
+    ctx._functions['ramp'](np.array([2, 3, 4]))
+  assert info.value.lineno == _line_of(ramp, 'np.arange(n)')
+
+
+def positive(x):
+  """A helper written for one member, deciding with Python's `if`."""
+  if x > 0:
+    return x
+  return -x
+
+
+@pytest.mark.parametrize('backend', ['numpy', 'tensorflow'])
+def test_one_members_value_where_python_needs_one_bool(backend):
+  ctx = ab.Context()
+
+  def magnitude(x):
+    y = positive(x) * 2
+    return y
+  fn = ctx.batch_uncurried(magnitude, per_member=True)
+  x = np.array([1.0, -2.0])
+  if backend == 'tensorflow':
+    tf = pytest.importorskip('tensorflow')
+    x = tf.constant(x)
+    fn = tf.function(fn)
+  with pytest.raises(errors.PerMemberError) as info:
+    fn(x)
+  assert info.value.lineno == _line_of(magnitude, 'positive(x)')
+
+
+def test_assignment_to_a_nested_item_is_refused_at_its_line():
+  ctx = ab.Context()
+
+  def nested(x):
+    x[0][1] = 2.0
+    return x
+  ctx.batch_uncurried(nested, per_member=True)
+  with pytest.raises(errors.UnsupportedSyntaxError) as info:
+    ctx.program(nested)
+  assert info.value.lineno == _line_of(nested, 'x[0][1]')
