@@ -25,8 +25,8 @@ from tests import per_member_programs as programs
 BATCH = 5
 NUMPY = programs.PROGRAMS
 BOTH = [p for p in programs.PROGRAMS if p.backends == 'both']
-# TensorFlow programs checked in every mode in the fast tier; the others'
-# graph and XLA runs are in the slow tier (each traces for seconds).
+# TensorFlow programs checked in every mode in the fast tier; the others
+# are in the slow tier (each mode traces the program for seconds).
 FAST_TF = ('edit_distance', 'collatz', 'gcd')
 
 
@@ -79,7 +79,7 @@ def _tf_modes():
   out = []
   for program in BOTH:
     for mode in ('eager', 'function', 'xla', 'stackless'):
-      fast = program.name in FAST_TF or mode == 'eager'
+      fast = program.name in FAST_TF
       out.append(pytest.param(program, mode, id=f'{program.name}-{mode}',
                               marks=() if fast else pytest.mark.slow))
   return out
