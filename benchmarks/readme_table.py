@@ -90,8 +90,9 @@ def ess_table(results):
 
 def nuts_systems_table(results):
   """A `benchmarks/nuts_systems.py` run's table: a row per system, a column
-  per cell (target, chains), each entry ms per iteration, leapfrogs/s, and
-  those over the hand-batched sampler's and over BlackJAX's."""
+  per cell (target, chains), each entry ms per iteration, leapfrogs/s (and
+  per chain and iteration), and leapfrogs/s over the hand-batched
+  sampler's and over BlackJAX's."""
   from benchmarks import nuts_systems  # pylint: disable=g-import-not-at-top
   cells = results['cells']
   names = {'gaussian': 'Gaussian', 'logistic': 'logistic'}
@@ -113,8 +114,9 @@ def nuts_systems_table(results):
       ms = 1e3 * r['seconds_per_iteration']
       entries.append(
           (f'{ms:.3g}' if ms < 1000 else f'{ms:,.0f}') + ' ms, '
-          f'{r["leapfrogs_per_second"]:,.0f}/s, '
-          f'{_times(hand)} hand, {_times(bj)} BlackJAX')
+          f'{r["leapfrogs_per_second"]:,.0f}/s '
+          f'({r["leapfrogs_per_chain_iteration"]:.0f} a chain and '
+          f'iteration), {_times(hand)} hand, {_times(bj)} BlackJAX')
     label = nuts_systems.SYSTEMS[name][0]
     lines.append(f'| {label} | ' + ' | '.join(entries) + ' |')
   return '\n'.join(lines)
@@ -132,9 +134,11 @@ def nuts_systems_part(rel, directory, results):
   text = [f'From [{rel}/results.md]({rel}/results.md): {head}',
           nuts_systems_table(results),
           'Each entry: ms per NUTS iteration; leapfrogs per second, summed '
-          'over chains; that over the hand-batched sampler\'s (the same '
-          'TensorFlow mode; XLA for the JAX rows) and over BlackJAX\'s.  '
-          + nuts_systems.counts_markdown()]
+          'over chains (and per chain and iteration: the samplers build '
+          'trajectories of different lengths from the same start at the '
+          'same step size); that over the hand-batched sampler\'s (the '
+          'same TensorFlow mode; XLA for the JAX rows) and over '
+          'BlackJAX\'s.  ' + nuts_systems.counts_markdown()]
   return text
 
 
