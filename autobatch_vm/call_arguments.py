@@ -99,23 +99,25 @@ def convert_arguments(name, params, args, backend, loc):
             f'argument {p!r} of {name}() has dtype {backend.dtype(v)}',
             loc=loc, hint='Only boolean and numeric arrays can be '
             'batched.')
-      if len(backend.shape(v)) == 0:
+      if len(backend.shape(v, batched=True)) == 0:
         v = backend.expand(v)  # a scalar is a batch of one
       return v
     out.append(map_arguments(convert, a))
   sizes = {}
   for p, a in zip(params, out):
     for leaf in inst.pattern_flatten(a):
-      sizes.setdefault(backend.shape(leaf)[0], p)
+      sizes.setdefault(backend.shape(leaf, batched=True)[0], p)
   wide = {s: p for s, p in sizes.items() if s != 1}
-  if len(wide) > 1:
+  # (None: a batch axis of unknown size while a graph is traced, which
+  # the run reads at run time and coerces the other arguments to.)
+  if len([s for s in wide if s is not None]) > 1:
     detail = ', '.join(f'{p!r}: {s}' for s, p in wide.items())
     raise errors.ArgumentError(
         f'arguments of {name}() have different batch sizes ({detail})',
         loc=loc, hint='Every argument needs the same leading (batch) '
         'dimension, or a batch dimension of 1 (or none: a scalar), which '
         'is broadcast to the batch.')
-  if wide and 1 in sizes:
+  if wide and 1 in sizes and None not in wide:
     (batch,) = wide
     rows = np.zeros(batch, np.int64)
     out = [inst.pattern_map(
@@ -151,7 +153,7 @@ def argument_types(args, backend, scalars=None):
     dimension; the type of a Python number is weak, as a literal's.
   """
   def leaf(v, scalar=False):
-    return inst.TensorType(backend.dtype(v), backend.shape(v)[1:],
+    return inst.TensorType(backend.dtype(v), backend.shape(v, True)[1:],
                            weak=bool(scalar))
   if scalars is None:
     return [inst.pattern_map(leaf, a) for a in args]
@@ -172,12 +174,20 @@ def batch_size(args, backend):
     backend: The backend whose `shape` reads them.
 
   Returns:
-    The leading dimension of the first leaf, or None where there is none.
+    The leading dimension of the arguments: an int, or a scalar tensor
+    read at run time where it has no size while a graph is traced
+    (`Backend.batch_size`); None where there is no leaf.
   """
-  for a in args:
-    for leaf in inst.pattern_flatten(a):
-      return backend.shape(leaf)[0]
-  return None
+  leaves = [leaf for a in args for leaf in inst.pattern_flatten(a)]
+  sizes = [backend.shape(leaf, batched=True)[0] for leaf in leaves]
+  if not leaves:
+    return None
+  for size in sizes:
+    if size not in (None, 1):
+      return size
+  if None in sizes:
+    return backend.batch_size(leaves[sizes.index(None)])
+  return sizes[0]
 
 
 def _is_number_list(x):

@@ -25,6 +25,7 @@ import itertools
 import statistics
 import time
 
+import numpy as np
 import tensorflow as tf
 
 from autobatch_vm import errors
@@ -32,8 +33,15 @@ from autobatch_vm import frontend
 from autobatch_vm import numpy_backend
 from autobatch_vm import tf_backend
 from autobatch_vm import xla
+from autobatch_vm.vm import machine
 
-__all__ = ['StagedFunction', 'stage']
+__all__ = ['StagedFunction', 'stage', 'EXACT_SIZES']
+
+# `batch_buckets='auto'` (the default): under XLA the first EXACT_SIZES
+# batch sizes of a member signature are compiled each for its size, later
+# ones padded to a power of two (docs/performance.md, "Batch sizes and
+# caches").
+EXACT_SIZES = 4
 
 
 class StagedFunction:
@@ -45,11 +53,13 @@ class StagedFunction:
   Args:
     fn: The `BatchedFunction` to stage.
     jit_compile: Whether to compile with XLA.
+    batch_buckets: Under XLA, the batch sizes compiled (see `stage`).
     **call_kwargs: Keyword arguments passed to every call (see `stage`).
 
   Raises:
-    ArgumentError: If `fn` is not a batched function, or `call_kwargs` ask
-      for a dry run or a NumPy backend.
+    ArgumentError: If `fn` is not a batched function, `call_kwargs` ask
+      for a dry run or a NumPy backend, or `batch_buckets` is not one of
+      its choices.
 
   Attributes:
     fn: The staged `BatchedFunction`.
@@ -58,7 +68,8 @@ class StagedFunction:
     fast_calls: How many calls took a traced concrete function directly.
   """
 
-  def __init__(self, fn, jit_compile=False, **call_kwargs):
+  def __init__(self, fn, jit_compile=False, batch_buckets='auto',
+               **call_kwargs):
     if not isinstance(fn, frontend.BatchedFunction):
       raise errors.ArgumentError(
           f'stage() expects a batched function (decorated with '
@@ -75,6 +86,7 @@ class StagedFunction:
           'run.', loc=fn.context.function_loc(fn.name))
     self.fn = fn
     self.jit_compile = bool(jit_compile)
+    self.batch_buckets = _check_buckets(batch_buckets, fn)
     self.call_kwargs = dict(call_kwargs)
     self._last = None     # the last call's (trace id, counts), as tensors
     self._last_stats = None
@@ -88,15 +100,30 @@ class StagedFunction:
       self._traced[trace_id] = stats
       return out, stats.counts(), tf.constant(trace_id, tf.int32)
     traced.__name__ = fn.name
+
+    def traced_padded(live, *args):
+      # A batch padded to a bucket: the members from `live` on start at
+      # the program's exit.
+      with machine.active_members(tf.range(_batch_of(args)) < live):
+        return traced(*args)
+    traced_padded.__name__ = fn.name
     # The tf.function, and what turns its result into `traced`'s (under
     # XLA, `compile_nested_output` raises a run's error).  See `__call__`.
     if self.jit_compile:
       compiled = xla.compile_nested_output(traced)
       self._function, self._finish = compiled.compiled, compiled.finish
+      padded = xla.compile_nested_output(traced_padded)
+      self._padded_function = padded.compiled
+      self._sizes = {}   # member signature -> its sizes compiled exactly
     else:
       self._function = tf.function(tf_backend.traceable(traced))
       self._finish = lambda r: r
     self._concrete = {}   # the arguments' signature -> concrete function
+    # Without XLA: a member signature (`_signature(args, batched=False)`)
+    # -> the signature of its first call, traced for that batch size;
+    # every other size of it shares one trace with a batch axis of
+    # unknown size, kept in `_concrete` under `(ANY_SIZE, member)`.
+    self._first_sizes = {}
     self.fast_calls = 0   # calls that took the concrete function directly
 
   def __repr__(self):
@@ -106,7 +133,8 @@ class StagedFunction:
   def __reduce__(self):
     # The batched function and the options travel; the tf.functions and
     # their traces stay, and the other side traces on its first call.
-    return _restage, (self.fn, self.jit_compile, self.call_kwargs)
+    return _restage, (self.fn, self.jit_compile, self.call_kwargs,
+                      self.batch_buckets)
 
   def __call__(self, *args, **kwargs):
     """Runs the staged function, tracing it for a new input signature.
@@ -143,29 +171,99 @@ class StagedFunction:
     # concrete function is kept.
     key = None if kwargs else _signature(args)
     concrete = self._concrete.get(key) if key is not None else None
+    function, live = self._function, None
+    if concrete is None and key is not None:
+      if not self.jit_compile:
+        concrete = self._any_size(key, args)
+      else:
+        padded = self._bucket(key, args)
+        if padded is not None:
+          # Padded to a bucket: called with the live members' count.
+          function = self._padded_function
+          live, args = padded
+          args = (tf.constant(live, tf.int32),) + tuple(args)
+          flat = tf.nest.flatten(args)
+          key = (_BUCKET, _signature(args))
+          concrete = self._concrete.get(key)
     if concrete is not None and concrete is not False:
       result = concrete._call_flat(flat, concrete.captured_inputs)  # pylint: disable=protected-access
       self.fast_calls += 1
     else:
-      result = self._function(*args, **kwargs)
+      result = function(*args, **kwargs)
       if key is not None and key not in self._concrete:
-        concrete = self._function.get_concrete_function(*args)
+        concrete = function.get_concrete_function(*args)
         # (False: a TensorFlow without the flat call; tf.function it is.)
         self._concrete[key] = callable(
             getattr(concrete, '_call_flat', None)) and concrete
     out, counts, trace_id = self._finish(result)
+    if live is not None:   # the members padded on are dropped
+      rows = tf.range(live)   # (a gather costs less than a slice here)
+      out = tf.nest.map_structure(lambda t: tf.gather(t, rows), out)
     # The statistics are made when read (`last_stats`): a call that does
     # not read them skips copying the counts and building a RunStats.
-    self._last, self._last_stats = (trace_id, counts), None
+    self._last, self._last_stats = (trace_id, counts, live), None
     return out
+
+  def _bucket(self, key, args):
+    """Under XLA, `(live, padded)`: `args` padded to their batch size's
+    bucket, `live` the members given; None to compile for the size.
+
+    Padding repeats the last member, so padded lanes hold values a
+    member has (they run no block, see `vm.machine.active_members`).
+    """
+    size = _batch_of(args)
+    buckets = self.batch_buckets
+    if size is None or size < 2 or buckets is False:
+      return None
+    if buckets == 'auto':
+      sizes = self._sizes.setdefault(_signature(args, batched=False), set())
+      if size in sizes or len(sizes) < EXACT_SIZES:
+        sizes.add(size)
+        return None
+    bucket = _bucket_size(size, buckets)
+    if bucket == size:
+      return None
+    rows = tf.constant(np.minimum(np.arange(bucket), size - 1), tf.int32)
+    return size, tf.nest.map_structure(
+        lambda t: tf.gather(t, rows) if t.shape.rank and
+        t.shape[0] == size else t, args)
+
+  def _any_size(self, key, args):
+    """The concrete function serving every batch size of `args`'s member
+    signature but its first call's, traced on the first call at another
+    size (None: a first call, left to `tf.function`).
+
+    The first size keeps its own trace, whose ops TensorFlow folds for
+    that size (a loop serving any size reads the size at run time, see
+    `backends.tf.loop.StagedRun`).
+    """
+    member = _signature(args, batched=False)
+    first = self._first_sizes.setdefault(member, key)
+    if first == key:
+      return None
+    concrete = self._concrete.get((_ANY_SIZE, member))
+    if concrete is None:
+      specs = tf.nest.map_structure(
+          lambda t: tf.TensorSpec([None] + t.shape[1:] if t.shape.rank
+                                  else t.shape, t.dtype), args)
+      concrete = self._function.get_concrete_function(*specs)
+      concrete = callable(getattr(concrete, '_call_flat', None)) and concrete
+      self._concrete[(_ANY_SIZE, member)] = concrete
+    return concrete
 
   @property
   def last_stats(self):
     """The `RunStats` of the last call, with numbers (None before any)."""
     if self._last_stats is None and self._last is not None:
-      trace_id, counts = self._last
-      self._last_stats = self._traced[int(trace_id)].with_counts(
+      trace_id, counts, live = self._last
+      stats = self._traced[int(trace_id)].with_counts(
           tf.nest.map_structure(lambda t: t.numpy(), counts))
+      if live is not None:   # a padded call: its own members
+        blocks = stats.member_blocks
+        stats = dataclasses.replace(
+            stats, batch_size=live,
+            member_blocks=None if blocks is None else blocks[:live])
+      self._last_stats = stats
     return self._last_stats
 
   def numpy(self, *args, **kwargs):
@@ -219,7 +317,7 @@ class StagedFunction:
     kwargs = dict(self.call_kwargs, profile=False)
     loops = []
     for n in (steps, 3 * steps):
-      loop = StagedFunction(self.fn, self.jit_compile,
+      loop = StagedFunction(self.fn, self.jit_compile, False,
                             **dict(kwargs, max_steps=n))
       tf_loop.FORCED_BLOCK.append(block)
       try:
@@ -245,9 +343,48 @@ class StagedFunction:
     return dataclasses.replace(stats, block_time=block_time)
 
 
-def _restage(fn, jit_compile, call_kwargs):
+def _restage(fn, jit_compile, call_kwargs, batch_buckets='auto'):
   """A staged function unpickled: `fn` staged anew."""
-  return StagedFunction(fn, jit_compile, **call_kwargs)
+  return StagedFunction(fn, jit_compile, batch_buckets, **call_kwargs)
+
+
+def _check_buckets(buckets, fn):
+  """`stage`'s `batch_buckets`, checked; a list becomes a sorted tuple."""
+  if buckets in ('auto', True, False):
+    return buckets
+  try:
+    sizes = tuple(sorted(int(b) for b in buckets))
+    ok = all(b >= 1 and b == x for b, x in zip(sizes, sorted(buckets)))
+  except (TypeError, ValueError):
+    ok = False
+  if not ok or not sizes:
+    raise errors.ArgumentError(
+        f'stage({fn.name}, batch_buckets=...) must be \'auto\', True, False '
+        f'or a list of positive batch sizes, got {buckets!r}',
+        hint='True pads every batch to the next power of two, a list to '
+        'the next size in it; False compiles each batch size.',
+        loc=fn.context.function_loc(fn.name))
+  return sizes
+
+
+def _bucket_size(size, buckets):
+  """The batch size a call of `size` members is padded to: the next
+  power of two (`buckets` True or 'auto'), or the next size in the list
+  `buckets` (`size` itself above its largest)."""
+  if buckets in (True, 'auto'):
+    return 1 << (size - 1).bit_length()
+  return next((b for b in buckets if b >= size), size)
+
+
+def _batch_of(args):
+  """The batch size of staged arguments: their one size of axis 0 other
+  than 1 (1 where every leaf has 1 or none); None where they differ."""
+  sizes = {int(t.shape[0]) for t in tf.nest.flatten(args)
+           if t.shape.rank and t.shape[0] is not None}
+  wide = sizes - {1}
+  if len(wide) > 1:
+    return None
+  return wide.pop() if wide else 1
 
 
 def _run_forced(loop, args):
@@ -264,26 +401,33 @@ def _run_forced(loop, args):
     pass
 
 
-def _signature(x):
+_ANY_SIZE = 'any batch size'   # keys of `StagedFunction._concrete`
+_BUCKET = 'padded to a bucket'
+
+
+def _signature(x, batched=True):
   """A hashable key of `x`'s structure and its tensors' dtypes and shapes
   (None if a leaf is not a tensor, or a container is not one `tf.nest`
-  flattens in a fixed order)."""
+  flattens in a fixed order); `batched=False`: without the size of axis 0
+  (the member signature)."""
   if isinstance(x, tf.Tensor):
-    return x.dtype, tuple(x.shape)
+    shape = tuple(x.shape)
+    return x.dtype, (shape if batched or not shape
+                     else (None,) + shape[1:])
   if isinstance(x, (tuple, list)):
-    parts = tuple(_signature(v) for v in x)
+    parts = tuple(_signature(v, batched) for v in x)
     return None if None in parts else (type(x), parts)
   if isinstance(x, dict):
     try:
       keys = sorted(x)
     except TypeError:   # keys of mixed types: let tf.function decide
       return None
-    parts = tuple(_signature(x[k]) for k in keys)
+    parts = tuple(_signature(x[k], batched) for k in keys)
     return None if None in parts else (dict, tuple(keys), parts)
   return None
 
 
-def stage(fn, jit_compile=False, **call_kwargs):
+def stage(fn, jit_compile=False, batch_buckets='auto', **call_kwargs):
   """Stages the batched function `fn` with `tf.function`.
 
   Call the result with tensors or arrays; after each call its `last_stats`
@@ -295,6 +439,17 @@ def stage(fn, jit_compile=False, **call_kwargs):
     fn: A `BatchedFunction`.
     jit_compile: Whether to compile with XLA (through
       `xla.compile_nested_output`, which raises a run's errors).
+    batch_buckets: Under XLA, which batch sizes are compiled (XLA
+      compiles a function for static shapes: each size once).  `False`:
+      each size the calls come with.  `True`: a call is padded to the
+      next power of two, whose compiled function serves it; the members
+      padded on take no step, and the outputs are sliced back.  A list
+      of sizes: padded to the next size in it (a larger call is compiled
+      for its size).  `'auto'` (the default): the first `EXACT_SIZES`
+      sizes of a member signature are compiled each for its size, later
+      ones padded to a power of two.  Without XLA one trace serves every
+      size but the first (its batch axis has no size), and this is not
+      used.
     **call_kwargs: Keyword arguments passed to every call:
       `max_stack_depth`, `schedule`, `profile`, `max_steps`, `stackless`,
       or the function's own arguments.
@@ -306,4 +461,4 @@ def stage(fn, jit_compile=False, **call_kwargs):
     ArgumentError: If `fn` is not a batched function, or `call_kwargs` ask
       for a dry run or a NumPy backend.
   """
-  return StagedFunction(fn, jit_compile, **call_kwargs)
+  return StagedFunction(fn, jit_compile, batch_buckets, **call_kwargs)

@@ -21,9 +21,10 @@ Each part runs in a fresh process (fibonacci, the workload of `run.py`):
 - tf_function, xla: the same through `ab.stage(fib, jit_compile=...)`,
   `--staged_calls` calls (not in the default parts: each new size traces,
   and under XLA compiles).
-- xla_buckets: XLA at a new batch size compiled exactly, against the
-  batch padded to the next power of two (one compile per bucket): the
-  cost of a bucketing policy, per call.
+- xla_buckets: XLA at `--staged_calls` random batch sizes under each
+  policy of `ab.stage(..., batch_buckets=...)` (each size compiled,
+  padded to powers of two, 'auto'): compiles, seconds, and the padding's
+  cost per call at a size repeated.
 - fixed: the time of a call at a fixed batch size (64 and 1024, n ~
   U[8, 16)) on the NumPy stack VM, TensorFlow eagerly, under
   `tf.function` and XLA (`ab.stage`): the path the caches serve; and on
@@ -115,7 +116,11 @@ def _sizes_part(part):
     _count_traces()
   if part in ('tf_function', 'xla'):
     fib = ab.stage(fib, jit_compile=part == 'xla')
-    traces = fib._function.experimental_get_tracing_count  # pylint: disable=protected-access
+    staged = fib
+    traces = lambda: sum(  # pylint: disable=g-long-lambda
+        f.experimental_get_tracing_count() for f in
+        (staged._function, getattr(staged, '_padded_function', None))  # pylint: disable=protected-access
+        if f is not None)
   rng = np.random.default_rng(FLAGS.seed)
 
   def call(b):
@@ -160,56 +165,58 @@ def _sizes_part(part):
 
 
 def _buckets_part():
-  """XLA with the batch padded to the next power of two (a bucket).
+  """XLA at `--staged_calls` random batch sizes under each policy of
+  `ab.stage(..., batch_buckets=...)`: False (each size compiled), True
+  (padded to the next power of two, one compile per bucket) and 'auto'
+  (the default: the first `staging.EXACT_SIZES` sizes compiled, later
+  ones padded).
 
-  The padding repeats member 0, whose run is the same as member 0's, so
-  the VM's steps do not change; each step computes on the bucket's rows.
-  For `--staged_calls` random sizes: the unpadded call at a new size
-  (a trace and an XLA compile), the unpadded call repeated, and the
-  padded call (its bucket compiled once for every size in it).
+  The same sizes and arguments for each.  Per policy: the traces (each
+  an XLA compile), the seconds of all the calls, and per size the call
+  repeated at once (the steady state, CPU time: the least of five),
+  whose ratio to the same call compiled for its size is the cost of the
+  padding (median and largest).
+  Padded members start at the program's exit: they take no step.
   """
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import autobatch_vm as ab  # pylint: disable=g-import-not-at-top
   ctx = ab.Context()
   fib = _fib(ctx)
-  exact = ab.stage(fib, jit_compile=True)
-  padded = ab.stage(fib, jit_compile=True)
   rng = np.random.default_rng(FLAGS.seed)
   top = FLAGS.tf_max_batch
+  xs = [tf.constant(rng.integers(1, 10, size=int(b)).astype(np.int32))
+        for b in rng.integers(1, top + 1, size=FLAGS.staged_calls)]
+  fib(xs[0])   # the program compiled for the Context
 
-  def bucketed(x):
-    b = int(x.shape[0])
-    bucket = 1 << max(b - 1, 0).bit_length()
-    pad = tf.repeat(x[:1], bucket - b, axis=0)
-    return padded(tf.concat([x, pad], 0))[:b]
-
-  def timed(fn, x):
-    start = time.perf_counter()
+  def timed(fn, x, clock=time.perf_counter):
+    start = clock()
     fn(x).numpy()
-    return time.perf_counter() - start
+    return clock() - start
 
-  x = tf.constant(rng.integers(1, 10, size=top).astype(np.int32))
-  timed(bucketed, x)
-  rss0 = _rss_mb()
-  new, rep, pad_t = [], [], []
-  for _ in range(FLAGS.staged_calls):
-    b = int(rng.integers(1, top + 1))
-    x = tf.constant(rng.integers(1, 10, size=b).astype(np.int32))
-    pad_t.append(timed(bucketed, x))   # compiles a new bucket at most once
-    new.append(timed(exact, x))
-    rep.append(timed(exact, x))
-    pad_t[-1] = min(pad_t[-1], timed(bucketed, x))
-  return {
-      'part': 'xla_buckets', 'calls': FLAGS.staged_calls, 'max_batch': top,
-      'exact_traces': exact._function.experimental_get_tracing_count(),  # pylint: disable=protected-access
-      'bucket_traces': padded._function.experimental_get_tracing_count(),  # pylint: disable=protected-access
-      'exact_new_size_s_median': round(float(np.median(new)), 3),
-      'exact_repeated_ms_median': round(float(np.median(rep)) * 1e3, 2),
-      'bucketed_ms_median': round(float(np.median(pad_t)) * 1e3, 2),
-      'bucketed_over_exact_median': round(
-          float(np.median(np.array(pad_t) / np.array(rep))), 2),
-      'rss_growth_mb': round(_rss_mb() - rss0, 1)}
+  out = {'part': 'xla_buckets', 'calls': FLAGS.staged_calls,
+         'max_batch': top}
+  repeated = {}
+  for policy in (False, True, 'auto'):
+    staged = ab.stage(fib, jit_compile=True, batch_buckets=policy)
+    start = time.perf_counter()
+    rep = []
+    for x in xs:
+      timed(staged, x)
+      # CPU time (of every thread): the machine may be shared.
+      rep.append(min(timed(staged, x, time.process_time) for _ in range(5)))
+    name = {False: 'exact', True: 'pow2', 'auto': 'auto'}[policy]
+    repeated[name] = np.array(rep)
+    out[f'{name}_traces'] = sum(
+        f.experimental_get_tracing_count() for f in
+        (staged._function, staged._padded_function))  # pylint: disable=protected-access
+    out[f'{name}_seconds'] = round(time.perf_counter() - start, 1)
+    out[f'{name}_repeated_cpu_ms_median'] = round(float(np.median(rep)) * 1e3, 2)
+    if name != 'exact':
+      ratio = repeated[name] / repeated['exact']
+      out[f'{name}_over_exact_median'] = round(float(np.median(ratio)), 2)
+      out[f'{name}_over_exact_max'] = round(float(np.max(ratio)), 2)
+  return out
 
 
 def _fixed_part():

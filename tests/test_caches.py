@@ -194,7 +194,9 @@ def _count_staged_loop_traces(monkeypatch):
   staged_loop = loop.staged_loop
 
   def counted(*args, **kwargs):
-    traced.append(args[5])   # the batch size the plan is made at
+    # The batch size the plan is made at (None: a tensor, in a graph
+    # whose batch axis has no size).
+    traced.append(args[5] if isinstance(args[5], int) else None)
     return staged_loop(*args, **kwargs)
   monkeypatch.setattr(loop, 'staged_loop', counted)
   return traced
@@ -238,3 +240,118 @@ def test_tensorflow_eager_overflow_and_status_at_new_sizes(monkeypatch):
     np.testing.assert_array_equal(ok.numpy(), expected_ok)
     np.testing.assert_array_equal(out.numpy()[expected_ok], 5)
   assert len(traced) <= 2, traced   # per on_error mode at most
+
+
+def _graph_args(size, rng, tf):
+  """Tensors of `_args` for fib and scaled_sum (int32 counts)."""
+  args = _args(size, rng)
+  n = args['fib'][0].astype(np.int32)
+  v, k = args['scaled_sum']
+  return n, v, k.astype(np.int32), [tf.constant(n), tf.constant(v),
+                                    tf.constant(k.astype(np.int32))]
+
+
+@pytest.mark.parametrize('how', ['input_signature', 'reduce_retracing'])
+def test_tf_function_with_a_batch_axis_of_unknown_size(monkeypatch, how):
+  tf = pytest.importorskip('tensorflow')
+  traced = _count_staged_loop_traces(monkeypatch)
+  ctx = ab.Context()
+  fib, scaled_sum, _ = _programs(ctx)
+  traces = []
+
+  def user(n, v, k):
+    traces.append(n.shape)
+    out, ok = fib(n, max_stack_depth=6, on_error='status')
+    return out, ok, scaled_sum(v, k)
+  if how == 'input_signature':
+    user = tf.function(user, input_signature=[
+        tf.TensorSpec([None], tf.int32), tf.TensorSpec([None, 3], tf.float64),
+        tf.TensorSpec([None], tf.int32)])
+  else:
+    user = tf.function(user, reduce_retracing=True)
+  rng = np.random.default_rng(6)
+  staged = caches.cache_info()['staged loops']['entries']
+  entries = None
+  for size in (3, 1, 8, 0, 17, 3):
+    n, v, k, tensors = _graph_args(size, rng, tf)
+    n = np.minimum(n, 7)
+    n[size // 2:size // 2 + 1] = 12   # deeper than max_stack_depth
+    out, ok, summed = user(tf.constant(n), *tensors[1:])
+    expected_ok = n < 12
+    np.testing.assert_array_equal(ok.numpy(), expected_ok)
+    np.testing.assert_array_equal(out.numpy()[expected_ok],
+                                  fib(n[expected_ok], dry_run=True))
+    np.testing.assert_allclose(summed.numpy(), scaled_sum(v, k, dry_run=True))
+    entries = entries or ctx.cache_info()['entries']
+    assert ctx.cache_info()['entries'] == entries
+  # input_signature: one trace; reduce_retracing: the first size, then
+  # one with the batch axis of unknown size.
+  assert len(traces) == (1 if how == 'input_signature' else 2), traces
+  assert len(traced) == 2 * len(traces), traced   # two loops a trace
+  # (The eager path's staged loops are not used.)
+  assert caches.cache_info()['staged loops']['entries'] == staged
+
+
+def test_tf_function_unknown_batch_size_raises_a_run_error():
+  tf = pytest.importorskip('tensorflow')
+  ctx = ab.Context()
+  fib = _programs(ctx)[0]
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.int32)])
+  def user(n):
+    return fib(n, max_stack_depth=6)
+  np.testing.assert_array_equal(user(tf.constant([5, 6])).numpy(), [5, 8])
+  with pytest.raises(tf.errors.InvalidArgumentError, match='fib'):
+    user(tf.constant([5, 12, 3]))
+  # Stackless mode cannot be staged, whatever the batch size.
+  stackless = tf.function(lambda n: fib(n, stackless=True),
+                          input_signature=[tf.TensorSpec([None], tf.int32)])
+  with pytest.raises(ab.errors.BackendError, match='stackless=True cannot'):
+    stackless(tf.constant([5, 6]))
+  # XLA plans a run for its batch size: the error says what to do.
+  xla = tf.function(fib, jit_compile=True,
+                    input_signature=[tf.TensorSpec([None], tf.int32)])
+  with pytest.raises(ab.errors.BackendError,
+                     match='unknown size under jit_compile') as e:
+    xla(tf.constant([5, 6]))
+  assert 'batch_buckets' in str(e.value)
+
+
+def test_plain_tf_function_retracing_per_size_keeps_caches(monkeypatch):
+  tf = pytest.importorskip('tensorflow')
+  ctx = ab.Context()
+  fib, scaled_sum, _ = _programs(ctx)
+
+  @tf.function
+  def user(n, v, k):
+    return fib(n), scaled_sum(v, k)
+  rng = np.random.default_rng(7)
+  counts = set()
+  for size in (2, 5, 9, 4):
+    n, v, k, tensors = _graph_args(size, rng, tf)
+    out, summed = user(*tensors)
+    np.testing.assert_array_equal(out.numpy(), fib(n, dry_run=True))
+    np.testing.assert_allclose(summed.numpy(), scaled_sum(v, k, dry_run=True))
+    counts.add(ctx.cache_info()['entries'])
+  assert len(counts) == 1, counts
+
+
+def test_stage_traces_once_more_for_every_other_batch_size(monkeypatch):
+  tf = pytest.importorskip('tensorflow')
+  traced = _count_staged_loop_traces(monkeypatch)
+  ctx = ab.Context()
+  _, scaled_sum, _ = _programs(ctx)
+  staged = ab.stage(scaled_sum, max_stack_depth=6)
+  rng = np.random.default_rng(8)
+  for size in (4, 4, 7, 1, 30, 4, 7):
+    _, v, k, tensors = _graph_args(size, rng, tf)
+    out = staged(*tensors[1:])
+    np.testing.assert_allclose(out.numpy(), scaled_sum(v, k, dry_run=True))
+    stats = staged.last_stats
+    assert stats.batch_size == size
+    assert stats.member_block_executions == sum(
+        scaled_sum(v, k, max_stack_depth=6).shape and
+        [scaled_sum.last_stats.member_block_executions])
+  # The first size's trace, then one for every other size.
+  assert traced == [4, None], traced
+  assert len(staged._concrete) == 2   # pylint: disable=protected-access

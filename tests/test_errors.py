@@ -597,6 +597,46 @@ def test_step_limit_names_where_the_members_are():
     assert 'larger max_steps=' in str(e.value)
 
 
+def test_numpy_step_limit_names_the_users_loop_and_its_members():
+  # The stack VM on NumPy names the innermost loop (or recursive call)
+  # the members are still in, and only them (not those waiting behind
+  # them, outside it), as a staged TensorFlow run does.
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def count_up(n):
+    k = 0
+    while n > 0:  # ERR:count_up
+      n = n + 1
+      k += 1
+    return k
+
+  @ctx.batch()
+  def nested_spin(n):
+    i = n * 0
+    while i < n:
+      j = i * 0
+      while j < i:  # ERR:nested_spin
+        j = j * 1
+      i = i + 1
+    return i
+
+  @ctx.batch()
+  def fib(n):
+    if n > 2:
+      return fib(n - 1) + fib(n - 2)  # ERR:fib
+    return 1
+
+  cases = [(count_up, [0, 3, -2, 1], r'\[1, 3\]'),
+           (nested_spin, [1, 3, 0], r'\[1\]'), (fib, [14, 2], r'\[0\]')]
+  for fn, n, members in cases:
+    with pytest.raises(errors.StepLimitError, match=members) as e:
+      fn(np.array(n), max_steps=40, max_stack_depth=20, stackless=False)
+    assert e.value.filename == __file__
+    assert e.value.lineno == line_of(fn.name), fn.name
+    assert 'in the loop (or recursion) at this line' in str(e.value)
+
+
 def test_max_steps_must_be_a_positive_int():
   ctx = ab.Context()
 

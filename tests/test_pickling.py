@@ -5,8 +5,9 @@ importable module, which pickle by name (plain `pickle` too), and one
 defined inside a function, which pickles by value (its Context's functions
 and compiled programs, with cloudpickle).  Round trips in this process,
 through a `multiprocessing` pool started with spawn, through Dask's
-`client.submit` on a `LocalCluster` of one worker process, and from a
-script's `__main__`; what cannot travel (caches, locks, statistics,
+`client.submit` on a `LocalCluster` of one worker process, through Ray's
+tasks (slow tier, where Ray is installed), and from a script's
+`__main__`; what cannot travel (caches, locks, statistics,
 `tf.function`s) is rebuilt on the other side, which compiles at most once.
 """
 
@@ -179,6 +180,35 @@ def test_dask_client_submit():
   np.testing.assert_array_equal(first[0], expected)
   assert first[1] != os.getpid()
   assert first[2] == second[2] and not first[3] and not second[3]
+
+
+@pytest.mark.slow     # starts a Ray instance (about 15 s)
+def test_ray_remote_task_takes_batched_functions():
+  """Ray's tasks take batched functions as arguments (`ray.remote` itself
+  takes plain functions and classes only): by name, and by value with the
+  programs compiled here, which the worker runs without compiling."""
+  ray = pytest.importorskip('ray')
+  tribonacci = programs.make_tribonacci()
+  n = np.arange(1, 9)
+  expected = tribonacci(n)
+  ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False,
+           runtime_env={'env_vars': {'PYTHONPATH': ROOT}})
+  try:
+    call = ray.remote(_call)
+    report = ray.remote(programs.report)
+    np.testing.assert_array_equal(ray.get(call.remote(programs.fib, n)),
+                                  programs.fib(n))
+    first, second = ray.get([report.remote(tribonacci, n),
+                             report.remote(tribonacci, n)])
+  finally:
+    ray.shutdown()
+  np.testing.assert_array_equal(first[0], expected)
+  assert first[1] != os.getpid()
+  assert first[2] == second[2] and not first[3] and not second[3]
+
+
+def _call(fn, *args):
+  return fn(*args)
 
 
 def test_functions_of_a_script_travel(tmp_path):

@@ -97,11 +97,14 @@ def test_repeated_signatures_call_the_traced_function_directly(jit):
   """A call whose arguments have a signature (structure, dtypes, shapes)
   seen before calls its concrete function directly: same results and
   statistics as each run on NumPy; new signatures, and keyword arguments,
-  go through tf.function."""
+  go through tf.function.  Without XLA a second batch size of a member
+  signature gets the concrete function serving every other size, called
+  directly from its first call."""
   case = next(c for c in progs.CASES if c.name == 'namedtuple_state')
   staged = ab.stage(case.fn, jit_compile=jit, max_stack_depth=case.depth)
   rng = np.random.default_rng(5)
-  for batch, fast in ((6, 0), (6, 1), (4, 1), (6, 2), (4, 3)):
+  fasts = (0, 1, 1, 2, 3) if jit else (0, 1, 2, 3, 4)
+  for batch, fast in zip((6, 6, 4, 6, 4), fasts):
     args = case.make_args(rng, batch)
     out = staged(*args)
     assert staged.fast_calls == fast
@@ -112,7 +115,7 @@ def test_repeated_signatures_call_the_traced_function_directly(jit):
         case.fn.last_stats.block_executions)
   names = case.fn.context._params_of(case.fn.name)  # pylint: disable=protected-access
   out = staged(**dict(zip(names, args)))
-  assert staged.fast_calls == 3
+  assert staged.fast_calls == fasts[-1]
   for o, w in zip(out, want):
     np.testing.assert_allclose(o.numpy(), w, rtol=case.rtol)
 
@@ -249,8 +252,10 @@ def test_staging_many_functions_does_not_warn_of_retracing(jit, caplog):
   """Each staged function is a `tf.function` of its own, traced once for
   a signature: six of them, called once each, are six traces that
   TensorFlow must not count as one function retracing (it counts by the
-  traced Python function's code, shared by closures).  One staged function
-  called with six batch sizes does retrace, and TensorFlow still warns."""
+  traced Python function's code, shared by closures).  Under XLA one
+  staged function called with six batch sizes does retrace, and
+  TensorFlow still warns; without XLA it traces twice (the first size,
+  then one trace for every other size)."""
   n = np.array([3, 9, 12])
   caplog.set_level('WARNING')
   for _ in range(6):
@@ -262,7 +267,8 @@ def test_staging_many_functions_does_not_warn_of_retracing(jit, caplog):
   for batch in range(1, 7):
     np.testing.assert_array_equal(staged(n[:1].repeat(batch)),
                                   [progs.fibonacci_ref(3)] * batch)
-  assert [m for m in _retracing(caplog) if '<function fibonacci>' in m]
+  warned = [m for m in _retracing(caplog) if '<function fibonacci>' in m]
+  assert bool(warned) == jit
   # The traced graphs keep the batched function's name.
   concrete = staged._function.get_concrete_function(tf.constant(n))  # pylint: disable=protected-access
   assert 'fibonacci' in concrete.name.decode()
@@ -281,3 +287,71 @@ def test_running_many_programs_eagerly_does_not_warn_of_retracing(caplog):
     np.testing.assert_array_equal(shifted(tf.constant([1, 2])),
                                   [1 + k, 2 + k])
   assert not _retracing(caplog)
+
+
+def _traces(staged):
+  """The traces (under XLA, compiles) of a staged function's calls."""
+  return sum(f.experimental_get_tracing_count() for f in (
+      staged._function, staged._padded_function))  # pylint: disable=protected-access
+
+
+def _check_padded_call(staged, n, depth):
+  """`staged(n)` (on_error='status') against an eager run of the members
+  (which finished, statistics) and each member alone (values)."""
+  out, ok = staged(n)
+  _, want_ok = progs.fibonacci(tf.constant(n), max_stack_depth=depth,
+                               on_error='status')
+  want_ok = want_ok.numpy()
+  np.testing.assert_array_equal(ok.numpy(), want_ok)
+  np.testing.assert_array_equal(
+      out.numpy()[want_ok], [progs.fibonacci_ref(k) for k in n[want_ok]])
+  got = staged.last_stats
+  assert got.batch_size == len(n)
+  assert got.steps == progs.fibonacci.last_stats.steps
+  assert got.block_active == progs.fibonacci.last_stats.block_active
+
+
+def test_xla_pads_batch_sizes_to_powers_of_two():
+  """batch_buckets=True: a call is padded to the next power of two, one
+  compile per bucket; the padded members take no step and cannot fail
+  (one member here overflows the stack), and the outputs are the
+  members'."""
+  depth = 8
+  staged = ab.stage(progs.fibonacci, jit_compile=True, batch_buckets=True,
+                    max_stack_depth=depth, on_error='status')
+  rng = np.random.default_rng(9)
+  for size in (3, 5, 7, 2, 6):
+    n = rng.integers(1, 9, size=size)
+    n[size // 2] = 14   # deeper than max_stack_depth
+    _check_padded_call(staged, n, depth)
+  assert _traces(staged) == 3   # buckets 4, 8 and 2
+
+
+@pytest.mark.slow   # seven XLA compiles
+def test_xla_auto_buckets_after_four_sizes_and_given_buckets():
+  """'auto': each of the first four sizes of a signature compiles for its
+  own, later ones pad to a power of two; a list of buckets pads to the
+  next in it, and a larger call compiles for its size.  A padded call's
+  overflow raises naming the member."""
+  depth = 8
+  rng = np.random.default_rng(10)
+  staged = ab.stage(progs.fibonacci, jit_compile=True,
+                    max_stack_depth=depth, on_error='status')
+  for size in (3, 5, 6, 7, 9, 3, 12):
+    _check_padded_call(staged, rng.integers(1, 9, size=size), depth)
+  assert _traces(staged) == 5   # 3, 5, 6, 7 and the bucket 16
+  listed = ab.stage(progs.fibonacci, jit_compile=True, batch_buckets=[6],
+                    max_stack_depth=depth)
+  for size in (4, 5, 7):
+    n = rng.integers(1, 9, size=size)
+    np.testing.assert_array_equal(listed(n).numpy(),
+                                  [progs.fibonacci_ref(k) for k in n])
+  assert _traces(listed) == 2   # the bucket 6, and 7 for its size
+  with pytest.raises(ab.errors.StackOverflowError, match=r'members \[2\]'):
+    listed(np.array([3, 4, 14, 5]))
+
+
+def test_batch_buckets_is_checked():
+  for bad in ('pow2', [0, 4], [2.5], [], 3):
+    with pytest.raises(ab.errors.ArgumentError, match='batch_buckets'):
+      ab.stage(progs.fibonacci, jit_compile=True, batch_buckets=bad)

@@ -136,16 +136,31 @@ class Backend:
     """
     raise NotImplementedError
 
-  def shape(self, x):
+  def shape(self, x, batched=False):
     """The shape of `x` as a tuple of ints.
 
     Args:
       x: An array of the backend, or an array-like value.
+      batched: Whether axis 0 of `x` is a batch axis, which may then have
+        no size while a graph is traced (None in the tuple).
 
     Returns:
       Its shape.
     """
     raise NotImplementedError
+
+  def batch_size(self, x):
+    """The size of axis 0 of `x`: an int, or where a graph being traced
+    has none for it (`shape(x, batched=True)[0]` is None), a scalar tensor
+    of the size read at run time.
+
+    Args:
+      x: An array of the backend.
+
+    Returns:
+      The size.
+    """
+    return self.shape(x)[0]
 
   def dtype(self, x):
     """The dtype of `x` as a NumPy dtype.
@@ -374,8 +389,8 @@ class Backend:
       stats: The `RunStats` to fill.
       labels: The blocks' labels.
       max_steps: Fail after this many steps (None: no limit).
-      step_limit_error: `step_limit_error(members, block=None)` makes that
-        failure's error.
+      step_limit_error: `step_limit_error(members, block=None, pcs=None)`
+        makes that failure's error (`vm.errors.step_limit`).
       on_error: `'raise'`, or `'status'`: a backend that stops failed
         members rather than raising at once sets `stats.failed` and
         raises nothing (`vm.failures`); others raise as with `'raise'`.

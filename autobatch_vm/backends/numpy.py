@@ -197,7 +197,8 @@ class NumpyBackend(base.Backend):
   def asarray(self, x):
     return np.asarray(x)
 
-  def shape(self, x):
+  def shape(self, x, batched=False):
+    del batched   # every axis has a size
     return tuple(np.shape(x))
 
   def dtype(self, x):
@@ -312,7 +313,8 @@ class NumpyBackend(base.Backend):
         if b >= num_blocks:
           break
         if steps == max_steps:
-          raise step_limit_error(np.flatnonzero(pc < num_blocks), b)
+          raise step_limit_error(np.flatnonzero(pc < num_blocks), b,
+                                 pcs=pc)
         m = _Mask(pc == b, batch)
         if clock is None:
           blocks[b](state, m)

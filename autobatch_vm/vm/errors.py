@@ -5,6 +5,7 @@ stackless executor) and the TensorFlow backend's parked members report
 through these builders, so a failure reads the same on every path.
 """
 
+import collections
 import dataclasses
 
 import numpy as np
@@ -274,11 +275,14 @@ def step_limit(program, max_steps):
     max_steps: The run's step limit.
 
   Returns:
-    `make(members, block=None, loop=None)`: the error for the members
-    not finished, naming the line of `block`, the block due next, or
-    `loop`, the `SourceLoc` of the loop they are in (a staged run, which
-    parks them by loop: `make.loops()` is `enclosing_loops(program)`);
-    with neither, the program's first line.
+    `make(members, block=None, loop=None, pcs=None)`: the error for the
+    members not finished, naming `loop`, the `SourceLoc` of the loop they
+    are in (a staged run, which parks them by loop: `make.loops()` is
+    `enclosing_loops(program)`); or given `block`, the block due next,
+    and `pcs`, every member's PC: the loop of the block due next, else
+    the loop holding the most of them, and the members in it, or where
+    none is in a loop the line of `block`; with neither, the program's
+    first line.
   """
   return _StepLimit(program, max_steps)
 
@@ -291,7 +295,9 @@ class _StepLimit:
     self.program = program
     self.max_steps = max_steps
 
-  def __call__(self, members, block=None, loop=None):
+  def __call__(self, members, block=None, loop=None, pcs=None):
+    if loop is None and block is not None and pcs is not None:
+      loop, members = self._loop_of(members, block, pcs)
     if loop is not None:
       return step_limit_error(self.max_steps, members, loop,
                               '; they are in the loop (or recursion) at '
@@ -305,6 +311,18 @@ class _StepLimit:
 
   def loops(self):
     return enclosing_loops(self.program)
+
+  def _loop_of(self, members, block, pcs):
+    """The loop to name for `members` at `pcs`, and the members in it."""
+    loops = self.loops()
+    of = [loops[p] if p < len(loops) else None for p in pcs[members]]
+    loop = loops[block]
+    if loop is None:
+      counts = collections.Counter(l for l in of if l is not None)
+      loop = counts.most_common(1)[0][0] if counts else None
+    if loop is None:
+      return None, members
+    return loop, [m for m, l in zip(members, of) if l == loop]
 
 
 def enclosing_loops(program):

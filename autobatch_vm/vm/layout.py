@@ -135,13 +135,13 @@ class Layout:
     b, be = self._batch(batch), self.backend
     num_blocks = len(self.program.blocks)
     state = [None] * self.size
-    state[PC] = be.asarray(np.zeros((b,), np.int32))
+    state[PC] = be.sp_zeros(b)
     pc_type = inst.TensorType(np.int32, ())
     state[PC_STACK] = be.stack_zeros(pc_type, self.pc_depth, b)
     state[PC_SP] = be.sp_zeros(b)
     # The base frame of every PC stack is the exit index.
     full = be.make_mask(state[PC], 0, b)
-    exit_pc = be.asarray(np.full((b,), num_blocks, np.int32))
+    exit_pc = be.fill_like(state[PC], num_blocks)
     (state[PC_STACK],), state[PC_SP] = be.push(
         [state[PC_STACK]], state[PC_SP], [exit_pc], full, self.pc_depth,
         None)

@@ -25,7 +25,8 @@ from autobatch_vm.vm.layout import PC
 from autobatch_vm.vm.scheduler import check_schedule
 from autobatch_vm.vm.scheduler import DEFAULT_SCHEDULE
 
-__all__ = ['execute', 'execute_batched', 'is_staging', 'batched_inputs']
+__all__ = ['execute', 'execute_batched', 'is_staging', 'batched_inputs',
+           'active_members']
 
 
 def execute(program, args, backend, batch_size, max_stack_depth=15,
@@ -62,6 +63,10 @@ def execute(program, args, backend, batch_size, max_stack_depth=15,
   full = backend.make_mask(state[PC], 0, batch_size)
   for write, arg in zip(c.inputs, args):
     write(state, {}, arg, full)
+  active = getattr(_running, 'active', None)
+  if active is not None:   # for this run only (`active_members`)
+    _running.active = None
+    state[PC] = backend.start_pc(active, len(program.blocks))
   stats = stats_lib.RunStats(batch_size=batch_size, profile=profile)
   for b in program.blocks:
     stats.block_executions[b.label] = 0
@@ -89,6 +94,29 @@ def execute(program, args, backend, batch_size, max_stack_depth=15,
 
 execute_batched = execute
 _running = threading.local()
+
+
+class active_members:  # pylint: disable=invalid-name
+  """Context manager: the next run started inside, in this thread, runs
+  only the members where `active` holds.
+
+  The others start at the program's exit: they take no step, count in
+  no statistic but the batch size, and cannot fail; their outputs are
+  the registers' zeros.  For padding a batch to a size compiled before
+  (`staging.stage`'s `batch_buckets` under XLA).
+
+  Args:
+    active: A boolean array `[batch]` of the run's backend.
+  """
+
+  def __init__(self, active):
+    self.active = active
+
+  def __enter__(self):
+    _running.active = self.active
+
+  def __exit__(self, *exc):
+    _running.active = None
 
 
 def is_staging():

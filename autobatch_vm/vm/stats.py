@@ -132,7 +132,9 @@ class RunStats:
       int32, rows in the order of `block_executions`;
     - with `profile=True`: 'member_blocks', the blocks each member ran,
       `[batch]`, and (not under XLA, which has no clock) 'seconds', the
-      time per block, `[blocks]` float64.
+      time per block, `[blocks]` float64;
+    - where the batch size is a tensor (a run whose batch axis has no size
+      while traced), 'batch_size', a scalar int32.
 
     NumPy arrays after an eager run.  Inside a `tf.function` (XLA
     included) the statistics are tensors of the traced graph, which cannot
@@ -160,6 +162,8 @@ class RunStats:
       out['seconds'] = tf.stack([tf.cast(t, tf.float64) for t in seconds])
     if self.member_blocks is not None:
       out['member_blocks'] = self.member_blocks
+    if tf.is_tensor(self.batch_size):
+      out['batch_size'] = self.batch_size
     return out
 
   def require_numbers(self, what):
@@ -212,11 +216,14 @@ class RunStats:
     if 'seconds' in counts:
       block_time = {l: float(t) for l, t in
                     zip(labels, np.asarray(counts['seconds']))}
+    batch_size = self.batch_size
+    if 'batch_size' in counts:
+      batch_size = int(counts['batch_size'])
     member_blocks = self.member_blocks
     if 'member_blocks' in counts:
       member_blocks = np.asarray(counts['member_blocks']).astype(np.int64)
     return dataclasses.replace(
-        self, steps=int(value[:, 0].sum()),
+        self, batch_size=batch_size, steps=int(value[:, 0].sum()),
         block_executions={l: int(r) for l, r in zip(labels, value[:, 0])},
         block_active={l: int(a) for l, a in zip(labels, value[:, 1])},
         block_loc=dict(self.block_loc), block_time=block_time,

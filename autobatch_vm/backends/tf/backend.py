@@ -157,18 +157,38 @@ class TensorFlowBackend(base.Backend):
       return x.read_value()
     return tf.convert_to_tensor(x)
 
-  def shape(self, x):
+  def shape(self, x, batched=False):
     if not (tf.is_tensor(x) or isinstance(x, tf.Variable)):
       return tuple(np.shape(x))
     shape = x.shape
+    batch_only = (batched and shape.rank and
+                  None not in shape.as_list()[1:])
+    if batch_only and not masks.in_xla_context():
+      # A batch axis of unknown size (a tf.function's input signature
+      # leaving it None): the run reads the size at run time.
+      return tuple(shape.as_list())
+    if batch_only:
+      raise errors.BackendError(
+          f'a tensor of shape {shape} has a batch axis of unknown size '
+          'under jit_compile=True; the run under XLA is planned for its '
+          'batch size (XLA compiles each size anyway)',
+          hint='Give the tf.function an input_signature with a batch '
+          'size, or none; or stage the batched function with '
+          'ab.stage(fn, jit_compile=True), whose batch_buckets= pads '
+          'calls to a few sizes.')
     if shape.rank is None or None in shape.as_list():
       raise errors.BackendError(
           f'a tensor of shape {shape} has unknown dimensions; autobatch_vm '
-          'needs static shapes (stacks are preallocated)',
-          hint='Give tf.function an input_signature with fixed sizes (or '
-          'no input_signature and no reduce_retracing), or tf.ensure_shape '
-          'the arguments.')
+          'needs static shapes but for the batch axis (stacks are '
+          'preallocated)',
+          hint='Give tf.function an input_signature with fixed sizes but '
+          'for the batch axis, or tf.ensure_shape the arguments.')
     return tuple(shape.as_list())
+
+  def batch_size(self, x):
+    if tf.is_tensor(x) and x.shape.rank and x.shape[0] is None:
+      return tf.shape(x)[0]
+    return self.shape(x)[0]
 
   def dtype(self, x):
     if tf.is_tensor(x) or isinstance(x, tf.Variable):
@@ -543,7 +563,7 @@ class TensorFlowBackend(base.Backend):
     # `step_limit_error(members)`); a static trip count also lets XLA
     # differentiate the loop.
     batch = stats.batch_size
-    if not batch:
+    if not tf.is_tensor(batch) and not batch:
       loop.fill_stats(stats, labels, 0, [0] * num_blocks, [0] * num_blocks)
       return state
     limit = (max_steps, step_limit_error)

@@ -420,7 +420,8 @@ def step_eagerly(backend, blocks, state, num_blocks, schedule, stats,
     if b >= num_blocks:
       break
     if steps == max_steps:
-      raise step_limit_error(np.flatnonzero(pc < num_blocks), b)
+      raise step_limit_error(np.flatnonzero(pc < num_blocks), b,
+                             pcs=pc)
     mask = pc == b
     count = int(mask.sum())
     m = masks.Mask(tf.constant(mask), count, count == batch, batch)
