@@ -269,6 +269,57 @@ def _member_function(obj):
   return None
 
 
+# The nodes of an expression that computes member by member, element by
+# element: on one member's scalars it is the same code as on the batch's
+# vectors (`is_elementwise`).
+_ELEMENTWISE_NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Compare,
+                      ast.Name, ast.Load, ast.Constant, ast.operator,
+                      ast.unaryop, ast.cmpop, ast.Attribute, ast.Call)
+# The helpers that do: elementwise where every argument is.
+_ELEMENTWISE_HELPERS = {(MEMBER_OPS, n) for n in (
+    'min', 'max', 'abs', 'where', 'logical_and', 'logical_or',
+    'logical_not')} | {(_OPS, 'mod'), (_OPS, 'floordiv')}
+
+
+def is_elementwise(body, prefix, static_value):
+  """Whether rewritten primitive `body` computes element by element.
+
+  True where it is built of Python's operators, comparisons, names,
+  constants and the elementwise helpers only (`n - 1`, `a if c else b`,
+  `min(x, y)` with two or more arguments): on members whose values are
+  scalars it then means the same on the batch's vectors, and a
+  per-member primitive may run it on them as it is.
+
+  Args:
+    body: The expression, as `PrimitiveRewriter` rewrote it.
+    prefix: The prefix of generated names.
+    static_value: AST node -> the object a name of the user's refers to
+      (as for `PrimitiveRewriter`); other names than the inputs must be
+      Python numbers (an array would broadcast against the batch).
+
+  Returns:
+    True or False.
+  """
+  for n in ast.walk(body):
+    if not isinstance(n, _ELEMENTWISE_NODES):
+      return False
+    if isinstance(n, ast.Name) and not n.id.startswith(prefix) and (
+        type(static_value(n)) not in (int, float, bool)):
+      return False
+    if isinstance(n, ast.Attribute) and not (
+        isinstance(n.value, ast.Name) and n.value.id.startswith(prefix)):
+      return False
+    if isinstance(n, ast.Call):
+      f = n.func
+      if n.keywords or not (
+          isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)
+          and (f.value.id[len(prefix):], f.attr) in _ELEMENTWISE_HELPERS):
+        return False
+      if f.attr in ('min', 'max') and len(n.args) < 2:
+        return False
+  return True
+
+
 def _is_member_key(node, prefix):
   """Whether subscript `node` is a `member_key` (the frontend's)."""
   v = node.value

@@ -675,10 +675,18 @@ class _Compiler:
         rewritten, len(inputs), loc, text, self.closure, self.fn.__globals__,
         self.src.name, self.prefix, helpers=self._helpers())
     out = target if target is not None else self.temp()
-    if self.per_member:
+    if self.per_member and isinstance(node, ast.Name) and inputs:
+      # A copy means the same for one member as for the batch.
+      self.emit(inst.PrimOp(tuple(inputs), out, inst.identity, text, loc))
+      return out
+    if self.per_member and inputs:
+      # (Without inputs a value is the same for every member, and the
+      # batch-aware primitive broadcasts it.)
       self.emit(inst.PrimOp(
           tuple(inputs), out,
-          member_primitive.PerMemberFunction(fn, loc, text), text, loc,
+          member_primitive.PerMemberFunction(
+              fn, loc, text, python_primitives.is_elementwise(
+                  rewritten, self.prefix, self._static_value)), text, loc,
           per_member=True))
       return out
     # A variable indexed by a variable (`x[:, j]`): type inference checks

@@ -39,19 +39,25 @@ class PerMemberFunction:
     member_function: The function of one member's values.
     loc: The `SourceLoc` of the primitive, or None.
     text: The primitive's source text.
+    elementwise: Whether it computes element by element
+      (`python_primitives.is_elementwise`): where every batched argument
+      is a vector (each member's value a scalar), it then runs on them as
+      it is, which costs what the batch-aware primitive costs.
 
   Attributes:
     member_function: As given.
     loc: As given.
     text: As given.
+    elementwise: As given.
     fallbacks: NumPy function name -> how many times it ran once per
       member (no batching rule).
   """
 
-  def __init__(self, member_function, loc=None, text=''):
+  def __init__(self, member_function, loc=None, text='', elementwise=False):
     self.member_function = member_function
     self.loc = loc
     self.text = text
+    self.elementwise = elementwise
     self.__name__ = getattr(member_function, '__name__', 'per_member')
     self.fallbacks = {}
     self._forms = {}
@@ -84,6 +90,8 @@ class PerMemberFunction:
       make = _tensorflow_form if backend_name == 'tensorflow' else (
           _numpy_form)
       form = self._located(make(self))
+      if self.elementwise:
+        form = _on_scalars(self.member_function, form)
       self._forms[backend_name] = form
     return form
 
@@ -194,6 +202,29 @@ def _with_batch_axis(value, expand):
   if isinstance(value, _NUMBERS):
     return value
   return expand(value)
+
+
+def _on_scalars(member_function, form):
+  """`form`, except on arguments that are each a vector or a constant
+  (each member's value a scalar), where `member_function`, elementwise,
+  runs on them as it is."""
+  def run(*args):
+    ranks = [_rank(x) for x in args]
+    if 1 in ranks and all(r <= 1 for r in ranks):
+      return member_function(*args)
+    return form(*args)
+  return run
+
+
+def _rank(x):
+  """The rank of an argument (2 for a pattern: not a vector)."""
+  if isinstance(x, _NUMBERS):
+    return 0
+  if isinstance(x, (tuple, list)):
+    return 2
+  if member_ops.is_tf(x):
+    return x.shape.rank if x.shape.rank is not None else 2
+  return np.ndim(x)
 
 
 def _numpy_expand(x):
