@@ -595,6 +595,9 @@ def test_step_limit_names_where_the_members_are():
     assert line_of('spin') <= e.value.lineno <= line_of('spin') + 2
     assert 'max_steps=40' in str(e.value) and '[0, 1]' in str(e.value)
     assert 'larger max_steps=' in str(e.value)
+    if not stackless:   # the VM names the loop the members are in
+      assert e.value.lineno == line_of('spin')
+      assert 'in the loop (or recursion) at this line' in str(e.value)
 
 
 def test_numpy_step_limit_names_the_users_loop_and_its_members():
@@ -602,14 +605,6 @@ def test_numpy_step_limit_names_the_users_loop_and_its_members():
   # the members are still in, and only them (not those waiting behind
   # them, outside it), as a staged TensorFlow run does.
   ctx = ab.Context()
-
-  @ctx.batch()
-  def count_up(n):
-    k = 0
-    while n > 0:  # ERR:count_up
-      n = n + 1
-      k += 1
-    return k
 
   @ctx.batch()
   def nested_spin(n):
@@ -627,8 +622,7 @@ def test_numpy_step_limit_names_the_users_loop_and_its_members():
       return fib(n - 1) + fib(n - 2)  # ERR:fib
     return 1
 
-  cases = [(count_up, [0, 3, -2, 1], r'\[1, 3\]'),
-           (nested_spin, [1, 3, 0], r'\[1\]'), (fib, [14, 2], r'\[0\]')]
+  cases = [(nested_spin, [1, 3, 0], r'\[1\]'), (fib, [14, 2], r'\[0\]')]
   for fn, n, members in cases:
     with pytest.raises(errors.StepLimitError, match=members) as e:
       fn(np.array(n), max_steps=40, max_stack_depth=20, stackless=False)
