@@ -858,6 +858,13 @@ class Context(shipping.ContextPickling):
     given = args
     args = self._convert_args(bf.name, args, backend)
     batch = self._batch_size(bf.name, args, backend)
+    if not isinstance(batch, int):   # a tensor: no size while traced
+      raise errors.ArgumentError(
+          f'{bf.name}(..., dry_run=True) runs each member in Python, so it '
+          'needs the batch size while a tf.function is traced; the '
+          'arguments\' batch axis has none', loc=self.function_loc(bf.name),
+          hint='Give the input_signature a batch size, or run the dry run '
+          'eagerly.')
     return self._dry_runs.run(bf, args, batch, backend, given)
 
 

@@ -308,6 +308,10 @@ def test_tf_function_unknown_batch_size_raises_a_run_error():
                           input_signature=[tf.TensorSpec([None], tf.int32)])
   with pytest.raises(ab.errors.BackendError, match='stackless=True cannot'):
     stackless(tf.constant([5, 6]))
+  dry = tf.function(lambda n: fib(n, dry_run=True),
+                    input_signature=[tf.TensorSpec([None], tf.int32)])
+  with pytest.raises(ab.errors.ArgumentError, match='dry_run=True'):
+    dry(tf.constant([5, 6]))
   # XLA plans a run for its batch size: the error says what to do.
   xla = tf.function(fib, jit_compile=True,
                     input_signature=[tf.TensorSpec([None], tf.int32)])
