@@ -69,8 +69,11 @@ def _numpy_rules():
   return numpy_rules
 
 
+_RULES = 'autobatch_vm.per_member.numpy_rules'
+
+
 def _is_member_array(x):
-  rules = sys.modules.get('autobatch_vm.per_member.numpy_rules')
+  rules = sys.modules.get(_RULES)
   return rules is not None and isinstance(x, rules.MemberArray)
 
 
@@ -132,12 +135,16 @@ def getitem(x, index):
     an index that is a tensor is a gather.
   """
   parts = _parts(index)
+  rules = sys.modules.get(_RULES)
+  if rules is not None:   # NumPy's rules run: their values first
+    member = rules.MemberArray
+    if type(x) is member or builtins.any(  # pylint: disable=unidiomatic-typecheck
+        type(e) is member for e in parts):  # pylint: disable=unidiomatic-typecheck
+      return rules.getitem(x, index)
   if is_tf(x, *parts):
     if not is_tf(x):   # a constant array indexed per member
       x = _tf().convert_to_tensor(x)
     return _tf_getitem(x, index) if _tensor_index(index) else x[index]
-  if _is_member_array(x) or builtins.any(_is_member_array(e) for e in parts):
-    return _numpy_rules().getitem(x, index)
   return x[index]
 
 

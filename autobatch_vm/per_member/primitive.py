@@ -91,7 +91,8 @@ class PerMemberFunction:
           _numpy_form)
       form = self._located(make(self))
       if self.elementwise:
-        form = _on_scalars(self.member_function, form)
+        form = _on_scalars(self.member_function, form,
+                           _numpy_rank if backend_name == 'numpy' else _rank)
       self._forms[backend_name] = form
     return form
 
@@ -204,16 +205,23 @@ def _with_batch_axis(value, expand):
   return expand(value)
 
 
-def _on_scalars(member_function, form):
+def _on_scalars(member_function, form, rank):
   """`form`, except on arguments that are each a vector or a constant
   (each member's value a scalar), where `member_function`, elementwise,
   runs on them as it is."""
   def run(*args):
-    ranks = [_rank(x) for x in args]
-    if 1 in ranks and all(r <= 1 for r in ranks):
+    ranks = [rank(x) for x in args]
+    if 1 in ranks and max(ranks) == 1:
       return member_function(*args)
     return form(*args)
   return run
+
+
+def _numpy_rank(x):
+  """`_rank` on NumPy's values, the array first."""
+  if type(x) is np.ndarray:  # pylint: disable=unidiomatic-typecheck
+    return x.ndim
+  return _rank(x)
 
 
 def _rank(x):
@@ -237,28 +245,37 @@ def _tf_expand(x):
 
 
 def _numpy_form(pm):
-  """The NumPy form: `numpy_rules.vectorize` over the batched leaves."""
+  """The NumPy form: `numpy_rules.vectorize` (which takes numbers and 0-d
+  arrays as the same for every member)."""
   rules = []
 
   def batched(*args):
-    leaves, rebuild = _split(args)
-    where = [k for k, x in enumerate(leaves) if not _is_constant(x)]
-    if not where:   # see the module docstring
+    batch = _numpy_batch(args)
+    if batch is None:   # see the module docstring
       value = pm.member_function(*args)
       return _with_batch_axis(value, _numpy_expand) if args else value
     if not rules:
       from autobatch_vm.per_member import numpy_rules  # pylint: disable=g-import-not-at-top
       rules.append(numpy_rules)
-
-    def member(*xs):
-      full = list(leaves)
-      for k, x in zip(where, xs):
-        full[k] = x
-      return pm.member_function(*rebuild(full))
-    batch = np.shape(leaves[where[0]])[0]
-    return rules[0].vectorize(member, batch, fallback=pm.fallback)(
-        *[leaves[k] for k in where])
+    return rules[0].vectorize(pm.member_function, batch,
+                              fallback=pm.fallback)(*args)
   return batched
+
+
+def _numpy_batch(args):
+  """The batch size of NumPy arguments: axis 0 of the first array leaf
+  that has axes; None where none has."""
+  for a in args:
+    if type(a) is np.ndarray:  # pylint: disable=unidiomatic-typecheck
+      if a.ndim:
+        return a.shape[0]
+    elif isinstance(a, (tuple, list)):
+      found = _numpy_batch(a)
+      if found is not None:
+        return found
+    elif not isinstance(a, _NUMBERS) and np.ndim(a):
+      return np.shape(a)[0]
+  return None
 
 
 def _tensorflow_form(pm):
@@ -274,30 +291,3 @@ def _tensorflow_form(pm):
       return _with_batch_axis(value, _tf_expand) if args else value
     return result
   return batched
-
-
-def _split(args):
-  """The leaves of argument patterns and a function that rebuilds them."""
-  leaves = []
-
-  def flatten(x):
-    if isinstance(x, (tuple, list)):
-      return (type(x), [flatten(v) for v in x])
-    leaves.append(x)
-    return None
-
-  shapes = [flatten(a) for a in args]
-
-  def rebuild(new):
-    it = iter(new)
-
-    def build(s):
-      if s is None:
-        return next(it)
-      kind, items = s
-      values = [build(v) for v in items]
-      if hasattr(kind, '_fields'):
-        return kind(*values)
-      return kind(values)
-    return tuple(build(s) for s in shapes)
-  return leaves, rebuild
