@@ -195,7 +195,17 @@ def getitem(x, index):
     if batch is None:
       return x[index]
     x = MemberArray(core.full(x, batch))
+  if _is_scalar_index(x, index):   # x[i], the common case, directly
+    with _member_axes_in_errors():
+      return MemberArray(x.batched[_batch_index(len(x.batched), 0),
+                                   index.batched])
   return MemberArray(_IndexPlan(x, index).read())
+
+
+def _is_scalar_index(x, index):
+  """Whether `index` is one per-member integer indexing `x`'s first axis."""
+  return (type(index) is MemberArray and index.batched.ndim == 1 and
+          index.batched.dtype.kind in 'iu' and x.batched.ndim > 1)
 
 
 def setitem(x, index, value):
@@ -224,6 +234,12 @@ def setitem(x, index, value):
     return out
   if not isinstance(x, MemberArray):
     x = MemberArray(core.full(x, batch))
+  if _is_scalar_index(x, index):   # x[i] = v, the common case, directly
+    out = x.batched.copy()
+    with _member_axes_in_errors():
+      out[_batch_index(batch, 0), index.batched] = core.ranked(
+          value, x.ndim - 1)
+    return MemberArray(out)
   mask = index[0] if isinstance(index, tuple) and len(index) == 1 else index
   if (isinstance(mask, (MemberArray, np.ndarray)) and mask.dtype == np.bool_
       and core.member_rank(mask) and core.member_rank(value) == 0):
