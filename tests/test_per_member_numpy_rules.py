@@ -196,9 +196,10 @@ CASES = {
                                         t[j % 2, 1:, i, None]),
     'index_member_array_in_middle': lambda t, iv: (t[:, iv % 3], t[:, iv % 3, 1:3],
                                                    t[1, :, iv]),
-    'index_plain_array_with_member': lambda i, j: (
+    'index_plain_array_with_member': lambda i, j, iv, k: (
         nr.getitem(_PLAIN_V, i), nr.getitem(_PLAIN_M, (j, i)),
-        nr.getitem(_PLAIN_M, (slice(None), i))),
+        nr.getitem(_PLAIN_M, (slice(None), i)), nr.getitem(_PLAIN_M, j),
+        nr.getitem(_PLAIN_M, iv % 3), nr.getitem(_PLAIN_V, k % 5)),
     'index_masks': lambda v, two, m: (v[two], m[:, two], m[m[:, 0] > -100]),
     'index_plain_mask': lambda m: (m[:, _PLAIN_V > 0], m[_PLAIN_M > 1]),
     'iterate': lambda m: [row.sum() for row in m],

@@ -191,6 +191,10 @@ def getitem(x, index):
     The member's `x[index]` (plain where `x` and `index` are plain).
   """
   if not isinstance(x, MemberArray):
+    if type(index) is MemberArray and index.dtype.kind in 'iu':
+      # A plain array read at per-member integers: one gather.
+      with _member_axes_in_errors():
+        return MemberArray(np.asarray(x)[index.batched])
     batch = core.batch_of(index if isinstance(index, tuple) else (index,))
     if batch is None:
       return x[index]
