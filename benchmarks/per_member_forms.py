@@ -96,12 +96,11 @@ def _callers(batch_aware, per_member, args, backend, depth):
             for f in (batch_aware, per_member)]
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   tensors = [tf.constant(a) for a in args]
-  out = []
-  for f in (batch_aware, per_member):
-    staged = tf.function(lambda *a, f=f: f(*a, on_error='status', **kwargs),
-                         jit_compile=backend == 'xla')
-    out.append(lambda s=staged: s(*tensors)[0].numpy())
-  return out
+  def staged(f):
+    run = tf.function(lambda *a: f(*a, on_error='status', **kwargs),
+                      jit_compile=backend == 'xla', autograph=False)
+    return lambda: run(*tensors)[0].numpy()
+  return [staged(f) for f in (batch_aware, per_member)]
 
 
 def workload_forms(name, batch, backend, rng):
