@@ -312,6 +312,12 @@ CASES = {
     'interp': lambda v: np.interp(v, [-1.0, 0.0, 1.0], [0.0, 2.0, 1.0]),
     'asarray_mixed': lambda s, v: (nr.asarray([s, 1.0, s * 2]), nr.asarray(
         [v, v + 1]), nr.asarray((s, 2)), nr.asarray(v, np.float32)),
+    'call_casts_and_lists': lambda s, v, k, i: (
+        nr.call(np.float32, s), nr.call(np.int64, k), nr.call(np.float64, v),
+        nr.call(np.sum, [s, v[0], 1.0]), nr.call(np.max, (s, 0.5)),
+        nr.call(np.mean, [v, v * 2], axis=0), nr.call(np.concatenate, [v, [s]]),
+        nr.call(np.concatenate, [v, v[:2]]), nr.call(np.float64, 2),
+        nr.call(np.abs, s), nr.call(np.linalg.norm, [s, 1.0])),
     'constants_broadcast': lambda s: (np.arange(6), 2.5, 3, True, s),
     'result_type': lambda f: np.result_type(f, 1.0) == np.float32,
 }

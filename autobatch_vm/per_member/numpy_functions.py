@@ -11,6 +11,7 @@ arguments it has no batched form for; the call then runs once per member.
 import numpy as np
 
 from autobatch_vm.per_member import numpy_array as core
+from autobatch_vm.per_member import numpy_indexing
 from autobatch_vm.per_member.numpy_array import MemberArray
 
 __all__ = []
@@ -200,6 +201,8 @@ def _atleast_one(a, rank):
 
 def _joined(arrays):
   """The batched arrays of `arrays` (per-member or plain) and their batch."""
+  arrays = [numpy_indexing.asarray(a) if isinstance(a, (list, tuple)) else a
+            for a in arrays]
   batch = core.batch_of(arrays)
   return [core.full(a, batch) for a in arrays], batch
 

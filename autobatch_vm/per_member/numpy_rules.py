@@ -47,7 +47,7 @@ from autobatch_vm.per_member import numpy_indexing
 from autobatch_vm.per_member import numpy_linalg  # pylint: disable=unused-import
 
 __all__ = ['MemberArray', 'vectorize', 'getitem', 'setitem', 'asarray',
-           'member_shape', 'member_len', 'is_member']
+           'call', 'member_shape', 'member_len', 'is_member']
 
 MemberArray = core.MemberArray
 is_member = core.is_member
@@ -56,6 +56,46 @@ member_len = core.member_len
 getitem = numpy_indexing.getitem
 setitem = numpy_indexing.setitem
 asarray = numpy_indexing.asarray
+
+
+def call(func, *args, **kwargs):
+  """One member's `func(*args, **kwargs)` for a NumPy function or type.
+
+  NumPy's protocols cannot see two things a member's code may do: call a
+  scalar type (`np.float64(x)`, a cast) and pass a list holding
+  per-member values where NumPy makes an array of it (`np.sum([a, b])`,
+  `np.max((a, 1.0))`).  Here a scalar type casts, and such a list is
+  stacked per member (`asarray`) unless `func` joins a sequence of arrays
+  itself (`np.concatenate`, `np.stack`, ...).  Any other call is `func`'s
+  own.
+
+  Args:
+    func: The function (or type) called.
+    *args, **kwargs: Its arguments, as one member gives them.
+
+  Returns:
+    What `func` returns for one member (batched where per member).
+  """
+  if isinstance(func, type) and issubclass(func, np.generic):
+    if len(args) == 1 and not kwargs and core.batch_of(args) is not None:
+      return asarray(args[0], dtype=func)
+    return func(*args, **kwargs)
+  if func not in _SEQUENCE_FUNCTIONS:
+    args = [_stacked(a) for a in args]
+    kwargs = {k: _stacked(v) for k, v in kwargs.items()}
+  return func(*args, **kwargs)
+
+
+# Functions whose rules read a sequence of arrays of any shapes themselves.
+_SEQUENCE_FUNCTIONS = frozenset(
+    (np.concatenate, np.stack, np.hstack, np.vstack, np.column_stack))
+
+
+def _stacked(value):
+  """A list or tuple holding per-member values, as one member's array."""
+  if isinstance(value, (list, tuple)) and core.batch_of(value) is not None:
+    return asarray(value)
+  return value
 
 
 def vectorize(fn, batch_size, fallback=None):
