@@ -181,9 +181,8 @@ class MemberArray:
           'functional.' % ufunc.__name__)
     kwargs.pop('out', None)
     if method == '__call__':
-      rule = RULES.get(ufunc)   # matmul: see numpy_linalg
-      if rule is not None:
-        return rule(*inputs, **kwargs)
+      if ufunc is np.matmul:   # its rule is in numpy_linalg
+        return RULES[np.matmul](*inputs, **kwargs)
       return _ufunc_call(ufunc, inputs, kwargs)
     rule = UFUNC_METHODS.get(method)
     if rule is None:
