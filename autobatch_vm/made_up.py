@@ -98,6 +98,16 @@ def _made_up_error(op, in_types, failure):
             'values in (0.25, 0.75)) and failed on each.  Declare the '
             'result with type_inference= so that it does not run, or guard '
             'the domain (e.g. np.maximum(x, tiny)).')
+  elif op.per_member:
+    hint = ('It fails the same way on every made-up input (zeros, ones, '
+            'identity matrices, values in (0.25, 0.75)), so the values are '
+            'not the likely cause: the code is.  This function is written '
+            'for one member (per_member=True): its values have no batch '
+            'axis.  On TensorFlow write TensorFlow ops for one example '
+            '(tf.gather, tf.reduce_sum, tf.linalg.*): NumPy functions '
+            'cannot take the symbolic tensors pfor traces with.  '
+            'dry_run=True runs each member alone, as plain Python, to '
+            'debug it.')
   else:
     hint = ('It fails the same way on every made-up input (zeros, ones, '
             'identity matrices, values in (0.25, 0.75)), so the values are '

@@ -296,3 +296,16 @@ def test_assignment_to_a_nested_item_is_refused_at_its_line():
   with pytest.raises(errors.UnsupportedSyntaxError) as info:
     ctx.program(nested)
   assert info.value.lineno == _line_of(nested, 'x[0][1]')
+
+
+def test_a_numpy_function_of_tensorflow_values_asks_for_tensorflow_ops():
+  tf = pytest.importorskip('tensorflow')
+  ctx = ab.Context()
+
+  def total(x):
+    y = np.sum(x * 2.0)
+    return y
+  fn = ctx.batch_uncurried(total, per_member=True)
+  with pytest.raises(errors.PerMemberError, match='NumPy function') as info:
+    fn(tf.constant(np.ones((3, 4))))
+  assert info.value.lineno == _line_of(total, 'np.sum')

@@ -127,7 +127,16 @@ class PerMemberFunction:
           raise
         raise errors.PerMemberError(e.message, loc=self.loc,
                                     hint=e.hint) from None
-      except TypeError as e:
+      except (TypeError, NotImplementedError) as e:
+        if 'symbolic' in str(e) and 'numpy' in str(e).lower():
+          raise errors.PerMemberError(
+              f'`{self.text}` passes one member\'s TensorFlow value to a '
+              'NumPy function, which cannot take the symbolic tensors '
+              'that TensorFlow vectorizes the primitive with',
+              loc=self.loc,
+              hint='On TensorFlow write TensorFlow ops for one example '
+              '(tf.reduce_sum, tf.gather, tf.linalg.*); NumPy functions '
+              'run on the NumPy backend.') from e
         if 'as a Python `bool`' not in str(e) and (
             'OperatorNotAllowedInGraphError' not in type(e).__name__):
           raise
