@@ -150,9 +150,10 @@ class Backend:
     raise NotImplementedError
 
   def batch_size(self, x):
-    """The size of axis 0 of `x`: an int, or where a graph being traced
-    has none for it (`shape(x, batched=True)[0]` is None), a scalar tensor
-    of the size read at run time.
+    """The size of axis 0 of `x`, read at run time where it has none.
+
+    An int, or where a graph being traced has no size for it
+    (`shape(x, batched=True)[0]` is None), a scalar tensor of the size.
 
     Args:
       x: An array of the backend.

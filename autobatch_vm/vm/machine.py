@@ -97,10 +97,10 @@ _running = threading.local()
 
 
 class active_members:  # pylint: disable=invalid-name
-  """Context manager: the next run started inside, in this thread, runs
-  only the members where `active` holds.
+  """Context manager: the next run in this thread runs only some members.
 
-  The others start at the program's exit: they take no step, count in
+  The next run started inside, in this thread, runs only the members
+  where `active` holds.  The others start at the program's exit: they take no step, count in
   no statistic but the batch size, and cannot fail; their outputs are
   the registers' zeros.  For padding a batch to a size compiled before
   (`staging.stage`'s `batch_buckets` under XLA).

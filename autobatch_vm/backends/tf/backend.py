@@ -161,7 +161,7 @@ class TensorFlowBackend(base.Backend):
     if not (tf.is_tensor(x) or isinstance(x, tf.Variable)):
       return tuple(np.shape(x))
     shape = x.shape
-    batch_only = (batched and shape.rank and
+    batch_only = (batched and shape.rank and shape[0] is None and
                   None not in shape.as_list()[1:])
     if batch_only and not masks.in_xla_context():
       # A batch axis of unknown size (a tf.function's input signature
