@@ -264,8 +264,7 @@ def missing(family):
       return 'TensorFlow Probability is not installed (the bench extra)'
     return None
   try:
-    __import__(family)
-    __import__('jax')
+    __import__(family)   # blackjax and numpyro import jax
   except ImportError:
     return f'{family} is not installed (the bench-jax extra)'
   return None

@@ -865,7 +865,8 @@ def test_nuts_systems_without_jax_skips_only_the_jax_rows(monkeypatch):
   """Without JAX, BlackJAX's and NumPyro's rows are skipped with a note
   naming the extra to install; the TensorFlow rows stay (with TFP)."""
   from benchmarks import nuts_systems, tfp_baselines  # pylint: disable=g-import-not-at-top
-  monkeypatch.setitem(sys.modules, 'jax', None)   # import jax fails
+  for name in ('jax', 'blackjax', 'numpyro'):   # importing them fails
+    monkeypatch.setitem(sys.modules, name, None)
   ok, notes = nuts_systems.available(list(nuts_systems.SYSTEMS))
   assert sorted(notes) == ['blackjax', 'numpyro']
   assert all('bench-jax' in why for why in notes.values())
