@@ -174,12 +174,13 @@ class MemberArray:
 
   # NumPy's protocols.
   def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-    if kwargs.get('out') is not None:
-      raise errors.PerMemberError(
-          f'np.{ufunc.__name__}(..., out=...) on per-member values.',
-          hint='Write y = np.%s(...) and use y: per-member functions are '
-          'functional.' % ufunc.__name__)
-    kwargs.pop('out', None)
+    if 'out' in kwargs:
+      if kwargs['out'] is not None:
+        raise errors.PerMemberError(
+            f'np.{ufunc.__name__}(..., out=...) on per-member values.',
+            hint='Write y = np.%s(...) and use y: per-member functions are '
+            'functional.' % ufunc.__name__)
+      del kwargs['out']
     if method == '__call__':
       if ufunc is np.matmul:   # its rule is in numpy_linalg
         return RULES[np.matmul](*inputs, **kwargs)
@@ -373,10 +374,15 @@ def name_of(func):
 
 def member_rank(x):
   """One member's rank of `x`."""
+  kind = type(x)
+  if kind is MemberArray:
+    return x.batched.ndim - 1
+  if kind is np.ndarray:
+    return x.ndim
+  if kind in (float, int, bool):
+    return 0
   if isinstance(x, MemberArray):
     return x.batched.ndim - 1
-  if type(x) in (float, int, bool):
-    return 0
   return np.ndim(x)
 
 

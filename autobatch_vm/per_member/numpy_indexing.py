@@ -17,7 +17,6 @@ per-member values and numbers, stacked per member).  Importing this
 module gives `MemberArray` its `__getitem__` and `__setitem__`.
 """
 
-import contextlib
 import functools
 import re
 
@@ -107,26 +106,19 @@ class _IndexPlan:
   def written(self, value):
     """A copy of `x`'s batched array with `value` written at `key`."""
     out = self.source.copy()
-    with _member_axes_in_errors():
-      out[self.key] = self.value(value)
+    out[self.key] = self.value(value)
     return out.reshape(self.shape)
 
   def read(self):
     """The member's `x[key]`, batched."""
-    with _member_axes_in_errors():
-      return self.result_of(self.source[self.key])
+    return self.result_of(self.source[self.key])
 
 
-@contextlib.contextmanager
-def _member_axes_in_errors():
-  """NumPy's IndexError without the batched array's axis number, which is
-  one more than the member's (or more, with inserted axes)."""
-  try:
-    yield
-  except IndexError as e:
-    message = re.sub(r'for axis \d+ with size', 'for an axis with size',
-                     str(e))
-    raise IndexError(message) from None
+def _member_index_error(e):
+  """NumPy's IndexError `e` without the batched array's axis number, which
+  is one more than the member's (or more, with inserted axes)."""
+  return IndexError(re.sub(r'for axis \d+ with size', 'for an axis with size',
+                           str(e)))
 
 
 @functools.lru_cache(maxsize=64)
@@ -190,19 +182,24 @@ def getitem(x, index):
   Returns:
     The member's `x[index]` (plain where `x` and `index` are plain).
   """
+  try:
+    return _getitem(x, index)
+  except IndexError as e:
+    raise _member_index_error(e) from None
+
+
+def _getitem(x, index):
   if not isinstance(x, MemberArray):
     if type(index) is MemberArray and index.dtype.kind in 'iu':
       # A plain array read at per-member integers: one gather.
-      with _member_axes_in_errors():
-        return MemberArray(np.asarray(x)[index.batched])
+      return MemberArray(np.asarray(x)[index.batched])
     batch = core.batch_of(index if isinstance(index, tuple) else (index,))
     if batch is None:
       return x[index]
     x = MemberArray(core.full(x, batch))
   if _is_scalar_index(x, index):   # x[i], the common case, directly
-    with _member_axes_in_errors():
-      return MemberArray(x.batched[_batch_index(len(x.batched), 0),
-                                   index.batched])
+    return MemberArray(x.batched[_batch_index(len(x.batched), 0),
+                                 index.batched])
   return MemberArray(_IndexPlan(x, index).read())
 
 
@@ -227,6 +224,13 @@ def setitem(x, index, value):
   Returns:
     The new array: a `MemberArray`, or plain where all three are plain.
   """
+  try:
+    return _setitem(x, index, value)
+  except IndexError as e:
+    raise _member_index_error(e) from None
+
+
+def _setitem(x, index, value):
   parts = (x, value) + (index if isinstance(index, tuple) else (index,))
   batch = core.batch_of(parts)
   if batch is None:
@@ -240,9 +244,8 @@ def setitem(x, index, value):
     x = MemberArray(core.full(x, batch))
   if _is_scalar_index(x, index):   # x[i] = v, the common case, directly
     out = x.batched.copy()
-    with _member_axes_in_errors():
-      out[_batch_index(batch, 0), index.batched] = core.ranked(
-          value, x.ndim - 1)
+    out[_batch_index(batch, 0), index.batched] = core.ranked(
+        value, x.ndim - 1)
     return MemberArray(out)
   mask = index[0] if isinstance(index, tuple) and len(index) == 1 else index
   if (isinstance(mask, (MemberArray, np.ndarray)) and mask.dtype == np.bool_

@@ -35,6 +35,10 @@ def _matmul(a, b, **kwargs):
   if na == 0 or nb == 0:
     raise ValueError('matmul: Input operand does not have enough dimensions '
                      '(a per-member scalar; use * for a product)')
+  if (type(b) is np.ndarray and b.ndim == 2) and type(a) is MemberArray:
+    # A member's vector or stack of matrices times one plain matrix: NumPy
+    # broadcasts the batch axis (a member's vector is a row of the batch).
+    return MemberArray(np.matmul(a.batched, b, **kwargs))
   loop = max(na, nb, 2) - 2
   a, b = _matrix(a, True, loop), _matrix(b, False, loop)
   result = np.matmul(a, b, **kwargs)

@@ -134,12 +134,17 @@ def vectorize(fn, batch_size, fallback=None):
     return np.array(np.broadcast_to(value, (batch_size,) + value.shape))
 
   def batched(*args):
-    members = patterns.pattern_map(member, list(args))
-    core.ACTIVE.callbacks.append(fallback)
+    # Arrays and results that are no patterns skip the pattern walk.
+    members = [member(a) if not isinstance(a, (tuple, list)) else
+               patterns.pattern_map(member, a) for a in args]
+    callbacks = core.ACTIVE.callbacks
+    callbacks.append(fallback)
     try:
       result = fn(*members)
     finally:
-      core.ACTIVE.callbacks.pop()
+      callbacks.pop()
+    if type(result) is MemberArray:
+      return result.batched
     return patterns.pattern_map(batched_leaf, result, leaf_type=MemberArray)
 
   return batched
