@@ -318,6 +318,10 @@ CASES = {
         nr.call(np.mean, [v, v * 2], axis=0), nr.call(np.concatenate, [v, [s]]),
         nr.call(np.concatenate, [v, v[:2]]), nr.call(np.float64, 2),
         nr.call(np.abs, s), nr.call(np.linalg.norm, [s, 1.0])),
+    'call_creation': lambda s, v: (nr.call(np.full, 3, s), nr.call(
+        np.full, (2, 5), v, np.float32), nr.call(np.zeros, 3) + s,
+                                   nr.call(np.full, (2,), s, dtype=int)),
+    'copyto': lambda v, w, p: _copied(v, w, p),
     'constants_broadcast': lambda s: (np.arange(6), 2.5, 3, True, s),
     'result_type': lambda f: np.result_type(f, 1.0) == np.float32,
 }
@@ -327,6 +331,13 @@ def _at(v, iv, w):
   np.add.at(v, iv, w[:3])
   np.negative.at(v, 0)
   return v
+
+
+def _copied(v, w, p):
+  np.copyto(v, w, where=p)
+  out = np.zeros_like(v)
+  np.copyto(out, 2.0)
+  return v, out
 
 
 def _assigned(v, i):
@@ -429,6 +440,20 @@ def test_mask_selecting_different_counts_says_pad():
     with pytest.raises(errors.PerMemberError, match=name) as info:
       nr.vectorize(fn, 2)(v)
     assert 'differ' in str(info.value) and 'Pad' in str(info.value)
+
+
+def test_creation_of_per_member_size_names_the_function_and_says_pad():
+  for func in (np.zeros, np.arange, np.eye):
+    with pytest.raises(errors.PerMemberError, match=func.__name__) as info:
+      nr.vectorize(lambda n, f=func: nr.call(f, n), 2)(np.array([2, 3]))
+    assert 'Pad' in str(info.value)
+  with pytest.raises(errors.PerMemberError, match='np.full'):
+    nr.vectorize(lambda n: nr.call(np.full, (n, 2), 1.0), 2)(np.array([2, 3]))
+
+
+def test_copyto_into_a_plain_array_refused():
+  with pytest.raises(errors.PerMemberError, match='copyto'):
+    nr.vectorize(lambda v: np.copyto(np.zeros(3), v), 2)(np.ones((2, 3)))
 
 
 def test_per_member_size_refused_with_padding_hint():

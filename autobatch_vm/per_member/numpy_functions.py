@@ -10,6 +10,7 @@ arguments it has no batched form for; the call then runs once per member.
 
 import numpy as np
 
+from autobatch_vm import errors
 from autobatch_vm.per_member import numpy_array as core
 from autobatch_vm.per_member import numpy_indexing
 from autobatch_vm.per_member.numpy_array import MemberArray
@@ -415,6 +416,23 @@ def _full_like(func, a, fill_value, dtype=None, order='K', subok=True,
   out[...] = core.aligned(fill_value, out.ndim - 1)
   del func
   return MemberArray(out)
+
+
+@core.rule(np.copyto)
+def _copyto(func, dst, src, casting='same_kind', where=True):
+  if not isinstance(dst, MemberArray):
+    raise errors.PerMemberError(
+        'np.copyto into a plain array from per-member values: every member '
+        'would write the one shared array.',
+        hint='Make the array per member first (np.zeros_like or '
+        'np.full_like of a per-member value), or build the result with '
+        'np.where.')
+  ndim = dst.ndim
+  out = dst.batched.copy()
+  func(out, core.aligned(src, ndim), casting=casting,
+       where=core.aligned(where, ndim))
+  # The wrapper takes the result: its batched array may be a caller's.
+  dst.batched = out
 
 
 @core.rule(np.linspace)

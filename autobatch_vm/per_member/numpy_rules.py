@@ -76,6 +76,9 @@ def call(func, *args, **kwargs):
   Returns:
     What `func` returns for one member (batched where per member).
   """
+  if func in _CREATION and core.batch_of(
+      list(args) + list(kwargs.values())) is not None:
+    return _created(func, *args, **kwargs)
   if isinstance(func, type) and issubclass(func, np.generic):
     if len(args) == 1 and not kwargs and core.batch_of(args) is not None:
       return asarray(args[0], dtype=func)
@@ -84,6 +87,33 @@ def call(func, *args, **kwargs):
     args = [_stacked(a) for a in args]
     kwargs = {k: _stacked(v) for k, v in kwargs.items()}
   return func(*args, **kwargs)
+
+
+# Functions that make an array of a given size, which NumPy's protocols do
+# not see: a per-member argument there is a size (refused) or, for
+# np.full, the value to fill with.
+_CREATION = frozenset((np.zeros, np.ones, np.empty, np.full, np.arange,
+                       np.eye, np.identity, np.tri, np.indices))
+
+
+def _created(func, *args, **kwargs):
+  """`func` of a per-member argument: `np.full` of a per-member value; any
+  per-member size is refused."""
+  if func is np.full:
+    shape = kwargs.pop('shape', args[0] if args else None)
+    fill = kwargs.pop('fill_value', args[1] if len(args) > 1 else None)
+    dtype = kwargs.pop('dtype', args[2] if len(args) > 2 else None)
+    sizes = shape if isinstance(shape, (tuple, list)) else (shape,)
+    if core.batch_of(sizes) is None and len(args) <= 3 and not kwargs:
+      fill = asarray(fill)
+      shape = tuple(sizes)
+      batch = core.batch_of((fill,))
+      filled = np.broadcast_to(core.aligned(fill, len(shape)),
+                               (batch,) + shape)
+      return MemberArray(np.array(filled, dtype=dtype))
+  raise errors.PerMemberError(
+      f'{core.name_of(func)} of a per-member size: the array\'s shape would '
+      'differ between members.', hint=core.PAD_HINT)
 
 
 # Functions whose rules read a sequence of arrays of any shapes themselves.
