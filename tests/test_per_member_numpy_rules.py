@@ -419,6 +419,19 @@ def test_method_without_rule_runs_per_member():
   assert calls == ['ndarray.byteswap'] * 2
 
 
+def test_fallback_writing_in_place_writes_the_member_not_the_input():
+  def fn(m):
+    np.fill_diagonal(m, -1.0)   # no rule: runs per member, in place
+    return m
+  calls = []
+  m = np.arange(2 * 9.0).reshape(2, 3, 3)
+  before = m.copy()
+  got = nr.vectorize(fn, 2, calls.append)(m)
+  np.testing.assert_array_equal(m, before)
+  np.testing.assert_array_equal(got, _looped(fn, [before.copy()], 2))
+  assert calls == ['np.fill_diagonal']
+
+
 def test_fallback_result_of_differing_shapes_says_pad():
   def fn(v):
     return np.trim_zeros(np.where(v > 0, v, 0.0))

@@ -586,10 +586,16 @@ def run_per_member(func, args, kwargs, name):
   callback = ACTIVE.callbacks[-1] if ACTIVE.callbacks else None
   if callback is not None:
     callback(name)
+  # Each member gets rows of a copy, which its wrapper then takes: a
+  # function that writes its argument in place (np.fill_diagonal) writes
+  # the member's array, never the caller's batched input.
+  copies = {}
   def member(b):
     def leaf(v):
       if isinstance(v, MemberArray):
-        return v.batched[b]
+        if id(v) not in copies:
+          copies[id(v)] = (v, v.batched.copy())
+        return copies[id(v)][1][b]
       return v
     return (patterns.pattern_map(leaf, list(args), leaf_type=MemberArray),
             {k: patterns.pattern_map(leaf, v, leaf_type=MemberArray)
@@ -598,6 +604,8 @@ def run_per_member(func, args, kwargs, name):
   for b in range(batch):  # The counted fallback: the one loop over members.
     a, k = member(b)
     results.append(func(*a, **k))
+  for v, copy in copies.values():
+    v.batched = copy
   if not results:
     return _empty_result(func, args, kwargs)
   return _stack(results, name)
