@@ -220,13 +220,15 @@ def _plain(*xs):
                                      builtins.bool)) for x in xs)
 
 
-def _fold(xs, tf_op, np_op):
+def _combine(xs, python, tf_name, np_op):
+  """`python(xs)` of plain values, else `xs` folded pairwise with
+  TensorFlow's `tf_name` or `np_op`."""
+  if _plain(*xs):
+    return python(xs)
   result = xs[0]
   for x in xs[1:]:
     if is_tf(result, x):
-      tf = _tf()
-      a, b = _tf_pair(result, x)
-      result = tf_op(a, b)
+      result = getattr(_tf(), tf_name)(*_tf_pair(result, x))
     else:
       result = np_op(result, x)
   return result
@@ -261,9 +263,7 @@ def min(*xs):
   if builtins.len(xs) == 1:
     x = xs[0]
     return _tf().reduce_min(x) if is_tf(x) else np.min(x)
-  if _plain(*xs):
-    return builtins.min(*xs)
-  return _fold(xs, lambda a, b: _tf().minimum(a, b), np.minimum)
+  return _combine(xs, builtins.min, 'minimum', np.minimum)
 
 
 def max(*xs):
@@ -278,9 +278,7 @@ def max(*xs):
   if builtins.len(xs) == 1:
     x = xs[0]
     return _tf().reduce_max(x) if is_tf(x) else np.max(x)
-  if _plain(*xs):
-    return builtins.max(*xs)
-  return _fold(xs, lambda a, b: _tf().maximum(a, b), np.maximum)
+  return _combine(xs, builtins.max, 'maximum', np.maximum)
 
 
 def abs(x):
@@ -325,13 +323,7 @@ def int(x=0):
   Returns:
     A Python int for a Python number, else an int64 scalar.
   """
-  if _plain(x) or isinstance(x, str):
-    return builtins.int(x)
-  if is_tf(x):
-    return _tf().cast(x, _tf().int64)
-  if _is_member_array(x):
-    return x.astype(np.int64)
-  return builtins.int(x)
+  return _convert(x, builtins.int, np.int64)
 
 
 def float(x=0.0):
@@ -343,13 +335,16 @@ def float(x=0.0):
   Returns:
     A Python float for a Python number, else a float64 scalar.
   """
-  if _plain(x) or isinstance(x, str):
-    return builtins.float(x)
+  return _convert(x, builtins.float, np.float64)
+
+
+def _convert(x, python_type, dtype):
+  """`python_type(x)` for a number; one member's value cast to `dtype`."""
   if is_tf(x):
-    return _tf().cast(x, _tf().float64)
+    return _tf().cast(x, dtype)
   if _is_member_array(x):
-    return x.astype(np.float64)
-  return builtins.float(x)
+    return x.astype(dtype)
+  return python_type(x)
 
 
 # -- conditions -----------------------------------------------------------
@@ -401,10 +396,8 @@ def logical_and(*xs):
   Returns:
     True where all hold.
   """
-  xs = [_as_bool(x) for x in xs]
-  if _plain(*xs):
-    return builtins.all(xs)
-  return _fold(xs, lambda a, b: _tf().logical_and(a, b), np.logical_and)
+  return _combine([_as_bool(x) for x in xs], builtins.all, 'logical_and',
+                  np.logical_and)
 
 
 def logical_or(*xs):
@@ -416,10 +409,8 @@ def logical_or(*xs):
   Returns:
     True where any holds.
   """
-  xs = [_as_bool(x) for x in xs]
-  if _plain(*xs):
-    return builtins.any(xs)
-  return _fold(xs, lambda a, b: _tf().logical_or(a, b), np.logical_or)
+  return _combine([_as_bool(x) for x in xs], builtins.any, 'logical_or',
+                  np.logical_or)
 
 
 def logical_not(x):
