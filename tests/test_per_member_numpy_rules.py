@@ -182,7 +182,8 @@ CASES = {
     'shape_queries': lambda m: (m.shape, m.ndim, m.size, len(m),
                                 np.shape(m), np.ndim(m), np.size(m),
                                 np.size(m, 1), nr.member_shape(m),
-                                nr.member_len(m), m.dtype.itemsize),
+                                nr.member_len(m), m.dtype.itemsize,
+                                m.itemsize, m.nbytes),
     # Indexing.
     'index_scalar': lambda v, i: (v[i], v[-1], v[i // 2], v[0]),
     'index_matrix': lambda m, j, i: (m[j], m[j, i], m[:, i], m[j, 1:4],
@@ -501,6 +502,11 @@ def test_errors_are_the_users_kind():
 def test_out_of_bounds_index_raises_index_error():
   with pytest.raises(IndexError):
     nr.vectorize(lambda v, i: v[i], 2)(np.zeros((2, 3)), np.array([0, 3]))
+
+
+def test_memory_attributes_refused():
+  with pytest.raises(AttributeError, match='strides'):
+    nr.vectorize(lambda m: m.strides, 2)(np.zeros((2, 3)))
 
 
 def test_len_of_scalar_and_repr():

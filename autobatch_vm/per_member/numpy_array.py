@@ -274,6 +274,13 @@ class MemberArray:
     func = _METHOD_FUNCTIONS.get(name)
     if func is not None:
       return functools.partial(func, self)
+    if name in ('itemsize', 'nbytes'):
+      return getattr(self.batched[0] if len(self.batched) else np.zeros(
+          self.shape, self.dtype), name)
+    if not callable(getattr(np.ndarray, name)):
+      raise AttributeError(
+          f'{name!r} of a per-member array: it describes the batched array\'s '
+          'memory, not one member\'s.')
     def method(*args, **kwargs):
       return run_per_member(
           lambda x, *a, **k: getattr(x, name)(*a, **k), (self,) + args,
