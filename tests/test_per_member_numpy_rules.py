@@ -259,6 +259,10 @@ CASES = {
     # Elementwise functions, joining, reshaping, creation.
     'where': lambda p, v, s: (np.where(p, v, s), np.where(p, 1.0, 0.0),
                               np.where(v > 0, v, _PLAIN_M)),
+    'select': lambda v, s, m: (np.select([v < -0.5, v > 0.5], [v * 2, s]),
+                               np.select([m > 0], [m], default=s),
+                               np.select([v > 0, _PLAIN_V > 0],
+                                         [1.0, _PLAIN_M], v)),
     'clip_round': lambda v, s: (np.clip(v, -0.5, 0.5), np.clip(v, s, None),
                                 np.clip(v, s - 1, s + 1), np.round(v, 2),
                                 np.around(v), np.nan_to_num(v)),

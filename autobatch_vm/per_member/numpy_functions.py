@@ -297,6 +297,15 @@ def _where(func, condition, *xy):
   return _elementwise(func, (condition,) + xy)
 
 
+@core.rule(np.select)
+def _select(func, condlist, choicelist, default=0):
+  arrays = list(condlist) + list(choicelist) + [default]
+  ndim = max(core.member_rank(a) for a in arrays)
+  return core.wrap(func([core.aligned(c, ndim) for c in condlist],
+                        [core.aligned(c, ndim) for c in choicelist],
+                        core.aligned(default, ndim)))
+
+
 @core.rule(np.clip)
 def _clip(func, a, *bounds, out=None, **kwargs):
   core.refuse_out('np.clip', out)
