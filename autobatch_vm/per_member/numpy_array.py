@@ -298,10 +298,15 @@ _METHOD_FUNCTIONS = {
 
 
 def _operators():
-  """Python's operators on `MemberArray`, as the ufuncs NumPy maps them to."""
+  """Python's operators on `MemberArray`, as the ufuncs NumPy maps them to
+  (their rules called directly: NumPy's dispatch to `__array_ufunc__` would
+  only add its own cost)."""
   def binary(ufunc):
-    return (lambda self, other: ufunc(self, other),
-            lambda self, other: ufunc(other, self))
+    if ufunc is np.matmul:
+      return (lambda self, other: RULES[np.matmul](self, other),
+              lambda self, other: RULES[np.matmul](other, self))
+    return (lambda self, other: _ufunc_call(ufunc, (self, other), {}),
+            lambda self, other: _ufunc_call(ufunc, (other, self), {}))
   pairs = {'add': np.add, 'sub': np.subtract, 'mul': np.multiply,
            'truediv': np.true_divide, 'floordiv': np.floor_divide,
            'mod': np.remainder, 'pow': np.power, 'matmul': np.matmul,
@@ -319,7 +324,8 @@ def _operators():
   unary = {'neg': np.negative, 'pos': np.positive, 'abs': np.absolute,
            'invert': np.invert}
   for name, ufunc in unary.items():
-    setattr(MemberArray, f'__{name}__', lambda self, u=ufunc: u(self))
+    setattr(MemberArray, f'__{name}__',
+            lambda self, u=ufunc: MemberArray(u(self.batched)))
   MemberArray.__hash__ = None
 
 

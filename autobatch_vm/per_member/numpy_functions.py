@@ -215,6 +215,11 @@ def _concatenate(func, arrays, axis=0, out=None, **kwargs):
   if axis is None:
     arrays = [np.ravel(a) for a in arrays]
     axis = 0
+  if all(type(a) is MemberArray for a in arrays):   # the common case
+    ranks = {a.batched.ndim for a in arrays}
+    if len(ranks) == 1:
+      return MemberArray(func([a.batched for a in arrays],
+                              core.axis_of(axis, ranks.pop() - 1), **kwargs))
   batched, _ = _joined(arrays)
   return core.wrap(func(batched, core.axis_of(axis, batched[0].ndim - 1), **kwargs))
 
