@@ -309,3 +309,24 @@ def test_a_numpy_function_of_tensorflow_values_asks_for_tensorflow_ops():
   with pytest.raises(errors.PerMemberError, match='NumPy function') as info:
     fn(tf.constant(np.ones((3, 4))))
   assert info.value.lineno == _line_of(total, 'np.sum')
+
+
+def test_an_op_pfor_cannot_vectorize_is_counted_and_refused_under_xla():
+  tf = pytest.importorskip('tensorflow')
+  ctx = ab.Context()
+
+  def histogram_total(x):
+    y = tf.reduce_sum(tf.math.bincount(x, minlength=4, maxlength=4))
+    return y
+  fn = ctx.batch_uncurried(histogram_total, per_member=True)
+  x = tf.constant([[1, 2, 2], [0, 3, 3]], tf.int32)
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter('always')
+    np.testing.assert_array_equal(fn(x).numpy(), [3, 3])
+  assert fn.last_stats.per_member_fallbacks.get('tf.DenseBincount', 0) >= 1
+  assert any(issubclass(w.category, primitive.PerMemberFallbackWarning)
+             for w in caught)
+  xla = tf.function(lambda a: fn(a, on_error='status'), jit_compile=True)
+  with pytest.raises(errors.PerMemberError, match='XLA') as info:
+    xla(x)
+  assert info.value.lineno == _line_of(histogram_total, 'bincount')

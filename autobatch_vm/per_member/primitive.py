@@ -49,8 +49,9 @@ class PerMemberFunction:
     loc: As given.
     text: As given.
     elementwise: As given.
-    fallbacks: NumPy function name -> how many times it ran once per
-      member (no batching rule).
+    fallbacks: Function name -> how many times it ran once per member
+      (a NumPy function without a batching rule; a TensorFlow operation
+      pfor has no rule for, counted when traced).
   """
 
   def __init__(self, member_function, loc=None, text='', elementwise=False):
@@ -97,10 +98,12 @@ class PerMemberFunction:
     return form
 
   def fallback(self, name):
-    """Counts a NumPy function that ran once per member; warns once.
+    """Counts a function that ran once per member; warns once.
 
     Args:
-      name: The NumPy function's name.
+      name: The function's name: a NumPy function without a batching
+        rule, or a TensorFlow operation pfor runs in a loop (`tf.<op>`,
+        counted when traced).
     """
     self.fallbacks[name] = self.fallbacks.get(name, 0) + 1
     _FALLBACKS[name] = _FALLBACKS.get(name, 0) + 1
@@ -153,16 +156,16 @@ class PerMemberFunction:
 
 
 class PerMemberFallbackWarning(UserWarning):
-  """A NumPy function without a batching rule ran once per member."""
+  """A function without a per-member batching rule ran once per member."""
 
 
-# NumPy function name -> runs once per member, over every primitive; the
+# Function name -> runs once per member, over every primitive; the
 # VM reports the change over a run in `RunStats`.
 _FALLBACKS = {}
 
 
 def fallback_counts():
-  """How many times each NumPy function ran once per member, so far.
+  """How many times each function ran once per member, so far.
 
   Returns:
     A new dict: function name -> count.
@@ -171,7 +174,7 @@ def fallback_counts():
 
 
 def fallbacks_since(before):
-  """The NumPy functions that ran once per member since `before`.
+  """The functions that ran once per member since `before`.
 
   Args:
     before: A dict from `fallback_counts()`.
@@ -291,7 +294,7 @@ def _tensorflow_form(pm):
   """The TensorFlow form: pfor (`tf_vectorize`)."""
   from autobatch_vm.per_member import tf_vectorize  # pylint: disable=g-import-not-at-top
   vectorized = tf_vectorize.vectorize(
-      pm.member_function, lambda x: not _is_constant(x))
+      pm.member_function, lambda x: not _is_constant(x), pm.fallback)
 
   def batched(*args):
     result = vectorized(*args)

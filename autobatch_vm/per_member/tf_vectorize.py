@@ -5,7 +5,8 @@ TensorFlow's own vectorizer (`tf.vectorized_map`, which is pfor): the
 function is traced once on one member's symbolic values and each
 operation is rewritten to its batched form.  An operation pfor has no
 rule for runs in a `tf.while_loop` over the members
-(`fallback_to_while_loop`), which TensorFlow logs.  Inside a graph (a
+(`fallback_to_while_loop`), which is reported to the caller and refused
+under XLA, which cannot compile that loop.  Inside a graph (a
 `tf.function`, the staged VM loop, XLA) the vectorized operations join
 the graph; called eagerly, the function is a `tf.function` made once (and
 on one member, as type inference calls it, just the function on that
@@ -13,7 +14,11 @@ member's values).
 Gradients flow through the vectorized operations.
 """
 
+import contextlib
+import logging
 import sys
+
+from autobatch_vm import errors
 
 __all__ = ['vectorize']
 
@@ -22,13 +27,16 @@ def _tf():
   return sys.modules['tensorflow']
 
 
-def vectorize(fn, batched_leaf):
+def vectorize(fn, batched_leaf, fallback=None):
   """Makes `fn`, written for one member, run on batched tensors.
 
   Args:
     fn: The per-member function.
     batched_leaf: leaf -> whether an argument leaf is batched (others are
       the same for every member: Python numbers while types are inferred).
+    fallback: Called with `'tf.<op type>'` for each operation that pfor
+      has no rule for and runs in a loop over the members (while the
+      function is traced), or None.
 
   Returns:
     `batched(*args)`: `args` patterns of tensors with a leading batch
@@ -53,8 +61,24 @@ def vectorize(fn, batched_leaf):
       return tf.nest.map_structure(
           lambda v: tf.expand_dims(tf.convert_to_tensor(v), 0),
           member([t[0] for t in tensors]))
-    return tf.vectorized_map(member, tensors, fallback_to_while_loop=True,
-                             warn=True)
+    looped = []
+
+    def report(name):
+      looped.append(name)
+      if fallback is not None:
+        fallback(name)
+    with _fallbacks_reported(report):
+      result = tf.vectorized_map(member, tensors,
+                                 fallback_to_while_loop=True, warn=True)
+    if looped and _in_xla_context():
+      raise errors.PerMemberError(
+          f'TensorFlow\'s vectorizer (pfor) has no rule for '
+          f'{", ".join(sorted(set(looped)))}, so it runs in a loop over '
+          'the members, which XLA does not compile',
+          hint='Write the computation with operations pfor vectorizes '
+          '(elementwise ops, tf.gather, tf.reduce_*, tf.linalg.*, '
+          'tf.where), or run it without jit_compile.')
+    return result
 
   eager = []
 
@@ -73,3 +97,36 @@ def _one_member(args):
   tf = _tf()
   return any(tf.is_tensor(x) and x.shape.rank and x.shape[0] == 1
              for x in tf.nest.flatten(args))
+
+
+class _FallbackLog(logging.Handler):
+  """Reports pfor's "Using a while_loop for converting <op>" records."""
+
+  def __init__(self, report):
+    super().__init__()
+    self.report = report
+
+  def emit(self, record):
+    words = str(record.msg).split()
+    if words[:5] == ['Using', 'a', 'while_loop', 'for', 'converting']:
+      self.report('tf.' + (words[5] if len(words) > 5 else '?'))
+
+
+def _in_xla_context():
+  """Whether ops are being traced for XLA (the backend's test, which this
+  layer does not import)."""
+  from tensorflow.python.ops import control_flow_util  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+  graph = _tf().compat.v1.get_default_graph()
+  return bool(control_flow_util.GraphOrParentsInXlaContext(graph))
+
+
+@contextlib.contextmanager
+def _fallbacks_reported(fallback):
+  """Calls `fallback` for pfor's fallbacks logged inside the block."""
+  logger = logging.getLogger('tensorflow')
+  handler = _FallbackLog(fallback)
+  logger.addHandler(handler)
+  try:
+    yield
+  finally:
+    logger.removeHandler(handler)
