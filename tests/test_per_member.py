@@ -330,3 +330,12 @@ def test_an_op_pfor_cannot_vectorize_is_counted_and_refused_under_xla():
   with pytest.raises(errors.PerMemberError, match='XLA') as info:
     xla(x)
   assert info.value.lineno == _line_of(histogram_total, 'bincount')
+
+
+def test_a_context_rebuilt_from_its_state_keeps_per_member_functions():
+  args = inputs(programs.PROGRAMS[0], seed=6, batch=3)
+  other = ab.Context()
+  functions = other.install_state(programs.edit_ctx.export_state())
+  assert functions['edit_distance'].per_member
+  assert_same(functions['edit_distance'](*args),
+              python_loop(programs.PROGRAMS[0], args))
