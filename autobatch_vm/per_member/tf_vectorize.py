@@ -43,6 +43,7 @@ def vectorize(fn, batched_leaf, fallback=None):
     axis (or constants); the result pattern with a leading batch axis on
     every leaf, or None where no leaf of `args` is batched.
   """
+  _register_resource_gather()
   def in_graph(*args):
     tf = _tf()
     leaves = tf.nest.flatten(args)
@@ -130,3 +131,30 @@ def _fallbacks_reported(fallback):
     yield
   finally:
     logger.removeHandler(handler)
+
+
+def _register_resource_gather():
+  """Gives pfor a rule for `tf.gather` of a `tf.Variable` (ResourceGather)
+  by a per-member index, where TensorFlow has none: the variable's value
+  read once, gathered by the batch of indices.  (Without it, a tree RNN's
+  embedding lookup from a variable runs in a loop over the members, which
+  XLA does not compile.)"""
+  from tensorflow.python.ops.parallel_for import pfor as pfor_lib  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+  registry = pfor_lib._pfor_converter_registry  # pylint: disable=protected-access
+  if 'ResourceGather' not in registry:
+    registry['ResourceGather'] = _resource_gather
+
+
+def _resource_gather(pfor_input):
+  """pfor's rule for ResourceGather with an unbatched variable and
+  batch_dims 0; other forms take pfor's loop over the members."""
+  from tensorflow.python.ops import resource_variable_ops  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+  from tensorflow.python.ops.parallel_for import pfor as pfor_lib  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+  if pfor_input.inputs[0].is_stacked or pfor_input.get_attr('batch_dims'):
+    return pfor_lib._fallback_converter(  # pylint: disable=protected-access
+        pfor_input, root_cause='a batched variable or batch_dims',
+        warn=True)
+  value = resource_variable_ops.read_variable_op(
+      pfor_input.unstacked_input(0), pfor_input.get_attr('dtype'))
+  return pfor_lib.wrap(_tf().gather(value, pfor_input.stacked_input(1)),
+                       True)
