@@ -138,7 +138,9 @@ def nuts_systems_part(rel, directory, results):
           'trajectories of different lengths from the same start at the '
           'same step size); that over the hand-batched sampler\'s (the '
           'same TensorFlow mode; XLA for the JAX rows) and over '
-          'BlackJAX\'s.  ' + nuts_systems.counts_markdown()]
+          'BlackJAX\'s.  The systems of a cell are timed in turns in one '
+          'process; on a shared machine absolute times move with its load, '
+          'so compare within a column.  ' + nuts_systems.counts_markdown()]
   return text
 
 
