@@ -208,7 +208,7 @@ def test_context_state_round_trip_runs_without_compiling():
   tribonacci(n.astype(np.int32), max_stack_depth=12)   # another signature
   state = ctx.export_state(tribonacci, [ab.TensorType(np.int64, ())])
   assert list(state.functions) == ['one', 'tribonacci']
-  assert state.functions['one'] == (one.python_function, None)
+  assert state.functions['one'] == (one.python_function, None, False)
   assert state.programs and all(key[1] == 'tribonacci' and 'int64' in key[2]
                                 for key in state.programs)
   assert len(ctx.export_state().programs) > len(state.programs)
