@@ -19,6 +19,7 @@ import numpy as np
 
 from autobatch_vm import errors
 from autobatch_vm import ops as ops_module
+from autobatch_vm.per_member import numpy_rules
 
 __all__ = ['PrimitiveRewriter', 'make_function', 'expression_text',
            'shorten', 'split_compare', 'subscript_parts']
@@ -256,7 +257,32 @@ class PrimitiveRewriter(ast.NodeTransformer):
                            name, ast.Load())
         return ast.copy_location(ast.Call(fn, node.args, node.keywords),
                                  node)
+      if _calls_through_member_ops(self.static_value(node.func), node):
+        node = self.generic_visit(node)
+        fn = ast.Attribute(ast.Name(self.prefix + MEMBER_OPS, ast.Load()),
+                           'call', ast.Load())
+        return ast.copy_location(
+            ast.Call(fn, [node.func] + node.args, node.keywords), node)
     return self.generic_visit(node)
+
+
+def _calls_through_member_ops(obj, node):
+  """Whether a per-member primitive calls `obj` through `member_ops.call`.
+
+  NumPy's protocols cannot see these calls of one member's values: a
+  scalar type (`np.float64(x)`), a creation function (`np.zeros(n)`, whose
+  `dtype=` may be a tensor's), and a NumPy function given a list or tuple
+  display (`np.sum([a, b])`).  Other NumPy calls dispatch by themselves.
+  """
+  if isinstance(obj, type) and issubclass(obj, np.generic):
+    return True
+  try:
+    if obj in numpy_rules.CREATION:
+      return True
+  except TypeError:   # unhashable
+    return False
+  return (getattr(obj, '__module__', None) or '').startswith('numpy') and any(
+      isinstance(a, (ast.List, ast.Tuple)) for a in node.args)
 
 
 def _member_function(obj):

@@ -172,6 +172,39 @@ def asarray(value, dtype=None):
   return _numpy_rules().asarray(value, dtype)
 
 
+def call(func, *args, **kwargs):
+  """One member's call of a NumPy scalar type, creation function, or NumPy
+  function given a list (`np.float64(x)`, `np.zeros(n, dtype=x.dtype)`,
+  `np.sum([a, b])`), which NumPy's protocols do not dispatch.
+
+  On TensorFlow a scalar type casts the tensor, and a tensor's dtype
+  passed to NumPy is its NumPy dtype (`np.zeros(W, dtype=x.dtype)` makes a
+  constant); a tensor passed to any other NumPy function reaches it as
+  it is (TensorFlow users write TensorFlow ops).  On NumPy it is
+  `numpy_rules.call`.
+
+  Args:
+    func: The NumPy function or type called.
+    *args, **kwargs: Its arguments, as one member gives them.
+
+  Returns:
+    What `func` gives for one member.
+  """
+  values = _leaves(list(args)) + _leaves(list(kwargs.values()))
+  if is_tf(*values):
+    if (isinstance(func, type) and issubclass(func, np.generic)
+        and len(args) == 1 and not kwargs):
+      return _tf().cast(args[0], func)
+    return func(*args, **kwargs)
+  tf = sys.modules.get('tensorflow')
+  if tf is not None:
+    def numpy_dtype(x):
+      return x.as_numpy_dtype if isinstance(x, tf.dtypes.DType) else x
+    args = [numpy_dtype(a) for a in args]
+    kwargs = {k: numpy_dtype(v) for k, v in kwargs.items()}
+  return _numpy_rules().call(func, *args, **kwargs)
+
+
 def _leaves(value):
   if isinstance(value, (list, tuple)):
     return [x for v in value for x in _leaves(v)]

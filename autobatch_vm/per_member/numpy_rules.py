@@ -76,7 +76,7 @@ def call(func, *args, **kwargs):
   Returns:
     What `func` returns for one member (batched where per member).
   """
-  if func in _CREATION and core.batch_of(
+  if func in CREATION and core.batch_of(
       list(args) + list(kwargs.values())) is not None:
     return _created(func, *args, **kwargs)
   if isinstance(func, type) and issubclass(func, np.generic):
@@ -92,7 +92,7 @@ def call(func, *args, **kwargs):
 # Functions that make an array of a given size, which NumPy's protocols do
 # not see: a per-member argument there is a size (refused) or, for
 # np.full, the value to fill with.
-_CREATION = frozenset((np.zeros, np.ones, np.empty, np.full, np.arange,
+CREATION = frozenset((np.zeros, np.ones, np.empty, np.full, np.arange,
                        np.eye, np.identity, np.tri, np.indices))
 
 
@@ -112,8 +112,12 @@ def _created(func, *args, **kwargs):
                                (batch,) + shape)
       return MemberArray(np.array(filled, dtype=dtype))
   raise errors.PerMemberError(
-      f'{core.name_of(func)} of a per-member size: the array\'s shape would '
-      'differ between members.', hint=core.PAD_HINT)
+      f'{core.name_of(func)} of a per-member size: a size must be the '
+      'same for every member and known when the function compiles (a '
+      'constant, a closure or global value, or len(x) / x.shape in the '
+      'same statement); a value computed in an earlier statement is one '
+      'per member, and the array\'s shape could differ between members.',
+      hint=core.PAD_HINT)
 
 
 # Functions whose rules read a sequence of arrays of any shapes themselves.
