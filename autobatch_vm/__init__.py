@@ -7,7 +7,6 @@ runs here by changing its import.
 """
 
 from autobatch_vm import allocation_strategy
-from autobatch_vm import block_order
 from autobatch_vm import caches
 from autobatch_vm import dsl
 from autobatch_vm import errors
@@ -16,11 +15,9 @@ from autobatch_vm import instructions
 from autobatch_vm import liveness
 from autobatch_vm import lowering
 from autobatch_vm import numpy_backend
-from autobatch_vm import pipeline
 from autobatch_vm import stack_optimization
 from autobatch_vm import stackless
 from autobatch_vm import type_inference
-from autobatch_vm import verifier
 from autobatch_vm import virtual_machine
 from autobatch_vm.errors import AutoBatchError
 from autobatch_vm.errors import InternalError
@@ -28,9 +25,13 @@ from autobatch_vm.frontend import Context
 from autobatch_vm.frontend import truthy
 from autobatch_vm.instructions import TensorType
 from autobatch_vm.instructions import Type
+from autobatch_vm.ir import verifier
 from autobatch_vm.numpy_backend import NumpyBackend
 from autobatch_vm.ops import sync_point
-from autobatch_vm.shard import shard
+from autobatch_vm.passes import block_order
+from autobatch_vm.passes import pipeline
+from autobatch_vm.python import to_ir as python_to_ir
+from autobatch_vm.sharding.shard import shard
 from autobatch_vm.virtual_machine import RunStats
 
 __version__ = '0.1.0'

@@ -14,7 +14,7 @@ So each variable assigned in the function (`prev = np.arange(4)`,
 `i = 0`, a loop counter, a primitive's result) and each callee's result
 is made a batch of one of its type in the batched program as it is
 assigned (`DryRuns.member_value`, which the copy of the function made by
-`python_source.dry_run_function` calls): a helper that reads
+`python.source.dry_run_function` calls): a helper that reads
 `row[:, j]` works alike in both.
 
 A per-member function (`Context.batch(per_member=True)`) is run on each
@@ -28,12 +28,12 @@ import weakref
 
 import numpy as np
 
-from autobatch_vm import call_arguments
 from autobatch_vm import errors
-from autobatch_vm import instructions as inst
-from autobatch_vm import python_to_ir
-from autobatch_vm.call_arguments import _PY_NUMBERS
+from autobatch_vm.ir import instructions as inst
 from autobatch_vm.per_member import member_ops
+from autobatch_vm.python import call_arguments
+from autobatch_vm.python import to_ir as python_to_ir
+from autobatch_vm.python.call_arguments import _PY_NUMBERS
 
 __all__ = ['DryRuns']
 
@@ -44,7 +44,7 @@ class DryRuns:
   A batched function called while a dry run of its Context runs in this
   thread is itself run as plain Python (`active`, `call`).  The Python
   function a dry run calls for a batched function (the copy that
-  `python_to_ir.dry_run_function` makes) is made once per batched
+  `python.to_ir.dry_run_function` makes) is made once per batched
   function.
   """
 
@@ -226,7 +226,7 @@ class DryRuns:
     """Gives one member's value of a variable as the batched call has it.
 
     That is a batch of one of the variable's type there.  The copy of the function that a dry run calls
-    (`python_source.dry_run_function`) calls this at each assignment
+    (`python.source.dry_run_function`) calls this at each assignment
     and at the start of each iteration of a `for` loop.
 
     Args:
@@ -281,7 +281,7 @@ class DryRuns:
 
   def _python_function(self, bf):
     """The Python function a dry run calls for `bf` (see
-    `python_to_ir.dry_run_function`), made once."""
+    `python.to_ir.dry_run_function`), made once."""
     fn = self._functions.get(bf)
     if fn is None:
       name = bf.name

@@ -13,7 +13,7 @@ import warnings
 
 import numpy as np
 
-from autobatch_vm import patterns
+from autobatch_vm.ir import patterns
 
 __all__ = [
     'AutoBatchError', 'UnsupportedSyntaxError', 'NameResolutionError',

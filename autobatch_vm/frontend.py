@@ -13,7 +13,7 @@ a whole batch (arrays whose axis 0 is the batch):
 
     fibonacci(np.array([6, 7, 8, 7]))   # -> array([ 8, 13, 21, 13])
 
-The source of each decorated function is compiled (`python_to_ir`) the first
+The source of each decorated function is compiled (`python.to_ir`) the first
 time the Context is used; types are inferred per input signature and the
 lowered program is cached.  A call's arguments are converted by
 `call_arguments`, and a dry run (`dry_run=True`: each member alone, as
@@ -30,21 +30,22 @@ import types
 import numpy as np
 
 from autobatch_vm import caches
-from autobatch_vm import call_arguments
 from autobatch_vm import dry_run as dry_run_lib
 from autobatch_vm import errors
-from autobatch_vm import instructions as inst
-from autobatch_vm import numpy_backend
-from autobatch_vm import pipeline
-from autobatch_vm import python_to_ir
 from autobatch_vm import shipping
-from autobatch_vm import stackless as stackless_lib
-from autobatch_vm import virtual_machine
-from autobatch_vm.call_arguments import _PY_NUMBERS
-from autobatch_vm.call_arguments import map_arguments  # re-exported
+from autobatch_vm.backends import numpy as numpy_backend
+from autobatch_vm.backends import scheduler
+from autobatch_vm.ir import instructions as inst
 from autobatch_vm.ops import truthy  # re-exported: ab.frontend.truthy, as in TFP
+from autobatch_vm.passes import pipeline
 from autobatch_vm.per_member import primitive as member_primitive
+from autobatch_vm.python import call_arguments
+from autobatch_vm.python import to_ir as python_to_ir
+from autobatch_vm.python.call_arguments import _PY_NUMBERS
+from autobatch_vm.python.call_arguments import map_arguments  # re-exported
 from autobatch_vm.vm import failures
+from autobatch_vm.vm import machine
+from autobatch_vm.vm import stackless as stackless_lib
 
 __all__ = ['Context', 'ContextState', 'truthy', 'BatchedFunction']
 
@@ -108,7 +109,7 @@ class BatchedFunction(shipping.FunctionPickling):
   def __call__(self, *args, dry_run=False, stackless=None,
                max_stack_depth=DEFAULT_MAX_STACK_DEPTH, backend=None,
                block_code_cache=None,
-               schedule=virtual_machine.DEFAULT_SCHEDULE, profile=False,
+               schedule=scheduler.DEFAULT_SCHEDULE, profile=False,
                max_steps=None, on_error='raise', **kwargs):
     """Runs the function on a batch; `last_stats` then describes the run.
 
@@ -697,7 +698,7 @@ class Context(shipping.ContextPickling):
     return self._cache[key]
 
   def program_lowered(self, main, sig=None, backend=None,
-                      schedule=virtual_machine.DEFAULT_SCHEDULE):
+                      schedule=scheduler.DEFAULT_SCHEDULE):
     """Builds the lowered, optimized program the VM runs for types `sig`.
 
     Args:
@@ -719,7 +720,7 @@ class Context(shipping.ContextPickling):
     backend = backend or numpy_backend.NumpyBackend()
     main = self._name_of(main)
     sig = None if sig is None else self._signature(main, sig)
-    virtual_machine.check_schedule(schedule)
+    scheduler.check_schedule(schedule)
     key = ('lowered', main, repr(sig), backend, schedule)
     if key not in self._cache:
       self._cache[key] = pipeline.lowered(
@@ -728,7 +729,7 @@ class Context(shipping.ContextPickling):
     return self._cache[key]
 
   def lowered_for_args(self, name, args, backend=None,
-                      schedule=virtual_machine.DEFAULT_SCHEDULE):
+                      schedule=scheduler.DEFAULT_SCHEDULE):
     """Builds the lowered program that a call with `args` would run.
 
     Args:
@@ -810,7 +811,7 @@ class Context(shipping.ContextPickling):
       raise errors.ArgumentError(
           f'max_steps must be None or a positive int, got {max_steps!r}')
     if backend.staged:
-      from autobatch_vm import xla  # pylint: disable=g-import-not-at-top
+      from autobatch_vm.backends.tf import xla  # pylint: disable=g-import-not-at-top
       if max_steps is None:
         xla.warn_if_gradient_needs_max_steps(bf.name)
       # Under XLA, a gradient from outside the compiled function is
@@ -841,7 +842,7 @@ class Context(shipping.ContextPickling):
     if not stackless:
       program = self.program_lowered(bf.name, sig, backend, schedule)
       cache = self._cache if block_code_cache is None else block_code_cache
-      out, stats = virtual_machine.execute(
+      out, stats = machine.execute(
           program, args, backend, batch, max_stack_depth=max_stack_depth,
           schedule=schedule, block_code_cache=cache, profile=profile,
           max_steps=max_steps, on_error=on_error)

@@ -46,7 +46,7 @@ import uuid
 
 from autobatch_vm import caches
 from autobatch_vm import errors
-from autobatch_vm import instructions as inst
+from autobatch_vm.ir import instructions as inst
 
 __all__ = ['ContextPickling', 'FunctionPickling', 'StatePickling', 'dumps',
            'load', 'importable', 'name_of', 'by_name']

@@ -30,9 +30,9 @@ import tensorflow as tf
 
 from autobatch_vm import errors
 from autobatch_vm import frontend
-from autobatch_vm import numpy_backend
-from autobatch_vm import tf_backend
-from autobatch_vm import xla
+from autobatch_vm.backends import numpy as numpy_backend
+from autobatch_vm.backends.tf import loop as tf_loop
+from autobatch_vm.backends.tf import xla
 from autobatch_vm.vm import machine
 
 __all__ = ['StagedFunction', 'stage', 'EXACT_SIZES']
@@ -116,7 +116,7 @@ class StagedFunction:
       self._padded_function = padded.compiled
       self._sizes = {}   # member signature -> its sizes compiled exactly
     else:
-      self._function = tf.function(tf_backend.traceable(traced))
+      self._function = tf.function(tf_loop.traceable(traced))
       self._finish = lambda r: r
     self._concrete = {}   # the arguments' signature -> concrete function
     # Without XLA: a member signature (`_signature(args, batched=False)`)
@@ -310,7 +310,6 @@ class StagedFunction:
       raise errors.ArgumentError(
           f'profile_blocks(steps=...) must be a positive int, got '
           f'{steps!r}', loc=self.fn.context.function_loc(self.fn.name))
-    from autobatch_vm.backends.tf import loop as tf_loop  # pylint: disable=g-import-not-at-top
     self(*args)
     stats = self.last_stats
     block = tf.Variable(0, dtype=tf.int32, trainable=False)

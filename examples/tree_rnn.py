@@ -283,7 +283,7 @@ def cell_runs(encode, forest, schedule='most', stats=None):
   """How many times a run (under `schedule`; its `stats`, by default the
   last NumPy run's) executed a block holding `lib.cell` (the one after the
   second call, and under 'most' its copy that follows a leaf: see
-  autobatch_vm/leaf_returns.py)."""
+  autobatch_vm/passes/leaf_returns.py)."""
   stats = stats or encode.last_stats
   if stats.stackless:   # a stackless run: the typed program's blocks
     blocks = encode.context.program_stackless(

@@ -169,7 +169,7 @@ def test_tensorflow_eager_results_at_every_size_and_staged_loops_bounded():
 def test_xla_trace_records_are_freed_with_their_compiled_function():
   tf = pytest.importorskip('tensorflow')
   import gc  # pylint: disable=g-import-not-at-top
-  from autobatch_vm import xla  # pylint: disable=g-import-not-at-top
+  from autobatch_vm.backends.tf import xla  # pylint: disable=g-import-not-at-top
   ctx = ab.Context()
 
   @ctx.batch

@@ -137,7 +137,7 @@ def test_generated_names_on_tensorflow(tmp_path):
 
 
 def test_prefix_avoids_the_users_names():
-  from autobatch_vm import python_source
+  from autobatch_vm.python import source as python_source
 
   def plain(x):
     return x + 1

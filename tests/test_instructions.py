@@ -16,8 +16,8 @@ import pytest
 from autobatch_vm import errors
 from autobatch_vm import instructions as inst
 from autobatch_vm import lowering
-from autobatch_vm import pipeline
 from autobatch_vm.numpy_backend import NumpyBackend
+from autobatch_vm.passes import pipeline
 from tests import programs as progs
 
 Point = collections.namedtuple('Point', ['x', 'y'])
@@ -149,8 +149,8 @@ def test_printer_is_deterministic_across_rebuilds(case):
 
 
 _PRINT_ALL = """
-from autobatch_vm import pipeline
 from autobatch_vm.numpy_backend import NumpyBackend
+from autobatch_vm.passes import pipeline
 from tests import programs
 for c in programs.CASES:
   t = pipeline.typed(c.program, c.input_types, NumpyBackend())

@@ -18,7 +18,7 @@ import pytest
 
 import autobatch_vm as ab
 from autobatch_vm import errors
-from autobatch_vm import randomness
+from autobatch_vm.passes import randomness
 
 try:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top

@@ -21,8 +21,8 @@ import pytest
 
 import autobatch_vm as ab
 from autobatch_vm import instructions as inst
-from autobatch_vm import parallel_calls
-from autobatch_vm import verifier
+from autobatch_vm.ir import verifier
+from autobatch_vm.passes import parallel_calls
 from autobatch_vm.vm import stackless
 from tests import e2e_programs as progs
 

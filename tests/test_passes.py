@@ -15,21 +15,21 @@ import pytest
 
 import autobatch_vm as ab
 from autobatch_vm import allocation_strategy
-from autobatch_vm import block_merge
-from autobatch_vm import copy_propagation
 from autobatch_vm import dsl
 from autobatch_vm import errors
 from autobatch_vm import instructions as inst
-from autobatch_vm import leaf_returns
 from autobatch_vm import liveness
 from autobatch_vm import lowering
-from autobatch_vm import pipeline
-from autobatch_vm import return_inlining
 from autobatch_vm import stack_optimization
 from autobatch_vm import type_inference
-from autobatch_vm import verifier
 from autobatch_vm import virtual_machine
+from autobatch_vm.ir import verifier
 from autobatch_vm.numpy_backend import NumpyBackend
+from autobatch_vm.passes import block_merge
+from autobatch_vm.passes import copy_propagation
+from autobatch_vm.passes import leaf_returns
+from autobatch_vm.passes import pipeline
+from autobatch_vm.passes import return_inlining
 from tests import programs as progs
 
 VA = inst.VariableAllocation

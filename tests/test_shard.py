@@ -44,7 +44,7 @@ if DEVICES:
 import autobatch_vm as ab  # pylint: disable=g-import-not-at-top,wrong-import-position
 from autobatch_vm import errors  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-shard_lib = sys.modules['autobatch_vm.shard']
+shard_lib = sys.modules['autobatch_vm.sharding.shard']
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / 'examples'
 
 in_device_process = pytest.mark.skipif(

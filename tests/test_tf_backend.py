@@ -208,7 +208,7 @@ def test_xla_schedule_picks_the_block_numpy_picks(batch):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from autobatch_vm.backends.tf import knobs  # pylint: disable=g-import-not-at-top
   from autobatch_vm.backends.tf import loop  # pylint: disable=g-import-not-at-top
-  from autobatch_vm.vm import scheduler  # pylint: disable=g-import-not-at-top
+  from autobatch_vm.backends import scheduler  # pylint: disable=g-import-not-at-top
   num_blocks = 5
   pick = tf.function(
       lambda pc: loop.next_block_tensor(pc, num_blocks, 'most',

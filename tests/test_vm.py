@@ -22,10 +22,10 @@ from autobatch_vm import dsl
 from autobatch_vm import errors
 from autobatch_vm import instructions as inst
 from autobatch_vm import lowering
-from autobatch_vm import pipeline
 from autobatch_vm import stackless
 from autobatch_vm import virtual_machine
 from autobatch_vm.numpy_backend import NumpyBackend
+from autobatch_vm.passes import pipeline
 from autobatch_vm.vm import layout as layout_lib
 from tests import programs as progs
 

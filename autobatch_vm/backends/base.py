@@ -20,13 +20,20 @@ for a name:
 Methods that every backend implements raise `NotImplementedError` here;
 those of the masked-lane protocol are needed only where `compacts` is
 false.
+
+A backend's `run` is handed the VM's state as a flat list whose first
+three slots are named here (`PC`, `PC_STACK`, `PC_SP`); `vm.layout`
+assigns the others.
 """
 
 import contextlib
 
 import numpy as np
 
-__all__ = ['Backend']
+__all__ = ['Backend', 'PC', 'PC_STACK', 'PC_SP']
+
+# The state slots of the program counter, its stack and the stack's pointer.
+PC, PC_STACK, PC_SP = 0, 1, 2
 
 
 class Backend:
@@ -386,7 +393,7 @@ class Backend:
       blocks: The compiled blocks, `run(state, m)` each.
       state: The VM state (`vm.layout`).
       num_blocks: The number of blocks (the exit PC).
-      schedule: `'most'` or `'lowest'` (`vm.scheduler`).
+      schedule: `'most'` or `'lowest'` (`backends.scheduler`).
       stats: The `RunStats` to fill.
       labels: The blocks' labels.
       max_steps: Fail after this many steps (None: no limit).

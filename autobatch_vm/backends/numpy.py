@@ -31,8 +31,8 @@ import numpy as np
 
 from autobatch_vm import errors
 from autobatch_vm.backends import base
-from autobatch_vm.vm.layout import PC
-from autobatch_vm.vm.scheduler import Scheduler
+from autobatch_vm.backends.base import PC
+from autobatch_vm.backends.scheduler import Scheduler
 
 __all__ = ['NumpyBackend', 'coercer', 'take_rows']
 

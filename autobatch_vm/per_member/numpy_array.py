@@ -28,7 +28,7 @@ import threading
 import numpy as np
 
 from autobatch_vm import errors
-from autobatch_vm import patterns
+from autobatch_vm.ir import patterns
 
 __all__ = ['MemberArray', 'is_member', 'member_shape', 'member_len']
 

@@ -40,7 +40,7 @@ gives them for one member.
 import numpy as np
 
 from autobatch_vm import errors
-from autobatch_vm import patterns
+from autobatch_vm.ir import patterns
 from autobatch_vm.per_member import numpy_array as core
 from autobatch_vm.per_member import numpy_functions  # pylint: disable=unused-import
 from autobatch_vm.per_member import numpy_indexing

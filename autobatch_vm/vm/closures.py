@@ -17,8 +17,8 @@ import functools
 import numpy as np
 
 from autobatch_vm import errors
-from autobatch_vm import instructions as inst
-from autobatch_vm import liveness
+from autobatch_vm.ir import instructions as inst
+from autobatch_vm.ir import liveness
 from autobatch_vm.vm import codegen
 from autobatch_vm.vm import dispatch
 from autobatch_vm.vm import errors as run_errors

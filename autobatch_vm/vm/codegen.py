@@ -45,9 +45,9 @@ also has it as its `source` attribute.
 import numpy as np
 
 from autobatch_vm import errors
-from autobatch_vm import instructions as inst
-from autobatch_vm import liveness
 from autobatch_vm.backends import numpy as numpy_backend
+from autobatch_vm.ir import instructions as inst
+from autobatch_vm.ir import liveness
 from autobatch_vm.vm import dispatch
 from autobatch_vm.vm import errors as run_errors
 from autobatch_vm.vm.layout import PC

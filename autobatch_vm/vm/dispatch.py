@@ -7,7 +7,7 @@ this module, and it imports none of them.
 """
 
 from autobatch_vm import errors
-from autobatch_vm import instructions as inst
+from autobatch_vm.ir import instructions as inst
 
 __all__ = ['dispatch', 'unpack', 'cast_args', 'flatten_like']
 

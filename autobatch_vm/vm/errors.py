@@ -11,7 +11,7 @@ import dataclasses
 import numpy as np
 
 from autobatch_vm import errors
-from autobatch_vm import instructions as inst
+from autobatch_vm.ir import instructions as inst
 
 __all__ = ['step_limit_error', 'step_limit', 'enclosing_loops',
            'saving_what', 'defining_text',

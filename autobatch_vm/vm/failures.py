@@ -34,7 +34,7 @@ import warnings
 import numpy as np
 
 from autobatch_vm import errors
-from autobatch_vm import instructions as inst
+from autobatch_vm.ir import instructions as inst
 
 __all__ = ['ON_ERROR', 'check_on_error', 'can_overflow', 'refuse_unmarkable',
            'settle', 'finished']

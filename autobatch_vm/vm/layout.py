@@ -6,7 +6,8 @@ through a `while_loop`:
   [pc, pc_stack, pc_sp, <register leaves>..., <stack leaves>..., <sps>...]
 
 (on a compacting backend, plus the set of registers the run owns).  The
-first three slots have names here (`PC`, `PC_STACK`, `PC_SP`); every
+first three slots have names (`PC`, `PC_STACK`, `PC_SP`, defined by the
+backends' interface, `backends.base`, and re-exported here); every
 executor and backend indexes the state by these names, and `Layout`
 assigns the others.  Registers hold one value per member.  A FULL
 variable also has a stack `[max_stack_depth, batch, *shape]` and a stack
@@ -17,13 +18,14 @@ variables never enter the state: they live for the duration of one block.
 import numpy as np
 
 from autobatch_vm import errors
-from autobatch_vm import instructions as inst
+from autobatch_vm.backends.base import PC
+from autobatch_vm.backends.base import PC_SP
+from autobatch_vm.backends.base import PC_STACK
+from autobatch_vm.ir import instructions as inst
 
 __all__ = ['PC', 'PC_STACK', 'PC_SP', 'CALLS', 'Layout']
 
 VA = inst.VariableAllocation
-# The state slots of the program counter, its stack and the stack's pointer.
-PC, PC_STACK, PC_SP = 0, 1, 2
 # The first slot after them (registers, then stacks and their pointers).
 _FIRST_VARIABLE_SLOT = 3
 # Terminators that push a return block on the PC stack.

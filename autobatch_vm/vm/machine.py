@@ -1,9 +1,9 @@
 """The batched virtual machine: runs a `LoweredProgram` across a batch.
 
 Every member has its own program counter (PC).  One step picks a block
-(`vm.scheduler`) and runs its instructions for the members whose PC is at
-that block: on NumPy on their rows only, on TensorFlow on the whole batch
-with masked updates.  Then the terminator moves those members' PCs.  A
+(`backends.scheduler`) and runs its instructions for the members whose PC
+is at that block: on NumPy on their rows only, on TensorFlow on the whole
+batch with masked updates.  Then the terminator moves those members' PCs.  A
 member whose PC reaches `len(program.blocks)` has finished; the run ends
 when all have.  The state's layout is `vm.layout`'s; blocks are compiled
 by `vm.closures` (and `vm.codegen` on NumPy); the step loop is the
@@ -16,14 +16,14 @@ import threading
 import numpy as np
 
 from autobatch_vm import errors
-from autobatch_vm import instructions as inst
+from autobatch_vm.backends.scheduler import check_schedule
+from autobatch_vm.backends.scheduler import DEFAULT_SCHEDULE
+from autobatch_vm.ir import instructions as inst
 from autobatch_vm.vm import closures
 from autobatch_vm.vm import errors as run_errors
 from autobatch_vm.vm import failures
 from autobatch_vm.vm import stats as stats_lib
 from autobatch_vm.vm.layout import PC
-from autobatch_vm.vm.scheduler import check_schedule
-from autobatch_vm.vm.scheduler import DEFAULT_SCHEDULE
 
 __all__ = ['execute', 'execute_batched', 'is_staging', 'batched_inputs',
            'active_members']
@@ -40,7 +40,7 @@ def execute(program, args, backend, batch_size, max_stack_depth=15,
     backend: The backend.
     batch_size: The batch size.
     max_stack_depth: The frames of each stack.
-    schedule: `'most'` or `'lowest'` (`vm.scheduler`).
+    schedule: `'most'` or `'lowest'` (`backends.scheduler`).
     block_code_cache: A dict keeping compiled blocks across calls, or
       None.
     profile: Also time each block and count the blocks each member runs.

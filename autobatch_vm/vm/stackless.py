@@ -29,12 +29,12 @@ import numpy as np
 
 from autobatch_vm import caches
 from autobatch_vm import errors
-from autobatch_vm import instructions as inst
-from autobatch_vm import liveness
+from autobatch_vm.backends import scheduler
+from autobatch_vm.ir import instructions as inst
+from autobatch_vm.ir import liveness
 from autobatch_vm.vm import dispatch
 from autobatch_vm.vm import errors as run_errors
 from autobatch_vm.vm import machine
-from autobatch_vm.vm import scheduler
 from autobatch_vm.vm import stats as stats_lib
 
 __all__ = ['execute', 'execute_batched', 'is_running', 'branching_recursion',
@@ -458,7 +458,7 @@ def execute(program, args, backend, batch_size,
     args: The batched inputs of its main function.
     backend: The backend (eager only).
     batch_size: The batch size.
-    schedule: `'most'` or `'lowest'` (`vm.scheduler`), within a frame.
+    schedule: `'most'` or `'lowest'` (`backends.scheduler`), within a frame.
     max_steps: Bounds the blocks run, counted over all calls.
     profile: Also time each block and count the blocks each member runs.
     max_depth: Raise `Fallback` when calls nest deeper than this (main is

@@ -6,6 +6,7 @@ from typing import Dict, Optional
 import numpy as np
 
 from autobatch_vm import errors
+from autobatch_vm import profiler
 
 __all__ = ['RunStats']
 
@@ -232,7 +233,6 @@ class RunStats:
   def table(self):
     """The per-block profile as text (see `autobatch_vm.profiler`)."""
     self.require_numbers('table()')
-    from autobatch_vm import profiler  # pylint: disable=g-import-not-at-top
     return profiler.format_table(self)
 
   def __str__(self):

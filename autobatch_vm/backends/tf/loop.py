@@ -10,12 +10,12 @@ import tensorflow as tf
 
 from autobatch_vm import caches
 from autobatch_vm import errors
+from autobatch_vm.backends.base import PC
+from autobatch_vm.backends.scheduler import Scheduler
 from autobatch_vm.backends.tf import errors as tf_errors
 from autobatch_vm.backends.tf import groups as groups_lib
 from autobatch_vm.backends.tf import masks
 from autobatch_vm.backends.tf import packing as packing_lib
-from autobatch_vm.vm.layout import PC
-from autobatch_vm.vm.scheduler import Scheduler
 
 __all__ = ['staged_loop', 'branch_fn', 'fail_in_graph', 'run_eagerly',
            'step_eagerly', 'next_block_tensor', 'FORCED_BLOCK', 'traceable',
@@ -463,7 +463,7 @@ FORCED_BLOCK = []
 
 
 def next_block_tensor(pc, num_blocks, schedule, one_hot_max):
-  """`vm.scheduler.Scheduler`'s choice, as tensor ops in the staged loop.
+  """`backends.scheduler.Scheduler`'s choice, as tensor ops in the staged loop.
 
   Args:
     pc: The PCs, an int32 tensor `[batch]`.

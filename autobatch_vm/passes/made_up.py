@@ -1,0 +1,124 @@
+"""Made-up inputs: what type inference runs a primitive on, on NumPy.
+
+NumPy has no symbolic tracer, so type inference (`type_inference`) runs a
+primitive on made-up inputs of its argument types to find its result
+type, each kind in `MADE_UP` in turn until one does not raise, and
+explains a primitive that fails on all of them (`_made_up_error`).
+"""
+
+import numpy as np
+
+from autobatch_vm import errors
+from autobatch_vm.ir import instructions as inst
+
+__all__ = ['MADE_UP', 'made_up']
+
+
+# The made-up inputs a primitive runs on to find its result type, in the
+# order tried: each kind where the ones before it raised.
+MADE_UP = ('zeros', 'ones', 'eye', 'uniform')
+
+
+def made_up(tensor_type, kind, batch=1):
+  """A made-up NumPy array `[batch, *shape]` of the type's dtype.
+
+  Zeros; ones; identity matrices in the last two axes where they are
+  square (else ones); or values in (0.25, 0.75), fixed, different per
+  element, for floats and complex numbers (ones for integers, True for
+  booleans).  Together they are valid inputs for the usual restricted
+  domains: logarithms, roots, arc-cosines, divisions, solves, inverses and
+  Cholesky factors.
+
+  Args:
+    tensor_type: The `TensorType` of one member's value.
+    kind: One of `MADE_UP`.
+    batch: The leading (batch) dimension.
+
+  Returns:
+    The array.
+  """
+  shape = (batch,) + tuple(tensor_type.shape)
+  dtype = np.dtype(tensor_type.dtype)
+  if kind == 'zeros':
+    return np.zeros(shape, dtype)
+  if kind == 'eye' and len(shape) >= 3 and shape[-1] == shape[-2]:
+    return np.broadcast_to(np.eye(shape[-1], dtype=dtype), shape).copy()
+  if kind == 'uniform' and dtype.kind in 'fc':
+    values = np.random.default_rng(0).uniform(0.25, 0.75, size=shape)
+    return values.astype(dtype)
+  return np.ones(shape, dtype)
+
+
+def _is_literal(t):
+  """Whether leaf type `t` is a weak scalar (a Python literal): an input
+  that a primitive gets as a Python scalar, not as a made-up array."""
+  return t.weak and not t.shape
+
+
+def _leaves(in_types):
+  """The `TensorType` leaves of a primitive's input types, in order."""
+  return [leaf for t in in_types
+          for leaf in inst.pattern_flatten(t, inst.TensorType)]
+
+
+_CODE_ERRORS = (TypeError, IndexError, AttributeError)
+
+
+class _FailedOnEveryKind(Exception):
+  """A primitive raised on every kind of made-up input (`MADE_UP`).
+
+  Attributes:
+    errors: The exceptions, one per kind, in `MADE_UP`'s order.
+    first: The first of them.
+  """
+
+  def __init__(self, failures):
+    super().__init__(str(failures[0]))
+    self.errors = failures
+    self.first = failures[0]
+
+
+def _made_up_error(op, in_types, failure):
+  """The `PrimitiveError` for a primitive that failed on every kind of
+  made-up input: the inputs' types, and whether the values can be the
+  cause.  A type or index error on every kind says that they are not:
+  such errors come from the code (`float()` of an array, indexing a
+  Python scalar), where a domain error (a singular matrix, a value a
+  helper refuses) is a `ValueError`, `LinAlgError` or the like.  (Their
+  messages may differ only in the names of the made-up tensors.)"""
+  e = failure.first
+  same = isinstance(e, _CODE_ERRORS) and all(
+      type(x) is type(e) for x in failure.errors)
+  inputs = ', '.join(
+      f'{"a temporary" if v.startswith("%") else v}: {inst.type_str(t)}'
+      for v, t in zip(op.vars_in, in_types))
+  if not same:
+    hint = ('To find its result type, a primitive runs once on made-up '
+            'inputs of batch size 1 (zeros, ones, identity matrices, then '
+            'values in (0.25, 0.75)) and failed on each.  Declare the '
+            'result with type_inference= so that it does not run, or guard '
+            'the domain (e.g. np.maximum(x, tiny)).')
+  elif op.per_member:
+    hint = ('It fails the same way on every made-up input (zeros, ones, '
+            'identity matrices, values in (0.25, 0.75)), so the values are '
+            'not the likely cause: the code is.  This function is written '
+            'for one member (per_member=True): its values have no batch '
+            'axis.  On TensorFlow write TensorFlow ops for one example '
+            '(tf.gather, tf.reduce_sum, tf.linalg.*): NumPy functions '
+            'cannot take the symbolic tensors pfor traces with.  '
+            'dry_run=True runs each member alone, as plain Python, to '
+            'debug it.')
+  else:
+    hint = ('It fails the same way on every made-up input (zeros, ones, '
+            'identity matrices, values in (0.25, 0.75)), so the values are '
+            'not the likely cause: the code is.  A primitive runs on whole '
+            'batches: each input has the batch as axis 0, a number written '
+            'in the call stays a Python scalar, and a tuple or list '
+            'argument is structure.  Python\'s float(), int(), math.* and '
+            'min()/max() need one value: use NumPy on arrays (np.sqrt, '
+            'np.minimum, x.astype).  dry_run=True runs each member alone, '
+            'as plain Python, to debug it.')
+  per_member = f' (per member: {inputs})' if inputs else ''
+  return errors.PrimitiveError(
+      f'{type(e).__name__} while inferring the type of `{op.text}`'
+      f'{per_member}: {e}', loc=op.loc, hint=hint)

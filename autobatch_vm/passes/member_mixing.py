@@ -1,0 +1,303 @@
+"""Primitives that mix batch members: a member's result from others' values.
+
+Axis 0 of every input of a primitive is the batch, so a primitive can
+compute one member's result from the other members' values without
+failing: a reduction over axis 0 (`v - v.sum()`) gives every member the
+batch's value, and `len(x)` counts the members.  Type inference
+(`type_inference`) runs primitives on batches of one, where such a
+primitive looks right, as it does in a dry run; so it also runs each user
+primitive with batched inputs on two made-up members and refuses one whose
+first member's result follows the second member's values
+(`check_members_apart`), or a Python integer that changes with the batch
+size (`check_batch_independent`).
+"""
+
+import numpy as np
+
+from autobatch_vm import errors
+from autobatch_vm.ir import instructions as inst
+from autobatch_vm.passes import randomness
+from autobatch_vm.passes.declared_types import _PY_SCALARS
+from autobatch_vm.passes.made_up import _is_literal
+from autobatch_vm.passes.made_up import _leaves
+from autobatch_vm.passes.made_up import MADE_UP
+from autobatch_vm.passes.made_up import made_up
+
+__all__ = ['check_batch_independent', 'check_members_apart']
+
+
+def check_batch_independent(op, in_types, value, run_at):
+  """Raises if a Python integer that `op` computes counts the members.
+
+  That is one it computes from batched inputs that changes with the batch
+  size.  Such a result (`len(x)`, `x.shape[0]`, `x.size`) is taken for a
+  literal, which the VM broadcasts: it would be the batch size in every
+  member at run time, silently, and 1 in a dry run.  A per-member count
+  (`x.shape[-1]`) stays the same at batch size 2.
+
+  Args:
+    op: The `PrimOp`, whose inputs are batched.
+    in_types: The type pattern of each of its inputs.
+    value: Its result at batch size 1.
+    run_at: A callable that takes a batch size and returns `op`'s result
+      on made-up inputs of that batch size (or raises).
+
+  Raises:
+    TypeInferenceError: If such an integer differs at batch size 2.
+  """
+  ints = [v for v in inst.pattern_flatten(value) if type(v) is int]
+  if not ints or all(_is_literal(t) for t in _leaves(in_types)):
+    return
+  try:
+    again = run_at(2)
+  except Exception:  # pylint: disable=broad-except
+    return   # not run at batch size 2: nothing to compare
+  twice = [v for v in inst.pattern_flatten(again) if type(v) is int]
+  if len(twice) != len(ints) or twice == ints:
+    return
+  # A count follows the batch size every time; a number that differs
+  # between two runs at one size (a random draw, a counter) does not.
+  try:
+    ints_again = [v for v in inst.pattern_flatten(run_at(1))
+                  if type(v) is int]
+    twice_again = [v for v in inst.pattern_flatten(run_at(2))
+                   if type(v) is int]
+  except Exception:  # pylint: disable=broad-except
+    return
+  if ints_again != ints or twice_again != twice:
+    return
+  one, two = ints[0], twice[0]
+  if len(ints) > 1:
+    one, two = tuple(ints), tuple(twice)
+  message = (f'`{op.text}` gives {one} at batch size 1 and {two} at batch '
+             'size 2: a Python number that counts the members, not one '
+             "member's value (at run time every member would get the batch "
+             'size)')
+  hint = ('Axis 0 of every batched value is the batch: len(x), x.shape[0] '
+          'and x.size count members.  For a per-member length use '
+          'x.shape[-1] (or x.shape[1:]); reduce with axis=-1.')
+  drawn, generators = randomness.python_randomness(op.function)
+  if drawn:
+    pin = randomness.RngPin(generators)
+
+    def pinned(batch):
+      pin.reset()
+      return [v for v in inst.pattern_flatten(run_at(batch))
+              if type(v) is int]
+    try:
+      if pinned(1) == pinned(2):
+        return   # the same draws at both sizes: the same number
+    except Exception:  # pylint: disable=broad-except
+      return
+    finally:
+      pin.restore()
+    errors.MemberMixingWarning.warn(
+        f'{message}; it draws at random, so this may be chance.  {hint}',
+        op.loc)
+    return
+  raise errors.TypeInferenceError(message, loc=op.loc, hint=hint)
+
+
+def check_members_apart(op, in_types, backend):
+  """Raises if one member's result of `op` reads another member's values.
+
+  Axis 0 of a primitive's inputs is the batch, so a reduction over it
+  (`v - v.sum()`) gives each member the batch's value: silently wrong
+  results, and batch-of-one dry runs and inference see nothing.  At
+  batch size 2 the first member's result must not change when only the
+  second member's inputs change (`_mixes`).  Floating-point rows are
+  compared with a tolerance.  Skipped for the compiler's own primitives
+  (copies, loop counters), primitives of literals only, and in a graph,
+  where nothing runs on values.
+
+  A refusal must never stop a correct program, and a primitive that
+  draws at random can differ between two runs by chance.  So before it
+  refuses, the check asks whether the primitive draws (`randomness`):
+  - ops the backend sees draw at random or keep state (TensorFlow's
+    random ops, stateless ones with seeds as data included): nothing is
+    said, since those draws cannot be held fixed;
+  - its Python code draws (NumPy's or Python's generators): the
+    comparison runs again with every generator found pinned to one
+    state, and a difference that remains is reported as a
+    `MemberMixingWarning`, since a generator the walk did not find could
+    still explain it;
+  - the backend cannot see its ops (a TensorFlow primitive that runs
+    Python on values): a `MemberMixingWarning`;
+  - none of these: `TypeInferenceError`.
+
+  Args:
+    op: The `PrimOp`, whose inputs are batched.
+    in_types: The type pattern of each of its inputs.
+    backend: The backend that runs it (eagerly).
+
+  Raises:
+    TypeInferenceError: If the first member's result follows the second
+      member's values, and the primitive draws nothing at random.
+  """
+  module = getattr(op.function, '__module__', None) or ''
+  if (op.function is inst.identity or module.startswith('autobatch_vm.')
+      or all(_is_literal(t) for t in _leaves(in_types))
+      or backend.in_graph()):
+    return
+  with backend.error_context(), np.errstate(all='ignore'):
+    kind = _mixes(op, in_types, backend)
+    if kind is None:
+      return
+    drawn, generators = randomness.python_randomness(op.function)
+    ops_draw = backend.draws_at_random(
+        op.function, _member_pair(in_types, kind, None, backend))
+    if ops_draw:
+      return
+    if drawn:
+      pin = randomness.RngPin(generators)
+      try:
+        kind = _mixes(op, in_types, backend, pin)
+      finally:
+        pin.restore()
+      if kind is None:
+        return
+  message = (f'`{op.text}` mixes batch members: run on two members, the '
+             "first one's result changes when only the second one's values "
+             'change')
+  if drawn or ops_draw is None:
+    why = ('it draws at random' if drawn else
+           'its TensorFlow ops could not be traced to be checked')
+    errors.MemberMixingWarning.warn(
+        f'{message}; {why}, so this may be chance.  {_MIXING_HINT}', op.loc)
+    return
+  raise errors.TypeInferenceError(message, loc=op.loc, hint=_MIXING_HINT)
+
+
+_MIXING_HINT = (
+    'Axis 0 of every batched value is the batch, so a reduction over it '
+    '(x.sum(), x.max(), np.mean(x, axis=0)) gives every member the whole '
+    "batch's value.  Reduce over axis=-1 or the member's own axes "
+    '(x.sum(axis=-1), x.sum(axis=tuple(range(1, x.ndim))).  Index a '
+    "member's own axes after the batch: x[:, 0] for a constant index; with "
+    'a per-member index j (a loop counter, an argument), '
+    'np.take_along_axis(x, j[:, None], axis=1)[:, 0] on NumPy or '
+    'tf.gather(x, j, batch_dims=1) on TensorFlow.')
+
+
+def _mixes(op, in_types, backend, pin=None):
+  """The made-up kind on which `op` mixes members, or None.
+
+  The primitive runs on two members that are made-up inputs of one kind
+  (`MADE_UP`, the first where it runs), then with the second member's
+  changed (`_other_member`: up, then down where up changes nothing).  It
+  mixes where the first member's result changes, and the difference is
+  reproducible: a third run on the first inputs gives the first result
+  again, and a fourth on the changed inputs the changed result again.
+  A primitive whose results differ from run to run (random draws, a
+  counter it keeps) is thereby not taken for one that mixes members.
+
+  Args:
+    op: The `PrimOp`.
+    in_types: The type pattern of each of its inputs.
+    backend: The backend that runs it.
+    pin: A `randomness.RngPin` reset before each run, or None.
+
+  Returns:
+    The kind in `MADE_UP`, or None where nothing shows mixing.
+  """
+  def run(change):
+    if pin is not None:
+      pin.reset()
+    return _first_rows(op.function(*_member_pair(in_types, kind, change,
+                                                 backend)))
+  for kind in MADE_UP:
+    try:
+      first = run(None)
+    except Exception:  # pylint: disable=broad-except
+      continue
+    break
+  else:
+    return None
+  if first is None:
+    return None
+  for change in _CHANGES:
+    try:
+      other = run(change)
+    except Exception:  # pylint: disable=broad-except
+      continue
+    if other is not None and not _rows_agree(first, other):
+      break
+  else:
+    return None
+  try:
+    again = run(None)
+    other_again = run(change)
+  except Exception:  # pylint: disable=broad-except
+    return None
+  if (again is None or not _rows_agree(first, again) or
+      other_again is None or not _rows_agree(other, other_again)):
+    return None   # not the same result twice on the same inputs
+  return kind
+
+
+def _member_pair(in_types, kind, change, backend):
+  """Inputs of two members at batch size 2: each a made-up input of
+  `kind`, the second changed (`_other_member(x, change)`) unless
+  `change` is None; literals stay Python scalars."""
+  def leaf(t):
+    if _is_literal(t):
+      return t.dtype.type(0).item()
+    one = made_up(t, kind, 1)
+    second = one if change is None else _other_member(one, change)
+    return backend.asarray(np.concatenate([one, second]))
+  return [inst.pattern_map(leaf, t, inst.TensorType) for t in in_types]
+
+
+# How `check_members_apart` changes the second member: up, then (where
+# that changes nothing) down, since a minimum over the batch follows a
+# member only below the other, a maximum only above.
+_CHANGES = ('up', 'down')
+
+
+def _other_member(x, change):
+  """Made-up input `x` of one member, changed in every element: up
+  (floats to 1.5 x + 0.25, which keeps identity matrices positive
+  definite; integers plus one) or down (0.5 x - 0.25; minus one);
+  booleans flipped either way."""
+  up = change == 'up'
+  if x.dtype.kind in 'fc':
+    return (x * 1.5 + 0.25 if up else x * 0.5 - 0.25).astype(x.dtype)
+  if x.dtype.kind == 'b':
+    return ~x
+  return (x + 1 if up else x - 1).astype(x.dtype)
+
+
+def _first_rows(value):
+  """The first member's row of each leaf of a primitive's result at batch
+  size 2, as NumPy arrays; None where a leaf has no such row (a Python
+  scalar, another leading dimension: nothing to compare)."""
+  rows = []
+  for leaf in inst.pattern_flatten(value):
+    if type(leaf) in _PY_SCALARS or leaf is None:
+      return None
+    leaf = np.asarray(leaf)
+    if leaf.ndim == 0 or leaf.shape[0] != 2 or leaf.dtype.kind not in 'biufc':
+      return None
+    rows.append(leaf[0])
+  return rows
+
+
+def _rows_agree(a, b):
+  """Whether two `_first_rows` agree: exactly for integers and booleans,
+  within rounding for floating point (a batched matrix product may sum in
+  another order), NaN where both are NaN."""
+  if len(a) != len(b):
+    return False
+  for x, y in zip(a, b):
+    if x.shape != y.shape or x.dtype != y.dtype:
+      return False
+    if x.dtype.kind in 'fc':
+      tol = max(1e-6, 1000 * float(np.finfo(x.dtype).eps))
+      scale = max(1.0, float(np.max(np.abs(x), initial=0.0,
+                                    where=np.isfinite(x))))
+      if not np.allclose(x, y, rtol=tol, atol=tol * scale, equal_nan=True):
+        return False
+    elif not np.array_equal(x, y):
+      return False
+  return True
+

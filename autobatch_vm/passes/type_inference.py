@@ -1,0 +1,851 @@
+"""Type inference: the dtype and per-member shape of every variable.
+
+Expects a `Program` straight from the frontend (no `var_defs`), the types of
+the main function's inputs, and a backend to run primitives with.
+
+Guarantees: every variable of every function that the run can reach gets a
+`Type`; primitives' results have the batch dimension; variables hold one
+type throughout (`x = 1` then `x = x + 0.5` makes `x` float64, since a
+Python literal is "weak" and takes the type it meets, as in NumPy); the
+return type agrees with the user's `type_inference` callable where given.
+
+Algorithm: a fixpoint over all functions.  Types only move up a small
+lattice (unknown -> weak literal -> definite), so it terminates.  Each pass
+walks every block of every function whose parameter types are known: a
+`PrimOp` whose inputs are typed is run once on dummy zeros of batch size 1
+and its results' types are joined into its outputs (a user primitive with
+batched inputs also runs on two made-up members, and is refused where one
+member's result reads the other's values: `member_mixing`); a
+`FunctionCallOp` joins its argument types into the callee's parameters
+and, once the callee's return type is known, gives it to its outputs.
+Recursion converges because a base case (`return 1`) types the result
+before the recursive case needs it; if a function's result is never
+typed, the error suggests giving `type_inference`.
+
+A parameter of main may be weak (a Python number passed as an argument,
+`call_arguments.argument_types`): it is typed as a literal is.  Each
+variable remembers which of main's arguments its dtype comes from, so that
+a type clash names the argument (and the frontend its value), not only the
+variable where two dtypes meet.
+
+Limits: one signature per function (all call sites must agree); variables
+cannot change dtype or shape.
+"""
+
+import dataclasses
+import threading
+
+import numpy as np
+
+from autobatch_vm import errors
+from autobatch_vm.ir import instructions as inst
+from autobatch_vm.passes import member_indexing
+from autobatch_vm.passes import member_mixing
+from autobatch_vm.passes.declared_types import _PY_SCALARS
+from autobatch_vm.passes.declared_types import checked_result
+from autobatch_vm.passes.declared_types import declared_type_error
+from autobatch_vm.passes.declared_types import Mismatch
+from autobatch_vm.passes.made_up import _FailedOnEveryKind
+from autobatch_vm.passes.made_up import _is_literal
+from autobatch_vm.passes.made_up import _leaves
+from autobatch_vm.passes.made_up import _made_up_error
+from autobatch_vm.passes.made_up import MADE_UP
+from autobatch_vm.passes.made_up import made_up
+
+__all__ = ['infer_types', 'join', 'type_of_value', 'normalize_declared']
+
+RET = inst.RETURN_VAR
+_MAX_ITERATIONS = 1000
+_WEAK_TO = {'b': 'b', 'i': 'iufc', 'u': 'iufc', 'f': 'fc', 'c': 'c'}
+
+
+def _join_leaf(a, b):
+  if a == b:
+    return a
+  if a.shape != b.shape:
+    raise Mismatch(f'{a} vs {b} (different shapes)')
+  if a.weak and b.weak:
+    return inst.TensorType(np.result_type(a.dtype, b.dtype), a.shape, True)
+  if a.weak or b.weak:
+    weak, strong = (a, b) if a.weak else (b, a)
+    if strong.dtype.kind in _WEAK_TO.get(weak.dtype.kind, ''):
+      return strong
+  if a.dtype == b.dtype:
+    return a.strong()
+  raise Mismatch(f'{a.strong()} vs {b.strong()} (different dtypes)')
+
+
+def join(a, b):
+  """Computes the least upper bound of two type patterns.
+
+  Args:
+    a: A type pattern (of `TensorType`), or None (unknown).
+    b: A type pattern (of `TensorType`), or None (unknown).
+
+  Returns:
+    The least upper bound: the known one if the other is None, else a
+    pattern of the same structure whose leaves join `a`'s and `b`'s.
+
+  Raises:
+    Mismatch: If the structures, shapes or dtypes cannot be joined.
+  """
+  if a is None:
+    return b
+  if b is None:
+    return a
+  a_leaf = isinstance(a, inst.TensorType)
+  b_leaf = isinstance(b, inst.TensorType)
+  if a_leaf and b_leaf:
+    return _join_leaf(a, b)
+  if a_leaf or b_leaf or len(a) != len(b):
+    raise Mismatch(f'{inst.type_str(a)} vs {inst.type_str(b)} '
+                   '(different structures)')
+  items = [join(x, y) for x, y in zip(a, b)]
+  return type(a)(*items) if inst.is_namedtuple(a) else type(a)(items)
+
+
+def castable(value, declared):
+  """Raises `Mismatch` unless values of type pattern `value` can be cast
+  to `declared`: the same structure and shapes, and a numeric or boolean
+  dtype (complex only to complex: a cast to a real dtype would drop the
+  imaginary part).  Shapes are not broadcast: a per-member value and a
+  member-independent one would broadcast differently."""
+  if isinstance(declared, inst.TensorType):
+    if not isinstance(value, inst.TensorType):
+      raise Mismatch(f'{inst.type_str(value)} vs {declared} '
+                     '(different structures)')
+    if value.shape != declared.shape:
+      raise Mismatch(f'{value.strong()} vs {declared} (different shapes)')
+    if value.dtype.kind == 'c' and declared.dtype.kind != 'c':
+      raise Mismatch(f'{value.strong()} vs {declared} (complex to real)')
+    return
+  if (isinstance(value, inst.TensorType) or len(value) != len(declared)):
+    raise Mismatch(f'{inst.type_str(value)} vs {inst.type_str(declared)} '
+                   '(different structures)')
+  for v, d in zip(value, declared):
+    castable(v, d)
+
+
+def type_of_value(value, backend, batched, describe):
+  """Finds the type pattern of a primitive's result computed at batch size 1.
+
+  Args:
+    value: The result, a pattern of arrays or tensors (or Python scalars).
+    backend: The backend whose `dtype` and `shape` read the leaves.
+    batched: Whether leaves must carry the batch dimension (results of
+      primitives with inputs) or are member-independent constants
+      (primitives without inputs), which the VM broadcasts.
+    describe: A callable with no arguments that names the primitive in
+      error messages.
+
+  Returns:
+    A pattern of `TensorType`s, shapes without the batch dimension; Python
+    scalars are weakly typed.
+
+  Raises:
+    TypeInferenceError: If a leaf is not a boolean or numeric array, or a
+      batched leaf lacks the batch dimension of 1.
+  """
+  def leaf(v):
+    if type(v) in _PY_SCALARS:  # not np.float64, a float subclass
+      return inst.TensorType(np.asarray(v).dtype, (), weak=True)
+    if v is None or isinstance(v, (str, bytes, dict, set)):
+      raise errors.TypeInferenceError(
+          f'{describe()} produced a {type(v).__name__}, not an array',
+          hint='Batched variables hold arrays (or tuples/namedtuples of '
+          'arrays).')
+    try:
+      dtype, shape = backend.dtype(v), backend.shape(v)
+    except Exception as e:  # pylint: disable=broad-except
+      raise errors.TypeInferenceError(
+          f'{describe()} produced a value of type {type(v).__name__} that '
+          f'is not an array: {e}') from e
+    if dtype.kind not in 'biufc':
+      raise errors.TypeInferenceError(
+          f'{describe()} produced an array of dtype {dtype}',
+          hint='Only boolean and numeric arrays can be batched.')
+    if not batched:
+      # A constant is one value for every member; a leading dimension of
+      # 1 is a batch of one (TFP's convention: `tf.constant([0])`), as it is
+      # when the member runs alone (`dry_run`).
+      if shape and shape[0] == 1:
+        return inst.TensorType(dtype, shape[1:])
+      return inst.TensorType(dtype, shape)
+    if not shape or shape[0] != 1:
+      raise errors.TypeInferenceError(
+          f'{describe()} returned shape {tuple(shape)} without the leading '
+          'batch dimension', hint='Primitives work on whole batches: keep '
+          'axis 0 as the batch (e.g. reduce with axis=-1, index with a '
+          'constant, x[:, 0]).  A member-independent constant next to '
+          'batched values (`return np.float32(0), x`) needs its own statement '
+          '(`zero = np.float32(0)`), which is broadcast to the batch.')
+    return inst.TensorType(dtype, shape[1:])
+  return inst.pattern_map(leaf, value)
+
+
+def normalize_declared(result, fn):
+  """Turns what a `type_inference` callback declared into `TensorType`s.
+
+  Args:
+    result: The declared type: an `ab.Type`, a `TensorType`, or a tuple or
+      list (or namedtuple) of them.
+    fn: The `Function` whose result is declared, named in errors.
+
+  Returns:
+    A pattern of strong `TensorType`s with the structure of `result`.
+
+  Raises:
+    TypeInferenceError: If `result` holds something that is not a type.
+  """
+  if isinstance(result, inst.Type):
+    return normalize_declared(result.tensors, fn)
+  if isinstance(result, inst.TensorType):
+    return result.strong()
+  if isinstance(result, (tuple, list)):
+    items = [normalize_declared(r, fn) for r in result]
+    if inst.is_namedtuple(result):
+      return type(result)(*items)
+    return type(result)(items)
+  raise errors.TypeInferenceError(
+      f'type_inference of {fn.name!r} returned {result!r}', loc=fn.loc,
+      hint='Return an ab.Type, an ab.TensorType(dtype, shape) or a tuple of '
+      'them (e.g. `lambda arg_types: arg_types[0]`).')
+
+
+def _conform(declared, computed):
+  """Declared types, restructured like `computed` (list vs tuple, 1-lists)."""
+  if computed is None:
+    return declared
+  if (isinstance(declared, (list, tuple)) and len(declared) == 1
+      and not isinstance(computed, (list, tuple))):
+    return _conform(declared[0], computed)
+  if (isinstance(declared, (list, tuple)) and
+      isinstance(computed, (list, tuple)) and len(declared) == len(computed)):
+    items = [_conform(d, c) for d, c in zip(declared, computed)]
+    return type(computed)(*items) if inst.is_namedtuple(computed) else \
+        type(computed)(items)
+  return declared
+
+
+class _Inference:
+  """State of the fixpoint."""
+
+  def __init__(self, program, backend):
+    self.program = program
+    self.backend = backend
+    self.env = {f.name: {} for f in program.functions}
+    self.declared = {}       # fn -> (param types, declared return pattern)
+    self.prim_cache = {}
+    self.changed = False
+    self.origins = {}        # (fn, var) -> main's arguments its dtype is from
+    self.arguments = {}      # main's parameter -> its type
+
+  # -- where dtypes come from --------------------------------------------------
+
+  def origin(self, fn, var):
+    """The arguments of main that `var` of `fn` takes its dtype from."""
+    return self.origins.get((fn.name, var), frozenset())
+
+  def result_origin(self, fn, vars_in, result):
+    """The arguments a result of type `result` computed from `vars_in`
+    takes its dtype from: those of the inputs whose dtype it has."""
+    dtypes = {l.dtype for l in _leaves([result])}
+    return frozenset(
+        a for v in vars_in for a in self.origin(fn, v)
+        if any(l.dtype in dtypes for l in _leaves([self.arguments[a]])))
+
+  def explain_origin(self, old, new, old_origin, new_origin):
+    """Names the arguments of main behind a clash of `old` and `new`."""
+    main = self.program.main_function.name
+    parts = []
+    for t, origin in ((new, new_origin), (old, old_origin)):
+      if t is None:
+        continue
+      for a in sorted(origin):
+        arg = self.arguments[a]
+        if not {l.dtype for l in _leaves([arg])} & {
+            l.dtype for l in _leaves([t])}:
+          continue
+        what = ('a Python number, which takes the dtype it meets where it '
+                'can' if isinstance(arg, inst.TensorType) and arg.weak
+                else f'of type {inst.type_str(_strip(arg))}')
+        parts.append(f'the {inst.type_str(_strip(t))} comes from argument '
+                     f'{a!r} of {main}() ({what})')
+    return ('; ' + '; '.join(dict.fromkeys(parts))) if parts else ''
+
+  # -- helpers ---------------------------------------------------------------
+
+  def set_type(self, fn, var, t, loc, origin=frozenset()):
+    env = self.env[fn.name]
+    old = env.get(var)
+    if var == RET and fn.name in self.declared:
+      # The declared result type wins: what is returned is cast to it.
+      declared = self.declared[fn.name][1]
+      try:
+        castable(t, declared)
+      except Mismatch as e:
+        raise declared_type_error(
+            f'{fn.name!r} returns a value that cannot be cast to the type '
+            f'its type_inference declares: {e}', loc) from None
+      return
+    try:
+      new = join(old, t)
+    except Mismatch as e:
+      hint = ('A variable keeps one dtype and shape in every branch and '
+              'iteration; convert explicitly (e.g. with .astype) so they '
+              'agree.')
+      because = self.explain_origin(old, t, self.origin(fn, var), origin)
+      if because:
+        hint = ('Pass the argument as an array of the dtype you mean (e.g. '
+                'np.float32(0.5)), or convert explicitly (e.g. with '
+                '.astype) so that the dtypes agree.')
+      if var == RET and fn.type_inference is not None:
+        hint = ('The type_inference callable of this function declares a '
+                'different type; fix it, or omit it to infer the type.')
+      what = ('the result' if var == RET else
+              f'parameter {var!r}' if var in fn.vars_in else
+              f'variable {var!r}')
+      error = errors.TypeInferenceError(
+          f'{what} of {fn.name!r} gets inconsistent types: {e}{because}',
+          loc=loc, hint=hint)
+      error.arguments = tuple(sorted(origin | self.origin(fn, var)))
+      raise error from None
+    if origin - self.origin(fn, var):
+      self.origins[(fn.name, var)] = origin | self.origin(fn, var)
+    if new != old:
+      env[var] = new
+      self.changed = True
+
+  def bind(self, fn, names, t, loc, origin=frozenset()):
+    if isinstance(names, str):
+      self.set_type(fn, names, t, loc, origin)
+      return
+    if isinstance(t, inst.TensorType) or len(t) != len(names):
+      raise errors.TypeInferenceError(
+          f'cannot unpack a value of type {inst.type_str(t)} into '
+          f'{len(names)} names', loc=loc,
+          hint='Unpack only tuples; a batched array cannot be unpacked.')
+    for n, sub in zip(names, t):
+      self.bind(fn, n, sub, loc, origin)
+
+  # -- ops -------------------------------------------------------------------
+
+  def prim(self, fn, op):
+    env = self.env[fn.name]
+    in_types = [env.get(v) for v in op.vars_in]
+    if any(t is None for t in in_types):
+      return
+    key = _prim_key(op, in_types)
+    # A per-member primitive cannot mix members or index across them:
+    # the checks for batch-aware code do not apply to it.
+    batch_aware = not op.per_member
+    if key not in self.prim_cache:
+      if batch_aware:
+        member_indexing.check(op, in_types, self.backend)
+      weak = self.prim_with_literals(op, in_types)
+      if weak is not None:
+        self.prim_cache[key] = weak
+    if key not in self.prim_cache and self.declares_result(fn, op):
+      # The declared type is the result's: nothing runs on made-up data.
+      self.prim_cache[key] = None
+    if key not in self.prim_cache:
+      failed = False
+      try:
+        value = self.run_made_up(op, in_types)
+      except errors.AutoBatchError:
+        raise
+      except AssertionError:
+        value, failed = None, True  # an `assert` failure block: no result
+      except _FailedOnEveryKind as failure:
+        raise _made_up_error(op, in_types, failure) from failure.first
+      if value is not None and op.vars_in and batch_aware:
+        member_mixing.check_batch_independent(
+            op, in_types, value,
+            lambda batch: self.run_made_up(op, in_types, batch=batch))
+      if failed or (value is None and not op.vars_in):
+        self.prim_cache[key] = None
+      else:
+        try:
+          self.prim_cache[key] = type_of_value(
+              value, self.backend, batched=bool(op.vars_in),
+              describe=lambda: f'`{op.text}`')
+        except errors.TypeInferenceError as e:
+          raise errors.TypeInferenceError(e.message, loc=op.loc,
+                                          hint=e.hint) from None
+      if self.prim_cache[key] is not None and batch_aware:
+        member_mixing.check_members_apart(op, in_types, self.backend)
+    result = self.prim_cache[key]
+    if result is not None:
+      self.bind(fn, op.vars_out, result, op.loc,
+                self.result_origin(fn, op.vars_in, result))
+
+  def declares_result(self, fn, op):
+    """Whether `op` computes from batched inputs nothing but `fn`'s
+    declared result (copies and constants are typed as usual: they run
+    on no user math)."""
+    return (fn.name in self.declared and op.vars_in and
+            op.function is not inst.identity and
+            all(v == RET for v in inst.pattern_flatten(op.vars_out)))
+
+  def run_made_up(self, op, in_types, batch=1):
+    """`op`'s result on made-up inputs of `in_types` at batch size `batch`.
+
+    Traced symbolically where the backend can (TensorFlow, eagerly: no
+    values are computed, so no domain can be violated); otherwise run on
+    each kind of `MADE_UP` inputs in turn until one does not raise (a
+    primitive valid on the user's data may not be on zeros: a linear
+    solve, a Cholesky factor, a logarithm).  If every kind raises, the
+    first kind's `AssertionError` is raised as it is, and any other error
+    as `_FailedOnEveryKind`, holding every kind's.
+    """
+    if self.backend.traces_symbolically():
+      try:
+        return self.backend.trace(op.function, self.dummies(
+            in_types, literals=False, batch=batch))
+      except errors.AutoBatchError:
+        raise
+      except Exception:  # pylint: disable=broad-except
+        pass   # eager-only code in the primitive: run it on values
+    failures = []
+    for kind in MADE_UP:
+      try:
+        # Made-up values may be outside a function's domain (a log of
+        # zero): NumPy's warnings about it would be about no user data.
+        with self.backend.error_context(), np.errstate(all='ignore'):
+          return op.function(*self.dummies(in_types, literals=False,
+                                            kind=kind, batch=batch))
+      except errors.AutoBatchError:
+        raise
+      except Exception as e:  # pylint: disable=broad-except
+        failures.append(e)
+    if isinstance(failures[0], AssertionError):
+      raise failures[0]   # an `assert` failure block
+    raise _FailedOnEveryKind(failures)
+
+  def dummies(self, in_types, literals=True, as_arrays=None, kind='zeros',
+              batch=1):
+    """Arguments to run a primitive on at batch size `batch`: arrays of
+    `kind` (`made_up`), with each weak scalar a Python scalar if
+    `literals`, or (input `i` in `as_arrays`) an array of `kind` of dtype
+    `as_arrays[i]`."""
+    as_arrays = as_arrays or {}
+
+    def leaf(t):
+      if literals and _is_literal(t):
+        return t.dtype.type(0).item()
+      if kind == 'zeros':
+        return self.backend.dummy(t, batch)
+      return self.backend.asarray(made_up(t, kind, batch))
+    return [leaf(inst.TensorType(as_arrays[i], ())) if i in as_arrays
+            else inst.pattern_map(leaf, t, inst.TensorType)
+            for i, t in enumerate(in_types)]
+
+  def prim_with_literals(self, op, in_types):
+    """Result types when literal-typed (weak) scalars meet typed inputs,
+    or meet only each other (`i = i + 1` with `i = 0` stays a literal:
+    weak, if the op gives a Python scalar).
+
+    Dummy arrays would make a weak `1` an int64 array, and `acc + x` with
+    float32 `x` float64; NumPy (like Python run per member) keeps float32.
+    So weak scalar inputs are passed as Python scalars, which NumPy and TF
+    promote as they would the literal itself.  None where there are no
+    weak or no strong inputs, or where this run fails (the caller then
+    runs the primitive on arrays for every input, as usual).
+    """
+    leaves = _leaves(in_types)
+    if not any(_is_literal(l) for l in leaves):
+      return None
+    only_weak = all(_is_literal(l) for l in leaves)
+    try:
+      with self.backend.error_context():
+        value = op.function(*self.dummies(in_types))
+      if value is None:
+        return None
+      # A result computed from literals only is a literal: a Python scalar,
+      # or NumPy's default dtype for one (`np.where(c, 0, 1)` on Python
+      # scalars is an int64 scalar).
+      raw = inst.pattern_flatten(value)
+      value = inst.pattern_map(_as_literal, value)
+      converted = [a is not b for a, b in zip(raw, inst.pattern_flatten(value))]
+      if only_weak and not all(type(v) in _PY_SCALARS
+                               for v in inst.pattern_flatten(value)):
+        return None   # typed by running on arrays, as usual
+      typed = type_of_value(value, self.backend, batched=True,
+                            describe=lambda: f'`{op.text}`')
+      if any(converted) and not only_weak:
+        # Next to arrays, such a scalar must still be one value per member
+        # when the literals are arrays too (not, say, a sum over the batch).
+        with self.backend.error_context():
+          per_member = type_of_value(
+              op.function(*self.dummies(in_types, literals=False)),
+              self.backend, batched=True, describe=lambda: '')
+        flat = inst.pattern_flatten(typed, inst.TensorType)
+        strong = inst.pattern_flatten(per_member, inst.TensorType)
+        if len(flat) != len(strong) or any(
+            c and (s.shape != () or s.dtype != t.dtype)
+            for c, t, s in zip(converted, flat, strong)):
+          return None
+      return typed
+    except Exception:  # pylint: disable=broad-except
+      return None
+
+  def weak_casts(self, op, in_types, fn):
+    """`PrimOp.casts` for an op whose inputs mix weak variables and arrays.
+
+    Inference runs such an op with each weak scalar as a Python scalar (as
+    the member's own Python code would see it), but at run time a weak
+    variable (`i = 0`, a `range` counter, a literal argument of a call) is
+    an array of its default dtype (int64, float64), which NumPy promotes
+    differently and TensorFlow refuses to mix.  Each such input is cast to
+    the first dtype, among its own and the other inputs' dtypes, with which
+    the op gives the inferred result types.
+    """
+    expected = self.prim_cache.get(_prim_key(op, in_types))
+    weak = [i for i, t in enumerate(in_types)
+            if isinstance(t, inst.TensorType) and _is_literal(t)]
+    leaves = _leaves(in_types)
+    if expected is None or not weak or all(l.weak for l in leaves):
+      return ()
+    expected = _strip(expected)
+    candidates = []
+    for leaf in leaves:
+      if not leaf.weak and leaf.dtype not in candidates:
+        candidates.append(leaf.dtype)
+
+    def gives_expected(as_arrays):
+      for kind in MADE_UP:
+        try:
+          with self.backend.error_context():
+            value = op.function(*self.dummies(in_types, as_arrays=as_arrays,
+                                              kind=kind))
+          got = type_of_value(value, self.backend, batched=True,
+                              describe=lambda: '')
+        except Exception:  # pylint: disable=broad-except
+          continue
+        return _strip(got) == expected
+      return False
+
+    own = {i: in_types[i].dtype for i in weak}
+    if gives_expected(own):
+      return ()
+    chosen = {}
+    for i in weak:
+      for dtype in [in_types[i].dtype] + candidates:
+        if gives_expected({i: dtype}):
+          chosen[i] = dtype
+          break
+      else:
+        chosen = None
+        break
+    if chosen is None or not gives_expected(chosen):
+      names = ', '.join(repr(op.vars_in[i]) for i in weak)
+      origin = frozenset().union(*(self.origin(fn, op.vars_in[i])
+                                   for i in weak))
+      main = self.program.main_function.name
+      because = ''.join(f'; {op.vars_in[i]!r} is argument {a!r} of '
+                        f'{main}(), a Python number' for i in weak
+                        for a in sorted(self.origin(fn, op.vars_in[i])))
+      error = errors.TypeInferenceError(
+          f'`{op.text}` mixes {names}, which holds a Python literal, with '
+          f'typed arrays, and no dtype for it gives the type it has per '
+          f'member ({inst.type_str(expected)}){because}', loc=op.loc,
+          hint=('Pass the argument as an array of the dtype you mean, e.g. '
+                'np.int32(3).' if origin else
+                'Give the literal a dtype where it is assigned, e.g. '
+                '`i = np.int32(0)`.'))
+      error.arguments = tuple(sorted(origin))
+      raise error
+    return tuple((i, np.dtype(d)) for i, d in sorted(chosen.items())
+                 if np.dtype(d) != np.dtype(in_types[i].dtype))
+
+  def call(self, fn, op):
+    env = self.env[fn.name]
+    callee = self.program.function(op.function)
+    for arg, param in zip(op.vars_in, callee.vars_in):
+      if env.get(arg) is not None:
+        self.set_type(callee, param, env[arg], op.loc, self.origin(fn, arg))
+    ret = self.env[callee.name].get(RET)
+    if ret is not None:
+      self.bind(fn, op.vars_out, ret, op.loc, self.origin(callee, RET))
+
+  def declare(self, fn):
+    """Seeds the result type from the user's type_inference callable."""
+    if fn.type_inference is None:
+      return
+    env = self.env[fn.name]
+    params = tuple(env.get(p) for p in fn.vars_in)
+    if any(p is None for p in params):
+      return
+    if fn.name in self.declared and self.declared[fn.name][0] == params:
+      return
+    # As TFP passes them: one pattern of `TensorType`s per argument.
+    arg_types = [_strip(p) for p in params]
+    try:
+      result = fn.type_inference(arg_types)
+    except errors.AutoBatchError:
+      raise
+    except Exception as e:  # pylint: disable=broad-except
+      raise errors.TypeInferenceError(
+          f'type_inference of {fn.name!r} raised {type(e).__name__}: {e}',
+          loc=fn.loc, hint='It is called with a list with one type per '
+          'argument: an ab.TensorType (with .dtype and .shape, the batch '
+          'dimension left out), or a tuple/list/namedtuple of them.') from e
+    declared = _conform(normalize_declared(result, fn), env.get(RET))
+    if env.get(RET) is not None:
+      try:
+        castable(env[RET], declared)
+      except Mismatch as e:
+        raise declared_type_error(
+            f'{fn.name!r} returns a value that cannot be cast to the type '
+            f'its type_inference declares: {e}', fn.loc) from None
+    self.declared[fn.name] = (params, declared)
+    if declared != env.get(RET):
+      env[RET] = declared
+      self.changed = True
+
+  def function(self, fn):
+    self.declare(fn)
+    for block in fn.blocks:
+      for op in block.instructions:
+        if isinstance(op, inst.PrimOp):
+          self.prim(fn, op)
+        elif isinstance(op, inst.FunctionCallOp):
+          self.call(fn, op)
+        else:
+          raise errors.InternalError(f'{inst.op_str(op)} before lowering')
+
+  # -- driver ----------------------------------------------------------------
+
+  def run(self, input_types):
+    main = self.program.main_function
+    if len(input_types) != len(main.vars_in):
+      raise errors.InternalError('input types do not match main parameters')
+    for p, t in zip(main.vars_in, input_types):
+      self.arguments[p] = t
+      self.set_type(main, p, t, main.loc, frozenset([p]))
+    for _ in range(_MAX_ITERATIONS):
+      self.changed = False
+      for fn in self.program.functions:
+        if all(p in self.env[fn.name] for p in fn.vars_in):
+          self.function(fn)
+      if not self.changed:
+        break
+    else:
+      raise errors.InternalError('type inference did not converge')
+    return self.finish()
+
+  def with_casts(self, block, env, fn):
+    """`block` with `casts` on the PrimOps that need them, and a check of
+    the shapes of the results that were declared, not run on made-up
+    data (`checked_result`)."""
+    ops = []
+    for op in block.instructions:
+      if isinstance(op, inst.PrimOp):
+        casts = self.weak_casts(op, [env[v] for v in op.vars_in], fn)
+        if casts:
+          op = dataclasses.replace(op, casts=casts)
+        if self.declares_result(fn, op):
+          op = dataclasses.replace(op, function=checked_result(
+              op.function, self.declared[fn.name][1], op, fn.name))
+      ops.append(op)
+    ops = tuple(ops)
+    if ops == tuple(block.instructions):
+      return block
+    return dataclasses.replace(block, instructions=ops)
+
+  def finish(self):
+    functions = []
+    for fn in self.program.functions:
+      env = self.env[fn.name]
+      if not all(p in env for p in fn.vars_in):
+        continue  # never called with typed arguments: not reachable
+      if RET not in env:
+        raise errors.TypeInferenceError(
+            f'Cannot determine the return type of {fn.name!r}: no return '
+            'path ends without first needing the result itself (is there a '
+            'base case?)', loc=fn.loc,
+            hint=f'Give it explicitly: @ctx.batch(type_inference=lambda '
+            'arg_types: ...) returning the result type.')
+      for block in fn.blocks:
+        for op in block.instructions:
+          for v in op.vars_in:
+            if v not in env:
+              raise errors.TypeInferenceError(
+                  f'variable {v!r} is used but never gets a value',
+                  loc=op.loc, hint='Assign it on every path before use.')
+        t = block.terminator
+        if isinstance(t, inst.BranchOp):
+          ct = env.get(t.cond)
+          if not isinstance(ct, inst.TensorType) or ct.shape != ():
+            raise errors.TypeInferenceError(
+                f'condition has type {inst.type_str(ct) if ct else "?"}; a '
+                'condition must be one boolean per member', loc=t.loc,
+                hint='Reduce it per member, e.g. np.all(x, axis=-1).')
+      var_defs = inst.FrozenDict(
+          (v, inst.Type(_strip(env[v]))) for v in sorted(env))
+      functions.append(dataclasses.replace(
+          fn, var_defs=var_defs, blocks=tuple(
+              self.with_casts(block, env, fn) for block in fn.blocks)))
+    return dataclasses.replace(self.program, functions=tuple(functions))
+
+
+_LITERAL_DTYPES = frozenset(np.dtype(t) for t in (bool, int, float, complex))
+
+
+def _as_literal(v):
+  """`v` as a Python scalar if it is what NumPy makes of literals."""
+  if (isinstance(v, (np.ndarray, np.generic)) and v.ndim == 0
+      and v.dtype in _LITERAL_DTYPES):
+    return v.item()
+  return v
+
+
+def _prim_key(op, in_types):
+  return (id(op), tuple(inst.type_str(t) + repr(t) for t in in_types))
+
+
+def _strip(t):
+  return inst.pattern_map(lambda x: x.strong(), t, inst.TensorType)
+
+
+def infer_types(program, input_types, backend):
+  """Types every variable of every function of `program`.
+
+  Args:
+    program: An untyped `Program`.
+    input_types: One type pattern (of `TensorType`) per main parameter.
+    backend: The backend that runs primitives on dummy values.
+
+  Returns:
+    `program` with `var_defs` filled in for every function.
+  """
+  return _Inference(program, backend).run(list(input_types))
+
+
+# ---------------------------------------------------------------------------
+# TFP's module-level API.  `infer_types` below takes TFP's form
+# `infer_types(program, inputs, backend)` (batched input values) as well as
+# the form above (input types, `infer_types_from_signature`); the inputs
+# are types when every leaf is a `TensorType` or `Type`.
+# ---------------------------------------------------------------------------
+
+__all__ += ['infer_types_from_signature', 'is_inferring', 'signature',
+            'type_of_pattern']
+
+_infer_from_types = infer_types
+_running = threading.local()
+
+
+def is_inferring():
+  """Tells whether type inference is running.
+
+  A primitive can tell the calls it gets on dummy values from those of the
+  VM (`virtual_machine.is_staging`) and of a dry run.
+
+  Returns:
+    True while type inference runs primitives in this thread.
+  """
+  return getattr(_running, 'depth', 0) > 0
+
+
+def infer_types_from_signature(program, sig, backend):
+  """Types `program` for inputs of the types `sig`.
+
+  Args:
+    program: An untyped `Program`.
+    sig: One type per parameter of main: a pattern of `TensorType`, or a
+      `Type`; shapes exclude the batch dimension.  A weak scalar type
+      stands for a Python number passed as the argument (typed as a
+      literal); other types are taken as strong.
+    backend: The backend that runs primitives on dummy values.
+
+  Returns:
+    `program` with `var_defs` filled in for every function.
+  """
+  # A weak scalar is a Python number passed as an argument: a literal.
+  sig = [inst.pattern_map(
+      lambda t: t.strong() if isinstance(t, inst.TensorType) and t.shape
+      else t, t.tensors if isinstance(t, inst.Type) else t, inst.TensorType)
+         for t in sig]
+  _running.depth = getattr(_running, 'depth', 0) + 1
+  try:
+    return _infer_from_types(program, sig, backend)
+  finally:
+    _running.depth -= 1
+
+
+def infer_types(program, inputs, backend):  # pylint: disable=function-redefined
+  """Types `program` for `inputs`, given as values (TFP's form) or types.
+
+  Args:
+    program: An untyped `Program`.
+    inputs: A list with one entry per parameter of main: batched input
+      values (arrays with a leading batch dimension, or patterns of them),
+      or input types (as `infer_types_from_signature` takes them).
+    backend: The backend that runs primitives on dummy values.
+
+  Returns:
+    `program` with `var_defs` filled in for every function.
+
+  Raises:
+    ArgumentError: If the number of inputs is not main's.
+  """
+  inputs = list(inputs)
+  leaves = inst.pattern_flatten(inputs, (inst.Type, inst.TensorType))
+  if all(isinstance(x, (inst.Type, inst.TensorType)) for x in leaves):
+    return infer_types_from_signature(program, inputs, backend)
+  return infer_types_from_signature(
+      program, signature(program, inputs, backend), backend)
+
+
+def type_of_pattern(val, backend, preferred_type=None):
+  """Finds the pattern of `TensorType`s of the value pattern `val`.
+
+  Args:
+    val: A pattern of arrays, tensors or Python numbers.
+    backend: The backend whose `asarray`, `dtype` and `shape` read them.
+    preferred_type: A `Type` or pattern of `TensorType` whose dtypes the
+      Python numbers of `val` take, or None.
+
+  Returns:
+    The pattern of `TensorType`s, shapes including the leading batch
+    dimension.
+  """
+  if isinstance(preferred_type, inst.Type):
+    preferred_type = preferred_type.tensors
+
+  def leaf(v, preferred=None):
+    if type(v) in _PY_SCALARS and isinstance(preferred, inst.TensorType):
+      return inst.TensorType(preferred.dtype, ())
+    v = backend.asarray(v)
+    return inst.TensorType(backend.dtype(v), backend.shape(v))
+  if preferred_type is None:
+    return inst.pattern_map(leaf, val)
+  return inst.pattern_map2(leaf, val, preferred_type, inst.TensorType)
+
+
+def signature(program, inputs, backend):
+  """Finds the input types of batched `inputs` for main's parameters.
+
+  A scalar is a batch of one (TFP's calling convention).
+
+  Args:
+    program: A `Program`, whose main function's parameters `inputs` are.
+    inputs: A list of batched values (or patterns of them), one per
+      parameter.
+    backend: The backend whose `asarray`, `dtype` and `shape` read them.
+
+  Returns:
+    A list of `TensorType` patterns, shapes without the batch dimension.
+
+  Raises:
+    ArgumentError: If the number of inputs is not main's.
+  """
+  params = program.main_function.vars_in
+  if len(inputs) != len(params):
+    raise errors.ArgumentError(
+        f'{program.main} takes {len(params)} input(s) ({", ".join(params)}),'
+        f' got {len(inputs)}')
+  return [inst.pattern_map(
+      lambda t: inst.TensorType(t.dtype, t.shape[1:]),
+      type_of_pattern(x, backend), inst.TensorType) for x in inputs]

@@ -1,0 +1,569 @@
+"""From a pure expression of a batched function to its batched primitive.
+
+A maximal sub-expression without calls of batched functions becomes one
+`PrimOp`: `PrimitiveRewriter` turns the IR variables it reads into the
+parameters of a function and the Python operators that would see the
+whole batch (`and`, `or`, `not`, chained comparisons, `a if c else b`, `%`
+and `//`) into calls of the per-member helpers of `autobatch_vm.ops`;
+`make_function` compiles that body into a real Python function with the
+user's globals and closure cells and the user's file and line.
+"""
+
+import ast
+import builtins
+import copy
+import linecache
+import types
+
+import numpy as np
+
+from autobatch_vm import errors
+from autobatch_vm import ops as ops_module
+from autobatch_vm.per_member import numpy_rules
+
+__all__ = ['PrimitiveRewriter', 'make_function', 'expression_text',
+           'shorten', 'split_compare', 'subscript_parts']
+
+# The names the generated code binds are `prefix + suffix`, with a prefix
+# that no identifier of the user's function starts with
+# (`source.generated_prefix`): `__ab_` unless the user's code uses
+# such names itself.
+_OPS = 'ops'
+_ASSERT = 'helper_assertion'
+# The per-member helpers (`per_member.member_ops`), in per-member
+# primitives.
+MEMBER_OPS = 'pm'
+# Builtins that a per-member primitive calls as `member_ops`'s, which mean
+# for one member's arrays and tensors what the builtins mean for numbers.
+_MEMBER_BUILTINS = {getattr(builtins, n): n for n in
+                    ('min', 'max', 'abs', 'len', 'int', 'float')}
+# NumPy's array constructors, which cannot dispatch on a list of
+# per-member values: `member_ops.asarray` stacks them.
+_MEMBER_ARRAYS = {np.array: 'asarray', np.asarray: 'asarray'}
+
+
+class PrimitiveRewriter(ast.NodeTransformer):
+  """Makes a pure expression batch: IR variables become lambda parameters.
+
+  `and`/`or`/`not`, chained comparisons and `a if c else b` become calls of
+  the per-member helpers in `autobatch_vm.ops`; `truthy(x)` becomes `x`.
+
+  Args:
+    local_names: The names of the function's variables (its parameters
+      and assignment targets).
+    static_value: AST node -> the Python object a name or attribute chain
+      of non-locals refers to (a sentinel where it is not static).
+    unsupported: (node, what) -> raises the error for an unsupported
+      construct.
+    prefix: The prefix of generated names (`generated_prefix`).
+    per_member: Whether the expression is one member's (a per-member
+      function's): then the helpers are `per_member.member_ops`'s, and
+      subscripts and the builtins `min`, `max`, `abs`, `len`, `int`,
+      `float` call them too.
+  """
+
+  def __init__(self, local_names, static_value, unsupported,
+               prefix='__ab_', per_member=False):
+    self.local_names = local_names
+    self.static_value = static_value
+    self.unsupported = unsupported
+    self.prefix = prefix
+    self.per_member = per_member
+    self.inputs = []
+    # `(text, node, index_inputs, value_text, element_texts)` per
+    # subscript of a variable by a variable: its source, its rewritten
+    # node, the positions in `inputs` of the variables its index reads,
+    # and the source of its value and of each element of its index
+    # (`member_indexing`).
+    self.subscripts = []
+
+  def rewrite(self, node):
+    """Rewrites a copy of `node`.
+
+    Args:
+      node: A pure expression (no call of a batched function).
+
+    Returns:
+      `(body, inputs)`: the rewritten expression, reading `<prefix>v<i>`,
+      and the variables it reads, `inputs[i]` for `<prefix>v<i>`.
+    """
+    node = self.visit(copy.deepcopy(node))
+    return node, self.inputs
+
+  def _ops(self, name, args, like, module=None):
+    if module is None:
+      module = MEMBER_OPS if self.per_member and name not in (
+          'mod', 'floordiv') else _OPS
+    fn = ast.Attribute(ast.Name(self.prefix + module, ast.Load()), name,
+                       ast.Load())
+    return ast.copy_location(ast.Call(fn, args, []), like)
+
+  def visit_Name(self, node):
+    """A read of a variable becomes the parameter `<prefix>v<i>`.
+
+    Args:
+      node: The AST node.
+
+    Returns:
+      Its replacement.
+    """
+    if isinstance(node.ctx, ast.Load) and (
+        node.id in self.local_names or node.id.startswith('%')):
+      if node.id not in self.inputs:
+        self.inputs.append(node.id)
+      return ast.copy_location(
+          ast.Name(f'{self.prefix}v{self.inputs.index(node.id)}',
+                   ast.Load()), node)
+    return node
+
+  def visit_Subscript(self, node):
+    """Rewrites a subscript, noting those that may index per member.
+
+    A subscript whose value and index both read variables (`x[:, j]`,
+    `x[j]`) is also noted in `subscripts`.
+
+    Args:
+      node: The AST node.
+
+    Returns:
+      Its replacement.
+    """
+    text, value_text = expression_text(node), expression_text(node.value)
+    elements = (node.slice.elts if isinstance(node.slice, ast.Tuple)
+                else [node.slice])
+    element_texts = tuple(expression_text(e) for e in elements)
+    if self.per_member and _is_member_key(node, self.prefix):
+      return self.generic_visit(node)   # made by the frontend: a value
+    node = self.generic_visit(node)
+    if self.per_member and isinstance(node.ctx, ast.Load):
+      return self._ops('getitem', [node.value, member_key(
+          self.prefix, node.slice, node)], node)
+    if isinstance(node.ctx, ast.Load):
+      value, index = self._inputs_read(node.value), self._inputs_read(
+          node.slice)
+      if value and index:
+        self.subscripts.append((text, node, index, value_text,
+                                element_texts))
+    return node
+
+  def _inputs_read(self, node):
+    """The positions in `inputs` of the variables rewritten `node` reads
+    (outside lambdas, which are kept as written)."""
+    names = {f'{self.prefix}v{i}': i for i in range(len(self.inputs))}
+    return sorted({names[n.id] for n in ast.walk(node)
+                   if isinstance(n, ast.Name) and n.id in names})
+
+  def visit_Lambda(self, node):
+    """A lambda is kept as written.
+
+    Args:
+      node: The AST node.
+
+    Returns:
+      Its replacement.
+    """
+    # Lambda bodies are plain Python on whatever they are given.
+    return node
+
+  def visit_BoolOp(self, node):
+    """`and`/`or` become `ops.logical_and`/`ops.logical_or`.
+
+    Args:
+      node: The AST node.
+
+    Returns:
+      Its replacement.
+    """
+    values = [self.visit(v) for v in node.values]
+    name = 'logical_and' if isinstance(node.op, ast.And) else 'logical_or'
+    return self._ops(name, values, node)
+
+  def visit_UnaryOp(self, node):
+    """`not` becomes `ops.logical_not`.
+
+    Args:
+      node: The AST node.
+
+    Returns:
+      Its replacement.
+    """
+    operand = self.visit(node.operand)
+    if isinstance(node.op, ast.Not):
+      return self._ops('logical_not', [operand], node)
+    return ast.copy_location(ast.UnaryOp(node.op, operand), node)
+
+  def visit_BinOp(self, node):
+    """`%` and `//` become `ops.mod` and `ops.floordiv`.
+
+    Args:
+      node: The AST node.
+
+    Returns:
+      Its replacement.
+    """
+    # `%` and `//` go through helpers so that a zero divisor in a member not
+    # at the block cannot fail a TensorFlow run (NumPy gives 0 there).
+    if isinstance(node.op, (ast.Mod, ast.FloorDiv)):
+      name = 'mod' if isinstance(node.op, ast.Mod) else 'floordiv'
+      return self._ops(name, [self.visit(node.left), self.visit(node.right)],
+                       node)
+    return self.generic_visit(node)
+
+  def visit_Compare(self, node):
+    """A chained comparison becomes `ops.logical_and` of each.
+
+    Args:
+      node: The AST node.
+
+    Returns:
+      Its replacement.
+    """
+    if len(node.ops) > 1:
+      return self.visit(split_compare(node))
+    return self.generic_visit(node)
+
+  def visit_IfExp(self, node):
+    """`a if c else b` becomes `ops.where(c, a, b)`.
+
+    Args:
+      node: The AST node.
+
+    Returns:
+      Its replacement.
+    """
+    return self._ops('where', [self.visit(node.test), self.visit(node.body),
+                               self.visit(node.orelse)], node)
+
+  def visit_Call(self, node):
+    """`truthy(x)` becomes `x`; other calls are kept.
+
+    Args:
+      node: The AST node.
+
+    Returns:
+      Its replacement.
+    """
+    if self.static_value(node.func) is ops_module.truthy:
+      if len(node.args) != 1 or node.keywords:
+        self.unsupported(node, 'truthy() with other than one argument')
+      return self.visit(node.args[0])
+    if self.per_member:
+      name = _member_function(self.static_value(node.func))
+      if name is not None and not any(
+          isinstance(a, ast.Starred) for a in node.args) and (
+              name == 'asarray' or not node.keywords):
+        node = self.generic_visit(node)
+        fn = ast.Attribute(ast.Name(self.prefix + MEMBER_OPS, ast.Load()),
+                           name, ast.Load())
+        return ast.copy_location(ast.Call(fn, node.args, node.keywords),
+                                 node)
+      if _calls_through_member_ops(self.static_value(node.func), node):
+        node = self.generic_visit(node)
+        fn = ast.Attribute(ast.Name(self.prefix + MEMBER_OPS, ast.Load()),
+                           'call', ast.Load())
+        return ast.copy_location(
+            ast.Call(fn, [node.func] + node.args, node.keywords), node)
+    return self.generic_visit(node)
+
+
+def _calls_through_member_ops(obj, node):
+  """Whether a per-member primitive calls `obj` through `member_ops.call`.
+
+  NumPy's protocols cannot see these calls of one member's values: a
+  scalar type (`np.float64(x)`), a creation function (`np.zeros(n)`, whose
+  `dtype=` may be a tensor's), and a NumPy function given a list or tuple
+  display (`np.sum([a, b])`).  Other NumPy calls dispatch by themselves.
+  """
+  if isinstance(obj, type) and issubclass(obj, np.generic):
+    return True
+  try:
+    if obj in numpy_rules.CREATION:
+      return True
+  except TypeError:   # unhashable
+    return False
+  return (getattr(obj, '__module__', None) or '').startswith('numpy') and any(
+      isinstance(a, (ast.List, ast.Tuple)) for a in node.args)
+
+
+def _member_function(obj):
+  """The name of the `member_ops` function a per-member primitive calls
+  for `obj` (a builtin, `np.array`, `np.asarray`), or None."""
+  for table in (_MEMBER_BUILTINS, _MEMBER_ARRAYS):
+    for fn, name in table.items():
+      if obj is fn:
+        return name
+  return None
+
+
+# The nodes of an expression that computes member by member, element by
+# element: on one member's scalars it is the same code as on the batch's
+# vectors (`is_elementwise`).
+_ELEMENTWISE_NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Compare,
+                      ast.Name, ast.Load, ast.Constant, ast.operator,
+                      ast.unaryop, ast.cmpop, ast.Attribute, ast.Call)
+# The helpers that do: elementwise where every argument is.
+_ELEMENTWISE_HELPERS = {(MEMBER_OPS, n) for n in (
+    'min', 'max', 'abs', 'where', 'logical_and', 'logical_or',
+    'logical_not')} | {(_OPS, 'mod'), (_OPS, 'floordiv')}
+
+
+def is_elementwise(body, prefix, static_value):
+  """Whether rewritten primitive `body` computes element by element.
+
+  True where it is built of Python's operators, comparisons, names,
+  constants and the elementwise helpers only (`n - 1`, `a if c else b`,
+  `min(x, y)` with two or more arguments): on members whose values are
+  scalars it then means the same on the batch's vectors, and a
+  per-member primitive may run it on them as it is.
+
+  Args:
+    body: The expression, as `PrimitiveRewriter` rewrote it.
+    prefix: The prefix of generated names.
+    static_value: AST node -> the object a name of the user's refers to
+      (as for `PrimitiveRewriter`); other names than the inputs must be
+      Python numbers (an array would broadcast against the batch).
+
+  Returns:
+    True or False.
+  """
+  for n in ast.walk(body):
+    if not isinstance(n, _ELEMENTWISE_NODES):
+      return False
+    if isinstance(n, ast.Name) and not n.id.startswith(prefix) and (
+        type(static_value(n)) not in (int, float, bool)):
+      return False
+    if isinstance(n, ast.Attribute) and not (
+        isinstance(n.value, ast.Name) and n.value.id.startswith(prefix)):
+      return False
+    if isinstance(n, ast.Call):
+      f = n.func
+      if n.keywords or not (
+          isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)
+          and (f.value.id[len(prefix):], f.attr) in _ELEMENTWISE_HELPERS):
+        return False
+      if f.attr in ('min', 'max') and len(n.args) < 2:
+        return False
+  return True
+
+
+def _is_member_key(node, prefix):
+  """Whether subscript `node` is a `member_key` (the frontend's)."""
+  v = node.value
+  return (isinstance(v, ast.Attribute) and v.attr == 'key' and
+          isinstance(v.value, ast.Name) and v.value.id == prefix + MEMBER_OPS)
+
+
+def member_key(prefix, index, like):
+  """`<prefix>pm.key[index]`: a subscript's index as a value (slices and
+  all), for `member_ops.getitem` and `setitem`.
+
+  Args:
+    prefix: The prefix of generated names.
+    index: The subscript's index (an AST node, possibly a slice).
+    like: The node whose location it takes.
+
+  Returns:
+    The AST expression.
+  """
+  holder = ast.Attribute(ast.Name(prefix + MEMBER_OPS, ast.Load()), 'key',
+                         ast.Load())
+  return ast.copy_location(ast.Subscript(holder, index, ast.Load()), like)
+
+
+def make_function(body, arity, loc, text, closure, fn_globals, name,
+                  prefix='__ab_', helpers=None):
+  """Builds `lambda <prefix>v0, ...: body` with the user's globals/closure.
+
+  Where `body` calls functions of the user's or a library's, it is a
+  `def` instead, which turns an AssertionError raised in the callee into
+  `errors.HelperAssertionError` (see `_helper_assertion`): inference
+  and the VM then report the assertion, not a missing result.
+
+  Args:
+    body: The expression (an AST), reading its inputs as `<prefix>v<i>`.
+    arity: The number of inputs.
+    loc: The `SourceLoc` of the expression: the function's code object
+      carries its file and line.
+    text: The expression's text, for the assertion's message, or None.
+    closure: The user's function's closure cells, by name.
+    fn_globals: The user's function's globals.
+    name: The user's function's name (the primitive is `<name>_line<l>`).
+    prefix: The prefix of the names it binds (`generated_prefix`), the
+      `PrimitiveRewriter`'s.
+    helpers: More objects that `body` reads, by name after the prefix.
+
+  Returns:
+    The primitive, a Python function of `arity` batched arguments.
+  """
+  ops_name, assert_name = prefix + _OPS, prefix + _ASSERT
+  error, prim = prefix + 'e', prefix + 'prim'
+  args = [ast.arg(f'{prefix}v{i}') for i in range(arity)]
+  arguments = ast.arguments(posonlyargs=[], args=args, vararg=None,
+                            kwonlyargs=[], kw_defaults=[], kwarg=None,
+                            defaults=[])
+  if _calls_outside_ops(body, ops_name):
+    handler = ast.ExceptHandler(
+        type=ast.Name('AssertionError', ast.Load()), name=error,
+        body=[ast.Raise(
+            exc=ast.Call(ast.Name(assert_name, ast.Load()),
+                         [ast.Name(error, ast.Load()),
+                          ast.Constant(text or expression_text(body))], []),
+            cause=ast.Name(error, ast.Load()))])
+    made = ast.FunctionDef(
+        name=prim, args=arguments,
+        body=[ast.Try(body=[ast.Return(body)], handlers=[handler],
+                      orelse=[], finalbody=[])],
+        decorator_list=[], returns=None, type_comment=None,
+        type_params=[])
+    result = ast.Name(prim, ast.Load())
+  else:
+    made = None
+    result = ast.Lambda(args=arguments, body=body)
+  helpers = {prefix + k: v for k, v in (helpers or {}).items()}
+  free = sorted(set(closure) | {ops_name, assert_name} | set(helpers))
+  maker = ast.FunctionDef(
+      name=prefix + 'make',
+      args=ast.arguments(posonlyargs=[], args=[ast.arg(n) for n in free],
+                         vararg=None, kwonlyargs=[], kw_defaults=[],
+                         kwarg=None, defaults=[]),
+      body=([made] if made is not None else []) + [ast.Return(result)],
+      decorator_list=[], returns=None, type_comment=None, type_params=[])
+  module = ast.Module(body=[maker], type_ignores=[])
+  ast.fix_missing_locations(module)
+  _set_lines(module, loc.line)
+  code = compile(module, loc.filename, 'exec')
+  maker_code = next(c for c in code.co_consts
+                    if isinstance(c, types.CodeType))
+  lam_code = next(c for c in maker_code.co_consts
+                  if isinstance(c, types.CodeType))
+  cells = []
+  for name in lam_code.co_freevars:
+    if name == ops_name:
+      cells.append(types.CellType(ops_module))
+    elif name == assert_name:
+      cells.append(types.CellType(_helper_assertion))
+    elif name in helpers:
+      cells.append(types.CellType(helpers[name]))
+    else:
+      cells.append(closure[name])
+  fn = types.FunctionType(lam_code, fn_globals, f'{name}_line{loc.line}',
+                          None, tuple(cells))
+  return fn
+
+
+class _Key:
+  """`key[index]` is `index`: a subscript's index as a value, slices and
+  all (`key[:, j]` is `(slice(None), j)`)."""
+
+  def __getitem__(self, index):
+    return index
+
+
+_KEY = _Key()
+
+
+def subscript_parts(rewriter, arity, loc, closure, fn_globals, name):
+  """What `member_indexing` checks of each subscript `rewriter` noted.
+
+  For each (`x[:, j]`): `(text, parts, index_inputs, value_text,
+  element_texts)`, where `parts(*inputs)` is the pair `(x, (slice(None), j))` of the
+  primitive's inputs (the value subscripted, and the index as Python
+  gives it to `__getitem__`) and `index_inputs` the positions of the
+  inputs the index reads (the texts as `PrimitiveRewriter.subscripts`).
+
+  Args:
+    rewriter: The `PrimitiveRewriter` that rewrote the primitive.
+    arity: The primitive's number of inputs.
+    loc, closure, fn_globals, name: As for `make_function`.
+
+  Returns:
+    The list of triples.
+  """
+  out = []
+  for text, node, index, value_text, element_texts in rewriter.subscripts:
+    key = ast.Subscript(ast.Name(rewriter.prefix + 'key', ast.Load()),
+                        node.slice, ast.Load())
+    body = ast.Tuple([node.value, key], ast.Load())
+    parts = make_function(body, arity, loc, text, closure, fn_globals, name,
+                          rewriter.prefix, helpers={'key': _KEY})
+    out.append((text, parts, tuple(index), value_text, element_texts))
+  return out
+
+
+def expression_text(node):
+  """The source text of `node`, shortened to 60 characters.
+
+  Args:
+    node: An AST expression.
+
+  Returns:
+    Its text, as a primitive prints.
+  """
+  return shorten(ast.unparse(node))
+
+
+def shorten(text):
+  """`text`, cut to 60 characters with `...` if longer.
+
+  Args:
+    text: A string.
+
+  Returns:
+    `text`, or its first 57 characters and `...`.
+  """
+  return text if len(text) <= 60 else text[:57] + '...'
+
+
+def _calls_outside_ops(node, ops_name):
+  """Whether expression `node` calls anything but `autobatch_vm.ops`
+  (bound to `ops_name`)."""
+  for n in ast.walk(node):
+    if isinstance(n, ast.Call):
+      f = n.func
+      if not (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)
+              and f.value.id == ops_name):
+        return True
+  return False
+
+
+def _helper_assertion(error, text):
+  """`errors.HelperAssertionError` for AssertionError `error`, raised in a
+  function that primitive `text` calls: names that function, its file and
+  the line of the assert."""
+  tb = error.__traceback__
+  while tb.tb_next is not None:
+    tb = tb.tb_next
+  code = tb.tb_frame.f_code
+  line = linecache.getline(code.co_filename, tb.tb_lineno).strip()
+  where = f'{code.co_name}() ({code.co_filename}, line {tb.tb_lineno}'
+  where += f': {line})' if line else ')'
+  detail = f': {error}' if str(error) else ''
+  return errors.HelperAssertionError(
+      f'an assert in {where}, called by `{text}`, failed{detail}')
+
+
+def _set_lines(tree, line):
+  for n in ast.walk(tree):
+    if 'lineno' in n._attributes:
+      n.lineno = line
+      n.end_lineno = line
+      n.col_offset = 0
+      n.end_col_offset = 0
+
+
+def split_compare(node):
+  """`a < b < c` -> `a < b and b < c` (as a BoolOp).
+
+  Args:
+    node: An `ast.Compare` of several comparisons.
+
+  Returns:
+    The `ast.BoolOp` of one comparison per operator.
+  """
+  parts = []
+  left = node.left
+  for op, right in zip(node.ops, node.comparators):
+    parts.append(ast.copy_location(
+        ast.Compare(left=left, ops=[op], comparators=[right]), node))
+    left = right
+  return ast.copy_location(ast.BoolOp(op=ast.And(), values=parts), node)

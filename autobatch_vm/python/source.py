@@ -1,0 +1,326 @@
+"""The source of a batched Python function, and the copy a dry run calls.
+
+`Source` reads and parses the user's function and turns AST nodes into
+`SourceLoc`s (its file, its line, its text), which every error of the
+frontend names.  `dry_run_function` makes the copy of the function that a
+dry run calls, whose `range()` bounds take a member's one value and whose
+variables are given, as they are assigned, the value a member has in the
+batched call.
+"""
+
+import ast
+import copy
+import inspect
+import textwrap
+import types
+
+from autobatch_vm import errors
+from autobatch_vm.ir import instructions as inst
+
+__all__ = ['Source', 'assigned_names', 'dry_run_function', 'generated_prefix',
+           'range_bound']
+
+
+class Source:
+  """The parsed source of the user's function and its location.
+
+  Args:
+    fn: The user's Python function.
+
+  Raises:
+    UnsupportedSyntaxError: If its source cannot be read or it is not a
+      plain `def` function.
+
+  Attributes:
+    fn: The function.
+    name: Its name.
+    filename: The file it is defined in.
+    first_line: The line of the file its source starts at.
+    lines: The lines of its source.
+    node: Its `ast.FunctionDef`, parsed from the dedented source.
+  """
+
+  def __init__(self, fn):
+    self.fn = fn
+    self.name = fn.__name__
+    try:
+      lines, first = inspect.getsourcelines(fn)
+      self.filename = inspect.getsourcefile(fn) or '<unknown>'
+    except (OSError, TypeError) as e:
+      raise errors.UnsupportedSyntaxError(
+          f'Cannot read the source of batched function {self.name!r}: {e}',
+          hint='Define batched functions in a file (not in an interactive '
+          'prompt or exec string).') from e
+    self.first_line = first
+    self.lines = lines
+    tree = ast.parse(textwrap.dedent(''.join(lines)))
+    defs = [n for n in tree.body
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    if not defs or isinstance(defs[0], ast.AsyncFunctionDef):
+      raise errors.UnsupportedSyntaxError(
+          f'{self.name!r} is not a plain `def` function',
+          hint='Decorate a function defined with `def` (lambdas and async '
+          'functions cannot be batched).')
+    self.node = defs[0]
+
+  def loc(self, node):
+    """Where `node` is in the user's file.
+
+    Args:
+      node: An AST node of the function's tree (one without a line stands
+        for the `def` line).
+
+    Returns:
+      Its `SourceLoc`: function, file, line and the line's text.
+    """
+    lineno = getattr(node, 'lineno', None) or self.node.lineno
+    idx = lineno - 1
+    text = self.lines[idx].rstrip('\n') if 0 <= idx < len(self.lines) else ''
+    return inst.SourceLoc(self.name, self.filename,
+                          lineno + self.first_line - 1, text)
+
+
+def assigned_names(fn_node):
+  """Names Python would treat as local: parameters and assignment targets.
+
+  Args:
+    fn_node: The function's `ast.FunctionDef`.
+
+  Returns:
+    The set of names assigned in its body, comprehension targets left out.
+  """
+  names = set()
+  for node in ast.walk(fn_node):
+    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+      names.add(node.id)
+    elif isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp,
+                           ast.DictComp, ast.GeneratorExp)):
+      continue
+  # Comprehension targets are local to the comprehension, not the function.
+  for node in ast.walk(fn_node):
+    if isinstance(node, ast.comprehension):
+      for t in ast.walk(node.target):
+        if isinstance(t, ast.Name):
+          names.discard(t.id)
+  return names
+
+
+def generated_prefix(fn, node):
+  """The prefix of every name that code generated from `fn` binds.
+
+  The primitives (`primitives.make_function`) and the dry run's
+  copy (`dry_run_function`) are Python code compiled with `fn`'s globals
+  and closure, next to names of their own (parameters, helpers).  Those
+  names start with this prefix, which no identifier of `fn` starts with,
+  so none of them can hide a name of the user's: `__ab_`, or where `fn`
+  uses names that start with it, the first free one of `__ab0_`,
+  `__ab1_`, ...
+
+  Args:
+    fn: The user's Python function.
+    node: Its `ast.FunctionDef`.
+
+  Returns:
+    The prefix.
+  """
+  used = set(fn.__code__.co_freevars) | set(fn.__code__.co_names)
+  for n in ast.walk(node):
+    if isinstance(n, ast.Name):
+      used.add(n.id)
+    elif isinstance(n, ast.arg):
+      used.add(n.arg)
+    elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef,
+                        ast.ClassDef)):
+      used.add(n.name)
+  prefix, k = '__ab_', 0
+  while any(u.startswith(prefix) for u in used):
+    prefix, k = f'__ab{k}_', k + 1
+  return prefix
+
+
+def range_bound(x):
+  """Turns a `range()` bound of a dry run into one `range` takes.
+
+  In a dry run a member's variables are batches of one (shape `[1]`),
+  which Python's `range` does not take; a 0-d array or a number it does.
+
+  Args:
+    x: The bound: a batch of one, a 0-d array or a number.
+
+  Returns:
+    The one value of a batch of one, else `x`.
+  """
+  shape = getattr(x, 'shape', None)
+  if shape is not None and tuple(shape) == (1,):
+    return x[0]
+  return x
+
+
+class _DryRunRewriter(ast.NodeTransformer):
+  """Wraps each argument of `for ... in range(...)` in `range_bound`,
+  writes `x op= v` as `x = x op v`, and, given `member_name`, follows each
+  assignment of a name `x` (and starts each iteration of a
+  `for x in range(...)` loop) with `x = <member_name>('x', x)`.
+
+  A dry run's variables hold batch-of-one NumPy arrays where the member's
+  own Python would hold numbers, and NumPy's `x += v` updates `x` in
+  place: after `i = lo`, `i += 1` would change `lo` too.  Variables of a
+  batched function are values (its `i += 1` is `i = i + 1`), so the dry
+  run rebinds them as well.
+  """
+
+  def __init__(self, local_names, range_name, member_name=None,
+               items_name=None):
+    self.local_names = local_names
+    self.range_name = range_name
+    self.member_name = member_name
+    self.items_name = items_name
+    self.changed = False
+
+  def _item_assignment(self, node, target, value):
+    """`x = <items_name>.setitem(x, <items_name>.key[index], value)` for
+    `x[index] = value`, or None where it is not an item of a name."""
+    if (self.items_name is None or not isinstance(target, ast.Subscript)
+        or not isinstance(target.value, ast.Name)):
+      return None
+    self.changed = True
+    items = ast.Name(self.items_name, ast.Load())
+    name = target.value.id
+    key = ast.Subscript(ast.Attribute(items, 'key', ast.Load()),
+                        target.slice, ast.Load())
+    call = ast.Call(ast.Attribute(items, 'setitem', ast.Load()),
+                    [ast.Name(name, ast.Load()), key, value], [])
+    return ast.copy_location(
+        ast.Assign([ast.Name(name, ast.Store())], call), node)
+
+  def _member_values(self, node, targets):
+    """`x = <member_name>('x', x)` for each name that assignment `targets`
+    bind, placed at `node`."""
+    if self.member_name is None:
+      return []
+    names = [n.id for t in targets for n in ast.walk(t)
+             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+    self.changed = self.changed or bool(names)
+    return [ast.copy_location(ast.Assign(
+        [ast.Name(n, ast.Store())],
+        ast.Call(ast.Name(self.member_name, ast.Load()),
+                 [ast.Constant(n), ast.Name(n, ast.Load())], [])), node)
+            for n in dict.fromkeys(names)]
+
+  def visit_Assign(self, node):
+    self.generic_visit(node)
+    if len(node.targets) == 1:
+      functional = self._item_assignment(node, node.targets[0], node.value)
+      if functional is not None:
+        return functional
+    return [node] + self._member_values(node, node.targets)
+
+  def visit_AnnAssign(self, node):
+    self.generic_visit(node)
+    if node.value is None:
+      return node
+    return [node] + self._member_values(node, [node.target])
+
+  def visit_AugAssign(self, node):
+    self.generic_visit(node)
+    if isinstance(node.target, ast.Subscript):
+      read = copy.deepcopy(node.target)
+      read.ctx = ast.Load()
+      value = ast.copy_location(ast.BinOp(read, node.op, node.value), node)
+      return self._item_assignment(node, node.target, value) or node
+    if not isinstance(node.target, ast.Name):
+      return node
+    self.changed = True
+    value = ast.copy_location(ast.BinOp(
+        ast.Name(node.target.id, ast.Load()), node.op, node.value), node)
+    assign = ast.copy_location(ast.Assign(
+        [ast.Name(node.target.id, ast.Store())], value), node)
+    return [assign] + self._member_values(node, assign.targets)
+
+  def visit_For(self, node):
+    self.generic_visit(node)
+    it = node.iter
+    if (isinstance(it, ast.Call) and isinstance(it.func, ast.Name)
+        and it.func.id == 'range' and it.func.id not in self.local_names):
+      it.args = [ast.copy_location(ast.Call(
+          ast.Name(self.range_name, ast.Load()), [a], []), a)
+                 for a in it.args]
+      self.changed = True
+      node.body = self._member_values(node, [node.target]) + node.body
+    return node
+
+
+def dry_run_function(fn, member_value=None, items=None):
+  """Finds the Python function a dry run calls for batched function `fn`.
+
+  It is `fn` itself, except where `fn` loops `for ... in range(...)`,
+  updates a variable with an augmented assignment or (with
+  `member_value`) assigns a variable: then a copy compiled from its
+  source whose range bounds go through `range_bound` (what the batched
+  call compiles those loops to takes a per-member bound; the copy makes
+  Python's `range` take one too), whose `x op= v` is `x = x op v` (the
+  batched call's variables are values; NumPy's `+=` would update an array
+  that another variable holds too), and which passes each value it
+  assigns to a variable `x` (a loop counter at each iteration) through
+  `member_value('x', value)`.  The copy has `fn`'s globals, closure cells,
+  defaults, file and line numbers.
+
+  Args:
+    fn: The user's Python function.
+    member_value: A callable `(name, value)` giving what the variable
+      holds for one member in the batched call, or None.
+    items: For a per-member function: the module of its item helpers
+      (`per_member.member_ops`); the copy then writes `x[i] = v` and
+      `x[i] op= v` as `x = items.setitem(x, i, v)`, as the batched call
+      does (arrays are values; a TensorFlow tensor has no item
+      assignment).
+
+  Returns:
+    `fn`, or the copy.
+  """
+  src = Source(fn)
+  node = copy.deepcopy(src.node)
+  prefix = generated_prefix(fn, node)
+  range_name = prefix + 'range_bound'
+  member_name = prefix + 'member_value'
+  items_name = prefix + 'items'
+  rewriter = _DryRunRewriter(assigned_names(node) |
+                             {a.arg for a in node.args.args}, range_name,
+                             member_name if member_value else None,
+                             items_name if items else None)
+  rewriter.visit(node)
+  if not rewriter.changed:
+    return fn
+  node.decorator_list = []
+  # Renamed, so that the function's name in its body (a recursive call)
+  # is the global it is, not the maker's local.
+  node.name = prefix + 'dry_run_copy'
+  freevars = fn.__code__.co_freevars
+  maker = ast.FunctionDef(
+      name=prefix + 'make',
+      args=ast.arguments(posonlyargs=[], args=[
+          ast.arg(n) for n in freevars + (range_name, member_name,
+                                          items_name)],
+                         vararg=None,
+                         kwonlyargs=[], kw_defaults=[], kwarg=None,
+                         defaults=[]),
+      body=[node, ast.Return(ast.Name(node.name, ast.Load()))],
+      decorator_list=[], returns=None, type_comment=None, type_params=[])
+  module = ast.Module(body=[maker], type_ignores=[])
+  ast.fix_missing_locations(module)
+  ast.increment_lineno(module, src.first_line - 1)
+  code = compile(module, src.filename, 'exec')
+  maker_code = next(c for c in code.co_consts
+                    if isinstance(c, types.CodeType))
+  fn_code = next(c for c in maker_code.co_consts
+                 if isinstance(c, types.CodeType) and c.co_name == node.name)
+  cells = dict(zip(freevars, fn.__closure__ or ()))
+  cells[range_name] = types.CellType(range_bound)
+  cells[member_name] = types.CellType(member_value)
+  cells[items_name] = types.CellType(items)
+  copied = types.FunctionType(fn_code, fn.__globals__, fn.__name__,
+                              fn.__defaults__,
+                              tuple(cells[n] for n in fn_code.co_freevars))
+  copied.__qualname__ = fn.__qualname__
+  copied.__doc__ = fn.__doc__
+  return copied

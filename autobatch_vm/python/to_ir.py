@@ -1,0 +1,829 @@
+"""Compiles the source of one batched Python function into an IR `Function`.
+
+Expects: a plain Python function (not a lambda) whose source is available,
+and a `resolve_batched(obj, name)` callback that says whether a call of the
+Python object `obj` (None where it is not known statically), spelt as the
+bare name `name` (None for other callee expressions), is a call of a batched
+function of the same Context (and gives its name).
+
+Guarantees: every statement of the supported subset becomes IR; maximal
+sub-expressions that contain no call of a batched function become one
+`PrimOp` each (so `n - 1 + k` is one primitive, evaluated on whole arrays);
+calls of batched functions become `FunctionCallOp`s; `if`, `while`, `for ...
+in range(...)`, `break`, `continue`, `return`, short-circuit `and`/`or` and
+`a if c else b` around batched calls become blocks and branches.  Constructs
+that do not batch as written (`and`, `or`, `not`, chained comparisons and
+conditional expressions on arrays) are rewritten to per-member helpers from
+`autobatch_vm.ops`.  Anything else raises `UnsupportedSyntaxError` naming the
+construct, the function, the file and the line.
+
+Variables keep the user's names; temporaries are `%0`, `%1`, ... and the
+result is `%ret`, names no Python identifier can clash with.
+
+This module walks the statements and expressions; `source` reads
+the function's source (and makes a dry run's copy), `primitives`
+turns a pure expression into its batched primitive, and `cfg`
+prunes and checks the finished blocks.
+"""
+
+import ast
+import builtins
+import copy
+
+from autobatch_vm import errors
+from autobatch_vm import ops as ops_module
+from autobatch_vm.ir import instructions as inst
+from autobatch_vm.passes import member_indexing
+from autobatch_vm.per_member import member_ops
+from autobatch_vm.per_member import primitive as member_primitive
+from autobatch_vm.python import cfg as python_cfg
+from autobatch_vm.python import primitives as python_primitives
+from autobatch_vm.python import source as python_source
+from autobatch_vm.python.source import dry_run_function
+from autobatch_vm.python.source import range_bound
+
+__all__ = ['compile_function', 'dry_run_function', 'range_bound',
+           'RETURN_VAR']
+
+RETURN_VAR = inst.RETURN_VAR
+
+_UNSUPPORTED_STATEMENTS = {
+    ast.Try: ('try statements', 'Handle errors outside the batched function.'),
+    ast.With: ('with statements', 'Move the context manager outside the '
+               'batched function.'),
+    ast.AsyncWith: ('async with statements', None),
+    ast.AsyncFor: ('async for loops', None),
+    ast.AsyncFunctionDef: ('nested async functions', None),
+    ast.Global: ('global declarations', 'Batched functions cannot rebind '
+                 'globals; return the value instead.'),
+    ast.Nonlocal: ('nonlocal declarations', 'Batched functions cannot rebind '
+                   'enclosing variables; return the value instead.'),
+    ast.Delete: ('del statements', 'Simply stop using the variable.'),
+    ast.FunctionDef: ('nested function definitions', 'Define the helper at '
+                      'module level (decorate it too if it needs control '
+                      'flow).'),
+    ast.ClassDef: ('class definitions', 'Define the class at module level.'),
+    ast.Import: ('import statements', 'Import at module level.'),
+    ast.ImportFrom: ('import statements', 'Import at module level.'),
+    ast.Raise: ('raise statements', 'Use `assert cond, "message"` to check '
+                'a per-member condition.'),
+}
+if hasattr(ast, 'Match'):
+  _UNSUPPORTED_STATEMENTS[ast.Match] = ('match statements', 'Use if/elif.')
+if hasattr(ast, 'TryStar'):
+  _UNSUPPORTED_STATEMENTS[ast.TryStar] = ('try statements', None)
+
+_UNSUPPORTED_EXPRESSIONS = {
+    ast.Yield: ('yield', 'Batched functions cannot be generators.'),
+    ast.YieldFrom: ('yield from', 'Batched functions cannot be generators.'),
+    ast.Await: ('await', None),
+    ast.NamedExpr: ('assignment expressions (:=)', 'Use a separate '
+                    'assignment statement.'),
+}
+
+
+class _Compiler:
+  """Walks one function's AST and builds its blocks."""
+
+  def __init__(self, fn, resolve_batched, params_of, type_inference,
+               defaults_of=None, per_member=False):
+    self.src = python_source.Source(fn)
+    self.fn = fn
+    self.per_member = per_member
+    self.resolve_batched = resolve_batched
+    self.params_of = params_of
+    self.defaults_of = defaults_of or (lambda name: {})
+    self.type_inference = type_inference
+    self.blocks = []          # finished blocks, in creation order
+    self.label_count = 0
+    self.temp_count = 0
+    self.cur_label = None
+    self.cur_ops = None
+    self.cur_loc = None
+    self.loops = []           # (continue_label, break_label)
+    self.returns = 0
+    node = self.src.node
+    self._check_signature(node)
+    self.params = tuple(a.arg for a in node.args.args)
+    self.locals = python_source.assigned_names(node) | set(self.params)
+    self.closure = {}
+    if fn.__closure__:
+      self.closure = dict(zip(fn.__code__.co_freevars, fn.__closure__))
+    # Names of the generated primitives' own start with this.
+    self.prefix = python_source.generated_prefix(fn, node)
+
+  # -- errors --------------------------------------------------------------
+
+  def unsupported(self, node, what, hint=None):
+    raise errors.UnsupportedSyntaxError(
+        f'{what} are not supported in batched functions'
+        if what.endswith('s') else f'{what} is not supported in batched '
+        'functions', loc=self.src.loc(node), hint=hint)
+
+  def _check_signature(self, node):
+    a = node.args
+    if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs:
+      raise errors.UnsupportedSyntaxError(
+          f'Batched function {self.src.name!r} must take plain positional '
+          'parameters, with or without default values (no *args, **kwargs, '
+          'keyword-only or positional-only parameters)',
+          loc=self.src.loc(node))
+
+  # -- blocks --------------------------------------------------------------
+
+  def new_label(self):
+    label = f'{self.src.name}.{self.label_count}'
+    self.label_count += 1
+    return label
+
+  def start(self, label, node=None):
+    self.cur_label = label
+    self.cur_ops = []
+    self.cur_loc = self.src.loc(node) if node is not None else None
+
+  def emit(self, op):
+    if self.cur_label is None:   # unreachable code: give it a block anyway
+      self.start(self.new_label())
+    self.cur_ops.append(op)
+
+  def terminate(self, term):
+    if self.cur_label is None:
+      self.start(self.new_label())
+    # A block's location is where its first instruction came from.
+    locs = [op.loc for op in self.cur_ops if op.loc is not None]
+    loc = locs[0] if locs else (term.loc or self.cur_loc)
+    self.blocks.append(inst.Block(self.cur_label, tuple(self.cur_ops), term,
+                                  loc))
+    self.cur_label = None
+    self.cur_ops = None
+
+  def goto_new(self, node=None):
+    """Ends the current block with a goto to a fresh block, and starts it."""
+    label = self.new_label()
+    self.terminate(inst.GotoOp(label))
+    self.start(label, node)
+    return label
+
+  def temp(self):
+    name = f'%{self.temp_count}'
+    self.temp_count += 1
+    return name
+
+  # -- driver --------------------------------------------------------------
+
+  def compile(self):
+    node = self.src.node
+    self.start(self.new_label(), node)
+    body = node.body
+    if (body and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)):
+      body = body[1:]  # docstring
+    self.statements(body)
+    if self.returns == 0:
+      raise errors.UnsupportedSyntaxError(
+          f'Batched function {self.src.name!r} never returns a value',
+          loc=self.src.loc(node),
+          hint='End every path with `return <value>`.')
+    if self.cur_label is not None:
+      end = self.src.loc(node.body[-1]) if node.body else self.src.loc(node)
+      self.blocks.append(inst.Block(self.cur_label, tuple(self.cur_ops),
+                                    python_cfg.FallOff(end), self.cur_loc))
+    blocks = python_cfg.prune_unreachable(self.blocks, self.src.name,
+                                         self.params)
+    return inst.Function(
+        name=self.src.name, vars_in=self.params, vars_out=RETURN_VAR,
+        blocks=tuple(blocks), type_inference=self.type_inference,
+        loc=self.src.loc(node), python_function=self.fn)
+
+  # -- statements ----------------------------------------------------------
+
+  def statements(self, stmts):
+    for s in stmts:
+      self.statement(s)
+
+  def statement(self, s):
+    for kind, (what, hint) in _UNSUPPORTED_STATEMENTS.items():
+      if isinstance(s, kind):
+        self.unsupported(s, what, hint)
+    method = getattr(self, f'stmt_{type(s).__name__}', None)
+    if method is None:
+      self.unsupported(s, f'{type(s).__name__} statements')
+    method(s)
+
+  def stmt_Pass(self, s):
+    pass
+
+  def stmt_Expr(self, s):
+    if isinstance(s.value, ast.Constant):
+      return  # a bare string or number: no effect
+    self.expr(s.value)
+
+  def stmt_Assign(self, s):
+    if self.per_member and len(s.targets) == 1 and isinstance(
+        s.targets[0], ast.Subscript):
+      self._item_assignment(s, s.targets[0], s.value)
+      return
+    for t in s.targets:
+      self._check_target(t)
+    if len(s.targets) == 1:
+      self.expr(s.value, self._target_pattern(s.targets[0]))
+      return
+    var = self.expr(s.value)
+    for t in s.targets:
+      pattern = self._target_pattern(t)
+      self.emit(inst.PrimOp((var,), pattern, inst.identity, var,
+                            self.src.loc(s)))
+
+  def stmt_AnnAssign(self, s):
+    if s.value is None:
+      return
+    self._check_target(s.target)
+    self.expr(s.value, self._target_pattern(s.target))
+
+  def stmt_AugAssign(self, s):
+    if self.per_member and isinstance(s.target, ast.Subscript):
+      read = ast.Subscript(copy.deepcopy(s.target.value),
+                           copy.deepcopy(s.target.slice), ast.Load())
+      value = ast.copy_location(ast.BinOp(left=read, op=s.op,
+                                          right=s.value), s)
+      ast.fix_missing_locations(value)
+      self._item_assignment(s, s.target, value)
+      return
+    if not isinstance(s.target, ast.Name):
+      self.unsupported(s, 'augmented assignment to items or attributes',
+                       'Compute a new value and assign it to a variable.')
+    value = ast.BinOp(left=ast.Name(s.target.id, ast.Load()), op=s.op,
+                      right=s.value)
+    ast.copy_location(value, s)
+    ast.fix_missing_locations(value)
+    self.expr(value, s.target.id)
+
+  def _item_assignment(self, s, target, value):
+    """`x[index] = value` in a per-member function: `x` becomes a new
+    value, `member_ops.setitem(x, index, value)`."""
+    if not (isinstance(target.value, ast.Name)
+            and target.value.id in self.locals):
+      self.unsupported(
+          target, 'assignment to items of anything but a variable',
+          'Assign the item of a variable of the function (`x[i] = v`); '
+          'for a nested item, take the inner array into a variable, '
+          'assign its item, and put it back.')
+    name = target.value.id
+    call = ast.Call(
+        ast.Attribute(ast.Name(self.prefix + python_primitives.MEMBER_OPS,
+                               ast.Load()), 'setitem', ast.Load()),
+        [ast.Name(name, ast.Load()),
+         python_primitives.member_key(self.prefix, target.slice, target),
+         value], [])
+    ast.copy_location(call, s)
+    ast.fix_missing_locations(call)
+    # Printed as the user wrote it (`cur[j] = ...`).
+    call.listing_text = python_primitives.shorten(ast.unparse(s))
+    self.expr(call, name)
+
+  def _check_target(self, t):
+    if isinstance(t, ast.Name):
+      return
+    if isinstance(t, (ast.Tuple, ast.List)):
+      for e in t.elts:
+        if isinstance(e, ast.Starred):
+          self.unsupported(e, 'starred assignment targets',
+                           'Unpack into a fixed number of names.')
+        self._check_target(e)
+      return
+    if isinstance(t, (ast.Attribute, ast.Subscript)):
+      self.unsupported(
+          t, 'assignment to items or attributes',
+          'Arrays and namedtuples are values here: build a new one (e.g. '
+          '`state = state._replace(x=...)` or with np.where) instead.')
+    self.unsupported(t, f'assignment to {type(t).__name__}')
+
+  def _target_pattern(self, t):
+    if isinstance(t, ast.Name):
+      return t.id
+    if isinstance(t, ast.List):
+      return [self._target_pattern(e) for e in t.elts]
+    return tuple(self._target_pattern(e) for e in t.elts)
+
+  def stmt_Return(self, s):
+    if s.value is None:
+      self.unsupported(s, 'return without a value',
+                       'Batched functions must return a value on every '
+                       'path.')
+    self.expr(s.value, RETURN_VAR)
+    self.returns += 1
+    self.terminate(inst.ReturnOp(self.src.loc(s)))
+
+  def stmt_If(self, s):
+    cond = self._condition(s.test)
+    then_label, else_label = self.new_label(), self.new_label()
+    join_label = self.new_label() if s.orelse else else_label
+    self.terminate(inst.BranchOp(cond, then_label, else_label,
+                                 self.src.loc(s)))
+    self.start(then_label, s.body[0])
+    self.statements(s.body)
+    if self.cur_label is not None:
+      self.terminate(inst.GotoOp(join_label))
+    if s.orelse:
+      self.start(else_label, s.orelse[0])
+      self.statements(s.orelse)
+      if self.cur_label is not None:
+        self.terminate(inst.GotoOp(join_label))
+    self.start(join_label, s)
+
+  def _condition(self, test):
+    """Compiles a condition; returns a variable name."""
+    return self.expr(test)
+
+  def _loop_body(self, s, body_label, continue_label, exit_label,
+                 prologue=()):
+    """Compiles the body of loop `s`; `break`/`continue` jump as given."""
+    self.start(body_label, s.body[0])
+    for op in prologue:
+      self.emit(op)
+    self.loops.append((continue_label, exit_label))
+    self.statements(s.body)
+    if self.cur_label is not None:
+      self.terminate(inst.GotoOp(continue_label))
+    self.loops.pop()
+
+  def stmt_While(self, s):
+    if s.orelse:
+      self.unsupported(s.orelse[0], '`else` clauses on loops',
+                       'Use a flag variable set before `break`.')
+    header = self.goto_new(s)
+    body, exit_label = self.new_label(), self.new_label()
+    if isinstance(s.test, ast.Constant) and s.test.value is True:
+      self.terminate(inst.GotoOp(body))
+    else:
+      cond = self._condition(s.test)
+      self.terminate(inst.BranchOp(cond, body, exit_label, self.src.loc(s)))
+    self._loop_body(s, body, header, exit_label)
+    self.start(exit_label, s)
+
+  def stmt_For(self, s):
+    if s.orelse:
+      self.unsupported(s.orelse[0], '`else` clauses on loops',
+                       'Use a flag variable set before `break`.')
+    it = s.iter
+    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name)
+            and it.func.id == 'range' and it.func.id not in self.locals
+            and not it.keywords and 1 <= len(it.args) <= 3):
+      self.unsupported(
+          s, 'for loops over anything but range(...)',
+          'Write `for i in range(n)` (n may be batched) or a while loop; '
+          'iterating over an array would iterate over the batch.')
+    if not isinstance(s.target, ast.Name):
+      self.unsupported(s.target, 'for-loop targets other than a single name')
+    args = list(it.args)
+    start = ast.Constant(0) if len(args) == 1 else args[0]
+    stop = args[0] if len(args) == 1 else args[1]
+    step = args[2] if len(args) == 3 else ast.Constant(1)
+    for a in (start, stop, step):
+      ast.copy_location(a, it)
+    loc = self.src.loc(s)
+    counter, stop_var, step_var = self.temp(), self.temp(), self.temp()
+    self.expr(start, counter)
+    self.expr(stop, stop_var)
+    step_sign = None
+    if isinstance(step, ast.Constant) and isinstance(step.value, int):
+      if step.value == 0:
+        self.unsupported(step, 'range() with step 0')
+      step_sign = 1 if step.value > 0 else -1
+    self.expr(step, step_var)
+    header = self.goto_new(s)
+    if step_sign == 1:
+      fn, text = (lambda c, e: c < e), f'{counter} < {stop_var}'
+    elif step_sign == -1:
+      fn, text = (lambda c, e, _: c > e), f'{counter} > {stop_var}'
+    else:
+      fn = _range_condition
+      text = f'{counter} < {stop_var} if {step_var} > 0 else ...'
+    cond = self.temp()
+    ins = (counter, stop_var) if step_sign == 1 else (
+        counter, stop_var, step_var)
+    self.emit(inst.PrimOp(ins, cond, fn, text, loc))
+    body, latch, exit_label = (self.new_label(), self.new_label(),
+                               self.new_label())
+    self.terminate(inst.BranchOp(cond, body, exit_label, loc))
+    # The user's variable gets the counter at the top of each iteration, so
+    # after the loop it holds the last value, as in Python.
+    self._loop_body(s, body, latch, exit_label, prologue=[inst.PrimOp(
+        (counter,), s.target.id, inst.identity, counter, loc)])
+    self.start(latch, s)
+    self.emit(inst.PrimOp((counter, step_var), counter, _add,
+                          f'{counter} + {step_var}', loc))
+    self.terminate(inst.GotoOp(header))
+    self.start(exit_label, s)
+
+  def stmt_Break(self, s):
+    if not self.loops:
+      self.unsupported(s, '`break` outside a loop')
+    self.terminate(inst.GotoOp(self.loops[-1][1], self.src.loc(s)))
+
+  def stmt_Continue(self, s):
+    if not self.loops:
+      self.unsupported(s, '`continue` outside a loop')
+    self.terminate(inst.GotoOp(self.loops[-1][0], self.src.loc(s)))
+
+  def stmt_Assert(self, s):
+    cond = self._condition(s.test)
+    ok, bad = self.new_label(), self.new_label()
+    loc = self.src.loc(s)
+    self.terminate(inst.BranchOp(cond, ok, bad, loc))
+    self.start(bad, s)
+    fail = self.temp()
+    if s.msg is None or isinstance(s.msg, ast.Constant):
+      message = (str(s.msg.value) if s.msg is not None
+                 else f'assert {ast.unparse(s.test)}')
+      self.emit(inst.PrimOp((), fail, lambda: ops_module.fail(message),
+                            f'fail {message!r}', loc))
+    elif self._contains_batched_call(s.msg):
+      # The call cannot run inside the failing primitive: the message
+      # stays its source.
+      message = ast.unparse(s.msg)
+      self.emit(inst.PrimOp((), fail, lambda: ops_module.fail(message),
+                            f'fail {message!r}', loc))
+    else:
+      # The message reads the function's variables: the primitive gets
+      # them, and the VM computes the message for the failing members it
+      # names, each from its own rows (`errors.FailedAssertion`).  Only
+      # this block, which members reach when the assert fails, reads them.
+      message = ast.unparse(s.msg)
+      self._check_values(s.msg)
+      self._check_pure(s.msg)
+      rewritten, inputs = python_primitives.PrimitiveRewriter(
+          self.locals, self._static_value, self.unsupported,
+          self.prefix).rewrite(s.msg)
+      compute = python_primitives.make_function(
+          rewritten, len(inputs), self.src.loc(s.msg),
+          python_primitives.expression_text(s.msg), self.closure,
+          self.fn.__globals__, self.src.name, self.prefix)
+      self.emit(inst.PrimOp(
+          tuple(inputs), fail,
+          lambda *values: ops_module.fail(message, compute, *values),
+          f'fail {python_primitives.shorten(message)}', loc))
+    self.terminate(inst.GotoOp(ok))
+    self.start(ok, s)
+
+  # -- expressions ---------------------------------------------------------
+
+  def _batched_callee(self, call):
+    """The name of the batched function `call` calls, or None."""
+    if not isinstance(call, ast.Call):
+      return None
+    obj = self._static_value(call.func)
+    # A bare name registered in the Context is a batched call even where it
+    # is not bound yet or names the undecorated function (TFP's rule:
+    # `f = ctx.batch_uncurried(f_impl, ...)` with f_impl calling itself).
+    name = (call.func.id if isinstance(call.func, ast.Name)
+            and call.func.id not in self.locals else None)
+    return self.resolve_batched(None if obj is _NOT_STATIC else obj, name)
+
+  def _static_value(self, node):
+    """The Python object a Name/Attribute chain of non-locals refers to."""
+    if isinstance(node, ast.Name):
+      if node.id in self.locals:
+        return _NOT_STATIC
+      if node.id in self.closure:
+        try:
+          return self.closure[node.id].cell_contents
+        except ValueError:
+          return _NOT_STATIC
+      if node.id in self.fn.__globals__:
+        return self.fn.__globals__[node.id]
+      if hasattr(builtins, node.id):
+        return getattr(builtins, node.id)
+      return _NOT_STATIC
+    if isinstance(node, ast.Attribute):
+      base = self._static_value(node.value)
+      if base is _NOT_STATIC:
+        return _NOT_STATIC
+      return getattr(base, node.attr, _NOT_STATIC)
+    return _NOT_STATIC
+
+  def _contains_batched_call(self, node):
+    return any(self._batched_callee(n) is not None for n in ast.walk(node))
+
+  def expr(self, node, target=None):
+    """Compiles `node`; stores it in `target` (a name pattern) if given.
+
+    Returns the variable (or pattern) holding the value.
+    """
+    for kind, (what, hint) in _UNSUPPORTED_EXPRESSIONS.items():
+      for n in ast.walk(node):
+        if isinstance(n, kind):
+          self.unsupported(n, what, hint)
+    self._check_values(node)
+    if not self._contains_batched_call(node):
+      if (isinstance(node, ast.Name) and node.id in self.locals
+          and target is None):
+        return node.id
+      return self._primitive(node, target)
+    callee = self._batched_callee(node)
+    if callee is not None:
+      return self._call(node, callee, target)
+    if isinstance(node, ast.IfExp):
+      return self._ifexp(node, target)
+    if isinstance(node, ast.BoolOp):
+      return self._boolop(node, target)
+    if isinstance(node, ast.Compare) and len(node.ops) > 1:
+      return self._boolop(python_primitives.split_compare(node), target)
+    if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
+                         ast.GeneratorExp)):
+      self.unsupported(node, 'calls of batched functions inside lambdas or '
+                       'comprehensions', 'Call them in a statement.')
+    # A pure expression around batched calls: evaluate each call-containing
+    # child (left to right), then the rest as one primitive.
+    node = _Substituter(self).visit(_deepcopy(node))
+    return self._primitive(node, target)
+
+  def _check_values(self, node):
+    """Rejects a lambda as a value and calls of `print`, which would
+    otherwise fail later with a message about types."""
+    def lambdas(n):
+      if isinstance(n, ast.Lambda):
+        yield n
+      elif isinstance(n, (ast.Tuple, ast.List)):
+        for e in n.elts:
+          yield from lambdas(e)
+    for n in lambdas(node):
+      raise errors.UnsupportedSyntaxError(
+          'lambdas as values are not supported in batched functions: a '
+          'variable of a batched function holds arrays, one row per member, '
+          'not functions', loc=self.src.loc(n),
+          hint='Define the function with `def` at module level and call it '
+          'from here (it then runs as a primitive on whole batches), or '
+          'write its expression inline.  A lambda passed straight to a '
+          'function (`tf.map_fn(lambda r: ..., x)`) is fine.')
+    for n in ast.walk(node):
+      if (isinstance(n, ast.Call) and
+          self._static_value(n.func) is builtins.print):
+        raise errors.UnsupportedSyntaxError(
+            'print() is not supported in batched functions: a batched '
+            'function\'s statements run on whole batches, not per member, '
+            'so print would run once on made-up values while types are '
+            'inferred, then once per execution of its block (or once while '
+            'a tf.function traces), never once per member',
+            loc=self.src.loc(n),
+            hint='Call the function with dry_run=True to run each member '
+            'alone as plain Python: print works there and shows that '
+            'member\'s values.  Or return the values you want to see.')
+
+  def _call(self, node, callee, target):
+    for a in node.args:
+      if isinstance(a, ast.Starred):
+        self.unsupported(a, 'starred arguments in calls of batched functions',
+                         'Pass each argument explicitly.')
+    for k in node.keywords:
+      if k.arg is None:
+        self.unsupported(node, '**kwargs in calls of batched functions',
+                         'Pass each argument explicitly.')
+    params = self.params_of(callee)
+    defaults = self.defaults_of(callee)
+    loc = self.src.loc(node)
+    nargs = len(node.args) + len(node.keywords)
+    if len(node.args) > len(params):
+      raise errors.ArgumentError(
+          f'{callee}() takes {len(params)} argument(s) '
+          f'({", ".join(params)}) but {nargs} were given', loc=loc)
+    by_name = {}
+    for k in node.keywords:
+      if k.arg not in params:
+        raise errors.ArgumentError(
+            f'{callee}() got an unexpected keyword argument {k.arg!r}',
+            loc=loc, hint=f'Its parameters are: {", ".join(params)}.')
+      by_name[k.arg] = k.value
+    positional = dict(zip(params, node.args))
+    for name in by_name:
+      if name in positional:
+        raise errors.ArgumentError(
+            f'{callee}() got multiple values for argument {name!r}', loc=loc)
+    positional.update(by_name)
+    missing = [p for p in params if p not in positional and p not in defaults]
+    if missing:
+      raise errors.ArgumentError(
+          f'{callee}() takes {len(params)} argument(s) '
+          f'({", ".join(params)}) but {nargs} were given; missing '
+          f'{", ".join(missing)}', loc=loc)
+    arg_vars = []
+    for p in params:
+      if p in positional:
+        arg_vars.append(self.expr(positional[p]))
+      else:
+        # An omitted argument is its default value, as if written in the
+        # call (a Python number is a literal that takes the type it meets).
+        var = self.temp()
+        value = defaults[p]
+        self.emit(inst.PrimOp((), var, _constant(value),
+                              f'{p}={python_primitives.shorten(repr(value))}', loc))
+        arg_vars.append(var)
+    out = target if target is not None else self.temp()
+    self.emit(inst.FunctionCallOp(callee, tuple(arg_vars), out, loc))
+    return out
+
+  def _ifexp(self, node, target):
+    out = target if target is not None else self.temp()
+    if not isinstance(out, str):
+      tmp = self._ifexp(node, None)
+      self.emit(inst.PrimOp((tmp,), out, inst.identity, tmp,
+                            self.src.loc(node)))
+      return out
+    cond = self._condition(node.test)
+    a, b, join = self.new_label(), self.new_label(), self.new_label()
+    self.terminate(inst.BranchOp(cond, a, b, self.src.loc(node)))
+    self.start(a, node)
+    self.expr(node.body, out)
+    self.terminate(inst.GotoOp(join))
+    self.start(b, node)
+    self.expr(node.orelse, out)
+    self.terminate(inst.GotoOp(join))
+    self.start(join, node)
+    return out
+
+  def _boolop(self, node, target):
+    """`a and b` / `a or b` with short-circuit, for batched-call operands."""
+    out = target if isinstance(target, str) else self.temp()
+    loc = self.src.loc(node)
+    is_and = isinstance(node.op, ast.And)
+    self.expr(node.values[0], out)
+    join = self.new_label()
+    for v in node.values[1:]:
+      nxt = self.new_label()
+      self.terminate(inst.BranchOp(out, nxt, join, loc) if is_and else
+                     inst.BranchOp(out, join, nxt, loc))
+      self.start(nxt, v)
+      self.expr(v, out)
+    self.terminate(inst.GotoOp(join))
+    self.start(join, node)
+    if target is not None and not isinstance(target, str):
+      self.emit(inst.PrimOp((out,), target, inst.identity, out, loc))
+      return target
+    return out
+
+  def _primitive(self, node, target):
+    loc = self.src.loc(node)
+    self._check_pure(node)
+    rewriter = python_primitives.PrimitiveRewriter(
+        self.locals, self._static_value, self.unsupported, self.prefix,
+        self.per_member)
+    rewritten, inputs = rewriter.rewrite(node)
+    text = (getattr(node, 'listing_text', None) or
+            python_primitives.expression_text(node))
+    fn = python_primitives.make_function(
+        rewritten, len(inputs), loc, text, self.closure, self.fn.__globals__,
+        self.src.name, self.prefix, helpers=self._helpers())
+    out = target if target is not None else self.temp()
+    if self.per_member and isinstance(node, ast.Name) and inputs:
+      # A copy means the same for one member as for the batch.
+      self.emit(inst.PrimOp(tuple(inputs), out, inst.identity, text, loc))
+      return out
+    if self.per_member and inputs:
+      # (Without inputs a value is the same for every member, and the
+      # batch-aware primitive broadcasts it.)
+      self.emit(inst.PrimOp(
+          tuple(inputs), out,
+          member_primitive.PerMemberFunction(
+              fn, loc, text, python_primitives.is_elementwise(
+                  rewritten, self.prefix, self._static_value)), text, loc,
+          per_member=True))
+      return out
+    # A variable indexed by a variable (`x[:, j]`): type inference checks
+    # that the index is not a per-member array (`member_indexing`).
+    member_indexing.note(fn, python_primitives.subscript_parts(
+        rewriter, len(inputs), loc, self.closure, self.fn.__globals__,
+        self.src.name))
+    sync = any(getattr(self._static_value(n.func), ops_module.SYNC_ATTRIBUTE,
+                       False)
+               is True for n in ast.walk(node) if isinstance(n, ast.Call))
+    self.emit(inst.PrimOp(tuple(inputs), out, fn, text, loc, sync))
+    return out
+
+  def _helpers(self):
+    """The objects a primitive's code reads besides the user's: the
+    per-member helpers, in a per-member function."""
+    if not self.per_member:
+      return None
+    return {python_primitives.MEMBER_OPS: member_ops}
+
+  def _check_pure(self, node):
+    for n in ast.walk(node):
+      if isinstance(n, ast.comprehension) and not self.per_member:
+        if any(isinstance(m, ast.Name) and m.id in self.locals
+               for m in ast.walk(n.iter)):
+          self.unsupported(
+              n.iter, 'comprehensions over batched values',
+              'Iterating over a batched array iterates over the batch; use '
+              'array operations, or range() over a Python int.')
+      if isinstance(n, ast.Lambda):
+        if any(isinstance(m, (ast.IfExp, ast.BoolOp)) for m in ast.walk(n)):
+          self.unsupported(
+              n, 'lambdas with control flow',
+              'Define a batched function instead, or use np.where.')
+      if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+        if (not n.id.startswith(('%', self.prefix)) and n.id not in self.locals
+            and n.id not in self.closure
+            and n.id not in self.fn.__globals__
+            and not hasattr(builtins, n.id) and not _bound_inside(node, n.id)):
+          raise errors.NameResolutionError(
+              f'name {n.id!r} is not defined', loc=self.src.loc(n),
+              hint='Define it at module level or as a variable of the '
+              'function before using it.')
+
+
+_NOT_STATIC = object()
+
+
+def _bound_inside(node, name):
+  """Whether `name` is bound by a lambda or comprehension inside `node`."""
+  for n in ast.walk(node):
+    if isinstance(n, ast.Lambda):
+      if any(a.arg == name for a in n.args.args):
+        return True
+    if isinstance(n, ast.comprehension):
+      if any(isinstance(t, ast.Name) and t.id == name
+             for t in ast.walk(n.target)):
+        return True
+  return False
+
+
+def _add(a, b):
+  return a + b
+
+
+def _range_condition(c, e, s):
+  return ops_module.where(s > 0, c < e, c > e)
+
+
+def _constant(value):
+  """A primitive without inputs computing `value` (a default argument)."""
+  def constant():
+    return value
+  return constant
+
+
+def _deepcopy(node):
+  return copy.deepcopy(node)
+
+
+class _Substituter(ast.NodeTransformer):
+  """Replaces each batched-call-containing child by a fresh temporary."""
+
+  def __init__(self, compiler):
+    self.c = compiler
+
+  def generic_visit(self, node):
+    for field, old in ast.iter_fields(node):
+      if isinstance(old, list):
+        new = []
+        for item in old:
+          new.append(self._child(item) if isinstance(item, ast.AST) else item)
+        setattr(node, field, new)
+      elif isinstance(old, ast.AST):
+        setattr(node, field, self._child(old))
+    return node
+
+  def _child(self, child):
+    if not isinstance(child, ast.expr) or not self.c._contains_batched_call(
+        child):
+      return child
+    if (self.c._batched_callee(child) is not None
+        or isinstance(child, (ast.IfExp, ast.BoolOp))
+        or (isinstance(child, ast.Compare) and len(child.ops) > 1)):
+      var = self.c.expr(child)
+      return ast.copy_location(ast.Name(var, ast.Load()), child)
+    return self.generic_visit(child)
+
+  def visit(self, node):
+    return self.generic_visit(node)
+
+
+def compile_function(fn, resolve_batched, params_of, type_inference=None,
+                     defaults_of=None, per_member=False):
+  """Compiles Python function `fn` to an IR `Function`.
+
+  Args:
+    fn: The user's Python function.
+    resolve_batched: (object or None, bare name or None) -> name of a
+      batched function of the same Context, or None.
+    params_of: Batched function name -> its parameter names.
+    type_inference: The user's optional type-inference callable.
+    defaults_of: Batched function name -> {parameter: default value} for
+      its parameters that have one (a call may omit those).
+    per_member: Whether `fn` is written for one member
+      (`Context.batch(per_member=True)`): its primitives are then
+      per-member `PrimOp`s, and `x[i] = v` assigns `x` a new value.
+
+  Returns:
+    The untyped IR `Function`.
+
+  Raises:
+    UnsupportedSyntaxError: If `fn` uses Python outside the supported
+      subset.
+    NameResolutionError: If `fn` uses a name that is not defined.
+    ArgumentError: If `fn` calls a batched function with arguments that
+      do not fit its parameters.
+  """
+  return _Compiler(fn, resolve_batched, params_of, type_inference,
+                   defaults_of, per_member).compile()
