@@ -39,6 +39,7 @@ MODULES = [
     'autobatch_vm.backends.tf.ops',
     'autobatch_vm.backends.tf.packing',
     'autobatch_vm.backends.tf.xla',
+    'autobatch_vm.batched_function',
     'autobatch_vm.dry_run',
     'autobatch_vm.dsl',
     'autobatch_vm.errors',
