@@ -33,7 +33,7 @@ def edit_distance(a, b, la, lb):
   prev = np.arange(W + 1)
   i = 1
   while i <= la:
-    cur = np.zeros(W + 1, dtype=np.int64)
+    cur = np.zeros(W + 1, dtype=prev.dtype)
     cur[0] = i
     j = 1
     while j <= lb:
