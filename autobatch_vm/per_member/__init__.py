@@ -17,7 +17,7 @@ on a batch:
 - On TensorFlow a per-member primitive is vectorized with TensorFlow's own
   vectorizer (pfor, as `tf.vectorized_map`).
 
-This layer imports NumPy, `autobatch_vm.errors`, `autobatch_vm.patterns`
+This layer imports NumPy, `autobatch_vm.errors`, `autobatch_vm.ir.patterns`
 and (for TensorFlow) TensorFlow only; the frontend marks per-member
 primitives and the backends call into it.  A new batching rule goes in
 the module of its family, with a test against a loop over members.
