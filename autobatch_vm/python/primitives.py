@@ -19,7 +19,6 @@ import numpy as np
 
 from autobatch_vm import errors
 from autobatch_vm import ops as ops_module
-from autobatch_vm.per_member import numpy_rules
 
 __all__ = ['PrimitiveRewriter', 'make_function', 'expression_text',
            'shorten', 'split_compare', 'subscript_parts']
@@ -90,13 +89,13 @@ class PrimitiveRewriter(ast.NodeTransformer):
     node = self.visit(copy.deepcopy(node))
     return node, self.inputs
 
-  def _ops(self, name, args, like, module=None):
+  def _ops(self, name, args, like, module=None, keywords=()):
     if module is None:
       module = MEMBER_OPS if self.per_member and name not in (
           'mod', 'floordiv') else _OPS
     fn = ast.Attribute(ast.Name(self.prefix + module, ast.Load()), name,
                        ast.Load())
-    return ast.copy_location(ast.Call(fn, args, []), like)
+    return ast.copy_location(ast.Call(fn, args, list(keywords)), like)
 
   def visit_Name(self, node):
     """A read of a variable becomes the parameter `<prefix>v<i>`.
@@ -243,26 +242,22 @@ class PrimitiveRewriter(ast.NodeTransformer):
     Returns:
       Its replacement.
     """
-    if self.static_value(node.func) is ops_module.truthy:
+    callee = self.static_value(node.func)
+    if callee is ops_module.truthy:
       if len(node.args) != 1 or node.keywords:
         self.unsupported(node, 'truthy() with other than one argument')
       return self.visit(node.args[0])
     if self.per_member:
-      name = _member_function(self.static_value(node.func))
+      name = _member_function(callee)
       if name is not None and not any(
           isinstance(a, ast.Starred) for a in node.args) and (
               name == 'asarray' or not node.keywords):
         node = self.generic_visit(node)
-        fn = ast.Attribute(ast.Name(self.prefix + MEMBER_OPS, ast.Load()),
-                           name, ast.Load())
-        return ast.copy_location(ast.Call(fn, node.args, node.keywords),
-                                 node)
-      if _calls_through_member_ops(self.static_value(node.func), node):
+        return self._ops(name, node.args, node, MEMBER_OPS, node.keywords)
+      if _calls_through_member_ops(callee, node):
         node = self.generic_visit(node)
-        fn = ast.Attribute(ast.Name(self.prefix + MEMBER_OPS, ast.Load()),
-                           'call', ast.Load())
-        return ast.copy_location(
-            ast.Call(fn, [node.func] + node.args, node.keywords), node)
+        return self._ops('call', [node.func] + node.args, node, MEMBER_OPS,
+                         node.keywords)
     return self.generic_visit(node)
 
 
@@ -274,6 +269,8 @@ def _calls_through_member_ops(obj, node):
   `dtype=` may be a tensor's), and a NumPy function given a list or tuple
   display (`np.sum([a, b])`).  Other NumPy calls dispatch by themselves.
   """
+  # The rules load with the first per-member function, not at start-up.
+  from autobatch_vm.per_member import numpy_rules  # pylint: disable=g-import-not-at-top
   if isinstance(obj, type) and issubclass(obj, np.generic):
     return True
   try:
