@@ -5,7 +5,7 @@ A run of whole directories (`python -m pytest -q`, `-m slow`, `-m ""`) runs
 in worker processes of pytest-xdist (setup.cfg: `-n auto --dist loadfile`):
 one per CPU, at most `MAX_WORKERS`, each test file in one worker, in its
 order, so a file's programs compile once.  A run that names files or tests
-(`python -m pytest -q tests/test_vm.py -k fib`) runs in this process, with
+(`python -m pytest -q tests/vm/test_vm.py -k fib`) runs in this process, with
 no workers to start; so does any run with `-n 0`, and `-n N` asks for N.
 
 Profiles of hypothesis: 'ci' (default: 30 examples per property, e.g. 30

@@ -8,7 +8,7 @@ programs use only Python's operators, indexing, the builtins and arrays
 made without inputs, so the same source runs on NumPy and TensorFlow;
 `'numpy'` ones call NumPy functions.  `tensorflow_programs()` makes the
 TensorFlow forms of those that need `tf.*` (importing TensorFlow only
-then).  `tests/test_per_member.py` runs them all against a plain Python
+then).  `tests/per_member/test_per_member.py` runs them all against a plain Python
 loop over members and `dry_run=True`.
 """
 

@@ -273,7 +273,7 @@ def test_tensorflow_matches_reference(case, mode):
   pytest.importorskip('tensorflow')
   if case.numpy_primitives and mode in ('graph', 'xla'):
     pytest.skip('calls NumPy functions, which cannot be staged in a graph')
-  from tests.test_tf_backend import run_tf  # pylint: disable=g-import-not-at-top
+  from tests.backends.test_tf_backend import run_tf  # pylint: disable=g-import-not-at-top
   batch = 6
   args = case.make_args(np.random.default_rng(21), batch)
   result = run_tf(case.fn, args, mode, max_stack_depth=case.depth)
@@ -281,7 +281,7 @@ def test_tensorflow_matches_reference(case, mode):
               case.dtypes)
   if mode == 'eager':
     # dry_run on the same tensors: each member alone, through TensorFlow.
-    from tests.test_tf_backend import to_np, to_tf  # pylint: disable=g-import-not-at-top
+    from tests.backends.test_tf_backend import to_np, to_tf  # pylint: disable=g-import-not-at-top
     alone = to_np(case.fn(*to_tf(args), dry_run=True))
     assert_same(result, alone, case.rtol)
 

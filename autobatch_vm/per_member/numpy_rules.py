@@ -18,7 +18,7 @@ The rules, by family:
 - `numpy_linalg`: products, `einsum`, `matmul` and `np.linalg`.
 
 A new rule goes in the module of its family, registered with
-`numpy_array.rule`, with a case in tests/test_per_member_numpy_rules.py
+`numpy_array.rule`, with a case in tests/per_member/test_per_member_numpy_rules.py
 that compares it with a loop over members.
 
 A value the same for every member stays a plain NumPy array or number.

@@ -1,13 +1,13 @@
 """Golden printed IR of the frontend's fibonacci at every stage.
 
 Compares `ctx.program`, `ctx.program_compiled` and `ctx.program_lowered`
-listings with the files in `tests/golden/`.  One narrow case (int8 inputs)
+listings with the files in `tests/ir/golden/`.  One narrow case (int8 inputs)
 checks that literals take the narrow dtype and the listing says so.
 
 After an intended change of the IR, regenerate and review the diff:
 
-    UPDATE_GOLDEN=1 pytest tests/test_golden_ir.py
-    git diff tests/golden
+    UPDATE_GOLDEN=1 pytest tests/ir/test_golden_ir.py
+    git diff tests/ir/golden
 """
 
 import difflib
@@ -61,7 +61,7 @@ def check_golden(name, text):
     diff = ''.join(difflib.unified_diff(
         want.splitlines(True), text.splitlines(True), 'golden', 'actual'))
     pytest.fail(f'{name} differs from {path}:\n{diff}\nIf the change is '
-                'intended: UPDATE_GOLDEN=1 pytest tests/test_golden_ir.py')
+                'intended: UPDATE_GOLDEN=1 pytest tests/ir/test_golden_ir.py')
 
 
 @pytest.mark.parametrize('name', sorted(LISTINGS))

@@ -159,7 +159,8 @@ for c in programs.CASES:
 
 
 def test_printer_does_not_depend_on_hash_seed():
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  root = os.path.dirname(os.path.dirname(os.path.dirname(
+      os.path.abspath(__file__))))
   outputs = []
   for seed in ('1', '2'):
     env = dict(os.environ, PYTHONHASHSEED=seed)

@@ -45,7 +45,7 @@ import autobatch_vm as ab  # pylint: disable=g-import-not-at-top,wrong-import-po
 from autobatch_vm import errors  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 shard_lib = sys.modules['autobatch_vm.sharding.shard']
-EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / 'examples'
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / 'examples'
 
 in_device_process = pytest.mark.skipif(
     not DEVICES or MULTI_WORKER, reason='run by '
@@ -483,7 +483,7 @@ def _run_in_subprocess(select, marks, **env):
       [sys.executable, '-m', 'pytest', '-q', '-x', '-p', 'no:cacheprovider',
        __file__, '-k', select, '-m', marks],
       capture_output=True, text=True, env=env, timeout=900, check=False,
-      cwd=pathlib.Path(__file__).resolve().parent.parent)
+      cwd=pathlib.Path(__file__).resolve().parents[2])
   assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
   assert ' passed' in proc.stdout, proc.stdout[-2000:]
 

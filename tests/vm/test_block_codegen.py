@@ -2,7 +2,7 @@
 lowered programs that lets them skip stores nothing reads.
 
 Results of generated blocks are checked against each member alone by every
-NumPy test of the stack VM (tests/test_vm.py, test_end_to_end.py,
+NumPy test of the stack VM (tests/vm/test_vm.py, test_end_to_end.py,
 test_fuzz.py); here: the code is deterministic and readable, stores of
 dead registers are skipped, and skipping them never changes a result.
 """

@@ -30,7 +30,7 @@ from autobatch_vm.vm import layout as layout_lib
 from tests import programs as progs
 
 BACKEND = NumpyBackend()
-_ROOT = pathlib.Path(__file__).resolve().parents[1]
+_ROOT = pathlib.Path(__file__).resolve().parents[2]
 CASES = progs.CASES
 IDS = [c.name for c in CASES]
 BATCH_SIZES = [1, 7, 300]

@@ -1,0 +1,1 @@
+"""Tests of autobatch_vm.per_member."""
