@@ -43,22 +43,29 @@ class PerMemberFunction:
       (`python_primitives.is_elementwise`): where every batched argument
       is a vector (each member's value a scalar), it then runs on them as
       it is, which costs what the batch-aware primitive costs.
+    direct: On NumPy, what builds the primitive's plain NumPy form for
+      a signature of batched arguments (`python.member_direct.DirectForms`:
+      `form(key, member_function, loc)`, a function or None), run instead
+      of the rules where it exists; or None.
 
   Attributes:
     member_function: As given.
     loc: As given.
     text: As given.
     elementwise: As given.
+    direct: As given.
     fallbacks: Function name -> how many times it ran once per member
       (a NumPy function without a batching rule; a TensorFlow operation
       pfor has no rule for, counted when traced).
   """
 
-  def __init__(self, member_function, loc=None, text='', elementwise=False):
+  def __init__(self, member_function, loc=None, text='', elementwise=False,
+               direct=None):
     self.member_function = member_function
     self.loc = loc
     self.text = text
     self.elementwise = elementwise
+    self.direct = direct
     self.__name__ = getattr(member_function, '__name__', 'per_member')
     self.fallbacks = {}
     self._forms = {}
@@ -257,21 +264,55 @@ def _tf_expand(x):
 
 
 def _numpy_form(pm):
-  """The NumPy form: `numpy_rules.vectorize` (which takes numbers and 0-d
-  arrays as the same for every member)."""
-  rules = []
+  """The NumPy form: the primitive's plain NumPy form for the arguments'
+  ranks and dtypes where `pm.direct` makes one (an error there left to
+  the rules to report), else `numpy_rules.vectorize` (which takes numbers
+  and 0-d arrays as the same for every member)."""
+  rules = [None, None]   # the last batch size and its rules' form
+  direct = {}   # signature -> plain NumPy form, or None
 
   def batched(*args):
+    if pm.direct is not None:
+      key = _signature(args)
+      form = direct.get(key, _UNKNOWN)
+      if form is _UNKNOWN:
+        form = direct[key] = key and pm.direct.form(key, pm.member_function,
+                                                    pm.loc)
+      if form is not None:
+        try:
+          return form(*args)
+        except Exception:  # pylint: disable=broad-except
+          pass   # the rules run it, and say what is wrong
     batch = _numpy_batch(args)
     if batch is None:   # see the module docstring
       value = pm.member_function(*args)
       return _with_batch_axis(value, _numpy_expand) if args else value
-    if not rules:
+    if rules[0] != batch:
       from autobatch_vm.per_member import numpy_rules  # pylint: disable=g-import-not-at-top
-      rules.append(numpy_rules)
-    return rules[0].vectorize(pm.member_function, batch,
-                              fallback=pm.fallback)(*args)
+      rules[:] = batch, numpy_rules.vectorize(pm.member_function, batch,
+                                              fallback=pm.fallback)
+    return rules[1](*args)
   return batched
+
+
+_UNKNOWN = object()
+
+
+def _signature(args):
+  """The ranks and dtypes of NumPy arguments, for `direct.form`: per
+  argument `(ndim, dtype char)` (an array) or its type (a Python number);
+  None where one is neither, or none has a batch axis."""
+  key = []
+  batched = False
+  for a in args:
+    if type(a) is np.ndarray:  # pylint: disable=unidiomatic-typecheck
+      key.append((a.ndim, a.dtype.char))
+      batched = batched or a.ndim > 0
+    elif type(a) in _NUMBERS[:3]:
+      key.append(type(a))
+    else:
+      return None
+  return tuple(key) if batched else None
 
 
 def _numpy_batch(args):

@@ -1,0 +1,455 @@
+"""A per-member primitive as plain NumPy code on the batch, where it can be.
+
+The NumPy batching rules (`per_member.numpy_rules`) run any member code
+on a batch, at a cost of some microseconds of Python per operation.  Most
+primitives are simpler: a lookup in a table by a member's index
+(`embedding[word[node]]`), arithmetic, a product with a shared matrix.
+For those the same NumPy code, slightly rewritten, computes every
+member's value at once at the cost of hand-written batch-aware code.
+
+`DirectForms` does that rewrite for the batched arguments' ranks and
+dtypes (the member's shapes are fixed for a signature): it reads the
+primitive's expression (as `PrimitiveRewriter` made it) with each value
+known as one member's of rank r (its batched array has the batch axis
+first) or the same for every member, and rewrites
+
+- elementwise operators, comparisons, ufuncs and the elementwise helpers
+  (`min`, `max`, `abs`, `a if c else b`, `and`, `or`, `not`): as written,
+  a member's value of lower rank given axes after the batch axis;
+- `table[i]`, a shared array read at member integers (leading indices,
+  then slices): as written (one gather);
+- `x[i]`, `x[1:3]` of a member's array: the batch axis kept
+  (`x[arange(B), i]`, `x[:, 1:3]`);
+- `x @ w`, `np.dot` and `np.matmul` of a member's array and a shared
+  vector or matrix: as written;
+- `np.concatenate` and `np.stack` of members' arrays of one rank, and the
+  reductions `np.sum`, `np.mean`, `np.prod`, `np.min`, `np.max`, `np.any`,
+  `np.all`: with the axis moved past the batch axis.
+
+Anything else (a call it does not know, a member's value used as a shared
+one would need, a boolean index) leaves the primitive to the rules, and so
+does an error in the rewritten code, so that the rules report it at the
+user's line.  Shared values' ranks and dtypes are those the primitive's
+names referred to when the function compiled, as type inference assumes.
+"""
+
+import ast
+import copy
+
+import numpy as np
+
+from autobatch_vm.per_member import member_ops
+from autobatch_vm.python import primitives as python_primitives
+
+__all__ = ['DirectForms', 'direct_forms']
+
+_NUMPY_2 = np.lib.NumpyVersion(np.__version__) >= '2.0.0'
+_PYTHON_NUMBERS = (int, float, bool)
+_REDUCTIONS = (np.sum, np.mean, np.prod, np.min, np.max, np.amin, np.amax,
+               np.any, np.all)
+_FUNCTIONS = ([(f, 'reduce') for f in _REDUCTIONS] +
+              [(np.concatenate, 'concatenate'), (np.stack, 'stack'),
+               (np.matmul, 'matmul'), (np.dot, 'matmul')])
+# Helpers of `member_ops` that compute element by element.
+_ELEMENTWISE_HELPERS = frozenset(('min', 'max', 'abs', 'where', 'logical_and',
+                                  'logical_or', 'logical_not'))
+_BOOLEAN_HELPERS = frozenset(('logical_and', 'logical_or', 'logical_not'))
+# Operators that keep integers integers.
+_INTEGER_OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod,
+                      ast.USub, ast.UAdd, ast.Invert, ast.BitAnd, ast.BitOr,
+                      ast.BitXor, ast.LShift, ast.RShift)
+_COMPARISONS = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+
+
+def direct_forms(body, arity, prefix, static_value):
+  """The `DirectForms` of a rewritten per-member primitive.
+
+  Args:
+    body: The expression, as `PrimitiveRewriter` rewrote it.
+    arity: Its number of inputs.
+    prefix: The prefix of generated names.
+    static_value: AST node -> the object a name or attribute chain of the
+      user's refers to (any other object where it is not static).
+
+  Returns:
+    A `DirectForms`.
+  """
+  statics = {}
+  for node in ast.walk(body):
+    if isinstance(node, (ast.Name, ast.Attribute)):
+      info = _static_info(static_value(node))
+      if info is not None:
+        statics[ast.unparse(node)] = info
+  return DirectForms(body, arity, prefix, statics)
+
+
+def _static_info(value):
+  """What the rewrite needs to know of a shared value, or None."""
+  if isinstance(value, np.ndarray):
+    return ('array', value.ndim, value.dtype.kind, True)
+  if type(value) in _PYTHON_NUMBERS:
+    return ('array', 0, np.asarray(value).dtype.kind, False)
+  if isinstance(value, np.generic):
+    return ('array', 0, value.dtype.kind, True)
+  if isinstance(value, np.ufunc):
+    return ('function', 'ufunc')
+  for fn, tag in _FUNCTIONS:
+    if value is fn:
+      return ('function', tag)
+  return None
+
+
+class DirectForms:
+  """Builds a primitive's plain NumPy form per signature of its arguments.
+
+  Args:
+    body: The primitive's expression, as `PrimitiveRewriter` rewrote it.
+    arity: Its number of inputs.
+    prefix: The prefix of generated names.
+    statics: Source text of a shared name or attribute chain -> what it
+      is (`_static_info`).
+
+  Attributes:
+    body, arity, prefix, statics: As given.
+  """
+
+  def __init__(self, body, arity, prefix, statics):
+    self.body = body
+    self.arity = arity
+    self.prefix = prefix
+    self.statics = statics
+
+  def form(self, key, member_function, loc):
+    """The plain NumPy form for arguments of signature `key`, or None.
+
+    Args:
+      key: The arguments' ranks and dtypes: per argument `(ndim, dtype
+        char)` (an array) or its type (a Python number).
+      member_function: The primitive's function of one member (its
+        closure and globals are the form's).
+      loc: The primitive's `SourceLoc`.
+
+    Returns:
+      A function of the batched arguments computing every member's value
+      (with the batch axis first), or None where the rules must run it.
+    """
+    inputs = []
+    for k in key:
+      if isinstance(k, type):
+        inputs.append(_Value(False, 0, np.dtype(k).kind, False))
+      else:
+        ndim, char = k
+        inputs.append(_Value(ndim > 0, max(ndim - 1, 0),
+                             np.dtype(char).kind, True))
+    try:
+      value, body = _Rewrite(inputs, self.statics, self.prefix).value(
+          copy.deepcopy(self.body))
+    except _NotDirect:
+      return None
+    if not value.member:
+      return None
+    code = member_function.__code__
+    closure = dict(zip(code.co_freevars, member_function.__closure__ or ()))
+    return python_primitives.make_function(
+        body, self.arity, loc, None, closure, member_function.__globals__,
+        member_function.__name__, self.prefix,
+        helpers={python_primitives.MEMBER_OPS: member_ops,
+                 _DIRECT: _Helpers})
+
+
+_DIRECT = 'direct'
+
+
+class _Helpers:
+  """What the rewritten code calls."""
+
+  @staticmethod
+  def align(x, rank):
+    """Batched `x` with axes after the batch axis, to member rank `rank`."""
+    shape = np.shape(x)
+    return np.reshape(x, shape[:1] + (1,) * (rank + 1 - len(shape)) +
+                      shape[1:])
+
+  @staticmethod
+  def take(x, index):
+    """Each member's `x[index]`: its own row of batched `x`, then `index`
+    (leading parts batched integers)."""
+    if type(index) is not tuple:  # pylint: disable=unidiomatic-typecheck
+      index = (index,)
+    return x[(np.arange(len(x)),) + index]
+
+
+class _NotDirect(Exception):
+  """The expression needs the rules."""
+
+
+class _Value:
+  """What the rewrite knows of a value: one member's (`member`) or shared,
+  its rank (a member's: without the batch axis), dtype kind, and whether
+  a scalar of it is a strong NumPy scalar (NumPy 1 promotes arrays by the
+  value of such scalars, as one member's code does not)."""
+
+  __slots__ = ('member', 'rank', 'kind', 'strong')
+
+  def __init__(self, member, rank, kind, strong=True):
+    self.member = member
+    self.rank = rank
+    self.kind = kind
+    self.strong = strong
+
+
+def _integer(v):
+  return v.kind is not None and v.kind in 'iu'
+
+
+class _Rewrite:
+  """Reads a rewritten primitive with its values' ranks, rewriting it."""
+
+  def __init__(self, inputs, statics, prefix):
+    self.inputs = inputs
+    self.statics = statics
+    self.prefix = prefix
+
+  def _helper(self, node, module):
+    """The helper name `node` calls (`<prefix><module>.<name>`), or None."""
+    f = node.func
+    if (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)
+        and f.value.id == self.prefix + module):
+      return f.attr
+    return None
+
+  def _call(self, name, args):
+    fn = ast.Attribute(ast.Name(self.prefix + _DIRECT, ast.Load()), name,
+                       ast.Load())
+    return ast.Call(fn, args, [])
+
+  def value(self, node):
+    """`(_Value, rewritten node)` of expression `node`."""
+    if isinstance(node, ast.Name) and node.id.startswith(self.prefix + 'v'):
+      return self.inputs[int(node.id[len(self.prefix) + 1:])], node
+    if isinstance(node, (ast.Name, ast.Attribute)):
+      info = self.statics.get(ast.unparse(node))
+      if info is None or info[0] != 'array':
+        raise _NotDirect
+      return _Value(False, info[1], info[2], info[3]), node
+    if isinstance(node, ast.Constant):
+      if type(node.value) not in _PYTHON_NUMBERS:
+        raise _NotDirect
+      return _Value(False, 0, np.asarray(node.value).dtype.kind,
+                    False), node
+    if isinstance(node, ast.UnaryOp):
+      (v,), (node.operand,) = self._elementwise([node.operand])
+      return self._kind(v, node.op), node
+    if isinstance(node, ast.BinOp):
+      if isinstance(node.op, ast.MatMult):
+        return self._matmul(node, node.left, node.right)
+      vs, (node.left, node.right) = self._elementwise([node.left,
+                                                      node.right])
+      return self._kind(vs, node.op), node
+    if isinstance(node, ast.Compare):
+      if len(node.ops) != 1 or not isinstance(node.ops[0], _COMPARISONS):
+        raise _NotDirect
+      v, nodes = self._elementwise([node.left] + node.comparators)
+      node.left, node.comparators = nodes[0], nodes[1:]
+      return _Value(v[0].member or v[1].member, max(x.rank for x in v),
+                    'b'), node
+    if isinstance(node, ast.Call):
+      return self._call_value(node)
+    raise _NotDirect
+
+  def _call_value(self, node):
+    """A call: a helper, a ufunc, a join, a product or a reduction."""
+    helper = self._helper(node, python_primitives.MEMBER_OPS)
+    if helper == 'getitem' and len(node.args) == 2 and not node.keywords:
+      return self._getitem(node)
+    if helper == 'call' and node.args:   # a function given a list display
+      node = ast.Call(node.args[0], node.args[1:], node.keywords)
+      helper = None
+    if node.keywords and helper is None:
+      info = self.statics.get(ast.unparse(node.func))
+      if info in (('function', 'concatenate'), ('function', 'stack'),
+                  ('function', 'reduce')):
+        return self._axis_call(node, info[1])
+      raise _NotDirect
+    if node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
+      raise _NotDirect
+    if helper is not None:
+      if helper not in _ELEMENTWISE_HELPERS or (
+          helper in ('min', 'max') and len(node.args) < 2):
+        raise _NotDirect
+      vs, node.args = self._elementwise(node.args)
+      if helper in _BOOLEAN_HELPERS:
+        return _Value(any(v.member for v in vs), max(v.rank for v in vs),
+                      'b'), node
+      if helper == 'where':
+        return self._kind(vs[1:], None), node
+      return self._kind(vs, ast.Add()), node
+    if self._helper(node, 'ops') in ('mod', 'floordiv'):
+      vs, node.args = self._elementwise(node.args)
+      return self._kind(vs, ast.Mod()), node
+    info = self.statics.get(ast.unparse(node.func))
+    if info == ('function', 'ufunc'):
+      vs, node.args = self._elementwise(node.args)
+      return self._kind(vs, None), node
+    if info == ('function', 'matmul') and len(node.args) == 2:
+      return self._matmul(node, *node.args)
+    if info is not None and info[0] == 'function':
+      return self._axis_call(node, info[1])
+    raise _NotDirect
+
+  def _elementwise(self, nodes):
+    """Operands of an elementwise operation: `(values, rewritten nodes)`,
+    a member's value of lower rank than the result given axes after the
+    batch axis (so that it broadcasts as one member's does)."""
+    pairs = [self.value(n) for n in nodes]
+    values = [v for v, _ in pairs]
+    rank = max(v.rank for v in values)
+    out = []
+    for v, n in pairs:
+      if not v.member and v.rank == 0 and v.strong and not _NUMPY_2:
+        raise _NotDirect
+      if v.member and v.rank < rank:
+        n = self._call('align', [n, ast.Constant(rank)])
+      out.append(n)
+    return values, out
+
+  @staticmethod
+  def _kind(values, op):
+    """The value of an elementwise operation on `values` by `op`."""
+    if isinstance(values, _Value):
+      values = [values]
+    member = any(v.member for v in values)
+    rank = max(v.rank for v in values)
+    kinds = {v.kind for v in values}
+    if op is None:
+      kind = kinds.pop() if len(kinds) == 1 else None
+    else:
+      kind = 'i' if all(_integer(v) for v in values) and isinstance(
+          op, _INTEGER_OPERATORS) else None
+    return _Value(member, rank, kind)
+
+  def _getitem(self, node):
+    """`getitem(x, key[index])`."""
+    x, key = node.args
+    if not (isinstance(key, ast.Subscript) and isinstance(key.value,
+                                                          ast.Attribute)
+            and key.value.attr == 'key'):
+      raise _NotDirect
+    xv, x = self.value(x)
+    index = key.slice
+    parts = list(index.elts) if isinstance(index, ast.Tuple) else [index]
+    values, leading, sliced = [], 0, False
+    for k, p in enumerate(parts):
+      if isinstance(p, ast.Slice):
+        for bound in ('lower', 'upper', 'step'):
+          b = getattr(p, bound)
+          if b is not None:
+            bv, b = self.value(b)
+            if bv.member or bv.rank:
+              raise _NotDirect
+            setattr(p, bound, b)
+        sliced = True
+        continue
+      v, parts[k] = self.value(p)
+      if sliced or v.rank or not _integer(v):
+        raise _NotDirect
+      values.append(v)
+      leading += 1
+    if leading > xv.rank:
+      raise _NotDirect
+    rank = xv.rank - leading
+    member = any(v.member for v in values)
+    if not xv.member:   # a shared table: one gather, as written
+      return _Value(member, rank, xv.kind), ast.Subscript(
+          x, _index(parts), ast.Load())
+    if member:
+      key.slice = ast.Tuple(parts, ast.Load()) if len(parts) > 1 else (
+          parts[0])
+      return _Value(True, rank, xv.kind), self._call('take', [x, key])
+    return _Value(True, rank, xv.kind), ast.Subscript(
+        x, ast.Tuple([ast.Slice()] + parts, ast.Load()), ast.Load())
+
+  def _matmul(self, node, a, b):
+    """`a @ b` (or `np.dot`, `np.matmul`): a member's array times a shared
+    vector or matrix."""
+    (av, a), (bv, b) = self.value(a), self.value(b)
+    if not av.member or bv.member or av.rank < 1 or bv.rank not in (1, 2):
+      raise _NotDirect
+    if isinstance(node, ast.BinOp):
+      node.left, node.right = a, b
+    else:
+      node.args = [a, b]
+    return _Value(True, av.rank - (bv.rank == 1), None), node
+
+  def _axis_call(self, node, tag):
+    """A join or reduction of members' arrays, its axis past the batch."""
+    if any(isinstance(a, ast.Starred) for a in node.args):
+      raise _NotDirect
+    axis, keywords = None, []
+    for kw in node.keywords:
+      if kw.arg != 'axis':
+        raise _NotDirect
+      axis = kw.value
+    args = list(node.args)
+    if len(args) == 2 and axis is None:
+      axis = args.pop()
+    if len(args) != 1:
+      raise _NotDirect
+    if tag == 'reduce':
+      v, arg = self.value(args[0])
+      if not v.member:
+        raise _NotDirect
+      axes = _constant_axes(axis, v.rank)
+      moved = tuple(_moved(a, v.rank) for a in axes)
+      node.args = [arg]
+      node.keywords = keywords + [ast.keyword('axis', ast.Constant(moved))]
+      return _Value(True, v.rank - len(set(moved)), None), node
+    items = args[0]
+    if not isinstance(items, (ast.List, ast.Tuple)) or not items.elts:
+      raise _NotDirect
+    pairs = [self.value(e) for e in items.elts]
+    ranks = {v.rank for v, _ in pairs}
+    if len(ranks) != 1 or not all(v.member for v, _ in pairs):
+      raise _NotDirect
+    rank = ranks.pop()
+    out_rank = rank + (tag == 'stack')
+    if tag == 'concatenate' and rank == 0:
+      raise _NotDirect
+    (a,) = _constant_axes(axis if axis is not None else ast.Constant(0),
+                          out_rank if tag == 'stack' else rank)
+    items.elts = [n for _, n in pairs]
+    node.args = [items]
+    node.keywords = [ast.keyword('axis', ast.Constant(_moved(a, out_rank)))]
+    kinds = {v.kind for v, _ in pairs}
+    return _Value(True, out_rank, kinds.pop() if len(kinds) == 1 else
+                  None), node
+
+
+def _index(parts):
+  return ast.Tuple(parts, ast.Load()) if len(parts) > 1 else parts[0]
+
+
+def _constant_axes(axis, rank):
+  """The member axes an `axis` argument names: all where it is None."""
+  if axis is None or (isinstance(axis, ast.Constant) and axis.value is None):
+    return tuple(range(rank))
+  parts = axis.elts if isinstance(axis, ast.Tuple) else [axis]
+  axes = tuple(_integer_constant(e) for e in parts)
+  if any(a is None or not -rank <= a < rank for a in axes):
+    raise _NotDirect
+  return axes
+
+
+def _integer_constant(node):
+  """The int that `node` writes (`2`, `-1`), or None."""
+  sign = 1
+  if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+    sign, node = -1, node.operand
+  if isinstance(node, ast.Constant) and type(node.value) is int:
+    return sign * node.value
+  return None
+
+
+def _moved(axis, rank):
+  """Member axis `axis` (of `rank` axes) as an axis of the batched array."""
+  return axis % rank + 1 if rank else axis
