@@ -2,7 +2,9 @@
 
     frontend (python.to_ir)  Python source -> untyped Program
     TYPED_PASSES             (Program, signature, backend)
-      type_inference           -> every variable typed
+      type_inference           -> every variable typed; a per-member
+                                  function's sizes folded into constants
+                                  (size_folding)
       allocation_strategy      -> NULL / TEMPORARY / REGISTER / FULL
       (`untyped`: no signature, every type unknown, allocation only;
       lowered, it shows the program's structure but cannot run)

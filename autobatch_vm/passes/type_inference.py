@@ -41,6 +41,7 @@ from autobatch_vm import errors
 from autobatch_vm.ir import instructions as inst
 from autobatch_vm.passes import member_indexing
 from autobatch_vm.passes import member_mixing
+from autobatch_vm.passes import size_folding
 from autobatch_vm.passes.declared_types import _PY_SCALARS
 from autobatch_vm.passes.declared_types import checked_result
 from autobatch_vm.passes.declared_types import declared_type_error
@@ -239,6 +240,7 @@ class _Inference:
     self.changed = False
     self.origins = {}        # (fn, var) -> main's arguments its dtype is from
     self.arguments = {}      # main's parameter -> its type
+    self.sizes = size_folding.SizeFolding(program)
 
   # -- where dtypes come from --------------------------------------------------
 
@@ -605,10 +607,12 @@ class _Inference:
 
   def function(self, fn):
     self.declare(fn)
+    env = self.env[fn.name]
     for block in fn.blocks:
       for op in block.instructions:
         if isinstance(op, inst.PrimOp):
-          self.prim(fn, op)
+          self.prim(fn, self.sizes.bound(fn, op))
+          self.sizes.learn(fn, op, [env.get(v) for v in op.vars_in])
         elif isinstance(op, inst.FunctionCallOp):
           self.call(fn, op)
         else:
@@ -641,6 +645,7 @@ class _Inference:
     ops = []
     for op in block.instructions:
       if isinstance(op, inst.PrimOp):
+        op = self.sizes.bound(fn, op)
         casts = self.weak_casts(op, [env[v] for v in op.vars_in], fn)
         if casts:
           op = dataclasses.replace(op, casts=casts)

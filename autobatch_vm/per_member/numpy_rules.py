@@ -113,10 +113,12 @@ def _created(func, *args, **kwargs):
       return MemberArray(np.array(filled, dtype=dtype))
   raise errors.PerMemberError(
       f'{core.name_of(func)} of a per-member size: a size must be the '
-      'same for every member and known when the function compiles (a '
-      'constant, a closure or global value, or len(x) / x.shape in the '
-      'same statement); a value computed in an earlier statement is one '
-      'per member, and the array\'s shape could differ between members.',
+      'same for every member and known when the function compiles: a '
+      'constant, a closure or global value, len(x), x.shape, x.ndim or '
+      'x.size of this function\'s arrays, or integer arithmetic on them '
+      '(here or in an earlier statement); a function argument, or a value '
+      'computed from the data, is one per member, and the array\'s shape '
+      'could differ between members.',
       hint=core.PAD_HINT)
 
 

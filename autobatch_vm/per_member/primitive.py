@@ -25,6 +25,7 @@ import warnings
 import numpy as np
 
 from autobatch_vm import errors
+from autobatch_vm.ir import patterns
 from autobatch_vm.per_member import member_ops
 
 __all__ = ['PerMemberFunction']
@@ -47,6 +48,9 @@ class PerMemberFunction:
       a signature of batched arguments (`python.member_direct.DirectForms`:
       `form(key, member_function, loc)`, a function or None), run instead
       of the rules where it exists; or None.
+    sizes: Where the primitive computes a size (`len(x)`, `x.shape[0]`,
+      integer arithmetic on such sizes: `python.member_sizes`), per input
+      `'shape'` (only its shape is read) or `'value'`; else None.
 
   Attributes:
     member_function: As given.
@@ -54,18 +58,23 @@ class PerMemberFunction:
     text: As given.
     elementwise: As given.
     direct: As given.
+    sizes: As given.
+    constants: Input position -> the Python int every member has there
+      (`with_constants`), passed instead of the batched input.
     fallbacks: Function name -> how many times it ran once per member
       (a NumPy function without a batching rule; a TensorFlow operation
       pfor has no rule for, counted when traced).
   """
 
   def __init__(self, member_function, loc=None, text='', elementwise=False,
-               direct=None):
+               direct=None, sizes=None):
     self.member_function = member_function
     self.loc = loc
     self.text = text
     self.elementwise = elementwise
     self.direct = direct
+    self.sizes = sizes
+    self.constants = {}
     self.__name__ = getattr(member_function, '__name__', 'per_member')
     self.fallbacks = {}
     self._forms = {}
@@ -101,8 +110,30 @@ class PerMemberFunction:
       if self.elementwise:
         form = _on_scalars(self.member_function, form,
                            _numpy_rank if backend_name == 'numpy' else _rank)
+      if self.constants:
+        form = _given(form, self.constants, backend_name)
       self._forms[backend_name] = form
     return form
+
+  def with_constants(self, constants):
+    """This primitive with some inputs the same Python int for every member.
+
+    A size computed in an earlier statement (`n = len(x)`) is one value
+    for the signature (`passes.size_folding`); given as a Python int, not
+    as a batched array, it can size an array (`np.zeros(n)`), as it does
+    when one member runs alone.
+
+    Args:
+      constants: Input position -> its value, a Python int.
+
+    Returns:
+      A new `PerMemberFunction` that passes those values in place of the
+      batched inputs at their positions (which it still takes).
+    """
+    bound = PerMemberFunction(self.member_function, self.loc, self.text,
+                              self.elementwise, self.direct, self.sizes)
+    bound.constants = {**self.constants, **constants}
+    return bound
 
   def fallback(self, name):
     """Counts a function that ran once per member; warns once.
@@ -233,6 +264,32 @@ def _on_scalars(member_function, form, rank):
     if 1 in ranks and max(ranks) == 1:
       return member_function(*args)
     return form(*args)
+  return run
+
+
+def _given(form, constants, backend_name):
+  """`form`, with the inputs at `constants`' positions replaced by their
+  values; where no batched input is left, the result (one member's, with
+  a batch axis of one) is broadcast to the batch of those inputs."""
+  positions = tuple(sorted(constants.items()))
+  tensorflow = backend_name == 'tensorflow'
+
+  def run(*args):
+    args = list(args)
+    batched = args[positions[0][0]]
+    for k, value in positions:
+      args[k] = value
+    result = form(*args)
+    if not all(_is_constant(x) for x in _leaves(args)):
+      return result
+    if tensorflow:
+      tf = sys.modules['tensorflow']
+      batch = tf.shape(batched)[:1]
+      return patterns.pattern_map(lambda v: tf.broadcast_to(
+          v, tf.concat([batch, tf.shape(v)[1:]], 0)), result)
+    batch = np.shape(batched)[0]
+    return patterns.pattern_map(lambda v: np.array(np.broadcast_to(
+        v, (batch,) + np.shape(v)[1:])), result)
   return run
 
 

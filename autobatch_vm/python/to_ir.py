@@ -38,6 +38,7 @@ from autobatch_vm.per_member import member_ops
 from autobatch_vm.per_member import primitive as member_primitive
 from autobatch_vm.python import cfg as python_cfg
 from autobatch_vm.python import member_direct
+from autobatch_vm.python import member_sizes
 from autobatch_vm.python import primitives as python_primitives
 from autobatch_vm.python import source as python_source
 from autobatch_vm.python.source import dry_run_function
@@ -689,7 +690,9 @@ class _Compiler:
               fn, loc, text, python_primitives.is_elementwise(
                   rewritten, self.prefix, self._static_value),
               member_direct.direct_forms(rewritten, len(inputs), self.prefix,
-                                         self._static_value)), text, loc,
+                                         self._static_value),
+              member_sizes.size_roles(rewritten, self.prefix, len(inputs))),
+          text, loc,
           per_member=True))
       return out
     # A variable indexed by a variable (`x[:, j]`): type inference checks

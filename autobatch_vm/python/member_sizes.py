@@ -1,0 +1,132 @@
+"""Which per-member primitives compute a size: a value fixed by shapes.
+
+A per-member function's shapes are fixed for a signature, so `len(x)`,
+`x.shape[0]`, `x.ndim` and `x.size`, and integer arithmetic on them and on
+other such values, give every member the same Python int.  `size_roles`
+tells, for a primitive's expression as `PrimitiveRewriter` made it,
+whether it computes only that, and how it reads each input: through its
+shape (`'shape'`) or as a value (`'value'`, which must itself be such a
+size).  Type inference folds such values into constants
+(`passes.size_folding`), so that a size computed in one statement can
+make an array in a later one (`n = len(x)`, then `np.zeros(n)`).
+"""
+
+import ast
+
+from autobatch_vm.python import primitives as python_primitives
+
+__all__ = ['size_roles']
+
+_SHAPE_ATTRIBUTES = frozenset(('shape', 'ndim', 'size'))
+_HELPERS = frozenset(('len', 'min', 'max', 'abs', 'int'))
+_OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.Pow,
+              ast.USub, ast.UAdd)
+
+
+def size_roles(body, prefix, arity):
+  """How a size expression reads its inputs, or None if it is not one.
+
+  Args:
+    body: The primitive's expression, as `PrimitiveRewriter` rewrote it.
+    prefix: The prefix of generated names.
+    arity: Its number of inputs.
+
+  Returns:
+    A tuple with one entry per input, `'shape'` (only its shape is read:
+    `len(x)`, `x.shape`, `x.ndim`, `x.size`, also of its items at sizes,
+    `len(m[0])`) or `'value'` (read as a value in integer arithmetic);
+    None where the expression computes anything else, or is an input
+    itself (a copy).
+  """
+  roles = [None] * arity
+  if not arity or _input(body, prefix) is not None:
+    return None
+  if not _size(body, prefix, roles):
+    return None
+  return tuple(r or 'value' for r in roles)
+
+
+def _input(node, prefix):
+  """The position of the input that `node` names, or None."""
+  if isinstance(node, ast.Name) and node.id.startswith(prefix + 'v'):
+    return int(node.id[len(prefix) + 1:])
+  return None
+
+
+def _note(roles, k, role):
+  if roles[k] != 'value':
+    roles[k] = role
+
+
+def _size(node, prefix, roles):
+  """Whether `node` computes an integer from shapes and values only,
+  noting how it reads each input in `roles`."""
+  k = _input(node, prefix)
+  if k is not None:
+    _note(roles, k, 'value')
+    return True
+  if isinstance(node, ast.Name):
+    return True   # the user's global or closure value
+  if isinstance(node, ast.Constant):
+    return type(node.value) is int
+  if isinstance(node, ast.Attribute):
+    return node.attr in _SHAPE_ATTRIBUTES and _shaped(node.value, prefix,
+                                                      roles)
+  if isinstance(node, ast.BinOp):
+    return isinstance(node.op, _OPERATORS) and _size(
+        node.left, prefix, roles) and _size(node.right, prefix, roles)
+  if isinstance(node, ast.UnaryOp):
+    return isinstance(node.op, _OPERATORS) and _size(node.operand, prefix,
+                                                     roles)
+  if isinstance(node, ast.Call) and not node.keywords:
+    f = node.func
+    if not (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)):
+      return False
+    module, name = f.value.id[len(prefix):], f.attr
+    if module == python_primitives.MEMBER_OPS and name == 'len':
+      return len(node.args) == 1 and _shaped(node.args[0], prefix, roles)
+    if module == python_primitives.MEMBER_OPS and name == 'getitem':
+      return len(node.args) == 2 and _size_index(node.args, prefix, roles)
+    if not ((module == python_primitives.MEMBER_OPS and name in _HELPERS)
+              or (module == 'ops' and name in ('mod', 'floordiv'))):
+      return False
+    return all(_size(a, prefix, roles) for a in node.args)
+  return False
+
+
+def _size_index(args, prefix, roles):
+  """`getitem(x.shape, key[i])`: an item of a shape, at a size `i`."""
+  shape, key = args
+  if not (isinstance(shape, ast.Attribute) and shape.attr == 'shape' and
+          _shaped(shape.value, prefix, roles) and
+          isinstance(key, ast.Subscript)):
+    return False
+  index = key.slice   # a slice of a shape is a tuple, not a size
+  return not isinstance(index, ast.Slice) and _size(index, prefix, roles)
+
+
+def _shaped(node, prefix, roles):
+  """Whether `node` is an array whose shape only the shapes of inputs and
+  sizes decide: an input, or items of one at sizes and static slices
+  (`m[0]`, `x[1:n]`)."""
+  k = _input(node, prefix)
+  if k is not None:
+    _note(roles, k, 'shape')
+    return True
+  if not (isinstance(node, ast.Call) and len(node.args) == 2 and
+          not node.keywords and isinstance(node.func, ast.Attribute) and
+          node.func.attr == 'getitem' and isinstance(node.func.value,
+                                                     ast.Name) and
+          node.func.value.id == prefix + python_primitives.MEMBER_OPS and
+          isinstance(node.args[1], ast.Subscript)):
+    return False
+  index = node.args[1].slice
+  parts = index.elts if isinstance(index, ast.Tuple) else [index]
+  for p in parts:
+    if isinstance(p, ast.Slice):
+      if not all(b is None or _size(b, prefix, roles)
+                 for b in (p.lower, p.upper, p.step)):
+        return False
+    elif not _size(p, prefix, roles):
+      return False
+  return _shaped(node.args[0], prefix, roles)

@@ -1,0 +1,128 @@
+"""A size computed in an earlier statement of a per-member function.
+
+`n = len(x)`, `k = x.shape[0] + 1` and integer arithmetic on such values
+are one Python int for a signature (`passes.size_folding`), so they can
+make arrays in later statements.  Each program is checked against a plain
+Python loop over members and the dry run, on NumPy (VM, stackless) and
+TensorFlow (eager, `tf.function`, XLA); a size that differs between
+members stays refused, with the advice to pad.
+"""
+
+import numpy as np
+import pytest
+
+import autobatch_vm as ab
+from autobatch_vm import errors
+
+B = 4
+
+
+def running_means(x):
+  """Prefix means, in a buffer sized by an earlier `len`."""
+  n = len(x)
+  out = np.zeros(n, dtype=x.dtype)
+  total = x[0] * 0
+  i = 0
+  while i < n:
+    total = total + x[i]
+    out[i] = total / (i + 1)
+    i += 1
+  return out
+
+
+def padded_ramp(x):
+  """Sizes from `.shape` and `.ndim`, and arithmetic on them."""
+  k = x.shape[0] + 1
+  m = 2 * k - x.ndim
+  ramp = np.arange(k) * 1.0
+  ones = np.ones(m) + x.ndim
+  head = ramp[:k - 1] + x
+  if x[0] > 0:
+    return head * 2.0 + ones[:k - 1]
+  return head - ones[m - k + 1:]
+
+
+def last_row(m):
+  """A size in an earlier statement, then an index computed from it."""
+  rows = m.shape[0]
+  cols = len(m[0])
+  grid = np.zeros((rows, cols)) + m
+  return grid[rows - 1] * np.ones(cols)
+
+
+def weighted_sum(m):
+  """A size from `.size` (NumPy's: a tensor has no `.size`)."""
+  s = m.size
+  weights = np.arange(s) * 1.0
+  return (weights.reshape(m.shape) * m).sum()
+
+
+PROGRAMS = {
+    'running_means': (running_means, lambda rng: (rng.normal(size=(B, 5)),)),
+    'padded_ramp': (padded_ramp, lambda rng: (rng.normal(size=(B, 3)),)),
+    'last_row': (last_row, lambda rng: (rng.normal(size=(B, 2, 3)),)),
+    'weighted_sum': (weighted_sum, lambda rng: (rng.normal(size=(B, 2, 3)),)),
+}
+TENSORFLOW = ['running_means', 'padded_ramp', 'last_row']
+
+ctx = ab.Context()
+BATCHED = {name: ctx.batch_uncurried(fn, per_member=True)
+           for name, (fn, _) in PROGRAMS.items()}
+
+
+def _case(name):
+  fn, make = PROGRAMS[name]
+  args = make(np.random.default_rng(len(name)))
+  expected = np.stack([np.asarray(fn(*[a[k] for a in args]))
+                       for k in range(B)])
+  return BATCHED[name], args, expected
+
+
+def _same(got, expected):
+  got = np.asarray(got)
+  assert got.shape == expected.shape
+  assert got.dtype == expected.dtype
+  np.testing.assert_allclose(got, expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize('name', list(PROGRAMS))
+def test_numpy_equals_a_loop_and_the_dry_run(name):
+  fn, args, expected = _case(name)
+  _same(fn(*args, stackless=False), expected)
+  _same(fn(*args, stackless=True), expected)
+  _same(fn(*args, dry_run=True), expected)
+
+
+@pytest.mark.parametrize('mode', ['eager', 'function', 'xla'])
+@pytest.mark.parametrize('name', TENSORFLOW)
+def test_tensorflow_equals_a_loop(name, mode):
+  tf = pytest.importorskip('tensorflow')
+  fn, args, expected = _case(name)
+  tensors = [tf.constant(a) for a in args]
+  if mode == 'eager':
+    got = fn(*tensors)
+  else:
+    got = tf.function(lambda *a: fn(*a), jit_compile=mode == 'xla',
+                      autograph=False)(*tensors)
+  _same(got.numpy(), expected)
+
+
+def sized_by_an_argument(x, n):
+  return np.arange(n) * x
+
+
+def sized_by_the_data(x):
+  n = int(x[0])
+  return np.zeros(n) + x[1]
+
+
+@pytest.mark.parametrize('fn', [sized_by_an_argument, sized_by_the_data])
+def test_a_size_that_differs_between_members_is_refused(fn):
+  batched = ab.Context().batch_uncurried(fn, per_member=True)
+  args = [np.full((B, 2), 3.0)] + ([np.array([2, 3, 3, 1])]
+                                    if fn is sized_by_an_argument else [])
+  with pytest.raises(errors.PerMemberError, match='one per member') as info:
+    batched(*args)
+  assert 'Pad to a fixed size' in str(info.value)
+  assert info.value.loc.line == fn.__code__.co_firstlineno + (
+      1 if fn is sized_by_an_argument else 2)
