@@ -47,6 +47,8 @@ _NUMPY_2 = np.lib.NumpyVersion(np.__version__) >= '2.0.0'
 _PYTHON_NUMBERS = (int, float, bool)
 _REDUCTIONS = (np.sum, np.mean, np.prod, np.min, np.max, np.amin, np.amax,
                np.any, np.all)
+_REDUCTION_METHODS = frozenset(('sum', 'mean', 'prod', 'min', 'max', 'any',
+                                'all'))
 _FUNCTIONS = ([(f, 'reduce') for f in _REDUCTIONS] +
               [(np.concatenate, 'concatenate'), (np.stack, 'stack'),
                (np.matmul, 'matmul'), (np.dot, 'matmul')])
@@ -265,6 +267,10 @@ class _Rewrite:
     if helper == 'call' and node.args:   # a function given a list display
       node = ast.Call(node.args[0], node.args[1:], node.keywords)
       helper = None
+    if helper is None and self._helper(node, 'ops') is None:
+      method = self._method(node)
+      if method is not None:
+        return method
     if node.keywords and helper is None:
       info = self.statics.get(ast.unparse(node.func))
       if info in (('function', 'concatenate'), ('function', 'stack'),
@@ -381,29 +387,72 @@ class _Rewrite:
       node.args = [a, b]
     return _Value(True, av.rank - (bv.rank == 1), None), node
 
-  def _axis_call(self, node, tag):
-    """A join or reduction of members' arrays, its axis past the batch."""
+  @staticmethod
+  def _axis_argument(node, arity):
+    """`node`'s arguments but its axis (`arity` of them), and its axis
+    (None where it gives none)."""
     if any(isinstance(a, ast.Starred) for a in node.args):
       raise _NotDirect
-    axis, keywords = None, []
+    axis = None
     for kw in node.keywords:
       if kw.arg != 'axis':
         raise _NotDirect
       axis = kw.value
     args = list(node.args)
-    if len(args) == 2 and axis is None:
+    if len(args) == arity + 1 and axis is None:
       axis = args.pop()
-    if len(args) != 1:
+    if len(args) != arity:
       raise _NotDirect
+    return args, axis
+
+  @staticmethod
+  def _reduced(v, axis):
+    """A reduction of a member's value `v` over member axes `axis`: its
+    value, and its `axis` keyword on the batched array."""
+    if not v.member:
+      raise _NotDirect
+    moved = tuple(_moved(a, v.rank) for a in _constant_axes(axis, v.rank))
+    return (_Value(True, v.rank - len(set(moved)), None),
+            [ast.keyword('axis', ast.Constant(moved))])
+
+  def _method(self, node):
+    """A method of a member's array (a reduction, `astype`), or None
+    where `node` calls no method of a value."""
+    f = node.func
+    if not isinstance(f, ast.Attribute):
+      return None
+    base = f.value
+    if isinstance(base, ast.Name) and base.id.startswith(self.prefix):
+      if not base.id.startswith(self.prefix + 'v'):
+        return None   # a helper's module
+    elif isinstance(base, (ast.Name, ast.Attribute)):
+      info = self.statics.get(ast.unparse(base))
+      if info is None or info[0] != 'array':
+        return None   # a module's function (np.tanh)
+    v, f.value = self.value(base)
+    if f.attr == 'astype' and len(node.args) == 1 and not node.keywords:
+      if not v.member or self._reads_input(node.args[0]):
+        raise _NotDirect
+      return _Value(True, v.rank, None), node
+    if f.attr not in _REDUCTION_METHODS:
+      raise _NotDirect
+    node.args, axis = self._axis_argument(node, 0)
+    value, node.keywords = self._reduced(v, axis)
+    return value, node
+
+  def _reads_input(self, node):
+    """Whether `node` reads an input (a dtype must not)."""
+    return any(isinstance(n, ast.Name) and n.id.startswith(self.prefix + 'v')
+               for n in ast.walk(node))
+
+  def _axis_call(self, node, tag):
+    """A join or reduction of members' arrays, its axis past the batch."""
+    args, axis = self._axis_argument(node, 1)
     if tag == 'reduce':
       v, arg = self.value(args[0])
-      if not v.member:
-        raise _NotDirect
-      axes = _constant_axes(axis, v.rank)
-      moved = tuple(_moved(a, v.rank) for a in axes)
+      value, node.keywords = self._reduced(v, axis)
       node.args = [arg]
-      node.keywords = keywords + [ast.keyword('axis', ast.Constant(moved))]
-      return _Value(True, v.rank - len(set(moved)), None), node
+      return value, node
     items = args[0]
     if not isinstance(items, (ast.List, ast.Tuple)) or not items.elts:
       raise _NotDirect

@@ -31,6 +31,11 @@ def member_take(x, i):
 
 
 @ctx.batch(per_member=True)
+def methods(m, x):
+  return m.max(axis=-1).astype(np.float32) + m.sum(0)[1:] + x.mean()
+
+
+@ctx.batch(per_member=True)
 def member_items(m, i):
   return m[i - 1, 1:] * m[0, 2]
 
@@ -97,7 +102,8 @@ def _inputs(rng):
 # name -> (argument names, whether its primitive takes the plain form)
 CASES = {
     table_gather: ('xi', True),
-    member_take: ('xi', False),   # `.sum()` is a method: the rules
+    member_take: ('xi', True),
+    methods: ('mx', True),
     member_items: ('mi', True),
     cell: ('xy', True),
     stack_and_reduce: ('m', True),
