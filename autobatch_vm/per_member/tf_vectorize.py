@@ -11,12 +11,19 @@ under XLA, which cannot compile that loop.  Inside a graph (a
 the graph; called eagerly, the function is a `tf.function` made once (and
 on one member, as type inference calls it, just the function on that
 member's values).
-Gradients flow through the vectorized operations.
+Gradients flow through the vectorized operations, inside an XLA function
+too: there the operations are built in the compiled graph itself, and
+pfor's rules for MatMul, ConcatV2 and TensorScatterUpdate are replaced by
+ones whose axes, permutations and shapes are constants where the shapes
+are known (`_STATIC`), as XLA needs them in the gradient.
 """
 
 import contextlib
+import functools
 import logging
 import sys
+
+import numpy as np
 
 from autobatch_vm import errors
 
@@ -56,7 +63,8 @@ def vectorize(fn, batched_leaf, fallback=None):
       full = list(leaves)
       for k, x in zip(where, xs):
         full[k] = x
-      return fn(*tf.nest.pack_sequence_as(args, full))
+      return tf.nest.map_structure(
+          _numpy_typed, fn(*tf.nest.pack_sequence_as(args, full)))
     if tf.executing_eagerly() and tensors[0].shape[0] == 1:
       # One member, eagerly (type inference): the function on its values.
       return tf.nest.map_structure(
@@ -69,8 +77,7 @@ def vectorize(fn, batched_leaf, fallback=None):
       if fallback is not None:
         fallback(name)
     with _fallbacks_reported(report):
-      result = tf.vectorized_map(member, tensors,
-                                 fallback_to_while_loop=True, warn=True)
+      result = _vectorized_map(member, tensors)
     if looped and _in_xla_context():
       raise errors.PerMemberError(
           f'TensorFlow\'s vectorizer (pfor) has no rule for '
@@ -92,6 +99,15 @@ def vectorize(fn, batched_leaf, fallback=None):
                                reduce_retracing=True))
     return eager[0](*args)
   return batched
+
+
+def _numpy_typed(value):
+  """A Python number in a member's result as a tensor of NumPy's dtype
+  for it (float64, int64), which the VM's types give a literal; TensorFlow
+  would make a float a float32."""
+  if isinstance(value, (bool, int, float, complex)):
+    return _tf().constant(value, np.asarray(value).dtype)
+  return value
 
 
 def _one_member(args):
@@ -158,3 +174,105 @@ def _resource_gather(pfor_input):
       pfor_input.unstacked_input(0), pfor_input.get_attr('dtype'))
   return pfor_lib.wrap(_tf().gather(value, pfor_input.stacked_input(1)),
                        True)
+
+
+def _vectorized_map(member, tensors):
+  """`tf.vectorized_map(member, tensors)`, with the rules of `_STATIC`,
+  its operations built in the graph being built, under XLA too.
+
+  Under XLA `tf.vectorized_map` builds its operations in a `tf.function`
+  of their own.  A gradient through that function's call gets each value
+  it needs from the forward pass as an input, constants included (a
+  transpose's permutation, a concatenation's axis), which XLA needs as
+  compile-time constants: inside a loop or a branch, the gradient does
+  not compile.  Built in the graph itself, those constants are copied
+  into the gradient's branches and loops as constants.
+  """
+  tf = _tf()
+  from tensorflow.python.ops.parallel_for import control_flow_ops  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+  with _static_rules():
+    if tf.executing_eagerly() or not _in_xla_context():
+      return tf.vectorized_map(member, tensors, fallback_to_while_loop=True,
+                               warn=True)
+    size = tensors[0].shape[0]
+    if size is None:
+      size = tf.shape(tensors[0])[0]
+    return control_flow_ops._pfor_impl(  # pylint: disable=protected-access
+        lambda i: member([tf.gather(t, i) for t in tensors]), size,
+        fallback_to_while_loop=True, warn=True)
+
+
+@contextlib.contextmanager
+def _static_rules():
+  """pfor's rules replaced, inside the block, by those of `_STATIC`."""
+  from tensorflow.python.ops.parallel_for import pfor as pfor_lib  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+  registry = pfor_lib._pfor_converter_registry  # pylint: disable=protected-access
+  saved = {name: registry[name] for name in _STATIC if name in registry}
+  for name, own in saved.items():
+    registry[name] = functools.partial(_STATIC[name], own)
+  try:
+    yield
+  finally:
+    registry.update(saved)
+
+
+def _concat(own, pfor_input):
+  """pfor's rule for ConcatV2 (`own`), with a constant axis where the
+  member's axis is one (pfor's computes the batched axis in the graph,
+  and XLA needs the gradient's axis as a constant)."""
+  from tensorflow.python.ops.parallel_for import pfor as pfor_lib  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+  tf = _tf()
+  n = pfor_input.num_inputs
+  axis = tf.get_static_value(pfor_input.inputs[n - 1].t)
+  if axis is None or pfor_input.inputs[n - 1].is_stacked:
+    return own(pfor_input)
+  pfor_input.stack_inputs(stack_indices=range(n - 1))
+  axis = int(axis)
+  return pfor_lib.wrap(tf.concat([x.t for x in pfor_input.inputs[:n - 1]],
+                                 axis=axis + 1 if axis >= 0 else axis), True)
+
+
+def _matmul(own, pfor_input):
+  """pfor's rule for MatMul (`own`), where only the right operand is
+  batched (`tf.linalg.matvec(w, h)`, `w @ x` with a shared `w`), with
+  constant permutations (pfor's picks one in the graph from the operand's
+  shape, and XLA needs the gradient's as a constant)."""
+  from tensorflow.python.ops.parallel_for import pfor as pfor_lib  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+  a, b = pfor_input.inputs[0], pfor_input.inputs[1]
+  if a.is_stacked or not b.is_stacked:
+    return own(pfor_input)
+  tf = _tf()
+  # b: [members, k, m] ([members, m, k] transposed) to [k, members, m]:
+  # one product with a gives every member's.
+  right = tf.transpose(b.t, [2, 0, 1] if pfor_input.get_attr('transpose_b')
+                       else [1, 0, 2])
+  k, n, m = [d if d is not None else tf.shape(right)[i]
+             for i, d in enumerate(right.shape)]
+  product = tf.linalg.matmul(a.t, tf.reshape(right, [k, n * m]),
+                             transpose_a=pfor_input.get_attr('transpose_a'))
+  return pfor_lib.wrap(
+      tf.transpose(tf.reshape(product, [-1, n, m]), [1, 0, 2]), True)
+
+
+def _scatter_update(own, pfor_input):
+  """pfor's rule for TensorScatterUpdate (`own`), with constant shapes
+  where the indices' shape is known (pfor's computes them in the graph,
+  where XLA needs constants), and the members' numbers of the indices'
+  dtype (pfor's are int32, which int64 indices refuse)."""
+  from tensorflow.python.ops.parallel_for import pfor as pfor_lib  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+  tf = _tf()
+  pfor_input.stack_inputs([0, 1, 2])
+  tensor, indices, updates = [pfor_input.stacked_input(k) for k in range(3)]
+  shape = indices.shape
+  if not shape.is_fully_defined():
+    return own(pfor_input)
+  # Each member's index vectors get the member's number in front.
+  member = tf.reshape(tf.range(shape[0], dtype=indices.dtype),
+                      [shape[0]] + [1] * (shape.rank - 1))
+  member = tf.broadcast_to(member, shape[:-1].concatenate([1]))
+  return pfor_lib.wrap(tf.tensor_scatter_nd_update(
+      tensor, tf.concat([member, indices], axis=-1), updates), True)
+
+
+_STATIC = {'ConcatV2': _concat, 'MatMul': _matmul,
+           'TensorScatterUpdate': _scatter_update}

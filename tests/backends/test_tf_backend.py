@@ -9,6 +9,7 @@ overflow and failed `assert`s in every mode, dtypes, stats, and errors.
 
 import dataclasses
 import functools
+import re
 import subprocess
 import sys
 import warnings
@@ -222,6 +223,62 @@ def test_xla_schedule_picks_the_block_numpy_picks(batch):
     pc = pc.astype(np.int32)
     want = scheduler.Scheduler('most', num_blocks).next_block(pc)
     assert int(pick(tf.constant(pc))) == want, pc
+
+
+def _condition_variables(hlo):
+  """Per `while` of HLO text: the loop variables (tuple indices) its
+  condition reads, from the condition's root (through calls)."""
+  comps = {}
+  for chunk in re.split(r'\n(?=\S)', hlo):
+    head = re.match(r'(?:ENTRY )?(%[\w.\-]+) ', chunk)
+    if head:
+      comps[head.group(1)] = chunk.splitlines()[1:]
+
+  def reads(comp):
+    defs, root, param = {}, None, None
+    for line in comps[comp]:
+      name, _, rest = line.strip().partition(' = ')
+      if name.startswith('ROOT '):
+        name = root = name[5:]
+      rest = re.sub(r', metadata=\{.*', '', rest)
+      defs[name] = rest
+      if re.search(r' parameter\(0\)', rest):
+        param = name
+    found, todo, seen = set(), [root], set()
+    while todo:
+      name = todo.pop()
+      if name in seen or name not in defs:
+        continue
+      seen.add(name)
+      rest = defs[name]
+      gte = re.search(r'get-tuple-element\(.*?(%[\w.\-]+)\), index=(\d+)',
+                      rest)
+      call = re.search(r' call\(.*?(%[\w.\-]+)\), to_apply=(%[\w.\-]+)',
+                       rest)
+      if gte and gte.group(1) == param:
+        found.add(int(gte.group(2)))
+      elif call and call.group(1) == param:
+        found |= reads(call.group(2))
+      else:
+        todo += [n for n in re.findall(r'%[\w.\-]+', rest) if n not in comps]
+    return found
+
+  return [reads(c.group(1)) for lines in comps.values() for line in lines
+          for c in [re.search(r' while\(.*condition=(%[\w.\-]+)', line)]
+          if c]
+
+
+def test_xla_loop_conditions_read_two_loop_variables():
+  # XLA asks how many trips each loop makes in every round of its
+  # simplification passes; for a condition that compares one variable it
+  # copies the body's computation of that variable (`loop.loop_test`).
+  args, _, _ = numpy_and_alone('gcd', 5)
+  staged = tf.function(lambda *a: gcd(*a, max_stack_depth=16),
+                       jit_compile=True)
+  hlo = staged.experimental_get_compiler_ir(*to_tf(args))(stage='hlo')
+  reads = _condition_variables(hlo)
+  assert reads, 'no while loop found in the HLO'
+  assert all(len(r) >= 2 for r in reads), reads
 
 
 def test_basic_block_xla_device():

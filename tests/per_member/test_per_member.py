@@ -137,27 +137,46 @@ def test_tensorflow_forms_match_numpy(tf_programs, name, numpy_name):
   assert_same(program.fn(*tensors, dry_run=True).numpy(), expected)
 
 
-def test_gradients_flow_through_a_per_member_tree_rnn(tf_programs):
+def _tree_rnn_gradients(tf_programs, jit_compile=None, **kwargs):
+  """Gradients of the squared encodings of three trees with respect to
+  the tree RNN's variables: batched (in a `tf.function` of `jit_compile`,
+  or eagerly where None) and each tree alone (`dry_run`)."""
   tf = pytest.importorskip('tensorflow')
   encode = tf_programs['tree_rnn_tf'].fn
   args = [tf.constant(a) for a in inputs(tf_programs['tree_rnn_tf'],
                                          seed=4, batch=3)]
 
-  def gradients(**kwargs):
+  def gradients(*args, **kwargs):
     with tf.GradientTape() as tape:
       total = tf.reduce_sum(encode(*args, **kwargs) ** 2)
     return tape.gradient(total, encode.variables)
+  batched = gradients
+  if jit_compile is not None:
+    batched = tf.function(lambda *a: gradients(*a, **kwargs),
+                          jit_compile=jit_compile, autograph=False)
   with warnings.catch_warnings():
     # tf.gather of a tf.Variable by a per-member index is vectorized
     # (tf_vectorize's rule for ResourceGather), not run per member.
     warnings.simplefilter('error', primitive.PerMemberFallbackWarning)
-    batched = gradients()
-  alone = gradients(dry_run=True)
-  for b, a in zip(batched, alone):
+    got = batched(*args, **({} if jit_compile is not None else kwargs))
+  alone = gradients(*args, dry_run=True)
+  for b, a in zip(got, alone, strict=True):
     b = tf.convert_to_tensor(b).numpy()
     assert np.any(b != 0)
     np.testing.assert_allclose(b, tf.convert_to_tensor(a).numpy(),
                                rtol=1e-9, atol=1e-12)
+
+
+def test_gradients_flow_through_a_per_member_tree_rnn(tf_programs):
+  _tree_rnn_gradients(tf_programs)
+
+
+@pytest.mark.slow
+def test_gradients_of_a_per_member_tree_rnn_compile_under_xla(tf_programs):
+  # max_steps bounds the VM's loop, which XLA needs to keep its values for
+  # the gradient; pfor's operations are built in the compiled graph with
+  # constant axes and permutations, which XLA needs in the gradient.
+  _tree_rnn_gradients(tf_programs, jit_compile=True, max_steps=200)
 
 
 # -- mixing with batch-aware functions ----------------------------------------

@@ -18,8 +18,8 @@ from autobatch_vm.backends.tf import masks
 from autobatch_vm.backends.tf import packing as packing_lib
 
 __all__ = ['staged_loop', 'branch_fn', 'fail_in_graph', 'run_eagerly',
-           'step_eagerly', 'next_block_tensor', 'FORCED_BLOCK', 'traceable',
-           'StagedRun']
+           'step_eagerly', 'next_block_tensor', 'loop_test', 'FORCED_BLOCK',
+           'traceable', 'StagedRun']
 
 _EAGER_CACHE_SIZE = 16
 # The batch size a loop plans its packing for where the batch size is
@@ -155,8 +155,8 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
     return tf.identity(forced.read_value())
 
   def cond(b, acc, *rest):
-    del acc, rest
-    return b < num_blocks
+    del rest
+    return loop_test(b, acc, num_blocks, xla)
 
   def body(b, acc, *rest):
     extra, carried = list(rest[:num_extra]), rest[num_extra:]
@@ -460,6 +460,33 @@ def fill_stats(stats, labels, steps, runs, active):
 # whose index the last of these int32 `tf.Variable`s holds (the schedule
 # is not consulted).  See `StagedFunction.profile_blocks`.
 FORCED_BLOCK = []
+
+
+def loop_test(b, acc, num_blocks, xla):
+  """The staged loop's condition: whether block `b` is one to run.
+
+  Under XLA the test also reads the block counts `acc` (never negative),
+  so that it depends on two loop variables.  XLA (TensorFlow 2.21 on CPU)
+  asks of every loop, in each of the many rounds of its simplification
+  passes (loop-invariant code motion and the while-loop simplifier), how
+  many trips it makes: given a condition that compares one variable with
+  a constant, it copies the body's whole computation of that variable to
+  see whether it is a counter, and `b` is computed from every block.
+  With two variables the question stops at the condition
+  (docs/performance.md, "The loop's condition under XLA").
+
+  Args:
+    b: The block to run next, a scalar int32 tensor (`num_blocks`: none).
+    acc: The loop's block counts, `[num_blocks, 2]` int32.
+    num_blocks: The number of blocks.
+    xla: Whether the loop is traced for XLA.
+
+  Returns:
+    A scalar bool tensor.
+  """
+  if not xla:
+    return b < num_blocks
+  return tf.logical_and(b < num_blocks, acc[0, 0] >= 0)
 
 
 def next_block_tensor(pc, num_blocks, schedule, one_hot_max):
