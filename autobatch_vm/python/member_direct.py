@@ -180,6 +180,26 @@ class _Helpers:
       index = (index,)
     return x[(np.arange(len(x)),) + index]
 
+  @staticmethod
+  def put(x, index, value):
+    """A copy of batched `x` with each member's `x[index] = value` (the
+    leading parts of `index` batched integers)."""
+    if type(index) is not tuple:  # pylint: disable=unidiomatic-typecheck
+      index = (index,)
+    out = x.copy()
+    out[(np.arange(len(x)),) + index] = value
+    return out
+
+  @staticmethod
+  def put_items(x, index, value):
+    """A copy of batched `x` with every member's `x[index] = value`
+    (`index` the same for every member)."""
+    if type(index) is not tuple:  # pylint: disable=unidiomatic-typecheck
+      index = (index,)
+    out = x.copy()
+    out[(slice(None),) + index] = value
+    return out
+
 
 class _NotDirect(Exception):
   """The expression needs the rules."""
@@ -264,6 +284,8 @@ class _Rewrite:
     helper = self._helper(node, python_primitives.MEMBER_OPS)
     if helper == 'getitem' and len(node.args) == 2 and not node.keywords:
       return self._getitem(node)
+    if helper == 'setitem' and len(node.args) == 3 and not node.keywords:
+      return self._setitem(node)
     if helper == 'call' and node.args:   # a function given a list display
       node = ast.Call(node.args[0], node.args[1:], node.keywords)
       helper = None
@@ -287,8 +309,10 @@ class _Rewrite:
       if helper in _BOOLEAN_HELPERS:
         return _Value(any(v.member for v in vs), max(v.rank for v in vs),
                       'b'), node
-      if helper == 'where':
-        return self._kind(vs[1:], None), node
+      if helper == 'where':   # the dtype is the values', not the test's
+        kind = self._kind(vs[1:], None).kind
+        return _Value(any(v.member for v in vs), max(v.rank for v in vs),
+                      kind), node
       return self._kind(vs, ast.Add()), node
     if self._helper(node, 'ops') in ('mod', 'floordiv'):
       vs, node.args = self._elementwise(node.args)
@@ -334,17 +358,18 @@ class _Rewrite:
           op, _INTEGER_OPERATORS) else None
     return _Value(member, rank, kind)
 
-  def _getitem(self, node):
-    """`getitem(x, key[index])`."""
-    x, key = node.args
+  def _key_parts(self, key, xv):
+    """The parts of `key` (`key[index]`) indexing `x` of value `xv`:
+    leading integers (a member's or shared), then slices with shared
+    bounds.  Returns the rewritten parts, the rank of the items, and
+    whether a part is a member's."""
     if not (isinstance(key, ast.Subscript) and isinstance(key.value,
                                                           ast.Attribute)
             and key.value.attr == 'key'):
       raise _NotDirect
-    xv, x = self.value(x)
     index = key.slice
     parts = list(index.elts) if isinstance(index, ast.Tuple) else [index]
-    values, leading, sliced = [], 0, False
+    member, leading, sliced = False, 0, False
     for k, p in enumerate(parts):
       if isinstance(p, ast.Slice):
         for bound in ('lower', 'upper', 'step'):
@@ -359,21 +384,42 @@ class _Rewrite:
       v, parts[k] = self.value(p)
       if sliced or v.rank or not _integer(v):
         raise _NotDirect
-      values.append(v)
+      member = member or v.member
       leading += 1
     if leading > xv.rank:
       raise _NotDirect
-    rank = xv.rank - leading
-    member = any(v.member for v in values)
+    return parts, xv.rank - leading, member
+
+  def _getitem(self, node):
+    """`getitem(x, key[index])`."""
+    x, key = node.args
+    xv, x = self.value(x)
+    parts, rank, member = self._key_parts(key, xv)
     if not xv.member:   # a shared table: one gather, as written
       return _Value(member, rank, xv.kind), ast.Subscript(
           x, _index(parts), ast.Load())
     if member:
-      key.slice = ast.Tuple(parts, ast.Load()) if len(parts) > 1 else (
-          parts[0])
+      key.slice = _index(parts)
       return _Value(True, rank, xv.kind), self._call('take', [x, key])
     return _Value(True, rank, xv.kind), ast.Subscript(
         x, ast.Tuple([ast.Slice()] + parts, ast.Load()), ast.Load())
+
+  def _setitem(self, node):
+    """`setitem(x, key[index], value)` of a member's `x`: a copy written
+    at each member's items."""
+    x, key, value = node.args
+    xv, x = self.value(x)
+    if not xv.member:
+      raise _NotDirect
+    parts, rank, member = self._key_parts(key, xv)
+    vv, value = self.value(value)
+    if vv.rank > rank:
+      raise _NotDirect
+    if vv.member and vv.rank < rank:
+      value = self._call('align', [value, ast.Constant(rank)])
+    key.slice = _index(parts)
+    return _Value(True, xv.rank, xv.kind), self._call(
+        'put' if member else 'put_items', [x, key, value])
 
   def _matmul(self, node, a, b):
     """`a @ b` (or `np.dot`, `np.matmul`): a member's array times a shared

@@ -66,6 +66,29 @@ def integers(i, j):
 
 
 @ctx.batch(per_member=True)
+def flag(x):
+  return 1 if x[0] > 0 else 0
+
+
+@ctx.batch(per_member=True)
+def put_at_member_index(x, i, y):
+  x[i] = y * 2.0
+  return x
+
+
+@ctx.batch(per_member=True)
+def put_rows(m, i, x):
+  m[i - 1] = x
+  return m
+
+
+@ctx.batch(per_member=True)
+def put_items(m, y):
+  m[0, 1:] += y
+  return m
+
+
+@ctx.batch(per_member=True)
 def shared_matrix_of_member(x):
   return x + TABLE
 
@@ -110,6 +133,10 @@ CASES = {
     ranks_aligned: ('mxy', True),
     choice: ('xy', True),
     integers: ('ij', True),
+    flag: ('x', True),
+    put_at_member_index: ('xiy', True),
+    put_rows: ('mix', True),
+    put_items: ('my', True),
     shared_matrix_of_member: ('x', True),
     rules_scan: ('x', False),
     rules_product_of_members: ('x', False),
@@ -133,10 +160,14 @@ def test_batched_equals_a_loop_and_the_dry_run(fn):
   names, plain = CASES[fn]
   values = _inputs(np.random.default_rng(0))
   args = [values[n] for n in names]
-  expected = np.stack([np.asarray(fn.python_function(*[a[k] for a in args]))
-                       for k in range(B)])
+  expected = np.stack([
+      np.asarray(fn.python_function(*[np.copy(a[k]) for a in args]))
+      for k in range(B)])
+  before = [np.copy(a) for a in args]
   for out in (fn(*args, stackless=False), fn(*args, stackless=True),
               fn(*args, dry_run=True)):
+    for a, b in zip(args, before):
+      np.testing.assert_array_equal(a, b)   # item writes copy
     out = np.asarray(out)
     assert out.shape == expected.shape
     assert out.dtype == expected.dtype
