@@ -3,9 +3,16 @@
 Each function below is one primitive.  Batched on NumPy (stack VM), it
 must equal a plain Python loop over members (values, shapes, dtypes)
 and the dry run; the test also checks which primitives take the plain
-form (`DirectForms.form`) and which the rules run.
+form (`DirectForms.form`) and which the rules run.  A property test
+(hypothesis) builds random expressions and item writes of a member's
+values and shared arrays and compares them with the loop (30 examples
+in the fast tier, 500 in the slow one).
 """
 
+import linecache
+
+import hypothesis
+from hypothesis import strategies as st
 import numpy as np
 import pytest
 
@@ -185,3 +192,99 @@ def test_an_error_in_the_plain_form_is_the_rules_error_at_the_users_line():
     table_gather(values['x'], i, stackless=False)
   assert 'out of bounds' in str(caught.value)
   assert 'for axis 0' not in str(caught.value)   # the rules' wording
+
+
+# The property test: random expressions of a member's values, batched,
+# against the loop.
+
+W2 = np.linspace(-1.0, 1.0, 6).reshape(3, 2)
+_LEAVES = {
+    (): ['y', 'x[i]', 'm[i, 0]', 'TABLE[i, 2]', 'x.max()', '1.5'],
+    (3,): ['x', 'm[i]', 'TABLE[i + 1]', 'm[0]', 'x[::-1]', 'TABLE[1]'],
+    (2, 3): ['m', 'TABLE[:2]', 'm[:, ::2].sum(axis=1)[:, None] + m'],
+    (2,): ['x @ W2', 'm[:, 1]', 'np.dot(x, W2)'],
+}
+
+
+def _expression(data, shape, depth):
+  """A random expression of `x` (3,), `m` (2, 3), `y` (), `i` (an index in
+  [0, 2)) and shared arrays, of member shape `shape`."""
+  kinds = ['leaf'] if depth == 0 else [
+      'leaf', 'unary', 'binary', 'where', 'reduce', 'join', 'index']
+  kind = data.draw(st.sampled_from(kinds))
+  if kind == 'unary':
+    f = data.draw(st.sampled_from(['np.tanh', 'np.abs', '-', 'np.square']))
+    return f'{f}({_expression(data, shape, depth - 1)})'
+  if kind == 'binary':
+    op = data.draw(st.sampled_from(['+', '-', '*', 'np.maximum']))
+    a = _expression(data, shape, depth - 1)
+    b = _expression(data, data.draw(st.sampled_from(
+        [shape, (), shape[1:]])), depth - 1)
+    if data.draw(st.booleans()):
+      a, b = b, a
+    if op == 'np.maximum':
+      return f'np.maximum({a}, {b})'
+    return f'(({a}) {op} ({b}))'
+  if kind == 'where':
+    return (f'({_expression(data, shape, depth - 1)} if y > 0 else '
+            f'{_expression(data, shape, depth - 1)})')
+  if kind == 'reduce' and len(shape) < 2:
+    axis = data.draw(st.sampled_from(['', ', axis=0', ', axis=-1']))
+    inner = shape + (3,) if shape else (3,)
+    inner = (2, 3) if shape == (2,) else inner
+    if shape == (3,):
+      return f'np.sum({_expression(data, (2, 3), depth - 1)}, axis=0)'
+    if shape == (2,):
+      return f'({_expression(data, (2, 3), depth - 1)}).mean(axis=-1)'
+    return f'np.max({_expression(data, inner, depth - 1)}{axis})'
+  if kind == 'join' and shape == (2, 3):
+    return (f'np.stack([{_expression(data, (3,), depth - 1)}, '
+            f'{_expression(data, (3,), depth - 1)}])')
+  if kind == 'join' and shape == (3,):
+    return (f'np.concatenate([{_expression(data, (2,), depth - 1)}, '
+            f'({_expression(data, (), depth - 1)}) * np.ones(1)])')
+  if kind == 'index' and shape == ():
+    return f'({_expression(data, (3,), depth - 1)})[i]'
+  if kind == 'index' and shape == (3,):
+    return f'({_expression(data, (2, 3), depth - 1)})[i]'
+  return data.draw(st.sampled_from(_LEAVES[shape]))
+
+
+@hypothesis.settings(max_examples=30, deadline=None)
+@hypothesis.given(st.data())
+def test_random_expressions_match_loop(data):
+  _check_random_expression(data)
+
+
+@pytest.mark.slow
+@hypothesis.settings(max_examples=500, deadline=None)
+@hypothesis.given(st.data())
+def test_many_random_expressions_match_loop(data):
+  _check_random_expression(data)
+
+
+def _check_random_expression(data):
+  """A random per-member function of one primitive (or an item write of
+  one), batched on NumPy, equals the loop over members."""
+  shape = data.draw(st.sampled_from(list(_LEAVES)))
+  body = _expression(data, shape, data.draw(st.integers(1, 3)))
+  write = data.draw(st.booleans()) and shape in ((), (3,))
+  source = ('def random_expression(x, m, y, i):\n' +
+            (f'  z = m * 1.0\n  z[i] = {body}\n  return z\n' if write else
+             f'  return {body}\n'))
+  filename = f'<random expression {abs(hash(source))}>'
+  linecache.cache[filename] = (len(source), None, source.splitlines(True),
+                               filename)
+  scope = dict(globals())
+  exec(compile(source, filename, 'exec'), scope)  # pylint: disable=exec-used
+  fn = scope['random_expression']
+  rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+  args = (rng.normal(size=(B, 3)), rng.normal(size=(B, 2, 3)),
+          rng.normal(size=B), rng.integers(0, 2, B))
+  expected = np.stack([np.asarray(fn(*[np.copy(a[k]) for a in args]))
+                       for k in range(B)])
+  got = np.asarray(ab.Context().batch_uncurried(fn, per_member=True)(
+      *args, stackless=False))
+  assert got.shape == expected.shape, source
+  assert got.dtype == expected.dtype, source
+  np.testing.assert_allclose(got, expected, rtol=1e-12, err_msg=source)
