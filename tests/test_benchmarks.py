@@ -1,5 +1,6 @@
 """The benchmark harness: its timing helper, and a short run end to end."""
 
+import collections
 import gc
 import importlib.util
 import json
@@ -945,3 +946,37 @@ def test_nuts_systems_quick_run_writes_its_table(tmp_path):
   for r in cell['rows']:
     assert r['leapfrogs_per_second'] > 0 and r['agree'], r
   assert 'ms / iteration' in (tmp_path / 'results.md').read_text()
+
+
+def test_nuts_steps_figures_bound_steps_by_the_longest_chain():
+  """nuts_steps' figures per iteration and their means: steps over the
+  longest chain's blocks (what the schedule loses), and blocks per
+  leapfrog of the chain that ran the most leapfrogs."""
+  from benchmarks import nuts_steps  # pylint: disable=g-import-not-at-top
+  stats = collections.namedtuple(
+      'Stats', ['steps', 'longest_member_blocks', 'utilization'])
+  its = [nuts_steps.iteration_figures(stats(520, 500, 0.35), [10, 125, 40]),
+         nuts_steps.iteration_figures(stats(480, 480, 0.25), [20, 120, 61])]
+  assert its[0]['blocks_per_leapfrog'] == 4.0
+  assert its[1]['leapfrogs_mean'] == 67.0
+  figures = nuts_steps.mean_figures(its)
+  assert (figures['steps'], figures['longest']) == (500, 490)
+  assert figures['utilization'] == pytest.approx(0.3)
+  assert figures['schedule_overhead'] == pytest.approx(500 / 490)
+  table = nuts_steps.markdown([(('gaussian', 64), figures)])
+  assert '| gaussian | 64 | 500 | 490 | 1.020 | 62.7, 122 | 4.00 | 30.0% |' in (
+      table), table
+
+
+@pytest.mark.slow
+def test_nuts_steps_runs_tfps_program_on_our_vm():
+  """nuts_steps on TFP's NUTS program (4 chains, 2 iterations): no
+  schedule beats the longest chain's own blocks, and each of its
+  leapfrogs takes at least one block."""
+  pytest.importorskip('tensorflow_probability')
+  from benchmarks import nuts_steps  # pylint: disable=g-import-not-at-top
+  figures, table, xla = nuts_steps.measure('gaussian', 4, 2)
+  assert figures['steps'] >= figures['longest'] > 0
+  assert figures['blocks_per_leapfrog'] >= 1
+  assert 0 < figures['utilization'] <= 1
+  assert '_build_tree' in table and not xla
