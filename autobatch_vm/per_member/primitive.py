@@ -330,7 +330,10 @@ def _numpy_form(pm):
 
   def batched(*args):
     if pm.direct is not None:
-      key = _signature(args)
+      try:   # arrays, the usual case
+        key = tuple([(a.ndim, a.dtype.char) for a in args])
+      except AttributeError:
+        key = _signature(args)
       form = direct.get(key, _UNKNOWN)
       if form is _UNKNOWN:
         form = direct[key] = key and pm.direct.form(key, pm.member_function,
