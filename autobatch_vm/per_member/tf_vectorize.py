@@ -13,9 +13,9 @@ on one member, as type inference calls it, just the function on that
 member's values).
 Gradients flow through the vectorized operations, inside an XLA function
 too: there the operations are built in the compiled graph itself, and
-pfor's rules for MatMul, ConcatV2 and TensorScatterUpdate are replaced by
-ones whose axes, permutations and shapes are constants where the shapes
-are known (`_STATIC`), as XLA needs them in the gradient.
+pfor's rules for MatMul, ConcatV2, Transpose and TensorScatterUpdate are
+replaced by ones whose axes, permutations and shapes are constants where
+the shapes are known (`_STATIC`), as XLA needs them in the gradient.
 """
 
 import contextlib
@@ -236,16 +236,25 @@ def _matmul(own, pfor_input):
   """pfor's rule for MatMul (`own`), where only the right operand is
   batched (`tf.linalg.matvec(w, h)`, `w @ x` with a shared `w`), with
   constant permutations (pfor's picks one in the graph from the operand's
-  shape, and XLA needs the gradient's as a constant)."""
+  shape, and XLA needs the gradient's as a constant), and none where each
+  member's operand is a vector."""
   from tensorflow.python.ops.parallel_for import pfor as pfor_lib  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
   a, b = pfor_input.inputs[0], pfor_input.inputs[1]
   if a.is_stacked or not b.is_stacked:
     return own(pfor_input)
   tf = _tf()
+  transpose_b = pfor_input.get_attr('transpose_b')
+  k = b.t.shape[2 if transpose_b else 1]
+  if b.t.shape[1 if transpose_b else 2] == 1 and k is not None:
+    # A member's vector (matvec): the members' vectors as the rows of one
+    # product, [members, k] by a's transpose, with no transposes.
+    rows = tf.reshape(b.t, [-1, k])
+    product = tf.linalg.matmul(
+        rows, a.t, transpose_b=not pfor_input.get_attr('transpose_a'))
+    return pfor_lib.wrap(product[:, :, None], True)
   # b: [members, k, m] ([members, m, k] transposed) to [k, members, m]:
   # one product with a gives every member's.
-  right = tf.transpose(b.t, [2, 0, 1] if pfor_input.get_attr('transpose_b')
-                       else [1, 0, 2])
+  right = tf.transpose(b.t, [2, 0, 1] if transpose_b else [1, 0, 2])
   k, n, m = [d if d is not None else tf.shape(right)[i]
              for i, d in enumerate(right.shape)]
   product = tf.linalg.matmul(a.t, tf.reshape(right, [k, n * m]),
@@ -274,5 +283,17 @@ def _scatter_update(own, pfor_input):
       tensor, tf.concat([member, indices], axis=-1), updates), True)
 
 
+def _transpose(own, pfor_input):
+  """pfor's rule for Transpose (`own`), with a constant permutation where
+  the member's is one (pfor's computes the batched one in the graph)."""
+  from tensorflow.python.ops.parallel_for import pfor as pfor_lib  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+  perm = pfor_input.inputs[1]
+  value = None if perm.is_stacked else _tf().get_static_value(perm.t)
+  if value is None or not pfor_input.inputs[0].is_stacked:
+    return own(pfor_input)
+  return pfor_lib.wrap(_tf().transpose(
+      pfor_input.stacked_input(0), [0] + [int(p) + 1 for p in value]), True)
+
+
 _STATIC = {'ConcatV2': _concat, 'MatMul': _matmul,
-           'TensorScatterUpdate': _scatter_update}
+           'TensorScatterUpdate': _scatter_update, 'Transpose': _transpose}

@@ -413,3 +413,51 @@ def test_a_per_member_tree_rnn_with_variables_compiles_under_xla(tf_programs):
   assert np.all(ok.numpy())
   numpy_program = next(p for p in NUMPY if p.name == 'tree_rnn')
   assert_same(out.numpy(), python_loop(numpy_program, args))
+
+
+@pytest.mark.parametrize('mode', [pytest.param('eager', marks=pytest.mark.slow),
+                                  'xla'])
+def test_products_with_a_shared_matrix_on_tensorflow(mode):
+  """tf.linalg.matmul and matvec of a shared matrix by a member's vector or
+  matrix, with each transpose flag (tf_vectorize's rule for MatMul): the
+  products of each member alone, and gradients through them."""
+  tf = pytest.importorskip('tensorflow')
+  rng = np.random.default_rng(5)
+  shared = tf.constant(rng.normal(size=(4, 3)))
+
+  def products(v, m):
+    t = tf.transpose(shared)
+    return (tf.linalg.matvec(shared, v) + tf.linalg.matvec(t, v,
+                                                           transpose_a=True)
+            + tf.linalg.matmul(shared, v[None, :], transpose_b=True)[:, 0],
+            tf.linalg.matmul(shared, m) + tf.linalg.matmul(
+                t, tf.transpose(m), transpose_a=True, transpose_b=True))
+  ctx = ab.Context()
+  fn = ctx.batch_uncurried(products, per_member=True)
+  v, m = tf.constant(rng.normal(size=(BATCH, 3))), tf.constant(
+      rng.normal(size=(BATCH, 3, 2)))
+
+  def run(v, m):
+    with tf.GradientTape() as tape:
+      tape.watch(v)
+      if mode == 'xla':
+        (vectors, matrices), _ = fn(v, m, on_error='status', max_steps=10)
+      else:
+        vectors, matrices = fn(v, m)
+      total = tf.reduce_sum(vectors ** 2)
+    return vectors, matrices, tape.gradient(total, v)
+  if mode == 'xla':
+    run = tf.function(run, jit_compile=True, autograph=False)
+  vectors, matrices, grad = run(v, m)
+  for k in range(BATCH):
+    one = v[k]
+    with tf.GradientTape() as tape:
+      tape.watch(one)
+      want_v, want_m = products(one, m[k])
+      total = tf.reduce_sum(want_v ** 2)
+    np.testing.assert_allclose(vectors[k].numpy(), want_v.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(matrices[k].numpy(), want_m.numpy(),
+                               rtol=1e-12)
+    np.testing.assert_allclose(
+        grad[k].numpy(),
+        tape.gradient(total, one).numpy(), rtol=1e-12)
