@@ -108,8 +108,7 @@ class PerMemberFunction:
           _numpy_form)
       form = self._located(make(self))
       if self.elementwise:
-        form = _on_scalars(self.member_function, form,
-                           _numpy_rank if backend_name == 'numpy' else _rank)
+        form = _on_scalars(self.member_function, form, _rank)
       if self.constants:
         form = _given(form, self.constants, backend_name)
       self._forms[backend_name] = form
@@ -260,8 +259,17 @@ def _on_scalars(member_function, form, rank):
   (each member's value a scalar), where `member_function`, elementwise,
   runs on them as it is."""
   def run(*args):
-    ranks = [rank(x) for x in args]
-    if 1 in ranks and max(ranks) == 1:
+    vector = False
+    for x in args:
+      if type(x) is np.ndarray:  # pylint: disable=unidiomatic-typecheck
+        n = x.ndim   # NumPy's arrays first: the usual case
+      else:
+        n = rank(x)
+      if n == 1:
+        vector = True
+      elif n:
+        return form(*args)
+    if vector:
       return member_function(*args)
     return form(*args)
   return run
@@ -291,13 +299,6 @@ def _given(form, constants, backend_name):
     return patterns.pattern_map(lambda v: np.array(np.broadcast_to(
         v, (batch,) + np.shape(v)[1:])), result)
   return run
-
-
-def _numpy_rank(x):
-  """`_rank` on NumPy's values, the array first."""
-  if type(x) is np.ndarray:  # pylint: disable=unidiomatic-typecheck
-    return x.ndim
-  return _rank(x)
 
 
 def _rank(x):
