@@ -3,15 +3,20 @@
     python benchmarks/per_member_forms.py                 # B = 64 and 1,024
     python benchmarks/per_member_forms.py --quick         # B = 64, fewer rounds
     python benchmarks/per_member_forms.py --workloads=fibonacci,collatz
+    python benchmarks/per_member_forms.py --workloads=nuts --backends=numpy
 
 Each workload is written twice: batch-aware (its primitives see the batch:
 `benchmarks/workloads.py`'s fibonacci and Collatz, the tree RNN of
-`examples/tree_rnn.py`) and per member (`per_member=True`: one member's
-values, its math included).  Both run on the same inputs on NumPy,
-`tf.function` and XLA; the two forms are timed in turns
-(`workloads.interleaved_median_times`, medians of warm calls), and a row
-per form gives seconds per call, with the per-member form's ratio to the
-batch-aware one.  Results are checked equal before timing.
+`examples/tree_rnn.py`, NUTS of `examples/nuts.py`) and per member
+(`per_member=True`: one member's values, its math included; NUTS's
+per-member primitives are `nuts.numpy_member_lib` and `tf_member_lib`).
+NUTS runs `run_chunk` (NUTS_CHUNK transitions of the logistic regression,
+adapting, trees of depth at most NUTS_DEPTH) from the same initial state.
+Both run on the same inputs on NumPy, `tf.function` and XLA; the two
+forms are timed in turns (`workloads.interleaved_median_times`, medians of
+warm calls), and a row per form gives seconds per call, with the
+per-member form's ratio to the batch-aware one.  Results are checked equal
+before timing.
 """
 
 import os
@@ -27,10 +32,12 @@ import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 import autobatch_vm as ab  # pylint: disable=g-import-not-at-top,wrong-import-position
 from benchmarks import workloads  # pylint: disable=g-import-not-at-top,wrong-import-position
+from examples import nuts  # pylint: disable=g-import-not-at-top,wrong-import-position
 from examples import tree_rnn  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 FLAGS = flags.FLAGS
 BACKENDS = ('numpy', 'tf.function', 'xla')
+NUTS_CHUNK, NUTS_DEPTH = 5, 10
 
 pm_ctx = ab.Context()
 
@@ -80,20 +87,36 @@ def per_member_tree_rnn(forest, params, tensorflow):
   return encode_numpy
 
 
-def _callers(batch_aware, per_member, args, backend, depth):
-  """Two functions of no arguments, one per form, returning NumPy arrays."""
+def _callers(batch_aware, per_member, args, backend, depth,
+             pick=lambda out: out):
+  """Two functions of no arguments, one per form, returning NumPy arrays
+  (`pick` of the result)."""
   kwargs = {'max_stack_depth': depth}
   if backend == 'numpy':
     # The stack VM for both forms, so that the forms, not the modes, differ.
-    return [lambda f=f: np.asarray(f(*args, stackless=False, **kwargs))
+    return [lambda f=f: np.asarray(pick(f(*args, stackless=False, **kwargs)))
             for f in (batch_aware, per_member)]
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  tensors = [tf.constant(a) for a in args]
+  tensors = ab.instructions.pattern_map(tf.constant, args)
   def staged(f):
     run = tf.function(lambda *a: f(*a, on_error='status', **kwargs),
                       jit_compile=backend == 'xla', autograph=False)
-    return lambda: run(*tensors)[0].numpy()
+    return lambda: pick(run(*tensors)[0]).numpy()
   return [staged(f) for f in (batch_aware, per_member)]
+
+
+def nuts_forms(batch, backend):
+  """NUTS's `run_chunk` in both forms, its arguments (the initial state of
+  `batch` chains of the logistic regression, adapting) and stack depth."""
+  target = nuts.make_target('logistic')
+  kind = {'numpy': 'numpy', 'tf.function': 'tf', 'xla': 'xla'}[backend]
+  samplers = [nuts.Sampler(target, kind, NUTS_CHUNK, NUTS_DEPTH,
+                           per_member=per_member)
+              for per_member in (False, True)]
+  state = nuts.Sampler(target, 'numpy', NUTS_CHUNK, NUTS_DEPTH).init(
+      batch, seed=0)
+  return ([s.fns.run_chunk for s in samplers],
+          (*state, np.ones(batch, bool)), samplers[0].depth)
 
 
 def workload_forms(name, batch, backend, rng):
@@ -125,9 +148,15 @@ def main(argv):
     for backend in FLAGS.backends:
       for batch in sizes:
         rng = np.random.default_rng(0)
-        batch_aware, per_member, args, depth = workload_forms(
-            name, batch, backend, rng)
-        runs = _callers(batch_aware, per_member, args, backend, depth)
+        if name == 'nuts':   # its samples
+          (batch_aware, per_member), args, depth = nuts_forms(batch,
+                                                              backend)
+          runs = _callers(batch_aware, per_member, args, backend, depth,
+                          pick=lambda out: out[2])
+        else:
+          batch_aware, per_member, args, depth = workload_forms(
+              name, batch, backend, rng)
+          runs = _callers(batch_aware, per_member, args, backend, depth)
         a, b = runs[0](), runs[1]()
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
         t_aware, t_member = workloads.interleaved_median_times(
@@ -139,7 +168,7 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  flags.DEFINE_list('workloads', ['fibonacci', 'collatz', 'tree_rnn'],
+  flags.DEFINE_list('workloads', ['fibonacci', 'collatz', 'tree_rnn', 'nuts'],
                     'Workloads to time.')
   flags.DEFINE_list('backends', list(BACKENDS), 'numpy, tf.function, xla.')
   flags.DEFINE_boolean('quick', False, 'B = 64 only, 3 rounds.')

@@ -35,6 +35,13 @@ example checks.
     python examples/nuts.py --target=gaussian --dim=10
     python examples/nuts.py --num_chains=256 --num_samples=1000
     python examples/nuts.py --backend=xla --num_chains=128
+    python examples/nuts.py --per_member                 # one chain's math
+
+With `--per_member` the sampler's primitives are written for one chain
+(`numpy_member_lib`, `tf_member_lib`: `x @ beta`, `np.dot(r, r)`, no batch
+axis) and its functions are per-member functions
+(`ctx.batch(per_member=True)`); the backend batches that math.  The chains
+are the batch-aware form's, which the example checks.
 """
 
 import os
@@ -79,6 +86,9 @@ def define_flags():
   flags.DEFINE_enum('schedule', 'most', ['most', 'lowest'],
                     'VM block choice: the block with the most chains, or the '
                     'lowest-numbered block that has any.')
+  flags.DEFINE_boolean('per_member', False, 'The sampler over primitives '
+                       'written for one chain (per_member=True), checked '
+                       'against the batch-aware form.')
   flags.DEFINE_enum('backend', 'numpy', ['numpy', 'tf', 'xla'],
                     'numpy; tf: tf.function; xla: tf.function(jit_compile='
                     'True).  tf and xla fall back to numpy without '
@@ -95,7 +105,11 @@ GAMMA, T0, KAPPA = 0.05, 10.0, 0.75   # dual averaging constants (Alg. 5)
 
 Target = collections.namedtuple(
     'Target', ['name', 'dim', 'log_prob_and_grad', 'tf_log_prob',
-               'true_mean', 'true_var'])
+               'true_mean', 'true_var', 'member_log_prob_and_grad',
+               'tf_member_log_prob'])
+Target.__doc__ = """A target density: `log_prob_and_grad` and `tf_log_prob`
+batch-aware (`theta` of shape [chains, dim]), `member_log_prob_and_grad`
+and `tf_member_log_prob` written for one chain (`theta` of shape [dim])."""
 
 
 def german_credit_like_data(seed=1234, num_data=1000, num_features=25):
@@ -141,8 +155,26 @@ def logistic_regression_target(prior_scale=1.0):
         logits=logits), axis=-1)
     return log_lik - 0.5 * tf.reduce_sum(beta * beta, -1) / prior_scale**2
 
+  def member_log_prob_and_grad(beta):     # one chain: beta [25]
+    logits = x @ beta                     # [1000]
+    e = np.exp(-np.abs(logits))
+    softplus = np.maximum(logits, 0.0) + np.log1p(e)
+    log_lik = np.sum(y * logits - softplus)
+    log_prior = -0.5 * np.dot(beta, beta) / prior_scale**2
+    probs = np.where(logits >= 0, 1.0, e) / (1.0 + e)
+    grad = (y - probs) @ x - beta / prior_scale**2
+    return log_lik + log_prior, grad
+
+  def tf_member_log_prob(beta):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    logits = tf.linalg.matvec(tf.constant(x), beta)
+    log_lik = -tf.reduce_sum(tf.nn.sigmoid_cross_entropy_with_logits(
+        labels=tf.constant(y), logits=logits))
+    return log_lik - 0.5 * tf.reduce_sum(beta * beta) / prior_scale**2
+
   return Target('logistic regression (1000 x 25)', x.shape[1],
-                log_prob_and_grad, tf_log_prob, None, None)
+                log_prob_and_grad, tf_log_prob, None, None,
+                member_log_prob_and_grad, tf_member_log_prob)
 
 
 def gaussian_target(dim, rho):
@@ -165,8 +197,19 @@ def gaussian_target(dim, rho):
     return -0.5 * tf.reduce_sum(d * tf.linalg.matmul(d, tf.constant(prec)),
                                 axis=-1)
 
+  def member_log_prob_and_grad(theta):    # one chain: theta [dim]
+    d = theta - mu
+    g = -d @ prec
+    return 0.5 * np.dot(d, g), g
+
+  def tf_member_log_prob(theta):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    d = theta - tf.constant(mu)
+    return -0.5 * tf.tensordot(d, tf.linalg.matvec(tf.constant(prec), d), 1)
+
   return Target(f'correlated Gaussian (dim {dim}, rho {rho})', dim,
-                log_prob_and_grad, tf_log_prob, mu, np.diag(cov).copy())
+                log_prob_and_grad, tf_log_prob, mu, np.diag(cov).copy(),
+                member_log_prob_and_grad, tf_member_log_prob)
 
 
 # ---------------------------------------------------------------------------
@@ -186,6 +229,56 @@ def _splitmix64_np(z):
   z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
   z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
   return z ^ (z >> np.uint64(31))
+
+
+def _splitmix64_tf(z):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  u64 = lambda v: tf.constant(v, tf.uint64)
+  z = z + u64(_GOLDEN)
+  z = tf.bitwise.bitwise_xor(z, tf.bitwise.right_shift(z, u64(30)))
+  z = z * u64(0xBF58476D1CE4E5B9)
+  z = tf.bitwise.bitwise_xor(z, tf.bitwise.right_shift(z, u64(27)))
+  z = z * u64(0x94D049BB133111EB)
+  return tf.bitwise.bitwise_xor(z, tf.bitwise.right_shift(z, u64(31)))
+
+
+def _unit_tf(b):
+  """Random bits `b` (uint64) as uniforms in (0, 1)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  b = tf.cast(tf.bitwise.right_shift(b, tf.constant(11, tf.uint64)),
+              tf.float64)
+  return (b + 0.5) * 2.0**-53
+
+
+def _stream_tf(seed, counter, width):
+  """seed * golden + counter * width: where a chain's draw starts."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  counter = tf.cast(tf.cast(counter, tf.int64), tf.uint64)
+  if width != 1:
+    counter = counter * tf.constant(width, tf.uint64)
+  return tf.cast(seed, tf.uint64) * tf.constant(_GOLDEN, tf.uint64) + counter
+
+
+def _gradient_tf(log_prob):
+  """`log_prob_and_grad(theta)` of `log_prob` on TensorFlow, by
+  GradientTape."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  def log_prob_and_grad(theta):
+    with tf.GradientTape() as tape:
+      tape.watch(theta)
+      logp = log_prob(theta)
+    return logp, tape.gradient(logp, theta)
+  return log_prob_and_grad
+
+
+def _leapfrog(point, step, log_prob_and_grad):
+  """One leapfrog step of size `step` (broadcasting against the point's
+  vectors) from `point`."""
+  r = point.r + 0.5 * step * point.grad
+  theta = point.theta + step * r
+  logp, grad = log_prob_and_grad(theta)
+  return Point(theta, r + 0.5 * step * grad, logp, grad)
 
 
 def numpy_lib(target):
@@ -212,11 +305,8 @@ def numpy_lib(target):
     return np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
 
   def leapfrog(point, step):
-    step = np.asarray(step)[:, None]
-    r = point.r + 0.5 * step * point.grad
-    theta = point.theta + step * r
-    logp, grad = target.log_prob_and_grad(theta)
-    return Point(theta, r + 0.5 * step * grad, logp, grad)
+    return _leapfrog(point, np.asarray(step)[:, None],
+                     target.log_prob_and_grad)
 
   def where(cond, x, y):
     """Per chain, `x` where `cond` else `y` (arrays, or namedtuples)."""
@@ -251,43 +341,16 @@ def tf_lib(target):
   """The same primitives on TensorFlow tensors (gradients by GradientTape)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   dim = target.dim
-  u64 = lambda v: tf.constant(v, tf.uint64)
-
-  def splitmix64(z):
-    z = z + u64(_GOLDEN)
-    z = tf.bitwise.bitwise_xor(z, tf.bitwise.right_shift(z, u64(30)))
-    z = z * u64(0xBF58476D1CE4E5B9)
-    z = tf.bitwise.bitwise_xor(z, tf.bitwise.right_shift(z, u64(27)))
-    z = z * u64(0x94D049BB133111EB)
-    return tf.bitwise.bitwise_xor(z, tf.bitwise.right_shift(z, u64(31)))
-
-  def to_unit(b):
-    b = tf.cast(tf.bitwise.right_shift(b, u64(11)), tf.float64)
-    return (b + 0.5) * 2.0**-53
-
-  def stream(seed, counter, width):
-    # seed * golden + counter * width: where a chain's draw starts.
-    counter = tf.cast(tf.cast(counter, tf.int64), tf.uint64)
-    if width != 1:
-      counter = counter * u64(width)
-    return tf.cast(seed, tf.uint64) * u64(_GOLDEN) + counter
+  splitmix64, to_unit, stream = _splitmix64_tf, _unit_tf, _stream_tf
+  log_prob_and_grad = _gradient_tf(target.tf_log_prob)
 
   def bits(seed, counter, width):
     offsets = tf.cast(tf.range(width, dtype=tf.int64), tf.uint64)
     return splitmix64(stream(seed, counter, width)[:, None] + offsets)
 
-  def log_prob_and_grad(theta):
-    with tf.GradientTape() as tape:
-      tape.watch(theta)
-      logp = target.tf_log_prob(theta)
-    return logp, tape.gradient(logp, theta)
-
   def leapfrog(point, step):
-    step = tf.convert_to_tensor(step, tf.float64)[:, None]
-    r = point.r + 0.5 * step * point.grad
-    theta = point.theta + step * r
-    logp, grad = log_prob_and_grad(theta)
-    return Point(theta, r + 0.5 * step * grad, logp, grad)
+    return _leapfrog(point, tf.convert_to_tensor(step, tf.float64)[:, None],
+                     log_prob_and_grad)
 
   def where(cond, x, y):
     # Per chain: one reshape of `cond` per rank of x's leaves, not per leaf
@@ -346,6 +409,100 @@ def tf_lib(target):
 
 
 # ---------------------------------------------------------------------------
+# The same primitives written for one chain, for the sampler's per-member
+# form (`per_member=True`): theta, r and grad are vectors [dim], the rest
+# scalars, and the math is one chain's (`np.dot`, `x @ beta`, `samples[i]
+# = theta`).  The backend batches them.
+# ---------------------------------------------------------------------------
+
+def numpy_member_lib(target):
+  """`numpy_lib`'s primitives for one chain, on NumPy."""
+  dim = target.dim
+
+  def bits(seed, counter, width):
+    with np.errstate(over='ignore'):   # NumPy's scalars warn; wrapping is meant
+      start = (seed * np.uint64(_GOLDEN)
+               + counter.astype(np.uint64) * np.uint64(width))
+    return _splitmix64_np(start + np.arange(width, dtype=np.uint64))
+
+  def to_unit(b):
+    return ((b >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53
+
+  def normal(seed, counter):
+    u = to_unit(bits(seed, counter, 2 * dim))
+    return np.sqrt(-2.0 * np.log(u[:dim])) * np.cos(2.0 * np.pi * u[dim:])
+
+  def leapfrog(point, step):
+    return _leapfrog(point, step, target.member_log_prob_and_grad)
+
+  def where(cond, x, y):
+    if isinstance(x, tuple):
+      return type(x)(*[np.where(cond, a, b) for a, b in zip(x, y)])
+    return np.where(cond, x, y)
+
+  def put(samples, i, theta):
+    samples = samples.copy()
+    samples[i] = theta
+    return samples
+
+  return types.SimpleNamespace(
+      uniform=lambda seed, counter: to_unit(bits(seed, counter, 1)[0]),
+      normal=normal, where=where, leapfrog=ab.sync_point(leapfrog), put=put,
+      log=np.log, exp=np.exp, minimum=np.minimum, logaddexp=np.logaddexp,
+      sqrt=np.sqrt, to_float=lambda x: x.astype(np.float64),
+      to_int=lambda x: x.astype(np.int64),
+      kinetic=lambda r: 0.5 * np.dot(r, r), dot=np.dot,
+      zeros_samples=lambda theta, n: np.zeros((n, len(theta))),
+      direction=lambda u: np.where(u < 0.5, -1.0, 1.0),
+      log_prob_and_grad=target.member_log_prob_and_grad)
+
+
+def tf_member_lib(target):
+  """`tf_lib`'s primitives for one chain, on TensorFlow (gradients by
+  GradientTape, vectorized by pfor with the rest)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  dim = target.dim
+  splitmix64, to_unit, stream = _splitmix64_tf, _unit_tf, _stream_tf
+  log_prob_and_grad = _gradient_tf(target.tf_member_log_prob)
+
+  def normal(seed, counter):
+    offsets = tf.cast(tf.range(2 * dim, dtype=tf.int64), tf.uint64)
+    u = to_unit(splitmix64(stream(seed, counter, 2 * dim) + offsets))
+    return tf.sqrt(-2.0 * tf.math.log(u[:dim])) * tf.cos(2.0 * np.pi * u[dim:])
+
+  def leapfrog(point, step):
+    return _leapfrog(point, step, log_prob_and_grad)
+
+  def where(cond, x, y):
+    if isinstance(x, tuple):
+      return type(x)(*[tf.where(cond, a, b) for a, b in zip(x, y)])
+    return tf.where(cond, x, y)
+
+  def put(samples, i, theta):
+    return tf.tensor_scatter_nd_update(
+        samples, tf.reshape(tf.cast(i, tf.int64), [1, 1]), theta[None])
+
+  def logaddexp(a, b):
+    a = tf.convert_to_tensor(a, tf.float64)
+    return tf.reduce_logsumexp(tf.stack([a, tf.broadcast_to(b, a.shape)]))
+
+  return types.SimpleNamespace(
+      uniform=lambda seed, counter: to_unit(splitmix64(stream(seed, counter,
+                                                              1))),
+      normal=normal, leapfrog=ab.sync_point(leapfrog), where=where, put=put,
+      log=tf.math.log, exp=tf.exp, minimum=tf.minimum, sqrt=tf.sqrt,
+      logaddexp=logaddexp,
+      to_float=lambda x: tf.cast(x, tf.float64),
+      to_int=lambda x: tf.cast(x, tf.int64),
+      kinetic=lambda r: 0.5 * tf.tensordot(r, r, 1),
+      dot=lambda a, b: tf.tensordot(a, b, 1),
+      zeros_samples=lambda theta, n: tf.zeros([n, dim], tf.float64),
+      direction=lambda u: tf.where(u < 0.5, tf.constant(-1.0, tf.float64),
+                                   tf.constant(1.0, tf.float64)),
+      log_prob_and_grad=log_prob_and_grad)
+
+
+# ---------------------------------------------------------------------------
 # The sampler, written for one chain.
 # ---------------------------------------------------------------------------
 
@@ -356,7 +513,7 @@ Tree = collections.namedtuple(
 Trajectory = collections.namedtuple('Trajectory', Tree._fields)
 
 
-def make_sampler(lib, chunk, max_tree_depth, target_accept):
+def make_sampler(lib, chunk, max_tree_depth, target_accept, per_member=False):
   """A Context of batched NUTS functions over the primitives `lib`.
 
   Its functions: `initial_step_size(point, seed, counter)` (Algorithm 4),
@@ -438,7 +595,7 @@ def make_sampler(lib, chunk, max_tree_depth, target_accept):
                  tree.counter)
     return extend(tree, other, backward, seed)
 
-  @ctx.batch()
+  @ctx.batch(per_member=per_member)
   def build_tree(point, joint0, v, j, eps, seed, counter):
     """Algorithm 3's BuildTree, multinomial: 2^j leapfrog steps in
     direction v, for j >= 1 (`transition` builds the trees of j = 0 and
@@ -474,7 +631,7 @@ def make_sampler(lib, chunk, max_tree_depth, target_accept):
     return Trajectory(*[lib.where(traj.s, a, b)
                         for a, b in zip(grown, traj)])
 
-  @ctx.batch()
+  @ctx.batch(per_member=per_member)
   def transition(point, eps, seed, counter):
     """One NUTS iteration from `point`; returns (point, accept, leapfrogs,
     counter)."""
@@ -501,7 +658,7 @@ def make_sampler(lib, chunk, max_tree_depth, target_accept):
     return (traj.proposal, traj.alpha / traj.n_alpha, traj.n_alpha,
             traj.counter)
 
-  @ctx.batch()
+  @ctx.batch(per_member=per_member)
   def initial_step_size(point, seed, counter):
     """Algorithm 4: halve or double eps until the acceptance crosses 1/2."""
     eps = 1.0
@@ -518,7 +675,7 @@ def make_sampler(lib, chunk, max_tree_depth, target_accept):
       tries = tries + 1
     return eps, counter + 1
 
-  @ctx.batch()
+  @ctx.batch(per_member=per_member)
   def run_chunk(point, da, seed, counter, adapt):
     """`chunk` iterations; returns (point, da, samples, leapfrogs, counter)."""
     samples = lib.zeros_samples(point.theta, chunk)
@@ -598,16 +755,19 @@ class Sampler:
   """Runs NUTS chains in chunks on one backend and collects statistics."""
 
   def __init__(self, target, backend='numpy', chunk=50, max_tree_depth=10,
-               target_accept=0.8, schedule='most'):
+               target_accept=0.8, schedule='most', per_member=False):
     self.target = target
     self.backend = backend
     self.schedule = schedule
     self.chunk = chunk
     self.depth = max_tree_depth + 4      # run_chunk, transition, the tree
-    lib = numpy_lib(target) if backend == 'numpy' else tf_lib(target)
+    if per_member:
+      lib = (numpy_member_lib if backend == 'numpy' else tf_member_lib)(target)
+    else:
+      lib = (numpy_lib if backend == 'numpy' else tf_lib)(target)
     self.tf_kind = backend   # 'tf' or 'xla' (ignored on numpy)
     self.ctx, self.fns = make_sampler(lib, chunk, max_tree_depth,
-                                      target_accept)
+                                      target_accept, per_member)
     self.lib = lib
     self.last_stats = None   # RunStats of the last call, on every backend
     self._call = self._numpy_call if backend == 'numpy' else self._tf_call()
@@ -728,11 +888,20 @@ def main(argv):
         f'{FLAGS.num_warmup} warmup + {FLAGS.num_samples} samples each, '
         f'backend {backend}')
   sampler = Sampler(target, backend, FLAGS.chunk, FLAGS.max_tree_depth,
-                    FLAGS.target_accept, FLAGS.schedule)
+                    FLAGS.target_accept, FLAGS.schedule, FLAGS.per_member)
   if FLAGS.verify_chains > 0:
     numpy_sampler = sampler if backend == 'numpy' else Sampler(
         target, 'numpy', FLAGS.chunk, FLAGS.max_tree_depth,
-        FLAGS.target_accept, FLAGS.schedule)
+        FLAGS.target_accept, FLAGS.schedule, FLAGS.per_member)
+    if FLAGS.per_member:
+      aware = Sampler(target, 'numpy', FLAGS.chunk, FLAGS.max_tree_depth,
+                      FLAGS.target_accept, FLAGS.schedule)
+      diff = np.max(np.abs(first_chunk(numpy_sampler, FLAGS.num_chains,
+                                       FLAGS.seed)
+                           - first_chunk(aware, FLAGS.num_chains, FLAGS.seed)))
+      print(f'per-member chains match the batch-aware chains over '
+            f'{FLAGS.chunk} iterations: max |diff| = {diff:.1e}')
+      assert diff < 1e-6, diff
     k = min(FLAGS.verify_chains, FLAGS.num_chains)
     diff, alone_rate = verify_against_alone(numpy_sampler, FLAGS.num_chains,
                                             k, FLAGS.seed)

@@ -948,6 +948,20 @@ def test_nuts_systems_quick_run_writes_its_table(tmp_path):
   assert 'ms / iteration' in (tmp_path / 'results.md').read_text()
 
 
+@pytest.mark.slow
+def test_per_member_forms_nuts_rows_run_the_same_chains():
+  """per_member_forms' NUTS rows: both forms' `run_chunk` from one state,
+  on NumPy, draw the same samples (three chains)."""
+  from benchmarks import per_member_forms  # pylint: disable=g-import-not-at-top
+  (aware, member), args, depth = per_member_forms.nuts_forms(3, 'numpy')
+  assert member.per_member and not aware.per_member
+  runs = per_member_forms._callers(aware, member, args, 'numpy', depth,  # pylint: disable=protected-access
+                                   pick=lambda out: out[2])
+  want = runs[0]()
+  assert want.shape == (3, per_member_forms.NUTS_CHUNK, 25)
+  np.testing.assert_allclose(runs[1](), want, rtol=0, atol=1e-10)
+
+
 def test_nuts_steps_figures_bound_steps_by_the_longest_chain():
   """nuts_steps' figures per iteration and their means: steps over the
   longest chain's blocks (what the schedule loses), and blocks per

@@ -220,7 +220,11 @@ def test_target_gradients(name):
   target = nuts.make_target(name, dim=4, rho=0.5)
   rng = np.random.default_rng(1)
   theta = rng.normal(scale=0.3, size=(3, target.dim))
-  _, grad = target.log_prob_and_grad(theta)
+  logp, grad = target.log_prob_and_grad(theta)
+  for k in range(3):   # written for one chain: the same, row by row
+    one_logp, one_grad = target.member_log_prob_and_grad(theta[k])
+    np.testing.assert_allclose(one_logp, logp[k], rtol=1e-12)
+    np.testing.assert_allclose(one_grad, grad[k], rtol=1e-12, atol=1e-12)
   h = 1e-6
   for i in range(target.dim):
     e = np.zeros(target.dim)
@@ -246,6 +250,28 @@ def test_nuts_chains_alone_match_the_batch(target_name):
   diff, rate = nuts.verify_against_alone(sampler, num_chains=5, num_alone=2,
                                          seed=7)
   assert diff < 1e-8
+  assert rate > 0
+
+
+@pytest.mark.parametrize('target_name', [
+    'gaussian', pytest.param('logistic', marks=pytest.mark.slow)])
+def test_nuts_per_member_form_matches_the_batch_aware_form(target_name):
+  """The sampler with primitives written for one chain (`per_member=True`):
+  chain by chain the batch-aware form's samples, and each chain run alone
+  (`dry_run`, one chain's values without a batch axis) the batch's."""
+  target = nuts.make_target(target_name, dim=3, rho=0.5)
+  aware = nuts.Sampler(target, 'numpy', chunk=4, max_tree_depth=6)
+  member = nuts.Sampler(target, 'numpy', chunk=4, max_tree_depth=6,
+                        per_member=True)
+  assert member.fns.run_chunk.per_member
+  want = nuts.first_chunk(aware, 5, 7)
+  np.testing.assert_allclose(nuts.first_chunk(member, 5, 7), want,
+                             rtol=0, atol=1e-10)
+  assert len(np.unique(want[:, -1, 0])) == 5     # the chains moved apart
+  assert not member.last_stats.per_member_fallbacks
+  diff, rate = nuts.verify_against_alone(member, num_chains=5, num_alone=2,
+                                         seed=7)
+  assert diff < 1e-10
   assert rate > 0
 
 
@@ -424,12 +450,15 @@ def test_nuts_logistic_regression_posterior_mean():
 
 @needs_tf
 @pytest.mark.slow
+@pytest.mark.parametrize('per_member', [False, True])
 @pytest.mark.parametrize('backend', ['tf', 'xla'])
-def test_nuts_tensorflow_matches_numpy(backend):
+def test_nuts_tensorflow_matches_numpy(backend, per_member):
   target = nuts.make_target('gaussian', dim=2, rho=0.5)
   chains = 4
-  tf_sampler = nuts.Sampler(target, backend, chunk=3, max_tree_depth=5)
-  np_sampler = nuts.Sampler(target, 'numpy', chunk=3, max_tree_depth=5)
+  tf_sampler = nuts.Sampler(target, backend, chunk=3, max_tree_depth=5,
+                            per_member=per_member)
+  np_sampler = nuts.Sampler(target, 'numpy', chunk=3, max_tree_depth=5,
+                            per_member=per_member)
   np.testing.assert_allclose(nuts.first_chunk(tf_sampler, chains, 1),
                              nuts.first_chunk(np_sampler, chains, 1),
                              atol=1e-8)
@@ -516,3 +545,9 @@ def test_nuts_tensorflow_gradients_match_numpy():
     np.testing.assert_allclose(logp.numpy(), want_logp, rtol=1e-10)
     np.testing.assert_allclose(grad.numpy(), want_grad, rtol=1e-8,
                                atol=1e-10)
+    member = nuts.tf_member_lib(target)   # one chain at a time
+    for k in range(2):
+      logp, grad = member.log_prob_and_grad(tf.constant(theta[k]))
+      np.testing.assert_allclose(logp.numpy(), want_logp[k], rtol=1e-10)
+      np.testing.assert_allclose(grad.numpy(), want_grad[k], rtol=1e-8,
+                                 atol=1e-10)

@@ -39,6 +39,12 @@ def _matmul(a, b, **kwargs):
     # A member's vector or stack of matrices times one plain matrix: NumPy
     # broadcasts the batch axis (a member's vector is a row of the batch).
     return MemberArray(np.matmul(a.batched, b, **kwargs))
+  if (type(a) is np.ndarray and a.ndim == 2 and type(b) is MemberArray
+      and nb == 1 and not kwargs):
+    # One plain matrix times a member's vector: the members' vectors as
+    # the rows of one product (a broadcast matmul would make one matrix
+    # product per member).
+    return MemberArray(np.matmul(b.batched, a.T))
   loop = max(na, nb, 2) - 2
   a, b = _matrix(a, True, loop), _matrix(b, False, loop)
   result = np.matmul(a, b, **kwargs)
