@@ -41,7 +41,7 @@ def collatz(n):
 
 
 def interleaved_median_times(runs, repeats, min_seconds=0.0,
-                             max_repeats=25):
+                             max_repeats=25, clock=None):
   """Median seconds of each of `runs` (None: skipped, None returned), each
   warmed up by one untimed call, then timed in turns, a call of each per
   round, so that all of them meet the same machine conditions (on a shared
@@ -49,8 +49,12 @@ def interleaved_median_times(runs, repeats, min_seconds=0.0,
 
   At least `repeats` rounds; more, up to `max_repeats`, until the first
   run's timed calls add up to `min_seconds` (a median of 3 calls of a few
-  milliseconds moved by 1.5x between runs here).
+  milliseconds moved by 1.5x between runs here).  `clock` is read around
+  each call: `time.perf_counter` (wall time; None), or `time.process_time`
+  (the process's CPU time, every thread's, BLAS's and XLA's included),
+  which other processes on a loaded machine move much less.
   """
+  clock = clock or time.perf_counter
   live = [r for r in runs if r is not None]
   for run in live:
     run()
@@ -60,9 +64,9 @@ def interleaved_median_times(runs, repeats, min_seconds=0.0,
     while live and (rounds < repeats or (
         rounds < max_repeats and sum(times[id(live[0])]) < min_seconds)):
       for run in live:
-        start = time.perf_counter()
+        start = clock()
         run()
-        times[id(run)].append(time.perf_counter() - start)
+        times[id(run)].append(clock() - start)
       rounds += 1
   return [None if r is None else statistics.median(times[id(r)])
           for r in runs]
