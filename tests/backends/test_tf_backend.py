@@ -281,6 +281,25 @@ def test_xla_loop_conditions_read_two_loop_variables():
   assert all(len(r) >= 2 for r in reads), reads
 
 
+def test_xla_blocks_fill_lanes_only_where_a_gradient_can_run():
+  # Under XLA a block fills the lanes of members not at it (floating
+  # registers) only for a gradient, which needs max_steps there.
+  from autobatch_vm.backends.tf import loop  # pylint: disable=g-import-not-at-top
+  from autobatch_vm.backends.tf import masks  # pylint: disable=g-import-not-at-top
+  backend = ab.TensorFlowBackend()
+  left_as_is = {}
+
+  @tf.function(jit_compile=True)
+  def read(x, mask):
+    m = masks.Mask(mask, None, False, 4)
+    for can in (True, False):
+      with loop.differentiable_loop(can):
+        left_as_is[can] = backend.sanitize(x, m) is x
+    return x
+  read(tf.ones([4, 2]), tf.constant([True, False, True, False]))
+  assert left_as_is == {True: False, False: True}
+
+
 def test_basic_block_xla_device():
   backend = ab.TensorFlowBackend(basic_block_xla_device='/device:CPU:0')
   args, on_numpy, _ = numpy_and_alone('gcd', 5)

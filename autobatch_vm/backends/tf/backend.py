@@ -407,7 +407,11 @@ class TensorFlowBackend(base.Backend):
     would make gradients NaN (0 * inf through the masked write).  With a
     live member's data, those lanes compute what it computes.  Under XLA,
     which clamps indices and defines integer division by zero, only
-    floating registers are filled (for gradients, with `max_steps`).
+    floating registers are filled, and only in a loop that can be
+    differentiated (`loop.differentiable`: with `max_steps`); without, a
+    block costs a gather and a select less per register it reads, and XLA
+    compiles fewer kernels (docs/performance.md, "Lanes left unfilled under
+    XLA").
 
     Args:
       x: A register's value (a pending write included).
@@ -425,7 +429,8 @@ class TensorFlowBackend(base.Backend):
     dtype = getattr(x, 'dtype', None)   # None: a Python scalar, left as is
     if dtype is not None and masks.in_xla_context():
       dtype = tf.as_dtype(dtype)
-      if not (dtype.is_floating or dtype.is_complex):
+      if not (dtype.is_floating or dtype.is_complex) or (
+          not loop.differentiable()):
         return x
     return self.fill_inactive(x, m)
 
@@ -571,9 +576,11 @@ class TensorFlowBackend(base.Backend):
       return loop.run_eagerly(self, blocks, state, num_blocks, schedule,
                               stats, labels, limit, on_error)
     sites = tf_errors.Sites(num_blocks)
-    state, acc, profiled = loop.staged_loop(
-        self, blocks, state, num_blocks, schedule, batch, sites, limit,
-        profile=stats.profile)
+    with loop.differentiable_loop(not masks.in_xla_context() or
+                                  max_steps is not None):
+      state, acc, profiled = loop.staged_loop(
+          self, blocks, state, num_blocks, schedule, batch, sites, limit,
+          profile=stats.profile)
     state = loop.fail_in_graph(self, state, num_blocks, sites, stats,
                                on_error)
     runs, active = tf.unstack(acc, axis=1)

@@ -19,7 +19,7 @@ from autobatch_vm.backends.tf import packing as packing_lib
 
 __all__ = ['staged_loop', 'branch_fn', 'fail_in_graph', 'run_eagerly',
            'step_eagerly', 'next_block_tensor', 'loop_test', 'FORCED_BLOCK',
-           'traceable', 'StagedRun']
+           'differentiable', 'differentiable_loop', 'traceable', 'StagedRun']
 
 _EAGER_CACHE_SIZE = 16
 # The batch size a loop plans its packing for where the batch size is
@@ -460,6 +460,39 @@ def fill_stats(stats, labels, steps, runs, active):
 # whose index the last of these int32 `tf.Variable`s holds (the schedule
 # is not consulted).  See `StagedFunction.profile_blocks`.
 FORCED_BLOCK = []
+
+
+# Per staged loop being traced (innermost last): whether a gradient can
+# run through it (`differentiable`).
+_DIFFERENTIABLE = []
+
+
+def differentiable():
+  """Whether a gradient can run through the staged loop being traced.
+
+  Not under XLA without `max_steps` (XLA cannot compile the gradient of a
+  loop without a bound on its trips, `xla.warn_if_gradient_needs_max_steps`);
+  there the blocks leave the lanes of members not at the block unfilled
+  (`TensorFlowBackend.sanitize`).  True outside `differentiable_loop`.
+  """
+  return _DIFFERENTIABLE[-1] if _DIFFERENTIABLE else True
+
+
+class differentiable_loop:  # pylint: disable=invalid-name
+  """Context manager: `differentiable()` is `value` inside.
+
+  Args:
+    value: Whether a gradient can run through the loop traced inside.
+  """
+
+  def __init__(self, value):
+    self.value = bool(value)
+
+  def __enter__(self):
+    _DIFFERENTIABLE.append(self.value)
+
+  def __exit__(self, *exc):
+    _DIFFERENTIABLE.pop()
 
 
 def loop_test(b, acc, num_blocks, xla):
