@@ -14,10 +14,10 @@ Each part runs in a fresh process (fibonacci, the workload of `run.py`):
   once (the median of the ratios).
 - tf_eager: the same on TensorFlow eagerly, `--tf_calls` calls at sizes
   from 1 to `--tf_max_batch`, and the number of traces of the staged
-  loop.  The growth of the resident memory is also given from the first
-  call at a second size on (`rss_growth_after_second_size_mb`): a
-  program's staged loop is traced for its first size and once more, at
-  the first call at another size, for every other size.
+  loop after the warm-up (a program's loop is traced once, at its first
+  call, for every size: 0 expected).  The growth of the resident memory
+  is also given from the first call at a second size on
+  (`rss_growth_after_second_size_mb`).
 - tf_function, xla: the same through `ab.stage(fib, jit_compile=...)`,
   `--staged_calls` calls (not in the default parts: each new size traces,
   and under XLA compiles).

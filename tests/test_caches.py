@@ -202,9 +202,13 @@ def _count_staged_loop_traces(monkeypatch):
   return traced
 
 
-def test_tensorflow_eager_traces_once_for_every_batch_size(monkeypatch):
+@pytest.mark.parametrize('stackless', [False, True])
+def test_tensorflow_eager_traces_once_for_every_batch_size(monkeypatch,
+                                                           stackless):
   tf = pytest.importorskip('tensorflow')
+  from autobatch_vm.backends.tf import loop  # pylint: disable=g-import-not-at-top
   traced = _count_staged_loop_traces(monkeypatch)
+  before = {id(e) for e in loop._eager_cache.values()}  # pylint: disable=protected-access
   ctx = ab.Context()
   fns = _programs(ctx)
   rng = np.random.default_rng(5)
@@ -213,15 +217,23 @@ def test_tensorflow_eager_traces_once_for_every_batch_size(monkeypatch):
     for fn in fns:
       values = [np.asarray(a, np.int32) if a.dtype.kind == 'i' else a
                 for a in args[fn.name]]
-      out = fn(*[tf.constant(a) for a in values])
+      out = fn(*[tf.constant(a) for a in values], stackless=stackless)
       expected = fn(*values, dry_run=True)
       assert tuple(out.shape) == np.shape(expected)
       np.testing.assert_allclose(out.numpy(), expected)
-  # One staged loop per program, traced twice: at its first size, and
-  # once for every other size (a batch axis of unknown size), both
-  # planned at the first size.
-  assert traced == [1] * (2 * len(fns)), traced
+  if stackless:   # op by op: nothing traced, nothing kept per size
+    assert not traced, traced
+    assert 'blocks' not in ctx.cache_info()['kinds']
+    return
+  # One staged loop per program, traced once, at its first size (1), with
+  # a batch axis of unknown size that serves every size.
+  assert traced == [1] * len(fns), traced
   assert ctx.cache_info()['kinds']['blocks'] == len(fns)
+  runs = [e for e in loop._eager_cache.values()  # pylint: disable=protected-access
+          if id(e) not in before]
+  assert len(runs) == len(fns)
+  assert [r._function.experimental_get_tracing_count()  # pylint: disable=protected-access
+          for r in runs] == [1] * len(fns)
 
 
 def test_tensorflow_eager_overflow_and_status_at_new_sizes(monkeypatch):

@@ -306,8 +306,9 @@ class TensorFlowBackend(base.Backend):
     if pc.shape[0] is not None:
       return tf.constant(np.full([pc.shape[0]], value, np.int32))
     axis = masks.batch_axis()
-    return tf.broadcast_to(tf.constant(value, tf.int32),
-                           tf.shape(pc) if axis is None else axis.shape)
+    if axis is None:
+      return tf.broadcast_to(tf.constant(value, tf.int32), tf.shape(pc))
+    return axis.broadcast(tf.constant(value, tf.int32))
 
   def take_rows(self, x, idx):
     if ops.no_elements(x):
@@ -515,9 +516,12 @@ class TensorFlowBackend(base.Backend):
 
   def peek(self, stacks, sp, values, m):
     batch = m.batch
+    axis = masks.batch_axis() if tf.is_tensor(batch) else None
+    members = (tf.range(batch, dtype=tf.int32) if axis is None
+               else axis.members)
     # Row-major flat index of (top, member); a member with an empty stack
     # (only ever one not in `m`) reads row 0, which `write` discards.
-    flat = tf.maximum(sp - 1, 0) * batch + tf.range(batch, dtype=tf.int32)
+    flat = tf.maximum(sp - 1, 0) * batch + members
     tops = {}
     packs = collections.defaultdict(list)
     for s in stacks:
@@ -623,6 +627,6 @@ def _dynamic_coerce(np_dtype, dtype, batch, shape):
       return x
     axis = masks.batch_axis()
     if not shape and axis is not None:
-      return tf.broadcast_to(x, axis.shape)
+      return axis.broadcast(x)
     return tf.broadcast_to(x, tf.stack([batch] + shape))
   return coerce

@@ -84,14 +84,15 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
   stack_slots = blocks[0].stack_slots if blocks else frozenset()
   xla = masks.in_xla_context()
   knobs = backend.device_knobs()
-  # The packing's plan is made at `batch` members; the ops read the batch
-  # size from the PCs where it has none when tracing.
-  nominal = axis = None
+  # The packing's plan is made at `batch` members; where the batch size
+  # has none when tracing, the ops read it in the graph they are in (the
+  # body's from the PCs, a branch's from its mask: `masks.BatchAxis`), so
+  # that nothing more is carried through the loop and the switch.
+  nominal = None
   if state[PC].shape[0] is None:
     nominal = (int(batch) if isinstance(batch, (int, np.integer))
                else NOMINAL_BATCH)
-    axis = masks.BatchAxis(state[PC])
-    batch = axis.size
+    batch = None
   if xla:
     packed, limit = range(len(state)), None
   else:
@@ -160,7 +161,12 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
 
   def body(b, acc, *rest):
     extra, carried = list(rest[:num_extra]), rest[num_extra:]
-    mask = tf.equal(packing.read(carried, PC), b)
+    pc = packing.read(carried, PC)
+    with masks.tracing_axis(None if nominal is None else masks.BatchAxis(pc)):
+      return step(b, acc, extra, carried, pc)
+
+  def step(b, acc, extra, carried, pc):
+    mask = tf.equal(pc, b)
     count = tf.reduce_sum(tf.cast(mask, tf.int32))
     run = tf.stack([tf.constant(1, tf.int32), count])[tf.newaxis]
     if xla:
@@ -179,7 +185,9 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
         start = tf.timestamp()
     with tf.control_dependencies([] if start is None else [start]):
       if full_fns is not None:
-        index = b + num_blocks * tf.cast(tf.equal(count, batch), tf.int32)
+        full = (tf.equal(count, batch) if nominal is None
+                else tf.reduce_all(mask))
+        index = tf.where(full, b + num_blocks, b)
         carried = packing.after_switch(carried, groups_lib.switch(
             index,
             [groups_lib.bind(f, mask, carried) for f in branch_fns + full_fns]))
@@ -200,11 +208,10 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
   b0 = next_block(state[PC])
   acc0 = tf.zeros([num_blocks, 2], tf.int32)
   max_steps, step_limit_error = step_limit
-  with masks.tracing_axis(axis):
-    out = tf.while_loop(cond, body,
-                        [b0, acc0] + extra0 + packing.carry(state),
-                        parallel_iterations=backend.while_parallel_iterations,
-                        maximum_iterations=max_steps)
+  out = tf.while_loop(cond, body,
+                      [b0, acc0] + extra0 + packing.carry(state),
+                      parallel_iterations=backend.while_parallel_iterations,
+                      maximum_iterations=max_steps)
   profiled = None
   if profile:
     profiled = (out[3] if timed else None, out[2])
@@ -250,6 +257,11 @@ def branch_fn(backend, block_fn, batch, sites, packing, width, full=False):
   """
 
   def run_block(mask, *carried):
+    axis = masks.BatchAxis(mask) if batch is None else None
+    with masks.tracing_axis(axis):
+      return block_step(mask, carried, batch if axis is None else axis)
+
+  def block_step(mask, carried, batch):
     st = packing_lib.BlockState(carried, packing, block_fn.writes)
     m = masks.Mask(mask, batch if full else None, full, batch)
     step = tf_errors.Step(sites)
@@ -615,17 +627,13 @@ class _Traceable(functools.partial):
 # -- the eager path's cache of staged loops --------------------------------
 
 class StagedRun:
-  """`tf.function`s running one compiled program's loop, and their sites.
+  """The `tf.function` running one compiled program's loop, and its sites.
 
-  Two traces at most, whatever the batch sizes: one with the shapes of
-  the first call, which calls at that size run, and, once a call comes at
-  another size, one whose input signature leaves the batch axis without
-  a size (the state's first axis, a stack's second), which runs every
-  other size.  The ops of that trace read the batch size at run time; a
-  static one lets TensorFlow fold them (a call at one size, repeated,
-  costs 5-9% less: docs/performance.md).  Both are planned at the
-  first call's batch size: the packing's thresholds (`knobs`) are
-  reckoned there.
+  Traced once, whatever the batch sizes: its input signature leaves the
+  batch axis without a size (the state's first axis, a stack's second),
+  and its ops read the size at run time (`masks.BatchAxis`).  The
+  packing's thresholds (`knobs`) are reckoned at the first call's batch
+  size.
 
   Args:
     backend: The `TensorFlowBackend`.
@@ -640,21 +648,16 @@ class StagedRun:
     self.blocks = blocks      # keeps id(blocks) unique while cached
     self.batch = batch
     self.stageable = True
-    self._sites = {}          # per trace (True: any batch size)
+    self.sites = None         # the trace's `errors.Sites`
 
-    def loop(state, any_size):
-      self._sites[any_size] = tf_errors.Sites(num_blocks)
+    def loop(state):
+      self.sites = tf_errors.Sites(num_blocks)
       out, acc, _ = staged_loop(backend, blocks, state, num_blocks, schedule,
-                                batch, self._sites[any_size], limit)
+                                batch, self.sites, limit)
       return out, acc
     self._loop = loop
-    self._functions = {}
-    self._last = False
-
-  @property
-  def sites(self):
-    """The `errors.Sites` of the trace the last call ran."""
-    return self._sites.get(self._last)
+    self._function = None
+    self._lock = threading.Lock()
 
   def __call__(self, state):
     """Runs the loop on `state`; returns `(state, counts)`.
@@ -663,20 +666,17 @@ class StagedRun:
       state: The VM state.
     """
     state = list(state)
-    any_size = state[PC].shape[0] != self.batch
-    function = self._functions.get(any_size)
-    if function is None:
-      stacks = self.blocks[0].stack_slots if self.blocks else ()
-      signature = [tf.TensorSpec(
-          _without_batch(x.shape, 1 if i in stacks else 0) if any_size
-          else x.shape, x.dtype) for i, x in enumerate(state)]
-      # Counted alone (`traceable`).
-      function = self._functions[any_size] = tf.function(
-          traceable(functools.partial(self._loop, any_size=any_size),
-                    'loop'),
-          input_signature=[signature], autograph=False)
-    self._last = any_size
-    return function(state)
+    with self._lock:   # one function, whichever thread calls first
+      if self._function is None:
+        stacks = self.blocks[0].stack_slots if self.blocks else ()
+        signature = [tf.TensorSpec(
+            _without_batch(x.shape, 1 if i in stacks else 0), x.dtype)
+                     for i, x in enumerate(state)]
+        # Counted alone (`traceable`).
+        self._function = tf.function(traceable(self._loop, 'loop'),
+                                     input_signature=[signature],
+                                     autograph=False)
+    return self._function(state)
 
 
 def _without_batch(shape, axis):

@@ -1,5 +1,7 @@
 """Masks of the members at a block, and where ops are being traced."""
 
+import threading
+
 import numpy as np
 import tensorflow as tf
 
@@ -18,22 +20,75 @@ def in_xla_context():
 class BatchAxis:
   """Tensors of a staged loop's batch size, where tracing has no size.
 
-  Made once before the loop (`loop.staged_loop`) and captured by its
-  blocks, so that a step reads them instead of computing the batch size
-  from a shape (which a static shape would have folded away).
+  Made for each graph of the loop (its body, each block's branch) from a
+  tensor of that graph whose axis 0 is the batch (the PCs, a mask), so
+  that the size is read where it is used, not carried through the loop
+  and the switch; each tensor is made at its first use (a step computes
+  only those its block reads), once per graph.
 
   Args:
-    pc: The PCs, an int32 tensor `[batch]`.
+    rows: A tensor `[batch, ...]` of the graph being traced.
   """
 
-  def __init__(self, pc):
-    self.shape = tf.shape(pc)                   # [batch], int32
-    self.size = self.shape[0]
-    self.members = tf.range(self.size)          # 0, 1, ..., batch - 1
-    self.members_row = self.members[tf.newaxis]
+  def __init__(self, rows):
+    self._rows = rows
+    self._made = {}   # (graph, name) -> tensor
+
+  def _get(self, name, make):
+    key = (tf.compat.v1.get_default_graph(), name)
+    if key not in self._made:
+      self._made[key] = make()
+    return self._made[key]
+
+  @property
+  def shape(self):
+    """`[batch]`, an int32 tensor."""
+    return self._get('shape', lambda: tf.shape(self._rows))
+
+  @property
+  def size(self):
+    """The batch size, a scalar int32 tensor."""
+    return self._get('size', lambda: tf.size(self._rows))
+
+  @property
+  def members(self):
+    """0, 1, ..., batch - 1."""
+    return self._get('members', lambda: tf.range(self.size))
+
+  @property
+  def members_row(self):
+    """`members` as `[1, batch]`."""
+    return self._get('members_row', lambda: self.members[tf.newaxis])
+
+  def broadcast(self, x):
+    """Scalar `x` broadcast to `[batch]`.
+
+    A constant is broadcast once per graph: where the size is known when
+    tracing, TensorFlow folds such a broadcast into a constant; here it
+    is an op at every step.
+
+    Args:
+      x: A scalar tensor.
+
+    Returns:
+      The tensor `[batch]`.
+    """
+    value = tf.get_static_value(x)
+    if value is None:
+      return tf.broadcast_to(x, self.shape)
+    key = ('broadcast', x.dtype, np.asarray(value).tobytes())
+    return self._get(key, lambda: tf.broadcast_to(x, self.shape))
 
 
-_AXES = []
+class _Axes(threading.local):
+  """Per thread (threads trace loops at once): the `BatchAxis` stack."""
+
+  def __init__(self):
+    super().__init__()
+    self.stack = []
+
+
+_AXES = _Axes()
 
 
 def batch_axis():
@@ -41,7 +96,7 @@ def batch_axis():
 
   None where the batch size is known when tracing, or outside a loop.
   """
-  return _AXES[-1] if _AXES else None
+  return _AXES.stack[-1] if _AXES.stack else None
 
 
 class tracing_axis:  # pylint: disable=invalid-name
@@ -56,11 +111,11 @@ class tracing_axis:  # pylint: disable=invalid-name
 
   def __enter__(self):
     if self.axis is not None:
-      _AXES.append(self.axis)
+      _AXES.stack.append(self.axis)
 
   def __exit__(self, *exc):
     if self.axis is not None:
-      _AXES.pop()
+      _AXES.stack.pop()
 
 
 # -- masks ---------------------------------------------------------------------
@@ -76,23 +131,48 @@ class Mask:
     mask: A bool tensor `[batch]`.
     count: The members in it: an int eagerly, None in a graph.
     full: Whether every member is in it (True only when statically known).
-    batch: The batch size: an int, or a scalar int32 tensor in a staged
-      loop whose batch axis has no size when tracing.
+    batch: The batch size: an int, or a scalar int32 tensor or a
+      `BatchAxis` (read at first use) in a staged loop whose batch axis
+      has no size when tracing.
   """
-  __slots__ = ('mask', 'count', 'full', 'batch', '_as_int', '_expanded',
+  __slots__ = ('mask', '_count', 'full', '_batch', '_as_int', '_expanded',
                '_idx', '_first', '_fill_index', '_fill_index_nd')
 
   def __init__(self, mask, count, full, batch):
     self.mask = mask
-    self.count = count
+    self._count = count
     self.full = full
-    self.batch = batch
+    self._batch = batch
     self._as_int = None
     self._expanded = {}
     self._idx = None
     self._first = None
     self._fill_index = None
     self._fill_index_nd = None
+
+  @property
+  def batch(self):
+    """The batch size: an int, or a scalar int32 tensor."""
+    if isinstance(self._batch, BatchAxis):
+      return self._batch.size
+    return self._batch
+
+  @property
+  def sized(self):
+    """Whether the batch size is known when tracing (an int)."""
+    return not (isinstance(self._batch, BatchAxis) or
+                tf.is_tensor(self._batch))
+
+  @property
+  def count(self):
+    """The members in the mask: an int eagerly, else None.
+
+    A full mask in a loop of unknown batch size counts the batch size's
+    tensor.
+    """
+    if isinstance(self._count, BatchAxis):
+      return self._count.size
+    return self._count
 
   @property
   def first(self):
@@ -113,7 +193,7 @@ class Mask:
   def fill_index(self):
     """Per lane: itself inside the mask, the first member's lane outside."""
     if self._fill_index is None:
-      axis = batch_axis() if tf.is_tensor(self.batch) else None
+      axis = None if self.sized else batch_axis()
       if axis is not None:   # the first lane broadcast by the select
         self._fill_index = tf.where(self.mask, axis.members, self.first[0])
       else:
@@ -142,7 +222,7 @@ class Mask:
     key = (k,) + tuple(shape)
     if key not in self._expanded:
       mask = tf.reshape(self.mask, [1, -1] + [1] * (len(shape) - 1))
-      self._expanded[key] = tf.broadcast_to(mask, self._shape(key))
+      self._expanded[key] = self._broadcast(mask, key)
     return self._expanded[key]
 
   def like(self, shape):
@@ -163,22 +243,23 @@ class Mask:
     key = tuple(shape)
     if key not in self._expanded:
       mask = tf.reshape(self.mask, [-1] + [1] * (ndim - 1))
-      if not in_xla_context() and (None not in key or
-                                   tf.is_tensor(self.batch)):
-        mask = tf.broadcast_to(mask, self._shape(key))   # XLA fuses it
+      if not in_xla_context() and (None not in key or not self.sized):
+        mask = self._broadcast(mask, key)   # XLA fuses it
       self._expanded[key] = mask
     return self._expanded[key]
 
-  def _shape(self, shape):
-    """`shape` (a tuple of ints, None only for the batch axis) with the
-    batch size in place of None: a tuple, or a tensor when the batch size
-    is one."""
-    if None not in shape:
-      return shape
-    if not tf.is_tensor(self.batch):
-      return tuple(self.batch if d is None else d for d in shape)
-    return tf.stack([self.batch if d is None else tf.constant(d, tf.int32)
-                     for d in shape])
+  def _broadcast(self, mask, shape):
+    """`mask` (the batch axis its only axis longer than 1) broadcast to
+    `shape` (a tuple of ints, None only for the batch axis).  Where the
+    batch size is a tensor, a tile by the other axes' lengths, which
+    needs no shape made at every step."""
+    if None in shape and not self.sized:
+      multiples = [1 if d is None else d for d in shape]
+      if all(k == 1 for k in multiples):
+        return mask   # its shape already (a kernel less at every step)
+      return tf.tile(mask, multiples)
+    return tf.broadcast_to(
+        mask, tuple(self.batch if d is None else d for d in shape))
 
   @property
   def idx(self):
