@@ -87,8 +87,8 @@ def direct_forms(body, arity, prefix, static_value):
 
 def _static_info(value):
   """What the rewrite needs to know of a shared value, or None."""
-  if isinstance(value, np.ndarray):
-    return ('array', value.ndim, value.dtype.kind, True)
+  if type(value) is np.ndarray:  # pylint: disable=unidiomatic-typecheck
+    return ('array', value.ndim, value.dtype.kind, True)   # no subclass
   if type(value) in _PYTHON_NUMBERS:
     return ('array', 0, np.asarray(value).dtype.kind, False)
   if isinstance(value, np.generic):
