@@ -148,8 +148,15 @@ class DirectForms:
           copy.deepcopy(self.body))
     except _NotDirect:
       return None
-    if not value.member:
-      return None
+    if not value.member:   # the same for every member: a size, a constant
+      batched = [k for k, v in enumerate(inputs) if v.member]
+      if value.rank or not batched:
+        return None
+      body = ast.Call(ast.Attribute(ast.Name(self.prefix + _DIRECT,
+                                             ast.Load()),
+                                    'broadcast', ast.Load()),
+                      [body, ast.Name(f'{self.prefix}v{batched[0]}',
+                                      ast.Load())], [])
     code = member_function.__code__
     closure = dict(zip(code.co_freevars, member_function.__closure__ or ()))
     return python_primitives.make_function(
@@ -171,6 +178,34 @@ class _Helpers:
     shape = np.shape(x)
     return np.reshape(x, shape[:1] + (1,) * (rank + 1 - len(shape)) +
                       shape[1:])
+
+  @staticmethod
+  def broadcast(value, like):
+    """`value`, the same for every member, with the batch axis of `like`."""
+    value = np.asarray(value)
+    return np.array(np.broadcast_to(value, (len(like),) + value.shape))
+
+  @staticmethod
+  def length(x):
+    """Each member's `len(x)` of batched `x` (the same for all)."""
+    if x.ndim < 2:
+      raise TypeError('len() of unsized object')
+    return x.shape[1]
+
+  @staticmethod
+  def extent(x, axis):
+    """Each member's `x.shape[axis]` of batched `x`."""
+    return x.shape[1:][axis]
+
+  @staticmethod
+  def ndim(x):
+    """Each member's `x.ndim` of batched `x`."""
+    return x.ndim - 1
+
+  @staticmethod
+  def size(x):
+    """Each member's `x.size` of batched `x`."""
+    return int(np.prod(x.shape[1:], dtype=np.int64))
 
   @staticmethod
   def take(x, index):
@@ -249,6 +284,12 @@ class _Rewrite:
     """`(_Value, rewritten node)` of expression `node`."""
     if isinstance(node, ast.Name) and node.id.startswith(self.prefix + 'v'):
       return self.inputs[int(node.id[len(self.prefix) + 1:])], node
+    if (isinstance(node, ast.Attribute) and node.attr in ('ndim', 'size')
+        and self._is_value(node.value)):
+      v, base = self.value(node.value)
+      if not v.member:
+        raise _NotDirect
+      return _Value(False, 0, 'i', False), self._call(node.attr, [base])
     if isinstance(node, (ast.Name, ast.Attribute)):
       info = self.statics.get(ast.unparse(node))
       if info is None or info[0] != 'array':
@@ -282,7 +323,16 @@ class _Rewrite:
   def _call_value(self, node):
     """A call: a helper, a ufunc, a join, a product or a reduction."""
     helper = self._helper(node, python_primitives.MEMBER_OPS)
+    if helper == 'len' and len(node.args) == 1 and not node.keywords:
+      v, x = self.value(node.args[0])
+      if not v.member:
+        raise _NotDirect
+      return _Value(False, 0, 'i', False), self._call('length', [x])
     if helper == 'getitem' and len(node.args) == 2 and not node.keywords:
+      shape = node.args[0]
+      if (isinstance(shape, ast.Attribute) and shape.attr == 'shape' and
+          self._is_value(shape.value)):
+        return self._extent(shape.value, node.args[1])
       return self._getitem(node)
     if helper == 'setitem' and len(node.args) == 3 and not node.keywords:
       return self._setitem(node)
@@ -465,17 +515,9 @@ class _Rewrite:
     """A method of a member's array (a reduction, `astype`), or None
     where `node` calls no method of a value."""
     f = node.func
-    if not isinstance(f, ast.Attribute):
+    if not isinstance(f, ast.Attribute) or not self._is_value(f.value):
       return None
-    base = f.value
-    if isinstance(base, ast.Name) and base.id.startswith(self.prefix):
-      if not base.id.startswith(self.prefix + 'v'):
-        return None   # a helper's module
-    elif isinstance(base, (ast.Name, ast.Attribute)):
-      info = self.statics.get(ast.unparse(base))
-      if info is None or info[0] != 'array':
-        return None   # a module's function (np.tanh)
-    v, f.value = self.value(base)
+    v, f.value = self.value(f.value)
     if f.attr == 'astype' and len(node.args) == 1 and not node.keywords:
       if not v.member or self._reads_input(node.args[0]):
         raise _NotDirect
@@ -485,6 +527,25 @@ class _Rewrite:
     node.args, axis = self._axis_argument(node, 0)
     value, node.keywords = self._reduced(v, axis)
     return value, node
+
+  def _is_value(self, node):
+    """Whether `node` is a value (not a module or a helper's name)."""
+    if isinstance(node, ast.Name) and node.id.startswith(self.prefix):
+      return node.id.startswith(self.prefix + 'v')
+    if isinstance(node, (ast.Name, ast.Attribute)):
+      info = self.statics.get(ast.unparse(node))
+      return info is not None and info[0] == 'array'
+    return True
+
+  def _extent(self, x, key):
+    """`x.shape[k]` of a member's `x`, `k` a constant."""
+    v, x = self.value(x)
+    k = _integer_constant(key.slice) if isinstance(key, ast.Subscript) else (
+        None)
+    if not v.member or k is None or not -v.rank <= k < v.rank:
+      raise _NotDirect
+    return _Value(False, 0, 'i', False), self._call('extent',
+                                                    [x, ast.Constant(k)])
 
   def _reads_input(self, node):
     """Whether `node` reads an input (a dtype must not)."""

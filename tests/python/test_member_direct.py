@@ -73,6 +73,16 @@ def integers(i, j):
 
 
 @ctx.batch(per_member=True)
+def sizes(x, m, i):
+  return x[len(x) - 1] + m.shape[1] * m.ndim + x[i] * x.size
+
+
+@ctx.batch(per_member=True)
+def size_alone(m):
+  return len(m) + m.shape[-1]
+
+
+@ctx.batch(per_member=True)
 def flag(x):
   return 1 if x[0] > 0 else 0
 
@@ -140,6 +150,8 @@ CASES = {
     ranks_aligned: ('mxy', True),
     choice: ('xy', True),
     integers: ('ij', True),
+    sizes: ('xmi', True),
+    size_alone: ('m', True),
     flag: ('x', True),
     put_at_member_index: ('xiy', True),
     put_rows: ('mix', True),
@@ -199,7 +211,8 @@ def test_an_error_in_the_plain_form_is_the_rules_error_at_the_users_line():
 
 W2 = np.linspace(-1.0, 1.0, 6).reshape(3, 2)
 _LEAVES = {
-    (): ['y', 'x[i]', 'm[i, 0]', 'TABLE[i, 2]', 'x.max()', '1.5'],
+    (): ['y', 'x[i]', 'm[i, 0]', 'TABLE[i, 2]', 'x.max()', '1.5',
+         'x[len(x) - 1]', 'm.shape[1] * y'],
     (3,): ['x', 'm[i]', 'TABLE[i + 1]', 'm[0]', 'x[::-1]', 'TABLE[1]'],
     (2, 3): ['m', 'TABLE[:2]', 'm[:, ::2].sum(axis=1)[:, None] + m'],
     (2,): ['x @ W2', 'm[:, 1]', 'np.dot(x, W2)'],
