@@ -49,7 +49,9 @@ _REDUCTIONS = (np.sum, np.mean, np.prod, np.min, np.max, np.amin, np.amax,
                np.any, np.all)
 _REDUCTION_METHODS = frozenset(('sum', 'mean', 'prod', 'min', 'max', 'any',
                                 'all'))
+_CREATION = (np.zeros, np.ones, np.empty, np.full, np.arange, np.eye)
 _FUNCTIONS = ([(f, 'reduce') for f in _REDUCTIONS] +
+              [(f, 'create') for f in _CREATION] +
               [(np.concatenate, 'concatenate'), (np.stack, 'stack'),
                (np.matmul, 'matmul'), (np.dot, 'matmul')])
 # Helpers of `member_ops` that compute element by element.
@@ -150,7 +152,7 @@ class DirectForms:
       return None
     if not value.member:   # the same for every member: a size, a constant
       batched = [k for k, v in enumerate(inputs) if v.member]
-      if value.rank or not batched:
+      if not batched:
         return None
       body = ast.Call(ast.Attribute(ast.Name(self.prefix + _DIRECT,
                                              ast.Load()),
@@ -339,6 +341,8 @@ class _Rewrite:
     if helper == 'call' and node.args:   # a function given a list display
       node = ast.Call(node.args[0], node.args[1:], node.keywords)
       helper = None
+      if self.statics.get(ast.unparse(node.func)) == ('function', 'create'):
+        return self._created(node)
     if helper is None and self._helper(node, 'ops') is None:
       method = self._method(node)
       if method is not None:
@@ -406,7 +410,9 @@ class _Rewrite:
     else:
       kind = 'i' if all(_integer(v) for v in values) and isinstance(
           op, _INTEGER_OPERATORS) else None
-    return _Value(member, rank, kind)
+    # Of shared values, Python numbers give a Python number.
+    return _Value(member, rank, kind,
+                  any(v.strong for v in values if not v.member))
 
   def _key_parts(self, key, xv):
     """The parts of `key` (`key[index]`) indexing `x` of value `xv`:
@@ -527,6 +533,37 @@ class _Rewrite:
     node.args, axis = self._axis_argument(node, 0)
     value, node.keywords = self._reduced(v, axis)
     return value, node
+
+  def _created(self, node):
+    """`np.zeros(n, dtype=x.dtype)` and the like: an array the same for
+    every member, its size a shared value and its dtype any value's."""
+    name = ast.unparse(node.func).rsplit('.', 1)[-1]
+    args = list(node.args)
+    for kw in node.keywords:
+      if kw.arg != 'dtype':
+        raise _NotDirect
+      if isinstance(kw.value, ast.Attribute) and kw.value.attr == 'dtype' \
+          and self._is_value(kw.value.value):
+        _, kw.value.value = self.value(kw.value.value)
+      elif self._reads_input(kw.value):
+        raise _NotDirect
+    if not args or any(isinstance(a, ast.Starred) for a in args):
+      raise _NotDirect
+    shape = args[0]
+    parts = shape.elts if isinstance(shape, ast.Tuple) and name not in (
+        'arange', 'eye') else [shape]
+    for k, part in enumerate(parts):
+      v, new = self.value(part)
+      if v.member or v.rank:
+        raise _NotDirect
+      parts[k] = new
+    for k in range(1, len(node.args)):
+      v, node.args[k] = self.value(node.args[k])
+      if v.member or v.rank:
+        raise _NotDirect
+    rank = {'arange': 1, 'eye': 2}.get(name, len(parts) if isinstance(
+        shape, ast.Tuple) else 1)
+    return _Value(False, rank, None), node
 
   def _is_value(self, node):
     """Whether `node` is a value (not a module or a helper's name)."""

@@ -83,6 +83,16 @@ def size_alone(m):
 
 
 @ctx.batch(per_member=True)
+def created(m):
+  return np.zeros(m.shape[1] + 1, dtype=m.dtype)
+
+
+@ctx.batch(per_member=True)
+def created_and_used(x, i):
+  return np.arange(len(x) + 2)[i] + np.ones((2, 3)) * x + np.eye(3)[i]
+
+
+@ctx.batch(per_member=True)
 def flag(x):
   return 1 if x[0] > 0 else 0
 
@@ -152,6 +162,8 @@ CASES = {
     integers: ('ij', True),
     sizes: ('xmi', True),
     size_alone: ('m', True),
+    created: ('m', True),
+    created_and_used: ('xi', True),
     flag: ('x', True),
     put_at_member_index: ('xiy', True),
     put_rows: ('mix', True),
@@ -214,7 +226,8 @@ _LEAVES = {
     (): ['y', 'x[i]', 'm[i, 0]', 'TABLE[i, 2]', 'x.max()', '1.5',
          'x[len(x) - 1]', 'm.shape[1] * y'],
     (3,): ['x', 'm[i]', 'TABLE[i + 1]', 'm[0]', 'x[::-1]', 'TABLE[1]'],
-    (2, 3): ['m', 'TABLE[:2]', 'm[:, ::2].sum(axis=1)[:, None] + m'],
+    (2, 3): ['m', 'TABLE[:2]', 'm[:, ::2].sum(axis=1)[:, None] + m',
+             'np.ones((2, len(x)), dtype=x.dtype)'],
     (2,): ['x @ W2', 'm[:, 1]', 'np.dot(x, W2)'],
 }
 
