@@ -228,10 +228,10 @@ def test_profile_blocks_times_each_block_that_ran(jit):
   assert len(heavy) == 1, heavy
   per_run = {label: stats.block_time[label] / want.block_executions[label]
              for label in ran}
-  # Matrix products against a subtraction: 30x apart in a graph (where a
-  # step's bookkeeping is tens of microseconds), 1000x under XLA.
-  assert per_run[heavy[0]] > 5 * max(
-      t for label, t in per_run.items() if label != heavy[0])
+  # Matrix products against a subtraction (30x apart in a graph, 1000x
+  # under XLA, when the machine is idle): the profile points at the block
+  # with the products.
+  assert max(per_run, key=per_run.get) == heavy[0], per_run
   assert all(r['seconds'] is not None for r in profiler.rows(stats))
 
 
