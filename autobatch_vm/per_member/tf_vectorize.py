@@ -267,18 +267,27 @@ def _scatter_update(own, pfor_input):
   """pfor's rule for TensorScatterUpdate (`own`), with constant shapes
   where the indices' shape is known (pfor's computes them in the graph,
   where XLA needs constants), and the members' numbers of the indices'
-  dtype (pfor's are int32, which int64 indices refuse)."""
+  dtype (pfor's are int32, which int64 indices refuse), for a batch of
+  known or unknown size."""
   from tensorflow.python.ops.parallel_for import pfor as pfor_lib  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
   tf = _tf()
   pfor_input.stack_inputs([0, 1, 2])
   tensor, indices, updates = [pfor_input.stacked_input(k) for k in range(3)]
   shape = indices.shape
-  if not shape.is_fully_defined():
+  if shape.rank is None:
     return own(pfor_input)
-  # Each member's index vectors get the member's number in front.
-  member = tf.reshape(tf.range(shape[0], dtype=indices.dtype),
-                      [shape[0]] + [1] * (shape.rank - 1))
-  member = tf.broadcast_to(member, shape[:-1].concatenate([1]))
+  # Each member's index vectors get the member's number in front.  The
+  # batch size may be unknown (an eager call's trace); the other sizes are
+  # a member's.
+  dynamic = tf.shape(indices, out_type=indices.dtype)
+  member = tf.reshape(tf.range(dynamic[0] if shape[0] is None else shape[0],
+                               dtype=indices.dtype),
+                      [-1] + [1] * (shape.rank - 1))
+  if shape[:-1].is_fully_defined():
+    member = tf.broadcast_to(member, shape[:-1].concatenate([1]))
+  else:
+    member = tf.broadcast_to(member, tf.concat(
+        [dynamic[:-1], tf.ones([1], indices.dtype)], 0))
   return pfor_lib.wrap(tf.tensor_scatter_nd_update(
       tensor, tf.concat([member, indices], axis=-1), updates), True)
 

@@ -461,3 +461,27 @@ def test_products_with_a_shared_matrix_on_tensorflow(mode):
     np.testing.assert_allclose(
         grad[k].numpy(),
         tape.gradient(total, one).numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize('mode', ['eager', 'function'])
+def test_an_item_write_by_int64_indices_vectorizes_on_tensorflow(mode,
+                                                                  caplog):
+  """tf.tensor_scatter_nd_update at a member's int64 index: pfor's rule
+  (int32 member numbers) fails on int64 indices, tf_vectorize's does not,
+  also where an eager call's trace leaves the batch size unknown."""
+  tf = pytest.importorskip('tensorflow')
+
+  def put(samples, i, v):
+    return tf.tensor_scatter_nd_update(
+        samples, tf.reshape(tf.cast(i, tf.int64), [1, 1]), v[None])
+  fn = ab.Context().batch_uncurried(put, per_member=True)
+  if mode == 'function':
+    fn = tf.function(fn, autograph=False)
+  samples = tf.zeros([BATCH, 4, 2], tf.float64)
+  i = tf.constant(np.arange(BATCH) % 4)
+  v = tf.constant(np.arange(2.0 * BATCH).reshape(BATCH, 2))
+  with caplog.at_level('ERROR', logger='tensorflow'):
+    got = fn(samples, i, v).numpy()
+  assert not [r for r in caplog.records if 'pfor' in r.getMessage()]
+  for k in range(BATCH):
+    assert_same(got[k], put(samples[k], i[k], v[k]).numpy())
