@@ -273,7 +273,8 @@ class TensorFlowBackend(base.Backend):
     if tf.is_tensor(batch):
       # A staged loop's batch axis of unknown size: the size read at run
       # time.
-      return _dynamic_coerce(np_dtype, dtype, batch, tensor_type.shape)
+      return _dynamic_coerce(np_dtype, dtype, batch, tensor_type.shape,
+                             strict)
     full_shape = [batch] + list(tensor_type.shape)
 
     def coerce(x):
@@ -421,6 +422,9 @@ class TensorFlowBackend(base.Backend):
     Returns:
       The value the primitives get.
     """
+    return masks.member_rows(self._sanitized(x, m))
+
+  def _sanitized(self, x, m):
     if m is None or m.full:
       return ops.value(x)
     if isinstance(x, ops.MaskedWrite):
@@ -612,19 +616,34 @@ def _as_tensor(x, np_dtype, dtype):
   return x
 
 
-def _dynamic_coerce(np_dtype, dtype, batch, shape):
+def _dynamic_coerce(np_dtype, dtype, batch, shape, strict=False):
   """`coerce_fn`'s function for a batch size `batch` that is a scalar
   tensor: a value of rank `1 + len(shape)` whose first axis is unknown
   when tracing is taken as a batch; anything else is broadcast to
   `[batch, *shape]` (a row count other than 1 or the batch fails there,
-  at run time)."""
+  at run time).  With `strict`, a value of that rank whose row count is
+  known when tracing is checked at run time to have one row per member
+  (`x[:1]` is the first member's row: it fails where the batch is not
+  one, rather than being broadcast)."""
   shape = list(shape)
 
   def coerce(x):
     x = _as_tensor(x, np_dtype, dtype)
-    if (x.shape.rank == len(shape) + 1 and x.shape[0] is None and
+    if (x.shape.rank == len(shape) + 1 and
         x.shape.as_list()[1:] == shape):
-      return x
+      axis = masks.batch_axis()
+      if x.shape[0] is None:
+        if not strict or axis is None or masks.has_member_rows(x):
+          return x
+        # Its rows are checked by a reshape to the batch's (one kernel):
+        # `x[:1]` fails there rather than being broadcast by later ops.
+        return tf.reshape(x, axis.shape_of(shape))
+      if strict:
+        rows = x.shape[0]
+        check = tf.debugging.assert_equal(
+            batch, rows, message=errors.row_count_message(rows, 'the batch'))
+        with tf.control_dependencies([check]):
+          return tf.broadcast_to(x, tf.stack([batch] + shape))
     axis = masks.batch_axis()
     if not shape and axis is not None:
       return axis.broadcast(x)

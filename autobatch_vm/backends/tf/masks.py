@@ -33,6 +33,7 @@ class BatchAxis:
   def __init__(self, rows):
     self._rows = rows
     self._made = {}   # (graph, name) -> tensor
+    self.rows = set()   # refs of values with one row per member
 
   def _get(self, name, make):
     key = (tf.compat.v1.get_default_graph(), name)
@@ -49,6 +50,20 @@ class BatchAxis:
   def size(self):
     """The batch size, a scalar int32 tensor."""
     return self._get('size', lambda: tf.size(self._rows))
+
+  def shape_of(self, shape):
+    """`[batch, *shape]`, an int32 tensor.
+
+    Args:
+      shape: A list of ints, the shape of a member's value.
+
+    Returns:
+      The tensor (made once per graph and shape).
+    """
+    if not shape:
+      return self.shape
+    return self._get(('shape_of',) + tuple(shape),
+                     lambda: tf.concat([self.shape, shape], 0))
 
   @property
   def members(self):
@@ -78,6 +93,69 @@ class BatchAxis:
       return tf.broadcast_to(x, self.shape)
     key = ('broadcast', x.dtype, np.asarray(value).tobytes())
     return self._get(key, lambda: tf.broadcast_to(x, self.shape))
+
+
+# Ops whose result has the rows of its inputs of its own rank (the others
+# broadcast): a value made by them from values with one row per member
+# has one row per member, or fails.
+_ROWWISE = frozenset([
+    'Abs', 'Add', 'AddV2', 'Cast', 'Ceil', 'Cos', 'Div', 'DivNoNan',
+    'Equal', 'Exp', 'Expm1', 'Floor', 'FloorDiv', 'FloorMod', 'Greater',
+    'GreaterEqual', 'Identity', 'Less', 'LessEqual', 'Log', 'Log1p',
+    'LogicalAnd', 'LogicalNot', 'LogicalOr', 'Maximum', 'Minimum', 'Mod',
+    'Mul', 'Neg', 'NotEqual', 'Pow', 'RealDiv', 'Reciprocal', 'Round',
+    'Rsqrt', 'Select', 'SelectV2', 'Sigmoid', 'Sign', 'Sin', 'Sqrt',
+    'Square', 'Sub', 'Tanh', 'TruncateDiv', 'TruncateMod'])
+
+
+def member_rows(x):
+  """Marks `x` as one row per member, for `has_member_rows`.
+
+  In a loop of unknown batch size (elsewhere a no-op).
+
+  Args:
+    x: A register as a block's primitives see it.
+
+  Returns:
+    `x`.
+  """
+  axis = batch_axis()
+  if axis is not None and tf.is_tensor(x):
+    axis.rows.add(x.ref())
+  return x
+
+
+def has_member_rows(x, budget=64):
+  """Whether `x` has one row per member for sure.
+
+  It does where it is marked (`member_rows`), or made by ops of
+  `_ROWWISE` from such values (through at most `budget` ops).  False
+  where that cannot be told: the rows are then checked at run time.
+
+  Args:
+    x: A tensor whose first axis has no size when tracing.
+    budget: The most ops looked through.
+
+  Returns:
+    A bool.
+  """
+  axis = batch_axis()
+  if axis is None:
+    return False
+  todo, seen = [x], set()
+  while todo:
+    t = todo.pop()
+    if t.ref() in axis.rows or t.ref() in seen:
+      continue
+    seen.add(t.ref())
+    if t.op.type not in _ROWWISE or len(seen) > budget:
+      return False
+    rank = t.shape.rank
+    # Inputs of lower rank broadcast, and those with a size of their own
+    # fail unless it is the batch's (or 1, broadcast to the others').
+    todo.extend(i for i in t.op.inputs if i.shape.rank is None or (
+        i.shape.rank == rank and i.shape[0] is None))
+  return True
 
 
 class _Axes(threading.local):
