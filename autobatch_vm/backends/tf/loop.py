@@ -155,11 +155,16 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
       return next_block_tensor(pc, num_blocks, schedule, knobs.one_hot_max)
     return tf.identity(forced.read_value())
 
+  def carried_block(b):
+    # Under XLA the block index is carried as `[1]` (`loop_test`).
+    return tf.reshape(b, [1]) if xla else b
+
   def cond(b, acc, *rest):
-    del rest
-    return loop_test(b, acc, num_blocks, xla)
+    del acc, rest
+    return loop_test(b, num_blocks, xla)
 
   def body(b, acc, *rest):
+    b = tf.reshape(b, [])
     extra, carried = list(rest[:num_extra]), rest[num_extra:]
     pc = packing.read(carried, PC)
     with masks.tracing_axis(None if nominal is None else masks.BatchAxis(pc)):
@@ -202,10 +207,10 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
         elapsed = tf.timestamp() - start
       extra[1] = tf.tensor_scatter_nd_add(
           extra[1], tf.reshape(b, [1, 1]), tf.reshape(elapsed, [1]))
-    return [next_block(packing.read(carried, PC)), acc] + extra + list(
-        carried)
+    return [carried_block(next_block(packing.read(carried, PC))),
+            acc] + extra + list(carried)
 
-  b0 = next_block(state[PC])
+  b0 = carried_block(next_block(state[PC]))
   acc0 = tf.zeros([num_blocks, 2], tf.int32)
   max_steps, step_limit_error = step_limit
   out = tf.while_loop(cond, body,
@@ -507,22 +512,22 @@ class differentiable_loop:  # pylint: disable=invalid-name
     _DIFFERENTIABLE.pop()
 
 
-def loop_test(b, acc, num_blocks, xla):
+def loop_test(b, num_blocks, xla):
   """The staged loop's condition: whether block `b` is one to run.
 
-  Under XLA the test also reads the block counts `acc` (never negative),
-  so that it depends on two loop variables.  XLA (TensorFlow 2.21 on CPU)
-  asks of every loop, in each of the many rounds of its simplification
-  passes (loop-invariant code motion and the while-loop simplifier), how
-  many trips it makes: given a condition that compares one variable with
-  a constant, it copies the body's whole computation of that variable to
-  see whether it is a counter, and `b` is computed from every block.
-  With two variables the question stops at the condition
-  (docs/performance.md, "The loop's condition under XLA").
+  Under XLA the loop carries `b` as `[1]`, not as a scalar.  XLA
+  (TensorFlow 2.21 on CPU) asks of every loop, in each of the many rounds
+  of its simplification passes (loop-invariant code motion and the
+  while-loop simplifier), how many trips it makes: given a condition that
+  compares one scalar variable with a constant, it copies the body's
+  whole computation of that variable to see whether it is a counter, and
+  `b` is computed from every block.  A variable that is not a scalar is
+  no counter: the question stops at the condition (docs/performance.md,
+  "The loop's condition under XLA").
 
   Args:
-    b: The block to run next, a scalar int32 tensor (`num_blocks`: none).
-    acc: The loop's block counts, `[num_blocks, 2]` int32.
+    b: The block to run next, an int32 tensor: a scalar, `[1]` under XLA
+      (`num_blocks`: none).
     num_blocks: The number of blocks.
     xla: Whether the loop is traced for XLA.
 
@@ -531,7 +536,7 @@ def loop_test(b, acc, num_blocks, xla):
   """
   if not xla:
     return b < num_blocks
-  return tf.logical_and(b < num_blocks, acc[0, 0] >= 0)
+  return tf.reshape(b < num_blocks, [])
 
 
 def next_block_tensor(pc, num_blocks, schedule, one_hot_max):
