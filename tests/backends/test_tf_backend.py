@@ -848,10 +848,13 @@ def test_xla_with_many_groups_matches_members_alone(case, monkeypatch):
   here), every program matches the NumPy backend and each member alone.
   (When every group's loop carried every pack, programs with a pack no
   block writes, such as gcd's unused stack, failed to compile with three
-  groups or more.)"""
+  groups or more.)  No pack is written whole here: blocks writing
+  different rows of a pack then write it alike, and fall into fewer
+  groups."""
   from autobatch_vm.backends.tf import groups as groups_lib  # pylint: disable=g-import-not-at-top
   backend = ab.TensorFlowBackend(
-      knobs=ab.tf_backend.TuningKnobs(group_step_bytes=1))
+      knobs=ab.tf_backend.TuningKnobs(group_step_bytes=1,
+                                      whole_pack_bytes=0))
   groups = []
   write_groups = groups_lib.write_groups
 
@@ -865,6 +868,44 @@ def test_xla_with_many_groups_matches_members_alone(case, monkeypatch):
   assert groups and all(len(g) >= 3 for g in groups)
   assert_same(result, on_numpy, case.rtol)
   assert_same(result, alone, case.rtol)
+
+
+@pytest.mark.parametrize('case', [
+    c for c in CASES if c.name in ('fibonacci', 'even_odd', 'power_f64',
+                                   'tuple_result')])
+def test_xla_packs_written_whole_match_members_alone(case, monkeypatch):
+  """Under XLA a small pack is written whole: each block's branch returns
+  the pack after its writes and pushes (`packing.Packing.whole`).  With
+  every pack so written, in a group per set of written packs, every
+  program matches the NumPy backend and each member alone, and so do
+  gradients."""
+  from autobatch_vm.backends.tf import packing  # pylint: disable=g-import-not-at-top
+  written = []
+  real = packing.Packing._whole_pack  # pylint: disable=protected-access
+
+  def spy(self, st, writes, g, pack):
+    written.append(self.keys[g][0])
+    return real(self, st, writes, g, pack)
+  monkeypatch.setattr(packing.Packing, '_whole_pack', spy)
+  backend = ab.TensorFlowBackend(knobs=ab.tf_backend.TuningKnobs(
+      group_step_bytes=1, whole_pack_bytes=1 << 30))
+  _assert_xla_case_matches_alone(case, backend)
+  assert True in written and False in written   # stacks and registers
+
+
+def _assert_xla_case_matches_alone(case, backend):
+  """`case` under XLA on `backend` matches the NumPy backend and each
+  member alone; for power_f64, gradients too."""
+  args, on_numpy, alone = numpy_and_alone(case.name, 5)
+  result = run_tf(case.fn, args, 'xla', max_stack_depth=case.depth,
+                  backend=backend)
+  assert_same(result, on_numpy, case.rtol)
+  assert_same(result, alone, case.rtol)
+  if case.name == 'power_f64':
+    rng = np.random.default_rng(3)
+    x = tf.constant(rng.uniform(-1.5, 1.5, size=7))
+    n = tf.constant(rng.integers(0, 9, size=7))
+    _assert_gradients_match_alone(power, x, n, 'xla', backend=backend)
 
 
 # Every program in windows of 2 frames; over the whole stack, power_f64
@@ -883,7 +924,8 @@ def test_xla_pushes_by_select_match_members_alone(case, window, monkeypatch):
   different depths take several trips), or over the whole stack where it
   has at most that many frames (32 here, against stacks of 21).  With
   every push so written, on any TensorFlow, every program matches the
-  NumPy backend and each member alone, and so do gradients."""
+  NumPy backend and each member alone, and so do gradients.  (No pack is
+  written whole here, or these small stacks would take no push.)"""
   from autobatch_vm.backends.tf import ops  # pylint: disable=g-import-not-at-top
   pushes = []
   real = ops.window_push
@@ -891,21 +933,12 @@ def test_xla_pushes_by_select_match_members_alone(case, window, monkeypatch):
   def spy(*args):
     pushes.append(1)
     return real(*args)
-  backend = ab.TensorFlowBackend(
-      knobs=ab.tf_backend.TuningKnobs(push_window_frames=window))
+  backend = ab.TensorFlowBackend(knobs=ab.tf_backend.TuningKnobs(
+      push_window_frames=window, whole_pack_bytes=0))
   monkeypatch.setattr(ops, 'xla_cpu_expands_scatter', lambda: True)
   monkeypatch.setattr(ops, 'window_push', spy)
-  args, on_numpy, alone = numpy_and_alone(case.name, 5)
-  result = run_tf(case.fn, args, 'xla', max_stack_depth=case.depth,
-                  backend=backend)
+  _assert_xla_case_matches_alone(case, backend)
   assert pushes   # the call stack at least
-  assert_same(result, on_numpy, case.rtol)
-  assert_same(result, alone, case.rtol)
-  if case.name == 'power_f64':
-    rng = np.random.default_rng(3)
-    x = tf.constant(rng.uniform(-1.5, 1.5, size=7))
-    n = tf.constant(rng.integers(0, 9, size=7))
-    _assert_gradients_match_alone(power, x, n, 'xla', backend=backend)
 
 
 @pytest.mark.parametrize('window', [
@@ -915,8 +948,8 @@ def test_xla_pushes_by_select_of_events_match_alone(window, monkeypatch):
   float64 frames): results and gradients through the pushes match each
   member alone, in windows of 2 frames and over the whole stack."""
   from autobatch_vm.backends.tf import ops  # pylint: disable=g-import-not-at-top
-  backend = ab.TensorFlowBackend(
-      knobs=ab.tf_backend.TuningKnobs(push_window_frames=window))
+  backend = ab.TensorFlowBackend(knobs=ab.tf_backend.TuningKnobs(
+      push_window_frames=window, whole_pack_bytes=0))
   monkeypatch.setattr(ops, 'xla_cpu_expands_scatter', lambda: True)
   rng = np.random.default_rng(11)
   h = tf.constant(rng.normal(size=(9, 4)))

@@ -60,10 +60,15 @@ def write_groups(packing, block_writes):
     switch returns (the most any member writes).
   """
   row_bytes = []
-  for is_stack, dtype, shape in packing.keys:
+  for g, (is_stack, dtype, shape) in enumerate(packing.keys):
     row = shape[1:] if is_stack else shape
-    row_bytes.append(int(np.prod(row, dtype=np.int64)) * dtype.size)
-  widths = [packing.block_width(w) for w in block_writes]
+    row_bytes.append(packing.pack_bytes(g) if packing.whole(g) else
+                     int(np.prod(row, dtype=np.int64)) * dtype.size)
+  # A pack written whole costs its bytes to each block of a group that
+  # writes it, whatever the rows.
+  widths = [[min(k, 1) if packing.whole(g) else k
+             for g, k in enumerate(packing.block_width(w))]
+            for w in block_writes]
   step_bytes = packing.knobs.group_step_bytes
 
   def cost(width):

@@ -44,6 +44,10 @@ class TuningKnobs:
       or larger is pushed in place (`ops.update_rows`) instead of copied
       by a scatter or a select; None: never.  The copy is bounded by this
       size, so no step costs more with `max_stack_depth`.
+    whole_pack_bytes: Under XLA, a pack of at most this many bytes is
+      written whole: each branch returns the pack after its block's writes
+      (`packing.Packing.whole`), instead of rows to scatter into it after
+      the switch.  0: never.
     one_hot_max: Under XLA the `'most'` schedule counts members per block
       by a `[blocks, batch]` comparison up to this many elements, and by a
       segment sum beyond.
@@ -55,6 +59,7 @@ class TuningKnobs:
   push_window_frames: int = 8
   inplace_stack_bytes: Optional[int] = 32 * 1024
   one_hot_max: int = 1 << 18
+  whole_pack_bytes: int = 16 * 1024
 
 
 # The defaults on a CPU.
@@ -65,7 +70,8 @@ CPU = TuningKnobs()
 # every dtype has the kernel there).
 GPU = TuningKnobs(group_step_bytes=16 * 1024 * 1024,
                   guarded_group_bytes=16 * 1024 * 1024,
-                  push_window_frames=0, inplace_stack_bytes=None)
+                  push_window_frames=0, inplace_stack_bytes=None,
+                  whole_pack_bytes=0)
 
 
 def for_device(gpu):

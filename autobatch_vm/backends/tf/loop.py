@@ -286,7 +286,7 @@ def branch_fn(backend, block_fn, batch, sites, packing, width, full=False):
     st[PC] = pc
     if width is None:
       return packing.carried_after(st, block_fn.writes, carried)
-    return (packing.ports(st, block_fn.writes, width),
+    return (packing.ports(st, block_fn.writes, width, carried),
             packing.flat_values(st))
 
   if backend.basic_block_xla_device is None:

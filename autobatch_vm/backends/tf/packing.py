@@ -28,6 +28,8 @@ class Packing:
   - a register pack's port is (values `[K, *shape]`, rows `[K]`);
   - a stack pack's port is a push (values `[K, batch, *event]`, rows `[K]`,
     targets `[K, batch]`): only the pushed members' frames are written.
+  Under XLA a small pack is written whole instead (`whole`): its port is
+  the pack after the block's writes, and it has no scratch row.
 
   Outside XLA a scatter copies its pack: a `Case` branch cannot update a
   tensor it was passed, nor can a scatter in the loop body (the loop keeps
@@ -110,8 +112,14 @@ class Packing:
     self.slots = list(groups.values())
     # Under XLA a pack's last row is scratch: for a padded port or a member
     # that does not push.  Outside XLA ports are not padded, and only the
-    # members that push are scattered: no scratch row.
+    # members that push are scattered: no scratch row.  Nor in a pack
+    # written whole (`whole`).
     self.scratch = not self.rewrite
+    limit = knobs.whole_pack_bytes if self.scratch else 0
+    self.wholes = frozenset(
+        g for g, (key, slots) in enumerate(zip(self.keys, self.slots))
+        if limit and len(slots) * nominal_bytes(key[1], key[2], batch)
+        <= limit)
     self.inplace = []   # stack packs pushed in place, in order
     if inplace_bytes is not None and self.rewrite:
       for g, (key, slots) in enumerate(zip(self.keys, self.slots)):
@@ -162,7 +170,8 @@ class Packing:
     packs = []
     for slots in self.slots:
       rows = [self.stored(s, state[s]) for s in slots]
-      packs.append(tf.stack(rows + [tf.zeros_like(rows[0])] * self.scratch))
+      packs.append(tf.stack(rows + [tf.zeros_like(rows[0])] *
+                            self.scratch_rows(len(packs))))
     for g in self.inplace:
       packs[g] = ops.private_copy(packs[g], [state[s] for s in self.slots[g]])
     return packs + [state[s] for s in self.flat]
@@ -340,6 +349,9 @@ class Packing:
     for g, k in enumerate(width):
       if not k:
         continue
+      if self.whole(g):
+        out.append((self._whole_pack(st, writes, g, carried[g]),))
+        continue
       is_stack, dtype, shape = self.keys[g]
       slots = self._port_slots(writes, g)
       pad = k - len(slots)
@@ -372,6 +384,73 @@ class Packing:
       out.append((values, rows, targets) + full)
     return out
 
+  def whole(self, g):
+    """Under XLA, whether pack g is written whole.
+
+    A pack of at most the knob `whole_pack_bytes`: each branch of a group
+    writing it returns the pack after its block's writes (`_whole_pack`),
+    and nothing is scattered after the switch.  XLA copies the pack out
+    of the switch into the loop's buffer, which for a small pack costs
+    less than ports: their values, the copies of their row indices out of
+    the branch, and the scatter, a loop where XLA expands scatters
+    (docs/performance.md).  Such a pack has no scratch row.
+
+    Args:
+      g: A pack.
+
+    Returns:
+      A bool.
+    """
+    return g in self.wholes
+
+  def scratch_rows(self, g):
+    """Pack g's scratch rows after its slots' rows.
+
+    Args:
+      g: A pack.
+
+    Returns:
+      1 or 0.
+    """
+    return int(self.scratch and g not in self.wholes)
+
+  def pack_bytes(self, g):
+    """The bytes of pack g, its scratch row included.
+
+    Args:
+      g: A pack.
+
+    Returns:
+      An int.
+    """
+    _, dtype, shape = self.keys[g]
+    return nominal_bytes(dtype, [len(self.slots[g]) + self.scratch_rows(g)] +
+                         list(shape), self.batch)
+
+  def _whole_pack(self, st, writes, g, pack):
+    """Pack g after a block's writes, stacked anew from its rows: the
+    rows the block writes (pushed onto, for stacks: a select against the
+    targets' one-hot) and the others as they are."""
+    is_stack, _, shape = self.keys[g]
+    written = set(self._port_slots(writes, g))
+    rows = []
+    for row, slot in enumerate(self.slots[g]):
+      old = pack[row]
+      if slot not in written:
+        rows.append(old)
+        continue
+      w = st.written(slot)
+      if not is_stack:
+        rows.append(self.stored(slot, w))
+        continue
+      if not isinstance(w, ops.StackWrite):
+        raise errors.InternalError('a stack was written other than by a '
+                                   'push')
+      hot = ops.hot(shape[0], w.target, len(shape) - 2)
+      rows.append(tf.where(hot, self.stored(slot, w.value)[tf.newaxis],
+                           old))
+    return tf.stack(rows)
+
   def written_bytes(self, width):
     """The bytes of the packs that ports of `width` scatter into.
 
@@ -381,9 +460,7 @@ class Packing:
     Returns:
       An int.
     """
-    return sum(ops.nbytes(self.keys[g][1], self.keys[g][2]) *
-               (len(self.slots[g]) + self.scratch)
-               for g, k in enumerate(width) if k)
+    return sum(self.pack_bytes(g) for g, k in enumerate(width) if k)
 
   def no_ports(self, writes, width, carried):
     """What a branch returns that leaves the state as it is (under XLA).
@@ -403,6 +480,9 @@ class Packing:
     out = []
     for g, k in enumerate(width):
       if not k:
+        continue
+      if self.whole(g):
+        out.append((tf.identity(carried[g]),))
         continue
       is_stack, dtype, shape = self.keys[g]
       rows = self._port_rows(g, self._port_slots(writes, g), k)
@@ -453,6 +533,9 @@ class Packing:
     it = iter(ports)
     for g, k in enumerate(width):
       if not k:
+        continue
+      if self.whole(g):
+        packs[g] = next(it)[0]
         continue
       if ops.no_elements(packs[g]):
         next(it)   # nothing to write (and a scatter would fail)
