@@ -1006,7 +1006,7 @@ def _guard_every_group(monkeypatch):
     return no_ports(self, *args)
   monkeypatch.setattr(packing.Packing, 'no_ports', spy)
   return ab.TensorFlowBackend(knobs=ab.tf_backend.TuningKnobs(
-      group_step_bytes=1, guarded_group_bytes=0)), traced
+      group_step_bytes=1, guarded_group_bytes=0, whole_pack_bytes=0)), traced
 
 
 @pytest.mark.parametrize('fn', [
