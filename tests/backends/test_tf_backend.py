@@ -781,6 +781,15 @@ def deep_blend(h, x, n):
   return r + g * h
 
 
+def _deep_blend_and_gradient(h, x, n, **kwargs):
+  """`deep_blend`'s result and the gradient of its sum of squares in `h`."""
+  with tf.GradientTape() as tape:
+    tape.watch(h)
+    out = deep_blend(h, x, n, max_stack_depth=12, **kwargs)
+    total = tf.reduce_sum(out * out)
+  return out, tape.gradient(total, h)
+
+
 def test_graph_large_stacks_packed_by_pushers(monkeypatch):
   """In a plain graph stacks of `[depth + 1, 16, 512]` float64 (over the
   pack limit) are packed with the stacks the same blocks push, pushed by a
@@ -804,14 +813,8 @@ def test_graph_large_stacks_packed_by_pushers(monkeypatch):
   x = tf.constant(rng.normal(size=(16,)))
   n = tf.constant(rng.integers(0, 9, size=16))
 
-  def run(h, x, n, **kwargs):
-    with tf.GradientTape() as tape:
-      tape.watch(h)
-      out = deep_blend(h, x, n, max_stack_depth=12, **kwargs)
-      total = tf.reduce_sum(out * out)
-    return out, tape.gradient(total, h)
-  out, dh = tf.function(run)(h, x, n)
-  out0, dh0 = run(h, x, n, dry_run=True)
+  out, dh = tf.function(_deep_blend_and_gradient)(h, x, n)
+  out0, dh0 = _deep_blend_and_gradient(h, x, n, dry_run=True)
   # `h` and `g`, pushed by the same block, in one pack.
   big = [(shape, count) for layout in layouts for _, shape, count in layout
          if np.prod(shape) * 8 * 2 > knobs.CPU.pack_bytes]
@@ -956,15 +959,10 @@ def test_xla_pushes_by_select_of_events_match_alone(window, monkeypatch):
   x = tf.constant(rng.normal(size=(9,)))
   n = tf.constant(rng.integers(0, 12, size=9))
 
-  def run(h, x, n, **kwargs):
-    with tf.GradientTape() as tape:
-      tape.watch(h)
-      out = deep_blend(h, x, n, max_stack_depth=12, **kwargs)
-      total = tf.reduce_sum(out * out)
-    return out, tape.gradient(total, h)
-  out, dh = tf.function(lambda *a: run(*a, max_steps=200, backend=backend),
-                        jit_compile=True)(h, x, n)
-  out0, dh0 = run(h, x, n, dry_run=True)
+  out, dh = tf.function(
+      lambda *a: _deep_blend_and_gradient(*a, max_steps=200, backend=backend),
+      jit_compile=True)(h, x, n)
+  out0, dh0 = _deep_blend_and_gradient(h, x, n, dry_run=True)
   np.testing.assert_allclose(out.numpy(), out0.numpy(), rtol=1e-12)
   np.testing.assert_allclose(dh.numpy(), dh0.numpy(), rtol=1e-12)
 
