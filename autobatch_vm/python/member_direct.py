@@ -269,14 +269,6 @@ class _Rewrite:
     self.statics = statics
     self.prefix = prefix
 
-  def _helper(self, node, module):
-    """The helper name `node` calls (`<prefix><module>.<name>`), or None."""
-    f = node.func
-    if (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)
-        and f.value.id == self.prefix + module):
-      return f.attr
-    return None
-
   def _call(self, name, args):
     fn = ast.Attribute(ast.Name(self.prefix + _DIRECT, ast.Load()), name,
                        ast.Load())
@@ -284,8 +276,9 @@ class _Rewrite:
 
   def value(self, node):
     """`(_Value, rewritten node)` of expression `node`."""
-    if isinstance(node, ast.Name) and node.id.startswith(self.prefix + 'v'):
-      return self.inputs[int(node.id[len(self.prefix) + 1:])], node
+    k = python_primitives.input_position(node, self.prefix)
+    if k is not None:
+      return self.inputs[k], node
     if (isinstance(node, ast.Attribute) and node.attr in ('ndim', 'size')
         and self._is_value(node.value)):
       v, base = self.value(node.value)
@@ -324,7 +317,8 @@ class _Rewrite:
 
   def _call_value(self, node):
     """A call: a helper, a ufunc, a join, a product or a reduction."""
-    helper = self._helper(node, python_primitives.MEMBER_OPS)
+    helper = python_primitives.helper_name(node, self.prefix,
+                                           python_primitives.MEMBER_OPS)
     if helper == 'len' and len(node.args) == 1 and not node.keywords:
       v, x = self.value(node.args[0])
       if not v.member:
@@ -343,7 +337,8 @@ class _Rewrite:
       helper = None
       if self.statics.get(ast.unparse(node.func)) == ('function', 'create'):
         return self._created(node)
-    if helper is None and self._helper(node, 'ops') is None:
+    if helper is None and python_primitives.helper_name(
+        node, self.prefix, 'ops') is None:
       method = self._method(node)
       if method is not None:
         return method
@@ -368,7 +363,8 @@ class _Rewrite:
         return _Value(any(v.member for v in vs), max(v.rank for v in vs),
                       kind), node
       return self._kind(vs, ast.Add()), node
-    if self._helper(node, 'ops') in ('mod', 'floordiv'):
+    if python_primitives.helper_name(node, self.prefix, 'ops') in (
+        'mod', 'floordiv'):
       vs, node.args = self._elementwise(node.args)
       return self._kind(vs, ast.Mod()), node
     info = self.statics.get(ast.unparse(node.func))
@@ -586,7 +582,7 @@ class _Rewrite:
 
   def _reads_input(self, node):
     """Whether `node` reads an input (a dtype must not)."""
-    return any(isinstance(n, ast.Name) and n.id.startswith(self.prefix + 'v')
+    return any(python_primitives.input_position(n, self.prefix) is not None
                for n in ast.walk(node))
 
   def _axis_call(self, node, tag):

@@ -39,18 +39,11 @@ def size_roles(body, prefix, arity):
     itself (a copy).
   """
   roles = [None] * arity
-  if not arity or _input(body, prefix) is not None:
+  if not arity or python_primitives.input_position(body, prefix) is not None:
     return None
   if not _size(body, prefix, roles):
     return None
   return tuple(r or 'value' for r in roles)
-
-
-def _input(node, prefix):
-  """The position of the input that `node` names, or None."""
-  if isinstance(node, ast.Name) and node.id.startswith(prefix + 'v'):
-    return int(node.id[len(prefix) + 1:])
-  return None
 
 
 def _note(roles, k, role):
@@ -61,7 +54,7 @@ def _note(roles, k, role):
 def _size(node, prefix, roles):
   """Whether `node` computes an integer from shapes and values only,
   noting how it reads each input in `roles`."""
-  k = _input(node, prefix)
+  k = python_primitives.input_position(node, prefix)
   if k is not None:
     _note(roles, k, 'value')
     return True
@@ -79,16 +72,14 @@ def _size(node, prefix, roles):
     return isinstance(node.op, _OPERATORS) and _size(node.operand, prefix,
                                                      roles)
   if isinstance(node, ast.Call) and not node.keywords:
-    f = node.func
-    if not (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)):
-      return False
-    module, name = f.value.id[len(prefix):], f.attr
-    if module == python_primitives.MEMBER_OPS and name == 'len':
+    name = python_primitives.helper_name(node, prefix,
+                                         python_primitives.MEMBER_OPS)
+    if name == 'len':
       return len(node.args) == 1 and _shaped(node.args[0], prefix, roles)
-    if module == python_primitives.MEMBER_OPS and name == 'getitem':
+    if name == 'getitem':
       return len(node.args) == 2 and _size_index(node.args, prefix, roles)
-    if not ((module == python_primitives.MEMBER_OPS and name in _HELPERS)
-              or (module == 'ops' and name in ('mod', 'floordiv'))):
+    if not (name in _HELPERS or python_primitives.helper_name(
+        node, prefix, 'ops') in ('mod', 'floordiv')):
       return False
     return all(_size(a, prefix, roles) for a in node.args)
   return False
@@ -109,15 +100,13 @@ def _shaped(node, prefix, roles):
   """Whether `node` is an array whose shape only the shapes of inputs and
   sizes decide: an input, or items of one at sizes and static slices
   (`m[0]`, `x[1:n]`)."""
-  k = _input(node, prefix)
+  k = python_primitives.input_position(node, prefix)
   if k is not None:
     _note(roles, k, 'shape')
     return True
   if not (isinstance(node, ast.Call) and len(node.args) == 2 and
-          not node.keywords and isinstance(node.func, ast.Attribute) and
-          node.func.attr == 'getitem' and isinstance(node.func.value,
-                                                     ast.Name) and
-          node.func.value.id == prefix + python_primitives.MEMBER_OPS and
+          not node.keywords and python_primitives.helper_name(
+              node, prefix, python_primitives.MEMBER_OPS) == 'getitem' and
           isinstance(node.args[1], ast.Subscript)):
     return False
   index = node.args[1].slice

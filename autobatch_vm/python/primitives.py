@@ -21,7 +21,8 @@ from autobatch_vm import errors
 from autobatch_vm import ops as ops_module
 
 __all__ = ['PrimitiveRewriter', 'make_function', 'expression_text',
-           'shorten', 'split_compare', 'subscript_parts']
+           'helper_name', 'input_position', 'shorten', 'split_compare',
+           'subscript_parts']
 
 # The names the generated code binds are `prefix + suffix`, with a prefix
 # that no identifier of the user's function starts with
@@ -365,6 +366,40 @@ def member_key(prefix, index, like):
   holder = ast.Attribute(ast.Name(prefix + MEMBER_OPS, ast.Load()), 'key',
                          ast.Load())
   return ast.copy_location(ast.Subscript(holder, index, ast.Load()), like)
+
+
+def input_position(node, prefix):
+  """The position of the input that `node` names, or None.
+
+  Args:
+    node: An AST node of a rewritten primitive's expression.
+    prefix: The `PrimitiveRewriter`'s prefix of generated names.
+
+  Returns:
+    `i` where `node` is the input `<prefix>v<i>`, else None.
+  """
+  if isinstance(node, ast.Name) and node.id.startswith(prefix + 'v'):
+    return int(node.id[len(prefix) + 1:])
+  return None
+
+
+def helper_name(node, prefix, module):
+  """The name of the helper of `module` that call `node` calls, or None.
+
+  Args:
+    node: An `ast.Call` of a rewritten primitive's expression.
+    prefix: The `PrimitiveRewriter`'s prefix of generated names.
+    module: The helpers' module as the generated code names it, after the
+      prefix (`MEMBER_OPS`, `'ops'`).
+
+  Returns:
+    `name` where `node` calls `<prefix><module>.<name>`, else None.
+  """
+  f = node.func
+  if (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)
+      and f.value.id == prefix + module):
+    return f.attr
+  return None
 
 
 def make_function(body, arity, loc, text, closure, fn_globals, name,
