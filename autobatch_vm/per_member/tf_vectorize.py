@@ -22,6 +22,7 @@ import contextlib
 import functools
 import logging
 import sys
+import threading
 
 import numpy as np
 
@@ -202,18 +203,29 @@ def _vectorized_map(member, tensors):
         fallback_to_while_loop=True, warn=True)
 
 
+# pfor's registry is global: one thread at a time swaps its rules, and a
+# conversion inside another (a nested block) keeps the outer one's.
+_SWAP_LOCK = threading.RLock()
+_swap_depth = [0]
+
+
 @contextlib.contextmanager
 def _static_rules():
   """pfor's rules replaced, inside the block, by those of `_STATIC`."""
   from tensorflow.python.ops.parallel_for import pfor as pfor_lib  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
-  registry = pfor_lib._pfor_converter_registry  # pylint: disable=protected-access
-  saved = {name: registry[name] for name in _STATIC if name in registry}
-  for name, own in saved.items():
-    registry[name] = functools.partial(_STATIC[name], own)
-  try:
-    yield
-  finally:
-    registry.update(saved)
+  with _SWAP_LOCK:
+    registry = pfor_lib._pfor_converter_registry  # pylint: disable=protected-access
+    saved = {}
+    if not _swap_depth[0]:
+      saved = {name: registry[name] for name in _STATIC if name in registry}
+      for name, own in saved.items():
+        registry[name] = functools.partial(_STATIC[name], own)
+    _swap_depth[0] += 1
+    try:
+      yield
+    finally:
+      _swap_depth[0] -= 1
+      registry.update(saved)
 
 
 def _concat(own, pfor_input):

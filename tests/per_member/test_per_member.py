@@ -485,3 +485,37 @@ def test_an_item_write_by_int64_indices_vectorizes_on_tensorflow(mode,
   assert not [r for r in caplog.records if 'pfor' in r.getMessage()]
   for k in range(BATCH):
     assert_same(got[k], put(samples[k], i[k], v[k]).numpy())
+
+
+def test_pfor_rules_swapped_by_one_thread_at_a_time():
+  """tf_vectorize swaps rules in pfor's global registry while it converts:
+  a second thread's conversion waits for the first's to end, so the
+  registry holds pfor's own rules afterwards, whatever order they end in."""
+  pytest.importorskip('tensorflow')
+  import threading  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
+  from tensorflow.python.ops.parallel_for import pfor as pfor_lib  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+  from autobatch_vm.per_member import tf_vectorize  # pylint: disable=g-import-not-at-top
+  registry = pfor_lib._pfor_converter_registry  # pylint: disable=protected-access
+  own = {name: registry[name] for name in tf_vectorize._STATIC}  # pylint: disable=protected-access
+  first_in, second_started, first_out = (threading.Event(),
+                                         threading.Event(), threading.Event())
+
+  def first():
+    with tf_vectorize._static_rules():  # pylint: disable=protected-access
+      first_in.set()
+      second_started.wait(10)
+      time.sleep(0.2)   # the second thread asks for the rules meanwhile
+    first_out.set()
+
+  def second():   # ends after the first, had they overlapped
+    first_in.wait(10)
+    second_started.set()
+    with tf_vectorize._static_rules():  # pylint: disable=protected-access
+      first_out.wait(10)
+  threads = [threading.Thread(target=first), threading.Thread(target=second)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join(30)
+  assert {name: registry[name] for name in own} == own
