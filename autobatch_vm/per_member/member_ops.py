@@ -24,8 +24,11 @@ members not at a block compute on leftover values.
 
 import builtins
 import sys
+import types
 
 import numpy as np
+
+from autobatch_vm.per_member import member_helpers
 
 __all__ = ['key', 'getitem', 'setitem', 'asarray', 'min', 'max', 'abs', 'len', 'int',
            'float', 'where', 'logical_and', 'logical_or', 'logical_not',
@@ -175,7 +178,9 @@ def asarray(value, dtype=None):
 def call(func, *args, **kwargs):
   """One member's call of a NumPy scalar type, creation function, or NumPy
   function given a list (`np.float64(x)`, `np.zeros(n, dtype=x.dtype)`,
-  `np.sum([a, b])`), which NumPy's protocols do not dispatch.
+  `np.sum([a, b])`), which NumPy's protocols do not dispatch, or of a
+  user's helper (`member_helpers.member_helper`: its own such calls
+  rewritten).
 
   On TensorFlow a scalar type casts the tensor, and a tensor's dtype
   passed to NumPy is its NumPy dtype (`np.zeros(W, dtype=x.dtype)` makes a
@@ -190,6 +195,9 @@ def call(func, *args, **kwargs):
   Returns:
     What `func` gives for one member.
   """
+  if type(func) is types.FunctionType:  # pylint: disable=unidiomatic-typecheck
+    return member_helpers.member_helper(func, sys.modules[__name__])(
+        *args, **kwargs)
   values = _leaves(list(args)) + _leaves(list(kwargs.values()))
   if is_tf(*values):
     if (isinstance(func, type) and issubclass(func, np.generic)

@@ -24,7 +24,15 @@ first) or the same for every member, and rewrites
   vector or matrix: as written;
 - `np.concatenate` and `np.stack` of members' arrays of one rank, and the
   reductions `np.sum`, `np.mean`, `np.prod`, `np.min`, `np.max`, `np.any`,
-  `np.all`: with the axis moved past the batch axis.
+  `np.all`: with the axis moved past the batch axis;
+- `np.array([a, b])` of members' values of one rank (nested lists too,
+  `dtype=` a constant's or a value's): stacked after the batch axis;
+- `np.linalg.inv`, `det` and `cholesky` of a member's matrices, `solve`
+  and `norm`: as the batching rules of `per_member.numpy_linalg` run them
+  (`solve`'s right side a column, `norm`'s axes past the batch axis);
+- `np.float64(x)`, `np.int32(x)` (NumPy's scalar types), `float(x)` and
+  `int(x)` of a member's values: a cast (`float`, `int`: to float64,
+  int64).
 
 Anything else (a call it does not know, a member's value used as a shared
 one would need, a boolean index) leaves the primitive to the rules, and so
@@ -53,7 +61,13 @@ _CREATION = (np.zeros, np.ones, np.empty, np.full, np.arange, np.eye)
 _FUNCTIONS = ([(f, 'reduce') for f in _REDUCTIONS] +
               [(f, 'create') for f in _CREATION] +
               [(np.concatenate, 'concatenate'), (np.stack, 'stack'),
-               (np.matmul, 'matmul'), (np.dot, 'matmul')])
+               (np.matmul, 'matmul'), (np.dot, 'matmul'),
+               (np.linalg.solve, 'solve'), (np.linalg.norm, 'norm')] +
+              [(f, 'linalg') for f in (np.linalg.inv, np.linalg.det,
+                                       np.linalg.cholesky)])
+# The routines of `np.linalg` that broadcast over leading axes: the rank
+# of a member's result, from that of its matrix.
+_LINALG_RANK = {'inv': 0, 'det': -2, 'cholesky': 0}
 # Helpers of `member_ops` that compute element by element.
 _ELEMENTWISE_HELPERS = frozenset(('min', 'max', 'abs', 'where', 'logical_and',
                                   'logical_or', 'logical_not'))
@@ -97,6 +111,9 @@ def _static_info(value):
     return ('array', 0, value.dtype.kind, True)
   if isinstance(value, np.ufunc):
     return ('function', 'ufunc')
+  if isinstance(value, type) and issubclass(value, np.generic):
+    kind = np.dtype(value).kind if value in np.sctypeDict.values() else None
+    return ('function', 'scalar', kind) if kind and kind in 'biufc' else None
   for fn, tag in _FUNCTIONS:
     if value is fn:
       return ('function', tag)
@@ -186,6 +203,31 @@ class _Helpers:
     """`value`, the same for every member, with the batch axis of `like`."""
     value = np.asarray(value)
     return np.array(np.broadcast_to(value, (len(like),) + value.shape))
+
+  int64 = np.int64
+  float64 = np.float64
+
+  @staticmethod
+  def stack(items):
+    """Each member's `np.array(items)` of batched `items` (one rank)."""
+    return np.stack(items, axis=1)
+
+  @staticmethod
+  def cast(x, dtype):
+    """Batched `x` as `dtype` (a copy)."""
+    return np.array(x, dtype=dtype)
+
+  @staticmethod
+  def flat(x):
+    """Each member's items of batched `x` as one axis."""
+    return np.reshape(x, (len(x), -1))
+
+  @staticmethod
+  def solve(a, b, vector):
+    """Each member's `np.linalg.solve(a, b)`, a shared operand with a batch
+    axis of one; `vector`: `b` is each member's vector (a column)."""
+    x = np.linalg.solve(a, b[..., None] if vector else b)
+    return x[..., 0] if vector else x
 
   @staticmethod
   def length(x):
@@ -332,16 +374,34 @@ class _Rewrite:
       return self._getitem(node)
     if helper == 'setitem' and len(node.args) == 3 and not node.keywords:
       return self._setitem(node)
+    if helper == 'asarray':
+      return self._array(node)
+    if helper in ('int', 'float') and len(node.args) == 1 and (
+        not node.keywords):
+      dtype = 'int64' if helper == 'int' else 'float64'
+      return self._cast(node.args[0], ast.Attribute(
+          ast.Name(self.prefix + _DIRECT, ast.Load()), dtype, ast.Load()),
+                        dtype[0])
     if helper == 'call' and node.args:   # a function given a list display
       node = ast.Call(node.args[0], node.args[1:], node.keywords)
       helper = None
-      if self.statics.get(ast.unparse(node.func)) == ('function', 'create'):
+      info = self.statics.get(ast.unparse(node.func))
+      if info == ('function', 'create'):
         return self._created(node)
+      if info is not None and info[:2] == ('function', 'scalar'):
+        if len(node.args) != 1 or node.keywords:
+          raise _NotDirect
+        return self._cast(node.args[0], node.func, info[2])
     if helper is None and python_primitives.helper_name(
         node, self.prefix, 'ops') is None:
       method = self._method(node)
       if method is not None:
         return method
+    if helper is None:
+      info = self.statics.get(ast.unparse(node.func))
+      if info in (('function', 'solve'), ('function', 'norm'),
+                  ('function', 'linalg')):
+        return self._linalg(node, ast.unparse(node.func).rsplit('.', 1)[-1])
     if node.keywords and helper is None:
       info = self.statics.get(ast.unparse(node.func))
       if info in (('function', 'concatenate'), ('function', 'stack'),
@@ -538,11 +598,7 @@ class _Rewrite:
     for kw in node.keywords:
       if kw.arg != 'dtype':
         raise _NotDirect
-      if isinstance(kw.value, ast.Attribute) and kw.value.attr == 'dtype' \
-          and self._is_value(kw.value.value):
-        _, kw.value.value = self.value(kw.value.value)
-      elif self._reads_input(kw.value):
-        raise _NotDirect
+      kw.value = self._dtype(kw.value)
     if not args or any(isinstance(a, ast.Starred) for a in args):
       raise _NotDirect
     shape = args[0]
@@ -612,6 +668,119 @@ class _Rewrite:
     kinds = {v.kind for v, _ in pairs}
     return _Value(True, out_rank, kinds.pop() if len(kinds) == 1 else
                   None), node
+
+  def _cast(self, arg, dtype, kind):
+    """`np.float64(x)`, `float(x)` and the like of a member's value: a
+    copy of the batched array as that dtype."""
+    v, arg = self.value(arg)
+    if not v.member:
+      raise _NotDirect
+    return _Value(True, v.rank, kind), self._call('cast', [arg, dtype])
+
+  def _array(self, node):
+    """`np.array([...])` (`asarray(items, dtype=...)`) of members' values
+    of one rank, nested lists stacked level by level."""
+    if len(node.args) != 1 or any(kw.arg != 'dtype' for kw in node.keywords):
+      raise _NotDirect
+    value, body = self._stacked(node.args[0])
+    if not node.keywords:
+      return value, body
+    dtype = self._dtype(node.keywords[0].value)
+    return _Value(True, value.rank, None), self._call('cast', [body, dtype])
+
+  def _stacked(self, items):
+    """A list display of members' values of one rank, stacked."""
+    if not isinstance(items, (ast.List, ast.Tuple)) or not items.elts:
+      raise _NotDirect
+    pairs = [self._stacked(e) if isinstance(e, (ast.List, ast.Tuple)) else
+             self.value(e) for e in items.elts]
+    ranks = {v.rank for v, _ in pairs}
+    if len(ranks) != 1 or not all(v.member for v, _ in pairs):
+      raise _NotDirect
+    kinds = {v.kind for v, _ in pairs}
+    return _Value(True, ranks.pop() + 1, kinds.pop() if len(kinds) == 1 else
+                  None), self._call('stack', [ast.List([n for _, n in pairs],
+                                                       ast.Load())])
+
+  def _dtype(self, node):
+    """A `dtype=` argument: a constant's, or a value's `.dtype`."""
+    if isinstance(node, ast.Attribute) and node.attr == 'dtype' and (
+        self._is_value(node.value)):
+      _, node.value = self.value(node.value)
+    elif self._reads_input(node):
+      raise _NotDirect
+    return node
+
+  def _linalg(self, node, name):
+    """`np.linalg.inv`, `det`, `cholesky`, `solve` or `norm`, as the rules
+    of `per_member.numpy_linalg` run them on the batched arrays."""
+    if any(isinstance(a, ast.Starred) for a in node.args):
+      raise _NotDirect
+    if name == 'norm':
+      return self._norm(node)
+    if node.keywords or len(node.args) != (2 if name == 'solve' else 1):
+      raise _NotDirect
+    pairs = [self.value(a) for a in node.args]
+    if name != 'solve':
+      (v, a), = pairs
+      if not v.member or v.rank < 2:
+        raise _NotDirect
+      node.args = [a]
+      return _Value(True, v.rank + _LINALG_RANK[name], None), node
+    (av, a), (bv, b) = pairs
+    if av.rank != 2 or bv.rank not in (1, 2) or not (av.member or
+                                                     bv.member):
+      raise _NotDirect
+    a, b = [n if v.member else ast.Subscript(n, ast.Constant(None),
+                                             ast.Load())
+            for v, n in pairs]
+    return _Value(True, bv.rank, None), self._call(
+        'solve', [a, b, ast.Constant(bv.rank == 1)])
+
+  def _norm(self, node):
+    """`np.linalg.norm(x, ord, axis, keepdims)` of a member's `x`, the
+    arguments constants: a flat vector's norm where the rules take one,
+    else the norm over the axes moved past the batch axis."""
+    names = ('x', 'ord', 'axis', 'keepdims')
+    if len(node.args) > len(names):
+      raise _NotDirect
+    given = dict(zip(names, node.args))
+    for kw in node.keywords:
+      if kw.arg not in names or kw.arg in given:
+        raise _NotDirect
+      given[kw.arg] = kw.value
+    v, x = self.value(given['x'])
+    if not v.member:
+      raise _NotDirect
+    order = given.get('ord', ast.Constant(None))
+    ov, order = (None, order) if isinstance(order, ast.Constant) and (
+        type(order.value) in (str, type(None))) else self.value(order)
+    if ov is not None and (ov.member or ov.rank):
+      raise _NotDirect
+    keep = given.get('keepdims', ast.Constant(False))
+    if not isinstance(keep, ast.Constant) or type(keep.value) is not bool:
+      raise _NotDirect
+    axis = given.get('axis')
+    if axis is None or (isinstance(axis, ast.Constant) and axis.value is
+                        None):
+      if _is_none(order) and v.rank != 2:
+        if keep.value:
+          raise _NotDirect
+        return _Value(True, 0, None), ast.Call(
+            node.func, [self._call('flat', [x]), order, ast.Constant(1)],
+            [])
+      axes = (0, 1) if v.rank == 2 else (0,)
+    else:
+      axes = _constant_axes(axis, v.rank)
+    moved = tuple(_moved(a, v.rank) for a in axes)
+    rank = v.rank if keep.value else v.rank - len(set(moved))
+    return _Value(True, rank, None), ast.Call(
+        node.func, [x, order, ast.Constant(moved if len(moved) > 1 else
+                                           moved[0]), keep], [])
+
+
+def _is_none(node):
+  return isinstance(node, ast.Constant) and node.value is None
 
 
 def _index(parts):

@@ -10,15 +10,13 @@ user's globals and closure cells and the user's file and line.
 """
 
 import ast
-import builtins
 import copy
 import linecache
 import types
 
-import numpy as np
-
 from autobatch_vm import errors
 from autobatch_vm import ops as ops_module
+from autobatch_vm.per_member import member_helpers
 
 __all__ = ['PrimitiveRewriter', 'make_function', 'expression_text',
            'helper_name', 'input_position', 'shorten', 'split_compare',
@@ -33,15 +31,6 @@ _ASSERT = 'helper_assertion'
 # The per-member helpers (`per_member.member_ops`), in per-member
 # primitives.
 MEMBER_OPS = 'pm'
-# Builtins that a per-member primitive calls as `member_ops`'s, which mean
-# for one member's arrays and tensors what the builtins mean for numbers.
-_MEMBER_BUILTINS = {getattr(builtins, n): n for n in
-                    ('min', 'max', 'abs', 'len', 'int', 'float')}
-# NumPy's array constructors, which cannot dispatch on a list of
-# per-member values: `member_ops.asarray` stacks them.
-_MEMBER_ARRAYS = {np.array: 'asarray', np.asarray: 'asarray'}
-
-
 class PrimitiveRewriter(ast.NodeTransformer):
   """Makes a pure expression batch: IR variables become lambda parameters.
 
@@ -249,48 +238,12 @@ class PrimitiveRewriter(ast.NodeTransformer):
         self.unsupported(node, 'truthy() with other than one argument')
       return self.visit(node.args[0])
     if self.per_member:
-      name = _member_function(callee)
-      if name is not None and not any(
-          isinstance(a, ast.Starred) for a in node.args) and (
-              name == 'asarray' or not node.keywords):
+      name = member_helpers.member_call(callee, node)
+      if name is not None:
         node = self.generic_visit(node)
-        return self._ops(name, node.args, node, MEMBER_OPS, node.keywords)
-      if _calls_through_member_ops(callee, node):
-        node = self.generic_visit(node)
-        return self._ops('call', [node.func] + node.args, node, MEMBER_OPS,
-                         node.keywords)
+        args = [node.func] + node.args if name == 'call' else node.args
+        return self._ops(name, args, node, MEMBER_OPS, node.keywords)
     return self.generic_visit(node)
-
-
-def _calls_through_member_ops(obj, node):
-  """Whether a per-member primitive calls `obj` through `member_ops.call`.
-
-  NumPy's protocols cannot see these calls of one member's values: a
-  scalar type (`np.float64(x)`), a creation function (`np.zeros(n)`, whose
-  `dtype=` may be a tensor's), and a NumPy function given a list or tuple
-  display (`np.sum([a, b])`).  Other NumPy calls dispatch by themselves.
-  """
-  # The rules load with the first per-member function, not at start-up.
-  from autobatch_vm.per_member import numpy_rules  # pylint: disable=g-import-not-at-top
-  if isinstance(obj, type) and issubclass(obj, np.generic):
-    return True
-  try:
-    if obj in numpy_rules.CREATION:
-      return True
-  except TypeError:   # unhashable
-    return False
-  return (getattr(obj, '__module__', None) or '').startswith('numpy') and any(
-      isinstance(a, (ast.List, ast.Tuple)) for a in node.args)
-
-
-def _member_function(obj):
-  """The name of the `member_ops` function a per-member primitive calls
-  for `obj` (a builtin, `np.array`, `np.asarray`), or None."""
-  for table in (_MEMBER_BUILTINS, _MEMBER_ARRAYS):
-    for fn, name in table.items():
-      if obj is fn:
-        return name
-  return None
 
 
 # The nodes of an expression that computes member by member, element by

@@ -121,6 +121,42 @@ def shared_matrix_of_member(x):
 
 
 @ctx.batch(per_member=True)
+def casts(x, i):
+  return np.float32(x[0]) + np.float64(x[1]) + float(i) + int(x[1] * 3.0) + (
+      np.int32(x))
+
+
+@ctx.batch(per_member=True)
+def array_of_items(x, y, i):
+  return np.array([x[0], y, x[i]]) + np.array(
+      [[y, x[1], y], [x[2], y, x[0]]], dtype=np.float32).sum(axis=0)
+
+
+@ctx.batch(per_member=True)
+def array_of_rows(x, y):
+  return np.array((x, x * y), dtype=x.dtype)
+
+
+@ctx.batch(per_member=True)
+def linear_solve(m, x):
+  return np.linalg.solve(m[:, :2] + 3.0 * np.eye(2), x[:2]) + np.linalg.det(
+      m[:, 1:] + np.eye(2)) + np.linalg.solve(3.0 * np.eye(2), m[:, :2])[0]
+
+
+@ctx.batch(per_member=True)
+def inverse_and_factor(m, y):
+  return np.linalg.inv(m[:, 1:] + 2.0 * np.eye(2)) @ V + np.linalg.cholesky(
+      np.eye(2) * (4.0 + y * y))[1]
+
+
+@ctx.batch(per_member=True)
+def norms(m, x):
+  return (np.linalg.norm(x) + np.linalg.norm(m, axis=0)[:2] +
+          np.linalg.norm(m) * np.linalg.norm(m, 1, axis=1) +
+          np.linalg.norm(m, ord=np.inf, keepdims=True)[0])
+
+
+@ctx.batch(per_member=True)
 def rules_scan(x):
   return np.cumsum(x)
 
@@ -169,6 +205,12 @@ CASES = {
     put_rows: ('mix', True),
     put_items: ('my', True),
     shared_matrix_of_member: ('x', True),
+    casts: ('xi', True),
+    array_of_items: ('xyi', True),
+    array_of_rows: ('xy', True),
+    linear_solve: ('mx', True),
+    inverse_and_factor: ('my', True),
+    norms: ('mx', True),
     rules_scan: ('x', False),
     rules_product_of_members: ('x', False),
     rules_index_after_slice: ('i', False),
@@ -232,11 +274,30 @@ _LEAVES = {
 }
 
 
+def _linalg(data, shape, depth):
+  """A random `np.linalg` call of member shape `shape` (the matrices
+  solved or inverted kept far from singular)."""
+  if shape == ():
+    if data.draw(st.booleans()):
+      return 'np.linalg.det(m[:, 1:] + 3.0 * np.eye(2) * y)'
+    return f'np.linalg.norm({_expression(data, (3,), depth - 1)})'
+  if shape == (2,):
+    if data.draw(st.booleans()):
+      return (f'np.linalg.solve(m[:, :2] + 4.0 * np.eye(2), '
+              f'{_expression(data, (2,), depth - 1)})')
+    return f'np.linalg.norm({_expression(data, (2, 3), depth - 1)}, axis=-1)'
+  if shape == (3,):
+    return f'np.linalg.norm({_expression(data, (2, 3), depth - 1)}, axis=0)'
+  return (f'np.linalg.inv(m[:, :2] + 4.0 * np.eye(2)) @ '
+          f'{_expression(data, (2, 3), depth - 1)}')
+
+
 def _expression(data, shape, depth):
   """A random expression of `x` (3,), `m` (2, 3), `y` (), `i` (an index in
   [0, 2)) and shared arrays, of member shape `shape`."""
   kinds = ['leaf'] if depth == 0 else [
-      'leaf', 'unary', 'binary', 'where', 'reduce', 'join', 'index']
+      'leaf', 'unary', 'binary', 'where', 'reduce', 'join', 'index',
+      'array', 'linalg', 'cast']
   kind = data.draw(st.sampled_from(kinds))
   if kind == 'unary':
     f = data.draw(st.sampled_from(['np.tanh', 'np.abs', '-', 'np.square']))
@@ -271,6 +332,16 @@ def _expression(data, shape, depth):
             f'({_expression(data, (), depth - 1)}) * np.ones(1)])')
   if kind == 'index' and shape == ():
     return f'({_expression(data, (3,), depth - 1)})[i]'
+  if kind == 'array' and shape in ((3,), (2, 3)):
+    items = ', '.join(_expression(data, shape[1:], depth - 1)
+                      for _ in range(shape[0]))
+    return f'np.array([{items}])'
+  if kind == 'linalg':
+    return _linalg(data, shape, depth)
+  if kind == 'cast' and shape == ():
+    f = data.draw(st.sampled_from(['float', 'np.float64', 'int']))
+    inner = _expression(data, shape, depth - 1)
+    return f'{f}({inner})' if f != 'int' else f'int(({inner}) * 4.0)'
   if kind == 'index' and shape == (3,):
     return f'({_expression(data, (2, 3), depth - 1)})[i]'
   return data.draw(st.sampled_from(_LEAVES[shape]))

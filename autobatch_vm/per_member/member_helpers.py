@@ -1,0 +1,239 @@
+"""A user's function called from a per-member primitive, for one member.
+
+The frontend rewrites a per-member primitive's calls that Python or NumPy
+would not dispatch on one member's batched value (`float(x)`,
+`np.float64(x)`, `min(a, b)`, `np.array([a, b])`: `member_call` says
+which) into calls of `member_ops`.  A function of the user's that the
+primitive calls (a helper) runs on the same values, so its calls need
+the same rewrite: `member_call` also names such a helper, which the
+primitive calls through `member_ops.call`, and `member_helper` gives the
+helper with its own calls rewritten the same way (once per function,
+recursively through the helpers it calls).
+
+Only the calls change: the helper's statements, operators and indexing
+run as written (an `if` on one member's value inside it is still the
+`PerMemberError` that asks to move the test into the per-member function).
+A helper is a plain Python function whose source is outside installed
+libraries and this package, without decorators; any other function, and
+one whose source cannot be read, is called as it is.
+"""
+
+import ast
+import builtins
+import inspect
+import os
+import sysconfig
+import textwrap
+import types
+import weakref
+
+import numpy as np
+
+__all__ = ['member_call', 'member_helper']
+
+# Builtins that mean for one member's arrays and tensors, as `member_ops`'s
+# functions of the same name, what they mean for numbers.
+_BUILTINS = {getattr(builtins, n): n for n in
+             ('min', 'max', 'abs', 'len', 'int', 'float')}
+# NumPy's array constructors, which cannot dispatch on a list of
+# per-member values: `member_ops.asarray` stacks them.
+_ARRAYS = {np.array: 'asarray', np.asarray: 'asarray'}
+# Where the source of a function that is not a user's lies.
+_LIBRARIES = tuple(sorted({
+    os.path.abspath(p) + os.sep for p in (
+        sysconfig.get_paths().get(k) for k in ('stdlib', 'platstdlib',
+                                               'purelib', 'platlib'))
+    if p} | {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+             + os.sep}))
+_NOT_PLAIN = (inspect.CO_GENERATOR | inspect.CO_COROUTINE |
+              inspect.CO_ASYNC_GENERATOR)
+_OPS = '__ab_member_ops'
+
+
+def member_call(obj, node):
+  """How a per-member primitive calls `obj` (the callee of call `node`).
+
+  Args:
+    obj: The object the call's function refers to (anything, where it is
+      not static).
+    node: The `ast.Call`.
+
+  Returns:
+    The name of the `member_ops` function called instead (`'min'`,
+    `'asarray'` ...), `'call'` where the call goes through
+    `member_ops.call(obj, ...)` (a NumPy scalar type, a creation
+    function, a NumPy function given a list or tuple display, a user's
+    helper), or None where the call stays as written.
+  """
+  starred = any(isinstance(a, ast.Starred) for a in node.args)
+  for table in (_BUILTINS, _ARRAYS):
+    for fn, name in table.items():
+      if obj is fn:
+        if starred or (node.keywords and name != 'asarray'):
+          return None
+        return name
+  if isinstance(obj, type) and issubclass(obj, np.generic):
+    return 'call'
+  # The rules load with the first per-member function, not at start-up.
+  from autobatch_vm.per_member import numpy_rules  # pylint: disable=g-import-not-at-top
+  try:
+    if obj in numpy_rules.CREATION:
+      return 'call'
+  except TypeError:   # unhashable
+    return None
+  if (getattr(obj, '__module__', None) or '').startswith('numpy') and any(
+      isinstance(a, (ast.List, ast.Tuple)) for a in node.args):
+    return 'call'
+  return 'call' if is_helper(obj) else None
+
+
+def is_helper(obj):
+  """Whether `obj` is a user's helper (see the module docstring).
+
+  Args:
+    obj: Any object.
+
+  Returns:
+    True for a plain Python function of the user's.
+  """
+  if type(obj) is not types.FunctionType:  # pylint: disable=unidiomatic-typecheck
+    return False
+  code = obj.__code__
+  if code.co_flags & _NOT_PLAIN or code.co_name == '<lambda>' or (
+      code.co_filename.startswith('<')):
+    return False
+  return not os.path.abspath(code.co_filename).startswith(_LIBRARIES)
+
+
+_REWRITTEN = weakref.WeakKeyDictionary()
+
+
+def member_helper(fn, ops):
+  """`fn` with its calls rewritten as a per-member primitive's are.
+
+  Args:
+    fn: A user's helper (`is_helper`), or any other callable.
+    ops: The `member_ops` module, which the rewritten calls call.
+
+  Returns:
+    A function with `fn`'s globals, closure, defaults and source lines;
+    `fn` itself where no call needs the rewrite, or where `fn` is not a
+    helper or its source cannot be read.
+  """
+  try:
+    return _REWRITTEN[fn]
+  except (KeyError, TypeError):
+    pass
+  made = fn
+  if is_helper(fn):
+    try:
+      made = _rewrite(fn, ops)
+    except (OSError, SyntaxError, TypeError, ValueError):
+      made = fn   # no source to read: as written
+    _REWRITTEN[fn] = made
+  return made
+
+
+def _rewrite(fn, ops):
+  code = fn.__code__
+  tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+  if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef):
+    return fn
+  definition = tree.body[0]
+  if definition.name != fn.__name__ or definition.decorator_list:
+    return fn
+  cells = dict(zip(code.co_freevars, fn.__closure__ or ()))
+  rewriter = _CallRewriter(_local_names(definition), cells, fn.__globals__)
+  definition = rewriter.visit(definition)
+  if not rewriter.changed:
+    return fn
+  ast.increment_lineno(definition, code.co_firstlineno - 1)
+  names = sorted(set(cells) | {_OPS})
+  maker = ast.FunctionDef(
+      name=_OPS + '_make',
+      args=ast.arguments(posonlyargs=[], args=[ast.arg(n) for n in names],
+                         vararg=None, kwonlyargs=[], kw_defaults=[],
+                         kwarg=None, defaults=[]),
+      body=[definition, ast.Return(ast.Name(fn.__name__, ast.Load()))],
+      decorator_list=[], returns=None, type_comment=None, type_params=[])
+  module = ast.Module(body=[maker], type_ignores=[])
+  ast.fix_missing_locations(module)
+  compiled = compile(module, code.co_filename, 'exec')
+  maker_code = next(c for c in compiled.co_consts
+                    if isinstance(c, types.CodeType))
+  new = next(c for c in maker_code.co_consts if isinstance(c, types.CodeType)
+             and c.co_name == fn.__name__)
+  closure = tuple(types.CellType(ops) if n == _OPS else cells[n]
+                  for n in new.co_freevars)
+  made = types.FunctionType(new, fn.__globals__, fn.__name__,
+                            fn.__defaults__, closure)
+  made.__kwdefaults__ = fn.__kwdefaults__
+  made.__qualname__ = fn.__qualname__
+  made.__doc__ = fn.__doc__
+  return made
+
+
+def _local_names(definition):
+  """Every name the function binds anywhere (its own or a nested scope's:
+  such a name is not resolved, so its calls stay as written)."""
+  names = set()
+  for n in ast.walk(definition):
+    if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+      names.add(n.id)
+    elif isinstance(n, ast.arg):
+      names.add(n.arg)
+    elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef,
+                        ast.ClassDef)) and n is not definition:
+      names.add(n.name)
+    elif isinstance(n, (ast.Import, ast.ImportFrom)):
+      names.update((a.asname or a.name).split('.')[0] for a in n.names)
+    elif isinstance(n, (ast.Global, ast.Nonlocal)):
+      names.update(n.names)
+  return names
+
+
+_UNKNOWN = object()
+
+
+class _CallRewriter(ast.NodeTransformer):
+  """Rewrites a helper's calls as `member_call` says."""
+
+  def __init__(self, local_names, cells, fn_globals):
+    self.local_names = local_names
+    self.cells = cells
+    self.globals = fn_globals
+    self.changed = False
+
+  def _resolve(self, node):
+    """The object a name or attribute chain of modules and classes refers
+    to, or `_UNKNOWN`."""
+    if isinstance(node, ast.Name):
+      if node.id in self.local_names:
+        return _UNKNOWN
+      if node.id in self.cells:
+        try:
+          return self.cells[node.id].cell_contents
+        except ValueError:   # an empty cell
+          return _UNKNOWN
+      if node.id in self.globals:
+        return self.globals[node.id]
+      return getattr(builtins, node.id, _UNKNOWN)
+    if isinstance(node, ast.Attribute):
+      base = self._resolve(node.value)
+      if not isinstance(base, (types.ModuleType, type)):
+        return _UNKNOWN
+      return getattr(base, node.attr, _UNKNOWN)
+    return _UNKNOWN
+
+  def visit_Call(self, node):
+    node = self.generic_visit(node)
+    callee = self._resolve(node.func)
+    if callee is _UNKNOWN:
+      return node
+    name = member_call(callee, node)
+    if name is None:
+      return node
+    self.changed = True
+    fn = ast.Attribute(ast.Name(_OPS, ast.Load()), name, ast.Load())
+    args = node.args if name != 'call' else [node.func] + node.args
+    return ast.copy_location(ast.Call(fn, args, node.keywords), node)
