@@ -659,6 +659,7 @@ class _Inference:
     return dataclasses.replace(block, instructions=ops)
 
   def finish(self):
+    self.sizes.settle()
     functions = []
     for fn in self.program.functions:
       env = self.env[fn.name]

@@ -116,9 +116,11 @@ def _created(func, *args, **kwargs):
       'same for every member and known when the function compiles: a '
       'constant, a closure or global value, len(x), x.shape, x.ndim or '
       'x.size of this function\'s arrays, or integer arithmetic on them '
-      '(here or in an earlier statement); a function argument, or a value '
-      'computed from the data, is one per member, and the array\'s shape '
-      'could differ between members.',
+      '(here or in an earlier statement), also passed as an argument that '
+      'every call of the function gives the same such size; an argument of '
+      'your call, one that calls give different sizes, or a value computed '
+      'from the data, is one per member, and the array\'s shape could '
+      'differ between members.',
       hint=core.PAD_HINT)
 
 

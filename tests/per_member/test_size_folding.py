@@ -5,14 +5,20 @@ are one Python int for a signature (`passes.size_folding`), so they can
 make arrays in later statements.  Each program is checked against a plain
 Python loop over members and the dry run, on NumPy (VM, stackless) and
 TensorFlow (eager, `tf.function`, XLA); a size that differs between
-members stays refused, with the advice to pad.
+members stays refused, with the advice to pad.  A size passed to a
+per-member function, or returned by one, is folded the same way where
+every call agrees on it.
 """
+
+import contextlib
+import sys
 
 import numpy as np
 import pytest
 
 import autobatch_vm as ab
 from autobatch_vm import errors
+from autobatch_vm import frontend
 
 B = 4
 
@@ -83,6 +89,129 @@ def _same(got, expected):
   assert got.shape == expected.shape
   assert got.dtype == expected.dtype
   np.testing.assert_allclose(got, expected, rtol=1e-12)
+
+
+# Sizes across calls: functions of one Context calling each other.
+calls = ab.Context()
+
+
+@calls.batch(per_member=True)
+def window(x, n):
+  """A buffer sized by a parameter that every call passes as `len(x)`."""
+  buf = np.zeros(n)
+  m = n - 1
+  buf[:m] = x[1:] - x[:m]
+  return buf[0] + buf[m - 1] * 2.0 + np.ones(m)[0] * m
+
+
+@calls.batch(per_member=True)
+def width(x):
+  """A size returned: the function's one `return`."""
+  return len(x) + 1
+
+
+@calls.batch(per_member=True)
+def across_calls(x):
+  k = len(x)
+  w = width(x)
+  pad = np.zeros(w)
+  pad[:k] = x
+  return window(x, k) + pad[k - 1] * w + window(x * 2.0, len(x))
+
+
+@calls.batch(per_member=True)
+def first_caller(x):
+  return window(x, len(x)) + second_caller(x * 0.5)
+
+
+@calls.batch(per_member=True)
+def second_caller(x):
+  return window(x, x.shape[0])
+
+
+@calls.batch(per_member=True)
+def callers_in_turn(x):
+  """`window` is reached from a caller before its other caller is."""
+  return first_caller(x)
+
+
+@contextlib.contextmanager
+def _plain_calls():
+  """The module's batched functions as their Python functions, so that a
+  call in the plain loop stays plain."""
+  module = sys.modules[__name__]
+  saved = {k: v for k, v in vars(module).items()
+           if isinstance(v, frontend.BatchedFunction)}
+  for k, v in saved.items():
+    setattr(module, k, v.python_function)
+  try:
+    yield
+  finally:
+    for k, v in saved.items():
+      setattr(module, k, v)
+
+
+def _calls_case(fn=across_calls):
+  x = np.random.default_rng(7).normal(size=(B, 4))
+  with _plain_calls():
+    expected = np.stack([np.asarray(fn.python_function(x[k]))
+                         for k in range(B)])
+  return x, expected
+
+
+@pytest.mark.parametrize('fn', [across_calls, callers_in_turn],
+                         ids=lambda f: f.__name__)
+def test_a_size_flows_across_calls_on_numpy(fn):
+  x, expected = _calls_case(fn)
+  _same(fn(x, stackless=False), expected)
+  _same(fn(x, stackless=True), expected)
+  _same(fn(x, dry_run=True), expected)
+
+
+@pytest.mark.parametrize('mode', ['eager', 'stackless', 'function', 'xla'])
+def test_a_size_flows_across_calls_on_tensorflow(mode):
+  tf = pytest.importorskip('tensorflow')
+  x, expected = _calls_case()
+  x = tf.constant(x)
+  if mode in ('eager', 'stackless'):
+    got = across_calls(x, stackless=mode == 'stackless')
+  else:
+    got = tf.function(lambda a: across_calls(a), jit_compile=mode == 'xla',
+                      autograph=False)(x)
+  _same(got.numpy(), expected)
+
+
+disagree = ab.Context()
+
+
+@disagree.batch(per_member=True)
+def sized(x, n):
+  return np.zeros(n) + x[0]
+
+
+@disagree.batch(per_member=True)
+def two_sizes(x):
+  return sized(x, len(x))[0] + sized(x, len(x) + 1)[0]
+
+
+@disagree.batch(per_member=True)
+def entry_sized(x, n):
+  buf = np.zeros(n)
+  if n > len(x):
+    return entry_sized(x, len(x))
+  return buf.sum() + x[0]
+
+
+@pytest.mark.parametrize('fn,line', [
+    (two_sizes, sized.python_function.__code__.co_firstlineno + 2),
+    (entry_sized, entry_sized.python_function.__code__.co_firstlineno + 2)])
+def test_a_size_that_calls_pass_differently_is_refused(fn, line):
+  args = [np.full((B, 2), 3.0)] + ([np.array([2, 3, 3, 1])]
+                                    if fn is entry_sized else [])
+  with pytest.raises(errors.PerMemberError, match='one per member') as info:
+    fn(*args)
+  assert 'Pad to a fixed size' in str(info.value)
+  assert info.value.loc.line == line
 
 
 @pytest.mark.parametrize('name', list(PROGRAMS))
