@@ -13,9 +13,12 @@ on one member, as type inference calls it, just the function on that
 member's values).
 Gradients flow through the vectorized operations, inside an XLA function
 too: there the operations are built in the compiled graph itself, and
-pfor's rules for MatMul, ConcatV2, Transpose and TensorScatterUpdate are
-replaced by ones whose axes, permutations and shapes are constants where
-the shapes are known (`_STATIC`), as XLA needs them in the gradient.
+pfor's rules for MatMul, ConcatV2, Transpose, TensorScatterUpdate and Tile
+are replaced by ones whose axes, permutations, shapes and multiples are
+constants where the member's are (`_STATIC`), as XLA needs them in the
+gradient.  (pfor's own rules for Slice, StridedSlice and Pad compile
+there as they are.)  pfor's rule for PadV2 is replaced everywhere: it
+drops the fill value.
 """
 
 import contextlib
@@ -316,5 +319,40 @@ def _transpose(own, pfor_input):
       pfor_input.stacked_input(0), [0] + [int(p) + 1 for p in value]), True)
 
 
+def _tile(own, pfor_input):
+  """pfor's rule for Tile (`own`), with constant multiples where the
+  member's are constants (pfor's are computed in the graph, and the
+  gradient reshapes by them, which XLA needs as constants)."""
+  from tensorflow.python.ops.parallel_for import pfor as pfor_lib  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+  multiples = pfor_input.inputs[1]
+  value = None if multiples.is_stacked else _tf().get_static_value(
+      multiples.t)
+  if value is None or not pfor_input.inputs[0].is_stacked:
+    return own(pfor_input)
+  value = np.asarray(value)
+  return pfor_lib.wrap(_tf().tile(
+      pfor_input.stacked_input(0),
+      np.concatenate([np.ones(1, value.dtype), value])), True)
+
+
+def _pad_v2(own, pfor_input):
+  """pfor's rule for PadV2 (`tf.pad` with `constant_values`), which pads
+  with zeros whatever the fill value (TensorFlow 2.16 to 2.21), with the
+  fill value kept; a fill value that differs between members takes pfor's
+  loop over the members."""
+  from tensorflow.python.ops.parallel_for import pfor as pfor_lib  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+  del own
+  tf = _tf()
+  if pfor_input.inputs[2].is_stacked:
+    return pfor_lib._fallback_converter(  # pylint: disable=protected-access
+        pfor_input, root_cause='a per-member fill value', warn=True)
+  paddings = pfor_input.unstacked_input(1)
+  paddings = tf.concat([tf.zeros([1, 2], paddings.dtype), paddings], 0)
+  return pfor_lib.wrap(tf.pad(pfor_input.stacked_input(0), paddings,
+                              constant_values=pfor_input.unstacked_input(2)),
+                       True)
+
+
 _STATIC = {'ConcatV2': _concat, 'MatMul': _matmul,
-           'TensorScatterUpdate': _scatter_update, 'Transpose': _transpose}
+           'TensorScatterUpdate': _scatter_update, 'Transpose': _transpose,
+           'Tile': _tile, 'PadV2': _pad_v2}
