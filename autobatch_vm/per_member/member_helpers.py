@@ -29,7 +29,7 @@ import weakref
 
 import numpy as np
 
-__all__ = ['member_call', 'member_helper']
+__all__ = ['member_call', 'member_helper', 'local_names']
 
 # Builtins that mean for one member's arrays and tensors, as `member_ops`'s
 # functions of the same name, what they mean for numbers.
@@ -143,7 +143,7 @@ def _rewrite(fn, ops):
   if definition.name != fn.__name__ or definition.decorator_list:
     return fn
   cells = dict(zip(code.co_freevars, fn.__closure__ or ()))
-  rewriter = _CallRewriter(_local_names(definition), cells, fn.__globals__)
+  rewriter = _CallRewriter(local_names(definition), cells, fn.__globals__)
   definition = rewriter.visit(definition)
   if not rewriter.changed:
     return fn
@@ -173,9 +173,16 @@ def _rewrite(fn, ops):
   return made
 
 
-def _local_names(definition):
-  """Every name the function binds anywhere (its own or a nested scope's:
-  such a name is not resolved, so its calls stay as written)."""
+def local_names(definition):
+  """Every name a function binds anywhere (its own or a nested scope's:
+  such a name is not resolved, so its calls stay as written).
+
+  Args:
+    definition: An `ast.FunctionDef` or `ast.Lambda`.
+
+  Returns:
+    The set of names (its parameters included).
+  """
   names = set()
   for n in ast.walk(definition):
     if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):

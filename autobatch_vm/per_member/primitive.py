@@ -361,8 +361,15 @@ _UNKNOWN = object()
 
 def _signature(args):
   """The ranks and dtypes of NumPy arguments, for `direct.form`: per
-  argument `(ndim, dtype char)` (an array) or its type (a Python number);
-  None where one is neither, or none has a batch axis."""
+  argument `(ndim, dtype char)` (an array), its type (a Python number),
+  or `(type, keys of its items)` (a tuple, list or namedtuple of such);
+  None where one is none of these, or none has a batch axis."""
+  found = _keys(args)
+  return found[0] if found is not None and found[1] else None
+
+
+def _keys(args):
+  """`(keys of args, whether one has a batch axis)`, or None."""
   key = []
   batched = False
   for a in args:
@@ -371,9 +378,15 @@ def _signature(args):
       batched = batched or a.ndim > 0
     elif type(a) in _NUMBERS[:3]:
       key.append(type(a))
+    elif type(a) in (tuple, list) or patterns.is_namedtuple(a):
+      found = _keys(a)
+      if found is None:
+        return None
+      key.append((type(a), found[0]))
+      batched = batched or found[1]
     else:
       return None
-  return tuple(key) if batched else None
+  return tuple(key), batched
 
 
 def _numpy_batch(args):

@@ -21,7 +21,8 @@ first) or the same for every member, and rewrites
 - `x[i]`, `x[1:3]` of a member's array: the batch axis kept
   (`x[arange(B), i]`, `x[:, 1:3]`);
 - `x @ w`, `np.dot` and `np.matmul` of a member's array and a shared
-  vector or matrix: as written;
+  vector or matrix: as written; of a shared matrix and a member's vector,
+  and of two members' vectors: one product for the batch;
 - `np.concatenate` and `np.stack` of members' arrays of one rank, and the
   reductions `np.sum`, `np.mean`, `np.prod`, `np.min`, `np.max`, `np.any`,
   `np.all`: with the axis moved past the batch axis;
@@ -34,19 +35,37 @@ first) or the same for every member, and rewrites
   `int(x)` of a member's values: a cast (`float`, `int`: to float64,
   int64).
 
+- namedtuples, tuples and lists of values (arguments, displays,
+  `Point(theta, r)`, `p.r`, `p[0]`, `p._replace(r=v)`, `type(p)`,
+  `len(p)`, `isinstance(p, tuple)`), and a list comprehension over them
+  (`[np.where(c, a, b) for a, b in zip(p, q)]`), item by item;
+- a call of a function of the user's (a `def` or `lambda`, a sync
+  point's; `member_functions` reads its source): a call of its body
+  rewritten the same way for the arguments' values, once per function
+  and values.  Its statements may assign locals (names, tuples of names,
+  items of a member's array copied there with `.copy()`), `return`, test
+  a value the same for every member or the signature (`isinstance`) in an
+  `if`, and enter `np.errstate`.
+
 Anything else (a call it does not know, a member's value used as a shared
-one would need, a boolean index) leaves the primitive to the rules, and so
-does an error in the rewritten code, so that the rules report it at the
-user's line.  Shared values' ranks and dtypes are those the primitive's
-names referred to when the function compiled, as type inference assumes.
+one would need, a boolean index, an `if` on a member's value, a loop, a
+function calling itself) leaves the primitive to the rules, and so does
+an error in the rewritten code, so that the rules report it at the
+user's line.  Shared values' ranks and dtypes, and the functions a
+primitive calls, are those its names referred to when the function
+compiled or the form was built, as type inference assumes.
 """
 
 import ast
+import builtins
 import copy
 
 import numpy as np
 
+from autobatch_vm.ir import patterns
+from autobatch_vm.per_member import member_helpers
 from autobatch_vm.per_member import member_ops
+from autobatch_vm.python import member_functions
 from autobatch_vm.python import primitives as python_primitives
 
 __all__ = ['DirectForms', 'direct_forms']
@@ -62,7 +81,8 @@ _FUNCTIONS = ([(f, 'reduce') for f in _REDUCTIONS] +
               [(f, 'create') for f in _CREATION] +
               [(np.concatenate, 'concatenate'), (np.stack, 'stack'),
                (np.matmul, 'matmul'), (np.dot, 'matmul'),
-               (np.linalg.solve, 'solve'), (np.linalg.norm, 'norm')] +
+               (np.linalg.solve, 'solve'), (np.linalg.norm, 'norm'),
+               (np.where, 'where')] +
               [(f, 'linalg') for f in (np.linalg.inv, np.linalg.det,
                                        np.linalg.cholesky)])
 # The routines of `np.linalg` that broadcast over leading axes: the rank
@@ -154,38 +174,76 @@ class DirectForms:
       A function of the batched arguments computing every member's value
       (with the batch axis first), or None where the rules must run it.
     """
-    inputs = []
-    for k in key:
-      if isinstance(k, type):
-        inputs.append(_Value(False, 0, np.dtype(k).kind, False))
-      else:
-        ndim, char = k
-        inputs.append(_Value(ndim > 0, max(ndim - 1, 0),
-                             np.dtype(char).kind, True))
+    inputs = [_input_value(k) for k in key]
+    rewrite = _Rewrite(inputs, self.statics, self.prefix, member_function)
     try:
-      value, body = _Rewrite(inputs, self.statics, self.prefix).value(
-          copy.deepcopy(self.body))
+      value, body = rewrite.any_value(copy.deepcopy(self.body))
+      mask = _member_mask(value)
     except _NotDirect:
       return None
-    if not value.member:   # the same for every member: a size, a constant
-      batched = [k for k, v in enumerate(inputs) if v.member]
-      if not batched:
+    helpers = {python_primitives.MEMBER_OPS: member_ops, _DIRECT: _Helpers,
+               **rewrite.functions.helpers}
+    if mask is not True:   # leaves the same for every member: sizes
+      like = _member_leaf(inputs, self.prefix)
+      if like is None:
         return None
-      body = ast.Call(ast.Attribute(ast.Name(self.prefix + _DIRECT,
-                                             ast.Load()),
-                                    'broadcast', ast.Load()),
-                      [body, ast.Name(f'{self.prefix}v{batched[0]}',
-                                      ast.Load())], [])
+      args = [body, like]
+      if mask is not False:
+        helpers[_MASK] = mask
+        args.append(ast.Name(self.prefix + _MASK, ast.Load()))
+      body = ast.Call(ast.Attribute(
+          ast.Name(self.prefix + _DIRECT, ast.Load()),
+          'broadcast' if mask is False else 'batched', ast.Load()), args, [])
     code = member_function.__code__
     closure = dict(zip(code.co_freevars, member_function.__closure__ or ()))
     return python_primitives.make_function(
         body, self.arity, loc, None, closure, member_function.__globals__,
-        member_function.__name__, self.prefix,
-        helpers={python_primitives.MEMBER_OPS: member_ops,
-                 _DIRECT: _Helpers})
+        member_function.__name__, self.prefix, helpers=helpers)
 
 
 _DIRECT = 'direct'
+_MASK = 'mask'
+
+
+def _input_value(key):
+  """What the rewrite knows of an argument of signature `key` (as for
+  `DirectForms.form`; a tuple, list or namedtuple of arguments is
+  `(its type, its items' keys)`)."""
+  if isinstance(key, type):
+    return _Value(False, 0, np.dtype(key).kind, False)
+  if isinstance(key[0], type):
+    return _Pattern(key[0], [_input_value(k) for k in key[1]])
+  ndim, char = key
+  return _Value(ndim > 0, max(ndim - 1, 0), np.dtype(char).kind, True)
+
+
+def _member_mask(value):
+  """Which leaves of a primitive's value are a member's: True (all),
+  False (none: the same for every member), or per item of a pattern."""
+  if isinstance(value, _Value):
+    return value.member
+  if not isinstance(value, _Pattern) or not value.items:
+    raise _NotDirect
+  mask = tuple(_member_mask(v) for v in value.items)
+  return True if all(m is True for m in mask) else mask
+
+
+def _member_leaf(inputs, prefix):
+  """The expression of the first input leaf that is a member's
+  (`<prefix>v1[0]`), or None."""
+  def find(value, node):
+    if isinstance(value, _Value):
+      return node if value.member else None
+    for k, item in enumerate(value.items):
+      found = find(item, ast.Subscript(node, ast.Constant(k), ast.Load()))
+      if found is not None:
+        return found
+    return None
+  for i, value in enumerate(inputs):
+    found = find(value, ast.Name(f'{prefix}v{i}', ast.Load()))
+    if found is not None:
+      return found
+  return None
 
 
 class _Helpers:
@@ -194,9 +252,8 @@ class _Helpers:
   @staticmethod
   def align(x, rank):
     """Batched `x` with axes after the batch axis, to member rank `rank`."""
-    shape = np.shape(x)
-    return np.reshape(x, shape[:1] + (1,) * (rank + 1 - len(shape)) +
-                      shape[1:])
+    shape = x.shape
+    return x.reshape(shape[:1] + (1,) * (rank + 1 - len(shape)) + shape[1:])
 
   @staticmethod
   def broadcast(value, like):
@@ -228,6 +285,46 @@ class _Helpers:
     axis of one; `vector`: `b` is each member's vector (a column)."""
     x = np.linalg.solve(a, b[..., None] if vector else b)
     return x[..., 0] if vector else x
+
+  @staticmethod
+  def batched(value, like, mask):
+    """Pattern `value` with each leaf that is the same for every member
+    (False in `mask`, `_member_mask`'s) broadcast to the batch of `like`."""
+    if mask is True:
+      return value
+    if mask is False:
+      return _Helpers.broadcast(value, like)
+    items = [_Helpers.batched(v, like, m) for v, m in zip(value, mask)]
+    if patterns.is_namedtuple(value):
+      return type(value)(*items)
+    return type(value)(items)
+
+  @staticmethod
+  def inner(a, b):
+    """Each member's `np.dot(a, b)` of two vectors."""
+    return np.einsum('ij,ij->i', a, b)
+
+  @staticmethod
+  def matvec(matrix, x):
+    """Each member's `matrix @ x` of a shared matrix and its vector: the
+    members' vectors as the rows of one product."""
+    return np.matmul(x, matrix.T)
+
+  @staticmethod
+  def write(x, index, value):
+    """Each member's `x[index] = value`, in place (the leading parts of
+    `index` batched integers)."""
+    if type(index) is not tuple:  # pylint: disable=unidiomatic-typecheck
+      index = (index,)
+    x[(np.arange(len(x)),) + index] = value
+
+  @staticmethod
+  def write_items(x, index, value):
+    """Every member's `x[index] = value`, in place (`index` the same for
+    every member)."""
+    if type(index) is not tuple:  # pylint: disable=unidiomatic-typecheck
+      index = (index,)
+    x[(slice(None),) + index] = value
 
   @staticmethod
   def length(x):
@@ -299,17 +396,111 @@ class _Value:
     self.strong = strong
 
 
+  def key(self):
+    return ('value', self.member, self.rank, self.kind, self.strong)
+
+
+class _Pattern:
+  """A tuple, list or namedtuple (`cls`) of values (`items`: `_Value`,
+  `_Pattern` or `_Static`), as a pattern of arguments or a helper's value
+  is."""
+
+  __slots__ = ('cls', 'items')
+
+  def __init__(self, cls, items):
+    self.cls = cls
+    self.items = list(items)
+
+  def key(self):
+    return ('pattern', self.cls, tuple(v.key() for v in self.items))
+
+
+class _Static:
+  """A Python object known when the form is built (a function, a class, a
+  module, a namespace), the same for every member."""
+
+  __slots__ = ('obj',)
+
+  def __init__(self, obj):
+    self.obj = obj
+
+  def key(self):
+    return ('static', id(self.obj))
+
+
+def _merged(a, b):
+  """What two returns of a helper give: the same structure and the same
+  members' ranks, else the rules run it (a dtype may differ)."""
+  if isinstance(a, _Value) and isinstance(b, _Value):
+    if a.member != b.member or a.rank != b.rank:
+      raise _NotDirect
+    return _Value(a.member, a.rank, a.kind if a.kind == b.kind else None,
+                  a.strong or b.strong)
+  if isinstance(a, _Pattern) and isinstance(b, _Pattern):
+    if a.cls is not b.cls or len(a.items) != len(b.items):
+      raise _NotDirect
+    return _Pattern(a.cls, [_merged(x, y) for x, y in zip(a.items, b.items)])
+  if isinstance(a, _Static) and isinstance(b, _Static) and a.obj is b.obj:
+    return a
+  raise _NotDirect
+
+
+def _classified(obj):
+  """What the rewrite knows of a static object."""
+  info = _static_info(obj)
+  if info is not None and info[0] == 'array':
+    return _Value(False, info[1], info[2], info[3])
+  return _Static(obj)
+
+
+def _is_namedtuple_class(obj):
+  return isinstance(obj, type) and issubclass(obj, tuple) and hasattr(
+      obj, '_fields')
+
+
+class _Functions:
+  """The helpers of one form: the user's functions rewritten for the
+  values they are called with (`helpers`: generated name -> function),
+  by `(function, key of the values)` (`done`: -> (name, value)), and
+  those being rewritten (a recursive helper goes to the rules)."""
+
+  def __init__(self):
+    self.helpers = {}
+    self.done = {}
+    self.active = set()
+
+
 def _integer(v):
   return v.kind is not None and v.kind in 'iu'
 
 
 class _Rewrite:
-  """Reads a rewritten primitive with its values' ranks, rewriting it."""
+  """Reads a rewritten primitive (or a helper's body, in `scope`) with its
+  values' ranks, rewriting it.
 
-  def __init__(self, inputs, statics, prefix):
+  Args:
+    inputs: The primitive's inputs' values (`<prefix>v<i>`).
+    statics: Source text -> `_static_info` of the primitive's shared names
+      (when it compiled).
+    prefix: The prefix of generated names.
+    fn: The function whose closure and globals the code's other names
+      are read from.
+    functions: The form's `_Functions` (a new one by default).
+    env: Local name -> value, in a helper's body.
+    local_names: The helper's local names (its parameters included).
+  """
+
+  def __init__(self, inputs, statics, prefix, fn, functions=None, env=None,
+               local_names=()):
     self.inputs = inputs
     self.statics = statics
     self.prefix = prefix
+    self.fn = fn
+    self.functions = functions if functions is not None else _Functions()
+    self.env = dict(env or {})
+    self.local_names = frozenset(local_names)
+    self.fresh = set()   # local names bound to a new member's array
+    self.returns = []
 
   def _call(self, name, args):
     fn = ast.Attribute(ast.Name(self.prefix + _DIRECT, ast.Load()), name,
@@ -317,21 +508,73 @@ class _Rewrite:
     return ast.Call(fn, args, [])
 
   def value(self, node):
-    """`(_Value, rewritten node)` of expression `node`."""
+    """`(_Value, rewritten node)` of expression `node`, an array's or a
+    number's."""
+    v, node = self.any_value(node)
+    if not isinstance(v, _Value):
+      raise _NotDirect
+    return v, node
+
+  def _info(self, node):
+    """What a name or attribute chain that no local starts refers to:
+    `_static_info`'s tuple, `('object', obj)`, or None."""
+    if not isinstance(node, (ast.Name, ast.Attribute)):
+      return None
+    text = ast.unparse(node)
+    info = self.statics.get(text)
+    if info is not None:
+      return info
+    head = text.split('.', 1)[0]
+    if head.startswith(self.prefix) or head in self.local_names:
+      return None
+    obj = member_functions.resolve(self.fn, text)
+    if obj is member_functions.MISSING:
+      return None
+    return _static_info(obj) or ('object', obj)
+
+  def any_value(self, node):
+    """`(value, rewritten node)` of expression `node`: a `_Value`, a
+    `_Pattern` or a `_Static`."""
     k = python_primitives.input_position(node, self.prefix)
     if k is not None:
       return self.inputs[k], node
+    if isinstance(node, ast.Name) and node.id in self.local_names:
+      if node.id not in self.env:
+        raise _NotDirect
+      return self.env[node.id], node
     if (isinstance(node, ast.Attribute) and node.attr in ('ndim', 'size')
         and self._is_value(node.value)):
       v, base = self.value(node.value)
       if not v.member:
         raise _NotDirect
       return _Value(False, 0, 'i', False), self._call(node.attr, [base])
-    if isinstance(node, (ast.Name, ast.Attribute)):
-      info = self.statics.get(ast.unparse(node))
-      if info is None or info[0] != 'array':
+    if isinstance(node, ast.Attribute) and self._is_local(node.value):
+      v, node.value = self.any_value(node.value)
+      if not (isinstance(v, _Pattern) and _is_namedtuple_class(v.cls) and
+              node.attr in v.cls._fields):
         raise _NotDirect
+      return v.items[v.cls._fields.index(node.attr)], node
+    if isinstance(node, (ast.Name, ast.Attribute)):
+      info = self._info(node)
+      if info is None or info[0] == 'function':
+        raise _NotDirect
+      if info[0] == 'object':
+        return _classified(info[1]), node
       return _Value(False, info[1], info[2], info[3]), node
+    if isinstance(node, (ast.Tuple, ast.List)):
+      if not isinstance(node.ctx, ast.Load) or any(
+          isinstance(e, ast.Starred) for e in node.elts):
+        raise _NotDirect
+      pairs = [self.any_value(e) for e in node.elts]
+      node.elts = [n for _, n in pairs]
+      return _Pattern(tuple if isinstance(node, ast.Tuple) else list,
+                      [v for v, _ in pairs]), node
+    if isinstance(node, ast.ListComp):
+      return self._unrolled(node)
+    if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+      return self._call_value(self._pm_call(
+          'getitem', [node.value, python_primitives.member_key(
+              self.prefix, node.slice, node)]))
     if isinstance(node, ast.Constant):
       if type(node.value) not in _PYTHON_NUMBERS:
         raise _NotDirect
@@ -356,6 +599,19 @@ class _Rewrite:
     if isinstance(node, ast.Call):
       return self._call_value(node)
     raise _NotDirect
+
+  def _is_local(self, node):
+    """Whether a name or attribute chain starts with a local or an input."""
+    while isinstance(node, ast.Attribute):
+      node = node.value
+    return isinstance(node, ast.Name) and (
+        node.id in self.local_names or
+        python_primitives.input_position(node, self.prefix) is not None)
+
+  def _pm_call(self, name, args):
+    fn = ast.Attribute(ast.Name(self.prefix + python_primitives.MEMBER_OPS,
+                                ast.Load()), name, ast.Load())
+    return ast.Call(fn, args, [])
 
   def _call_value(self, node):
     """A call: a helper, a ufunc, a join, a product or a reduction."""
@@ -385,25 +641,24 @@ class _Rewrite:
     if helper == 'call' and node.args:   # a function given a list display
       node = ast.Call(node.args[0], node.args[1:], node.keywords)
       helper = None
-      info = self.statics.get(ast.unparse(node.func))
-      if info == ('function', 'create'):
-        return self._created(node)
-      if info is not None and info[:2] == ('function', 'scalar'):
-        if len(node.args) != 1 or node.keywords:
-          raise _NotDirect
-        return self._cast(node.args[0], node.func, info[2])
     if helper is None and python_primitives.helper_name(
         node, self.prefix, 'ops') is None:
       method = self._method(node)
       if method is not None:
         return method
-    if helper is None:
-      info = self.statics.get(ast.unparse(node.func))
+      called = self._object_call(node)
+      if called is not None:
+        return called
+      info = self._info(node.func)
+      if info == ('function', 'create'):
+        return self._created(node)
+      if info is not None and info[:2] == ('function', 'scalar'):
+        return self._scalar(node, info[2])
       if info in (('function', 'solve'), ('function', 'norm'),
                   ('function', 'linalg')):
         return self._linalg(node, ast.unparse(node.func).rsplit('.', 1)[-1])
     if node.keywords and helper is None:
-      info = self.statics.get(ast.unparse(node.func))
+      info = self._info(node.func)
       if info in (('function', 'concatenate'), ('function', 'stack'),
                   ('function', 'reduce')):
         return self._axis_call(node, info[1])
@@ -427,15 +682,336 @@ class _Rewrite:
         'mod', 'floordiv'):
       vs, node.args = self._elementwise(node.args)
       return self._kind(vs, ast.Mod()), node
-    info = self.statics.get(ast.unparse(node.func))
+    info = self._info(node.func)
     if info == ('function', 'ufunc'):
       vs, node.args = self._elementwise(node.args)
       return self._kind(vs, None), node
+    if info == ('function', 'where') and len(node.args) == 3:
+      vs, node.args = self._elementwise(node.args)
+      kind = self._kind(vs[1:], None).kind   # the values', not the test's
+      return _Value(any(v.member for v in vs), max(v.rank for v in vs),
+                    kind), node
     if info == ('function', 'matmul') and len(node.args) == 2:
       return self._matmul(node, *node.args)
     if info is not None and info[0] == 'function':
       return self._axis_call(node, info[1])
     raise _NotDirect
+
+  def _object_call(self, node):
+    """A call of a static object: a user's function (its body rewritten
+    for these values), a namedtuple class, `isinstance`, `type`, `len`,
+    None where `node` calls no such object."""
+    f = node.func
+    if isinstance(f, ast.Call) or (isinstance(f, ast.Name) and
+                                   f.id in self.local_names):
+      fv, node.func = self.any_value(f)
+      if not isinstance(fv, _Static):
+        raise _NotDirect
+      obj = fv.obj
+    else:
+      info = self._info(f)
+      if info is None or info[0] != 'object':
+        return None
+      obj = info[1]
+    if _is_namedtuple_class(obj):
+      return self._constructed(node, obj)
+    if any(isinstance(a, ast.Starred) for a in node.args):
+      raise _NotDirect
+    if obj is builtins.isinstance and len(node.args) == 2 and (
+        not node.keywords):
+      return self._isinstance(node)
+    if obj in (builtins.type, builtins.len) and len(node.args) == 1 and (
+        not node.keywords):
+      v, x = self.any_value(node.args[0])
+      if isinstance(v, _Pattern):
+        if obj is builtins.type:
+          return _Static(v.cls), ast.Call(f, [x], [])
+        return _Value(False, 0, 'i', False), ast.Constant(len(v.items))
+      if obj is builtins.len and isinstance(v, _Value) and v.member:
+        return _Value(False, 0, 'i', False), self._call('length', [x])
+      raise _NotDirect
+    fn = member_functions.plain_function(obj)
+    if fn is None:
+      raise _NotDirect
+    return self._helper_call(node, fn)
+
+  def _isinstance(self, node):
+    """`isinstance(x, T)` of a pattern or a value, T tuple-like classes:
+    known for the signature (a constant)."""
+    v, _ = self.any_value(copy.deepcopy(node.args[0]))
+    classes = node.args[1]
+    parts = classes.elts if isinstance(classes, ast.Tuple) else [classes]
+    types = []
+    for part in parts:
+      info = self._info(part)
+      if info is None or info[0] != 'object' or not isinstance(info[1],
+                                                               type):
+        raise _NotDirect
+      types.append(info[1])
+    types = tuple(types)
+    if isinstance(v, _Pattern):
+      answer = issubclass(v.cls, types)
+    elif isinstance(v, _Value) and all(issubclass(t, (tuple, list))
+                                       for t in types):
+      answer = False   # an array or a number is no tuple
+    else:
+      raise _NotDirect
+    return _Value(False, 0, 'b', False), ast.Constant(answer)
+
+  def _constructed(self, node, cls):
+    """`Point(theta, r)`, `type(p)(*items)`: a namedtuple of values."""
+    items = []
+    args = []
+    for a in node.args:
+      if isinstance(a, ast.Starred):
+        v, a.value = self.any_value(a.value)
+        if not isinstance(v, _Pattern):
+          raise _NotDirect
+        items.extend(v.items)
+      else:
+        v, a = self.any_value(a)
+        items.append(v)
+      args.append(a)
+    node.args = args
+    fields = list(cls._fields)
+    by_name = {}
+    for kw in node.keywords:
+      if kw.arg is None or kw.arg not in fields or kw.arg in by_name:
+        raise _NotDirect
+      by_name[kw.arg], kw.value = self.any_value(kw.value)
+    if len(items) + len(by_name) != len(fields) or any(
+        fields.index(k) < len(items) for k in by_name):
+      raise _NotDirect
+    items += [by_name[k] for k in fields[len(items):]]
+    return _Pattern(cls, items), node
+
+  def _pattern_method(self, node, v):
+    """`p._replace(r=r0)` of a namedtuple `p`."""
+    if not (node.func.attr == '_replace' and _is_namedtuple_class(v.cls)
+            and not node.args):
+      raise _NotDirect
+    items = list(v.items)
+    for kw in node.keywords:
+      if kw.arg is None or kw.arg not in v.cls._fields:
+        raise _NotDirect
+      items[v.cls._fields.index(kw.arg)], kw.value = self.any_value(
+          kw.value)
+    return _Pattern(v.cls, items), node
+
+  def _unrolled(self, node):
+    """`[f(a, b) for a, b in zip(x, y)]` over tuples `x`, `y` (locals):
+    one element per item, each rewritten for its items' values."""
+    if len(node.generators) != 1:
+      raise _NotDirect
+    (g,) = node.generators
+    if g.ifs or g.is_async or any(
+        isinstance(n, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
+                       ast.GeneratorExp, ast.NamedExpr))
+        for n in ast.walk(node.elt)):
+      raise _NotDirect
+    sources, targets = [g.iter], [g.target]
+    if isinstance(g.iter, ast.Call) and self._info(g.iter.func) == (
+        'object', builtins.zip):
+      if g.iter.keywords or not isinstance(g.target, ast.Tuple):
+        raise _NotDirect
+      sources, targets = g.iter.args, g.target.elts
+    if len(sources) != len(targets) or not all(
+        isinstance(t, ast.Name) for t in targets) or not all(
+            isinstance(x, ast.Name) and x.id in self.local_names
+            for x in sources):
+      raise _NotDirect
+    values = [self.any_value(x)[0] for x in sources]
+    if not all(isinstance(v, _Pattern) for v in values):
+      raise _NotDirect
+    names = {t.id: x.id for t, x in zip(targets, sources)}
+    items, elts = [], []
+    for k in range(min(len(v.items) for v in values)):
+      elt = _Substituted(names, k).visit(copy.deepcopy(node.elt))
+      v, elt = self.any_value(elt)
+      items.append(v)
+      elts.append(elt)
+    return _Pattern(list, items), ast.List(elts, ast.Load())
+
+  def _helper_call(self, node, fn):
+    """A call of user function `fn`: a call of its body rewritten for the
+    arguments' values (once per function and values)."""
+    if any(kw.arg is None for kw in node.keywords):
+      raise _NotDirect
+    code = fn.__code__
+    params = code.co_varnames[:code.co_argcount]
+    if len(node.args) > len(params):
+      raise _NotDirect
+    bound = {}
+    for k, a in enumerate(node.args):
+      bound[params[k]], node.args[k] = self.any_value(a)
+    for kw in node.keywords:
+      if kw.arg not in params or kw.arg in bound:
+        raise _NotDirect
+      bound[kw.arg], kw.value = self.any_value(kw.value)
+    defaults = fn.__defaults__ or ()
+    first = len(params) - len(defaults)
+    for k, p in enumerate(params):
+      if p not in bound:
+        if k < first:
+          raise _NotDirect
+        bound[p] = _classified(defaults[k - first])
+    name, value = self._specialized(fn, [bound[p] for p in params])
+    node.func = ast.Name(self.prefix + name, ast.Load())
+    return value, node
+
+  def _specialized(self, fn, values):
+    """The name of `fn` rewritten for argument values `values`, and its
+    value."""
+    functions = self.functions
+    key = (fn, tuple(v.key() for v in values))
+    if key in functions.done:
+      return functions.done[key]
+    if key in functions.active:   # recursion: the rules run it
+      raise _NotDirect
+    tree = member_functions.function_tree(fn)
+    if tree is None:
+      raise _NotDirect
+    if isinstance(tree, ast.Lambda):
+      tree = ast.FunctionDef(name='lambda', args=tree.args,
+                             body=[ast.Return(tree.body)], decorator_list=[],
+                             returns=None, type_comment=None)
+    if any(isinstance(n, ast.Name) and n.id.startswith(self.prefix)
+           for n in ast.walk(tree)):
+      raise _NotDirect
+    names = member_helpers.local_names(tree)
+    params = [a.arg for a in tree.args.args]
+    body = _Rewrite([], {}, self.prefix, fn, functions,
+                    dict(zip(params, values)), names)
+    functions.active.add(key)
+    try:
+      tree.body, ends = body.statements(tree.body)
+    finally:
+      functions.active.discard(key)
+    if not ends or not body.returns:
+      raise _NotDirect
+    value = body.returns[0]
+    for v in body.returns[1:]:
+      value = _merged(value, v)
+    name = f'h{len(functions.helpers)}'
+    helpers = {self.prefix + k: v for k, v in functions.helpers.items()}
+    helpers[self.prefix + _DIRECT] = _Helpers
+    helpers[self.prefix + python_primitives.MEMBER_OPS] = member_ops
+    functions.helpers[name] = member_functions.compile_function(
+        tree, fn, self.prefix + name, helpers)
+    functions.done[key] = name, value
+    return name, value
+
+  def statements(self, body):
+    """A helper's statements rewritten: `(statements, whether they always
+    return)`.  Assignments to locals (names, tuples of names, items of a
+    member's array copied here), `return`, `if` on a shared value or on
+    the signature (`isinstance`), `with np.errstate(...)`."""
+    out = []
+    for s in body:
+      if isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant):
+        continue   # a docstring
+      if isinstance(s, ast.Pass):
+        continue
+      if isinstance(s, ast.Return):
+        if s.value is None:
+          raise _NotDirect
+        v, s.value = self.any_value(s.value)
+        self.returns.append(v)
+        out.append(s)
+        return out, True
+      if isinstance(s, ast.Assign):
+        out.append(self._assigned(s))
+        continue
+      if isinstance(s, ast.If):
+        done, ends = self._if(s)
+        out.extend(done)
+        if ends:
+          return out, True
+        continue
+      if isinstance(s, ast.With):
+        for item in s.items:
+          call = item.context_expr
+          if item.optional_vars is not None or not isinstance(
+              call, ast.Call) or self._info(call.func) != (
+                  'object', np.errstate) or call.args or not all(
+                      isinstance(kw.value, ast.Constant)
+                      for kw in call.keywords):
+            raise _NotDirect
+        s.body, ends = self.statements(s.body)
+        if not s.body:
+          s.body = [ast.Pass()]
+        out.append(s)
+        if ends:
+          return out, True
+        continue
+      raise _NotDirect
+    return out, False
+
+  def _assigned(self, s):
+    """An assignment of a helper's body, rewritten."""
+    if len(s.targets) != 1:
+      raise _NotDirect
+    (target,) = s.targets
+    if isinstance(target, ast.Name):
+      v, s.value = self.any_value(s.value)
+      self.env[target.id] = v
+      self.fresh.discard(target.id)
+      if getattr(s.value, 'member_copy', False):
+        self.fresh.add(target.id)
+      return s
+    if isinstance(target, (ast.Tuple, ast.List)):
+      v, s.value = self.any_value(s.value)
+      if not (isinstance(v, _Pattern) and len(v.items) == len(target.elts)
+              and all(isinstance(t, ast.Name) for t in target.elts)):
+        raise _NotDirect
+      for t, item in zip(target.elts, v.items):
+        self.env[t.id] = item
+        self.fresh.discard(t.id)
+      return s
+    if (isinstance(target, ast.Subscript) and
+        isinstance(target.value, ast.Name) and target.value.id in self.fresh):
+      # An item write to a member's array copied in this helper: in place,
+      # as one member's write to its own copy.
+      xv = self.env[target.value.id]
+      key = python_primitives.member_key(self.prefix, target.slice, target)
+      parts, rank, member = self._key_parts(key, xv)
+      vv, value = self.value(s.value)
+      if vv.rank > rank:
+        raise _NotDirect
+      if vv.member and vv.rank < rank:
+        value = self._call('align', [value, ast.Constant(rank)])
+      key.slice = _index(parts)
+      return ast.Expr(self._call('write' if member else 'write_items',
+                                 [ast.Name(target.value.id, ast.Load()), key,
+                                  value]))
+    raise _NotDirect
+
+  def _if(self, s):
+    """An `if` of a helper's body: on the signature (`isinstance`), only
+    its branch; on a shared value, both.  Returns `(statements, whether
+    they always return)`."""
+    tv, s.test = self.any_value(s.test)
+    if isinstance(s.test, ast.Constant):
+      return self.statements(s.body if s.test.value else s.orelse)
+    if not isinstance(tv, _Value) or tv.member or tv.rank:
+      raise _NotDirect
+    env, fresh = dict(self.env), set(self.fresh)
+    s.body, body_ends = self.statements(s.body)
+    body_env, body_fresh = self.env, self.fresh
+    self.env, self.fresh = env, fresh
+    s.orelse, else_ends = self.statements(s.orelse)
+    s.body = s.body or [ast.Pass()]
+    if body_ends and else_ends:
+      return [s], True
+    if not else_ends and body_ends:
+      return [s], False
+    if else_ends:
+      self.env, self.fresh = body_env, body_fresh
+      return [s], False
+    self.env = {k: v for k, v in self.env.items()
+                if k in body_env and body_env[k].key() == v.key()}
+    self.fresh &= body_fresh
+    return [s], False
 
   def _elementwise(self, nodes):
     """Operands of an elementwise operation: `(values, rewritten nodes)`,
@@ -505,7 +1081,14 @@ class _Rewrite:
   def _getitem(self, node):
     """`getitem(x, key[index])`."""
     x, key = node.args
-    xv, x = self.value(x)
+    xv, x = self.any_value(x)
+    if isinstance(xv, _Pattern):   # an item of a tuple, by a constant
+      k = _integer_constant(key.slice)
+      if k is None or not -len(xv.items) <= k < len(xv.items):
+        raise _NotDirect
+      return xv.items[k], ast.Subscript(x, ast.Constant(k), ast.Load())
+    if not isinstance(xv, _Value):
+      raise _NotDirect
     parts, rank, member = self._key_parts(key, xv)
     if not xv.member:   # a shared table: one gather, as written
       return _Value(member, rank, xv.kind), ast.Subscript(
@@ -537,6 +1120,10 @@ class _Rewrite:
     """`a @ b` (or `np.dot`, `np.matmul`): a member's array times a shared
     vector or matrix."""
     (av, a), (bv, b) = self.value(a), self.value(b)
+    if av.member and bv.member and av.rank == bv.rank == 1:
+      return _Value(True, 0, None), self._call('inner', [a, b])
+    if not av.member and bv.member and av.rank == 2 and bv.rank == 1:
+      return _Value(True, 1, None), self._call('matvec', [a, b])
     if not av.member or bv.member or av.rank < 1 or bv.rank not in (1, 2):
       raise _NotDirect
     if isinstance(node, ast.BinOp):
@@ -579,11 +1166,20 @@ class _Rewrite:
     f = node.func
     if not isinstance(f, ast.Attribute) or not self._is_value(f.value):
       return None
-    v, f.value = self.value(f.value)
+    v, f.value = self.any_value(f.value)
+    if isinstance(v, _Pattern):
+      return self._pattern_method(node, v)
+    if not isinstance(v, _Value):
+      raise _NotDirect
     if f.attr == 'astype' and len(node.args) == 1 and not node.keywords:
       if not v.member or self._reads_input(node.args[0]):
         raise _NotDirect
-      return _Value(True, v.rank, None), node
+      return _Value(True, v.rank, _dtype_kind(self._info(node.args[0]))), node
+    if f.attr == 'copy' and not node.args and not node.keywords:
+      if not v.member:
+        raise _NotDirect
+      node.member_copy = True   # a new array: `_assigned` may write it
+      return _Value(True, v.rank, v.kind, v.strong), node
     if f.attr not in _REDUCTION_METHODS:
       raise _NotDirect
     node.args, axis = self._axis_argument(node, 0)
@@ -621,8 +1217,10 @@ class _Rewrite:
     """Whether `node` is a value (not a module or a helper's name)."""
     if isinstance(node, ast.Name) and node.id.startswith(self.prefix):
       return node.id.startswith(self.prefix + 'v')
+    if self._is_local(node):
+      return True
     if isinstance(node, (ast.Name, ast.Attribute)):
-      info = self.statics.get(ast.unparse(node))
+      info = self._info(node)
       return info is not None and info[0] == 'array'
     return True
 
@@ -637,8 +1235,9 @@ class _Rewrite:
                                                     [x, ast.Constant(k)])
 
   def _reads_input(self, node):
-    """Whether `node` reads an input (a dtype must not)."""
+    """Whether `node` reads an input or a local (a dtype must not)."""
     return any(python_primitives.input_position(n, self.prefix) is not None
+               or (isinstance(n, ast.Name) and n.id in self.local_names)
                for n in ast.walk(node))
 
   def _axis_call(self, node, tag):
@@ -668,6 +1267,20 @@ class _Rewrite:
     kinds = {v.kind for v, _ in pairs}
     return _Value(True, out_rank, kinds.pop() if len(kinds) == 1 else
                   None), node
+
+  def _scalar(self, node, kind):
+    """`np.float64(x)` (a NumPy scalar type) of a member's value: a cast;
+    of a shared number: a strong NumPy scalar."""
+    if len(node.args) != 1 or node.keywords or isinstance(node.args[0],
+                                                          ast.Starred):
+      raise _NotDirect
+    v, arg = self.value(node.args[0])
+    if v.member:
+      return _Value(True, v.rank, kind), self._call('cast', [arg, node.func])
+    if v.rank:
+      raise _NotDirect
+    node.args = [arg]
+    return _Value(False, 0, kind, True), node
 
   def _cast(self, arg, dtype, kind):
     """`np.float64(x)`, `float(x)` and the like of a member's value: a
@@ -781,6 +1394,32 @@ class _Rewrite:
 
 def _is_none(node):
   return isinstance(node, ast.Constant) and node.value is None
+
+
+class _Substituted(ast.NodeTransformer):
+  """Reads of a comprehension's names as items `k` of their tuples."""
+
+  def __init__(self, names, k):
+    self.names = names
+    self.k = k
+
+  def visit_Name(self, node):
+    if isinstance(node.ctx, ast.Load) and node.id in self.names:
+      return ast.Subscript(ast.Name(self.names[node.id], ast.Load()),
+                           ast.Constant(self.k), ast.Load())
+    return node
+
+
+def _dtype_kind(info):
+  """The dtype kind of a static dtype argument (`np.float64`), or None."""
+  if info is not None and info[:2] == ('function', 'scalar'):
+    return info[2]
+  if info is None or info[0] != 'object':
+    return None
+  try:
+    return np.dtype(info[1]).kind
+  except (TypeError, ValueError):
+    return None
 
 
 def _index(parts):

@@ -18,7 +18,8 @@ from autobatch_vm import errors
 from autobatch_vm import ops as ops_module
 from autobatch_vm.per_member import member_helpers
 
-__all__ = ['PrimitiveRewriter', 'make_function', 'expression_text',
+__all__ = ['PrimitiveRewriter', 'make_function', 'closure_code',
+           'expression_text',
            'helper_name', 'input_position', 'shorten', 'split_compare',
            'subscript_parts']
 
@@ -406,21 +407,8 @@ def make_function(body, arity, loc, text, closure, fn_globals, name,
     result = ast.Lambda(args=arguments, body=body)
   helpers = {prefix + k: v for k, v in (helpers or {}).items()}
   free = sorted(set(closure) | {ops_name, assert_name} | set(helpers))
-  maker = ast.FunctionDef(
-      name=prefix + 'make',
-      args=ast.arguments(posonlyargs=[], args=[ast.arg(n) for n in free],
-                         vararg=None, kwonlyargs=[], kw_defaults=[],
-                         kwarg=None, defaults=[]),
-      body=([made] if made is not None else []) + [ast.Return(result)],
-      decorator_list=[], returns=None, type_comment=None, type_params=[])
-  module = ast.Module(body=[maker], type_ignores=[])
-  ast.fix_missing_locations(module)
-  _set_lines(module, loc.line)
-  code = compile(module, loc.filename, 'exec')
-  maker_code = next(c for c in code.co_consts
-                    if isinstance(c, types.CodeType))
-  lam_code = next(c for c in maker_code.co_consts
-                  if isinstance(c, types.CodeType))
+  lam_code = closure_code([made] if made is not None else [], result, free,
+                          loc.filename, prefix + 'make', line=loc.line)
   cells = []
   for name in lam_code.co_freevars:
     if name == ops_name:
@@ -434,6 +422,43 @@ def make_function(body, arity, loc, text, closure, fn_globals, name,
   fn = types.FunctionType(lam_code, fn_globals, f'{name}_line{loc.line}',
                           None, tuple(cells))
   return fn
+
+
+def closure_code(definitions, result, free, filename, maker, line=None,
+                 prelude=()):
+  """The code of a function made inside another, whose names are cells.
+
+  Args:
+    definitions: Statements before the result (a `def` it names).
+    result: An expression: a lambda, or the name of a `def` among
+      `definitions`.
+    free: The names of the enclosing function's parameters: read in
+      `result`, they are its free variables (a closure's cells).
+    filename: The file the code says it is from.
+    maker: The enclosing function's name (the code's qualified name
+      starts with it).
+    line: Where given, the line of every node; else the nodes' own.
+    prelude: Statements of the module before the enclosing function.
+
+  Returns:
+    The code object of `result` (the first one the enclosing function
+    holds).
+  """
+  outer = ast.FunctionDef(
+      name=maker,
+      args=ast.arguments(posonlyargs=[], args=[ast.arg(n) for n in free],
+                         vararg=None, kwonlyargs=[], kw_defaults=[],
+                         kwarg=None, defaults=[]),
+      body=list(definitions) + [ast.Return(result)],
+      decorator_list=[], returns=None, type_comment=None, type_params=[])
+  module = ast.Module(body=list(prelude) + [outer], type_ignores=[])
+  ast.fix_missing_locations(module)
+  if line is not None:
+    _set_lines(module, line)
+  code = compile(module, filename, 'exec')
+  outer_code = [c for c in code.co_consts if isinstance(c, types.CodeType)][-1]
+  return next(c for c in outer_code.co_consts
+              if isinstance(c, types.CodeType))
 
 
 class _Key:

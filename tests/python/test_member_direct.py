@@ -162,8 +162,13 @@ def rules_scan(x):
 
 
 @ctx.batch(per_member=True)
-def rules_product_of_members(x):
-  return x @ x
+def product_of_members(x):
+  return x @ x + np.dot(x, x) + (TABLE @ x)[1]
+
+
+@ctx.batch(per_member=True)
+def rules_product_of_members(m, x):
+  return m @ x
 
 
 @ctx.batch(per_member=True)
@@ -212,7 +217,8 @@ CASES = {
     inverse_and_factor: ('my', True),
     norms: ('mx', True),
     rules_scan: ('x', False),
-    rules_product_of_members: ('x', False),
+    product_of_members: ('x', True),
+    rules_product_of_members: ('mx', False),
     rules_index_after_slice: ('i', False),
     rules_shared_part: ('x', False),
 }
