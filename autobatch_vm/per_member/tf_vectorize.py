@@ -10,7 +10,7 @@ under XLA, which cannot compile that loop.  Inside a graph (a
 `tf.function`, the staged VM loop, XLA) the vectorized operations join
 the graph; called eagerly, the function is a `tf.function` made once (and
 on one member, as type inference calls it, just the function on that
-member's values).
+member's values), traced once with a batch axis of any size.
 Gradients flow through the vectorized operations, inside an XLA function
 too: there the operations are built in the compiled graph itself, and
 pfor's rules for MatMul, ConcatV2, Transpose, TensorScatterUpdate and Tile
@@ -93,6 +93,7 @@ def vectorize(fn, batched_leaf, fallback=None):
     return result
 
   eager = []
+  traced = set()
 
   def batched(*args):
     tf = _tf()
@@ -101,6 +102,16 @@ def vectorize(fn, batched_leaf, fallback=None):
     if not eager:   # made once: pfor would make a tf.function per call
       eager.append(tf.function(in_graph, autograph=False,
                                reduce_retracing=True))
+    leaves = tf.nest.flatten(args)
+    key = tuple((x.dtype, tuple(x.shape[1:])) if tf.is_tensor(x) else
+                repr(x) for x in leaves)
+    if key not in traced:
+      # Traced once for any number of members (the stackless executor
+      # runs a block on those at it: a new count at nearly every call).
+      eager[0].get_concrete_function(*tf.nest.map_structure(
+          lambda x: tf.TensorSpec([None] + x.shape[1:], x.dtype)
+          if tf.is_tensor(x) else x, args))
+      traced.add(key)
     return eager[0](*args)
   return batched
 

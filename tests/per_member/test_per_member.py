@@ -519,3 +519,49 @@ def test_pfor_rules_swapped_by_one_thread_at_a_time():
   for t in threads:
     t.join(30)
   assert {name: registry[name] for name in own} == own
+
+
+# -- TensorFlow eager, stackless: one trace per primitive ---------------------
+
+trace_ctx = ab.Context()
+TRACES = [0]
+
+
+def _counted(x):
+  """Counts the traces of the primitive that calls it (it runs when
+  TensorFlow traces the primitive, not when the trace runs)."""
+  TRACES[0] += 1
+  return x
+
+
+@trace_ctx.batch(per_member=True)
+def counted_steps(n):
+  steps = 0
+  while n > 1:
+    n = n // 2 if n % 2 == 0 else 3 * n + 1
+    steps = _counted(steps) + 1
+  return steps
+
+
+def test_stackless_tensorflow_eager_traces_each_primitive_once(caplog):
+  """The stackless executor runs a block on the members at it, so a
+  primitive sees a new batch size at nearly every call on TF eager: each
+  is traced once for any size, and TensorFlow warns of no retracing."""
+  tf = pytest.importorskip('tensorflow')
+  program = next(p for p in BOTH if p.name == 'edit_distance')
+  with caplog.at_level('WARNING', logger='tensorflow'):
+    for batch in (5, 7, 3):
+      args = inputs(program, seed=batch, batch=batch)
+      assert_same(program.fn(*[tf.constant(a) for a in args],
+                             stackless=True).numpy(),
+                  python_loop(program, args))
+  assert not [r for r in caplog.records if 'retracing' in r.getMessage()]
+  traces = []
+  for batch in (5, 7, 3, 9):
+    n = np.arange(1, batch + 1) * 3
+    expected = counted_steps(n, dry_run=True)   # counts, but not traces
+    before = TRACES[0]
+    assert_same(counted_steps(tf.constant(n), stackless=True).numpy(),
+                expected)
+    traces.append(TRACES[0] - before)
+  assert traces[0] and traces[1:] == [0, 0, 0]
