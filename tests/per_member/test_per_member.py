@@ -10,7 +10,6 @@ counted fallback of a NumPy function without a batching rule, and the
 errors a user's mistake gets at the user's line.
 """
 
-import contextlib
 import warnings
 
 import numpy as np
@@ -18,8 +17,8 @@ import pytest
 
 import autobatch_vm as ab
 from autobatch_vm import errors
-from autobatch_vm import frontend
 from autobatch_vm.per_member import primitive
+from tests import per_member as per_member_tests
 from tests import per_member_programs as programs
 
 BATCH = 5
@@ -33,28 +32,13 @@ FAST_TF = {('edit_distance', 'eager'), ('edit_distance', 'function'),
            ('gcd', 'stackless')}
 
 
-@contextlib.contextmanager
-def plain_python():
-  """The program module's batched functions as their Python functions, so
-  that a recursive call in the plain run stays plain."""
-  saved = {k: v for k, v in vars(programs).items()
-           if isinstance(v, frontend.BatchedFunction)}
-  for k, v in saved.items():
-    setattr(programs, k, v.python_function)
-  try:
-    yield
-  finally:
-    for k, v in saved.items():
-      setattr(programs, k, v)
-
-
 def inputs(program, seed=0, batch=BATCH):
   return program.inputs(np.random.default_rng(seed), batch)
 
 
 def python_loop(program, args):
   """Each member's result of the undecorated function, stacked."""
-  with plain_python():
+  with per_member_tests.plain_python(programs):
     results = [program.fn.python_function(*[np.copy(a[k]) for a in args])
                for k in range(len(args[0]))]
   return np.stack([np.asarray(r) for r in results])

@@ -10,7 +10,6 @@ per-member function, or returned by one, is folded the same way where
 every call agrees on it.
 """
 
-import contextlib
 import sys
 
 import numpy as np
@@ -18,7 +17,7 @@ import pytest
 
 import autobatch_vm as ab
 from autobatch_vm import errors
-from autobatch_vm import frontend
+from tests import per_member as per_member_tests
 
 B = 4
 
@@ -135,25 +134,9 @@ def callers_in_turn(x):
   return first_caller(x)
 
 
-@contextlib.contextmanager
-def _plain_calls():
-  """The module's batched functions as their Python functions, so that a
-  call in the plain loop stays plain."""
-  module = sys.modules[__name__]
-  saved = {k: v for k, v in vars(module).items()
-           if isinstance(v, frontend.BatchedFunction)}
-  for k, v in saved.items():
-    setattr(module, k, v.python_function)
-  try:
-    yield
-  finally:
-    for k, v in saved.items():
-      setattr(module, k, v)
-
-
 def _calls_case(fn=across_calls):
   x = np.random.default_rng(7).normal(size=(B, 4))
-  with _plain_calls():
+  with per_member_tests.plain_python(sys.modules[__name__]):
     expected = np.stack([np.asarray(fn.python_function(x[k]))
                          for k in range(B)])
   return x, expected
