@@ -395,8 +395,8 @@ class _Value:
     self.kind = kind
     self.strong = strong
 
-
   def key(self):
+    """What specializations are keyed by (hashable)."""
     return ('value', self.member, self.rank, self.kind, self.strong)
 
 
@@ -412,6 +412,7 @@ class _Pattern:
     self.items = list(items)
 
   def key(self):
+    """What specializations are keyed by (hashable)."""
     return ('pattern', self.cls, tuple(v.key() for v in self.items))
 
 
@@ -425,6 +426,7 @@ class _Static:
     self.obj = obj
 
   def key(self):
+    """What specializations are keyed by (hashable)."""
     return ('static', id(self.obj))
 
 
