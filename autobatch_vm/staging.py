@@ -118,12 +118,11 @@ class StagedFunction:
     else:
       self._function = tf.function(tf_loop.traceable(traced))
       self._finish = lambda r: r
-    self._concrete = {}   # the arguments' signature -> concrete function
-    # Without XLA: a member signature (`_signature(args, batched=False)`)
-    # -> the signature of its first call, traced for that batch size;
-    # every other size of it shares one trace with a batch axis of
-    # unknown size, kept in `_concrete` under `(ANY_SIZE, member)`.
-    self._first_sizes = {}
+    # The arguments' signature -> concrete function.  Without XLA every
+    # batch size of a member signature (`_signature(args, batched=False)`)
+    # shares one trace with a batch axis of unknown size, kept under
+    # `(_ANY_SIZE, member)` and under each signature called.
+    self._concrete = {}
     self.fast_calls = 0   # calls that took the concrete function directly
 
   def __repr__(self):
@@ -230,17 +229,17 @@ class StagedFunction:
 
   def _any_size(self, key, args):
     """The concrete function serving every batch size of `args`'s member
-    signature but its first call's, traced on the first call at another
-    size (None: a first call, left to `tf.function`).
+    signature, traced at its first call with a batch axis of unknown size
+    (a loop serving any size reads the size at run time, see
+    `backends.tf.loop.StagedRun`); False where TensorFlow has no flat
+    call (then `tf.function` it is).
 
-    The first size keeps its own trace, whose ops TensorFlow folds for
-    that size (a loop serving any size reads the size at run time, see
-    `backends.tf.loop.StagedRun`).
+    Args:
+      key: `args`'s signature.
+      args: The call's arguments.
     """
+    del key   # every size of the member signature alike
     member = _signature(args, batched=False)
-    first = self._first_sizes.setdefault(member, key)
-    if first == key:
-      return None
     concrete = self._concrete.get((_ANY_SIZE, member))
     if concrete is None:
       specs = tf.nest.map_structure(
@@ -447,8 +446,7 @@ def stage(fn, jit_compile=False, batch_buckets='auto', **call_kwargs):
       for its size).  `'auto'` (the default): the first `EXACT_SIZES`
       sizes of a member signature are compiled each for its size, later
       ones padded to a power of two.  Without XLA one trace serves every
-      size but the first (its batch axis has no size), and this is not
-      used.
+      size (its batch axis has no size), and this is not used.
     **call_kwargs: Keyword arguments passed to every call:
       `max_stack_depth`, `schedule`, `profile`, `max_steps`, `stackless`,
       or the function's own arguments.

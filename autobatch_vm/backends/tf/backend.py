@@ -393,8 +393,7 @@ class TensorFlowBackend(base.Backend):
       # indices the gradient is dense.  One gather and a reshape cost less
       # than a gather and a select (docs/performance.md).
       filled = tf.gather_nd(x, m.fill_index_nd)
-      return tf.reshape(filled, tf.shape(x) if None in x.shape.as_list()
-                        else x.shape)
+      return tf.reshape(filled, masks.reshape_shape(x))
     return tf.gather(x, m.fill_index)
 
   def sanitize(self, x, m):

@@ -5,7 +5,8 @@ import threading
 import numpy as np
 import tensorflow as tf
 
-__all__ = ['Mask', 'BatchAxis', 'batch_axis', 'in_xla_context', 'on_gpu']
+__all__ = ['Mask', 'BatchAxis', 'batch_axis', 'broadcast_constant',
+           'reshape_shape', 'in_xla_context', 'on_gpu']
 
 
 def in_xla_context():
@@ -34,6 +35,7 @@ class BatchAxis:
     self._rows = rows
     self._made = {}   # (graph, name) -> tensor
     self.rows = set()   # refs of values with one row per member
+    self.constants = {}   # ref of a constant broadcast -> its NumPy value
 
   def _get(self, name, make):
     key = (tf.compat.v1.get_default_graph(), name)
@@ -92,7 +94,9 @@ class BatchAxis:
     if value is None:
       return tf.broadcast_to(x, self.shape)
     key = ('broadcast', x.dtype, np.asarray(value).tobytes())
-    return self._get(key, lambda: tf.broadcast_to(x, self.shape))
+    out = self._get(key, lambda: tf.broadcast_to(x, self.shape))
+    self.constants[out.ref()] = np.asarray(value)
+    return out
 
 
 # Ops whose result has the rows of its inputs of its own rank (the others
@@ -156,6 +160,47 @@ def has_member_rows(x, budget=64):
     todo.extend(i for i in t.op.inputs if i.shape.rank is None or (
         i.shape.rank == rank and i.shape[0] is None))
   return True
+
+
+def broadcast_constant(x):
+  """The scalar of a constant broadcast to the batch, else None.
+
+  `x` is one where `BatchAxis.broadcast` made it from a constant.  A
+  write of such a value can select the scalar into its register or stack
+  instead (the select broadcasts it): where the batch size is known when
+  tracing, TensorFlow folds the broadcast into a constant, and here it
+  would be a shape and a broadcast at every step.
+
+  Args:
+    x: A tensor, or anything else (None then).
+
+  Returns:
+    A NumPy scalar, or None.
+  """
+  axis = batch_axis()
+  if axis is None or not tf.is_tensor(x):
+    return None
+  return axis.constants.get(x.ref())
+
+
+def reshape_shape(x):
+  """`x`'s shape, for a reshape to it.
+
+  A list of ints, -1 for its one axis of unknown size (where
+  `tf.shape(x)` would be a kernel at every step), or else `tf.shape(x)`.
+
+  Args:
+    x: A tensor.
+
+  Returns:
+    A list, or an int32 tensor.
+  """
+  dims = x.shape.as_list() if x.shape.rank is not None else [None, None]
+  if dims.count(None) == 1 and 0 not in dims:
+    return [-1 if d is None else d for d in dims]
+  if None not in dims:
+    return dims
+  return tf.shape(x)
 
 
 class _Axes(threading.local):

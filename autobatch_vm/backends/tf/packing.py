@@ -229,10 +229,7 @@ class Packing:
     """
     out = []
     for slot in self.flat:
-      value = st.written(slot)
-      if isinstance(value, ops.StackWrite):
-        value = value.materialize()
-      out.append(tf.convert_to_tensor(value))
+      out.append(tf.convert_to_tensor(_done(st.written(slot, masked=True))))
     return out
 
   def block_width(self, writes):
@@ -302,7 +299,7 @@ class Packing:
         row_shape = pack.shape.as_list()[3:]
         flat = tf.reshape(pack, [-1] + row_shape)
         packs.append(tf.reshape(ops.update_rows(flat, index, rows),
-                                tf.shape(pack)))
+                                masks.reshape_shape(pack)))
       else:
         packs.append(next(rest))
     return packs + outputs[kept:len(outputs) - len(updates)]
@@ -325,6 +322,13 @@ class Packing:
       return [tf.reshape(index, [-1]), tf.reshape(values, [-1] + event)]
     row, frame, member, pushed = ops.pushing_members(values, rows, targets)
     return [(row * frames + frame) * batch + member, pushed]
+
+  def _selects_push(self, g, k):
+    """Whether `k` ports of stack pack g are pushed by a select: outside
+    XLA, pushes on every stack of a pack of scalar stacks, a select with
+    the targets' one-hot (see `ops.StackWrite`); not one pushed in place."""
+    return (not self.scratch and k == len(self.slots[g])
+            and len(self.keys[g][2]) == 2 and g not in self.inplace)
 
   def _no_push(self, g):
     _, dtype, shape = self.keys[g]
@@ -374,9 +378,17 @@ class Packing:
         raise errors.InternalError('a stack was written other than by a '
                                    'push')
       batch = shape[1]
-      values = _stack_padded([self.stored(s, w.value)
-                              for s, w in zip(slots, pushes)], pad,
-                             shape[1:], dtype)
+      values = None
+      if self._selects_push(g, k):
+        # Constants pushed (return blocks) stay scalars: the select
+        # broadcasts them.
+        values = _constant_rows([w.value for w in pushes],
+                                [functools.partial(self.stored, s)
+                                 for s in slots], 1)
+      if values is None:
+        values = _stack_padded([self.stored(s, w.value)
+                                for s, w in zip(slots, pushes)], pad,
+                               shape[1:], dtype)
       targets = _stack_padded([w.target for w in pushes], pad, [batch],
                               tf.int32, fill=-1)
       # Outside XLA (scattered in the branch): whether every member pushes.
@@ -556,10 +568,7 @@ class Packing:
         continue
       values, rows, targets, *full = next(it)
       batch = self.keys[g][2][1]
-      if (not self.scratch and k == len(self.slots[g])
-          and len(self.keys[g][2]) == 2):
-        # Outside XLA, pushes on every stack of a pack of scalar stacks:
-        # a select with the targets' one-hot (see `ops.StackWrite`).
+      if self._selects_push(g, k):
         packs[g] = tf.where(ops.hot(self.keys[g][2][0], targets),
                             values[:, tf.newaxis], packs[g])
         continue
@@ -625,11 +634,50 @@ def _masked_rows(writes, old_pack, stored):
   m = writes[0].m
   if any(w.m is not m for w in writes):
     return None
-  new = tf.stack([f(w.new) for f, w in zip(stored, writes)])
+  shape = writes[0].new.shape.as_list()
+  # Constants written stay scalars: the select broadcasts them.
+  new = _constant_rows([w.new for w in writes], stored, len(shape))
+  if new is None:
+    new = tf.stack([f(w.new) for f, w in zip(stored, writes)])
   old = old_pack if old_pack is not None else tf.stack(
       [f(ops.value(w.old)) for f, w in zip(stored, writes)])
-  return tf.where(m.like_rows(len(writes), new.shape.as_list()[1:]), new,
-                  old)
+  return tf.where(m.like_rows(len(writes), shape), new, old)
+
+
+def _constant_rows(values, stored, rank):
+  """`values` stacked as `[len(values), 1, ...]` (`rank` ones), where each
+  is a constant broadcast to the batch (`masks.broadcast_constant`), for a
+  select to broadcast; else None.  `stored`: per value, its value as the
+  pack holds it."""
+  scalars = [masks.broadcast_constant(v) for v in values]
+  if any(c is None for c in scalars):
+    return None
+  return tf.reshape(
+      tf.stack([f(tf.constant(c, v.dtype))
+                for f, c, v in zip(stored, scalars, values)]),
+      [len(values)] + [1] * rank)
+
+
+def _done(value):
+  """A slot's value at the end of a block, a pending write done: a
+  select of a scalar where the value written is a constant broadcast to
+  the batch (a register, or a stack of scalars outside XLA)."""
+  if isinstance(value, ops.MaskedWrite):
+    scalar = masks.broadcast_constant(value.new)
+    if scalar is None:
+      return value.materialize()
+    old = ops.value(value.old)
+    return tf.where(value.m.like(old.shape.as_list()),
+                    tf.constant(scalar, value.new.dtype), old)
+  if isinstance(value, ops.StackWrite):
+    scalar = masks.broadcast_constant(value.value)
+    if (scalar is None or len(value.base.shape) != 2 or
+        ops.no_elements(value.base)):
+      return value.materialize()
+    return tf.where(ops.hot(value.base.shape[0], value.target),
+                    tf.constant(scalar, value.value.dtype), value.base)
+  return value
+
 
 
 def _stack_padded(values, pad, shape, dtype, fill=0):
