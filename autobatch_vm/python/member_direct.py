@@ -45,7 +45,9 @@ first) or the same for every member, and rewrites
   and values.  Its statements may assign locals (names, tuples of names,
   items of a member's array copied there with `.copy()`), `return`, test
   a value the same for every member or the signature (`isinstance`) in an
-  `if`, and enter `np.errstate`.
+  `if`, and enter `np.errstate`; its expressions mean what a primitive's
+  do (`min`, `len`, `float`, `np.array([...])` and `a if c else b` as
+  the frontend rewrites them in a primitive).
 
 Anything else (a call it does not know, a member's value used as a shared
 one would need, a boolean index, an `if` on a member's value, a loop, a
@@ -573,6 +575,8 @@ class _Rewrite:
                       [v for v, _ in pairs]), node
     if isinstance(node, ast.ListComp):
       return self._unrolled(node)
+    if isinstance(node, ast.IfExp):
+      return self._chosen(node)
     if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
       return self._call_value(self._pm_call(
           'getitem', [node.value, python_primitives.member_key(
@@ -610,10 +614,17 @@ class _Rewrite:
         node.id in self.local_names or
         python_primitives.input_position(node, self.prefix) is not None)
 
-  def _pm_call(self, name, args):
+  def _pm_call(self, name, args, keywords=()):
     fn = ast.Attribute(ast.Name(self.prefix + python_primitives.MEMBER_OPS,
                                 ast.Load()), name, ast.Load())
-    return ast.Call(fn, args, [])
+    return ast.Call(fn, args, list(keywords))
+
+  def _is_pattern(self, node):
+    """Whether `node` is a local or input that holds a tuple."""
+    if not self._is_local(node):
+      return False
+    v, _ = self.any_value(copy.deepcopy(node))
+    return isinstance(v, _Pattern)
 
   def _call_value(self, node):
     """A call: a helper, a ufunc, a join, a product or a reduction."""
@@ -723,19 +734,39 @@ class _Rewrite:
         not node.keywords):
       return self._isinstance(node)
     if obj in (builtins.type, builtins.len) and len(node.args) == 1 and (
-        not node.keywords):
+        not node.keywords) and self._is_pattern(node.args[0]):
       v, x = self.any_value(node.args[0])
-      if isinstance(v, _Pattern):
-        if obj is builtins.type:
-          return _Static(v.cls), ast.Call(f, [x], [])
-        return _Value(False, 0, 'i', False), ast.Constant(len(v.items))
-      if obj is builtins.len and isinstance(v, _Value) and v.member:
-        return _Value(False, 0, 'i', False), self._call('length', [x])
-      raise _NotDirect
+      if obj is builtins.type:
+        return _Static(v.cls), ast.Call(f, [x], [])
+      return _Value(False, 0, 'i', False), ast.Constant(len(v.items))
+    name = member_helpers.member_call(obj, node)
+    if name not in (None, 'call'):   # as the primitive's own calls of them
+      return self._call_value(self._pm_call(name, node.args, node.keywords))
     fn = member_functions.plain_function(obj)
     if fn is None:
       raise _NotDirect
     return self._helper_call(node, fn)
+
+  def _chosen(self, node):
+    """`a if c else b` in a helper: on a member's `c`, a select of values
+    of one rank (`member_ops.where`, as in the primitive); on a shared
+    `c`, as written."""
+    (tv, _), (av, _), (bv, _) = (self.any_value(copy.deepcopy(n)) for n in
+                                 (node.test, node.body, node.orelse))
+    if not isinstance(tv, _Value):
+      raise _NotDirect
+    if tv.member:
+      if not (isinstance(av, _Value) and isinstance(bv, _Value) and
+              av.rank == bv.rank):
+        raise _NotDirect
+      return self._call_value(self._pm_call('where', [
+          node.test, node.body, node.orelse]))
+    if tv.rank:
+      raise _NotDirect
+    _, node.test = self.value(node.test)
+    av, node.body = self.any_value(node.body)
+    bv, node.orelse = self.any_value(node.orelse)
+    return _merged(av, bv), node
 
   def _isinstance(self, node):
     """`isinstance(x, T)` of a pattern or a value, T tuple-like classes:

@@ -9,7 +9,11 @@ values and shared arrays and compares them with the loop (30 examples
 in the fast tier, 500 in the slow one).
 """
 
+import atexit
 import linecache
+import os
+import shutil
+import tempfile
 
 import hypothesis
 from hypothesis import strategies as st
@@ -366,16 +370,39 @@ def test_many_random_expressions_match_loop(data):
   _check_random_expression(data)
 
 
+_SOURCES = tempfile.mkdtemp(prefix='member_direct_')
+atexit.register(shutil.rmtree, _SOURCES, True)
+
+
 def _check_random_expression(data):
   """A random per-member function of one primitive (or an item write of
   one), batched on NumPy, equals the loop over members."""
   shape = data.draw(st.sampled_from(list(_LEAVES)))
   body = _expression(data, shape, data.draw(st.integers(1, 3)))
   write = data.draw(st.booleans()) and shape in ((), (3,))
-  source = ('def random_expression(x, m, y, i):\n' +
-            (f'  z = m * 1.0\n  z[i] = {body}\n  return z\n' if write else
-             f'  return {body}\n'))
-  filename = f'<random expression {abs(hash(source))}>'
+  # In the function itself, in a helper it calls, or in a helper given
+  # some of its values as a tuple.  (In a helper, a test of a member's
+  # value and a plain array indexed by one are the rules' refusals, where
+  # the plain form does not take the helper.)
+  where = data.draw(st.sampled_from(['function', 'helper', 'tuple']))
+  if ' if ' in body or 'TABLE[i' in body:
+    where = 'function'
+  copy = 'm * 1.0' if where == 'function' else 'm.copy()'
+  lines = (f'  z = {copy}\n  z[i] = {body}\n  return z\n' if write else
+           f'  return {body}\n')
+  if where == 'function':
+    source = 'def random_expression(x, m, y, i):\n' + lines
+  else:
+    head = ('def helper(x, m, y, i):\n' if where == 'helper' else
+            'def helper(xm, y, i):\n  x, m = xm\n')
+    call = ('helper(x, m, y, i)' if where == 'helper' else
+            'helper((x, m), y, i)')
+    source = (head + lines +
+              f'def random_expression(x, m, y, i):\n  return {call}\n')
+  # A file of its own: a helper's source is read from its file.
+  filename = os.path.join(_SOURCES, f'random_{abs(hash(source))}.py')
+  with open(filename, 'w') as f:
+    f.write(source)
   linecache.cache[filename] = (len(source), None, source.splitlines(True),
                                filename)
   scope = dict(globals())

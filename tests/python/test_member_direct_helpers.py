@@ -4,7 +4,8 @@
 helper: a `def` or a `lambda`, through namespaces and sync points) for
 the values it is called with, as it rewrites the primitive: namedtuples
 and tuples of values, `isinstance` on them, comprehensions over them, an
-`if` on a shared value, an item write to a member's copy.  Each program
+`if` on a shared value, `a if c else b`, builtins as a primitive has
+them, an item write to a member's copy.  Each program
 below is one primitive; batched on NumPy (stack VM and stackless) it must
 equal a plain Python loop over members and the dry run, and the test
 checks whether the primitive takes the plain form.  A helper that tests a
@@ -55,6 +56,16 @@ def with_limit(x, y):
 
 def total(p):
   return p.x.sum() + p.y
+
+
+def clipped(v, y):
+  """`a if c else b` on a member's value, and on a shared one."""
+  return (v if y > 0 else -v) * (2.0 if LIMIT > 0 else 1.0)
+
+
+def builtins_of(y, v):
+  """Builtins and `np.array` of a member's values, as in a primitive."""
+  return np.array([float(y), abs(y), min(y, 0.5), len(v) * v[0]])
 
 
 def put(v, i, x):
@@ -131,6 +142,11 @@ def namespace_and_sync_point(x, y):
 
 
 @ctx.batch(per_member=True)
+def conditions_and_builtins(x, y):
+  return clipped(x, y) + builtins_of(y, x).sum()
+
+
+@ctx.batch(per_member=True)
 def shared_leaf(x, y):
   return with_limit(x, y)
 
@@ -165,6 +181,7 @@ CASES = {
     tuples: ('xy', True),
     item_write: ('viy', True),
     namespace_and_sync_point: ('xy', True),
+    conditions_and_builtins: ('xy', True),
     shared_leaf: ('xy', True),
     rules_written_argument: ('x', False),
     rules_stale_source: ('x', False),
