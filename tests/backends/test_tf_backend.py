@@ -873,6 +873,29 @@ def test_xla_with_many_groups_matches_members_alone(case, monkeypatch):
   assert_same(result, alone, case.rtol)
 
 
+@pytest.mark.parametrize('max_steps', [None, 10**6])
+def test_xla_group_loops_count_trips_only_for_a_gradient(max_steps):
+  # A group's single-trip loop ends on its predicate alone; TensorFlow's
+  # trip counter (maximum_iterations), which XLA copies in, adds to and
+  # tests at every step, is there only where a gradient can run through
+  # the loop (max_steps, `loop.differentiable`).
+  backend = ab.TensorFlowBackend(
+      knobs=ab.tf_backend.TuningKnobs(group_step_bytes=1,
+                                      whole_pack_bytes=0))
+  args, _, _ = numpy_and_alone('gcd', 5)
+  staged = tf.function(lambda *a: gcd(*a, max_stack_depth=16,
+                                      max_steps=max_steps, backend=backend),
+                       jit_compile=True)
+  hlo = staged.experimental_get_compiler_ir(*to_tf(args))(stage='hlo')
+  # Per loop, the scalars its condition reads: a group's predicate, and
+  # the counter if any (the staged loop's block index is not a scalar).
+  scalar_reads = [sum(s for _, s in r) for r in _condition_variables(hlo)]
+  counted = scalar_reads.count(2)
+  assert len(scalar_reads) >= 4, scalar_reads   # the loop and 3+ groups
+  assert counted == (0 if max_steps is None else len(scalar_reads) - 1), (
+      scalar_reads)
+
+
 @pytest.mark.parametrize('case', [
     c for c in CASES if c.name in ('fibonacci', 'even_odd', 'power_f64',
                                    'tuple_result')])

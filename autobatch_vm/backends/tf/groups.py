@@ -96,7 +96,8 @@ def write_groups(packing, block_writes):
   return groups[::-1]
 
 
-def run_groups(b, mask, groups, branch_fns, packing, carried, writes):
+def run_groups(b, mask, groups, branch_fns, packing, carried, writes,
+               bounded=True):
   """XLA's step: block `b`'s group switches to it and scatters its ports.
 
   Args:
@@ -107,6 +108,9 @@ def run_groups(b, mask, groups, branch_fns, packing, carried, writes):
     packing: The run's `packing.Packing`.
     carried: The loop variables.
     writes: Each block's written slots.
+    bounded: Whether each group's loop states its one trip to TensorFlow
+      (`maximum_iterations`), which a gradient through it needs under XLA
+      (`_run_once`).
 
   Returns:
     The loop variables after the step.
@@ -138,7 +142,7 @@ def run_groups(b, mask, groups, branch_fns, packing, carried, writes):
       out = run_group(b, mask, group, branch_fns, packing, writes, *full,
                        case=case)
       return [out[g] for g in live]
-    after = _run_once(taken, run, [carried[g] for g in live])
+    after = _run_once(taken, run, [carried[g] for g in live], bounded)
     carried = list(carried)
     for g, v in zip(live, after):
       carried[g] = v
@@ -199,15 +203,21 @@ def _group_position(b, groups):
   return tf.gather(tf.constant(position), tf.minimum(b, len(position) - 1))
 
 
-def _run_once(taken, fn, carried):
+def _run_once(taken, fn, carried, bounded=True):
   """`fn(*carried)` if `taken`, else `carried`: a `while_loop` of at most
-  one trip, which XLA runs in place, unlike a conditional."""
+  one trip, which XLA runs in place, unlike a conditional.
+
+  With `bounded`, the loop also has TensorFlow's trip counter
+  (`maximum_iterations=1`), which a gradient under XLA needs; without,
+  `taken` alone ends it, and XLA's step has no counter per group to copy
+  in, add to and test (docs/performance.md, "Few thunks per step under
+  XLA on CPU")."""
 
   def body(go, *values):
     del go
     return [tf.constant(False)] + list(fn(*values))
   return tf.while_loop(lambda go, *values: go, body, [taken] + list(carried),
-                       maximum_iterations=1)[1:]
+                       maximum_iterations=1 if bounded else None)[1:]
 
 
 def bind(f, mask, carried):

@@ -201,7 +201,7 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
             b, [groups_lib.bind(f, mask, carried) for f in branch_fns]))
       else:
         carried = groups_lib.run_groups(b, mask, groups, branch_fns, packing,
-                              list(carried), writes)
+                              list(carried), writes, differentiable())
     if timed:
       with tf.control_dependencies(tf.nest.flatten(carried)):
         elapsed = tf.timestamp() - start
