@@ -8,9 +8,10 @@ rule for runs in a `tf.while_loop` over the members
 (`fallback_to_while_loop`), which is reported to the caller and refused
 under XLA, which cannot compile that loop.  Inside a graph (a
 `tf.function`, the staged VM loop, XLA) the vectorized operations join
-the graph; called eagerly, the function is a `tf.function` made once (and
-on one member, as type inference calls it, just the function on that
-member's values), traced once with a batch axis of any size.
+the graph; called eagerly, the function is a `tf.function` made once,
+traced once with a batch axis of any size.  On one member (a batch axis
+of one, as type inference calls it, eagerly or in a graph) it is just the
+function on that member's values, with no conversion.
 Gradients flow through the vectorized operations, inside an XLA function
 too: there the operations are built in the compiled graph itself, and
 pfor's rules for MatMul, ConcatV2, Transpose, TensorScatterUpdate and Tile
@@ -69,8 +70,9 @@ def vectorize(fn, batched_leaf, fallback=None):
         full[k] = x
       return tf.nest.map_structure(
           _numpy_typed, fn(*tf.nest.pack_sequence_as(args, full)))
-    if tf.executing_eagerly() and tensors[0].shape[0] == 1:
-      # One member, eagerly (type inference): the function on its values.
+    if tensors[0].shape[0] == 1:
+      # One member (type inference, eagerly or in a graph): the function
+      # on its values, which is what pfor would make of it.
       return tf.nest.map_structure(
           lambda v: tf.expand_dims(tf.convert_to_tensor(v), 0),
           member([t[0] for t in tensors]))

@@ -549,3 +549,24 @@ def test_stackless_tensorflow_eager_traces_each_primitive_once(caplog):
                 expected)
     traces.append(TRACES[0] - before)
   assert traces[0] and traces[1:] == [0, 0, 0]
+
+
+def test_one_members_types_are_found_without_pfor(monkeypatch):
+  """Type inference runs a primitive on one member's made-up values; in a
+  `tf.function` too, that is the member function on them, not a pfor
+  conversion (which costs what the batched one does)."""
+  tf = pytest.importorskip('tensorflow')
+  from autobatch_vm.per_member import tf_vectorize  # pylint: disable=g-import-not-at-top
+  sizes = []
+  convert = tf_vectorize._vectorized_map  # pylint: disable=protected-access
+
+  def counted(member, tensors):
+    sizes.append(tensors[0].shape[0])
+    return convert(member, tensors)
+  monkeypatch.setattr(tf_vectorize, '_vectorized_map', counted)
+  program = next(p for p in BOTH if p.name == 'edit_distance')
+  args = inputs(program, seed=6)
+  got = tf.function(program.fn, autograph=False)(
+      *[tf.constant(a) for a in args])
+  assert_same(got.numpy(), python_loop(program, args))
+  assert sizes and 1 not in sizes, sizes
