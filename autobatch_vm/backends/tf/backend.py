@@ -436,6 +436,10 @@ class TensorFlowBackend(base.Backend):
       if not (dtype.is_floating or dtype.is_complex) or (
           not loop.differentiable()):
         return x
+    if m.filled_rows is not None:
+      filled = m.filled_rows(x)
+      if filled is not None:
+        return filled
     return self.fill_inactive(x, m)
 
   def members(self, m):

@@ -48,6 +48,12 @@ class TuningKnobs:
       written whole: each branch returns the pack after its block's writes
       (`packing.Packing.whole`), instead of rows to scatter into it after
       the switch.  0: never.
+    fill_pack_bytes: Outside XLA, where a block reads a second floating
+      register (a third integer one) of a pack for the members at it,
+      the lanes of the others are filled in the whole pack by one gather
+      (`packing.BlockState.filled`) instead of in each register read, if
+      the pack has at most this many bytes or the block has read half
+      its rows.
     one_hot_max: Under XLA the `'most'` schedule counts members per block
       by a `[blocks, batch]` comparison up to this many elements, and by a
       segment sum beyond.
@@ -60,6 +66,7 @@ class TuningKnobs:
   inplace_stack_bytes: Optional[int] = 32 * 1024
   one_hot_max: int = 1 << 18
   whole_pack_bytes: int = 16 * 1024
+  fill_pack_bytes: int = 32 * 1024
 
 
 # The defaults on a CPU.

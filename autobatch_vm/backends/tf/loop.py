@@ -155,6 +155,11 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
       return next_block_tensor(pc, num_blocks, schedule, knobs.one_hot_max)
     return tf.identity(forced.read_value())
 
+  def read_pc(carried):
+    # Outside XLA by an unstack of its pack, not a slice (a kernel and
+    # three constants less, twice a step).
+    return packing.read(carried, PC, None if xla else {})
+
   def carried_block(b):
     # Under XLA the block index is carried as `[1]` (`loop_test`).
     return tf.reshape(b, [1]) if xla else b
@@ -164,24 +169,26 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
     return loop_test(b, num_blocks, xla)
 
   def body(b, acc, *rest):
-    b = tf.reshape(b, [])
+    if xla:
+      b = tf.reshape(b, [])
     extra, carried = list(rest[:num_extra]), rest[num_extra:]
-    pc = packing.read(carried, PC)
+    pc = read_pc(carried)
     with masks.tracing_axis(None if nominal is None else masks.BatchAxis(pc)):
       return step(b, acc, extra, carried, pc)
 
   def step(b, acc, extra, carried, pc):
     mask = tf.equal(pc, b)
     count = tf.reduce_sum(tf.cast(mask, tf.int32))
-    run = tf.stack([tf.constant(1, tf.int32), count])[tf.newaxis]
+    run = tf.stack([tf.constant(1, tf.int32), count])
     if xla:
       # A one-hot sum fuses into one loop; XLA makes the scatter a
       # bounds check, an index and an update (docs/performance.md, "Few
       # thunks per step under XLA on CPU").
       hot = tf.cast(tf.equal(tf.range(num_blocks), b), tf.int32)
-      acc += hot[:, tf.newaxis] * run
+      acc += hot[:, tf.newaxis] * run[tf.newaxis]
     else:
-      acc = tf.tensor_scatter_nd_add(acc, tf.reshape(b, [1, 1]), run)
+      acc = tf.tensor_scatter_nd_add(acc, tf.reshape(b, [1, 1]),
+                                     tf.reshape(run, [1, 2]))
     if profile:
       extra[0] += tf.cast(mask, tf.int32)
     start = None
@@ -207,7 +214,7 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
         elapsed = tf.timestamp() - start
       extra[1] = tf.tensor_scatter_nd_add(
           extra[1], tf.reshape(b, [1, 1]), tf.reshape(elapsed, [1]))
-    return [carried_block(next_block(packing.read(carried, PC))),
+    return [carried_block(next_block(read_pc(carried))),
             acc] + extra + list(carried)
 
   b0 = carried_block(next_block(state[PC]))
@@ -269,6 +276,8 @@ def branch_fn(backend, block_fn, batch, sites, packing, width, full=False):
   def block_step(mask, carried, batch):
     st = packing_lib.BlockState(carried, packing, block_fn.writes)
     m = masks.Mask(mask, batch if full else None, full, batch)
+    if not full and width is None:
+      m.filled_rows = functools.partial(st.filled, m)
     step = tf_errors.Step(sites)
     with tf_errors.tracing_step(step):
       try:
@@ -554,13 +563,9 @@ def next_block_tensor(pc, num_blocks, schedule, one_hot_max):
   if schedule == 'most':
     xla = masks.in_xla_context()
     if not xla:
-      # One kernel, no broadcast (a broadcast comparison costs more, see
-      # docs/performance.md).  Finished and parked members
-      # (pc >= num_blocks) count nowhere.
-      counts = tf.reduce_sum(tf.one_hot(pc, num_blocks, dtype=tf.int32),
-                             axis=0)
-    elif (pc.shape[0] is not None and
-          pc.shape[0] * num_blocks <= one_hot_max):
+      return _most_by_bincount(pc, num_blocks)
+    if (pc.shape[0] is not None and
+        pc.shape[0] * num_blocks <= one_hot_max):
       # Compare-and-sum fuses into one loop; a segment sum is a scatter.
       # Summed along the members, the minor axis, which XLA of
       # TensorFlow 2.18 on CPU sums faster (docs/performance.md).
@@ -571,12 +576,24 @@ def next_block_tensor(pc, num_blocks, schedule, one_hot_max):
       counts = tf.math.unsorted_segment_sum(
           tf.ones_like(pc), tf.minimum(pc, num_blocks), num_blocks + 1)
       counts = counts[:num_blocks]
-    if xla:
-      return _most_by_key(counts, num_blocks, pc.shape[0])
-    best = tf.argmax(counts, output_type=tf.int32)
-    return tf.where(tf.reduce_max(counts) > 0, best,
-                    tf.constant(num_blocks, tf.int32))
+    return _most_by_key(counts, num_blocks, pc.shape[0])
   return tf.reduce_min(pc)
+
+
+def _most_by_bincount(pc, num_blocks):
+  """Outside XLA, the lowest-numbered block with the most members (or
+  `num_blocks` if none has any): the members counted per block by one
+  `Bincount` (no broadcast; finished and parked members, `pc >=
+  num_blocks`, count in its last bin or nowhere), and one argmax over
+  `2 * count` with a 1 in place of the last bin, which wins only where
+  every block counts 0.  Five kernels and their constants a step fewer
+  than a one-hot sum, an argmax, a max and a select (docs/performance.md,
+  "The `'most'` schedule's counts outside XLA")."""
+  counts = tf.raw_ops.Bincount(arr=pc, size=tf.constant(num_blocks + 1),
+                               weights=tf.zeros([0], tf.int32))
+  scale = tf.constant([2] * num_blocks + [0], tf.int32)
+  last = tf.constant([0] * num_blocks + [1], tf.int32)
+  return tf.argmax(counts * scale + last, output_type=tf.int32)
 
 
 def _most_by_key(counts, num_blocks, batch):

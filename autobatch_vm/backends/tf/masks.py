@@ -259,7 +259,8 @@ class Mask:
       has no size when tracing.
   """
   __slots__ = ('mask', '_count', 'full', '_batch', '_as_int', '_expanded',
-               '_idx', '_first', '_fill_index', '_fill_index_nd')
+               '_idx', '_first', '_fill_index', '_fill_index_nd',
+               'filled_rows')
 
   def __init__(self, mask, count, full, batch):
     self.mask = mask
@@ -272,6 +273,10 @@ class Mask:
     self._first = None
     self._fill_index = None
     self._fill_index_nd = None
+    # Outside XLA, in a block's branch: `f(x)` giving register `x` (as
+    # read from its pack) with its inactive lanes filled from a fill of
+    # its whole pack, or None (`packing.BlockState.filled`).
+    self.filled_rows = None
 
   @property
   def batch(self):
@@ -316,13 +321,14 @@ class Mask:
   def fill_index(self):
     """Per lane: itself inside the mask, the first member's lane outside."""
     if self._fill_index is None:
+      # The first lane, a scalar that the select broadcasts: an argmax of
+      # the mask itself and a select, with no slice and no fill (a kernel
+      # and its constants each, at every masked step).
+      first = tf.argmax(self.as_int, output_type=tf.int32)
       axis = None if self.sized else batch_axis()
-      if axis is not None:   # the first lane broadcast by the select
-        self._fill_index = tf.where(self.mask, axis.members, self.first[0])
-      else:
-        self._fill_index = tf.where(
-            self.mask, tf.range(self.batch, dtype=tf.int32),
-            tf.fill([self.batch], self.first[0]))
+      members = (axis.members if axis is not None
+                 else tf.range(self.batch, dtype=tf.int32))
+      self._fill_index = tf.where(self.mask, members, first)
     return self._fill_index
 
   @property
@@ -335,6 +341,11 @@ class Mask:
   def like_rows(self, k, shape):
     """The mask broadcast to `[k, *shape]`, for a select over `k` values.
 
+    Values of one scalar per member (`shape` `[batch]`) take the mask as
+    it is: the select broadcasts it along its last axis, which for such
+    small values costs less than a reshape and a broadcast of their own
+    (two kernels and their constants).
+
     Args:
       k: The number of stacked values.
       shape: The shape of one value, `[batch, ...]`.
@@ -342,6 +353,8 @@ class Mask:
     Returns:
       The broadcast mask.
     """
+    if len(shape) == 1:
+      return self.mask
     key = (k,) + tuple(shape)
     if key not in self._expanded:
       mask = tf.reshape(self.mask, [1, -1] + [1] * (len(shape) - 1))

@@ -323,12 +323,17 @@ class Packing:
     row, frame, member, pushed = ops.pushing_members(values, rows, targets)
     return [(row * frames + frame) * batch + member, pushed]
 
-  def _selects_push(self, g, k):
-    """Whether `k` ports of stack pack g are pushed by a select: outside
-    XLA, pushes on every stack of a pack of scalar stacks, a select with
-    the targets' one-hot (see `ops.StackWrite`); not one pushed in place."""
-    return (not self.scratch and k == len(self.slots[g])
-            and len(self.keys[g][2]) == 2 and g not in self.inplace)
+  def _selects_push(self, g):
+    """Whether stack pack g is pushed by a select: outside
+    XLA, pushes on a pack of scalar stacks, a select with the targets'
+    one-hot over the whole pack (see `ops.StackWrite`), its stacks that
+    the block does not push with no member pushing (`ports`); not one
+    pushed in place.  Against a scatter of the pushing members (a
+    `where`, gathers of their rows, frames and values, their indices
+    stacked: some ten kernels), the pack is as small as the scatter's
+    copy of it."""
+    return (not self.scratch and len(self.keys[g][2]) == 2
+            and g not in self.inplace)
 
   def _no_push(self, g):
     _, dtype, shape = self.keys[g]
@@ -379,7 +384,14 @@ class Packing:
                                    'push')
       batch = shape[1]
       values = None
-      if self._selects_push(g, k):
+      if self._selects_push(g) and len(slots) < len(self.slots[g]):
+        # A port for every stack of the pack, the others not pushed.
+        at = dict(zip(slots, pushes))
+        slots = self.slots[g]
+        pushes = [at.get(s) or _NoPush(pushes[0]) for s in slots]
+        rows = tf.constant(np.reshape(np.arange(len(slots)), [-1, 1]),
+                           tf.int32)
+      if self._selects_push(g):
         # Constants pushed (return blocks) stay scalars: the select
         # broadcasts them.
         values = _constant_rows([w.value for w in pushes],
@@ -568,7 +580,7 @@ class Packing:
         continue
       values, rows, targets, *full = next(it)
       batch = self.keys[g][2][1]
-      if self._selects_push(g, k):
+      if self._selects_push(g):
         packs[g] = tf.where(ops.hot(self.keys[g][2][0], targets),
                             values[:, tf.newaxis], packs[g])
         continue
@@ -593,6 +605,17 @@ class Packing:
         index = tf.stack([row, frame, member], axis=-1)
       packs[g] = tf.tensor_scatter_nd_update(packs[g], index, values)
     return packs
+
+
+class _NoPush:
+  """A push of no member, shaped as `push` (an `ops.StackWrite`), for a
+  stack that a block does not push, in a port for every stack of its pack
+  (`Packing.ports`)."""
+
+  def __init__(self, push):
+    self.value = tf.zeros_like(push.value)
+    self.target = tf.fill(tf.shape(push.target), -1)
+    self.full = False
 
 
 def _members(targets):
@@ -708,17 +731,59 @@ class BlockState:
     self._writes = writes
     self._values = {}
     self._rows = {}
+    self._row_of = {}    # a register pack's row as read -> its slot
+    self._fills = {}     # pack -> reads filled one at a time
+    self._filled = {}    # pack -> its rows, filled
 
   def __getitem__(self, slot):
     value = self._values.get(slot)
     if value is None:
       value = self._values[slot] = self._packing.read(self._carried, slot,
                                                       self._rows)
+      where = self._packing.where.get(slot)
+      if (self._packing.rewrite and where is not None and
+          not self._packing.keys[where[0]][0]):
+        self._row_of[value.ref()] = slot   # a register's row of its pack
     if isinstance(value, ops.StackWrite):
       raise errors.InternalError('a block read a stack after pushing it')
     # A masked write stays pending: the backend's `sanitize`, `push` and
     # `write` take it as it is, or do it (`ops.value`).
     return value
+
+  def filled(self, m, x):
+    """Register `x` with the lanes outside `m` filled, or None.
+
+    Outside XLA a block fills each register it reads for the members at
+    it (`TensorFlowBackend.fill_inactive`: a gather, and for a floating
+    one a reshape, with their constants).  From the second floating
+    register (the third integer one) read from a pack, the whole pack is
+    filled by one gather along the members and unstacked, where it has at
+    most the knob `fill_pack_bytes` or the block has read half its rows;
+    that and the later reads of the pack take its rows.  The gather along
+    the second axis has a dense gradient.  None: `x` is filled by itself.
+
+    Args:
+      m: The block's `masks.Mask`.
+      x: A register's value as `__getitem__` gave it.
+
+    Returns:
+      The filled value, or None.
+    """
+    slot = self._row_of.get(x.ref()) if tf.is_tensor(x) else None
+    if slot is None:
+      return None
+    g, row = self._packing.where[slot]
+    rows = self._filled.get(g)
+    if rows is None:
+      reads = self._fills[g] = self._fills.get(g, 0) + 1
+      first = 2 if x.dtype.is_floating or x.dtype.is_complex else 3
+      if reads < first or not (
+          self._packing.pack_bytes(g) <= self._packing.knobs.fill_pack_bytes
+          or 2 * reads >= len(self._packing.slots[g])):
+        return None
+      rows = self._filled[g] = tf.unstack(
+          tf.gather(self._carried[g], m.fill_index, axis=1))
+    return self._packing._loaded(slot, rows[row])  # pylint: disable=protected-access
 
   def written(self, slot, masked=False):
     """The slot's value at the end of the block.
