@@ -22,6 +22,7 @@ import copy
 import inspect
 import linecache
 import types
+import weakref
 
 from autobatch_vm import ops as ops_module
 from autobatch_vm.ir import patterns
@@ -36,9 +37,10 @@ _NOT_PLAIN = (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS |
               inspect.CO_GENERATOR | inspect.CO_COROUTINE |
               inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE)
 _SYNC_WRAPPER_CODE = ops_module.sync_point(lambda: None).__code__
-# (filename, size, mtime) -> the module's tree, or None where it does not
-# parse.
+# (filename, hash of its text) -> `_module_tree`'s value.
 _TREES = {}
+# A function -> its checked definition, or None (`function_tree`).
+_FUNCTION_TREES = weakref.WeakKeyDictionary()
 
 
 def plain_function(obj):
@@ -80,29 +82,32 @@ def function_tree(fn):
   Returns:
     An `ast.FunctionDef` or `ast.Lambda`, or None.
   """
+  try:
+    found = _FUNCTION_TREES[fn]
+  except KeyError:
+    found = _FUNCTION_TREES[fn] = _definition(fn)
+  return copy.deepcopy(found) if found is not None else None
+
+
+def _definition(fn):
+  """`fn`'s definition in its file, checked (`function_tree`), or None."""
   code = fn.__code__
-  tree = _module_tree(code.co_filename)
-  if tree is None:
+  module = _module_tree(code.co_filename)
+  if module is None:
     return None
+  tree, by_line = module
   params = list(code.co_varnames[:code.co_argcount])
   found = []
-  for node in ast.walk(tree):
-    if isinstance(node, ast.Lambda):
-      line, name = node.lineno, '<lambda>'
-    elif isinstance(node, ast.FunctionDef):
-      line = (node.decorator_list[0].lineno if node.decorator_list
-              else node.lineno)
-      name = node.name
-    else:
-      continue
+  for node in by_line.get(code.co_firstlineno, ()):
+    name = node.name if isinstance(node, ast.FunctionDef) else '<lambda>'
     args = node.args
-    if (line == code.co_firstlineno and name == code.co_name and
-        [a.arg for a in args.args] == params and not args.posonlyargs and
-        not args.kwonlyargs and args.vararg is None and args.kwarg is None):
+    if (name == code.co_name and [a.arg for a in args.args] == params and
+        not args.posonlyargs and not args.kwonlyargs and
+        args.vararg is None and args.kwarg is None):
       found.append(node)
   if len(found) != 1 or not _compiles_to(found[0], fn, tree):
     return None
-  return copy.deepcopy(found[0])
+  return found[0]
 
 
 def _compiles_to(node, fn, tree):
@@ -143,16 +148,31 @@ def _same_code(a, b):
 
 
 def _module_tree(filename):
-  """The parsed source of `filename` (cached while it is unchanged)."""
+  """The parsed source of `filename` (cached while it is unchanged), and
+  its definitions (`def`s and lambdas) by the first line of their code
+  (a decorated `def`'s first decorator's); or None."""
   lines = linecache.getlines(filename)
   if not lines:
     return None
-  key = (filename, len(lines), hash(''.join(lines)))
+  text = ''.join(lines)
+  key = (filename, hash(text))
   if key not in _TREES:
     try:
-      _TREES[key] = ast.parse(''.join(lines), filename)
+      tree = ast.parse(text, filename)
     except (SyntaxError, ValueError):
       _TREES[key] = None
+      return None
+    by_line = {}
+    for node in ast.walk(tree):
+      if isinstance(node, ast.Lambda):
+        line = node.lineno
+      elif isinstance(node, ast.FunctionDef):
+        line = (node.decorator_list[0].lineno if node.decorator_list
+                else node.lineno)
+      else:
+        continue
+      by_line.setdefault(line, []).append(node)
+    _TREES[key] = tree, by_line
   return _TREES[key]
 
 
