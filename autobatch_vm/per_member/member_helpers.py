@@ -29,7 +29,7 @@ import weakref
 
 import numpy as np
 
-__all__ = ['member_call', 'member_helper', 'local_names']
+__all__ = ['member_call', 'member_helper', 'local_names', 'static_value']
 
 # Builtins that mean for one member's arrays and tensors, as `member_ops`'s
 # functions of the same name, what they mean for numbers.
@@ -202,6 +202,41 @@ def local_names(definition):
 _UNKNOWN = object()
 
 
+def static_value(node, names, cells, fn_globals, unknown):
+  """The object a name or attribute chain of a function's non-locals
+  refers to when the function compiles.
+
+  Args:
+    node: An `ast.Name` or `ast.Attribute` chain (any other node is not
+      static).
+    names: The function's local names (not static).
+    cells: The function's closure cells, by name.
+    fn_globals: The function's globals.
+    unknown: What to return where the value is not static.
+
+  Returns:
+    The object (a closure cell's contents, a global, a builtin, an
+    attribute of one), or `unknown`.
+  """
+  if isinstance(node, ast.Name):
+    if node.id in names:
+      return unknown
+    if node.id in cells:
+      try:
+        return cells[node.id].cell_contents
+      except ValueError:   # an empty cell
+        return unknown
+    if node.id in fn_globals:
+      return fn_globals[node.id]
+    return getattr(builtins, node.id, unknown)
+  if isinstance(node, ast.Attribute):
+    base = static_value(node.value, names, cells, fn_globals, unknown)
+    if base is unknown:
+      return unknown
+    return getattr(base, node.attr, unknown)
+  return unknown
+
+
 class _CallRewriter(ast.NodeTransformer):
   """Rewrites a helper's calls as `member_call` says."""
 
@@ -211,30 +246,10 @@ class _CallRewriter(ast.NodeTransformer):
     self.globals = fn_globals
     self.changed = False
 
-  def _resolve(self, node):
-    """The object a name or attribute chain of modules and classes refers
-    to, or `_UNKNOWN`."""
-    if isinstance(node, ast.Name):
-      if node.id in self.local_names:
-        return _UNKNOWN
-      if node.id in self.cells:
-        try:
-          return self.cells[node.id].cell_contents
-        except ValueError:   # an empty cell
-          return _UNKNOWN
-      if node.id in self.globals:
-        return self.globals[node.id]
-      return getattr(builtins, node.id, _UNKNOWN)
-    if isinstance(node, ast.Attribute):
-      base = self._resolve(node.value)
-      if not isinstance(base, (types.ModuleType, type)):
-        return _UNKNOWN
-      return getattr(base, node.attr, _UNKNOWN)
-    return _UNKNOWN
-
   def visit_Call(self, node):
     node = self.generic_visit(node)
-    callee = self._resolve(node.func)
+    callee = static_value(node.func, self.local_names, self.cells,
+                          self.globals, _UNKNOWN)
     if callee is _UNKNOWN:
       return node
     name = member_call(callee, node)

@@ -34,6 +34,7 @@ from autobatch_vm import errors
 from autobatch_vm import ops as ops_module
 from autobatch_vm.ir import instructions as inst
 from autobatch_vm.passes import member_indexing
+from autobatch_vm.per_member import member_helpers
 from autobatch_vm.per_member import member_ops
 from autobatch_vm.per_member import primitive as member_primitive
 from autobatch_vm.python import cfg as python_cfg
@@ -485,25 +486,8 @@ class _Compiler:
 
   def _static_value(self, node):
     """The Python object a Name/Attribute chain of non-locals refers to."""
-    if isinstance(node, ast.Name):
-      if node.id in self.locals:
-        return _NOT_STATIC
-      if node.id in self.closure:
-        try:
-          return self.closure[node.id].cell_contents
-        except ValueError:
-          return _NOT_STATIC
-      if node.id in self.fn.__globals__:
-        return self.fn.__globals__[node.id]
-      if hasattr(builtins, node.id):
-        return getattr(builtins, node.id)
-      return _NOT_STATIC
-    if isinstance(node, ast.Attribute):
-      base = self._static_value(node.value)
-      if base is _NOT_STATIC:
-        return _NOT_STATIC
-      return getattr(base, node.attr, _NOT_STATIC)
-    return _NOT_STATIC
+    return member_helpers.static_value(node, self.locals, self.closure,
+                                       self.fn.__globals__, _NOT_STATIC)
 
   def _contains_batched_call(self, node):
     return any(self._batched_callee(n) is not None for n in ast.walk(node))
