@@ -245,7 +245,9 @@ class StagedFunction:
       specs = tf.nest.map_structure(
           lambda t: tf.TensorSpec([None] + t.shape[1:] if t.shape.rank
                                   else t.shape, t.dtype), args)
-      concrete = self._function.get_concrete_function(*specs)
+      # Its packing planned at this call's size, as an eager call's.
+      with tf_loop.planned_batch(_batch_of(args) or tf_loop.NOMINAL_BATCH):
+        concrete = self._function.get_concrete_function(*specs)
       concrete = callable(getattr(concrete, '_call_flat', None)) and concrete
       self._concrete[(_ANY_SIZE, member)] = concrete
     return concrete

@@ -19,8 +19,9 @@ Each part runs in a fresh process (fibonacci, the workload of `run.py`):
   is also given from the first call at a second size on
   (`rss_growth_after_second_size_mb`).
 - tf_function, xla: the same through `ab.stage(fib, jit_compile=...)`,
-  `--staged_calls` calls (not in the default parts: each new size traces,
-  and under XLA compiles).
+  `--staged_calls` calls (not in the default parts: under XLA each new
+  size compiles; without, one trace, at the warm-up, serves every size:
+  0 traces expected after it).
 - xla_buckets: XLA at `--staged_calls` random batch sizes under each
   policy of `ab.stage(..., batch_buckets=...)` (each size compiled,
   padded to powers of two, 'auto'): compiles, seconds, and the padding's

@@ -19,13 +19,44 @@ from autobatch_vm.backends.tf import packing as packing_lib
 
 __all__ = ['staged_loop', 'branch_fn', 'fail_in_graph', 'run_eagerly',
            'step_eagerly', 'next_block_tensor', 'loop_test', 'FORCED_BLOCK',
-           'differentiable', 'differentiable_loop', 'traceable', 'StagedRun']
+           'differentiable', 'differentiable_loop', 'traceable', 'StagedRun',
+           'planned_batch']
 
 _EAGER_CACHE_SIZE = 16
 # The batch size a loop plans its packing for where the batch size is
 # unknown when tracing and no call says it (a `tf.function` whose input
 # signature has no batch size).
 NOMINAL_BATCH = 256
+
+
+class _Planned(threading.local):
+  """Per thread: the batch size `planned_batch` gives, or None."""
+  size = None
+
+
+_PLANNED = _Planned()
+
+
+class planned_batch:  # pylint: disable=invalid-name
+  """Context manager: loops traced inside plan at `size` members.
+
+  A loop whose batch size is unknown when tracing plans its packing at
+  `size` members inside.  `ab.stage` traces with its first call's size, as an eager call's loop
+  is planned at its first call's (`StagedRun`).
+
+  Args:
+    size: An int.
+  """
+
+  def __init__(self, size):
+    self.size = size
+    self._outer = None
+
+  def __enter__(self):
+    self._outer, _PLANNED.size = _PLANNED.size, self.size
+
+  def __exit__(self, *exc):
+    _PLANNED.size = self._outer
 
 
 def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
@@ -91,7 +122,7 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
   nominal = None
   if state[PC].shape[0] is None:
     nominal = (int(batch) if isinstance(batch, (int, np.integer))
-               else NOMINAL_BATCH)
+               else _PLANNED.size or NOMINAL_BATCH)
     batch = None
   if xla:
     packed, limit = range(len(state)), None

@@ -364,10 +364,16 @@ def private_copy(x, parts):
 
 
 def _is_zeros(x):
-  """Whether `x` is known, when tracing, to be all zeros."""
-  if x.op.type not in ('Const', 'Fill', 'ZerosLike'):
+  """Whether `x` is known, when tracing, to be all zeros (a fill of zeros
+  whose shape is known only at run time, a batch of unknown size, too)."""
+  if x.op.type == 'ZerosLike':
+    return True
+  if x.op.type == 'Fill':
+    value = tf.get_static_value(x.op.inputs[1])
+  elif x.op.type == 'Const':
+    value = tf.get_static_value(x)
+  else:
     return False
-  value = tf.get_static_value(x)
   return value is not None and not np.any(value)
 
 
