@@ -247,7 +247,10 @@ SYSTEMS = {
 # The hand-batched row each row is compared with: the same TensorFlow
 # mode, XLA for the JAX rows (JAX always compiles with XLA).
 HAND = {'ours_function': 'hand_function', 'hand_function': 'hand_function'}
-# How each system counts its leapfrogs, per iteration and chain.
+# How each system counts its leapfrogs, per iteration and chain.  Every
+# system steps its chains in lock step (a batched or vmapped while loop)
+# and counts, for each chain, the leapfrogs of that chain's own trajectory,
+# up to the one that stopped it: none computed after it stopped.
 COUNTS = {
     'ours': "TFP's program's `leapfrogs_taken`, a running total since "
             '`bootstrap_results`: its differences between iterations',
@@ -255,6 +258,17 @@ COUNTS = {
     'blackjax': '`info.num_integration_steps`, per iteration',
     'numpyro': 'the `num_steps` extra field, per iteration',
 }
+# Why their trajectories differ in length from the same start at the same
+# step size.
+TRAJECTORIES = (
+    "The trajectories' lengths differ with the U-turn test: TFP's NUTS "
+    'program tests (q+ - q-) . p > 0 at both ends of every subtree (slice '
+    'sampling); BlackJAX and NumPyro take rho . p, rho the sum of the '
+    "momenta less half of the two end ones (multinomial); TFP's "
+    "hand-batched sampler takes rho as the whole sum, whose ends' own "
+    '|p|^2 keep it going longer (on the Gaussian, see its leapfrogs a '
+    'chain and iteration): compare it by leapfrogs/s, not by time per '
+    'iteration.')
 
 
 def missing(family):
@@ -391,8 +405,10 @@ def cell_markdown(cell):
 
 
 def counts_markdown():
-  return ('Leapfrogs per iteration, as each system counts them: ' +
-          '; '.join(f'{k}: {v}' for k, v in COUNTS.items()) + '.')
+  return ('Leapfrogs per iteration, as each system counts them (for each '
+          "chain, those of its own trajectory): " +
+          '; '.join(f'{k}: {v}' for k, v in COUNTS.items()) + '.  ' +
+          TRAJECTORIES)
 
 
 NOTES = (
