@@ -142,10 +142,12 @@ def nuts_runner(kind, backend, target, theta, step_size, num_transitions,
   `num_transitions` samples, and the dict its calls fill with `samples`
   ([transitions, chains, dim]), `leapfrogs_each` (each chain's leapfrogs
   in each transition, [transitions, chains]: `leapfrogs_per_iteration`)
-  and `leapfrogs` (their sum); `(None, None)` without TFP.  `run(draw=k)` makes the
-  hand-batched sampler draw with the stateless seed `[seed + k, 1]` (the
-  same numbers for the same k; k = 0 by default); the autobatched sampler
-  draws new numbers at every call whatever k.
+  and `leapfrogs` (their sum), and holds `trace` (traces the staged
+  function, returning its concrete function); `(None, None)` without
+  TFP.  `run(draw=k)` makes the hand-batched sampler draw with the
+  stateless seed `[seed + k, 1]` (the same numbers for the same k; k = 0
+  by default); the autobatched sampler draws new numbers at every call
+  whatever k.
   """
   tfp = _tfp()
   if tfp is None:
@@ -176,7 +178,10 @@ def nuts_runner(kind, backend, target, theta, step_size, num_transitions,
 
   staged = tf.function(sample, jit_compile=(backend == 'xla'),
                        autograph=False)
-  out = {}
+  # `trace` traces the staged function for run's arguments, without
+  # compiling or calling it (benchmarks/first_call.py times it alone).
+  out = {'trace': lambda: staged.get_concrete_function(
+      theta, tf.constant(0, tf.int32))}
   draws = {}   # k -> its seed offset as a tensor, made once
 
   def run(draw=0):

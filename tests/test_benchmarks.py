@@ -8,6 +8,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -999,3 +1000,36 @@ def test_nuts_steps_runs_tfps_program_on_our_vm():
   assert figures['blocks_per_leapfrog'] >= 1
   assert 0 < figures['utilization'] <= 1
   assert '_build_tree' in table and not xla
+
+
+def test_first_call_splits_the_compile_at_the_logs_milestones():
+  """`first_call.split` reads each stage's end from TensorFlow's and XLA's
+  log lines (both of their time formats), after the trace only, and
+  turns wall times into the sampled CPU times."""
+  from benchmarks import first_call  # pylint: disable=g-import-not-at-top
+  log = '\n'.join([
+      'I0000 00:00:5.000000 1 xla_compiler.cc:820] XlaCompiler::'
+      'CompileFunction __inference_probe',   # during the trace: ignored
+      'I0000 00:00:11.000000 1 xla_compiler.cc:820] XlaCompiler::'
+      'CompileFunction __inference_sample',
+      'I0000 00:00:13.000000 1 hlo_pass_pipeline.cc:169] HLO pass: dce',
+      'I0000 00:00:14.000000 1 hlo_pass_pipeline.cc:169] HLO pass: dce',
+      'I0000 00:00:16.000000 1 cpu_compiler.cc:2060] Compiling: a_sample',
+      time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(26)) + '.000000: I '
+      'device_compiler.h:468] Compilation of XLA executable time: 10 s',
+  ])
+  # CPU time runs at half the wall clock's speed from wall time 0.
+  samples = [(float(t), t / 2.0) for t in range(40)]
+  result = dict(marks=dict(start=(0.0, 0.0), traced=(10.0, 5.0),
+                           first=(30.0, 15.0)),
+                samples=samples, call=1.0, ops=7, constants=3, tf='x')
+  out = first_call.split(result, log)
+  wall = {k: v[0] for k, v in out['stages'].items()}
+  cpu = {k: v[1] for k, v in out['stages'].items()}
+  assert wall == dict(trace=10.0, graph=1.0, tf2xla=2.0, hlo=3.0,
+                      codegen=10.0, run=4.0, first=30.0, compile=None,
+                      call=None)
+  assert cpu['codegen'] == 5.0 and cpu['first'] == 15.0
+  assert cpu['compile'] == 14.0 and out['kernels'] is None
+  with pytest.raises(RuntimeError, match='TF_CPP_VMODULE'):
+    first_call.split(result, log.split('\n', 2)[0])

@@ -909,9 +909,9 @@ def test_xla_packs_written_whole_match_members_alone(case, monkeypatch):
   written = []
   real = packing.Packing._whole_pack  # pylint: disable=protected-access
 
-  def spy(self, st, writes, g, pack):
+  def spy(self, st, writes, g):
     written.append(self.keys[g][0])
-    return real(self, st, writes, g, pack)
+    return real(self, st, writes, g)
   monkeypatch.setattr(packing.Packing, '_whole_pack', spy)
   backend = ab.TensorFlowBackend(knobs=ab.tf_backend.TuningKnobs(
       group_step_bytes=1, whole_pack_bytes=1 << 30))

@@ -182,24 +182,38 @@ class Packing:
     Args:
       carried: The loop variables.
       slot: A state slot.
-      rows: A dict caching packs unstacked (outside XLA: one node per
-        pack instead of a slice per register), or None.
+      rows: A dict caching packs unstacked (one node per pack instead
+        of a slice and its three constants per register), or None.
 
     Returns:
       The value (a `ops.PackRow` for a stack outside XLA).
     """
     if slot in self.where:
       g, row = self.where[slot]
-      if rows is None or not self.rewrite:
+      if rows is None:
         return self._loaded(slot, carried[g][row])
-      if self.keys[g][0]:
+      if self.keys[g][0] and self.rewrite:
         # A stack: popped by a gather over its whole pack (`peek`).
         return ops.PackRow(carried[g], row)
-      unstacked = rows.get(g)
-      if unstacked is None:
-        unstacked = rows[g] = tf.unstack(carried[g])
-      return unstacked[row]
+      return self._loaded(slot, self.row(carried, g, row, rows))
     return carried[len(self.slots) + self.flat_index[slot]]
+
+  def row(self, carried, g, row, rows):
+    """Row `row` of pack g as the pack stores it.
+
+    Args:
+      carried: The loop variables.
+      g: A pack.
+      row: A row of it.
+      rows: A dict caching packs unstacked (`read`).
+
+    Returns:
+      The row, from pack g's one unstack.
+    """
+    unstacked = rows.get(g)
+    if unstacked is None:
+      unstacked = rows[g] = tf.unstack(carried[g])
+    return unstacked[row]
 
   def unpack(self, carried):
     """The VM state from the loop variables.
@@ -359,7 +373,7 @@ class Packing:
       if not k:
         continue
       if self.whole(g):
-        out.append((self._whole_pack(st, writes, g, carried[g]),))
+        out.append((self._whole_pack(st, writes, g),))
         continue
       is_stack, dtype, shape = self.keys[g]
       slots = self._port_slots(writes, g)
@@ -451,15 +465,16 @@ class Packing:
     return nominal_bytes(dtype, [len(self.slots[g]) + self.scratch_rows(g)] +
                          list(shape), self.batch)
 
-  def _whole_pack(self, st, writes, g, pack):
+  def _whole_pack(self, st, writes, g):
     """Pack g after a block's writes, stacked anew from its rows: the
     rows the block writes (pushed onto, for stacks: a select against the
-    targets' one-hot) and the others as they are."""
+    targets' one-hot) and the others as they are (one unstack of the
+    pack, which the block's reads share: `BlockState`)."""
     is_stack, _, shape = self.keys[g]
     written = set(self._port_slots(writes, g))
     rows = []
     for row, slot in enumerate(self.slots[g]):
-      old = pack[row]
+      old = st.row(g, row)
       if slot not in written:
         rows.append(old)
         continue
@@ -749,6 +764,18 @@ class BlockState:
     # A masked write stays pending: the backend's `sanitize`, `push` and
     # `write` take it as it is, or do it (`ops.value`).
     return value
+
+  def row(self, g, row):
+    """Row `row` of pack g as it was before the block.
+
+    Args:
+      g: A pack.
+      row: A row of it.
+
+    Returns:
+      The row, from pack g's one unstack (`Packing.row`).
+    """
+    return self._packing.row(self._carried, g, row, self._rows)
 
   def filled(self, m, x):
     """Register `x` with the lanes outside `m` filled, or None.
