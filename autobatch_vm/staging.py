@@ -239,14 +239,21 @@ class StagedFunction:
       args: The call's arguments.
     """
     del key   # every size of the member signature alike
-    member = _signature(args, batched=False)
+    size = _batch_of(args)
+    # A batch of one beside wider arguments is broadcast: it keeps its
+    # one row in the trace, where it is not a batch (the batch size is
+    # read from the others).
+    ones = tuple(bool(t.shape.rank) and size != 1 and t.shape[0] == 1
+                 for t in tf.nest.flatten(args))
+    member = (_signature(args, batched=False), ones)
     concrete = self._concrete.get((_ANY_SIZE, member))
     if concrete is None:
       specs = tf.nest.map_structure(
-          lambda t: tf.TensorSpec([None] + t.shape[1:] if t.shape.rank
-                                  else t.shape, t.dtype), args)
+          lambda t: tf.TensorSpec(
+              [1 if size != 1 and t.shape[0] == 1 else None] + t.shape[1:]
+              if t.shape.rank else t.shape, t.dtype), args)
       # Its packing planned at this call's size, as an eager call's.
-      with tf_loop.planned_batch(_batch_of(args) or tf_loop.NOMINAL_BATCH):
+      with tf_loop.planned_batch(size or tf_loop.NOMINAL_BATCH):
         concrete = self._function.get_concrete_function(*specs)
       concrete = callable(getattr(concrete, '_call_flat', None)) and concrete
       self._concrete[(_ANY_SIZE, member)] = concrete

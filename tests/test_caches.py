@@ -373,3 +373,27 @@ def test_stage_traces_once_for_every_batch_size(monkeypatch):
   assert traced == [None], traced
   assert len(staged._concrete) == 1   # pylint: disable=protected-access
   assert staged.fast_calls == 7
+
+
+def test_stage_broadcasts_a_batch_of_one_given_first():
+  """A first argument with one row beside a batch (TFP's NUTS passes its
+  step count so) is broadcast, not taken for the batch: the one trace
+  for any size keeps its row."""
+  tf = pytest.importorskip('tensorflow')
+  ctx = ab.Context()
+
+  @ctx.batch(type_inference=lambda t: [t[1]])
+  def scaled_fib(k, n):
+    if n <= 1:
+      return n * k
+    return scaled_fib(k, n - 1) + scaled_fib(k, n - 2)
+
+  staged = ab.stage(scaled_fib, max_stack_depth=8)
+  k = np.array([3], np.int64)
+  for size in (5, 7, 1, 3):
+    n = np.arange(size, dtype=np.int64) % 6 + 1
+    want = [scaled_fib(k, n[i:i + 1], dry_run=True)[0] for i in range(size)]
+    np.testing.assert_array_equal(
+        staged(tf.constant(k), tf.constant(n)).numpy(), want)
+    np.testing.assert_array_equal(
+        scaled_fib(tf.constant(k), tf.constant(n)).numpy(), want)

@@ -93,9 +93,12 @@ class BatchAxis:
     value = tf.get_static_value(x)
     if value is None:
       return tf.broadcast_to(x, self.shape)
-    key = ('broadcast', x.dtype, np.asarray(value).tobytes())
+    value = np.asarray(value)
+    key = ('broadcast', x.dtype, value.shape, value.tobytes())
     out = self._get(key, lambda: tf.broadcast_to(x, self.shape))
-    self.constants[out.ref()] = np.asarray(value)
+    if value.size == 1:
+      # A batch of one (`[1]`) is recorded as its scalar, as a scalar is.
+      self.constants[out.ref()] = value.reshape(())
     return out
 
 
