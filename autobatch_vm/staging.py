@@ -118,11 +118,14 @@ class StagedFunction:
     else:
       self._function = tf.function(tf_loop.traceable(traced))
       self._finish = lambda r: r
-    # The arguments' signature -> concrete function.  Without XLA every
-    # batch size of a member signature (`_signature(args, batched=False)`)
-    # shares one trace with a batch axis of unknown size, kept under
-    # `(_ANY_SIZE, member)` and under each signature called.
+    # The arguments' signature -> concrete function.  Without XLA a
+    # member signature (`_signature(args, batched=False)`, with which
+    # arguments are a batch of one broadcast) -> the signature of its
+    # first call, traced for that batch size; every other size of it
+    # shares one trace with a batch axis of unknown size, kept in
+    # `_concrete` under `(_ANY_SIZE, member)`.
     self._concrete = {}
+    self._first_sizes = {}
     self.fast_calls = 0   # calls that took the concrete function directly
 
   def __repr__(self):
@@ -229,16 +232,20 @@ class StagedFunction:
 
   def _any_size(self, key, args):
     """The concrete function serving every batch size of `args`'s member
-    signature, traced at its first call with a batch axis of unknown size
-    (a loop serving any size reads the size at run time, see
-    `backends.tf.loop.StagedRun`); False where TensorFlow has no flat
-    call (then `tf.function` it is).
+    signature but its first call's, traced on the first call at another
+    size with a batch axis of unknown size; None for a first call (left
+    to `tf.function`, which traces it for its size); False where
+    TensorFlow has no flat call (then `tf.function` it is).
+
+    The first size keeps its own trace, whose ops TensorFlow folds for
+    that size: a loop serving any size reads the size at run time (see
+    `backends.tf.loop.StagedRun`), which costs a fixed-size caller a few
+    percent (docs/performance.md, "Batch sizes and caches").
 
     Args:
       key: `args`'s signature.
       args: The call's arguments.
     """
-    del key   # every size of the member signature alike
     size = _batch_of(args)
     # A batch of one beside wider arguments is broadcast: it keeps its
     # one row in the trace, where it is not a batch (the batch size is
@@ -246,6 +253,8 @@ class StagedFunction:
     ones = tuple(bool(t.shape.rank) and size != 1 and t.shape[0] == 1
                  for t in tf.nest.flatten(args))
     member = (_signature(args, batched=False), ones)
+    if self._first_sizes.setdefault(member, key) == key:
+      return None
     concrete = self._concrete.get((_ANY_SIZE, member))
     if concrete is None:
       specs = tf.nest.map_structure(
@@ -454,8 +463,9 @@ def stage(fn, jit_compile=False, batch_buckets='auto', **call_kwargs):
       of sizes: padded to the next size in it (a larger call is compiled
       for its size).  `'auto'` (the default): the first `EXACT_SIZES`
       sizes of a member signature are compiled each for its size, later
-      ones padded to a power of two.  Without XLA one trace serves every
-      size (its batch axis has no size), and this is not used.
+      ones padded to a power of two.  Without XLA the first size has its
+      own trace and one more serves every other size (its batch axis has
+      no size), and this is not used.
     **call_kwargs: Keyword arguments passed to every call:
       `max_stack_depth`, `schedule`, `profile`, `max_steps`, `stackless`,
       or the function's own arguments.

@@ -20,8 +20,8 @@ Each part runs in a fresh process (fibonacci, the workload of `run.py`):
   (`rss_growth_after_second_size_mb`).
 - tf_function, xla: the same through `ab.stage(fib, jit_compile=...)`,
   `--staged_calls` calls (not in the default parts: under XLA each new
-  size compiles; without, one trace, at the warm-up, serves every size:
-  0 traces expected after it).
+  size compiles; without, the warm-up's size has its own trace and one
+  more serves every other size: 1 trace expected after the warm-up).
 - xla_buckets: XLA at `--staged_calls` random batch sizes under each
   policy of `ab.stage(..., batch_buckets=...)` (each size compiled,
   padded to powers of two, 'auto'): compiles, seconds, and the padding's
