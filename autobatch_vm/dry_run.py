@@ -73,7 +73,8 @@ class DryRuns:
     type's dtype.  An empty batch gives empty arrays of that type.  Where
     the result type cannot be found (the batched call fails to compile,
     e.g. over a `print`), a scalar gets the batch axis and anything else
-    is taken as a batch of one.
+    is taken as a batch of one.  A per-member function's leaves are one
+    member's values, whatever their shape: each gets the batch axis.
 
     Each member gets its rows of the arguments, each a batch of one of
     its parameter's type (`_member_types`: a Python number argument has
@@ -149,8 +150,9 @@ class DryRuns:
     merged = []
     for k, column in enumerate(columns):
       t = types_[k] if types_ is not None else None
-      merged.append(backend.concat([_member_rows(backend, x, t)
-                                    for x in column]))
+      merged.append(backend.concat([
+          _member_rows(backend, x, t, one_member=bf.per_member)
+          for x in column]))
     return inst.pattern_unflatten(results[0], merged)
 
   def call(self, bf, args, kwargs):
@@ -186,10 +188,9 @@ class DryRuns:
       args = [g if type(g) in _PY_NUMBERS else _one_member(g) for g in args]
       result = self._call_in_mode(bf, args, True)
       return _converted(backend, result, self._result_type(bf.name),
-                        result)
+                        _batch_of_one(backend, result))
     if caller:   # one member's values in: batches of one
-      args = [call_arguments.map_arguments(
-          lambda x: _member_rows(backend, x, None), a) for a in args]
+      args = [_batch_of_one(backend, a) for a in args]
       return _one_member(self._call_in_mode(bf, args, False))
     types_ = self._types(bf.name)
     params = (program.function(bf.name).vars_in if types_ is not None
@@ -252,6 +253,8 @@ class DryRuns:
     member (the `_member_types` of the callers' variables for it, where
     they agree), else the callee's result type; None where unknown."""
     program, _, known = self._local.program
+    if program is None:
+      return None
     key = ('result', callee)
     if key not in known:   # once per function and dry run
       found = []
@@ -377,17 +380,32 @@ def _converted(backend, value, tensor_type, otherwise):
     return otherwise
 
 
-def _member_rows(backend, x, tensor_type):
+def _batch_of_one(backend, value):
+  """A per-member function's value `value` (a pattern of one member's
+  leaves) as batches of one; as it is where a leaf is no array."""
+  try:
+    return call_arguments.map_arguments(
+        lambda x: _member_rows(backend, x, None, one_member=True), value)
+  except Exception:  # pylint: disable=broad-except
+    return value   # as written, for the caller to fail on
+
+
+def _member_rows(backend, x, tensor_type, one_member=False):
   """One member's result leaf `x` as a batch of one of `tensor_type`
-  (None: unknown; then a scalar gets the batch axis)."""
+  (None: unknown; then a scalar gets the batch axis).
+
+  With `one_member` (a per-member function's value, which never has the
+  batch axis: `x`, `x[:]`, a row of `x` alike) it always gets the batch
+  axis, and the type's dtype where the type is known."""
   if tensor_type is None:
     v = backend.asarray(x)
-    return v if len(backend.shape(v)) else backend.expand(v)
+    return v if len(backend.shape(v)) and not one_member else (
+        backend.expand(v))
   if type(x) in _PY_NUMBERS:  # a literal: the type's dtype, as batched
     x = np.asarray(x, tensor_type.dtype)
   v = backend.asarray(x)
   shape = tuple(backend.shape(v))
-  if shape == tuple(tensor_type.shape):
+  if one_member or shape == tuple(tensor_type.shape):
     v = backend.expand(v)  # the member's value: give it the batch axis
   elif shape != (1,) + tuple(tensor_type.shape) and not shape:
     v = backend.expand(v)  # not the batched call's type: a scalar is one row

@@ -148,13 +148,17 @@ def _rewrite(fn, ops):
   if not rewriter.changed:
     return fn
   ast.increment_lineno(definition, code.co_firstlineno - 1)
+  # Renamed inside the maker, so that the function's own name in its body
+  # (a recursive call) is what it is in `fn` (a global or closure cell),
+  # not a name of the maker's that no cell holds.
+  definition.name = _OPS + '_helper'
   names = sorted(set(cells) | {_OPS})
   maker = ast.FunctionDef(
       name=_OPS + '_make',
       args=ast.arguments(posonlyargs=[], args=[ast.arg(n) for n in names],
                          vararg=None, kwonlyargs=[], kw_defaults=[],
                          kwarg=None, defaults=[]),
-      body=[definition, ast.Return(ast.Name(fn.__name__, ast.Load()))],
+      body=[definition, ast.Return(ast.Name(definition.name, ast.Load()))],
       decorator_list=[], returns=None, type_comment=None, type_params=[])
   module = ast.Module(body=[maker], type_ignores=[])
   ast.fix_missing_locations(module)
@@ -162,7 +166,11 @@ def _rewrite(fn, ops):
   maker_code = next(c for c in compiled.co_consts
                     if isinstance(c, types.CodeType))
   new = next(c for c in maker_code.co_consts if isinstance(c, types.CodeType)
-             and c.co_name == fn.__name__)
+             and c.co_name == definition.name)
+  # Its own name again, for tracebacks.
+  new = new.replace(co_name=code.co_name, **(
+      {'co_qualname': code.co_qualname} if hasattr(code, 'co_qualname')
+      else {}))
   closure = tuple(types.CellType(ops) if n == _OPS else cells[n]
                   for n in new.co_freevars)
   made = types.FunctionType(new, fn.__globals__, fn.__name__,

@@ -3,9 +3,10 @@
 Casts of one member's scalars (`np.float64(x)`, `np.int32(x)`, `float(x)`,
 `int(x)`) and the builtins `min`, `max`, `abs` mean in a helper what they
 mean in the per-member function itself, through helpers that call helpers
-(`per_member.member_helpers`).  The program is checked against a plain
-Python loop over members and the dry run, on NumPy (VM, stackless) and
-TensorFlow (eager, stackless, `tf.function`, XLA).
+(`per_member.member_helpers`), and in a helper that calls itself.  The
+programs are checked against a plain Python loop over members and the dry
+run, on NumPy (VM, stackless) and TensorFlow (eager, stackless,
+`tf.function`, XLA).
 """
 
 import numpy as np
@@ -49,12 +50,44 @@ ctx = ab.Context()
 CASTS = ctx.batch_uncurried(casts, per_member=True)
 
 
+def _countdown(x, n):
+  """A helper calling itself on a shared number, passing a member's array
+  along."""
+  if n == 0:
+    return x
+  return _countdown(x + 1.0, n - 1)
+
+
+def _halved(v, n):
+  """A recursive helper with a cast of one member's scalar: each call of
+  itself is its rewritten self."""
+  if n == 0:
+    return float(v)
+  return _halved(v / 2.0, n - 1)
+
+
+def recursive(x, s):
+  return _countdown(x, 3) * _halved(s, 2)
+
+
+RECURSIVE = ctx.batch_uncurried(recursive, per_member=True)
+PROGRAMS = {'casts': CASTS, 'recursive': RECURSIVE}
+
+
+def _recursive_inputs(rng):
+  return rng.normal(size=(B, 3)), rng.normal(size=B)
+
+
 @pytest.fixture(scope='module')
-def case():
-  args = _inputs(np.random.default_rng(0))
-  expected = np.stack([np.asarray(casts(*[a[k] for a in args]))
-                       for k in range(B)])
-  return args, expected
+def cases():
+  """Program name -> its arguments and a plain loop's results."""
+  out = {}
+  for name, make in (('casts', _inputs), ('recursive', _recursive_inputs)):
+    fn = PROGRAMS[name].python_function
+    args = make(np.random.default_rng(0))
+    out[name] = args, np.stack([np.asarray(fn(*[a[k] for a in args]))
+                                for k in range(B)])
+  return out
 
 
 def _same(got, expected):
@@ -64,22 +97,26 @@ def _same(got, expected):
   np.testing.assert_allclose(got, expected, rtol=1e-12)
 
 
-def test_numpy_equals_a_loop_and_the_dry_run(case):
-  args, expected = case
-  _same(CASTS(*args, stackless=False), expected)
-  _same(CASTS(*args, stackless=True), expected)
-  _same(CASTS(*args, dry_run=True), expected)
+@pytest.mark.parametrize('name', list(PROGRAMS))
+def test_numpy_equals_a_loop_and_the_dry_run(cases, name):
+  args, expected = cases[name]
+  fn = PROGRAMS[name]
+  _same(fn(*args, stackless=False), expected)
+  _same(fn(*args, stackless=True), expected)
+  _same(fn(*args, dry_run=True), expected)
 
 
 @pytest.mark.parametrize('mode', ['eager', 'stackless', 'function', 'xla'])
-def test_tensorflow_equals_a_loop(case, mode):
+@pytest.mark.parametrize('name', list(PROGRAMS))
+def test_tensorflow_equals_a_loop(cases, name, mode):
   tf = pytest.importorskip('tensorflow')
-  args, expected = case
+  args, expected = cases[name]
+  fn = PROGRAMS[name]
   tensors = [tf.constant(a) for a in args]
   if mode in ('eager', 'stackless'):
-    got = CASTS(*tensors, stackless=mode == 'stackless')
+    got = fn(*tensors, stackless=mode == 'stackless')
   else:
-    got = tf.function(lambda *a: CASTS(*a), jit_compile=mode == 'xla',
+    got = tf.function(lambda *a: fn(*a), jit_compile=mode == 'xla',
                       autograph=False)(*tensors)
   _same(got.numpy(), expected)
 

@@ -5,7 +5,8 @@ plain Python loop over members (the undecorated functions, each member's
 arrays without a batch axis) and with `dry_run=True`: values, shapes and
 dtypes, on NumPy (stack VM and stackless) and TensorFlow (eager,
 `tf.function`, XLA).  Then gradients through a per-member tree RNN, calls
-between per-member and batch-aware functions, the listing's mark, the
+between per-member and batch-aware functions, the dry run's shapes where
+the batched call compiles and where it does not, the listing's mark, the
 counted fallback of a NumPy function without a batching rule, and the
 errors a user's mistake gets at the user's line.
 """
@@ -205,6 +206,123 @@ def test_per_member_and_batch_aware_functions_call_each_other(backend):
     out = normalized_sum(x, **kwargs)
     np.testing.assert_allclose(np.asarray(out), expected)
 
+
+# -- the dry run's shapes ------------------------------------------------------
+
+shape_ctx = ab.Context()
+
+
+def signed(x):
+  """A helper testing a member's value: the batched call refuses it, so
+  the dry run stacks results of a type it does not know."""
+  if x[0] > 0:
+    return x
+  return -x
+
+
+def _returns(pick):
+  """Per-member functions returning `pick(x)` in several forms."""
+  def argument(x):
+    return pick(x)
+
+  def view(x):
+    return pick(x)[:]
+
+  def sliced(x):
+    return pick(x)[1:]
+
+  def scalar(x):
+    return pick(x)[0]
+
+  def pair(x):
+    y = pick(x)
+    return y, y[2]
+  return argument, view, sliced, scalar, pair
+
+
+def _unchanged(x):
+  return x
+
+
+# A Context each: a Context's functions are known by name.
+_FORMS = {}
+for _refused, _pick in ((True, signed), (False, _unchanged)):
+  _ctx = ab.Context()
+  _FORMS.update({(_refused, fn.__name__): _ctx.batch_uncurried(
+      fn, per_member=True) for fn in _returns(_pick)})
+
+
+def _stacked_loop(fn, x):
+  """`fn` on each member's row of `x` in plain Python, stacked."""
+  outs = [fn.python_function(np.copy(x[k])) for k in range(len(x))]
+  if isinstance(outs[0], tuple):
+    return tuple(np.stack(column) for column in zip(*outs))
+  return np.stack(outs)
+
+
+def _assert_leaves(got, expected):
+  if isinstance(expected, tuple):
+    assert isinstance(got, tuple) and len(got) == len(expected)
+  for g, e in zip(ab.instructions.pattern_flatten(got),
+                  ab.instructions.pattern_flatten(expected)):
+    assert_same(np.asarray(g), e)
+
+
+@pytest.mark.parametrize('backend', ['numpy', 'tensorflow'])
+@pytest.mark.parametrize('key', list(_FORMS), ids=lambda k: '%s-%s' % (
+    'refused' if k[0] else 'typed', k[1]))
+def test_a_dry_run_gives_each_member_its_row_whatever_it_returns(key,
+                                                                 backend):
+  """The argument itself, a view, a slice, a scalar and a tuple each get
+  the batch axis, whether or not the batched call compiles."""
+  fn = _FORMS[key]
+  x = np.random.default_rng(3).normal(size=(4, 3))
+  expected = _stacked_loop(fn, x)
+  if key[0]:
+    with pytest.raises(errors.PerMemberError):
+      fn(x)
+  elif backend == 'numpy':
+    for stackless in (False, True):
+      _assert_leaves(fn(x, stackless=stackless), expected)
+  if backend == 'tensorflow':
+    tf = pytest.importorskip('tensorflow')
+    x = tf.constant(x)
+  _assert_leaves(fn(x, dry_run=True), expected)
+
+
+@shape_ctx.batch()
+def row_sums(x):
+  """Batch-aware: x is [batch, 3]."""
+  return np.sum(x, axis=1)
+
+
+@shape_ctx.batch(per_member=True)
+def summed(x):
+  return row_sums(x) + 1.0
+
+
+@shape_ctx.batch()
+def doubled_signed(x):
+  """Batch-aware, calling a per-member function the batched call
+  refuses."""
+  return per_member_signed(x) * 2.0
+
+
+@shape_ctx.batch(per_member=True)
+def per_member_signed(x):
+  return signed(x)
+
+
+def test_a_dry_run_passes_one_members_arrays_between_the_two_kinds():
+  """A per-member function's array reaches a batch-aware callee as a batch
+  of one, and comes back from a per-member callee as one."""
+  x = np.random.default_rng(4).normal(size=(4, 3))
+  np.testing.assert_allclose(summed(x, dry_run=True), x.sum(axis=1) + 1.0)
+  np.testing.assert_allclose(summed(x), x.sum(axis=1) + 1.0)
+  expected = np.where(x[:, :1] > 0, x, -x) * 2.0
+  got = doubled_signed(x, dry_run=True)
+  assert got.shape == (4, 3)
+  np.testing.assert_allclose(got, expected)
 
 def test_the_listing_marks_per_member_primitives():
   listing = str(mix_ctx.program(normalized_sum))

@@ -183,6 +183,7 @@ CASES = {
     namespace_and_sync_point: ('xy', True),
     conditions_and_builtins: ('xy', True),
     shared_leaf: ('xy', True),
+    rules_recursion: ('x', False),
     rules_written_argument: ('x', False),
     rules_stale_source: ('x', False),
 }
