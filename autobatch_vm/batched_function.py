@@ -11,6 +11,7 @@ import functools
 import numpy as np
 
 from autobatch_vm import errors
+from autobatch_vm.ir import instructions as inst
 from autobatch_vm import shipping
 from autobatch_vm.backends import scheduler
 from autobatch_vm.python import call_arguments
@@ -62,6 +63,38 @@ class BatchedFunction(shipping.FunctionPickling):
   def __repr__(self):
     return f'<batched function {self.name}>'
 
+  def _check_current(self):
+    """Refuses a call of a wrapper whose name the Context has since given
+    to another function.
+
+    A Context compiles its functions by name (calls between them are by
+    name, as TFP's are), so a wrapper replaced by a later registration of
+    another function of its name would run that function: say two
+    closures made by one `def`.  Registering the same Python function
+    again is no change.
+
+    Raises:
+      ArgumentError: If `self` is no longer the Context's function of its
+        name, and that one was made from another Python function.
+    """
+    current = self.context._functions.get(self.name)  # pylint: disable=protected-access
+    if current is self or (current is not None and
+                           current.python_function is self.python_function):
+      return
+    code = getattr(current, 'python_function', None)
+    code = getattr(code, '__code__', None)
+    where = (f' ({code.co_filename}, line {code.co_firstlineno})'
+             if code is not None else '')
+    raise errors.ArgumentError(
+        f'{self.name} was registered again in its Context, from another '
+        f'function{where}, after this batched function was made: a Context '
+        'holds one function of a name, and this one would run the other',
+        loc=inst.SourceLoc(self.name, self.python_function.__code__.co_filename,
+                           self.python_function.__code__.co_firstlineno),
+        hint='Give the functions different names, or make each in its own '
+        'ab.Context() (functions made by one def, such as closures, share '
+        'its name); after redefining a function, call the new one.')
+
   def __call__(self, *args, dry_run=False, stackless=None,
                max_stack_depth=DEFAULT_MAX_STACK_DEPTH, backend=None,
                block_code_cache=None,
@@ -108,6 +141,7 @@ class BatchedFunction(shipping.FunctionPickling):
         compiled or typed, or a primitive or an `assert` fails for some
         members.
     """
+    self._check_current()
     dry_runs = self.context._dry_runs
     if dry_runs.active():  # inside a dry run: plain Python
       return dry_runs.call(self, args, kwargs)

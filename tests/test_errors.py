@@ -1031,3 +1031,34 @@ def test_a_python_scalar_of_an_array_raises_on_every_numpy():
   assert list(warnings.filters) == before
   with errors.scalar_conversions_raise():
     assert float(np.float64(2.0)) == 2.0 and float(np.array(3.0)) == 3.0
+
+
+def _closure_of(pick):
+  def argument(x):
+    return pick(x)
+  return argument
+
+
+def test_a_wrapper_whose_name_was_registered_again_refuses_to_run():
+  """A Context compiles by name: a wrapper replaced by another function
+  of its name (two closures of one def) must not run the other one."""
+  ctx = ab.Context()
+  negated = ctx.batch_uncurried(_closure_of(np.negative),
+                                type_inference=lambda t: t)
+  same = ctx.batch_uncurried(_closure_of(np.positive),
+                             type_inference=lambda t: t)
+  x = np.arange(3.0)
+  np.testing.assert_array_equal(same(x), x)
+  np.testing.assert_array_equal(same(x, dry_run=True), x)
+  for dry_run in (False, True):
+    with pytest.raises(errors.ArgumentError,
+                       match='registered again in its Context') as info:
+      negated(x, dry_run=dry_run)
+    assert 'test_errors.py' in str(info.value)
+    assert 'different names' in str(info.value)
+  # The same Python function registered twice is no change.
+  fn = _closure_of(np.negative)
+  first, second = (ctx.batch_uncurried(fn, type_inference=lambda t: t)
+                   for _ in range(2))
+  np.testing.assert_array_equal(first(x), -x)
+  np.testing.assert_array_equal(second(x), -x)
