@@ -337,17 +337,15 @@ class Packing:
     row, frame, member, pushed = ops.pushing_members(values, rows, targets)
     return [(row * frames + frame) * batch + member, pushed]
 
-  def _selects_push(self, g):
-    """Whether stack pack g is pushed by a select: outside
-    XLA, pushes on a pack of scalar stacks, a select with the targets'
-    one-hot over the whole pack (see `ops.StackWrite`), its stacks that
-    the block does not push with no member pushing (`ports`); not one
-    pushed in place.  Against a scatter of the pushing members (a
-    `where`, gathers of their rows, frames and values, their indices
-    stacked: some ten kernels), the pack is as small as the scatter's
-    copy of it."""
-    return (not self.scratch and len(self.keys[g][2]) == 2
-            and g not in self.inplace)
+  def _selects_push(self, g, k):
+    """Whether `k` ports of stack pack g are pushed by a select: outside
+    XLA, pushes on every stack of a pack of scalar stacks, a select with
+    the targets' one-hot (see `ops.StackWrite`); not one pushed in place.
+    Against a scatter of the pushing members (a `where`, gathers of their
+    rows, frames and values, their indices stacked: some ten kernels),
+    the pack is as small as the scatter's copy of it."""
+    return (not self.scratch and k == len(self.slots[g])
+            and len(self.keys[g][2]) == 2 and g not in self.inplace)
 
   def _no_push(self, g):
     _, dtype, shape = self.keys[g]
@@ -398,14 +396,7 @@ class Packing:
                                    'push')
       batch = shape[1]
       values = None
-      if self._selects_push(g) and len(slots) < len(self.slots[g]):
-        # A port for every stack of the pack, the others not pushed.
-        at = dict(zip(slots, pushes))
-        slots = self.slots[g]
-        pushes = [at.get(s) or _NoPush(pushes[0]) for s in slots]
-        rows = tf.constant(np.reshape(np.arange(len(slots)), [-1, 1]),
-                           tf.int32)
-      if self._selects_push(g):
+      if self._selects_push(g, k):
         # Constants pushed (return blocks) stay scalars: the select
         # broadcasts them.
         values = _constant_rows([w.value for w in pushes],
@@ -595,7 +586,7 @@ class Packing:
         continue
       values, rows, targets, *full = next(it)
       batch = self.keys[g][2][1]
-      if self._selects_push(g):
+      if self._selects_push(g, k):
         packs[g] = tf.where(ops.hot(self.keys[g][2][0], targets),
                             values[:, tf.newaxis], packs[g])
         continue
@@ -620,17 +611,6 @@ class Packing:
         index = tf.stack([row, frame, member], axis=-1)
       packs[g] = tf.tensor_scatter_nd_update(packs[g], index, values)
     return packs
-
-
-class _NoPush:
-  """A push of no member, shaped as `push` (an `ops.StackWrite`), for a
-  stack that a block does not push, in a port for every stack of its pack
-  (`Packing.ports`)."""
-
-  def __init__(self, push):
-    self.value = tf.zeros_like(push.value)
-    self.target = tf.fill(tf.shape(push.target), -1)
-    self.full = False
 
 
 def _members(targets):
