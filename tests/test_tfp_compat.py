@@ -285,3 +285,37 @@ def test_tfp_nuts_program_reads_as_tfps_test_reads_it():
         ab.instructions.PushGotoOp, ab.instructions.PushBranchOp,
         ab.instructions.CallBranchOp))
   assert 0 < pushes <= 20
+
+
+def test_tfp_nuts_latents_of_mixed_rank_in_a_graph():
+  # TFP's nuts_autobatching_test.testLatentsOfMixedRank in graph mode (the
+  # stack VM in a TF1 graph run by a Session): latents [4, 3, 2] and [4, 7] put stacks of
+  # scalars and of vectors in the program's packs.  (Its random draws
+  # differ from an eager run's, so the step is checked, not compared.)
+  pytest.importorskip('tensorflow_probability')
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from benchmarks import tfp_baselines  # pylint: disable=g-import-not-at-top
+  nuts = tfp_baselines.tfp_nuts_on_autobatch_vm()
+
+  def log_prob(x, y):
+    return tf.reduce_sum(x, axis=[-1, -2]) + tf.reduce_sum(y, axis=-1)
+
+  def step():
+    import tensorflow_probability as tfp  # pylint: disable=g-import-not-at-top
+    kernel = nuts.NoUTurnSampler(
+        log_prob, step_size=0.3, use_auto_batching=True, stackless=False,
+        unrolled_leapfrog_steps=2, max_tree_depth=4, seed=1)
+    init = [tf.ones([4, 3, 2]), tf.zeros([4, 7])]
+    state, results = tfp.mcmc.sample_chain(
+        num_results=1, num_burnin_steps=0, current_state=init,
+        kernel=kernel, parallel_iterations=1)
+    return [s[0] for s in state], results.leapfrogs_taken[0]
+
+  with tf.Graph().as_default():   # TFP's test runs it so, in a Session
+    out = step()
+    with tf.compat.v1.Session() as session:
+      (x, y), leapfrogs = session.run(out)
+  assert x.shape == (4, 3, 2) and y.shape == (4, 7)
+  assert np.all(np.isfinite(x)) and np.all(np.isfinite(y))
+  # Trees of depth at most 4, two leapfrogs a leaf.
+  assert np.all((leapfrogs >= 2) & (leapfrogs <= 2 * 2**4))
