@@ -1,1 +1,51 @@
 """Tests of autobatch_vm.python."""
+
+import numpy as np
+
+import autobatch_vm as ab
+from autobatch_vm.ir import instructions as inst
+
+
+def per_member_primitive(ctx, fn):
+  """The per-member primitive of `fn` (a function of `ctx` with one), and
+  the names of the parameters it reads, in its order."""
+  (function,) = ctx.program(fn).functions
+  ops = [op for b in function.blocks for op in b.instructions
+         if isinstance(op, inst.PrimOp) and op.per_member]
+  assert len(ops) == 1, ops
+  return ops[0].function, [v.split('.')[-1] for v in ops[0].vars_in]
+
+
+def _loop(fn, args, batch):
+  """The members' values, one call of the plain function each, stacked."""
+  outs = [fn.python_function(*[np.copy(a[k]) for a in args])
+          for k in range(batch)]
+  if isinstance(outs[0], tuple):
+    return type(outs[0])(*[np.stack([np.asarray(o[f]) for o in outs])
+                           for f in range(len(outs[0]))])
+  return np.stack([np.asarray(o) for o in outs])
+
+
+def check_batched_equals_a_loop_and_the_dry_run(ctx, fn, names, plain,
+                                                values, batch):
+  """`fn` batched (stack VM, stackless) and dry run equals a plain loop
+  over its `batch` members (values, shapes, dtypes; its arguments left as
+  they were), and its primitive takes `member_direct`'s plain form
+  exactly where `plain` says."""
+  args = [values[n] for n in names]
+  expected = _loop(fn, args, batch)
+  before = [np.copy(a) for a in args]
+  for out in (fn(*args, stackless=False), fn(*args, stackless=True),
+              fn(*args, dry_run=True)):
+    for a, b in zip(args, before):
+      np.testing.assert_array_equal(a, b)   # item writes copy
+    assert type(out) is type(expected)  # pylint: disable=unidiomatic-typecheck
+    for got, want in zip(ab.instructions.pattern_flatten(out),
+                         ab.instructions.pattern_flatten(expected)):
+      got = np.asarray(got)
+      assert got.shape == want.shape and got.dtype == want.dtype
+      np.testing.assert_allclose(got, want, rtol=1e-12)
+  pm, read = per_member_primitive(ctx, fn)
+  key = tuple((values[n].ndim, values[n].dtype.char) for n in read)
+  assert (pm.direct.form(key, pm.member_function, pm.loc) is not None) == (
+      plain)

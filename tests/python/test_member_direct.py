@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import autobatch_vm as ab
-from autobatch_vm.ir import instructions as inst
+from tests.python import check_batched_equals_a_loop_and_the_dry_run
 
 ctx = ab.Context()
 TABLE = np.arange(12.0).reshape(4, 3)
@@ -228,37 +228,11 @@ CASES = {
 }
 
 
-def _primitive(fn):
-  """The per-member primitive of `fn` (each function here has one), and
-  the names of the parameters it reads, in its order."""
-  (function,) = ctx.program(fn).functions
-  ops = [op for b in function.blocks for op in b.instructions
-         if isinstance(op, inst.PrimOp) and op.per_member]
-  assert len(ops) == 1, ops
-  return ops[0].function, [v.split('.')[-1] for v in ops[0].vars_in]
-
-
 @pytest.mark.parametrize('fn', list(CASES), ids=lambda f: f.__name__)
 def test_batched_equals_a_loop_and_the_dry_run(fn):
   names, plain = CASES[fn]
-  values = _inputs(np.random.default_rng(0))
-  args = [values[n] for n in names]
-  expected = np.stack([
-      np.asarray(fn.python_function(*[np.copy(a[k]) for a in args]))
-      for k in range(B)])
-  before = [np.copy(a) for a in args]
-  for out in (fn(*args, stackless=False), fn(*args, stackless=True),
-              fn(*args, dry_run=True)):
-    for a, b in zip(args, before):
-      np.testing.assert_array_equal(a, b)   # item writes copy
-    out = np.asarray(out)
-    assert out.shape == expected.shape
-    assert out.dtype == expected.dtype
-    np.testing.assert_allclose(out, expected, rtol=1e-12)
-  pm, read = _primitive(fn)
-  key = tuple((values[n].ndim, values[n].dtype.char) for n in read)
-  assert (pm.direct.form(key, pm.member_function, pm.loc) is not None) == (
-      plain)
+  check_batched_equals_a_loop_and_the_dry_run(
+      ctx, fn, names, plain, _inputs(np.random.default_rng(0)), B)
 
 
 def test_an_error_in_the_plain_form_is_the_rules_error_at_the_users_line():

@@ -26,8 +26,9 @@ import pytest
 
 import autobatch_vm as ab
 from autobatch_vm import errors
-from autobatch_vm.ir import instructions as inst
 from autobatch_vm.per_member import numpy_rules
+from tests.python import check_batched_equals_a_loop_and_the_dry_run
+from tests.python import per_member_primitive
 
 B = 4
 Pair = collections.namedtuple('Pair', ['x', 'y'])
@@ -190,44 +191,14 @@ CASES = {
 
 
 def _primitive(fn):
-  (function,) = ctx.program(fn).functions
-  ops = [op for b in function.blocks for op in b.instructions
-         if isinstance(op, inst.PrimOp) and op.per_member]
-  assert len(ops) == 1, ops
-  return ops[0].function, [v.split('.')[-1] for v in ops[0].vars_in]
-
-
-def _loop(fn, args):
-  """The members' values, one call of the plain function each, stacked."""
-  outs = [fn.python_function(*[np.copy(a[k]) for a in args])
-          for k in range(B)]
-  if isinstance(outs[0], tuple):
-    return type(outs[0])(*[np.stack([np.asarray(o[f]) for o in outs])
-                           for f in range(len(outs[0]))])
-  return np.stack([np.asarray(o) for o in outs])
+  return per_member_primitive(ctx, fn)
 
 
 @pytest.mark.parametrize('fn', list(CASES), ids=lambda f: f.__name__)
 def test_batched_equals_a_loop_and_the_dry_run(fn):
   names, plain = CASES[fn]
-  values = _inputs(np.random.default_rng(0))
-  args = [values[n] for n in names]
-  expected = _loop(fn, args)
-  before = [np.copy(a) for a in args]
-  for out in (fn(*args, stackless=False), fn(*args, stackless=True),
-              fn(*args, dry_run=True)):
-    for a, b in zip(args, before):
-      np.testing.assert_array_equal(a, b)   # item writes copy
-    assert type(out) is type(expected)  # pylint: disable=unidiomatic-typecheck
-    for got, want in zip(ab.instructions.pattern_flatten(out),
-                         ab.instructions.pattern_flatten(expected)):
-      got = np.asarray(got)
-      assert got.shape == want.shape and got.dtype == want.dtype
-      np.testing.assert_allclose(got, want, rtol=1e-12)
-  pm, read = _primitive(fn)
-  key = tuple((values[n].ndim, values[n].dtype.char) for n in read)
-  assert (pm.direct.form(key, pm.member_function, pm.loc) is not None) == (
-      plain)
+  check_batched_equals_a_loop_and_the_dry_run(
+      ctx, fn, names, plain, _inputs(np.random.default_rng(0)), B)
 
 
 def test_a_test_of_a_members_value_in_a_helper_is_the_rules_refusal():
