@@ -250,17 +250,18 @@ class StagedFunction:
     # A batch of one beside wider arguments is broadcast: it keeps its
     # one row in the trace, where it is not a batch (the batch size is
     # read from the others).
+    flat = tf.nest.flatten(args)
     ones = tuple(bool(t.shape.rank) and size != 1 and t.shape[0] == 1
-                 for t in tf.nest.flatten(args))
+                 for t in flat)
     member = (_signature(args, batched=False), ones)
     if self._first_sizes.setdefault(member, key) == key:
       return None
     concrete = self._concrete.get((_ANY_SIZE, member))
     if concrete is None:
-      specs = tf.nest.map_structure(
-          lambda t: tf.TensorSpec(
-              [1 if size != 1 and t.shape[0] == 1 else None] + t.shape[1:]
-              if t.shape.rank else t.shape, t.dtype), args)
+      specs = tf.nest.pack_sequence_as(args, [
+          tf.TensorSpec([1 if one else None] + t.shape[1:]
+                        if t.shape.rank else t.shape, t.dtype)
+          for t, one in zip(flat, ones)])
       # Its packing planned at this call's size, as an eager call's.
       with tf_loop.planned_batch(size or tf_loop.NOMINAL_BATCH):
         concrete = self._function.get_concrete_function(*specs)
