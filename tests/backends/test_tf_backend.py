@@ -828,6 +828,57 @@ def test_graph_large_stacks_packed_by_pushers(monkeypatch):
     shallow(h, x, n)
 
 
+@ctx.batch()
+def twin_blend(h, x, n):
+  """Recursion whose one block writes two `[512]` rows (`a`, `b`)."""
+  if n <= 0:
+    return h * x[..., None]
+  a = h * 0.5 + x[..., None]
+  b = h * 0.25 - x[..., None]
+  r = twin_blend(a + b, x * 0.9, n - 1)
+  return r + a * b
+
+
+def test_graph_large_registers_carried_flat(monkeypatch):
+  """Outside XLA a register of `flat_register_bytes` or more (`twin_blend`'s
+  `[16, 512]` float64 rows, 64 KB) is a loop variable of its own; with the
+  knob off, `a` and `b`, which one block writes, share a pack.  Values and
+  gradients match each member alone either way."""
+  from autobatch_vm.backends.tf import knobs  # pylint: disable=g-import-not-at-top
+  from autobatch_vm.backends.tf import packing  # pylint: disable=g-import-not-at-top
+  flats = []
+
+  class Spy(packing.Packing):
+
+    def __init__(self, state, *args, **kwargs):
+      super().__init__(state, *args, **kwargs)
+      flats.append(sum(tuple(state[s].shape) == (16, 512)
+                       for s in self.flat))
+  monkeypatch.setattr(packing, 'Packing', Spy)
+  rng = np.random.default_rng(3)
+  h = tf.constant(rng.normal(size=(16, 512)))
+  x = tf.constant(rng.normal(size=(16,)))
+  n = tf.constant(rng.integers(0, 6, size=16))
+
+  def run(**kwargs):
+    with tf.GradientTape() as tape:
+      tape.watch(h)
+      out = twin_blend(h, x, n, max_stack_depth=8, **kwargs)
+      total = tf.reduce_sum(out * out)
+    return out, tape.gradient(total, h)
+  out0, dh0 = run(dry_run=True)
+  counted = []
+  for knob in [knobs.CPU, knobs.TuningKnobs(flat_register_bytes=None)]:
+    flats.clear()
+    out, dh = tf.function(functools.partial(
+        run, backend=ab.TensorFlowBackend(knobs=knob)))()
+    counted.append(flats[0])
+    np.testing.assert_allclose(out.numpy(), out0.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(dh.numpy(), dh0.numpy(), rtol=1e-12)
+  flat_on, flat_off = counted
+  assert flat_on == flat_off + 2, counted
+
+
 def _pushes_in_place(monkeypatch):
   """A backend pushing every stack pack in place (`ops.update_rows`), not
   only those of the default `inplace_stack_bytes` or more; returns it and

@@ -25,6 +25,10 @@ class TuningKnobs:
       bytes are packed with the registers of their dtype and shape that the
       same blocks write: such a block writes the whole pack, which it
       stacks anew instead of copying the pack to scatter into it.
+    flat_register_bytes: Outside XLA, a register of at least this many
+      bytes is carried as a loop variable of its own, not in a pack: a
+      block writing it selects into it, where stacking its pack anew would
+      copy it once more.  None: registers go by `pack_bytes` alone.
     group_step_bytes: Under XLA, what one more group of blocks costs a step
       (its single-trip loop), in bytes of ports it would save
       (`groups.write_groups`).  On a GPU a while loop's trip test copies its
@@ -60,6 +64,7 @@ class TuningKnobs:
   """
   pack_bytes: int = 128 * 1024
   signature_bytes: int = 4 * 1024
+  flat_register_bytes: Optional[int] = 32 * 1024
   group_step_bytes: int = 16 * 1024
   guarded_group_bytes: int = 64 * 1024
   push_window_frames: int = 8
@@ -75,7 +80,8 @@ CPU = TuningKnobs()
 # the host: in practice one group and no guarded group.  Pushes are
 # scatters (a GPU compiles them as one kernel) and never in place (not
 # every dtype has the kernel there).
-GPU = TuningKnobs(group_step_bytes=16 * 1024 * 1024,
+GPU = TuningKnobs(flat_register_bytes=None,
+                  group_step_bytes=16 * 1024 * 1024,
                   guarded_group_bytes=16 * 1024 * 1024,
                   push_window_frames=0, inplace_stack_bytes=None,
                   whole_pack_bytes=0)

@@ -72,7 +72,8 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
   (about a microsecond each), and every loop variable costs several (the
   loop's and the `Case`'s plumbing), so the state is packed:
   - small registers and stacks by dtype and shape, in packs of at most
-    the knob `pack_bytes`, since a scatter copies its pack;
+    the knob `pack_bytes`, since a scatter copies its pack (registers of
+    `flat_register_bytes` or more go alone);
   - large registers (rows of `signature_bytes` or more) with those that
     the same blocks write, so that a block writing one writes the whole
     pack, stacked anew (no copy of the old pack, no scatter).
@@ -128,9 +129,16 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
     packed, limit = range(len(state)), None
   else:
     # Stacks are all packed: large ones with those the same blocks push.
-    packed = [i for i, x in enumerate(state)
-              if 2 * packing_lib.nominal_bytes(x.dtype, x.shape, nominal)
-              <= knobs.pack_bytes or i in stack_slots]
+    # A register of `flat_register_bytes` or more is carried by itself.
+    def packs(slot, x):
+      size = packing_lib.nominal_bytes(x.dtype, x.shape, nominal)
+      if slot in stack_slots:
+        return True
+      if (knobs.flat_register_bytes is not None
+          and size >= knobs.flat_register_bytes):
+        return False
+      return 2 * size <= knobs.pack_bytes
+    packed = [i for i, x in enumerate(state) if packs(i, x)]
     limit = knobs.pack_bytes
   writers = None
   if not xla:
