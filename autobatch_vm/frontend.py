@@ -94,14 +94,21 @@ class Context(shipping.ContextPickling):
     cache_size: The most compiled programs and blocks kept, the least
       recently used dropped first (`caches.LRUCache`); None: no bound.
       `clear_caches()` empties the cache, `cache_info()` counts it.
+    block_exits: Whether the stack VM's programs let members leave a
+      block early, so that a branch's likely side runs in the branching
+      block's step (`passes.block_exits`): fewer steps, the same or more
+      time per call on TFP's NUTS program (docs/performance.md).
 
   Attributes:
     debug: As given.
+    block_exits: As given; programs lowered from then on follow it.
     last_stats: The `RunStats` of the last call of any of its functions.
   """
 
-  def __init__(self, debug=False, cache_size=DEFAULT_CACHE_SIZE):
+  def __init__(self, debug=False, cache_size=DEFAULT_CACHE_SIZE,
+               block_exits=False):
     self.debug = debug
+    self.block_exits = block_exits
     self._functions = {}      # name -> BatchedFunction, in definition order
     self._module = None
     try:
@@ -530,11 +537,12 @@ class Context(shipping.ContextPickling):
     main = self._name_of(main)
     sig = None if sig is None else self._signature(main, sig)
     scheduler.check_schedule(schedule)
-    key = ('lowered', main, repr(sig), backend, schedule)
+    exits = bool(self.block_exits)
+    key = ('lowered', main, repr(sig), backend, schedule, exits)
     if key not in self._cache:
       self._cache[key] = pipeline.lowered(
           self.program_compiled(main, sig, backend), verify=self._verify(),
-          schedule=schedule)
+          schedule=schedule, exits=exits)
     return self._cache[key]
 
   def lowered_for_args(self, name, args, backend=None,

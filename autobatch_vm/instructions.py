@@ -11,8 +11,11 @@ passes use.  The grammar is in `autobatch_vm.ir.instructions`.
 from autobatch_vm.ir.instructions import Block
 from autobatch_vm.ir.instructions import BranchOp
 from autobatch_vm.ir.instructions import CallBranchOp
+from autobatch_vm.ir.instructions import block_targets
 from autobatch_vm.ir.instructions import copy_op
 from autobatch_vm.ir.instructions import destinations
+from autobatch_vm.ir.instructions import exit_targets
+from autobatch_vm.ir.instructions import ExitOp
 from autobatch_vm.ir.instructions import extract_referenced_variables
 from autobatch_vm.ir.instructions import FrozenDict
 from autobatch_vm.ir.instructions import Function
@@ -55,7 +58,8 @@ from autobatch_vm.ir.instructions import Type
 from autobatch_vm.ir.instructions import type_str
 from autobatch_vm.ir.instructions import VariableAllocation
 
-__all__ = ['Block', 'BranchOp', 'CallBranchOp', 'Function', 'FunctionCallOp',
+__all__ = ['Block', 'BranchOp', 'CallBranchOp', 'ExitOp', 'Function',
+           'FunctionCallOp',
            'GotoOp', 'GraphView', 'IndirectGotoOp', 'LoweredProgram', 'PopOp',
            'PrimOp', 'Program', 'PushBranchOp', 'PushGotoOp', 'PushOp',
            'RestoreOp', 'ReturnOp', 'SourceLoc', 'TensorType', 'Type',

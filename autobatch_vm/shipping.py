@@ -248,8 +248,8 @@ def _context_payload(context):
 _pickle_lock = threading.RLock()
 
 
-def _new_context(cls, debug, cache_size):
-  return cls(debug=debug, cache_size=cache_size)
+def _new_context(cls, debug, cache_size, block_exits=False):
+  return cls(debug=debug, cache_size=cache_size, block_exits=block_exits)
 
 
 def _install_state(context, packed):
@@ -325,7 +325,8 @@ def shipping_pickler(context=None, state=None):
       if context is not None:
         if obj is context:
           size = obj._cache.maxsize  # pylint: disable=protected-access
-          return (_new_context, (type(obj), bool(obj.debug), size),
+          return (_new_context, (type(obj), bool(obj.debug), size,
+                                 bool(getattr(obj, 'block_exits', False))),
                   pack_state(state), None, None, _install_state)
         if (isinstance(obj, FunctionPickling) and
             getattr(obj, 'context', None) is context):

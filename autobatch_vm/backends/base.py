@@ -452,6 +452,25 @@ class Backend:
     """
     raise NotImplementedError
 
+  def when_any(self, m, run, types):
+    """`run()`, or zeros where no member is in `m` (see a backend's own).
+
+    A primitive after an exit (`ExitOp`) runs so: where every member at
+    the block has left, the lanes it sees hold no staying member's data.
+
+    Args:
+      m: A mask: the members that stayed at a block after an exit.
+      run: A function returning a list of whole-batch values, one per
+        `TensorType` of `types`.
+      types: Their types.
+
+    Returns:
+      `run()` here: a backend that runs primitives only for the members
+      at a block never runs one for none.
+    """
+    del m, types
+    return run()
+
   def submask(self, m, cond, negate=False):
     """The members of `m` where `cond` holds (fails, if `negate`).
 

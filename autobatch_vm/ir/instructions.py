@@ -18,6 +18,8 @@ stack operations):
                  | PushOp(vars: name*)       # save registers on their stacks
                  | PopOp(vars: name*)        # restore registers, drop frame
                  | RestoreOp(vars: name*)    # restore registers, keep frame
+                 | ExitOp(cond: name, when: bool,  # after lowering: members
+                          block: label)    # with cond == when jump there
     terminator ::= GotoOp(label)
                  | BranchOp(cond: name, true: label, false: label)
                  | ReturnOp()                                 # before lowering
@@ -56,10 +58,13 @@ from autobatch_vm.ir.patterns import pattern_traverse
 from autobatch_vm.ir.patterns import pattern_unflatten
 from autobatch_vm.ir.patterns import pattern_zip
 from autobatch_vm.ir.program import Block
+from autobatch_vm.ir.program import block_targets
 from autobatch_vm.ir.program import BranchOp
 from autobatch_vm.ir.program import CallBranchOp
 from autobatch_vm.ir.program import copy_op
 from autobatch_vm.ir.program import destinations
+from autobatch_vm.ir.program import exit_targets
+from autobatch_vm.ir.program import ExitOp
 from autobatch_vm.ir.program import FrozenDict
 from autobatch_vm.ir.program import Function
 from autobatch_vm.ir.program import FunctionCallOp
@@ -93,7 +98,8 @@ from autobatch_vm.ir.program import type_str
 from autobatch_vm.ir.program import VariableAllocation
 
 __all__ = [
-    'Block', 'BranchOp', 'CallBranchOp', 'Function', 'FunctionCallOp',
+    'Block', 'BranchOp', 'CallBranchOp', 'ExitOp', 'Function',
+    'FunctionCallOp',
     'GotoOp', 'GraphView', 'IndirectGotoOp', 'LoweredProgram', 'PopOp',
     'PrimOp', 'Program', 'PushBranchOp', 'PushGotoOp', 'PushOp', 'RestoreOp',
     'ReturnOp', 'SourceLoc', 'TensorType', 'Type', 'VariableAllocation',
@@ -128,7 +134,7 @@ def extract_referenced_variables(node):
     return frozenset(node.vars_in) | frozenset(pattern_flatten(node.vars_out))
   if isinstance(node, (PushOp, PopOp, RestoreOp)):
     return frozenset(node.vars)
-  if isinstance(node, (BranchOp, PushBranchOp, CallBranchOp)):
+  if isinstance(node, (BranchOp, PushBranchOp, CallBranchOp, ExitOp)):
     return frozenset([node.cond])
   if isinstance(node, (GotoOp, ReturnOp, PushGotoOp, IndirectGotoOp)):
     return frozenset()

@@ -113,9 +113,14 @@ def _interpret_lowered(program, args, max_steps):
     if label is None:
       return _read(env, program.vars_out)
     block = blocks[label]
+    left = None   # the target of an exit taken
     for op in block.instructions:
       if isinstance(op, ir.PrimOp):
         _run_prim(op, env)
+      elif isinstance(op, ir.ExitOp):
+        if bool(env[op.cond]) == op.when:
+          left = op.block
+          break
       elif isinstance(op, ir.PushOp):
         for v in op.vars:
           stacks[v].append(env[v])
@@ -128,7 +133,9 @@ def _interpret_lowered(program, args, max_steps):
       else:
         raise errors.InternalError(f'{ir.op_str(op)} after lowering')
     t = block.terminator
-    if isinstance(t, ir.GotoOp):
+    if left is not None:
+      label = left
+    elif isinstance(t, ir.GotoOp):
       label = t.block
     elif isinstance(t, ir.BranchOp):
       label = t.true_block if bool(env[t.cond]) else t.false_block

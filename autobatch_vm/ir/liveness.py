@@ -18,8 +18,8 @@ from typing import Dict, FrozenSet, Tuple
 from autobatch_vm import errors
 from autobatch_vm.ir import instructions as inst
 
-__all__ = ['Liveness', 'analyze', 'crossing', 'lowered_live_out', 'reads',
-           'transfer', 'writes']
+__all__ = ['Liveness', 'analyze', 'crossing', 'lowered_live_out',
+           'lowered_liveness', 'reads', 'transfer', 'writes']
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +72,7 @@ def reads(op, fn=None):
   if isinstance(op, (inst.PrimOp, inst.FunctionCallOp)):
     return set(op.vars_in)
   if isinstance(op, (inst.BranchOp, inst.PushBranchOp,
-                     inst.CallBranchOp)):
+                     inst.CallBranchOp, inst.ExitOp)):
     return {op.cond}
   if isinstance(op, inst.ReturnOp):
     return set(inst.pattern_flatten(fn.vars_out)) if fn else set()
@@ -123,7 +123,7 @@ def successors(block):
   return _within_function(block.terminator)
 
 
-def transfer(block, fn, live_out, across=None):
+def transfer(block, fn, live_out, across=None, exit_live=None):
   """Computes the variables live on entry to `block` from those live out.
 
   Args:
@@ -133,6 +133,9 @@ def transfer(block, fn, live_out, across=None):
     across: A dict, or None; if given, it gets
       `(block.label, index) -> variables live across that call` for each
       `FunctionCallOp` of `block`.
+    exit_live: For a block with exits (`ExitOp`): `exit_live(label)`, the
+      variables live on entry to an exit's target, live at the exit too.
+      None: `live_out` (which holds them, the targets being successors).
 
   Returns:
     The set of variables live on entry to `block`.
@@ -140,6 +143,8 @@ def transfer(block, fn, live_out, across=None):
   live = set(live_out) | reads(block.terminator, fn)
   for i in range(len(block.instructions) - 1, -1, -1):
     op = block.instructions[i]
+    if isinstance(op, inst.ExitOp):
+      live |= exit_live(op.block) if exit_live else live_out
     out = writes(op)
     if across is not None and isinstance(op, inst.FunctionCallOp):
       across[(block.label, i)] = frozenset(live - out)
@@ -159,7 +164,7 @@ def _fixpoint(blocks, succ, fn, exit_reads=lambda block: frozenset()):
     for block in reversed(blocks):
       out = frozenset().union(exit_reads(block),
                               *[live_in[s] for s in succ(block)])
-      new_in = frozenset(transfer(block, fn, out))
+      new_in = frozenset(transfer(block, fn, out, exit_live=live_in.get))
       if out != live_out[block.label] or new_in != live_in[block.label]:
         live_out[block.label] = out
         live_in[block.label] = new_in
@@ -209,7 +214,7 @@ def _returns_from(program):
         t = block.terminator
         if isinstance(t, inst.IndirectGotoOp):
           out.add(block.label)
-        for s in _within_function(t):
+        for s in inst.exit_targets(block) + _within_function(t):
           if s not in seen:
             seen.add(s)
             todo.append(s)
@@ -226,10 +231,24 @@ def lowered_live_out(program):
 
   Returns:
     A dict from each block's label to the frozenset of variables live on
-    exit from it.
+    exit from it (`lowered_liveness` for the rules).
+  """
+  return lowered_liveness(program)[1]
+
+
+def lowered_liveness(program):
+  """Computes the variables live into and out of each lowered block.
+
+  Args:
+    program: A `LoweredProgram`.
+
+  Returns:
+    `(live_in, live_out)`: dicts from each block's label to the frozenset
+    of variables live on entry to it, and on exit from it.
 
   Calls and returns are jumps there: a call goes to the callee's entry
-  (and a `CallBranchOp` or `PushBranchOp` to either side); a return
+  (and a `CallBranchOp` or `PushBranchOp` to either side), an exit
+  (`ExitOp`) to its target, with what is live there live at it; a return
   (`IndirectGotoOp`) goes to the return points of the calls whose callee
   may end with it (`_returns_from`), and a return that the program's entry
   reaches without a call leaves the program, which reads `vars_out`.  A
@@ -244,7 +263,7 @@ def lowered_live_out(program):
   nothing.
   """
   if not program.blocks:
-    return {}
+    return {}, {}
   returns_from = _returns_from(program)
   return_points = collections.defaultdict(set)
   for b in program.blocks:
@@ -257,6 +276,9 @@ def lowered_live_out(program):
   exit_reads = frozenset(inst.pattern_flatten(program.vars_out))
 
   def succ(block):
+    return inst.exit_targets(block) + after_terminator(block)
+
+  def after_terminator(block):
     t = block.terminator
     if isinstance(t, inst.GotoOp):
       return [t.block]
@@ -273,7 +295,7 @@ def lowered_live_out(program):
       return exit_reads
     return frozenset()
 
-  return _fixpoint(program.blocks, succ, None, after)[1]
+  return _fixpoint(program.blocks, succ, None, after)
 
 
 # ---------------------------------------------------------------------------

@@ -17,7 +17,8 @@ from autobatch_vm import errors
 from autobatch_vm.ir import patterns
 
 __all__ = [
-    'Block', 'BranchOp', 'CallBranchOp', 'Function', 'FunctionCallOp',
+    'Block', 'BranchOp', 'CallBranchOp', 'ExitOp', 'Function',
+    'FunctionCallOp',
     'GotoOp', 'GraphView', 'IndirectGotoOp', 'LoweredProgram', 'PopOp',
     'PrimOp', 'Program', 'PushBranchOp', 'PushGotoOp', 'PushOp', 'RestoreOp',
     'ReturnOp', 'SourceLoc', 'TensorType', 'Type', 'VariableAllocation',
@@ -295,6 +296,28 @@ class RestoreOp:
 
 
 @dataclasses.dataclass(frozen=True)
+class ExitOp:
+  """An early exit from a block, among its instructions (after lowering).
+
+  The members at the block for which `cond` equals `when` jump to `block`
+  (a plain jump: nothing is pushed or popped) and run nothing more of
+  this block in this step; the others run the rest of the block, its
+  terminator included.  Made by `passes.block_exits`, which inlines the
+  likely side of a branch into the branching block.
+
+  Attributes:
+    cond: The condition variable, a per-member scalar.
+    when: The value of `cond` for which members leave.
+    block: The label the leaving members go to.
+    loc: Where in the user's source it came from, or None.
+  """
+  cond: str
+  when: bool
+  block: str
+  loc: Optional[SourceLoc] = dataclasses.field(default=None, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
 class GotoOp:
   """Jump to `block`.
 
@@ -380,7 +403,7 @@ class IndirectGotoOp:
   loc: Optional[SourceLoc] = dataclasses.field(default=None, compare=False)
 
 
-OPS = (PrimOp, FunctionCallOp, PushOp, PopOp, RestoreOp)
+OPS = (PrimOp, FunctionCallOp, PushOp, PopOp, RestoreOp, ExitOp)
 TERMINATORS = (GotoOp, BranchOp, ReturnOp, PushGotoOp, PushBranchOp,
                CallBranchOp, IndirectGotoOp)
 
@@ -415,6 +438,17 @@ def destinations(t):
   return None
 
 
+def exit_targets(block):
+  """The labels the exits (`ExitOp`) among `block`'s instructions name."""
+  return [op.block for op in block.instructions if isinstance(op, ExitOp)]
+
+
+def block_targets(block):
+  """Every label `block` names: its exits' targets, then its terminator's
+  (`jump_targets`)."""
+  return exit_targets(block) + jump_targets(block.terminator)
+
+
 def reachable_blocks(blocks):
   """`blocks` without those no jump from the entry (`blocks[0]`) reaches."""
   by_label = {b.label: b for b in blocks}
@@ -423,7 +457,7 @@ def reachable_blocks(blocks):
     label = stack.pop()
     if label not in seen:
       seen.add(label)
-      stack += jump_targets(by_label[label].terminator)
+      stack += block_targets(by_label[label])
   return [b for b in blocks if b.label in seen]
 
 
@@ -668,6 +702,8 @@ def op_str(op):
     return f'pop {", ".join(op.vars)}'
   if isinstance(op, RestoreOp):
     return f'restore {", ".join(op.vars)}'
+  if isinstance(op, ExitOp):
+    return f'exit_{"if" if op.when else "unless"} {op.cond}, {op.block}'
   if isinstance(op, GotoOp):
     return f'goto {op.block}'
   if isinstance(op, BranchOp):

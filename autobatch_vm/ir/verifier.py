@@ -4,14 +4,15 @@
 `InternalError` showing the offending instruction with a few lines of the
 printed IR around it.  Checked:
 
-- every branch/goto/push_goto target exists; `return` only before lowering,
-  `push_goto`/`indirect_goto`/stack ops only after;
+- every branch/goto/push_goto/exit target exists; `return` only before
+  lowering, `push_goto`/`indirect_goto`/stack ops/exits only after;
 - every variable read is written somewhere on a path to the read (no read
   of a variable that is unassigned on every path);
-- once typed: every variable has a type, and every condition is a per-member
-  scalar; once allocated: every variable has an allocation, stack
-  operations touch only FULL variables, no NULL variable is read, and a
-  TEMPORARY is read only in its own block after being written.
+- once typed: every variable has a type, and every condition (an exit's
+  too) is a per-member scalar; once allocated: every variable has an
+  allocation, stack operations touch only FULL variables, no NULL variable
+  is read, and a TEMPORARY is read only in its own block after being
+  written.
 """
 
 from autobatch_vm import errors
@@ -56,6 +57,9 @@ def _check_blocks(blocks, params, var_defs, var_alloc, lowered, listing,
     for target in inst.jump_targets(t):
       if target not in labels:
         _fail(listing, line, f'unknown block {target!r}', stage)
+    for op in b.instructions:
+      if isinstance(op, inst.ExitOp):
+        _check_exit(op, labels, var_defs, lowered, listing, stage)
     temps = set()
     ops = list(b.instructions)
     for k, op in enumerate(ops + [t], 1):
@@ -91,12 +95,29 @@ def _check_blocks(blocks, params, var_defs, var_alloc, lowered, listing,
       for v in liveness.writes(op):  # ...and its results start the next
         if var_alloc and var_alloc.get(v) == VA.TEMPORARY:
           temps.add(v)
-    if var_defs and isinstance(t, (inst.BranchOp, inst.PushBranchOp,
-                                   inst.CallBranchOp)):
-      ct = var_defs[t.cond].tensors
-      if ct is not None and (not isinstance(ct, inst.TensorType)
-                             or ct.shape != ()):
-        _fail(listing, inst.op_str(t), 'condition is not a scalar', stage)
+    if isinstance(t, (inst.BranchOp, inst.PushBranchOp, inst.CallBranchOp)):
+      _check_condition(t, var_defs, listing, stage)
+
+
+def _check_exit(op, labels, var_defs, lowered, listing, stage):
+  """An exit: after lowering only, to a block that exists, on a scalar."""
+  text = inst.op_str(op)
+  if not lowered:
+    _fail(listing, text, 'exit before lowering', stage)
+  if op.block not in labels:
+    _fail(listing, text, f'unknown block {op.block!r}', stage)
+  if not isinstance(op.when, bool):
+    _fail(listing, text, f'exit side {op.when!r} is not a bool', stage)
+  _check_condition(op, var_defs, listing, stage)
+
+
+def _check_condition(op, var_defs, listing, stage):
+  """A branch's or an exit's condition is a per-member scalar."""
+  t = var_defs.get(op.cond) if var_defs else None
+  ct = None if t is None else t.tensors
+  if ct is not None and (not isinstance(ct, inst.TensorType)
+                         or ct.shape != ()):
+    _fail(listing, inst.op_str(op), 'condition is not a scalar', stage)
 
 
 def verify(program, stage='?'):

@@ -20,8 +20,9 @@ the block that writes it, which the verifier checks):
 - *sinking*: `t = f(a...)`, later `x = t` where that copy is the only read
   of `t`: `f` moves down to the copy and writes `x` (`push n; n = prim[n -
   1](n)` above).  Only where nothing in between writes `f`'s inputs, so `f`
-  sees the same values; moving the write of `x` down keeps the value that
-  the instructions in between read (the push of `n`).
+  sees the same values, and where no exit lies in between, so `f` runs for
+  the same members; moving the write of `x` down keeps the value that the
+  instructions in between read (the push of `n`).
 - *forwarding*: `t = r`, then reads of `t`: they read `r` instead, where `r`
   is not written in between (an instruction that reads `t` and writes `r`
   still reads the old `r`: inputs are read before outputs are written), and
@@ -82,7 +83,14 @@ def _renamable(op):
   """Whether `_rename_reads` can rename what `op` reads (a temporary is
   read only by these: stack operations touch FULL variables only)."""
   return isinstance(op, (inst.PrimOp, inst.BranchOp, inst.PushBranchOp,
-                         inst.CallBranchOp))
+                         inst.CallBranchOp, inst.ExitOp))
+
+
+def _exit_between(ops, lo, hi):
+  """Whether an exit (`ExitOp`) lies strictly between `lo` and `hi`: a
+  primitive sunk past it would no longer run for the members leaving
+  there."""
+  return any(isinstance(ops[k], inst.ExitOp) for k in range(lo + 1, hi))
 
 
 def _sink(ops, terminator, j, temporary):
@@ -98,7 +106,8 @@ def _sink(ops, terminator, j, temporary):
   producer = ops[i]
   if (not isinstance(producer, inst.PrimOp) or producer.vars_out != src or
       src in producer.vars_in or _uses(ops, terminator, src, i) != [j] or
-      _written_between(ops, set(producer.vars_in), i, j)):
+      _written_between(ops, set(producer.vars_in), i, j) or
+      _exit_between(ops, i, j)):
     return None
   moved = dataclasses.replace(producer, vars_out=dst)
   return ops[:i] + ops[i + 1:j] + [moved] + ops[j + 1:]

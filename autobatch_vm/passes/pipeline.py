@@ -15,6 +15,9 @@
       block_merge              -> fewer, larger blocks (fewer VM steps)
       return_inlining          -> constant base cases taken at the call
       leaf_returns             -> a leaf call goes on at its return site
+      block_exits              -> a branch's likely side runs in the
+                                  branching block's step (exits; only
+                                  with `exits=True`)
       copy_propagation         -> fewer copies (temporaries sunk, forwarded)
       virtual_machine          runs it
     STACKLESS_PASSES         (typed Program), for stackless=True
@@ -36,6 +39,7 @@ from autobatch_vm.backends import scheduler
 from autobatch_vm.ir import instructions as inst
 from autobatch_vm.ir import verifier
 from autobatch_vm.passes import allocation_strategy
+from autobatch_vm.passes import block_exits
 from autobatch_vm.passes import block_merge
 from autobatch_vm.passes import block_order
 from autobatch_vm.passes import copy_propagation
@@ -56,7 +60,7 @@ Attributes:
   name: The pass's name, which the verifier's errors give.
   apply: `apply(program, context)` returns the new program; `context` is a
     dict of what some passes need beyond the program (`input_types`,
-    `backend`, `schedule`).
+    `backend`, `schedule`, `exits`).
 """
 
 TYPED_PASSES = (
@@ -74,6 +78,9 @@ LOWERED_PASSES = (
     Pass('return_inlining', lambda p, c: return_inlining.inline_returns(p)),
     Pass('leaf_returns', lambda p, c: leaf_returns.merge_leaf_returns(
         p, c['schedule'])),
+    # Off unless asked for (`exits`): docs/performance.md.
+    Pass('block_exits', lambda p, c: block_exits.add_exits(
+        p, c['schedule']) if c.get('exits') else p),
     Pass('copy_propagation', lambda p, c: copy_propagation.propagate_copies(
         p)),
 )
@@ -158,19 +165,22 @@ def untyped(program, verify=False):
 
 
 def lowered(program, verify=False,
-            schedule=scheduler.DEFAULT_SCHEDULE):
+            schedule=scheduler.DEFAULT_SCHEDULE, exits=False):
   """Lowers and optimizes a typed, allocated `Program` (`LOWERED_PASSES`).
 
   Args:
     program: A typed and allocated `Program`.
     verify: Whether the verifier checks each pass's result.
     schedule: The VM schedule the program is for, `'most'` or `'lowest'`
-      (block merging and leaf returns differ).
+      (block merging, leaf returns and block exits differ).
+    exits: Whether `block_exits` inlines branches' likely sides after
+      exits (`Context(block_exits=True)`).
 
   Returns:
     The optimized `LoweredProgram`.
   """
-  return run(LOWERED_PASSES, program, verify, schedule=schedule)
+  return run(LOWERED_PASSES, program, verify, schedule=schedule,
+             exits=exits)
 
 
 def stackless(program, verify=False):

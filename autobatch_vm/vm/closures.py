@@ -59,28 +59,39 @@ class BlockCompiler:
                        for s in slots])
     self.index = program.block_index()
     self.num_blocks = len(program.blocks)
-    self._live_out = None
+    self._liveness = None
     # A program whose calls do not recurse, and fit the depth, cannot
     # overflow: its pushes check nothing (on TensorFlow a check is an op
     # per push, and a place where the run may fail).
     self.checks_overflow = self.compact or failures.can_overflow(
         program, layout.depth)
     # While a block's instruction is compiled: the variables whose writes
-    # there are stored (`stored`); None (outside blocks): all are.
+    # there are stored (`stored`); None (outside blocks): all are.  Also
+    # its block's label, and the variables it and the rest of the block
+    # read (an exit fills those again for the members that stay).
     self._stored = None
+    self._label = None
+    self._read_later = frozenset()
+    self._after_exit = False   # the instruction follows an exit
 
-  def live_out(self):
-    """Variables live on exit from each block (computed once)."""
-    if self._live_out is None:
-      self._live_out = liveness.lowered_live_out(self.p)
-    return self._live_out
+  def liveness(self):
+    """The variables live on entry to and exit from each block.
+
+    Returns:
+      `(live_in, live_out)`, dicts by block label (computed once).
+    """
+    if self._liveness is None:
+      self._liveness = liveness.lowered_liveness(self.p)
+    return self._liveness
 
   def stored(self, block):
     """Per instruction of `block`, the variables whose writes are stored.
 
     A write that nothing reads is not stored in the state: when the
     variable is written again later in the block (reads in the block take
-    the value as computed) or is dead when the block ends.
+    the value as computed) or is dead when the block ends.  Members that
+    leave at an exit (`ExitOp`) read what is live at its target: a write
+    before the exit of such a variable is stored.
 
     Args:
       block: A block of the program.
@@ -88,11 +99,13 @@ class BlockCompiler:
     Returns:
       A list of frozensets, one per instruction.
     """
-    live_out = self.live_out()[block.label]
-    out, written = [], set()
+    live_in, live_out = self.liveness()
+    out, needed = [], set(live_out[block.label])
     for op in reversed(block.instructions):
-      out.append(frozenset(live_out - written))
-      written |= liveness.writes(op)
+      if isinstance(op, inst.ExitOp):
+        needed |= live_in[op.block]
+      out.append(frozenset(needed))
+      needed -= liveness.writes(op)
     return out[::-1]
 
   # -- reading and writing variables ---------------------------------------
@@ -255,11 +268,15 @@ class BlockCompiler:
     bind = self.binder(op.vars_out, strict=bool(op.vars_in))
     fn = dispatch.primitive(op, self.be)
     be = self.be
+    if self._after_exit:
+      fn = self._guarded(op, fn)
+
+    guarded = self._after_exit
 
     def run_prim(state, temps, m):
       args = [r(state, temps, m) for r in readers]
       try:
-        result = fn(*args)
+        result = fn(m, *args) if guarded else fn(*args)
       except errors.AutoBatchError:
         raise
       except Exception as e:  # pylint: disable=broad-except
@@ -269,6 +286,29 @@ class BlockCompiler:
       except ValueError as e:
         raise run_errors.result_shape_error(e, op, be, m) from e
     return run_prim
+
+  def _guarded(self, op, fn):
+    """`fn` for a primitive after an exit: `fn(m, *args)`, run only where
+    a member stays (`Backend.when_any`).
+
+    Where none stays, the lanes the primitive would see are those of
+    members that left, or of no member at the block: data it may fail on
+    (a gather's index out of range).  Its result is made the outputs'
+    leaves, of their types, so that both ways give one structure.
+    """
+    templates = {v: self.p.var_defs[v].tensors
+                 for v in inst.pattern_flatten(op.vars_out)}
+    types = [t for v in inst.pattern_flatten(op.vars_out)
+             for t in inst.pattern_flatten(templates[v], inst.TensorType)]
+    coerces = [self.be.coercer(t, bool(op.vars_in)) for t in types]
+    be = self.be
+
+    def guarded(m, *args):
+      def run():
+        leaves = _result_leaves(op.vars_out, fn(*args), templates)
+        return [c(x, m.batch) for c, x in zip(coerces, leaves)]
+      return _result_of(op.vars_out, be.when_any(m, run, types), templates)
+    return guarded
 
   def push(self, op):
     """The closure of `PushOp` `op`.
@@ -352,6 +392,42 @@ class BlockCompiler:
           temps[var] = inst.pattern_unflatten(
               template, [fetch(v, m) for v in leaves], inst.TensorType)
     return run_pop
+
+  def exit(self, op):
+    """The closure of `ExitOp` `op`: it moves the leaving members' PCs.
+
+    It returns the mask of the members that stay, which the rest of the
+    block runs for (`_NONE_STAY` where none stay, known eagerly: the rest
+    is skipped).  The values the block has read or computed so far are
+    filled again for those members (`Backend.sanitize`) where the rest
+    reads them: the lanes of the members that left must not reach the
+    rest's primitives, as the lanes of members not at a block do not.
+
+    Args:
+      op: The `ExitOp`.
+
+    Returns:
+      The closure.
+    """
+    be = self.be
+    cond = self.reader(op.cond)
+    here, target = self.index[self._label], self.index[op.block]
+    tt, ff = (target, here) if op.when else (here, target)
+    later = self._read_later
+
+    def refill(value, stay):
+      return inst.pattern_map(lambda x: be.sanitize(x, stay), value)
+
+    def run_exit(state, temps, m):
+      c = be.to_bool(cond(state, temps, m))
+      state[PC] = be.branch(state[PC], m, c, tt, ff)
+      stay = be.submask(m, c, negate=op.when)
+      if stay.count == 0:
+        return _NONE_STAY
+      for var in later & temps.keys():
+        temps[var] = refill(temps[var], stay)
+      return stay
+    return run_exit
 
   # -- terminators -----------------------------------------------------------
 
@@ -476,9 +552,14 @@ class BlockCompiler:
       run_block = codegen.compile_block(self, block, stored)
     else:
       steps = []
-      for op, self._stored in zip(block.instructions, stored):
+      self._label = block.label
+      for i, (op, self._stored) in enumerate(zip(block.instructions,
+                                                 stored)):
+        self._read_later = (_read_after(block, i + 1)
+                            if isinstance(op, inst.ExitOp) else frozenset())
         steps.append(self.instruction(op))
-      self._stored = None
+        self._after_exit |= isinstance(op, inst.ExitOp)
+      self._stored, self._after_exit = None, False
       steps.append(self.terminator(block.terminator))
       steps = tuple(steps)
 
@@ -486,6 +567,18 @@ class BlockCompiler:
         temps = {}
         for s in steps:
           s(state, temps, m)
+
+      def run_block_with_exits(state, m):
+        temps = {}
+        for s in steps:
+          stay = s(state, temps, m)
+          if stay is _NONE_STAY:
+            return
+          if stay is not None:   # an exit
+            m = stay
+
+      if any(isinstance(op, inst.ExitOp) for op in block.instructions):
+        run_block = run_block_with_exits
     # For staged backends, which carry only what a block may change: the
     # slots it may write, and which slots are stacks (written by pushes).
     run_block.writes = self.writes(block, stored)
@@ -494,6 +587,39 @@ class BlockCompiler:
 
 
 _MISSING = object()
+# What an exit's closure returns where no member stays (known eagerly).
+_NONE_STAY = object()
+
+
+def _result_leaves(pattern, value, templates):
+  """The leaves of primitive result `value` bound to variable pattern
+  `pattern` (`templates`: each variable's type pattern)."""
+  if isinstance(pattern, str):
+    return dispatch.flatten_like(templates[pattern], value)
+  return [x for p, v in zip(pattern, dispatch.unpack(value, len(pattern)))
+          for x in _result_leaves(p, v, templates)]
+
+
+def _result_of(pattern, leaves, templates):
+  """`_result_leaves` undone: the value to bind to `pattern`."""
+  leaves = iter(leaves)
+
+  def build(p):
+    if isinstance(p, str):
+      t = templates[p]
+      return inst.pattern_unflatten(
+          t, [next(leaves) for _ in inst.pattern_flatten(t, inst.TensorType)],
+          inst.TensorType)
+    return tuple(build(q) for q in p)
+  return build(pattern)
+
+
+def _read_after(block, i):
+  """The variables that the instructions of `block` from the `i`-th on, or
+  its terminator, read."""
+  return frozenset().union(
+      liveness.reads(block.terminator),
+      *[liveness.reads(op) for op in block.instructions[i:]])
 
 
 def _cast_reader(read, cast, dtype):

@@ -335,6 +335,31 @@ class _Gen:
                     f'([{", ".join(leaves)}])')
           self.local[var] = name
 
+  def exit(self, op):
+    """Sends the members for which `op.cond` is `op.when` to `op.block`,
+    and narrows what the rest of the block sees to the others: the
+    indices, the mask and every local's rows.  Where none stay, the
+    function returns."""
+    c = self.condition(op.cond)
+    leave = self.fresh('leave')
+    self.emit(f'{leave} = {c}' if op.when else f'{leave} = ~{c}')
+    self.emit(f'if {leave}.any():')
+    self.indent += 1
+    self.emit(f'state[{PC}][idx[{leave}]] = {self.bc.index[op.block]}')
+    self.emit(f'keep = ~{leave}')
+    self.emit('idx, full = idx[keep], False')
+    self.emit(f'm = {self.const(_Narrowed, "narrowed")}(m, idx)')
+    self.emit('if not idx.size:')
+    self.emit('  return')
+    for var, x in sorted(self.local.items()):
+      template = self.template(var)
+      if isinstance(template, inst.TensorType):
+        self.emit(f'{x} = {x}[keep]')
+      else:
+        self.emit(f'{x} = {self.const(_narrow_pattern(template), "narrow")}'
+                  f'({x}, keep)')
+    self.indent -= 1
+
   # -- terminators -------------------------------------------------------------
 
   # The PC, its stack and stack pointer (slots PC, PC_STACK, PC_SP) belong to
@@ -429,6 +454,29 @@ class _Gen:
     fn = namespace[name]
     fn.source = source
     return fn
+
+
+class _Narrowed:
+  """The mask of the members that stay at a block after an exit: `m`
+  without the members that left (`idx`: the indices of those that stay)."""
+  __slots__ = ('mask', 'idx', 'count', 'full')
+
+  def __init__(self, m, idx):
+    self.mask = np.zeros_like(m.mask)
+    self.mask[idx] = True
+    self.idx = idx
+    self.count = idx.size
+    self.full = False
+
+
+def _narrow_pattern(template):
+  """`narrow(value, keep)`: the rows `keep` of each leaf of a value of
+  type pattern `template`."""
+  def narrow(value, keep):
+    return inst.pattern_unflatten(
+        template, [x[keep] for x in dispatch.flatten_like(template, value)],
+        inst.TensorType)
+  return narrow
 
 
 def _push_failure(overflow, depth):

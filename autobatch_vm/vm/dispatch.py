@@ -13,15 +13,15 @@ __all__ = ['dispatch', 'unpack', 'cast_args', 'flatten_like']
 
 
 def dispatch(compiler, op):
-  """Compiles instruction `op` by `compiler.prim`, `.push` or `.pop`.
+  """Compiles instruction `op` by `compiler.prim`, `.push`, `.pop`, `.exit`.
 
   The closure compiler (`vm.closures`) and the NumPy generator
   (`vm.codegen`) both compile a lowered block's instructions by these
-  three.
+  four.
 
   Args:
-    compiler: An object with methods `prim(op)`, `push(op)` and
-      `pop(op, keep)`.
+    compiler: An object with methods `prim(op)`, `push(op)`,
+      `pop(op, keep)` and `exit(op)`.
     op: A lowered instruction.
 
   Returns:
@@ -36,6 +36,8 @@ def dispatch(compiler, op):
     return compiler.push(op)
   if isinstance(op, (inst.PopOp, inst.RestoreOp)):
     return compiler.pop(op, keep=isinstance(op, inst.RestoreOp))
+  if isinstance(op, inst.ExitOp):
+    return compiler.exit(op)
   if isinstance(op, inst.FunctionCallOp):
     raise errors.InternalError('FunctionCallOp reached the VM unlowered')
   raise errors.InternalError(f'Unknown instruction {op!r}')

@@ -329,7 +329,8 @@ def enclosing_loops(program):
   """The loop or recursion each block of `program` runs in, if any.
 
   Blocks go to the blocks their terminators name (a call to the callee's
-  entry and to the block it returns to; a return nowhere).  An edge back
+  entry and to the block it returns to; a return nowhere) and to their
+  exits' targets (`ExitOp`).  An edge back
   to a block at or before its source that reaches the source again closes
   a loop (a `while`, a `for`, or a recursive call); its body is what
   reaches the edge's source from the target without leaving the cycle.
@@ -346,7 +347,8 @@ def enclosing_loops(program):
   """
   index = program.block_index()
   succ = []
-  for b in program.blocks:
+  edge_loc = {}   # (u, h) -> the line of an exit's edge
+  for u, b in enumerate(program.blocks):
     t = b.terminator
     targets = set()
     if dataclasses.is_dataclass(t):
@@ -354,6 +356,12 @@ def enclosing_loops(program):
         value = getattr(t, field.name)
         if isinstance(value, str) and value in index:
           targets.add(index[value])
+    for op in b.instructions:
+      if isinstance(op, inst.ExitOp):
+        h = index[op.block]
+        if h not in targets:
+          targets.add(h)
+          edge_loc[(u, h)] = op.loc
     succ.append(sorted(targets))
   pred = [[] for _ in succ]
   for u, targets in enumerate(succ):
@@ -384,7 +392,8 @@ def enclosing_loops(program):
         if v not in body and v in reached_from(h):
           body.add(v)
           todo.extend(pred[v])
-      loc = (getattr(program.blocks[u].terminator, 'loc', None) or
+      loc = (edge_loc.get((u, h)) or
+             getattr(program.blocks[u].terminator, 'loc', None) or
              program.blocks[u].loc or program.blocks[h].loc)
       if loc is not None:
         loops.append((body, loc))

@@ -61,10 +61,17 @@ def _edges(block):
   """`(target, calls)` for each block `block` may go to in a run.
 
   `calls` is 1 where the target runs one call deeper (a callee's block),
-  0 in the same frame (a jump, a branch, the block a call returns to).
-  None where the terminator is not known here.
+  0 in the same frame (a jump, a branch, an exit, the block a call
+  returns to).  None where the terminator is not known here.
   """
-  t = block.terminator
+  out = _terminator_edges(block.terminator)
+  if out is None:
+    return None
+  return [(label, 0) for label in inst.exit_targets(block)] + out
+
+
+def _terminator_edges(t):
+  """`_edges` of a block's terminator `t`."""
   if isinstance(t, inst.GotoOp):
     return [(t.block, 0)]
   if isinstance(t, inst.BranchOp):

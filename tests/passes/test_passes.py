@@ -84,7 +84,7 @@ def test_passes_are_pure_and_deterministic(case):
   # Every pass of every table leaves its input as it was.
   untyped = case.program
   context = dict(input_types=case.input_types, backend=BACKEND,
-                 schedule=virtual_machine.DEFAULT_SCHEDULE)
+                 schedule=virtual_machine.DEFAULT_SCHEDULE, exits=True)
   program, stages = untyped, {}
   for table in (pipeline.TYPED_PASSES, pipeline.LOWERED_PASSES):
     for p in table:
@@ -96,7 +96,8 @@ def test_passes_are_pure_and_deterministic(case):
       'lowering']
   o1 = program
   # Running the whole pipeline again gives equal results.
-  o2 = pipeline.lowered(pipeline.typed(untyped, case.input_types, BACKEND))
+  o2 = pipeline.lowered(pipeline.typed(untyped, case.input_types, BACKEND),
+                        exits=True)
   assert str(o1) == str(o2)
   assert o1 == o2   # structurally equal, not just printed alike
   # And the passes did something: types, allocations, no calls left.
@@ -111,7 +112,8 @@ def test_every_stage_verifies_and_keeps_the_meaning(case):
   args = case.make_args(np.random.default_rng(1), 8)
   typed_program = typed(case.name)
   stages = [typed_program, lowering.lower(typed_program),
-            pipeline.lowered(typed_program, verify=True)]
+            pipeline.lowered(typed_program, verify=True),
+            pipeline.lowered(typed_program, verify=True, exits=True)]
   for program in stages:
     for i in range(8):
       member = [np.int64(a) for a in case.member_args(args, i)]
@@ -940,6 +942,28 @@ def _broken_programs():
       fib_low, 'fibonacci.%0', VA.NULL),
          'branch fibonacci.%0 ? fibonacci.1 : fibonacci.2',
          "'fibonacci.%0' is read but allocated")
+  fib_exits = pipeline.lowered(fib_typed, exits=True)
+  entry = fib_exits.blocks[0]
+  exit_at = next(i for i, op in enumerate(entry.instructions)
+                 if isinstance(op, inst.ExitOp))
+
+  def with_exit(program, exit_op):
+    ops = list(entry.instructions)
+    ops[exit_at] = exit_op
+    return _replace_block(program, entry.label, instructions=tuple(ops))
+  yield ('exit to a missing block', with_exit(fib_exits, inst.ExitOp(
+      'fibonacci.%0', False, 'fibonacci.9')),
+         'exit_unless fibonacci.%0, fibonacci.9', 'unknown block')
+  yield ('exit on a vector condition', with_exit(dataclasses.replace(
+      fib_exits, var_defs=fib_exits.var_defs.set(
+          'fibonacci.%0', inst.Type(inst.TensorType(np.bool_, (3,))))),
+                                                 entry.instructions[exit_at]),
+         'exit_unless fibonacci.%0, fibonacci.2', 'condition is not a scalar')
+  yield ('exit before lowering', _replace_block(
+      fib_untyped, 'fibonacci.0', instructions=(
+          fib_untyped.main_function.blocks[0].instructions +
+          (inst.ExitOp('%0', True, 'fibonacci.2'),))),
+         'exit_if %0, fibonacci.2', 'exit before lowering')
   yield ('TEMPORARY read outside its block', _with_alloc(
       fib_low, 'fibonacci.%ret', VA.TEMPORARY),
          'fibonacci.%2 = prim[fibonacci.%ret](fibonacci.%ret)',

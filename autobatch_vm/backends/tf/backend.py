@@ -360,6 +360,35 @@ class TensorFlowBackend(base.Backend):
       return masks.Mask(mask, count, count == batch, batch)
     return masks.Mask(mask, None, False, batch)
 
+  def when_any(self, m, run, types):
+    """`run()`, or zeros where no member is in `m`.
+
+    In a graph outside XLA, a `tf.cond`: there a primitive checks its
+    inputs (`tf.gather` its indices, on CPU), and the lanes it would see
+    with no member in `m` hold data of members it is not for.  Eagerly
+    the VM skips the rest of a block no member stays at, and under XLA no
+    primitive fails at run time (indices are clamped): `run()`.
+
+    Args:
+      m: A `masks.Mask`.
+      run: A function returning a list of whole-batch tensors, one per
+        `TensorType` of `types`.
+      types: Their types.
+
+    Returns:
+      The list of tensors.
+    """
+    if m.count is not None or masks.in_xla_context():
+      return run()
+
+    def zeros():
+      batch = m.batch
+      return [tf.zeros(tf.concat([tf.reshape(batch, [1]),
+                                  tf.constant(list(t.shape), tf.int32)], 0)
+                       if tf.is_tensor(batch) else [batch] + list(t.shape),
+                       tf.as_dtype(t.dtype)) for t in types]
+    return tf.cond(tf.reduce_any(m.mask), run, zeros)
+
   def submask(self, m, cond, negate=False):
     if negate:
       cond = tf.logical_not(cond)
