@@ -100,15 +100,18 @@ def mean_figures(iterations):
   return out
 
 
-def measure(target_name, chains, iterations, blocks=False, repeats=7):
+def measure(target_name, chains, iterations, blocks=False, repeats=7,
+            block_exits=False):
   """Runs one cell; returns (mean figures, the last run's table, XLA
-  lines) or None without TFP."""
+  lines) or None without TFP.  `block_exits`: the program's Context lets
+  members leave blocks early (`Context.block_exits`)."""
   from autobatch_vm import profiler  # pylint: disable=g-import-not-at-top
   call = iteration_call(nuts_systems.TARGETS[target_name](), chains)
   if call is None:
     return None
   import autobatch_vm as ab  # pylint: disable=g-import-not-at-top
   fn, args, kwargs = call
+  fn.context.block_exits = block_exits
   profiled = ab.stage(fn, profile=True, **kwargs)
   figures = []
   for _ in range(iterations):
@@ -160,6 +163,8 @@ def parse(argv):
                       help='also time the call and each block under XLA')
   parser.add_argument('--repeats', type=int, default=7,
                       help='timed XLA calls (median), with --blocks')
+  parser.add_argument('--block-exits', action='store_true',
+                      help='run with Context.block_exits on')
   args = parser.parse_args(argv)
   args.targets = [t for t in args.targets.split(',') if t]
   args.chains = [int(c) for c in args.chains.split(',') if c]
@@ -180,7 +185,8 @@ def main(argv):
     for target in args.targets:
       for chains in args.chains:
         figures, table, xla = measure(target, chains, args.iterations,
-                                      args.blocks, args.repeats)
+                                      args.blocks, args.repeats,
+                                      args.block_exits)
         cells.append(((target, chains), figures))
         print(f'\n{target}, {chains} chains: the last iteration\'s blocks')
         print(table)
