@@ -193,6 +193,29 @@ def test_lanes_of_members_that_left_reach_no_primitive(i, mode):
                                 tf_lookup(i, dry_run=True))
 
 
+@CTX.batch()
+def log_or_keep(x):
+  """Its derivative is inf at 0 on the side that takes the log."""
+  if x > 0:
+    return tf.math.log(x)
+  return x
+
+
+@pytest.mark.parametrize('mode', ['graph', 'xla'])
+def test_gradients_where_no_member_stays(mode):
+  """Every member leaves at the exit (`x <= 0`, one at 0): the log's inf
+  derivative there must not reach the gradient."""
+  x = tf.constant([0.0, -1.0], tf.float64)
+
+  def grad(x):
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      total = tf.reduce_sum(log_or_keep(x, max_steps=50))
+    return tape.gradient(total, x)
+  got = tf.function(grad, jit_compile=(mode == 'xla'))(x)
+  np.testing.assert_array_equal(got.numpy(), [1.0, 1.0])
+
+
 @pytest.mark.parametrize('backend', ['numpy', 'tf'])
 def test_a_failure_after_an_exit_names_the_members_that_stayed(backend):
   program = CTX.lowered_for_args('failing', [np.array([1])])

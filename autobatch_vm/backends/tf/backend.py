@@ -363,11 +363,13 @@ class TensorFlowBackend(base.Backend):
   def when_any(self, m, run, types):
     """`run()`, or zeros where no member is in `m`.
 
-    In a graph outside XLA, a `tf.cond`: there a primitive checks its
-    inputs (`tf.gather` its indices, on CPU), and the lanes it would see
-    with no member in `m` hold data of members it is not for.  Eagerly
-    the VM skips the rest of a block no member stays at, and under XLA no
-    primitive fails at run time (indices are clamped): `run()`.
+    In a graph, a `tf.cond`: outside XLA a primitive checks its inputs
+    (`tf.gather` its indices, on CPU), and the lanes it would see with no
+    member in `m` hold data of members it is not for; in a loop that can
+    be differentiated a derivative that is inf there would make gradients
+    NaN (see `sanitize`).  Eagerly the VM skips the rest of a block no
+    member stays at, and under XLA without a gradient no primitive fails
+    at run time (indices are clamped): `run()`.
 
     Args:
       m: A `masks.Mask`.
@@ -378,7 +380,8 @@ class TensorFlowBackend(base.Backend):
     Returns:
       The list of tensors.
     """
-    if m.count is not None or masks.in_xla_context():
+    if m.count is not None or (masks.in_xla_context() and
+                               not loop.differentiable()):
       return run()
 
     def zeros():
