@@ -56,6 +56,21 @@ def loop(n):
 
 
 @CTX.batch()
+def spiral(n):
+  """A tuple-valued variable live across the loop's and the if's exits."""
+  s = (n, n * 0)
+  while s[0] > 0:
+    if s[0] % 2 == 0:
+      s = (s[0] // 2, s[1] + 1)
+    else:
+      s = (s[0] - 1, s[1] + 3)
+  return s
+
+
+PROGRAMS = {'build': build, 'loop': loop, 'spiral': spiral}
+
+
+@CTX.batch()
 def failing(i):
   """Fails for the members that go on past the test (`i > 2`)."""
   if i > 2:
@@ -74,7 +89,7 @@ def tf_lookup(i):
 def _args(name, batch, rng):
   if name == 'build':
     return [rng.integers(0, 5, batch), rng.integers(0, 10, batch)]
-  if name == 'loop':
+  if name in ('loop', 'spiral'):
     return [rng.integers(0, 9, batch)]
   return [rng.integers(0, 5, batch)]
 
@@ -94,7 +109,7 @@ def _exits(program):
 
 @pytest.mark.parametrize('name', ['build', 'loop'])
 def test_rewrite_keeps_the_meaning_in_fewer_steps(name):
-  fn = {'build': build, 'loop': loop}[name]
+  fn = PROGRAMS[name]
   args = _args(name, 12, np.random.default_rng(3))
   typed = _typed(name, args)
   with_exits = pipeline.lowered(typed, verify=True, exits=True)
@@ -163,23 +178,36 @@ def test_members_take_both_sides_of_an_exit_in_one_step():
 
 def _on_tf(fn, args, mode):
   targs = [tf.constant(a) for a in args]
+  as_numpy = lambda out: inst.pattern_map(np.asarray, out)
   if mode == 'eager':
-    return np.asarray(fn(*targs))
+    return as_numpy(fn(*targs))
   if mode == 'xla':
     out, ok = tf.function(lambda *a: fn(*a, on_error='status'),
                           jit_compile=True)(*targs)
     assert np.asarray(ok).all()
-    return np.asarray(out)
-  return np.asarray(tf.function(fn)(*targs))
+    return as_numpy(out)
+  return as_numpy(tf.function(fn)(*targs))
+
+
+@pytest.mark.parametrize('stackless', [False, True])
+@pytest.mark.parametrize('name', sorted(PROGRAMS))
+def test_numpy_matches_members_alone(name, stackless):
+  fn = PROGRAMS[name]
+  args = _args(name, 9, np.random.default_rng(7))
+  expected = fn(*args, dry_run=True)
+  for got, want in zip(inst.pattern_flatten(fn(*args, stackless=stackless)),
+                       inst.pattern_flatten(expected)):
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize('mode', ['eager', 'graph', 'xla'])
-@pytest.mark.parametrize('name', ['build', 'loop'])
+@pytest.mark.parametrize('name', sorted(PROGRAMS))
 def test_tensorflow_matches_members_alone(name, mode):
-  fn = {'build': build, 'loop': loop}[name]
+  fn = PROGRAMS[name]
   args = _args(name, 7, np.random.default_rng(11))
-  np.testing.assert_array_equal(_on_tf(fn, args, mode),
-                                fn(*args, dry_run=True))
+  for got, want in zip(inst.pattern_flatten(_on_tf(fn, args, mode)),
+                       inst.pattern_flatten(fn(*args, dry_run=True))):
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize('mode', ['eager', 'graph', 'xla'])
