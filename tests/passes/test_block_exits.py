@@ -12,6 +12,9 @@ where a primitive after an exit fails (only the members that stayed are
 named).
 """
 
+import pickle
+
+import cloudpickle
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -141,6 +144,15 @@ def test_off_unless_the_context_asks():
   assert not _exits(plain.lowered_for_args(twice, args))
   plain.block_exits = True
   assert _exits(plain.lowered_for_args(twice, args))
+
+
+def test_the_knob_travels_with_a_pickled_context():
+  local = ab.Context(block_exits=True)
+  counted = local.batch()(loop.python_function)
+  n = np.array([0, 3, 5])
+  copy = pickle.loads(cloudpickle.dumps(counted))
+  assert copy.context is not local and copy.context.block_exits
+  np.testing.assert_array_equal(copy(n), loop(n, dry_run=True))
 
 
 def test_the_side_that_goes_on_is_inlined():
