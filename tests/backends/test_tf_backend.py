@@ -1018,15 +1018,25 @@ def test_xla_pushes_by_select_match_members_alone(case, window, monkeypatch):
   assert pushes   # the call stack at least
 
 
-@pytest.mark.parametrize('window', [
-    2, pytest.param(32, marks=pytest.mark.slow)])
-def test_xla_pushes_by_select_of_events_match_alone(window, monkeypatch):
+@pytest.mark.parametrize('window, window_bytes', [
+    (2, 4096), (8, 300), pytest.param(32, 4096, marks=pytest.mark.slow)])
+def test_xla_pushes_by_select_of_events_match_alone(window, window_bytes,
+                                                    monkeypatch):
   """Pushes by select (`ops.window_push`) on stacks of events (`[13, 9, 4]`
-  float64 frames): results and gradients through the pushes match each
-  member alone, in windows of 2 frames and over the whole stack."""
+  float64 frames, 288 bytes): results and gradients through the pushes
+  match each member alone, in windows of 2 frames, of 1 frame (8 frames
+  allowed, but only 300 bytes), and over the whole stack."""
   from autobatch_vm.backends.tf import ops  # pylint: disable=g-import-not-at-top
   backend = ab.TensorFlowBackend(knobs=ab.tf_backend.TuningKnobs(
-      push_window_frames=window, whole_pack_bytes=0))
+      push_window_frames=window, push_window_bytes=window_bytes,
+      whole_pack_bytes=0))
+  windows = []
+  real = ops.window_push
+
+  def spy(pack, values, rows, targets, frames):
+    windows.append(frames)
+    return real(pack, values, rows, targets, frames)
+  monkeypatch.setattr(ops, 'window_push', spy)
   monkeypatch.setattr(ops, 'xla_cpu_expands_scatter', lambda: True)
   rng = np.random.default_rng(11)
   h = tf.constant(rng.normal(size=(9, 4)))
@@ -1039,6 +1049,21 @@ def test_xla_pushes_by_select_of_events_match_alone(window, monkeypatch):
   out0, dh0 = _deep_blend_and_gradient(h, x, n, dry_run=True)
   np.testing.assert_allclose(out.numpy(), out0.numpy(), rtol=1e-12)
   np.testing.assert_allclose(dh.numpy(), dh0.numpy(), rtol=1e-12)
+  assert 1 in windows if window_bytes == 300 else 1 not in windows
+
+
+def test_push_window_frames_bounded_by_bytes():
+  """A push window holds at most `push_window_frames` frames, at most
+  `push_window_bytes`, at least one frame, and at most the stack."""
+  from autobatch_vm.backends.tf import ops  # pylint: disable=g-import-not-at-top
+  f32 = tf.float32
+  # [256, 50] float32 frames: 51 KB each.
+  assert ops.window_frames([10, 13, 256, 50], f32, 8, 4096) == 1
+  # [64] float32 frames: 256 bytes.
+  assert ops.window_frames([3, 21, 64], f32, 8, 4096) == 8
+  assert ops.window_frames([3, 21, 256], f32, 8, 4096) == 4
+  assert ops.window_frames([3, 5, 64], f32, 8, 4096) == 5
+  assert ops.window_frames([3, 21, 0], f32, 8, 4096) == 8
 
 
 def test_scatter_probe_says_what_xla_compiles():

@@ -44,6 +44,9 @@ class TuningKnobs:
       trip per window holding pushes, so that a push costs the spread of
       the pushing members' frames, not the stack's capacity; register rows
       are then written a row at a time.  0: pushes are scatters.
+    push_window_bytes: The most bytes of a push window: a stack whose
+      frames hold more (wide rows, many members) takes windows of fewer
+      frames, down to one (`ops.window_frames`).
     inplace_stack_bytes: Outside XLA, on CPU, a pack of stacks this large
       or larger is pushed in place (`ops.update_rows`) instead of copied
       by a scatter or a select; None: never.  The copy is bounded by this
@@ -68,6 +71,7 @@ class TuningKnobs:
   group_step_bytes: int = 16 * 1024
   guarded_group_bytes: int = 64 * 1024
   push_window_frames: int = 8
+  push_window_bytes: int = 4 * 1024
   inplace_stack_bytes: Optional[int] = 32 * 1024
   one_hot_max: int = 1 << 18
   whole_pack_bytes: int = 16 * 1024

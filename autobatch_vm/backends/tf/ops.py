@@ -165,6 +165,27 @@ def hot(rows, target, extra=0):
   return hot
 
 
+def window_frames(shape, dtype, window, window_bytes):
+  """The frames of a push window (`window_push`) in a pack of stacks.
+
+  At most `window` frames, and at most `window_bytes` (at least one
+  frame): a window is read and written whole at each trip, so a frame of
+  wide rows (NUTS's `[chains, 50]` states) costs its bytes there however
+  few members push to it.
+
+  Args:
+    shape: The pack's shape, `[slots + 1, frames, batch, *event]`.
+    dtype: The pack's dtype.
+    window: The most frames (the knob `push_window_frames`).
+    window_bytes: The most bytes (the knob `push_window_bytes`).
+
+  Returns:
+    The frames, at most the stack's.
+  """
+  frame_bytes = int(np.prod(shape[2:], dtype=np.int64)) * dtype.size
+  return max(1, min(shape[1], window, window_bytes // max(frame_bytes, 1)))
+
+
 def window_push(pack, values, rows, targets, window):
   """Under XLA, a pack with the ports' pushes written by selects.
 
@@ -182,7 +203,7 @@ def window_push(pack, values, rows, targets, window):
     values: The pushed values, `[K, batch, *event]`.
     rows: The ports' stacks in the pack, `[K, 1]`.
     targets: The members' frames, `[K, batch]` (-1: no push).
-    window: The frames a select covers.
+    window: The frames a select covers (`window_frames`).
 
   Returns:
     The pack after the pushes.

@@ -592,8 +592,11 @@ class Packing:
         continue
       if self.scratch and self.push_window():
         # XLA that expands a scatter into a loop: selects per port.
-        packs[g] = ops.window_push(packs[g], values, rows, targets,
-                                   self.push_window())
+        packs[g] = ops.window_push(
+            packs[g], values, rows, targets,
+            ops.window_frames(packs[g].shape.as_list(), packs[g].dtype,
+                              self.push_window(),
+                              self.knobs.push_window_bytes))
         continue
       if self.scratch:
         # Members that do not push write frame 0 of the scratch stack.
