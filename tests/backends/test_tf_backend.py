@@ -1052,6 +1052,29 @@ def test_xla_pushes_by_select_of_events_match_alone(window, window_bytes,
   assert 1 in windows if window_bytes == 300 else 1 not in windows
 
 
+@pytest.mark.parametrize('window', [1, 2, 6])
+def test_window_push_of_ports_with_different_frames(window):
+  """`ops.window_push` writes each port's pushes whatever frames the other
+  ports push to (one loop of windows for all of them): two ports of a
+  pack of stacks with members pushing to different frames, some not at
+  all, against the same pushes written one by one in NumPy."""
+  from autobatch_vm.backends.tf import ops  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(5)
+  pack = rng.normal(size=(3, 6, 5, 2)).astype(np.float32)
+  values = rng.normal(size=(2, 5, 2)).astype(np.float32)
+  rows = np.array([[1], [0]], np.int32)
+  targets = np.array([[0, 5, -1, 2, 2], [3, -1, 3, 4, 0]], np.int32)
+  want = pack.copy()
+  for j in range(2):
+    for b in range(5):
+      if targets[j, b] >= 0:
+        want[rows[j, 0], targets[j, b], b] = values[j, b]
+  got = tf.function(
+      lambda *a: ops.window_push(*a, window), jit_compile=True)(
+          pack, values, rows, targets)
+  np.testing.assert_array_equal(got.numpy(), want)
+
+
 def test_push_window_frames_bounded_by_bytes():
   """A push window holds at most `push_window_frames` frames, at most
   `push_window_bytes`, at least one frame, and at most the stack."""
