@@ -1087,6 +1087,8 @@ def test_push_window_frames_bounded_by_bytes():
   assert ops.window_frames([3, 21, 256], f32, 8, 4096) == 4
   assert ops.window_frames([3, 5, 64], f32, 8, 4096) == 5
   assert ops.window_frames([3, 21, 0], f32, 8, 4096) == 8
+  # A batch axis of unknown size counts as one member.
+  assert ops.window_frames([3, 21, None, 2000], f32, 8, 4096) == 1
 
 
 def test_scatter_probe_says_what_xla_compiles():

@@ -182,7 +182,9 @@ def window_frames(shape, dtype, window, window_bytes):
   Returns:
     The frames, at most the stack's.
   """
-  frame_bytes = int(np.prod(shape[2:], dtype=np.int64)) * dtype.size
+  # XLA plans a run for its batch size: a batch axis of unknown size
+  # (never seen under XLA) counts as one member.
+  frame_bytes = nbytes(dtype, [1 if d is None else d for d in shape[2:]])
   return max(1, min(shape[1], window, window_bytes // max(frame_bytes, 1)))
 
 
