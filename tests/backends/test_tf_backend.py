@@ -1075,6 +1075,55 @@ def test_window_push_of_ports_with_different_frames(window):
   np.testing.assert_array_equal(got.numpy(), want)
 
 
+@pytest.mark.parametrize('n', [1, 8, 9, 13, 17, 64, 65])
+@pytest.mark.parametrize('dtype', [np.float32, np.int64, np.bool_])
+def test_stack_under_xla_is_tf_stack(n, dtype):
+  """`ops.stack` under XLA (groups of at most 8, padded and selected)
+  gives `tf.stack`'s values bit for bit: negative zeros and NaNs' payloads
+  included, for rows of rank 0 to 2."""
+  from autobatch_vm.backends.tf import ops  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(n)
+  for shape in ([], [5], [4, 3]):
+    if dtype == np.bool_:
+      values = rng.random([n] + shape) < 0.5
+    elif dtype == np.int64:
+      values = rng.integers(-2**62, 2**62, [n] + shape)
+    else:
+      bits = rng.integers(0, 2**32, [n] + shape, dtype=np.uint64)
+      values = bits.astype(np.uint32).view(np.float32)   # NaNs, -0.0 too
+      values.flat[0] = -0.0
+    values = values.astype(dtype)
+    got = tf.function(lambda *v: ops.stack(v), jit_compile=True)(*values)
+    assert got.shape == values.shape
+    np.testing.assert_array_equal(got.numpy().view(np.uint8),
+                                  values.view(np.uint8))
+
+
+def test_stack_of_nine_selects_is_one_xla_kernel():
+  """Nine register selects stacked (a block writing nine registers of a
+  pack): XLA:CPU's optimized HLO has no concatenate of more than 8
+  operands left unfused, whose operands would be kernels of their own."""
+  from autobatch_vm.backends.tf import ops  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  old = tf.constant(rng.normal(size=(9, 4, 3)).astype(np.float32))
+  new = tf.constant(rng.normal(size=(9, 4, 3)).astype(np.float32))
+  mask = tf.constant([True, False, True, True])
+
+  def block(old, new, mask):
+    m = mask[:, tf.newaxis]
+    return ops.stack([tf.where(m, new[i] * 2.0, old[i]) for i in range(9)])
+
+  f = tf.function(block, jit_compile=True)
+  want = np.where(mask.numpy()[None, :, None], new.numpy() * 2, old.numpy())
+  np.testing.assert_array_equal(f(old, new, mask).numpy(), want)
+  hlo = f.experimental_get_compiler_ir(old, new, mask)(stage='optimized_hlo')
+  entry = hlo[hlo.index('ENTRY'):]
+  widths = [m.group(1).count('%') for m in
+            re.finditer(r'concatenate\(([^)]*)\)', entry)]
+  assert all(w <= 8 for w in widths), widths
+  assert entry.count(' fusion(') <= 2, entry
+
+
 def test_push_window_frames_bounded_by_bytes():
   """A push window holds at most `push_window_frames` frames, at most
   `push_window_bytes`, at least one frame, and at most the stack."""

@@ -15,7 +15,7 @@ from autobatch_vm.backends.tf import masks
 __all__ = ['PackRow', 'MaskedWrite', 'value', 'StackWrite', 'hot',
            'window_push', 'xla_cpu_expands_scatter', 'pushing_members',
            'no_elements', 'nbytes', 'update_rows', 'private_copy',
-           'storage_dtype']
+           'storage_dtype', 'stack']
 
 
 class PackRow:
@@ -341,6 +341,49 @@ def no_elements(x):
   """
   shape = x.shape
   return shape.rank is not None and 0 in shape.as_list()
+
+
+# XLA:CPU fuses no concatenate of more than this many operands
+# (`kMaxConcatenateArguments` of its instruction fusion).
+_FUSED_CONCAT_OPERANDS = 8
+
+
+def stack(values):
+  """`tf.stack(values)`; under XLA, one kernel with the values it stacks.
+
+  XLA:CPU fuses no concatenate of more than 8 operands (nor one on the
+  minor dimension), so each value of a wider `tf.stack` (a block's nine
+  register selects, say) would be a kernel of its own: compiled apart,
+  and a thunk of its own at every step.  Under XLA the values are
+  stacked by groups of at most 8, each padded to the whole and chosen
+  row by row with a select; XLA fuses all that into one kernel.  (Groups
+  stacked and then concatenated are flattened back into one concatenate
+  by XLA's simplifier; a stack of the groups' stacks, reshaped, is one
+  kernel too, but a slower one: docs/performance.md.)
+
+  Args:
+    values: Tensors of one shape and dtype.
+
+  Returns:
+    The stacked tensor.
+  """
+  values = list(values)
+  n = len(values)
+  if n <= _FUSED_CONCAT_OPERANDS or not masks.in_xla_context():
+    return tf.stack(values)
+  groups = -(-n // _FUSED_CONCAT_OPERANDS)
+  size = -(-n // groups)
+  rank = len(values[0].shape)
+  out = None
+  for start in reversed(range(0, n, size)):
+    part = stack(values[start:start + size])
+    part = tf.pad(part, [[start, n - start - part.shape[0]]] + [[0, 0]] * rank)
+    if out is None:
+      out = part
+    else:
+      rows = np.reshape(np.arange(n) < start + size, [n] + [1] * rank)
+      out = tf.where(rows, part, out)
+  return out
 
 
 def nbytes(dtype, shape):

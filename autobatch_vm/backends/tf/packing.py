@@ -479,7 +479,7 @@ class Packing:
       hot = ops.hot(shape[0], w.target, len(shape) - 2)
       rows.append(tf.where(hot, self.stored(slot, w.value)[tf.newaxis],
                            old))
-    return tf.stack(rows)
+    return ops.stack(rows)
 
   def written_bytes(self, width):
     """The bytes of the packs that ports of `width` scatter into.
@@ -707,7 +707,7 @@ def _stack_padded(values, pad, shape, dtype, fill=0):
                                dtype.as_numpy_dtype)) if pad else None
   if not values:
     return filler
-  stacked = tf.stack(values)
+  stacked = ops.stack(values)
   return stacked if filler is None else tf.concat([stacked, filler], 0)
 
 
