@@ -1099,6 +1099,25 @@ def test_stack_under_xla_is_tf_stack(n, dtype):
                                   values.view(np.uint8))
 
 
+def test_stack_under_xla_gradient():
+  """The gradient through `ops.stack` under XLA (a gradient through the
+  staged loop, with `max_steps`) is each row's own."""
+  from autobatch_vm.backends.tf import ops  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(3)
+  values = [tf.constant(rng.normal(size=(4, 2)).astype(np.float32))
+            for _ in range(11)]
+  weights = tf.constant(rng.normal(size=(11, 4, 2)).astype(np.float32))
+
+  @tf.function(jit_compile=True)
+  def grads(*values):
+    with tf.GradientTape() as tape:
+      tape.watch(values)
+      loss = tf.reduce_sum(ops.stack(values) * weights)
+    return tape.gradient(loss, values)
+  for got, want in zip(grads(*values), tf.unstack(weights)):
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
 def test_stack_of_nine_selects_is_one_xla_kernel():
   """Nine register selects stacked (a block writing nine registers of a
   pack): XLA:CPU's optimized HLO has no concatenate of more than 8
