@@ -24,7 +24,9 @@ than wall time.  The stages:
 - `hlo`: XLA's HLO optimization passes;
 - `codegen`: XLA's backend, from the HLO passes to the executable:
   buffer assignment, LLVM IR emission and LLVM's optimization and code
-  generation (`kernels`: the kernels, where XLA logs them);
+  generation (`kernels`: the kernels, where XLA logs them, and on
+  TensorFlow 2.21 the seconds LLVM took on them, summed over its
+  threads);
 - `run`: the rest of the first call (sampling, and anything after the
   compile);
 - `first`: all of the above; `compile`: `first` less a later call's
@@ -51,7 +53,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 STAGES = ('trace', 'graph', 'tf2xla', 'hlo', 'codegen', 'run')
 SYSTEMS = {'ours_xla': 'autobatched_ours', 'hand_xla': 'unrolled'}
-VMODULE = 'xla_compiler=1,hlo_pass_pipeline=1,cpu_compiler=2,device_compiler=1'
+VMODULE = ('xla_compiler=1,hlo_pass_pipeline=1,cpu_compiler=2,device_compiler=1,'
+           'ir_compiler=1')
 
 
 # -- in the worker ------------------------------------------------------------
@@ -143,11 +146,13 @@ def stage_marks(log, after):
   """Wall times of the compile's milestones in a worker's log, from wall
   time `after` on (the end of the trace): tf2xla's start, the first HLO
   pass, XLA's backend (after the HLO passes), the executable; and the
-  kernels LLVM compiled (TensorFlow 2.18's XLA logs them; else None)."""
+  kernels LLVM compiled and LLVM's seconds on them (TensorFlow 2.18's
+  XLA logs a count per module, 2.21's each kernel's module and its time;
+  else None)."""
   order = (('tf2xla', 'XlaCompiler::CompileFunction'),
            ('hlo', 'HLO pass: '), ('codegen', 'cpu_compiler'),
            ('executable', 'Compilation of XLA executable'))
-  marks, kernels = {}, None
+  marks, kernels, llvm = {}, None, None
   for line in log.splitlines():
     t = log_time(line)
     if t is None or t < after:
@@ -158,10 +163,16 @@ def stage_marks(log, after):
     m = re.search(r'Compile LLVM module with (\d+) kernels', line)
     if m:
       kernels = (kernels or 0) + int(m.group(1))
+    m = re.search(r'Compiled LLVM module: \S+ time: '
+                  r'([\d.]+) (m?s) ', line)
+    if m:
+      kernels = (kernels or 0) + 1
+      llvm = (llvm or 0.0) + float(m.group(1)) / (1e3 if m.group(2) == 'ms'
+                                                   else 1.0)
   missing = [key for key, _ in order if key not in marks]
   if missing:
     raise RuntimeError(f'no {missing} in the log: is TF_CPP_VMODULE read?')
-  return marks, kernels
+  return marks, kernels, llvm
 
 
 def cpu_at(samples, t):
@@ -174,7 +185,7 @@ def cpu_at(samples, t):
 
 def split(result, log):
   """{stage: (wall s, CPU s)} of one worker's measurement."""
-  marks, kernels = stage_marks(log, result['marks']['traced'][0])
+  marks, kernels, llvm = stage_marks(log, result['marks']['traced'][0])
   bounds = [result['marks']['start'], result['marks']['traced']]
   for key in ('tf2xla', 'hlo', 'codegen', 'executable'):
     t = marks[key]
@@ -187,7 +198,7 @@ def split(result, log):
   out['first'] = first
   out['compile'] = (None, first[1] - result['call'])
   out['call'] = (None, result['call'])
-  return dict(stages=out, kernels=kernels, ops=result['ops'],
+  return dict(stages=out, kernels=kernels, llvm=llvm, ops=result['ops'],
               constants=result['constants'], tf=result['tf'])
 
 
@@ -219,7 +230,7 @@ def summary(runs):
   stages = {s: tuple(med([r['stages'][s][i] for r in runs]) for i in (0, 1))
             for s in runs[0]['stages']}
   return dict(stages=stages, kernels=med([r['kernels'] for r in runs]),
-              ops=runs[0]['ops'], constants=runs[0]['constants'],
+              llvm=med([r.get('llvm') for r in runs]), ops=runs[0]['ops'], constants=runs[0]['constants'],
               tf=runs[0]['tf'])
 
 
@@ -227,7 +238,8 @@ def table(target, chains, results):
   cols = STAGES + ('first', 'compile', 'call')
   lines = [f'{target}, {chains} chains, TF {next(iter(results.values()))["tf"]}'
            ' (CPU s; wall s in brackets; median over rounds):', '',
-           '| system | ' + ' | '.join(cols) + ' | kernels | TF ops (const) |',
+           '| system | ' + ' | '.join(cols) +
+           ' | kernels (LLVM s) | TF ops (const) |',
            '|---' * (len(cols) + 3) + '|']
   for system, s in results.items():
     cells = []
@@ -236,6 +248,8 @@ def table(target, chains, results):
       cells.append(f'{cpu:.2f}' + (f' ({wall:.2f})' if wall is not None
                                    else ''))
     kernels = '-' if s['kernels'] is None else f'{s["kernels"]:.0f}'
+    if s.get('llvm') is not None:
+      kernels += f' ({s["llvm"]:.2f} s)'
     lines.append(f'| {system} | ' + ' | '.join(cells) +
                  f' | {kernels} | {s["ops"]} ({s["constants"]}) |')
   if len(results) == 2:
