@@ -1031,5 +1031,16 @@ def test_first_call_splits_the_compile_at_the_logs_milestones():
                       call=None)
   assert cpu['codegen'] == 5.0 and cpu['first'] == 15.0
   assert cpu['compile'] == 14.0 and out['kernels'] is None
+  assert out['llvm'] is None
   with pytest.raises(RuntimeError, match='TF_CPP_VMODULE'):
     first_call.split(result, log.split('\n', 2)[0])
+  # TensorFlow 2.21's XLA logs each kernel's LLVM module and its time.
+  log += '\n' + '\n'.join([
+      'I0000 00:00:17.000000 1 ir_compiler.cc:256] Compiled LLVM module: '
+      '__compute_module_a_kernel_module time: 20.5 ms (20500 us) '
+      '(cumulative: 20.5 ms, max: 20.5 ms, #called: 1)',
+      'I0000 00:00:18.000000 1 ir_compiler.cc:256] Compiled LLVM module: '
+      '__compute_module_wrapped_scatter time: 1.5 s (1500000 us) '
+      '(cumulative: 1.52 s, max: 1.5 s, #called: 2)'])
+  out = first_call.split(result, log)
+  assert out['kernels'] == 2 and out['llvm'] == pytest.approx(1.5205)
