@@ -377,7 +377,8 @@ def stack(values):
   out = None
   for start in reversed(range(0, n, size)):
     part = stack(values[start:start + size])
-    part = tf.pad(part, [[start, n - start - part.shape[0]]] + [[0, 0]] * rank)
+    part = tf.pad(part, [[start, n - start - part.shape[0]]] +
+                  [[0, 0]] * rank)
     if out is None:
       out = part
     else:
