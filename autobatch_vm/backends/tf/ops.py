@@ -371,6 +371,7 @@ def stack(values):
   n = len(values)
   if n <= _FUSED_CONCAT_OPERANDS or not masks.in_xla_context():
     return tf.stack(values)
+  values = [tf.convert_to_tensor(v) for v in values]
   groups = -(-n // _FUSED_CONCAT_OPERANDS)
   size = -(-n // groups)
   rank = len(values[0].shape)
