@@ -1118,6 +1118,50 @@ def test_stack_under_xla_gradient():
     np.testing.assert_array_equal(got.numpy(), want.numpy())
 
 
+_SCATTERED = ab.Context()
+
+
+@_SCATTERED.batch(type_inference=lambda _: [ab.TensorType(np.float32, ())])
+def scattered_writes(x):
+  """Sixteen float32 registers, written every other one in a branch."""
+  a0, a1, a2, a3 = x, x + 1, x + 2, x + 3
+  a4, a5, a6, a7 = x * 2, x * 3, x * 4, x * 5
+  a8, a9, a10, a11 = x - 1, x - 2, x - 3, x - 4
+  a12, a13, a14, a15 = x / 2, x / 3, x / 4, x / 5
+  n = 0
+  while n < 3:
+    if x > n:
+      a0, a2, a4, a6 = a1 * a2, a3 - a0, a5 + a4, a7 * 0.5
+      a8, a10, a12, a14 = a9 + a8, a11 * a10, a13 - a12, a15 + a14
+    else:
+      a1, a3 = a1 + a0, a3 - a2
+    n = n + 1
+  return (a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11 +
+          a12 + a13 + a14 + a15)
+
+
+def test_xla_whole_pack_of_scattered_writes_matches_alone(monkeypatch):
+  """A pack written whole under XLA by a block writing every other row
+  (more than 8 pieces between kept runs: `ops.stack`'s groups, a select)
+  and by blocks writing two rows (`tf.stack`, a concatenate XLA fuses):
+  against each member alone."""
+  from autobatch_vm.backends.tf import packing  # pylint: disable=g-import-not-at-top
+  made = set()
+  real = packing.Packing._whole_pack
+
+  def spy(self, st, writes, g):
+    out = real(self, st, writes, g)
+    if len(self.slots[g]) > 8:
+      made.add(out.op.type)
+    return out
+  monkeypatch.setattr(packing.Packing, '_whole_pack', spy)
+  x = np.array([-1.0, 0.5, 1.5, 2.5, 4.0, 0.25], np.float32)
+  want = scattered_writes(x, dry_run=True)
+  got = run_tf(scattered_writes, [x], 'xla')
+  np.testing.assert_allclose(got, want, rtol=1e-6)
+  assert made == {'Pack', 'SelectV2'}, made
+
+
 def test_stack_of_nine_selects_is_one_xla_kernel():
   """Nine register selects stacked (a block writing nine registers of a
   pack): XLA:CPU's optimized HLO has no concatenate of more than 8

@@ -345,7 +345,7 @@ def no_elements(x):
 
 # XLA:CPU fuses no concatenate of more than this many operands
 # (`kMaxConcatenateArguments` of its instruction fusion).
-_FUSED_CONCAT_OPERANDS = 8
+FUSED_CONCAT_OPERANDS = 8
 
 
 def stack(values):
@@ -369,10 +369,10 @@ def stack(values):
   """
   values = list(values)
   n = len(values)
-  if n <= _FUSED_CONCAT_OPERANDS or not masks.in_xla_context():
+  if n <= FUSED_CONCAT_OPERANDS or not masks.in_xla_context():
     return tf.stack(values)
   values = [tf.convert_to_tensor(v) for v in values]
-  groups = -(-n // _FUSED_CONCAT_OPERANDS)
+  groups = -(-n // FUSED_CONCAT_OPERANDS)
   size = -(-n // groups)
   rank = len(values[0].shape)
   out = None

@@ -460,15 +460,24 @@ class Packing:
     """Pack g after a block's writes, stacked anew from its rows: the
     rows the block writes (pushed onto, for stacks: a select against the
     targets' one-hot) and the others as they are (one unstack of the
-    pack, which the block's reads share: `BlockState`)."""
+    pack, which the block's reads share: `BlockState`).
+
+    XLA makes each run of rows kept as they are one slice of the pack, so
+    the stack is a concatenate of the written rows and the runs between
+    them: `tf.stack` where those are at most 8 (XLA fuses it), else
+    `ops.stack`."""
     is_stack, _, shape = self.keys[g]
     written = set(self._port_slots(writes, g))
     rows = []
+    pieces = 0   # written rows, and runs of rows kept
     for row, slot in enumerate(self.slots[g]):
       old = st.row(g, row)
       if slot not in written:
+        if row == 0 or self.slots[g][row - 1] in written:
+          pieces += 1
         rows.append(old)
         continue
+      pieces += 1
       w = st.written(slot)
       if not is_stack:
         rows.append(self.stored(slot, w))
@@ -479,7 +488,8 @@ class Packing:
       hot = ops.hot(shape[0], w.target, len(shape) - 2)
       rows.append(tf.where(hot, self.stored(slot, w.value)[tf.newaxis],
                            old))
-    return ops.stack(rows)
+    return (tf.stack(rows) if pieces <= ops.FUSED_CONCAT_OPERANDS
+            else ops.stack(rows))
 
   def written_bytes(self, width):
     """The bytes of the packs that ports of `width` scatter into.
