@@ -53,8 +53,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 STAGES = ('trace', 'graph', 'tf2xla', 'hlo', 'codegen', 'run')
 SYSTEMS = {'ours_xla': 'autobatched_ours', 'hand_xla': 'unrolled'}
-VMODULE = ('xla_compiler=1,hlo_pass_pipeline=1,cpu_compiler=2,device_compiler=1,'
-           'ir_compiler=1')
+VMODULE = ('xla_compiler=1,hlo_pass_pipeline=1,cpu_compiler=2,'
+           'device_compiler=1,ir_compiler=1')
 
 
 # -- in the worker ------------------------------------------------------------
@@ -230,8 +230,8 @@ def summary(runs):
   stages = {s: tuple(med([r['stages'][s][i] for r in runs]) for i in (0, 1))
             for s in runs[0]['stages']}
   return dict(stages=stages, kernels=med([r['kernels'] for r in runs]),
-              llvm=med([r.get('llvm') for r in runs]), ops=runs[0]['ops'], constants=runs[0]['constants'],
-              tf=runs[0]['tf'])
+              llvm=med([r['llvm'] for r in runs]), ops=runs[0]['ops'],
+              constants=runs[0]['constants'], tf=runs[0]['tf'])
 
 
 def table(target, chains, results):
@@ -248,7 +248,7 @@ def table(target, chains, results):
       cells.append(f'{cpu:.2f}' + (f' ({wall:.2f})' if wall is not None
                                    else ''))
     kernels = '-' if s['kernels'] is None else f'{s["kernels"]:.0f}'
-    if s.get('llvm') is not None:
+    if s['llvm'] is not None:
       kernels += f' ({s["llvm"]:.2f} s)'
     lines.append(f'| {system} | ' + ' | '.join(cells) +
                  f' | {kernels} | {s["ops"]} ({s["constants"]}) |')
