@@ -82,6 +82,23 @@ class Backend:
     del m
     return x
 
+  def call_for_types(self, fn, args, batch):
+    """`fn(*args)`, on made-up values of `batch` members, for type inference.
+
+    A backend may note what the call does (the TensorFlow backend: how
+    large the values it makes are, `backends.tf.work`).
+
+    Args:
+      fn: A primitive.
+      args: Its arguments.
+      batch: Their batch size.
+
+    Returns:
+      `fn(*args)`.
+    """
+    del batch
+    return fn(*args)
+
   def draws_at_random(self, fn, args):
     """Whether `fn(*args)` runs backend ops that draw at random.
 
@@ -105,12 +122,13 @@ class Backend:
     """Whether `trace` finds a primitive's result type without values."""
     return False
 
-  def trace(self, fn, args):
+  def trace(self, fn, args, batch=1):
     """`fn(*args)` traced symbolically (where `traces_symbolically()`).
 
     Args:
       fn: A primitive.
       args: Values like its arguments.
+      batch: Their batch size.
 
     Returns:
       Its result, with dtypes and shapes and no values computed.

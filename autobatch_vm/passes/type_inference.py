@@ -403,7 +403,7 @@ class _Inference:
     if self.backend.traces_symbolically():
       try:
         return self.backend.trace(op.function, self.dummies(
-            in_types, literals=False, batch=batch))
+            in_types, literals=False, batch=batch), batch)
       except errors.AutoBatchError:
         raise
       except Exception:  # pylint: disable=broad-except
@@ -414,8 +414,9 @@ class _Inference:
         # Made-up values may be outside a function's domain (a log of
         # zero): NumPy's warnings about it would be about no user data.
         with self.backend.error_context(), np.errstate(all='ignore'):
-          return op.function(*self.dummies(in_types, literals=False,
-                                            kind=kind, batch=batch))
+          return self.backend.call_for_types(
+              op.function, self.dummies(in_types, literals=False,
+                                        kind=kind, batch=batch), batch)
       except errors.AutoBatchError:
         raise
       except Exception as e:  # pylint: disable=broad-except

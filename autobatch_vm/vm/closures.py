@@ -539,7 +539,7 @@ class BlockCompiler:
     """`block` as a function `run(state, m)`.
 
     Its `writes` and `stack_slots` attributes tell a staged backend what
-    the block may change.
+    the block may change, and `prims` which primitives it runs.
 
     Args:
       block: A block of the program.
@@ -583,6 +583,9 @@ class BlockCompiler:
     # slots it may write, and which slots are stacks (written by pushes).
     run_block.writes = self.writes(block, stored)
     run_block.stack_slots = self.stack_slots
+    # And its primitives' functions (`backends.tf.work`).
+    run_block.prims = tuple(op.function for op in block.instructions
+                            if isinstance(op, inst.PrimOp))
     return run_block
 
 

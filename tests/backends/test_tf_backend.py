@@ -912,8 +912,8 @@ def test_xla_with_many_groups_matches_members_alone(case, monkeypatch):
   groups = []
   write_groups = groups_lib.write_groups
 
-  def spy(packing, block_writes):
-    groups.append(write_groups(packing, block_writes))
+  def spy(packing, block_writes, *heavy):
+    groups.append(write_groups(packing, block_writes, *heavy))
     return groups[-1]
   monkeypatch.setattr(groups_lib, 'write_groups', spy)
   args, on_numpy, alone = numpy_and_alone(case.name, 5)
@@ -1160,6 +1160,126 @@ def test_xla_whole_pack_of_scattered_writes_matches_alone(monkeypatch):
   got = run_tf(scattered_writes, [x], 'xla')
   np.testing.assert_allclose(got, want, rtol=1e-6)
   assert made == {'Pack', 'SelectV2'}, made
+
+
+_HEAVY = ab.Context()
+_WIDE = np.linspace(-1.0, 1.0, 4096).astype(np.float32)
+
+
+@_HEAVY.batch(type_inference=lambda _: [ab.TensorType(np.float32, ())])
+def wide_steps(x):
+  """A loop whose one branch makes a `[4096]` value per member (a heavy
+  block at 16 members: `knobs.TuningKnobs.heavy_block_elements`)."""
+  n = 0
+  while n < 3:
+    if x > n:
+      x = tf.reduce_mean(tf.tanh(x[..., tf.newaxis] * _WIDE), axis=-1) + x
+    else:
+      x = x * 0.5 - 1.0
+    n = n + 1
+  return x
+
+
+@pytest.mark.parametrize('heavy', [True, False])
+def test_xla_heavy_block_runs_alone_and_matches(monkeypatch, heavy):
+  """Where XLA splits loops over threads outside conditionals only (the
+  probe, stubbed here), a block whose values are large runs in a group
+  of its own outside any conditional, even where its packs would have it
+  guarded; against each member alone, as with the knob off."""
+  from autobatch_vm.backends.tf import groups  # pylint: disable=g-import-not-at-top
+  from autobatch_vm.backends.tf import knobs  # pylint: disable=g-import-not-at-top
+  from autobatch_vm.backends.tf import ops  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(ops, 'xla_cpu_splits_outside_conditionals_only',
+                      lambda: True)
+  monkeypatch.setattr(ops, 'xla_cpu_runs_thunks', lambda: True)
+  seen = []
+  real = groups.write_groups
+
+  def spy(packing, writes, heavy=frozenset()):
+    out = real(packing, writes, heavy)
+    seen.append((heavy, out))
+    return out
+  monkeypatch.setattr(groups, 'write_groups', spy)
+  x = np.linspace(-1.0, 3.0, 16).astype(np.float32)
+  want = wide_steps(x, dry_run=True)
+  backend = ab.TensorFlowBackend(knobs=knobs.TuningKnobs(
+      guarded_group_bytes=0,
+      heavy_block_elements=knobs.CPU.heavy_block_elements if heavy else None))
+  got = run_tf(wide_steps, [x], 'xla', backend=backend)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  assert seen
+  for marked, out in seen:
+    if not heavy:
+      assert not marked
+      continue
+    assert len(marked) == 1, marked
+    assert [m for m, _ in out if set(m) & marked] == [tuple(marked)]
+
+
+def _wide_steps_status(backend):
+  return lambda x: wide_steps(x, on_error='status', backend=backend)
+
+
+def test_xla_heavy_block_is_split_over_threads():
+  """Where XLA runs thunks and splits no loop of a conditional's branches
+  (TensorFlow 2.18), the heavy block's loops are split: its group runs it
+  outside any conditional.  With the knob off they are not."""
+  from autobatch_vm.backends.tf import knobs  # pylint: disable=g-import-not-at-top
+  from autobatch_vm.backends.tf import ops  # pylint: disable=g-import-not-at-top
+  if not (ops.xla_cpu_runs_thunks() and
+          ops.xla_cpu_splits_outside_conditionals_only()):
+    pytest.skip('this XLA splits loops in conditionals too, or none, or '
+                'runs no thunks')
+  # 64 members: XLA splits the `[64, 4096]` loop (not `[16, 4096]`).
+  x = tf.constant(np.linspace(-1.0, 3.0, 64).astype(np.float32))
+  split = []
+  for limit in (knobs.CPU.heavy_block_elements, None):
+    backend = ab.TensorFlowBackend(
+        knobs=knobs.TuningKnobs(heavy_block_elements=limit))
+    f = tf.function(_wide_steps_status(backend), jit_compile=True)
+    hlo = f.experimental_get_compiler_ir(x)(stage='optimized_hlo')
+    split.append('outer_dimension_partitions' in hlo)
+  assert split == [True, False]
+
+
+def test_xla_cpu_runs_thunks_follows_xla_flags(monkeypatch):
+  """The thunk runtime is TensorFlow 2.18's and newer, unless `XLA_FLAGS`
+  turns it off."""
+  from autobatch_vm.backends.tf import ops  # pylint: disable=g-import-not-at-top
+  new = tuple(int(v) for v in tf.__version__.split('.')[:2]) >= (2, 18)
+  monkeypatch.delenv('XLA_FLAGS', raising=False)
+  assert ops.xla_cpu_runs_thunks() == new
+  monkeypatch.setenv('XLA_FLAGS', '--xla_cpu_use_thunk_runtime=false')
+  assert not ops.xla_cpu_runs_thunks()
+  monkeypatch.setenv('XLA_FLAGS', '--xla_cpu_use_thunk_runtime=true')
+  assert ops.xla_cpu_runs_thunks() == new
+
+
+def test_work_counts_input_dependent_values_per_member():
+  """`work` keeps a primitive's largest value that depends on its inputs,
+  per member: values made from constants alone do not count, in a graph
+  (a staged run's type inference) or traced eagerly."""
+  from autobatch_vm.backends.tf import work  # pylint: disable=g-import-not-at-top
+  backend = ab.TensorFlowBackend()
+  big = np.ones([300, 700], np.float32)
+
+  def prim(x):
+    c = tf.constant(big) * 2.0   # constants only: not counted
+    spread = x[:, :, tf.newaxis] * tf.ones([1, 1, 30])   # 150 a member
+    return tf.reduce_sum(spread, axis=-1) + tf.reduce_sum(c)
+
+  def prim_eager(x):
+    return prim(x)
+
+  @tf.function
+  def staged():
+    backend.call_for_types(prim, [tf.zeros([2, 5])], 2)
+    return tf.constant(0)
+  staged()
+  assert work.elements(prim) == 150
+  backend.trace(prim_eager, [tf.zeros([1, 5])], 1)
+  assert work.elements(prim_eager) == 150
+  assert work.elements(lambda x: x) == 0
 
 
 def test_stack_of_nine_selects_is_one_xla_kernel():

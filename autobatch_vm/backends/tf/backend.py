@@ -76,6 +76,7 @@ from autobatch_vm.backends.tf import loop
 from autobatch_vm.backends.tf import masks
 from autobatch_vm.backends.tf import ops
 from autobatch_vm.backends.tf import randomness
+from autobatch_vm.backends.tf import work
 
 __all__ = ['TensorFlowBackend']
 
@@ -217,6 +218,15 @@ class TensorFlowBackend(base.Backend):
     """
     return randomness.draws_at_random(fn, args)
 
+  def call_for_types(self, fn, args, batch):
+    if tf.executing_eagerly():
+      return fn(*args)
+    graph = tf.compat.v1.get_default_graph()
+    before = len(graph.get_operations())
+    result = fn(*args)
+    work.note(fn, graph.get_operations()[before:], args, batch)
+    return result
+
   def traces_symbolically(self):
     """Whether `trace` finds a primitive's result type without values.
 
@@ -225,7 +235,7 @@ class TensorFlowBackend(base.Backend):
     """
     return tf.executing_eagerly()
 
-  def trace(self, fn, args):
+  def trace(self, fn, args, batch=1):
     """`fn(*args)` traced in a scratch graph on `tf.TensorSpec`s like `args`.
 
     Python scalars stay constants.
@@ -233,6 +243,7 @@ class TensorFlowBackend(base.Backend):
     Args:
       fn: A primitive.
       args: Values like its arguments.
+      batch: Their batch size.
 
     Returns:
       Its result with symbolic tensors, of static dtypes and shapes, and
@@ -250,7 +261,7 @@ class TensorFlowBackend(base.Backend):
     def keep(*a):
       # What `fn` returns as Python sees it: a Python scalar stays one
       # (a weak literal), where the function's outputs would be tensors.
-      results.append(fn(*a))
+      results.append(self.call_for_types(fn, a, batch))
       return results[-1]
     tf.function(keep, autograph=False).get_concrete_function(*specs)
     return results[0]

@@ -4,7 +4,10 @@ All branches of a switch return the same shapes, so with one switch
 every step would pay for the widest block's writes.  `write_groups` cuts
 the blocks into groups, and `run_groups` runs a step: the group of the
 block, in a `while_loop` of at most one trip (updated in place, unlike a
-conditional), and the scatter of its ports into the packs.
+conditional), and the scatter of its ports into the packs.  A heavy
+block (`knobs.TuningKnobs.heavy_block_elements`) is a group of its own
+that runs its block outside any conditional: TensorFlow 2.18's XLA:CPU
+splits a large loop over threads only outside conditionals' branches.
 """
 
 import numpy as np
@@ -42,18 +45,19 @@ def switch(b, branches):
   return _indexed_case(b, branches, lower_using_switch_merge=False)
 
 
-def write_groups(packing, block_writes):
+def write_groups(packing, block_writes, heavy=frozenset()):
   """Splits the blocks into groups for XLA's step (see `loop.staged_loop`).
 
   A step of a block costs its group's ports, in bytes, plus the knob
   `group_step_bytes` per group; with blocks sorted by the bytes they
   write, the groups are the contiguous runs that minimize that cost summed
   over all blocks (each block counted once: which run most is not known
-  when tracing).
+  when tracing).  Each heavy block is a group of its own, after those.
 
   Args:
     packing: The run's `packing.Packing`.
     block_writes: Each block's written slots.
+    heavy: The heavy blocks.
 
   Returns:
     `[(members, width)]`: block indices and, per pack, the ports their
@@ -73,7 +77,8 @@ def write_groups(packing, block_writes):
 
   def cost(width):
     return sum(r * w for r, w in zip(row_bytes, width))
-  order = sorted(range(len(widths)), key=lambda k: (cost(widths[k]), k))
+  order = sorted((k for k in range(len(widths)) if k not in heavy),
+                 key=lambda k: (cost(widths[k]), k))
   n = len(order)
   # best[j]: the cheapest split of order[:j], whose last group is
   # order[cut[j]:j] with ports last_width[j].  For each end j the start i
@@ -93,11 +98,11 @@ def write_groups(packing, block_writes):
   while n:
     groups.append((tuple(order[cut[n]:n]), last_width[n]))
     n = cut[n]
-  return groups[::-1]
+  return groups[::-1] + [((k,), widths[k]) for k in sorted(heavy)]
 
 
 def run_groups(b, mask, groups, branch_fns, packing, carried, writes,
-               bounded=True):
+               bounded=True, heavy=frozenset()):
   """XLA's step: block `b`'s group switches to it and scatters its ports.
 
   Args:
@@ -111,6 +116,7 @@ def run_groups(b, mask, groups, branch_fns, packing, carried, writes,
     bounded: Whether each group's loop states its one trip to TensorFlow
       (`maximum_iterations`), which a gradient through it needs under XLA
       (`_run_once`).
+    heavy: The heavy blocks, each run outside any conditional.
 
   Returns:
     The loop variables after the step.
@@ -118,7 +124,7 @@ def run_groups(b, mask, groups, branch_fns, packing, carried, writes,
   num_packs = len(packing.slots)
   if len(groups) == 1:
     return run_group(b, mask, groups[0], branch_fns, packing, writes,
-                      *carried)
+                      *carried, heavy=heavy)
   # One lookup for all groups, not one per group (each a step's thunk
   # that XLA may hand to another thread when many are ready at once, see
   # `ops.storage_dtype`).
@@ -140,7 +146,7 @@ def run_groups(b, mask, groups, branch_fns, packing, carried, writes,
       for g, v in zip(live, values):
         full[g] = v
       out = run_group(b, mask, group, branch_fns, packing, writes, *full,
-                       case=case)
+                       case=case, heavy=heavy)
       return [out[g] for g in live]
     after = _run_once(taken, run, [carried[g] for g in live], bounded)
     carried = list(carried)
@@ -150,16 +156,19 @@ def run_groups(b, mask, groups, branch_fns, packing, carried, writes,
 
 
 def run_group(b, mask, group, branch_fns, packing, writes, *carried,
-               case=None):
+               case=None, heavy=frozenset()):
   """A group's switch to block `b`, and the scatter of its ports.
 
   A group of one block has no switch, unless the packs it writes are
-  large (the knob `guarded_group_bytes`): then its block runs in a
-  conditional with a branch that writes nothing (never taken, as the group
-  runs only for its block).  Inline, the block's reads of a pack and the
-  scatter into it are in one computation, and XLA copies the pack there,
-  twice per step.  In a conditional the reads are done when the scatter
-  runs, and XLA updates the pack in place.
+  large (the knob `guarded_group_bytes`) and the block is not heavy:
+  then its block runs in a conditional with a branch that writes nothing
+  (never taken, as the group runs only for its block).  Inline, the
+  block's reads of a pack and the scatter into it are in one computation,
+  and XLA copies the pack there, twice per step.  In a conditional the
+  reads are done when the scatter runs, and XLA updates the pack in
+  place; but TensorFlow 2.18's XLA:CPU splits no loop of a
+  conditional's branch over threads, which a heavy block's work needs
+  more.
 
   Args:
     b: The block to run (one of the group's members).
@@ -170,6 +179,7 @@ def run_group(b, mask, group, branch_fns, packing, writes, *carried,
     writes: Each block's written slots.
     *carried: The loop variables.
     case: `b`'s position among the group's members, if known.
+    heavy: The heavy blocks.
 
   Returns:
     The loop variables after the step.
@@ -178,7 +188,8 @@ def run_group(b, mask, group, branch_fns, packing, writes, *carried,
   num_packs = len(packing.slots)
   if len(members) == 1:
     k = members[0]
-    if packing.written_bytes(width) < packing.knobs.guarded_group_bytes:
+    if (k in heavy or packing.written_bytes(width)
+        < packing.knobs.guarded_group_bytes):
       ports, flat = branch_fns[k](mask, *carried)
     else:
       ports, flat = tf.switch_case(

@@ -64,6 +64,12 @@ class TuningKnobs:
     one_hot_max: Under XLA the `'most'` schedule counts members per block
       by a `[blocks, batch]` comparison up to this many elements, and by a
       segment sum beyond.
+    heavy_block_elements: Under XLA, a block whose primitives make a value
+      of this many elements or more (per member, as type inference traced
+      them, times the batch: `work`) runs in a group of its own and
+      outside any conditional, where XLA:CPU runs thunks and splits
+      large loops over threads outside conditionals only (TensorFlow
+      2.18).  None: never.
   """
   pack_bytes: int = 128 * 1024
   signature_bytes: int = 4 * 1024
@@ -76,6 +82,7 @@ class TuningKnobs:
   one_hot_max: int = 1 << 18
   whole_pack_bytes: int = 16 * 1024
   fill_pack_bytes: int = 32 * 1024
+  heavy_block_elements: Optional[int] = 1 << 15
 
 
 # The defaults on a CPU.
@@ -88,7 +95,7 @@ GPU = TuningKnobs(flat_register_bytes=None,
                   group_step_bytes=16 * 1024 * 1024,
                   guarded_group_bytes=16 * 1024 * 1024,
                   push_window_frames=0, inplace_stack_bytes=None,
-                  whole_pack_bytes=0)
+                  whole_pack_bytes=0, heavy_block_elements=None)
 
 
 def for_device(gpu):

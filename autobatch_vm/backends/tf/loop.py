@@ -15,7 +15,9 @@ from autobatch_vm.backends.scheduler import Scheduler
 from autobatch_vm.backends.tf import errors as tf_errors
 from autobatch_vm.backends.tf import groups as groups_lib
 from autobatch_vm.backends.tf import masks
+from autobatch_vm.backends.tf import ops
 from autobatch_vm.backends.tf import packing as packing_lib
+from autobatch_vm.backends.tf import work
 
 __all__ = ['staged_loop', 'branch_fn', 'fail_in_graph', 'run_eagerly',
            'step_eagerly', 'next_block_tensor', 'loop_test', 'FORCED_BLOCK',
@@ -154,7 +156,19 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
   packing = packing_lib.Packing(state, stack_slots, frozenset(packed), limit,
                                 writers, inplace, knobs, nominal)
   writes = [blk.writes for blk in blocks]
-  groups = groups_lib.write_groups(packing, writes) if xla else None
+  heavy = frozenset()
+  if xla and knobs.heavy_block_elements is not None:
+    # Blocks whose values are large enough for XLA to split its loops over
+    # threads (`work`), where it runs thunks and splits none in a
+    # conditional (`groups`; docs/performance.md).
+    size = nominal or state[PC].shape[0] or 1
+    heavy = frozenset(
+        k for k, blk in enumerate(blocks)
+        if work.block_elements(blk) * size >= knobs.heavy_block_elements)
+    if heavy and not (ops.xla_cpu_runs_thunks() and
+                      ops.xla_cpu_splits_outside_conditionals_only()):
+      heavy = frozenset()
+  groups = groups_lib.write_groups(packing, writes, heavy) if xla else None
   widths = {}
   for members, width in groups or ():
     widths.update((k, width) for k in members)
@@ -247,7 +261,7 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
             b, [groups_lib.bind(f, mask, carried) for f in branch_fns]))
       else:
         carried = groups_lib.run_groups(b, mask, groups, branch_fns, packing,
-                              list(carried), writes, differentiable())
+                              list(carried), writes, differentiable(), heavy)
     if timed:
       with tf.control_dependencies(tf.nest.flatten(carried)):
         elapsed = tf.timestamp() - start

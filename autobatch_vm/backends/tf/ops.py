@@ -6,6 +6,8 @@ a scatter of ports after the switch, or an in-place update.
 """
 
 import functools
+import os
+import re
 
 import numpy as np
 import tensorflow as tf
@@ -307,6 +309,50 @@ def xla_cpu_expands_scatter():
     except Exception:  # pylint: disable=broad-except
       return False   # cannot tell: keep the scatter
   return ' scatter(' not in hlo
+
+
+@functools.lru_cache(maxsize=None)
+def xla_cpu_splits_outside_conditionals_only():
+  """Whether XLA on this CPU splits large loops over threads, but none in a
+  conditional's branches.
+
+  XLA:CPU's parallel task assignment marks a large loop to run in parts
+  on its threads (`outer_dimension_partitions`); TensorFlow 2.18 and
+  older do that outside conditionals only, TensorFlow 2.21 in their
+  branches too.  Found by compiling one large loop outside and one in a
+  branch, once; False where it cannot tell.
+  """
+  def outside(x, i):
+    del i
+    return tf.exp(x) * 2.0 + 1.0
+
+  def inside(x, i):
+    return tf.switch_case(i, [lambda: tf.exp(x) * 2.0 + 1.0,
+                              lambda: x * 3.0])
+  splits = []
+  with tf.init_scope(), tf.device('/device:CPU:0'):
+    args = (tf.zeros([256, 1024], tf.float32), tf.constant(0, tf.int32))
+    for fn in (outside, inside):
+      probe = tf.function(fn, jit_compile=True, autograph=False)
+      try:
+        hlo = probe.experimental_get_compiler_ir(*args)(stage='optimized_hlo')
+      except Exception:  # pylint: disable=broad-except
+        return False
+      splits.append('outer_dimension_partitions' in hlo)
+  return splits == [True, False]
+
+
+def xla_cpu_runs_thunks():
+  """Whether XLA on CPU runs a computation as thunks, a kernel each.
+
+  TensorFlow 2.18 and newer, unless `XLA_FLAGS` turns that runtime off
+  (`--xla_cpu_use_thunk_runtime=false`); older ones compile a computation
+  into one function.
+  """
+  version = tuple(int(v) for v in re.findall(r'\d+', tf.__version__)[:2])
+  flags = os.environ.get('XLA_FLAGS', '')
+  return (version >= (2, 18) and not re.search(
+      r'xla_cpu_use_thunk_runtime=(false|0)\b', flags))
 
 
 def pushing_members(values, rows, targets):
