@@ -1255,6 +1255,54 @@ def test_xla_cpu_runs_thunks_follows_xla_flags(monkeypatch):
   assert ops.xla_cpu_runs_thunks() == new
 
 
+def _repeated_later_outputs(node_defs):
+  """Pack nodes stacking one tensor twice where it is not its op's first
+  output (`op:3`, or `op:output:3` in a function)."""
+  found = []
+  for node in node_defs:
+    if node.op != 'Pack':
+      continue
+    inputs = [i for i in node.input if not i.startswith('^')]
+    later = [i for i in inputs if i.rsplit(':', 1)[-1] not in (i, '0')]
+    if len(later) != len(set(later)):
+      found.append(node.name)
+  return found
+
+
+@pytest.mark.parametrize('case', CASES[:6], ids=lambda c: c.name)
+def test_no_stack_of_a_repeated_later_output_where_grappler_runs(case):
+  """Grappler (TensorFlow 2.16 to 2.21) rewrites a stack of one tensor
+  repeated, when that tensor is not its op's first output, to stack the
+  first output instead: `tf.function(lambda p: tf.stack([tf.unstack(p)[3]]
+  * 2))` returns row 0.  Grappler optimizes a staged run's loop body and
+  the graph around it, but not the blocks' `Case` branches, kept
+  functional: no such stack may be built outside them."""
+  def body(i, x):
+    return i + 1, tf.stack([tf.unstack(x)[1]] * 2)
+  looped = tf.function(lambda x: tf.while_loop(
+      lambda i, x: i < 1, body, [0, x])).get_concrete_function(
+          tf.zeros([2, 3])).graph.as_graph_def()
+  assert [name for f in looped.library.function
+          for name in _repeated_later_outputs(f.node_def)] == ['while/stack']
+  args, _, _ = numpy_and_alone(case.name, 5)
+  concrete = tf.function(
+      lambda *a: case.fn(*a, max_stack_depth=case.depth)).get_concrete_function(
+          *to_tf(args))
+  graph_def = concrete.graph.as_graph_def()
+  functions = {f.signature.name: f for f in graph_def.library.function}
+  branches = set()
+  for node in list(graph_def.node) + [
+      n for f in functions.values() for n in f.node_def]:
+    if node.op in ('Case', 'StatelessCase'):
+      branches.update(f.name for f in node.attr['branches'].list.func)
+  assert branches, 'no Case: the test sees no staged loop'
+  found = _repeated_later_outputs(graph_def.node)
+  for name, function in functions.items():
+    if name not in branches:
+      found += _repeated_later_outputs(function.node_def)
+  assert not found, found
+
+
 def test_work_counts_input_dependent_values_per_member():
   """`work` keeps a primitive's largest value that depends on its inputs,
   per member: values made from constants alone do not count, in a graph
