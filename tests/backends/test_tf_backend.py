@@ -9,6 +9,7 @@ overflow and failed `assert`s in every mode, dtypes, stats, and errors.
 
 import dataclasses
 import functools
+import os
 import re
 import subprocess
 import sys
@@ -1301,6 +1302,18 @@ def test_no_stack_of_a_repeated_later_output_where_grappler_runs(case):
     if name not in branches:
       found += _repeated_later_outputs(function.node_def)
   assert not found, found
+
+
+def test_xla_cpu_split_loops_in_branches_from_tf_2_21():
+  """TensorFlow 2.21's XLA splits a large loop in a conditional's branch as
+  outside one, which `ops.xla_cpu_splits_outside_conditionals_only`
+  assumes there without compiling; older ones split it outside only."""
+  from autobatch_vm.backends.tf import ops  # pylint: disable=g-import-not-at-top
+  if len(os.sched_getaffinity(0)) < 2:
+    pytest.skip('XLA splits no loop on one CPU')
+  new = tuple(int(v) for v in tf.__version__.split('.')[:2]) >= (2, 21)
+  assert ops.xla_cpu_split_loops() == ((True, True) if new
+                                       else (True, False))
 
 
 def test_work_counts_input_dependent_values_per_member():

@@ -222,9 +222,10 @@ class TensorFlowBackend(base.Backend):
     if tf.executing_eagerly():
       return fn(*args)
     graph = tf.compat.v1.get_default_graph()
-    before = len(graph.get_operations())
+    before = graph.version   # the ops made so far, in order
     result = fn(*args)
-    work.note(fn, graph.get_operations()[before:], args, batch)
+    if graph.version > before:
+      work.note(fn, graph.get_operations()[before:], args, batch)
     return result
 
   def traces_symbolically(self):

@@ -320,8 +320,19 @@ def xla_cpu_splits_outside_conditionals_only():
   on its threads (`outer_dimension_partitions`); TensorFlow 2.18 and
   older do that outside conditionals only, TensorFlow 2.21 in their
   branches too.  Found by compiling one large loop outside and one in a
-  branch, once; False where it cannot tell.
+  branch, once (`xla_cpu_split_loops`); False where it cannot tell, and
+  without compiling on TensorFlow 2.21 and newer.
   """
+  if _tf_version() >= (2, 21):
+    return False
+  return xla_cpu_split_loops() == (True, False)
+
+
+def xla_cpu_split_loops():
+  """Whether XLA splits a large loop over threads (outside a conditional,
+  in a conditional's branch), by compiling both; None where it cannot
+  tell."""
+
   def outside(x, i):
     del i
     return tf.exp(x) * 2.0 + 1.0
@@ -337,9 +348,14 @@ def xla_cpu_splits_outside_conditionals_only():
       try:
         hlo = probe.experimental_get_compiler_ir(*args)(stage='optimized_hlo')
       except Exception:  # pylint: disable=broad-except
-        return False
+        return None
       splits.append('outer_dimension_partitions' in hlo)
-  return splits == [True, False]
+  return tuple(splits)
+
+
+def _tf_version():
+  """TensorFlow's (major, minor) version."""
+  return tuple(int(v) for v in re.findall(r'\d+', tf.__version__)[:2])
 
 
 def xla_cpu_runs_thunks():
@@ -349,9 +365,8 @@ def xla_cpu_runs_thunks():
   (`--xla_cpu_use_thunk_runtime=false`); older ones compile a computation
   into one function.
   """
-  version = tuple(int(v) for v in re.findall(r'\d+', tf.__version__)[:2])
   flags = os.environ.get('XLA_FLAGS', '')
-  return (version >= (2, 18) and not re.search(
+  return (_tf_version() >= (2, 18) and not re.search(
       r'xla_cpu_use_thunk_runtime=(false|0)\b', flags))
 
 
