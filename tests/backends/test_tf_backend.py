@@ -1217,6 +1217,50 @@ def test_xla_heavy_block_runs_alone_and_matches(monkeypatch, heavy):
     assert [m for m, _ in out if set(m) & marked] == [tuple(marked)]
 
 
+_W1024 = np.linspace(-1.0, 1.0, 1024).astype(np.float32)
+
+
+@_HEAVY.batch(type_inference=lambda _: [ab.TensorType(np.float32, ())])
+def wide_registers(x):
+  """Blocks with `[1024]` values a member that write rows of a pack of
+  eight such registers."""
+  a0 = x[..., tf.newaxis] * _W1024
+  a1, a2, a3 = a0 + 1.0, a0 - 1.0, a0 * 2.0
+  a4, a5, a6, a7 = a0 * 3.0, a0 + 2.0, a0 - 2.0, a0 * 0.5
+  n = 0
+  while n < 2:
+    if x > n:
+      a0 = tf.tanh(a0 * a1)
+    else:
+      a1 = a1 * 0.5 + a2
+    n = n + 1
+  return tf.reduce_sum(a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7, axis=-1)
+
+
+def test_xla_block_writing_large_packs_is_not_heavy(monkeypatch):
+  """A block whose largest value reaches the knob but whose packs hold
+  more than twice as many bytes stays in its group: run inline, XLA
+  would copy those packs twice a step (TFP's NUTS program on a 512-d
+  Gaussian at 64 chains took 7x as long a step)."""
+  from autobatch_vm.backends.tf import groups  # pylint: disable=g-import-not-at-top
+  from autobatch_vm.backends.tf import ops  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(ops, 'xla_cpu_splits_outside_conditionals_only',
+                      lambda: True)
+  monkeypatch.setattr(ops, 'xla_cpu_runs_thunks', lambda: True)
+  seen = []
+  real = groups.write_groups
+
+  def spy(packing, writes, heavy=frozenset()):
+    seen.append(heavy)
+    return real(packing, writes, heavy)
+  monkeypatch.setattr(groups, 'write_groups', spy)
+  x = np.linspace(-1.0, 3.0, 32).astype(np.float32)
+  want = wide_registers(x, dry_run=True)
+  got = run_tf(wide_registers, [x], 'xla')
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+  assert seen and not any(seen), seen
+
+
 def _wide_steps_status(backend):
   return lambda x: wide_steps(x, on_error='status', backend=backend)
 
