@@ -1181,14 +1181,10 @@ def wide_steps(x):
   return x
 
 
-@pytest.mark.parametrize('heavy', [True, False])
-def test_xla_heavy_block_runs_alone_and_matches(monkeypatch, heavy):
-  """Where XLA splits loops over threads outside conditionals only (the
-  probe, stubbed here), a block whose values are large runs in a group
-  of its own outside any conditional, even where its packs would have it
-  guarded; against each member alone, as with the knob off."""
+def _heavy_groups_seen(monkeypatch):
+  """Stubs the probes to say XLA splits loops outside conditionals only;
+  returns a list that gets `(heavy, groups)` of each staged loop."""
   from autobatch_vm.backends.tf import groups  # pylint: disable=g-import-not-at-top
-  from autobatch_vm.backends.tf import knobs  # pylint: disable=g-import-not-at-top
   from autobatch_vm.backends.tf import ops  # pylint: disable=g-import-not-at-top
   monkeypatch.setattr(ops, 'xla_cpu_splits_outside_conditionals_only',
                       lambda: True)
@@ -1201,6 +1197,17 @@ def test_xla_heavy_block_runs_alone_and_matches(monkeypatch, heavy):
     seen.append((heavy, out))
     return out
   monkeypatch.setattr(groups, 'write_groups', spy)
+  return seen
+
+
+@pytest.mark.parametrize('heavy', [True, False])
+def test_xla_heavy_block_runs_alone_and_matches(monkeypatch, heavy):
+  """Where XLA splits loops over threads outside conditionals only (the
+  probe, stubbed here), a block whose values are large runs in a group
+  of its own outside any conditional, even where its packs would have it
+  guarded; against each member alone, as with the knob off."""
+  from autobatch_vm.backends.tf import knobs  # pylint: disable=g-import-not-at-top
+  seen = _heavy_groups_seen(monkeypatch)
   x = np.linspace(-1.0, 3.0, 16).astype(np.float32)
   want = wide_steps(x, dry_run=True)
   backend = ab.TensorFlowBackend(knobs=knobs.TuningKnobs(
@@ -1242,23 +1249,12 @@ def test_xla_block_writing_large_packs_is_not_heavy(monkeypatch):
   more than twice as many bytes stays in its group: run inline, XLA
   would copy those packs twice a step (TFP's NUTS program on a 512-d
   Gaussian at 64 chains took 7x as long a step)."""
-  from autobatch_vm.backends.tf import groups  # pylint: disable=g-import-not-at-top
-  from autobatch_vm.backends.tf import ops  # pylint: disable=g-import-not-at-top
-  monkeypatch.setattr(ops, 'xla_cpu_splits_outside_conditionals_only',
-                      lambda: True)
-  monkeypatch.setattr(ops, 'xla_cpu_runs_thunks', lambda: True)
-  seen = []
-  real = groups.write_groups
-
-  def spy(packing, writes, heavy=frozenset()):
-    seen.append(heavy)
-    return real(packing, writes, heavy)
-  monkeypatch.setattr(groups, 'write_groups', spy)
+  seen = _heavy_groups_seen(monkeypatch)
   x = np.linspace(-1.0, 3.0, 32).astype(np.float32)
   want = wide_registers(x, dry_run=True)
   got = run_tf(wide_registers, [x], 'xla')
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-  assert seen and not any(seen), seen
+  assert seen and not any(heavy for heavy, _ in seen), seen
 
 
 def _wide_steps_status(backend):
