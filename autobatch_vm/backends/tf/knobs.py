@@ -66,11 +66,11 @@ class TuningKnobs:
       segment sum beyond.
     heavy_block_elements: Under XLA, a block whose primitives make a value
       of this many elements or more (per member, as type inference traced
-      them, times the batch: `work`), and whose packs hold at most twice
-      that many 4-byte elements, runs in a group of its own and outside
-      any conditional, where XLA:CPU runs thunks and splits large loops
-      over threads outside conditionals only (TensorFlow 2.18).  None:
-      never.
+      them, times the batch: `work`), and whose packs hold at most four
+      times that many 4-byte elements, runs in a group of its own and
+      outside any conditional, where XLA:CPU runs thunks and splits large
+      loops over threads outside conditionals only (TensorFlow 2.18).
+      None: never.
   """
   pack_bytes: int = 128 * 1024
   signature_bytes: int = 4 * 1024

@@ -162,14 +162,14 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
     # threads (`work`), where it runs thunks and splits none in a
     # conditional (`groups`; docs/performance.md).  Run inline, a block's
     # group copies the packs it writes twice a step: those must be at
-    # most twice its largest value (of 4-byte elements).
+    # most four times its largest value (of 4-byte elements).
     size = nominal or state[PC].shape[0] or 1
 
     def is_heavy(k, blk):
       largest = work.block_elements(blk) * size
       return (largest >= knobs.heavy_block_elements and
               packing.written_bytes(packing.block_width(writes[k]))
-              <= 8 * largest)
+              <= 16 * largest)
     heavy = frozenset(k for k, blk in enumerate(blocks) if is_heavy(k, blk))
     if heavy and not (ops.xla_cpu_runs_thunks() and
                       ops.xla_cpu_splits_outside_conditionals_only()):
