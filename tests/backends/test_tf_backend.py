@@ -1119,6 +1119,89 @@ def test_stack_under_xla_gradient():
     np.testing.assert_array_equal(got.numpy(), want.numpy())
 
 
+def _graph_op_types(fn, *args):
+  """The op types of `fn`'s graph traced at `args` (`tf.function`)."""
+  graph = tf.function(fn).get_concrete_function(*args).graph
+  return [op.type for op in graph.get_operations()]
+
+
+@pytest.mark.parametrize('dtype', [np.float32, np.int64, np.bool_])
+def test_select_outside_xla_is_tf_where(dtype):
+  """`masks.select` and `Mask.select` outside XLA give `tf.where`'s values
+  bit for bit (NaN payloads, -0.0), by `Select` where the static shapes
+  allow (equal), by `SelectV2` where the select broadcasts (`Mask.select`
+  also by rows, its mask along the first axis); under XLA `tf.where`."""
+  from autobatch_vm.backends.tf import masks  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(7)
+
+  def values(shape):
+    if dtype == np.bool_:
+      return rng.random(shape) < 0.5
+    if dtype == np.int64:
+      return rng.integers(-2**62, 2**62, shape)
+    bits = rng.integers(0, 2**32, shape, dtype=np.uint64)
+    out = bits.astype(np.uint32).view(np.float32)
+    out.flat[0] = -0.0
+    return out
+  member = rng.random(6) < 0.5
+  cases = [  # condition, x, y, whether Select (v1) is expected
+      (member, values([6]), values([6]), True),
+      (rng.random([2, 6, 3]) < 0.5, values([2, 6, 3]),
+       values([2, 6, 3]), True),
+      (member[:, None], values([6, 3]), values([6, 3]), False),  # broadcast
+      (member[:3], values([3, 3]), values([3, 3]), False),  # the last axis
+      (member, values([6]), values([]), False),                  # broadcast
+  ]
+  for cond, x, y, v1 in cases:
+    x, y = x.astype(dtype), y.astype(dtype)
+    want = tf.where(cond, x, y).numpy()
+    fn = lambda c, a, b: masks.select(c, a, b)  # pylint: disable=cell-var-from-loop
+    got = tf.function(fn)(cond, x, y).numpy()
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    types = _graph_op_types(fn, cond, x, y)
+    assert ('Select' in types) == v1 and ('SelectV2' in types) != v1
+    xla = tf.function(fn, jit_compile=True)(cond, x, y).numpy()
+    np.testing.assert_array_equal(xla.view(np.uint8), want.view(np.uint8))
+
+  def by_mask(mask, new, old):
+    m = masks.Mask(mask, None, False, int(mask.shape[0]))
+    return m.select(new, old)
+  for shape in ([6], [6, 3], [6, 2, 3]):
+    new, old = values(shape).astype(dtype), values(shape).astype(dtype)
+    want = tf.where(np.reshape(member, [6] + [1] * (len(shape) - 1)),
+                    new, old).numpy()
+    got = tf.function(by_mask)(member, new, old).numpy()
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    types = _graph_op_types(by_mask, member, new, old)
+    assert 'Select' in types and 'SelectV2' not in types
+    assert 'BroadcastTo' not in types   # the rows' select takes the mask
+
+
+def test_select_outside_xla_gradient():
+  """The gradient through `Mask.select`'s `Select` is `tf.where`'s: the
+  upstream gradient in the lanes each side gave, zero elsewhere."""
+  from autobatch_vm.backends.tf import masks  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(4)
+  member = tf.constant(rng.random(5) < 0.5)
+  new = tf.constant(rng.normal(size=(5, 3)).astype(np.float32))
+  old = tf.constant(rng.normal(size=(5, 3)).astype(np.float32))
+  weights = tf.constant(rng.normal(size=(5, 3)).astype(np.float32))
+
+  @tf.function
+  def grads(new, old):
+    with tf.GradientTape() as tape:
+      tape.watch([new, old])
+      picked = masks.Mask(member, None, False, 5).select(new, old)
+      loss = tf.reduce_sum(picked * weights)
+    return tape.gradient(loss, [new, old])
+  got_new, got_old = grads(new, old)
+  on = np.broadcast_to(member.numpy()[:, None], (5, 3))
+  np.testing.assert_array_equal(got_new.numpy(),
+                                np.where(on, weights.numpy(), 0))
+  np.testing.assert_array_equal(got_old.numpy(),
+                                np.where(on, 0, weights.numpy()))
+
+
 _SCATTERED = ab.Context()
 
 

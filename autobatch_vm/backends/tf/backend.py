@@ -502,7 +502,7 @@ class TensorFlowBackend(base.Backend):
       if isinstance(old, ops.MaskedWrite) and old.m is m:
         old = old.old   # written twice in the block: the last one counts
       return ops.MaskedWrite(old, new, m)
-    return tf.where(m.like(new.shape.as_list()), new, ops.value(old))
+    return m.select(new, ops.value(old))
 
   # -- program counter -----------------------------------------------------
 
@@ -517,7 +517,7 @@ class TensorFlowBackend(base.Backend):
                   tf.constant(false_target, tf.int32))
     if m.full:
       return to
-    return tf.where(m.mask, to, pc)
+    return masks.select(m.mask, to, pc)
 
   # -- stacks --------------------------------------------------------------
   # A stack of capacity `depth` has `depth + 1` rows; the last is scratch.

@@ -62,8 +62,7 @@ class MaskedWrite:
 
   def materialize(self):
     """The write done: one select."""
-    return tf.where(self.m.like(self.new.shape.as_list()), self.new,
-                    value(self.old))
+    return self.m.select(self.new, value(self.old))
 
   def for_members(self, m):
     """A value right in the lanes of the members in `m`.

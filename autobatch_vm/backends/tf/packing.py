@@ -672,7 +672,7 @@ def _masked_rows(writes, old_pack, stored):
     new = tf.stack([f(w.new) for f, w in zip(stored, writes)])
   old = old_pack if old_pack is not None else tf.stack(
       [f(ops.value(w.old)) for f, w in zip(stored, writes)])
-  return tf.where(m.like_rows(len(writes), shape), new, old)
+  return masks.select(m.like_rows(len(writes), shape), new, old)
 
 
 def _constant_rows(values, stored, rank):
