@@ -1125,12 +1125,13 @@ def _graph_op_types(fn, *args):
   return [op.type for op in graph.get_operations()]
 
 
-@pytest.mark.parametrize('dtype', [np.float32, np.int64, np.bool_])
+@pytest.mark.parametrize('dtype', [np.float32, np.int64, np.bool_, np.uint8])
 def test_select_outside_xla_is_tf_where(dtype):
   """`masks.select` and `Mask.select` outside XLA give `tf.where`'s values
   bit for bit (NaN payloads, -0.0), by `Select` where the static shapes
   allow (equal), by `SelectV2` where the select broadcasts (`Mask.select`
-  also by rows, its mask along the first axis); under XLA `tf.where`."""
+  also by rows, its mask along the first axis) or for dtypes `Select`
+  has no GPU kernel for (uint8); under XLA `tf.where`."""
   from autobatch_vm.backends.tf import masks  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(7)
 
@@ -1139,6 +1140,8 @@ def test_select_outside_xla_is_tf_where(dtype):
       return rng.random(shape) < 0.5
     if dtype == np.int64:
       return rng.integers(-2**62, 2**62, shape)
+    if dtype == np.uint8:
+      return rng.integers(0, 256, shape)
     bits = rng.integers(0, 2**32, shape, dtype=np.uint64)
     out = bits.astype(np.uint32).view(np.float32)
     out.flat[0] = -0.0
@@ -1158,6 +1161,7 @@ def test_select_outside_xla_is_tf_where(dtype):
     fn = lambda c, a, b: masks.select(c, a, b)  # pylint: disable=cell-var-from-loop
     got = tf.function(fn)(cond, x, y).numpy()
     np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    v1 = v1 and dtype != np.uint8
     types = _graph_op_types(fn, cond, x, y)
     assert ('Select' in types) == v1 and ('SelectV2' in types) != v1
     xla = tf.function(fn, jit_compile=True)(cond, x, y).numpy()
@@ -1173,8 +1177,11 @@ def test_select_outside_xla_is_tf_where(dtype):
     got = tf.function(by_mask)(member, new, old).numpy()
     np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
     types = _graph_op_types(by_mask, member, new, old)
-    assert 'Select' in types and 'SelectV2' not in types
-    assert 'BroadcastTo' not in types   # the rows' select takes the mask
+    if dtype == np.uint8:
+      assert 'Select' not in types and 'SelectV2' in types
+    else:
+      assert 'Select' in types and 'SelectV2' not in types
+      assert 'BroadcastTo' not in types   # the rows' select takes the mask
 
 
 def test_select_outside_xla_gradient():

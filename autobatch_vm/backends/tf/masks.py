@@ -16,6 +16,22 @@ def in_xla_context():
   return bool(control_flow_util.GraphOrParentsInXlaContext(graph))
 
 
+# The dtypes `Select` has GPU kernels for (`SelectV2` has more: the
+# unsigned and the small integers), TensorFlow 2.16 to 2.21.
+_SELECT_DTYPES = frozenset([tf.bfloat16, tf.bool, tf.complex64, tf.complex128,
+                            tf.float16, tf.float32, tf.float64, tf.int32,
+                            tf.int64])
+
+
+def _takes_select(x, y):
+  """Whether `Select` (v1) can select between `x` and `y` outside XLA:
+  tensors of one known shape, of a dtype it has kernels for on every
+  device."""
+  return (not in_xla_context() and tf.is_tensor(x) and tf.is_tensor(y) and
+          x.dtype in _SELECT_DTYPES and x.shape.is_fully_defined() and
+          x.shape == y.shape)
+
+
 def select(cond, x, y):
   """`tf.where(cond, x, y)`; outside XLA, TensorFlow's `Select` where it can.
 
@@ -24,7 +40,9 @@ def select(cond, x, y):
   operands, on one thread as on two (docs/performance.md).  Used where
   the three static shapes are known and equal, so that `tf.where`'s
   broadcasting has nothing to do (`Mask.select` also selects whole rows
-  by the mask, which `Select` does along the first axis).
+  by the mask, which `Select` does along the first axis), and for the
+  dtypes `Select` has GPU kernels for (not the unsigned and small
+  integers, which `SelectV2` has).
 
   Args:
     cond: A bool tensor.
@@ -34,12 +52,8 @@ def select(cond, x, y):
   Returns:
     The selected tensor.
   """
-  if (not in_xla_context() and tf.is_tensor(x) and tf.is_tensor(y) and
-      tf.is_tensor(cond)):
-    shape, cond_shape = x.shape, cond.shape
-    if (shape.is_fully_defined() and shape == y.shape and
-        cond_shape == shape):
-      return tf.raw_ops.Select(condition=cond, x=x, y=y)
+  if _takes_select(x, y) and tf.is_tensor(cond) and cond.shape == x.shape:
+    return tf.raw_ops.Select(condition=cond, x=x, y=y)
   return tf.where(cond, x, y)
 
 
@@ -405,9 +419,8 @@ class Mask:
     Returns:
       The tensor.
     """
-    if (not in_xla_context() and tf.is_tensor(new) and tf.is_tensor(old)
-        and new.shape.is_fully_defined() and new.shape == old.shape and
-        new.shape.rank and self.mask.shape.is_fully_defined() and
+    if (_takes_select(new, old) and new.shape.rank and
+        self.mask.shape.is_fully_defined() and
         self.mask.shape[0] == new.shape[0]):
       return tf.raw_ops.Select(condition=self.mask, x=new, y=old)
     return select(self.like(new.shape.as_list()), new, old)
