@@ -298,16 +298,25 @@ def xla_cpu_expands_scatter():
   `batch` members is `batch` trips at every step) rather than one kernel
   (TensorFlow 2.21).  Found by compiling a small scatter once.
   """
-  with tf.init_scope(), tf.device('/device:CPU:0'):
-    probe = tf.function(
-        lambda x, i: tf.tensor_scatter_nd_update(x, i, tf.ones([2], x.dtype)),
-        jit_compile=True, autograph=False)
-    args = (tf.zeros([8], tf.float32), tf.constant([[1], [5]], tf.int32))
-    try:
-      hlo = probe.experimental_get_compiler_ir(*args)(stage='optimized_hlo')
-    except Exception:  # pylint: disable=broad-except
-      return False   # cannot tell: keep the scatter
+  hlo = _cpu_optimized_hlo(
+      lambda x, i: tf.tensor_scatter_nd_update(x, i, tf.ones([2], x.dtype)),
+      np.zeros([8], np.float32), np.array([[1], [5]], np.int32))
+  if hlo is None:
+    return False   # cannot tell: keep the scatter
   return ' scatter(' not in hlo
+
+
+def _cpu_optimized_hlo(fn, *args):
+  """XLA's optimized HLO of `fn` compiled on this CPU for `args` (NumPy
+  arrays), as text; None where it does not compile.  A probe of what this
+  TensorFlow's XLA does, traced outside any graph being built."""
+  with tf.init_scope(), tf.device('/device:CPU:0'):
+    probe = tf.function(fn, jit_compile=True, autograph=False)
+    try:
+      return probe.experimental_get_compiler_ir(
+          *[tf.constant(a) for a in args])(stage='optimized_hlo')
+    except Exception:  # pylint: disable=broad-except
+      return None
 
 
 @functools.lru_cache(maxsize=None)
@@ -340,15 +349,12 @@ def xla_cpu_split_loops():
     return tf.switch_case(i, [lambda: tf.exp(x) * 2.0 + 1.0,
                               lambda: x * 3.0])
   splits = []
-  with tf.init_scope(), tf.device('/device:CPU:0'):
-    args = (tf.zeros([256, 1024], tf.float32), tf.constant(0, tf.int32))
-    for fn in (outside, inside):
-      probe = tf.function(fn, jit_compile=True, autograph=False)
-      try:
-        hlo = probe.experimental_get_compiler_ir(*args)(stage='optimized_hlo')
-      except Exception:  # pylint: disable=broad-except
-        return None
-      splits.append('outer_dimension_partitions' in hlo)
+  for fn in (outside, inside):
+    hlo = _cpu_optimized_hlo(fn, np.zeros([256, 1024], np.float32),
+                             np.int32(0))
+    if hlo is None:
+      return None
+    splits.append('outer_dimension_partitions' in hlo)
   return tuple(splits)
 
 
