@@ -1238,6 +1238,8 @@ class _Rewrite:
       if v.member or v.rank:
         raise _NotDirect
       parts[k] = new
+    if parts is not getattr(shape, 'elts', None):
+      node.args[0] = parts[0]   # the shape itself rewritten (`x.shape[0]`)
     for k in range(1, len(node.args)):
       v, node.args[k] = self.value(node.args[k])
       if v.member or v.rank:

@@ -92,6 +92,13 @@ def created(m):
 
 
 @ctx.batch(per_member=True)
+def created_of_extent(m):
+  # The size is an extent alone, not an expression holding one: an array
+  # the batch's size long would broadcast to the batch unnoticed.
+  return np.ones(m.shape[1]) * m[1, 0] + np.full(m.shape[1], 0.5)
+
+
+@ctx.batch(per_member=True)
 def created_and_used(x, i):
   return np.arange(len(x) + 2)[i] + np.ones((2, 3)) * x + np.eye(3)[i]
 
@@ -208,6 +215,7 @@ CASES = {
     sizes: ('xmi', True),
     size_alone: ('m', True),
     created: ('m', True),
+    created_of_extent: ('m', True),
     created_and_used: ('xi', True),
     flag: ('x', True),
     put_at_member_index: ('xiy', True),
@@ -251,7 +259,8 @@ W2 = np.linspace(-1.0, 1.0, 6).reshape(3, 2)
 _LEAVES = {
     (): ['y', 'x[i]', 'm[i, 0]', 'TABLE[i, 2]', 'x.max()', '1.5',
          'x[len(x) - 1]', 'm.shape[1] * y'],
-    (3,): ['x', 'm[i]', 'TABLE[i + 1]', 'm[0]', 'x[::-1]', 'TABLE[1]'],
+    (3,): ['x', 'm[i]', 'TABLE[i + 1]', 'm[0]', 'x[::-1]', 'TABLE[1]',
+           'np.ones(m.shape[1])'],
     (2, 3): ['m', 'TABLE[:2]', 'm[:, ::2].sum(axis=1)[:, None] + m',
              'np.ones((2, len(x)), dtype=x.dtype)'],
     (2,): ['x @ W2', 'm[:, 1]', 'np.dot(x, W2)'],
