@@ -214,8 +214,13 @@ def _vectorized_map(member, tensors):
     size = tensors[0].shape[0]
     if size is None:
       size = tf.shape(tensors[0])[0]
+    # pfor hands its loop body to AutoGraph where the trace has it on (a
+    # `tf.function` under XLA), which cannot read the generated code's
+    # source and warns that it "could not transform" it; it is plain
+    # tensor code, with nothing for AutoGraph to convert.
     return control_flow_ops._pfor_impl(  # pylint: disable=protected-access
-        lambda i: member([tf.gather(t, i) for t in tensors]), size,
+        tf.autograph.experimental.do_not_convert(
+            lambda i: member([tf.gather(t, i) for t in tensors])), size,
         fallback_to_while_loop=True, warn=True)
 
 

@@ -11,6 +11,7 @@ counted fallback of a NumPy function without a batching rule, and the
 errors a user's mistake gets at the user's line.
 """
 
+import logging
 import warnings
 
 import numpy as np
@@ -100,6 +101,36 @@ def test_tensorflow_dry_run_matches_python(program):
   args = inputs(program, seed=2)
   out = program.fn(*[tf.constant(a) for a in args], dry_run=True)
   assert_same(out.numpy(), python_loop(program, args))
+
+
+class _Records(logging.Handler):
+
+  def __init__(self):
+    super().__init__(logging.WARNING)
+    self.messages = []
+
+  def emit(self, record):
+    self.messages.append(record.getMessage())
+
+
+def test_a_staged_xla_run_leaves_autograph_alone():
+  """pfor hands its loop body to AutoGraph where the trace has it on
+  (`ab.stage(..., jit_compile=True)`); AutoGraph cannot read the
+  generated primitive's source and warned, once per primitive, that it
+  "could not transform" it and that this was TensorFlow's bug."""
+  tf = pytest.importorskip('tensorflow')
+  program = next(p for p in BOTH if p.name == 'edit_distance')
+  args = inputs(program, seed=4)
+  records = _Records()
+  tf.get_logger().addHandler(records)
+  try:
+    out = ab.stage(program.fn, jit_compile=True)(
+        *[tf.constant(a) for a in args])
+  finally:
+    tf.get_logger().removeHandler(records)
+  assert_same(out.numpy(), python_loop(program, args))
+  assert not [m for m in records.messages if 'AutoGraph' in m], (
+      records.messages)
 
 
 @pytest.fixture(scope='module')
