@@ -348,6 +348,32 @@ def horner_inputs(rng, batch):
   return rng.uniform(-1.0, 1.0, (batch, 5)), rng.uniform(-2.0, 2.0, batch)
 
 
+search_ctx = ab.Context()
+
+
+@search_ctx.batch(per_member=True)
+def merge_rank(a, b, t):
+  """How many items of the sorted a and b are below t, by a merge walk
+  that reads past neither end: Python evaluates each `x[i]` only where
+  the `and` or `if` before it lets it."""
+  i = 0
+  j = 0
+  while (i < len(a) and a[i] < t) or (j < len(b) and b[j] < t):
+    take_a = j >= len(b) or (i < len(a) and a[i] <= b[j])
+    if take_a:
+      i += 1
+    else:
+      j += 1
+  last = a[i - 1] if i > 0 else (b[j - 1] if j > 0 else t)
+  return 100.0 * (i + j) + last   # the count, and the last item taken
+
+
+def merge_inputs(rng, batch):
+  return (np.sort(rng.normal(size=(batch, 4)), axis=1),
+          np.sort(rng.normal(size=(batch, 3)), axis=1),
+          rng.normal(scale=1.5, size=batch))
+
+
 rnn_ctx = ab.Context()
 HIDDEN = 3
 _params = np.random.default_rng(7)
@@ -406,6 +432,7 @@ PROGRAMS = [
     Program('bfs', bfs_distances, bfs_inputs, 'both'),
     Program('insertion_sort', insertion_sort, sort_inputs, 'both'),
     Program('horner', horner, horner_inputs, 'both'),
+    Program('merge_rank', merge_rank, merge_inputs, 'both'),
     Program('tree_rnn', encode, rnn_inputs, 'numpy'),
 ]
 

@@ -54,6 +54,10 @@ class Backend:
   staged = False
   sanitizes = False
   while_maximum_iterations = None
+  # Whether per-member primitives report item indices out of range
+  # (`per_member.member_ops.out_of_range_checks`) for `fail_members`,
+  # rather than raise: where they run on lanes of members not at a block.
+  reports_out_of_range = False
 
   # -- capabilities ----------------------------------------------------------
 
@@ -400,6 +404,30 @@ class Backend:
       `(stacks, sp)` after the push.
     """
     raise NotImplementedError
+
+  def fail_members(self, flags, m, make_error, rows=None):
+    """Fails the members of `m` that a primitive flagged.
+
+    Args:
+      flags: Boolean arrays `[batch]` (or `[rows]`), one per check.
+      m: The mask of the members at the block.
+      make_error: `make_error(members)` makes the error (members None:
+        unknown, in a graph).
+      rows: Where the flags are per row of the members at the block, the
+        member of each row; else None.
+
+    Raises:
+      AutoBatchError: `make_error`'s, if any member of `m` is flagged.
+    """
+    bad = np.any(np.stack([np.asarray(f) for f in flags]), axis=0)
+    if rows is not None:
+      members = np.asarray(rows)[bad]
+    else:
+      if not m.full:
+        bad = np.logical_and(bad, np.asarray(m.mask))
+      members = np.flatnonzero(bad)
+    if members.size:
+      raise make_error(members)
 
   # -- the loop --------------------------------------------------------------
 

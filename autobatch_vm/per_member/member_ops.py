@@ -19,11 +19,16 @@ TensorFlow, an index that differs between members is a gather (pfor
 vectorizes `tf.gather` and `tf.tensor_scatter_nd_update`; it cannot
 vectorize a slice whose start differs between members, which `x[i]`
 becomes by default), and an index out of range is clipped into it, as
-members not at a block compute on leftover values.
+members not at a block compute on leftover values.  Each such index also
+gives a flag per member, true where it is out of range and read
+(`out_of_range_checks`), which the vectorizer returns and the VM turns
+into an `IndexError` of the members at the block that raised it.
 """
 
 import builtins
+import contextlib
 import sys
+import threading
 import types
 
 import numpy as np
@@ -82,6 +87,67 @@ def _is_member_array(x):
 
 # -- items ----------------------------------------------------------------
 
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def out_of_range_checks():
+  """Collects the flags of tensor indices out of range, while one member's
+  function is traced for TensorFlow's vectorizer.
+
+  Yields:
+    A list that gets, for each item read or write by a tensor index, a
+    boolean scalar tensor: whether the index is out of range where the
+    member reads it (its guard held).
+  """
+  old = getattr(_local, 'checks', None)
+  _local.checks = []
+  try:
+    yield _local.checks
+  finally:
+    _local.checks = old
+
+
+def _check_range(i, n, guard):
+  """Notes whether tensor index `i` is out of an axis of `n`, where read."""
+  checks = getattr(_local, 'checks', None)
+  if checks is None:
+    return
+  tf = _tf()
+  bad = tf.logical_or(i < -n, i >= n)
+  if guard is not None:
+    bad = tf.logical_and(bad, _as_bool(guard))
+  checks.append(bad)
+
+
+@contextlib.contextmanager
+def out_of_range_reports():
+  """Collects what vectorized primitives report (`report_out_of_range`)
+  while the VM runs one.
+
+  Yields:
+    A list of boolean tensors `[batch]`: the members whose item index was
+    out of range.
+  """
+  old = getattr(_local, 'reports', None)
+  _local.reports = []
+  try:
+    yield _local.reports
+  finally:
+    _local.reports = old
+
+
+def report_out_of_range(bad):
+  """Hands the VM each member's flag of an index out of range (dropped
+  where nothing collects: type inference's runs on made-up values).
+
+  Args:
+    bad: A boolean tensor `[batch]`.
+  """
+  reports = getattr(_local, 'reports', None)
+  if reports is not None:
+    reports.append(bad)
+
 
 def _parts(index):
   return index if isinstance(index, tuple) else (index,)
@@ -93,7 +159,7 @@ def _tensor_index(index):
   return builtins.any(is_tf(e) for e in _parts(index))
 
 
-def _tf_getitem(x, index):
+def _tf_getitem(x, index, guard=None):
   """`x[index]` on one member's tensor, with tensor indices as gathers."""
   tf = _tf()
   parts = _parts(index)
@@ -120,18 +186,24 @@ def _tf_getitem(x, index):
   for axis, i in reversed(gathers):
     n = x.shape[axis]
     i = tf.cast(i, tf.int32) if i.dtype not in (tf.int32, tf.int64) else i
+    _check_range(i, n, guard)
     i = tf.where(i < 0, i + n, i)
     i = tf.clip_by_value(i, 0, builtins.max(n - 1, 0))
     x = tf.gather(x, i, axis=axis)
   return x
 
 
-def getitem(x, index):
+def getitem(x, index, guard=None):
   """One member's `x[index]`.
 
   Args:
     x: One member's value (array, tensor, tuple, shape).
     index: The index as Python gives it to `__getitem__`.
+    guard: Where the read is in an operand that Python evaluates only
+      under a condition (`i < len(x) and x[i] > 0`: `i < len(x)`), that
+      condition; a member for which it does not hold never reads the
+      item in Python, so it reads a harmless one here (its value is
+      discarded) and raises no `IndexError`.  None: always read.
 
   Returns:
     The item, as Python indexing gives it for one member; on TensorFlow
@@ -141,14 +213,49 @@ def getitem(x, index):
   rules = sys.modules.get(_RULES)
   if rules is not None:   # NumPy's rules run: their values first
     member = rules.MemberArray
-    if type(x) is member or builtins.any(  # pylint: disable=unidiomatic-typecheck
+    if type(x) is member or type(guard) is member or builtins.any(  # pylint: disable=unidiomatic-typecheck
         type(e) is member for e in parts):  # pylint: disable=unidiomatic-typecheck
-      return rules.getitem(x, index)
+      return rules.getitem(x, index, guard)
+  if not is_tf(x, *parts) and guard is not None and is_tf(guard):
+    # A static read (a shape's item) under a member's condition.
+    try:
+      return x[index]
+    except (IndexError, KeyError):
+      return _harmless_item(x, index)
   if is_tf(x, *parts):
     if not is_tf(x):   # a constant array indexed per member
       x = _tf().convert_to_tensor(x)
-    return _tf_getitem(x, index) if _tensor_index(index) else x[index]
+    if guard is not None and not _plain(guard):
+      # Unguarded members may hold any index: clip integers too.
+      index = tuple(_tf().constant(e) if isinstance(
+          e, (builtins.int, np.integer)) and not isinstance(e, builtins.bool)
+                    else e for e in parts)
+    return (_tf_getitem(x, index, guard) if _tensor_index(index)
+            else x[index])
+  if guard is not None and not _as_bool(guard):
+    return _harmless_item(x, index)
   return x[index]
+
+
+def _harmless_item(x, index):
+  """Some item of `x` shaped as `x[index]` (integer indices at 0), for a
+  read that Python would skip; its value is discarded."""
+  try:
+    return x[index]
+  except (IndexError, KeyError, TypeError):
+    pass
+  def zeroed(e):
+    if isinstance(e, (builtins.int, np.integer)) and not isinstance(
+        e, builtins.bool):
+      return 0
+    if isinstance(e, np.ndarray) and e.dtype.kind in 'iu':
+      return np.zeros_like(e)
+    return e
+  try:
+    return x[tuple(zeroed(e) for e in _parts(index)) if isinstance(
+        index, tuple) else zeroed(index)]
+  except (IndexError, KeyError, TypeError):
+    return 0
 
 
 def asarray(value, dtype=None):

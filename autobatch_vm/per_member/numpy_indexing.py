@@ -171,21 +171,66 @@ def _member_mask_indices(mask):
   return [MemberArray(i.reshape(b.shape[0], count)) for i in np.nonzero(b)[1:]]
 
 
-def getitem(x, index):
+def getitem(x, index, guard=None):
   """One member's `x[index]`, for per-member or plain `x` and `index`.
 
   Args:
     x: A `MemberArray`, or a plain array (indexed by per-member indices).
     index: What one member indexes with: ints, slices, None, Ellipsis,
       integer or boolean arrays, per-member or plain, or a tuple of them.
+    guard: None, or each member's condition for reading at all
+      (`member_ops.getitem`): members where it does not hold get zeros,
+      and their indices are not checked.
 
   Returns:
     The member's `x[index]` (plain where `x` and `index` are plain).
   """
   try:
-    return _getitem(x, index)
+    if guard is None:
+      return _getitem(x, index)
+    try:
+      return _getitem(x, index)
+    except IndexError:
+      return _guarded_getitem(x, index, guard)
   except IndexError as e:
     raise _member_index_error(e) from None
+
+
+def _guarded_getitem(x, index, guard):
+  """`getitem` where some members' indices may be out of range: the read
+  of the members whose guard holds (an `IndexError` there is theirs),
+  zeros for the others."""
+  parts = (x,) + (index if isinstance(index, tuple) else (index,))
+  batch = core.batch_of(parts + (guard,))
+  held = (guard.batched if isinstance(guard, MemberArray)
+          else np.broadcast_to(np.asarray(guard), (batch,)))
+  held = np.asarray(held != 0) if held.dtype != np.bool_ else held
+  if held.all():
+    return _getitem(x, index)
+  rows = np.flatnonzero(held)
+
+  def some(v):
+    return MemberArray(v.batched[rows]) if isinstance(v, MemberArray) else v
+  key = (tuple(some(e) for e in index) if isinstance(index, tuple)
+         else some(index))
+  if len(rows):
+    read = _getitem(some(x), key)
+  else:
+    # No member reads: the item's shape, from a read at index 0.
+    def zeroed(e):
+      if isinstance(e, MemberArray) and e.dtype.kind in 'iu':
+        return MemberArray(np.zeros_like(e.batched))
+      if isinstance(e, (int, np.integer)) and not isinstance(e, bool):
+        return 0
+      return e
+    key = (tuple(zeroed(e) for e in key) if isinstance(key, tuple)
+           else zeroed(key))
+    read = _getitem(some(x), key)
+  read = read.batched if isinstance(read, MemberArray) else np.broadcast_to(
+      np.asarray(read), (len(rows),) + np.shape(read))
+  out = np.zeros((batch,) + read.shape[1:], read.dtype)
+  out[rows] = read
+  return MemberArray(out)
 
 
 def _getitem(x, index):

@@ -31,6 +31,7 @@ import threading
 import numpy as np
 
 from autobatch_vm import errors
+from autobatch_vm.per_member import member_ops
 
 __all__ = ['vectorize']
 
@@ -56,26 +57,46 @@ def vectorize(fn, batched_leaf, fallback=None):
     every leaf, or None where no leaf of `args` is batched.
   """
   _register_resource_gather()
+
   def in_graph(*args):
+    result, bad = checked(*args)
+    if bad is not None:
+      member_ops.report_out_of_range(bad)
+    return result
+
+  def checked(*args):
+    """`(result, bad)`: the batched result and, where an item index of
+    the member function may be out of range, each member's flag of one
+    that is (`member_ops.out_of_range_checks`), else None."""
     tf = _tf()
     leaves = tf.nest.flatten(args)
     where = [k for k, x in enumerate(leaves) if batched_leaf(x)]
     if not where:
-      return None
+      return None, None
     tensors = tuple(tf.convert_to_tensor(leaves[k]) for k in where)
+    checks_made = []
 
     def member(xs):
       full = list(leaves)
       for k, x in zip(where, xs):
         full[k] = x
-      return tf.nest.map_structure(
-          _numpy_typed, fn(*tf.nest.pack_sequence_as(args, full)))
+      with member_ops.out_of_range_checks() as checks:
+        out = fn(*tf.nest.pack_sequence_as(args, full))
+      out = tf.nest.map_structure(_numpy_typed, out)
+      checks_made[:] = [bool(checks)]
+      if not checks:
+        return out
+      return out, tf.reduce_any(tf.stack(checks))
+
+    def split(result):
+      return tuple(result) if checks_made[0] else (result, None)
     if tensors[0].shape[0] == 1:
-      # One member (type inference, eagerly or in a graph): the function
-      # on its values, which is what pfor would make of it.
-      return tf.nest.map_structure(
+      # One member (type inference, eagerly or in a graph; a batch of
+      # one): the function on its values, which is what pfor would make
+      # of it.
+      return split(tf.nest.map_structure(
           lambda v: tf.expand_dims(tf.convert_to_tensor(v), 0),
-          member([t[0] for t in tensors]))
+          member([t[0] for t in tensors])))
     looped = []
 
     def report(name):
@@ -92,7 +113,7 @@ def vectorize(fn, batched_leaf, fallback=None):
           hint='Write the computation with operations pfor vectorizes '
           '(elementwise ops, tf.gather, tf.reduce_*, tf.linalg.*, '
           'tf.where), or run it without jit_compile.')
-    return result
+    return split(result)
 
   eager = []
   traced = set()
@@ -102,7 +123,7 @@ def vectorize(fn, batched_leaf, fallback=None):
     if not tf.executing_eagerly() or _one_member(args):
       return in_graph(*args)
     if not eager:   # made once: pfor would make a tf.function per call
-      eager.append(tf.function(in_graph, autograph=False,
+      eager.append(tf.function(checked, autograph=False,
                                reduce_retracing=True))
     leaves = tf.nest.flatten(args)
     key = tuple((x.dtype, tuple(x.shape[1:])) if tf.is_tensor(x) else
@@ -114,7 +135,10 @@ def vectorize(fn, batched_leaf, fallback=None):
           lambda x: tf.TensorSpec([None] + x.shape[1:], x.dtype)
           if tf.is_tensor(x) else x, args))
       traced.add(key)
-    return eager[0](*args)
+    result, bad = eager[0](*args)
+    if bad is not None:
+      member_ops.report_out_of_range(bad)
+    return result
   return batched
 
 

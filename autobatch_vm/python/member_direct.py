@@ -359,6 +359,18 @@ class _Helpers:
     return x[(np.arange(len(x)),) + index]
 
   @staticmethod
+  def take_guarded(x, index, guard):
+    """`take` where `guard` holds: each other member reads at index 0 (a
+    read Python skips for it; its value is discarded)."""
+    if type(index) is not tuple:  # pylint: disable=unidiomatic-typecheck
+      index = (index,)
+    guard = np.asarray(guard, bool)
+    if not guard.all():
+      index = tuple(np.where(guard, k, 0) if np.ndim(k) else k
+                    for k in index)
+    return x[(np.arange(len(x)),) + index]
+
+  @staticmethod
   def put(x, index, value):
     """A copy of batched `x` with each member's `x[index] = value` (the
     leading parts of `index` batched integers)."""
@@ -635,11 +647,14 @@ class _Rewrite:
       if not v.member:
         raise _NotDirect
       return _Value(False, 0, 'i', False), self._call('length', [x])
-    if helper == 'getitem' and len(node.args) == 2 and not node.keywords:
+    if helper == 'getitem' and len(node.args) in (2, 3) and (
+        not node.keywords):
       shape = node.args[0]
       if (isinstance(shape, ast.Attribute) and shape.attr == 'shape' and
           self._is_value(shape.value)):
         return self._extent(shape.value, node.args[1])
+      if len(node.args) == 3:
+        return self._guarded_getitem(node)
       return self._getitem(node)
     if helper == 'setitem' and len(node.args) == 3 and not node.keywords:
       return self._setitem(node)
@@ -1131,6 +1146,23 @@ class _Rewrite:
       return _Value(True, rank, xv.kind), self._call('take', [x, key])
     return _Value(True, rank, xv.kind), ast.Subscript(
         x, ast.Tuple([ast.Slice()] + parts, ast.Load()), ast.Load())
+
+  def _guarded_getitem(self, node):
+    """`getitem(x, key[index], guard)`: a member's `x` at a member's
+    index, read where its guard holds (index 0 elsewhere).  Another read
+    (a shared index, a shared table) is as without a guard: where it
+    fails, it fails in the plain form, and the rules run the primitive,
+    reading where the guard holds."""
+    gv, guard = self.value(node.args[2])
+    if gv.rank:
+      raise _NotDirect
+    node.args = node.args[:2]
+    value, read = self._getitem(node)
+    if (gv.member and isinstance(read, ast.Call) and isinstance(
+        read.func, ast.Attribute) and read.func.attr == 'take'):
+      read.func.attr = 'take_guarded'
+      read.args.append(guard)
+    return value, read
 
   def _setitem(self, node):
     """`setitem(x, key[index], value)` of a member's `x`: a copy written

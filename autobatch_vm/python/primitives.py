@@ -38,6 +38,13 @@ class PrimitiveRewriter(ast.NodeTransformer):
   `and`/`or`/`not`, chained comparisons and `a if c else b` become calls of
   the per-member helpers in `autobatch_vm.ops`; `truthy(x)` becomes `x`.
 
+  Those helpers compute every operand for every member.  In a per-member
+  function an item read in an operand that Python would skip for a
+  member (`i < len(x) and x[i] < t`, `x[i] if i < n else 0`) is given
+  that operand's *guard*, the condition under which Python evaluates it
+  (`i < len(x)`), as `getitem`'s third argument: members where it does
+  not hold read a harmless item and raise no `IndexError`.
+
   Args:
     local_names: The names of the function's variables (its parameters
       and assignment targets).
@@ -66,6 +73,9 @@ class PrimitiveRewriter(ast.NodeTransformer):
     # and the source of its value and of each element of its index
     # (`member_indexing`).
     self.subscripts = []
+    # The guards of the operands being visited (rewritten conditions):
+    # an item read there happens, in Python, only where all hold.
+    self._guards = []
 
   def rewrite(self, node):
     """Rewrites a copy of `node`.
@@ -126,8 +136,10 @@ class PrimitiveRewriter(ast.NodeTransformer):
       return self.generic_visit(node)   # made by the frontend: a value
     node = self.generic_visit(node)
     if self.per_member and isinstance(node.ctx, ast.Load):
-      return self._ops('getitem', [node.value, member_key(
-          self.prefix, node.slice, node)], node)
+      args = [node.value, member_key(self.prefix, node.slice, node)]
+      if self._guards:
+        args.append(self._guard(node))
+      return self._ops('getitem', args, node)
     if isinstance(node.ctx, ast.Load):
       value, index = self._inputs_read(node.value), self._inputs_read(
           node.slice)
@@ -164,9 +176,34 @@ class PrimitiveRewriter(ast.NodeTransformer):
     Returns:
       Its replacement.
     """
-    values = [self.visit(v) for v in node.values]
     name = 'logical_and' if isinstance(node.op, ast.And) else 'logical_or'
+    values = [self.visit(node.values[0])]
+    for v in node.values[1:]:
+      # Python evaluates `v` where the operands before it are all true
+      # (`and`) or all false (`or`).
+      before = [copy.deepcopy(x) for x in values]
+      held = before[0] if len(before) == 1 else self._ops(name, before, node)
+      if name == 'logical_or':
+        held = self._ops('logical_not', [held], node)
+      values.append(self._guarded(held, v))
     return self._ops(name, values, node)
+
+  def _guarded(self, guard, node):
+    """`node` visited with `guard` (a rewritten condition) held."""
+    if not self.per_member:
+      return self.visit(node)
+    self._guards.append(guard)
+    try:
+      return self.visit(node)
+    finally:
+      self._guards.pop()
+
+  def _guard(self, like):
+    """The conjunction of the guards held, as a new expression."""
+    guards = [copy.deepcopy(g) for g in self._guards]
+    if len(guards) == 1:
+      return guards[0]
+    return self._ops('logical_and', guards, like)
 
   def visit_UnaryOp(self, node):
     """`not` becomes `ops.logical_not`.
@@ -221,8 +258,11 @@ class PrimitiveRewriter(ast.NodeTransformer):
     Returns:
       Its replacement.
     """
-    return self._ops('where', [self.visit(node.test), self.visit(node.body),
-                               self.visit(node.orelse)], node)
+    test = self.visit(node.test)
+    body = self._guarded(copy.deepcopy(test), node.body)
+    orelse = self._guarded(
+        self._ops('logical_not', [copy.deepcopy(test)], node), node.orelse)
+    return self._ops('where', [test, body, orelse], node)
 
   def visit_Call(self, node):
     """`truthy(x)` becomes `x`; other calls are kept.

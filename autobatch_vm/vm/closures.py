@@ -19,6 +19,7 @@ import numpy as np
 from autobatch_vm import errors
 from autobatch_vm.ir import instructions as inst
 from autobatch_vm.ir import liveness
+from autobatch_vm.per_member import member_ops
 from autobatch_vm.vm import codegen
 from autobatch_vm.vm import dispatch
 from autobatch_vm.vm import errors as run_errors
@@ -272,11 +273,21 @@ class BlockCompiler:
       fn = self._guarded(op, fn)
 
     guarded = self._after_exit
+    # A per-member primitive on TensorFlow reports the members whose item
+    # index is out of range (`member_ops.out_of_range_checks`).
+    checked = op.per_member and be.reports_out_of_range
 
     def run_prim(state, temps, m):
       args = [r(state, temps, m) for r in readers]
       try:
-        result = fn(m, *args) if guarded else fn(*args)
+        if checked:
+          with member_ops.out_of_range_reports() as bad:
+            result = fn(m, *args) if guarded else fn(*args)
+          if bad:
+            be.fail_members(bad, m, functools.partial(
+                run_errors.index_error, op))
+        else:
+          result = fn(m, *args) if guarded else fn(*args)
       except errors.AutoBatchError:
         raise
       except Exception as e:  # pylint: disable=broad-except

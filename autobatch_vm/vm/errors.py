@@ -263,6 +263,29 @@ def primitive_error(e, op, members, compacted=False, messages=None):
       f'{type(e).__name__} in `{text}`{who}: {e}', loc=op.loc, hint=hint)
 
 
+def index_error(op, members):
+  """The error of members whose item index in per-member primitive `op`
+  was out of range, as Python would have raised it for them.
+
+  Args:
+    op: The `PrimOp`.
+    members: The members, or None where unknown (in a graph).
+
+  Returns:
+    A `PrimitiveError`.
+  """
+  who = ('some batch members' if members is None else
+         f'batch members {errors.member_indices(members)}')
+  text = op.text or getattr(op.function, '__name__', '?')
+  return errors.PrimitiveError(
+      f'IndexError in `{text}` for {who}: an item index is out of range '
+      'of the axis it indexes', loc=op.loc,
+      hint='Python raises IndexError here for these members (a dry run, '
+      'dry_run=True, shows each alone).  An item is read only where Python '
+      'reads it: in the right operand of `and` or `or`, or in a side of '
+      '`x if c else y`, only where the condition lets Python evaluate it.')
+
+
 # NumPy's message for `bool(array)` of more than one element.
 _ARRAY_TRUTH = 'truth value of an array with more than one element'
 

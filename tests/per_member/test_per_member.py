@@ -31,7 +31,8 @@ BOTH = [p for p in programs.PROGRAMS if p.backends == 'both']
 FAST_TF = {('edit_distance', 'eager'), ('edit_distance', 'function'),
            ('edit_distance', 'xla'), ('edit_distance', 'stackless'),
            ('collatz', 'eager'), ('collatz', 'xla'), ('gcd', 'eager'),
-           ('gcd', 'stackless')}
+           ('gcd', 'stackless'), ('merge_rank', 'eager'),
+           ('merge_rank', 'function')}
 
 
 def inputs(program, seed=0, batch=BATCH):
@@ -131,6 +132,48 @@ def test_a_staged_xla_run_leaves_autograph_alone():
   assert_same(out.numpy(), python_loop(program, args))
   assert not [m for m in records.messages if 'AutoGraph' in m], (
       records.messages)
+
+
+_oob_ctx = ab.Context()
+
+
+@_oob_ctx.batch(per_member=True)
+def _read_past(x, i):
+  total = 0.0
+  k = 0
+  while k < i:    # member 1 reads x[len(x)]: an IndexError in Python
+    total = total + x[k]
+    k += 1
+  return total
+
+
+def test_an_index_out_of_range_on_tensorflow_is_an_index_error():
+  """On TensorFlow a per-member read runs on every lane and clips its
+  index into range (members not at the block hold leftover values); a
+  member at the block whose index is out of range fails with
+  `IndexError`, as in Python, instead of reading a clipped item."""
+  tf = pytest.importorskip('tensorflow')
+  x = np.arange(12.0).reshape(3, 4)
+  i = np.array([2, 5, 4])
+  with pytest.raises(IndexError):
+    _read_past(x[1], i[1], dry_run=True)
+  with pytest.raises(errors.PrimitiveError,
+                     match=r'IndexError.*block: \[1\]'):
+    _read_past(x, i)
+  args = (tf.constant(x), tf.constant(i))
+  for stackless in (False, True):
+    with pytest.raises(errors.PrimitiveError,
+                       match=r'IndexError.*batch members \[1\]'):
+      _read_past(*args, stackless=stackless)
+  with pytest.raises(tf.errors.InvalidArgumentError, match='IndexError'):
+    tf.function(_read_past)(*args)
+  for jit in (False, True):
+    out, ok = tf.function(lambda a, b: _read_past(a, b, on_error='status'),
+                          jit_compile=jit)(*args)
+    np.testing.assert_array_equal(ok.numpy(), [True, False, True])
+    np.testing.assert_array_equal(out.numpy()[[0, 2]], [1.0, 38.0])
+  with pytest.raises(errors.PrimitiveError, match='IndexError'):
+    ab.stage(_read_past, jit_compile=True)(*args)
 
 
 @pytest.fixture(scope='module')

@@ -99,6 +99,17 @@ def created_of_extent(m):
 
 
 @ctx.batch(per_member=True)
+def guarded_items(x, j):
+  # Python reads x[j] only where 0 <= j < len(x); j runs from -4 to 8.
+  return (0 <= j < len(x) and x[j] > 0.0) or (j >= len(x) and x[-1] > 0.0)
+
+
+@ctx.batch(per_member=True)
+def guarded_sides(x, j):
+  return x[j] * 2.0 if 0 <= j < len(x) else x[len(x) - 1 - j % 3] - 1.0
+
+
+@ctx.batch(per_member=True)
 def created_and_used(x, i):
   return np.arange(len(x) + 2)[i] + np.ones((2, 3)) * x + np.eye(3)[i]
 
@@ -216,6 +227,8 @@ CASES = {
     size_alone: ('m', True),
     created: ('m', True),
     created_of_extent: ('m', True),
+    guarded_items: ('xj', True),
+    guarded_sides: ('xj', True),
     created_and_used: ('xi', True),
     flag: ('x', True),
     put_at_member_index: ('xiy', True),

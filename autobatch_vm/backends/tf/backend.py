@@ -548,6 +548,29 @@ class TensorFlowBackend(base.Backend):
       self._check_overflow(tf.equal(target, depth), overflow_error)
     return out, new_sp
 
+  reports_out_of_range = True
+
+  def fail_members(self, flags, m, make_error, rows=None):
+    # In the staged loop the flagged members are parked (their error
+    # raised after the loop, or their status false), as for an overflow.
+    bad = flags[0] if len(flags) == 1 else tf.reduce_any(
+        tf.stack(flags), axis=0)
+    if rows is not None:
+      bad = tf.scatter_nd(tf.reshape(tf.cast(rows, tf.int32), [-1, 1]), bad,
+                          tf.shape(m.mask))
+    elif not m.full:
+      bad = tf.logical_and(m.mask, bad)
+    if tf.executing_eagerly():
+      if bool(tf.reduce_any(bad)):
+        raise make_error(np.flatnonzero(bad.numpy()))
+      return
+    step = tf_errors.current_step()
+    if step is None:  # not inside our loop: fall back on an assertion
+      tf.debugging.Assert(tf.logical_not(tf.reduce_any(bad)),
+                          [tf_errors.without_members(make_error(None))])
+      return
+    step.park.append((bad, step.sites.add(make_error)))
+
   def _check_overflow(self, over, overflow_error):
     if tf.executing_eagerly():
       if bool(tf.reduce_any(over)):

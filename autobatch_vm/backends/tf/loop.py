@@ -348,6 +348,9 @@ def branch_fn(backend, block_fn, batch, sites, packing, width, full=False):
       except errors.PrimitiveError as e:
         raise tf_errors.explain_symbolic(e) from e.__cause__
     pc = st[PC]
+    if step.park:
+      # The PC's write done (outside XLA it may be pending, `MaskedWrite`).
+      pc = ops.value(pc)
     # Reversed, so that the block's first failure names the error.
     for where, code in reversed(step.park):
       pc = tf.where(where, tf.constant(code, tf.int32), pc)
