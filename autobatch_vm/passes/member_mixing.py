@@ -6,8 +6,8 @@ failing: a reduction over axis 0 (`v - v.sum()`) gives every member the
 batch's value, and `len(x)` counts the members.  Type inference
 (`type_inference`) runs primitives on batches of one, where such a
 primitive looks right, as it does in a dry run; so it also runs each user
-primitive with batched inputs on two made-up members and refuses one whose
-first member's result follows the second member's values
+primitive with batched inputs on two made-up members and refuses one where
+either member's result follows the other member's values
 (`check_members_apart`), or a Python integer that changes with the batch
 size (`check_batch_independent`).
 """
@@ -104,8 +104,8 @@ def check_members_apart(op, in_types, backend):
   Axis 0 of a primitive's inputs is the batch, so a reduction over it
   (`v - v.sum()`) gives each member the batch's value: silently wrong
   results, and batch-of-one dry runs and inference see nothing.  At
-  batch size 2 the first member's result must not change when only the
-  second member's inputs change (`_mixes`).  Floating-point rows are
+  batch size 2 neither member's result may change when only the other
+  member's inputs change (`_mixes`).  Floating-point rows are
   compared with a tolerance.  Skipped for the compiler's own primitives
   (copies, loop counters), primitives of literals only, and in a graph,
   where nothing runs on values.
@@ -156,8 +156,8 @@ def check_members_apart(op, in_types, backend):
         pin.restore()
       if kind is None:
         return
-  message = (f'`{op.text}` mixes batch members: run on two members, the '
-             "first one's result changes when only the second one's values "
+  message = (f'`{op.text}` mixes batch members: run on two members, '
+             "one member's result changes when only the other one's values "
              'change')
   if drawn or ops_draw is None:
     why = ('it draws at random' if drawn else
@@ -183,13 +183,16 @@ def _mixes(op, in_types, backend, pin=None):
   """The made-up kind on which `op` mixes members, or None.
 
   The primitive runs on two members that are made-up inputs of one kind
-  (`MADE_UP`, the first where it runs), then with the second member's
-  changed (`_other_member`: up, then down where up changes nothing).  It
-  mixes where the first member's result changes, and the difference is
-  reproducible: a third run on the first inputs gives the first result
-  again, and a fourth on the changed inputs the changed result again.
-  A primitive whose results differ from run to run (random draws, a
-  counter it keeps) is thereby not taken for one that mixes members.
+  (`MADE_UP`, the first where it runs), then with one member's changed
+  (`_other_member`: up, then down where up changes nothing): the second
+  (a reduction over the batch, `x - x.sum()`), then the first (a read of
+  the batch's first row, `x + y[0]`, which the first member's own
+  result does not show).  It mixes where the other member's result
+  changes, and the difference is reproducible: a third run on the first
+  inputs gives the first result again, and a fourth on the changed
+  inputs the changed result again.  A primitive whose results differ
+  from run to run (random draws, a counter it keeps) is thereby not
+  taken for one that mixes members.
 
   Args:
     op: The `PrimOp`.
@@ -200,51 +203,64 @@ def _mixes(op, in_types, backend, pin=None):
   Returns:
     The kind in `MADE_UP`, or None where nothing shows mixing.
   """
-  def run(change):
+  def run(change, changed):
     if pin is not None:
       pin.reset()
-    return _first_rows(op.function(*_member_pair(in_types, kind, change,
-                                                 backend)))
+    return _rows(op.function(*_member_pair(in_types, kind, change, backend,
+                                           changed)), 1 - changed)
   for kind in MADE_UP:
     try:
-      first = run(None)
+      op.function(*_member_pair(in_types, kind, None, backend))
     except Exception:  # pylint: disable=broad-except
       continue
     break
   else:
     return None
+  for changed in (1, 0):
+    if _mixes_when_changed(run, changed):
+      return kind
+  return None
+
+
+def _mixes_when_changed(run, changed):
+  """Whether the result of the member other than `changed` follows the
+  inputs of `changed`, reproducibly (`_mixes`; `run(change, changed)`)."""
+  try:
+    first = run(None, changed)
+  except Exception:  # pylint: disable=broad-except
+    return False
   if first is None:
-    return None
+    return False
   for change in _CHANGES:
     try:
-      other = run(change)
+      other = run(change, changed)
     except Exception:  # pylint: disable=broad-except
       continue
     if other is not None and not _rows_agree(first, other):
       break
   else:
-    return None
+    return False
   try:
-    again = run(None)
-    other_again = run(change)
+    again = run(None, changed)
+    other_again = run(change, changed)
   except Exception:  # pylint: disable=broad-except
-    return None
-  if (again is None or not _rows_agree(first, again) or
-      other_again is None or not _rows_agree(other, other_again)):
-    return None   # not the same result twice on the same inputs
-  return kind
+    return False
+  # Not the same result twice on the same inputs: no evidence.
+  return not (again is None or not _rows_agree(first, again) or
+              other_again is None or not _rows_agree(other, other_again))
 
 
-def _member_pair(in_types, kind, change, backend):
+def _member_pair(in_types, kind, change, backend, changed=1):
   """Inputs of two members at batch size 2: each a made-up input of
-  `kind`, the second changed (`_other_member(x, change)`) unless
+  `kind`, member `changed` changed (`_other_member(x, change)`) unless
   `change` is None; literals stay Python scalars."""
   def leaf(t):
     if _is_literal(t):
       return t.dtype.type(0).item()
     one = made_up(t, kind, 1)
-    second = one if change is None else _other_member(one, change)
-    return backend.asarray(np.concatenate([one, second]))
+    other = one if change is None else _other_member(one, change)
+    pair = [one, other] if changed == 1 else [other, one]
+    return backend.asarray(np.concatenate(pair))
   return [inst.pattern_map(leaf, t, inst.TensorType) for t in in_types]
 
 
@@ -267,8 +283,8 @@ def _other_member(x, change):
   return (x + 1 if up else x - 1).astype(x.dtype)
 
 
-def _first_rows(value):
-  """The first member's row of each leaf of a primitive's result at batch
+def _rows(value, member):
+  """Member `member`'s row of each leaf of a primitive's result at batch
   size 2, as NumPy arrays; None where a leaf has no such row (a Python
   scalar, another leading dimension: nothing to compare)."""
   rows = []
@@ -278,12 +294,12 @@ def _first_rows(value):
     leaf = np.asarray(leaf)
     if leaf.ndim == 0 or leaf.shape[0] != 2 or leaf.dtype.kind not in 'biufc':
       return None
-    rows.append(leaf[0])
+    rows.append(leaf[member])
   return rows
 
 
 def _rows_agree(a, b):
-  """Whether two `_first_rows` agree: exactly for integers and booleans,
+  """Whether two `_rows` agree: exactly for integers and booleans,
   within rounding for floating point (a batched matrix product may sum in
   another order), NaN where both are NaN."""
   if len(a) != len(b):

@@ -162,7 +162,19 @@ def module_sign(x):
   return np.array([random.choice([-1.0, 1.0]) for _ in range(x.shape[0])])
 
 
+def own_draws(seed, shape):
+  return np.stack([np.random.default_rng(int(s)).normal(size=shape)
+                   for s in seed])
+
+
 def seeded_by_data(x, seed):
+  # Each member's draws from its own seed.
+  return x + own_draws(seed, x.shape[1:])
+
+
+def seeded_by_the_first_member(x, seed):
+  # Every member's draws from the batch's first seed: `seed[0]` is member
+  # 0's, where a dry run gives each member its own.
   return x + np.random.default_rng(int(seed[0])).normal(size=x.shape)
 
 
@@ -209,8 +221,31 @@ def test_a_seed_handed_in_as_data_is_never_refused():
   for _ in range(20):
     ctx = ab.Context()
     fn = ctx.batch_uncurried(seeded_by_data, None)
-    # Member 0's draw follows member 0's seed only: nothing to say.
+    # Each member's draw follows its own seed only: nothing to say.
     assert _no_mixing_alarm(lambda: fn(x, seed)).shape == (4, 2)  # pylint: disable=cell-var-from-loop
+
+
+def test_a_seed_read_from_the_first_member_is_warned_not_refused():
+  # The second member's draws follow the first member's seed: mixing,
+  # which a draw could explain, so a warning (it runs).
+  ctx = ab.Context()
+  fn = ctx.batch_uncurried(seeded_by_the_first_member, None)
+  with pytest.warns(errors.MemberMixingWarning, match='draws at random'):
+    out = fn(np.zeros((4, 2)), np.array([3, 1, 4, 1]))
+  assert out.shape == (4, 2)
+
+
+def first_row(x, y):
+  return x + y[0]
+
+
+def test_a_read_of_the_first_members_row_is_refused():
+  # `y[0]` is the batch's first row: every member gets member 0's `y`
+  # (the first member's own result shows nothing).
+  ctx = ab.Context()
+  fn = ctx.batch_uncurried(first_row, None)
+  with pytest.raises(errors.TypeInferenceError, match='mixes batch members'):
+    fn(np.arange(3.0), np.arange(3.0) * 10)
 
 
 def test_a_random_python_number_is_not_taken_for_a_count():
