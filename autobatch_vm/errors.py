@@ -47,21 +47,26 @@ class AutoBatchError(Exception):
     loc: The `SourceLoc` of the user's code it concerns, or None; the
       message then names the function, file and line and shows the line.
     hint: What to do about it, or None.
+    members: For an error that only data reveals (a failed `assert`, a
+      stack overflow, `max_steps`), every member it stopped, where known.
 
   Attributes:
     message: What is wrong, as given.
     loc: The `SourceLoc` given, or None.
     hint: The hint given, or None.
+    members: The members given, as a NumPy array of ints, or None.
   """
 
   # Inside a `tf.function`, TensorFlow's AutoGraph would re-raise this as a
   # generic StagingError; this attribute makes it pass through unchanged.
   ag_pass_through = True
 
-  def __init__(self, message, loc=None, hint=None):
+  def __init__(self, message, loc=None, hint=None, members=None):
     self.message = message
     self.loc = loc
     self.hint = hint
+    self.members = (None if members is None else
+                    np.asarray(members, np.int64).reshape(-1))
     text = message + _where(loc)
     if hint:
       text += f'\n  {hint}'

@@ -653,6 +653,13 @@ class Context(shipping.ContextPickling):
             max_depth=max_stack_depth + 1 if auto else None, fallback=auto)
       except stackless_lib.Fallback:
         stackless = False
+      except (errors.AssertionFailedError, errors.StackOverflowError,
+              errors.StepLimitError):
+        # Stackless mode raises any error: chosen for the call, it hands
+        # a run that reports errors to the VM, which stops the members.
+        if not (auto and on_error == 'status'):
+          raise
+        stackless = False
       else:
         if on_error == 'status':   # stackless mode raises any error
           out = failures.finished(out, backend)

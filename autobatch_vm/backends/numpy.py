@@ -210,6 +210,36 @@ class NumpyBackend(base.Backend):
   # No tracer (the default `traces_symbolically`): type inference runs
   # primitives on made-up values (`type_inference.MADE_UP`).
 
+  # -- members stopped by an error (`vm.failures`; `vm.machine.execute`
+  # runs a call again without the members each error stops) -------------
+
+  def start_pc(self, active, num_blocks):
+    return np.where(np.asarray(active, np.bool_), 0,
+                    num_blocks).astype(np.int32)
+
+  def poison_members(self, x, failed):
+    x = np.asarray(x)
+    failed = np.asarray(failed, np.bool_)
+    if x.ndim == 0 or not failed.any():
+      return x
+    if x.dtype.kind in 'fc':
+      value = np.nan
+    elif x.dtype.kind in 'iu':
+      info = np.iinfo(x.dtype)
+      value = info.max if x.dtype.kind == 'u' else info.min
+    elif x.dtype.kind == 'b':
+      value = False
+    else:
+      return x
+    out = x.copy()
+    out[failed] = value
+    return out
+
+  def members_ok(self, failed, batch):
+    if failed is None:
+      return np.ones((batch,), np.bool_)
+    return np.logical_not(np.asarray(failed, np.bool_))
+
   def dummy(self, tensor_type, batch):
     return np.zeros((batch,) + tensor_type.shape, tensor_type.dtype)
 

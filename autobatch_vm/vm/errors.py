@@ -31,13 +31,14 @@ def step_limit_error(max_steps, members, loc, where):
   Returns:
     The error.
   """
-  members = errors.member_indices(members)
+  shown = errors.member_indices(members)
   return errors.StepLimitError(
       f'Not finished after max_steps={max_steps} VM steps for batch '
-      f'members {members}{where}', loc=loc,
+      f'members {shown}{where}', loc=loc,
       hint='Pass a larger max_steps= (or None for no limit), or check '
       'that every loop and recursion terminates for these members '
-      '(fn(..., profile=True) shows which blocks run most).')
+      '(fn(..., profile=True) shows which blocks run most).',
+      members=members)
 
 
 def saving_what(program, names):
@@ -97,12 +98,12 @@ def overflow(what, loc, depth):
     `make(members)`, the error for the members that overflowed.
   """
   def make(members):
-    members = errors.member_indices(members)
     return errors.StackOverflowError(
         f'Recursion deeper than max_stack_depth={depth} ({what}) '
-        f'for batch members {members}', loc=loc,
+        f'for batch members {errors.member_indices(members)}', loc=loc,
         hint=f'Pass a larger max_stack_depth= (e.g. {depth * 2}) to the '
-        'batched function, or check that the recursion terminates.')
+        'batched function, or check that the recursion terminates.',
+        members=members)
   return make
 
 
@@ -229,13 +230,14 @@ def primitive_error(e, op, members, compacted=False, messages=None):
     An `AssertionFailedError` for a failed assert, else a
     `PrimitiveError`.
   """
+  failing = members
   members = errors.member_indices(members) if members is not None else None
   e = errors.scalar_conversion_error(e)
   if isinstance(e, AssertionError):
     detail = _shown_messages(messages) if messages is not None else e
     return errors.AssertionFailedError(
         f'Assertion failed for batch members {members}: {detail}',
-        loc=op.loc)
+        loc=op.loc, members=failing)
   if isinstance(e, errors.HelperAssertionError):
     # The helper ran on whole arrays: which of these members failed it,
     # only the helper knows.

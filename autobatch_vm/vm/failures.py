@@ -18,8 +18,11 @@ than `max_stack_depth` (`StackOverflowError`), a failed `assert`
   False for the members an error stopped, whose outputs are poisoned
   (booleans False); the others finish with their values.  Where a run
   stops members rather than raising (TensorFlow's stack VM: eagerly,
-  inside `tf.function`, under XLA) nothing is raised; where the executor
-  stops at the first error (NumPy, stackless mode, a dry run, TensorFlow
+  inside `tf.function`, under XLA) nothing is raised.  On NumPy the stack
+  VM stops at the first error, which names the members it stops
+  (`AutoBatchError.members`): `vm.machine.execute` runs the call again
+  without them, until a run finishes.  Where the executor stops at the
+  first error otherwise (stackless mode asked for, a dry run, TensorFlow
   stepping eagerly) that error is raised as with `'raise'`, so no value
   is ever returned wrong.
 

@@ -10,6 +10,7 @@ by `vm.closures` (and `vm.codegen` on NumPy); the step loop is the
 backend's `run`.
 """
 
+import functools
 import numbers
 import threading
 
@@ -57,15 +58,50 @@ def execute(program, args, backend, batch_size, max_stack_depth=15,
   check_schedule(schedule)
   loc = program.blocks[0].loc if program.blocks else None
   failures.check_on_error(on_error, loc)
+  active = getattr(_running, 'active', None)
+  if active is not None:   # for this run only (`active_members`)
+    _running.active = None
+  run = functools.partial(_execute, program, args, backend, batch_size,
+                          max_stack_depth, schedule, block_code_cache,
+                          profile, max_steps, loc)
+  if on_error != 'status' or backend.staged:
+    return run(on_error, active)
+  # A backend that raises an error at once (NumPy): the call runs again
+  # without the members each error stops, until one run finishes.  Each
+  # member runs alone in effect, so the others' results are those of one
+  # run; only an error at a later step costs another run.
+  failed = np.zeros((batch_size,), np.bool_)
+  while True:
+    members = None if active is None else np.asarray(active, np.bool_)
+    if failed.any():
+      members = ~failed if members is None else members & ~failed
+    try:
+      out, stats = run('raise', members)
+      break
+    except _STOPPING as e:
+      if (e.members is None or not e.members.size or
+          failed[e.members].all()):
+        raise
+      failed[e.members] = True
+  stats.failed = failed if failed.any() else None
+  return failures.settle(out, stats, on_error, backend, loc), stats
+
+
+# The errors that stop members (`on_error`), naming them.
+_STOPPING = (errors.AssertionFailedError, errors.StackOverflowError,
+             errors.StepLimitError)
+
+
+def _execute(program, args, backend, batch_size, max_stack_depth, schedule,
+             block_code_cache, profile, max_steps, loc, on_error, active):
+  """`execute`'s one run, of the members in `active` (None: all)."""
   c = closures.compile_blocks(program, backend, batch_size, max_stack_depth,
                      block_code_cache)
   state = c.layout.initial_state(batch_size)
   full = backend.make_mask(state[PC], 0, batch_size)
   for write, arg in zip(c.inputs, args):
     write(state, {}, arg, full)
-  active = getattr(_running, 'active', None)
-  if active is not None:   # for this run only (`active_members`)
-    _running.active = None
+  if active is not None:
     state[PC] = backend.start_pc(active, len(program.blocks))
   stats = stats_lib.RunStats(batch_size=batch_size, profile=profile)
   for b in program.blocks:
