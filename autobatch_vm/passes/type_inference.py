@@ -515,6 +515,11 @@ class _Inference:
       if not leaf.weak and leaf.dtype not in candidates:
         candidates.append(leaf.dtype)
 
+    # A user's mistake the primitive shows on arrays only (a per-member
+    # value where Python needs one bool, in a function it calls), which
+    # no dtype for the literal avoids: that is the error to report.
+    mistakes = []
+
     def gives_expected(as_arrays):
       for kind in MADE_UP:
         try:
@@ -523,6 +528,9 @@ class _Inference:
                                               kind=kind))
           got = type_of_value(value, self.backend, batched=True,
                               describe=lambda: '')
+        except errors.PerMemberError as e:
+          mistakes.append(e)
+          continue
         except Exception:  # pylint: disable=broad-except
           continue
         return _strip(got) == expected
@@ -541,6 +549,8 @@ class _Inference:
         chosen = None
         break
     if chosen is None or not gives_expected(chosen):
+      if mistakes:
+        raise mistakes[0]
       names = ', '.join(repr(op.vars_in[i]) for i in weak)
       origin = frozenset().union(*(self.origin(fn, op.vars_in[i])
                                    for i in weak))

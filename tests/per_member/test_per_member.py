@@ -134,6 +134,32 @@ def test_a_staged_xla_run_leaves_autograph_alone():
       records.messages)
 
 
+_helper_ctx = ab.Context()
+
+
+def _positive_at(x, k):
+  return k < len(x) and x[k] > 0    # Python's `and` on a member's value
+
+
+@_helper_ctx.batch(per_member=True)
+def _count_positive(x, n):
+  c = 0
+  k = 0
+  while _positive_at(x, k) and k < n:
+    c += 1
+    k += 1
+  return c
+
+
+def test_a_helpers_test_of_a_members_value_is_named_not_the_literal():
+  """A helper (a plain function the primitive calls) that asks a member's
+  value for one bool is refused as such, where the primitive also mixes
+  a literal counter with arrays: the error is the helper's mistake, not
+  that no dtype of the literal gives the primitive's type."""
+  with pytest.raises(errors.PerMemberError, match=r'bool\(\)'):
+    _count_positive(np.ones((3, 4)), np.array([1, 2, 3]))
+
+
 _oob_ctx = ab.Context()
 
 
