@@ -735,14 +735,30 @@ def test_xla_packs_integers_of_one_width_together(monkeypatch):
   np.testing.assert_allclose(dx.numpy(), dx0.numpy(), rtol=1e-12)
 
 
+@pytest.mark.parametrize('limit', [0, 64 * 1024, None],
+                         ids=['every_block', 'some_blocks', 'default'])
 @pytest.mark.parametrize('same', [True, False], ids=['all_full', 'mixed'])
-def test_graph_full_steps_and_packs_match_members_alone(same, monkeypatch):
-  """In a plain graph every block has a branch for steps with all members
-  at it (no masks) besides the masked one, and `[16, 512]` float64
-  registers (4 KB rows) are packed with those the same blocks write:
-  results and gradients match each member alone, whether every step is
-  full (identical members) or not."""
+def test_graph_full_steps_and_packs_match_members_alone(same, limit,
+                                                        monkeypatch):
+  """In a plain graph a block writing registers of `full_block_bytes` or
+  more (every block, at 0) has a branch for steps with all members at it
+  (no masks) besides the masked one, and `[16, 512]` float64 registers
+  (4 KB rows) are packed with those the same blocks write: results and
+  gradients match each member alone, whether every step is full
+  (identical members) or not."""
   from autobatch_vm.backends.tf import groups  # pylint: disable=g-import-not-at-top
+  from autobatch_vm.backends.tf import knobs  # pylint: disable=g-import-not-at-top
+  from autobatch_vm.backends.tf import loop  # pylint: disable=g-import-not-at-top
+  if limit is not None:
+    monkeypatch.setattr(knobs, 'CPU', dataclasses.replace(
+        knobs.CPU, full_block_bytes=limit))
+  written = []
+
+  def spy_bytes(block_fn, state, stack_slots, nominal):
+    written.append(real_bytes(block_fn, state, stack_slots, nominal))
+    return written[-1]
+  real_bytes = loop._written_register_bytes  # pylint: disable=protected-access
+  monkeypatch.setattr(loop, '_written_register_bytes', spy_bytes)
   branches = []
 
   def spy(b, fns):
@@ -765,7 +781,13 @@ def test_graph_full_steps_and_packs_match_members_alone(same, monkeypatch):
   out, dh = tf.function(run)(h, x, n)
   out0, dh0 = run(h, x, n, dry_run=True)
   program = ctx.lowered_for_args('sparse_history', (h, x, n))
-  assert branches == [2 * len(program.blocks)], branches
+  large = sum(w >= knobs.CPU.full_block_bytes for w in written)
+  assert len(written) == len(program.blocks)
+  assert branches == [len(program.blocks) + large], branches
+  # Every block at 0; at 64 KB those writing a `[16, 512]` float64
+  # register; by default (96 KB) none.
+  expected = {0: len(program.blocks), 64 * 1024: 2, None: 0}[limit]
+  assert large == expected, written
   for a, e in zip(out, out0):
     np.testing.assert_allclose(a.numpy(), e.numpy(), rtol=1e-12)
   assert isinstance(dh, tf.Tensor)   # dense, not IndexedSlices

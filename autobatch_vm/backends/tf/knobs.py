@@ -64,6 +64,11 @@ class TuningKnobs:
     one_hot_max: Under XLA the `'most'` schedule counts members per block
       by a `[blocks, batch]` comparison up to this many elements, and by a
       segment sum beyond.
+    full_block_bytes: Outside XLA, a block that writes registers of this
+      many bytes or more (at the batch size traced) also gets a variant
+      for steps where every member is at it, which reads and writes them
+      without masks; each step then tests for it, if any block has one.
+      None: no block has one.
     heavy_block_elements: Under XLA, a block whose primitives make a value
       of this many elements or more (per member, as type inference traced
       them, times the batch: `work`), and whose packs hold at most four
@@ -83,6 +88,7 @@ class TuningKnobs:
   one_hot_max: int = 1 << 18
   whole_pack_bytes: int = 16 * 1024
   fill_pack_bytes: int = 32 * 1024
+  full_block_bytes: Optional[int] = 96 * 1024
   heavy_block_elements: Optional[int] = 1 << 15
 
 

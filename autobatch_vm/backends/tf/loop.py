@@ -180,16 +180,30 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
     widths.update((k, width) for k in members)
   branch_fns = [branch_fn(backend, blk, batch, sites, packing, widths.get(k))
                 for k, blk in enumerate(blocks)]
-  # Outside XLA, each block also gets a variant for a step where every
-  # member is at the block (most steps, where members agree): it reads
-  # and writes registers without masks.  A batch of one is always full.
-  full_fns = None
+  # Outside XLA, a block whose registers written are large
+  # (`full_block_bytes`) also gets a variant for a step where every member
+  # is at the block: it reads and writes registers without masks (their
+  # fills and selects cost with the bytes; the variant costs a trace, and
+  # the test for it kernels at every step).  A batch of one is always
+  # full: every block runs its full variant.
+  full_fns = full_index = None
   if groups is None:
-    full_fns = [branch_fn(backend, blk, batch, sites, packing, None,
-                                full=True) for blk in blocks]
     if nominal is None and batch == 1:
-      branch_fns = full_fns
-      full_fns = None
+      branch_fns = [branch_fn(backend, blk, batch, sites, packing, None,
+                              full=True) for blk in blocks]
+    elif knobs.full_block_bytes is not None:
+      large = [k for k, blk in enumerate(blocks)
+               if _written_register_bytes(blk, state, stack_slots, nominal)
+               >= knobs.full_block_bytes]
+      if large:
+        full_fns = [branch_fn(backend, blocks[k], batch, sites, packing,
+                              None, full=True) for k in large]
+        # Block k's branch in a full step: its full variant's, else its
+        # own (the switch's branches: the blocks', then the variants).
+        index = list(range(num_blocks))
+        for position, k in enumerate(large):
+          index[k] = num_blocks + position
+        full_index = tf.constant(index, tf.int32)
 
   # profile=True: blocks per member and, outside XLA (which has no
   # clock op), seconds per block between timestamps around the step's
@@ -258,7 +272,7 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
       if full_fns is not None:
         full = (tf.equal(count, batch) if nominal is None
                 else tf.reduce_all(mask))
-        index = tf.where(full, b + num_blocks, b)
+        index = tf.where(full, tf.gather(full_index, b), b)
         carried = packing.after_switch(carried, groups_lib.switch(
             index,
             [groups_lib.bind(f, mask, carried) for f in branch_fns + full_fns]))
@@ -309,6 +323,14 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
       parked = tf.constant(code, tf.int32)
     state[PC] = tf.where(pc < num_blocks, parked, pc)
   return state, out[1], profiled
+
+def _written_register_bytes(block_fn, state, stack_slots, nominal):
+  """The bytes of the registers (not stacks) block `block_fn` writes, its
+  batch axis reckoned at `nominal` members where it has no size."""
+  return sum(packing_lib.nominal_bytes(state[s].dtype, state[s].shape,
+                                       nominal)
+             for s in block_fn.writes if s not in stack_slots)
+
 
 def branch_fn(backend, block_fn, batch, sites, packing, width, full=False):
   """One block as a switch branch `f(mask, *carried)`.
