@@ -202,6 +202,32 @@ def test_an_index_out_of_range_on_tensorflow_is_an_index_error():
     ab.stage(_read_past, jit_compile=True)(*args)
 
 
+@_oob_ctx.batch(per_member=True)
+def _contains(x, t):
+  i = 0
+  while i < len(x):
+    if x[i] == t:
+      return True
+    i += 1
+  return False
+
+
+def test_a_boolean_of_item_reads_runs_under_a_bare_xla_function():
+  """Under a bare `tf.function(jit_compile=True)` nothing could report an
+  index out of range, so a read clamps it, as XLA's own indexing does: a
+  per-member function that reads items and returns a boolean (whose
+  failed members would have no value to mark) is not refused there, and
+  nothing warns."""
+  tf = pytest.importorskip('tensorflow')
+  x = np.arange(12).reshape(3, 4)
+  t = np.array([5, 9, 0])
+  with warnings.catch_warnings():
+    warnings.simplefilter('error')
+    out = tf.function(_contains, jit_compile=True)(tf.constant(x),
+                                                   tf.constant(t))
+  np.testing.assert_array_equal(out.numpy(), _contains(x, t, dry_run=True))
+
+
 @pytest.fixture(scope='module')
 def tf_programs():
   pytest.importorskip('tensorflow')

@@ -569,6 +569,8 @@ class TensorFlowBackend(base.Backend):
       tf.debugging.Assert(tf.logical_not(tf.reduce_any(bad)),
                           [tf_errors.without_members(make_error(None))])
       return
+    if not step.sites.checks_indices:
+      return   # as XLA's own indexing: the item clamped into range
     step.park.append((bad, step.sites.add(make_error)))
 
   def _check_overflow(self, over, overflow_error):
@@ -654,6 +656,9 @@ class TensorFlowBackend(base.Backend):
       return loop.run_eagerly(self, blocks, state, num_blocks, schedule,
                               stats, labels, limit, on_error)
     sites = tf_errors.Sites(num_blocks)
+    sites.checks_indices = not (masks.in_xla_context() and
+                                on_error != 'status' and
+                                not tf_errors.collecting())
     with loop.differentiable_loop(not masks.in_xla_context() or
                                   max_steps is not None):
       state, acc, profiled = loop.staged_loop(

@@ -28,6 +28,12 @@ class Sites:
   def __init__(self, num_blocks):
     self.base = num_blocks + 1
     self.makers = []      # site -> function(members) -> AutoBatchError
+    # Whether an item index out of range (a per-member read, which XLA's
+    # own indexing clamps) stops its members: not where nothing could
+    # report it (under a bare `jit_compile=True` without
+    # `on_error='status'`), so that no correct program is refused there
+    # for returning a boolean (`vm.failures.refuse_unmarkable`).
+    self.checks_indices = True
 
   def add(self, make_error):
     """Adds a site.
@@ -182,6 +188,11 @@ def collect_errors(sink):
     yield sink
   finally:
     _collectors.stack = stack
+
+
+def collecting():
+  """Whether a `collect_errors` takes the errors of runs staged now."""
+  return bool(getattr(_collectors, 'stack', None))
 
 
 def report_to_collector(code, failed, sites):
