@@ -91,21 +91,26 @@ _local = threading.local()
 
 
 @contextlib.contextmanager
+def _collected(name):
+  """A fresh list in this thread's `name` while the block runs."""
+  old = getattr(_local, name, None)
+  setattr(_local, name, [])
+  try:
+    yield getattr(_local, name)
+  finally:
+    setattr(_local, name, old)
+
+
 def out_of_range_checks():
   """Collects the flags of tensor indices out of range, while one member's
   function is traced for TensorFlow's vectorizer.
 
-  Yields:
-    A list that gets, for each item read or write by a tensor index, a
-    boolean scalar tensor: whether the index is out of range where the
-    member reads it (its guard held).
+  Returns:
+    A context manager yielding a list that gets, for each item read or
+    write by a tensor index, a boolean scalar tensor: whether the index
+    is out of range where the member reads it (its guard held).
   """
-  old = getattr(_local, 'checks', None)
-  _local.checks = []
-  try:
-    yield _local.checks
-  finally:
-    _local.checks = old
+  return _collected('checks')
 
 
 def _check_range(i, n, guard):
@@ -120,21 +125,15 @@ def _check_range(i, n, guard):
   checks.append(bad)
 
 
-@contextlib.contextmanager
 def out_of_range_reports():
   """Collects what vectorized primitives report (`report_out_of_range`)
   while the VM runs one.
 
-  Yields:
-    A list of boolean tensors `[batch]`: the members whose item index was
-    out of range.
+  Returns:
+    A context manager yielding a list of boolean tensors `[batch]`: the
+    members whose item index was out of range.
   """
-  old = getattr(_local, 'reports', None)
-  _local.reports = []
-  try:
-    yield _local.reports
-  finally:
-    _local.reports = old
+  return _collected('reports')
 
 
 def report_out_of_range(bad):

@@ -560,31 +560,30 @@ class TensorFlowBackend(base.Backend):
                           tf.shape(m.mask))
     elif not m.full:
       bad = tf.logical_and(m.mask, bad)
-    if tf.executing_eagerly():
-      if bool(tf.reduce_any(bad)):
-        raise make_error(np.flatnonzero(bad.numpy()))
-      return
     step = tf_errors.current_step()
-    if step is None:  # not inside our loop: fall back on an assertion
-      tf.debugging.Assert(tf.logical_not(tf.reduce_any(bad)),
-                          [tf_errors.without_members(make_error(None))])
-      return
-    if not step.sites.checks_indices:
+    if (step is not None and not tf.executing_eagerly() and
+        not step.sites.checks_indices):
       return   # as XLA's own indexing: the item clamped into range
-    step.park.append((bad, step.sites.add(make_error)))
+    self._stop(bad, make_error)
 
   def _check_overflow(self, over, overflow_error):
+    self._stop(over, tf_errors.overflow_maker(overflow_error))
+
+  def _stop(self, failed, make_error):
+    """Stops the members in `failed` with `make_error(members)`'s error:
+    raised at once eagerly; in the staged loop they are parked (the error
+    raised after the loop, or their status false); elsewhere in a graph
+    an assertion fails."""
     if tf.executing_eagerly():
-      if bool(tf.reduce_any(over)):
-        raise overflow_error(np.flatnonzero(over.numpy()))
+      if bool(tf.reduce_any(failed)):
+        raise make_error(np.flatnonzero(failed.numpy()))
       return
     step = tf_errors.current_step()
     if step is None:  # not inside our loop: fall back on an assertion
-      msg = tf_errors.without_members(overflow_error([]))
-      tf.debugging.Assert(tf.logical_not(tf.reduce_any(over)), [msg])
+      tf.debugging.Assert(tf.logical_not(tf.reduce_any(failed)),
+                          [tf_errors.without_members(make_error(None))])
       return
-    code = step.sites.add(tf_errors.overflow_maker(overflow_error))
-    step.park.append((over, code))
+    step.park.append((failed, step.sites.add(make_error)))
 
   def pop(self, stacks, sp, values, m):
     out = self.peek(stacks, sp, values, m)
