@@ -272,6 +272,18 @@ class _Helpers:
     return np.stack(items, axis=1)
 
   @staticmethod
+  def stack_shared(items, member):
+    """`stack` where the items not `member` are the same for every member:
+    each member's `np.array(items)`, of the dtype NumPy gives one member's
+    (a member's float32 next to a Python float: float64)."""
+    batch = next(len(x) for x, m in zip(items, member) if m)
+    dtype = np.array([np.zeros(np.shape(x)[1:], np.asarray(x).dtype) if m
+                      else x for x, m in zip(items, member)]).dtype
+    return np.stack([np.asarray(x, dtype) if m else np.broadcast_to(
+        np.asarray(x, dtype), (batch,) + np.shape(x))
+                     for x, m in zip(items, member)], axis=1)
+
+  @staticmethod
   def cast(x, dtype):
     """Batched `x` as `dtype` (a copy)."""
     return np.array(x, dtype=dtype)
@@ -1375,12 +1387,18 @@ class _Rewrite:
     pairs = [self._stacked(e) if isinstance(e, (ast.List, ast.Tuple)) else
              self.value(e) for e in items.elts]
     ranks = {v.rank for v, _ in pairs}
-    if len(ranks) != 1 or not all(v.member for v, _ in pairs):
+    if len(ranks) != 1 or not any(v.member for v, _ in pairs):
       raise _NotDirect
     kinds = {v.kind for v, _ in pairs}
-    return _Value(True, ranks.pop() + 1, kinds.pop() if len(kinds) == 1 else
-                  None), self._call('stack', [ast.List([n for _, n in pairs],
-                                                       ast.Load())])
+    value = _Value(True, ranks.pop() + 1,
+                   kinds.pop() if len(kinds) == 1 else None)
+    nodes = ast.List([n for _, n in pairs], ast.Load())
+    if all(v.member for v, _ in pairs):
+      return value, self._call('stack', [nodes])
+    # Items the same for every member (a number) next to members' values.
+    member = ast.Tuple([ast.Constant(v.member) for v, _ in pairs],
+                       ast.Load())
+    return value, self._call('stack_shared', [nodes, member])
 
   def _dtype(self, node):
     """A `dtype=` argument: a constant's, or a value's `.dtype`."""

@@ -152,6 +152,18 @@ def shared_leaf(x, y):
   return with_limit(x, y)
 
 
+def row_of_numbers(y, i):
+  # A shared table's item at a member's index, a member's number and a
+  # Python number in one array: in a helper, the rules cannot read a
+  # plain array at a member's index; the plain form can.
+  return np.array([MATRIX[1][i], y, 1.5])
+
+
+@ctx.batch(per_member=True)
+def shared_items_and_numbers(y, i):
+  return row_of_numbers(y, i) * 2.0
+
+
 @ctx.batch(per_member=True)
 def rules_member_test(x):
   return member_test(x)
@@ -184,6 +196,7 @@ CASES = {
     namespace_and_sync_point: ('xy', True),
     conditions_and_builtins: ('xy', True),
     shared_leaf: ('xy', True),
+    shared_items_and_numbers: ('yi', True),
     rules_recursion: ('x', False),
     rules_written_argument: ('x', False),
     rules_stale_source: ('x', False),
