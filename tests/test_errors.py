@@ -1062,3 +1062,34 @@ def test_a_wrapper_whose_name_was_registered_again_refuses_to_run():
                    for _ in range(2))
   np.testing.assert_array_equal(first(x), -x)
   np.testing.assert_array_equal(second(x), -x)
+
+
+_shapes_ctx = ab.Context()
+
+
+@_shapes_ctx.batch
+def _scalar_or_vector(x):
+  if x > 0:
+    return x
+  return np.zeros(3)
+
+
+@_shapes_ctx.batch
+def _pair_or_single(x):
+  if x > 0:
+    return x, x
+  return x
+
+
+@pytest.mark.parametrize('fn,kind', [(_scalar_or_vector, 'shapes'),
+                                     (_pair_or_single, 'structures')])
+def test_paths_of_different_shapes_get_a_hint_about_shapes(fn, kind):
+  """A clash of shapes or structures between paths is not a dtype's: the
+  hint says to give one shape on every path, and names no argument's
+  dtype."""
+  with pytest.raises(errors.TypeInferenceError,
+                     match=f'different {kind}') as info:
+    fn(np.ones(3))
+  text = str(info.value)
+  assert 'one shape and structure in every branch' in text
+  assert 'dtype you mean' not in text and 'comes from argument' not in text

@@ -293,14 +293,22 @@ class _Inference:
     try:
       new = join(old, t)
     except Mismatch as e:
+      dtypes = '(different dtypes)' in str(e)
       hint = ('A variable keeps one dtype and shape in every branch and '
               'iteration; convert explicitly (e.g. with .astype) so they '
               'agree.')
-      because = self.explain_origin(old, t, self.origin(fn, var), origin)
+      because = ''
+      if dtypes:
+        because = self.explain_origin(old, t, self.origin(fn, var), origin)
       if because:
         hint = ('Pass the argument as an array of the dtype you mean (e.g. '
                 'np.float32(0.5)), or convert explicitly (e.g. with '
                 '.astype) so that the dtypes agree.')
+      elif not dtypes:
+        hint = ('A variable, and a function\'s result, keep one shape and '
+                'structure in every branch and iteration: make every path '
+                'give the same (broadcast or pad a value to one shape, '
+                'return tuples of one length).')
       if var == RET and fn.type_inference is not None:
         hint = ('The type_inference callable of this function declares a '
                 'different type; fix it, or omit it to infer the type.')
