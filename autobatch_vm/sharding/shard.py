@@ -54,7 +54,7 @@ __all__ = ['Shard', 'ShardStats', 'ShardedFunction', 'shard',
 
 # Keyword arguments of a batched call that a shard passes on.
 _CALL_KWARGS = ('stackless', 'max_stack_depth', 'schedule', 'profile',
-                'max_steps', 'backend')
+                'max_steps', 'backend', 'on_error')
 
 
 # ---------------------------------------------------------------------------
@@ -253,7 +253,9 @@ def shard(fn, strategy=None, executor=None, split='interleaved', shards=None,
       XLA (`xla.compile_nested_output`: a stack overflow raises after the
       call, naming the members).
     **call_kwargs: Passed to each shard's call (`max_stack_depth`,
-      `schedule`, `stackless`, `profile`, `max_steps`, `backend`).
+      `schedule`, `stackless`, `profile`, `max_steps`, `backend`,
+      `on_error`: with `'status'` the sharded call returns `(outputs,
+      ok)`, `ok` in the batch's order as the outputs).
 
   Returns:
     A `ShardedFunction`: call it as `fn` (without keyword modes, which go

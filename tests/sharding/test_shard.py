@@ -184,6 +184,20 @@ def test_shard_fills_in_default_arguments():
     assert_same(sharded(x, k=2), power(x, k=2))
 
 
+def test_shard_status_is_the_unsharded_calls():
+  # on_error='status' goes to each shard's call: the sharded call returns
+  # (outputs, ok) in the batch's order, as the unsharded one does.
+  n = skewed_n(11)
+  out, ok = fibonacci(n, max_stack_depth=8, on_error='status')
+  assert not ok.all() and ok.any()
+  with concurrent.futures.ThreadPoolExecutor(2) as pool:
+    sharded = ab.shard(fibonacci, executor=pool, max_stack_depth=8,
+                       on_error='status')
+    got, got_ok = sharded(n)
+  np.testing.assert_array_equal(got_ok, ok)
+  assert_same(got, out)
+
+
 # -- rebuilding a Context (what the executor form ships) ------------------------------
 
 @in_main_process
