@@ -19,6 +19,8 @@ a tensor used where Python needs one bool) is raised at the primitive's
 line.
 """
 
+import linecache
+import os
 import sys
 import warnings
 
@@ -157,6 +159,27 @@ class PerMemberFunction:
         filename=self.loc.filename if self.loc else '<autobatch_vm>',
         lineno=self.loc.line if self.loc else 0)
 
+  def _helper_line(self, tb):
+    """`' (in helper(), file, line N: ...)'`: where in a function the
+    primitive calls (a user's helper) the mistake is, if it is not the
+    primitive's own line; else ''."""
+    where = None
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    while tb is not None:
+      code = tb.tb_frame.f_code
+      if not os.path.abspath(code.co_filename).startswith(package):
+        where = (code.co_name, code.co_filename, tb.tb_lineno)
+      tb = tb.tb_next
+    if where is None or self.loc is None or (
+        where[1], where[2]) == (self.loc.filename, self.loc.line):
+      return ''
+    name, filename, line = where
+    if name.startswith('__ab_') or filename.startswith('<'):
+      return ''   # the primitive's own generated code
+    text = linecache.getline(filename, line).strip()
+    return (f' (in {name}(), {filename}, line {line}' +
+            (f': {text})' if text else ')'))
+
   def _located(self, batched):
     """`batched`, raising a user's mistake at the primitive's line."""
     def run(*args):
@@ -165,8 +188,9 @@ class PerMemberFunction:
       except errors.PerMemberError as e:
         if e.loc is not None:
           raise
-        raise errors.PerMemberError(e.message, loc=self.loc,
-                                    hint=e.hint) from None
+        raise errors.PerMemberError(
+            e.message + self._helper_line(e.__traceback__), loc=self.loc,
+            hint=e.hint) from None
       except (TypeError, NotImplementedError) as e:
         if 'symbolic' in str(e) and 'numpy' in str(e).lower():
           raise errors.PerMemberError(

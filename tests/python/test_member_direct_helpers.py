@@ -218,8 +218,11 @@ def test_a_test_of_a_members_value_in_a_helper_is_the_rules_refusal():
   x = _inputs(np.random.default_rng(1))['x']
   pm, _ = _primitive(rules_member_test)
   assert pm.direct.form(((2, 'd'),), pm.member_function, pm.loc) is None
-  with pytest.raises(errors.PerMemberError, match='bool'):
+  with pytest.raises(errors.PerMemberError, match='bool') as info:
     rules_member_test(x)
+  # The error is at the primitive's line, and names the helper's line.
+  assert 'in member_test(), ' in str(info.value)
+  assert 'test_member_direct_helpers.py, line' in str(info.value)
 
 
 def test_a_helper_calling_itself_goes_to_the_rules():
