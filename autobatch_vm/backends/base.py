@@ -405,29 +405,18 @@ class Backend:
     """
     raise NotImplementedError
 
-  def fail_members(self, flags, m, make_error, rows=None):
+  def fail_members(self, flags, m, make_error):
     """Fails the members of `m` that a primitive flagged.
 
+    Only a backend with `reports_out_of_range` gets flags.
+
     Args:
-      flags: Boolean arrays `[batch]` (or `[rows]`), one per check.
+      flags: Boolean arrays `[batch]`, one per check.
       m: The mask of the members at the block.
       make_error: `make_error(members)` makes the error (members None:
         unknown, in a graph).
-      rows: Where the flags are per row of the members at the block, the
-        member of each row; else None.
-
-    Raises:
-      AutoBatchError: `make_error`'s, if any member of `m` is flagged.
     """
-    bad = np.any(np.stack([np.asarray(f) for f in flags]), axis=0)
-    if rows is not None:
-      members = np.asarray(rows)[bad]
-    else:
-      if not m.full:
-        bad = np.logical_and(bad, np.asarray(m.mask))
-      members = np.flatnonzero(bad)
-    if members.size:
-      raise make_error(members)
+    raise NotImplementedError
 
   # -- the loop --------------------------------------------------------------
 

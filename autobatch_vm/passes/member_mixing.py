@@ -203,37 +203,37 @@ def _mixes(op, in_types, backend, pin=None):
   Returns:
     The kind in `MADE_UP`, or None where nothing shows mixing.
   """
-  def run(change, changed):
+  def call(change, changed=1):
     if pin is not None:
       pin.reset()
-    return _rows(op.function(*_member_pair(in_types, kind, change, backend,
-                                           changed)), 1 - changed)
+    return op.function(*_member_pair(in_types, kind, change, backend,
+                                     changed))
   for kind in MADE_UP:
     try:
-      op.function(*_member_pair(in_types, kind, None, backend))
+      unchanged = call(None)
     except Exception:  # pylint: disable=broad-except
       continue
     break
   else:
     return None
   for changed in (1, 0):
-    if _mixes_when_changed(run, changed):
+    watched = 1 - changed
+    if _mixes_when_changed(
+        lambda change: _rows(call(change, changed), watched),  # pylint: disable=cell-var-from-loop
+        _rows(unchanged, watched)):
       return kind
   return None
 
 
-def _mixes_when_changed(run, changed):
-  """Whether the result of the member other than `changed` follows the
-  inputs of `changed`, reproducibly (`_mixes`; `run(change, changed)`)."""
-  try:
-    first = run(None, changed)
-  except Exception:  # pylint: disable=broad-except
-    return False
+def _mixes_when_changed(run, first):
+  """Whether one member's result follows the other's inputs, reproducibly
+  (`_mixes`): `run(change)` gives its rows with the other's inputs
+  changed by `change` (None: unchanged), `first` those unchanged."""
   if first is None:
     return False
   for change in _CHANGES:
     try:
-      other = run(change, changed)
+      other = run(change)
     except Exception:  # pylint: disable=broad-except
       continue
     if other is not None and not _rows_agree(first, other):
@@ -241,8 +241,8 @@ def _mixes_when_changed(run, changed):
   else:
     return False
   try:
-    again = run(None, changed)
-    other_again = run(change, changed)
+    again = run(None)
+    other_again = run(change)
   except Exception:  # pylint: disable=broad-except
     return False
   # Not the same result twice on the same inputs: no evidence.

@@ -186,11 +186,11 @@ def getitem(x, index, guard=None):
     The member's `x[index]` (plain where `x` and `index` are plain).
   """
   try:
-    if guard is None:
-      return _getitem(x, index)
     try:
       return _getitem(x, index)
     except IndexError:
+      if guard is None:
+        raise
       return _guarded_getitem(x, index, guard)
   except IndexError as e:
     raise _member_index_error(e) from None

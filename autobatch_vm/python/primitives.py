@@ -177,6 +177,8 @@ class PrimitiveRewriter(ast.NodeTransformer):
       Its replacement.
     """
     name = 'logical_and' if isinstance(node.op, ast.And) else 'logical_or'
+    if not self.per_member:
+      return self._ops(name, [self.visit(v) for v in node.values], node)
     values = [self.visit(node.values[0])]
     for v in node.values[1:]:
       # Python evaluates `v` where the operands before it are all true
@@ -190,8 +192,6 @@ class PrimitiveRewriter(ast.NodeTransformer):
 
   def _guarded(self, guard, node):
     """`node` visited with `guard` (a rewritten condition) held."""
-    if not self.per_member:
-      return self.visit(node)
     self._guards.append(guard)
     try:
       return self.visit(node)
@@ -259,6 +259,9 @@ class PrimitiveRewriter(ast.NodeTransformer):
       Its replacement.
     """
     test = self.visit(node.test)
+    if not self.per_member:
+      return self._ops('where', [test, self.visit(node.body),
+                                 self.visit(node.orelse)], node)
     body = self._guarded(copy.deepcopy(test), node.body)
     orelse = self._guarded(
         self._ops('logical_not', [copy.deepcopy(test)], node), node.orelse)

@@ -19,7 +19,6 @@ import numpy as np
 from autobatch_vm import errors
 from autobatch_vm.ir import instructions as inst
 from autobatch_vm.ir import liveness
-from autobatch_vm.per_member import member_ops
 from autobatch_vm.vm import codegen
 from autobatch_vm.vm import dispatch
 from autobatch_vm.vm import errors as run_errors
@@ -281,11 +280,8 @@ class BlockCompiler:
       args = [r(state, temps, m) for r in readers]
       try:
         if checked:
-          with member_ops.out_of_range_reports() as bad:
-            result = fn(m, *args) if guarded else fn(*args)
-          if bad:
-            be.fail_members(bad, m, functools.partial(
-                run_errors.index_error, op))
+          result = run_errors.reporting_index_errors(
+              op, be, m, lambda: fn(m, *args) if guarded else fn(*args))
         else:
           result = fn(m, *args) if guarded else fn(*args)
       except errors.AutoBatchError:

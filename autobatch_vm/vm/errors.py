@@ -7,11 +7,13 @@ through these builders, so a failure reads the same on every path.
 
 import collections
 import dataclasses
+import functools
 
 import numpy as np
 
 from autobatch_vm import errors
 from autobatch_vm.ir import instructions as inst
+from autobatch_vm.per_member import member_ops
 
 __all__ = ['step_limit_error', 'step_limit', 'enclosing_loops',
            'saving_what', 'defining_text',
@@ -286,6 +288,28 @@ def index_error(op, members):
       'dry_run=True, shows each alone).  An item is read only where Python '
       'reads it: in the right operand of `and` or `or`, or in a side of '
       '`x if c else y`, only where the condition lets Python evaluate it.')
+
+
+def reporting_index_errors(op, backend, m, call):
+  """`call()`, the run of per-member primitive `op` on a backend whose
+  vectorized primitives report item indices out of range
+  (`Backend.reports_out_of_range`): the members of `m` reported fail with
+  `index_error` (`Backend.fail_members`).
+
+  Args:
+    op: The `PrimOp`.
+    backend: The backend.
+    m: The mask of the members at the block.
+    call: Runs the primitive; returns its result.
+
+  Returns:
+    The result.
+  """
+  with member_ops.out_of_range_reports() as bad:
+    result = call()
+  if bad:
+    backend.fail_members(bad, m, functools.partial(index_error, op))
+  return result
 
 
 # NumPy's message for `bool(array)` of more than one element.

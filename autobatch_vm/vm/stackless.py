@@ -21,7 +21,6 @@ Cannot be staged (Python drives the calls), so with TensorFlow it runs
 eagerly only.
 """
 
-import functools
 import sys
 import threading
 import time
@@ -33,7 +32,6 @@ from autobatch_vm import errors
 from autobatch_vm.backends import scheduler
 from autobatch_vm.ir import instructions as inst
 from autobatch_vm.ir import liveness
-from autobatch_vm.per_member import member_ops
 from autobatch_vm.vm import dispatch
 from autobatch_vm.vm import errors as run_errors
 from autobatch_vm.vm import machine
@@ -293,16 +291,12 @@ class _Executor:
       args = [inst.pattern_map(lambda x: self.sanitize(x, m), a)
               for a in args]
     try:
+      fn = dispatch.primitive(op, self.be)
       if op.per_member and self.be.reports_out_of_range:
-        # See `closures.prim`: members whose item index is out of range.
-        with member_ops.out_of_range_reports() as bad:
-          result = dispatch.primitive(op, self.be)(*args)
-        if bad:
-          self.be.fail_members(
-              bad, m, functools.partial(run_errors.index_error, op),
-              rows=rows.idx if rows.local else None)
+        result = run_errors.reporting_index_errors(
+            op, self.be, m, lambda: fn(*args))
       else:
-        result = dispatch.primitive(op, self.be)(*args)
+        result = fn(*args)
     except errors.AutoBatchError:
       raise
     except Exception as e:  # pylint: disable=broad-except

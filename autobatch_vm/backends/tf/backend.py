@@ -550,20 +550,16 @@ class TensorFlowBackend(base.Backend):
 
   reports_out_of_range = True
 
-  def fail_members(self, flags, m, make_error, rows=None):
+  def fail_members(self, flags, m, make_error):
     # In the staged loop the flagged members are parked (their error
     # raised after the loop, or their status false), as for an overflow.
+    step = tf_errors.current_step()
+    if step is not None and not step.sites.checks_indices:
+      return   # as XLA's own indexing: the item clamped into range
     bad = flags[0] if len(flags) == 1 else tf.reduce_any(
         tf.stack(flags), axis=0)
-    if rows is not None:
-      bad = tf.scatter_nd(tf.reshape(tf.cast(rows, tf.int32), [-1, 1]), bad,
-                          tf.shape(m.mask))
-    elif not m.full:
+    if not m.full:
       bad = tf.logical_and(m.mask, bad)
-    step = tf_errors.current_step()
-    if (step is not None and not tf.executing_eagerly() and
-        not step.sites.checks_indices):
-      return   # as XLA's own indexing: the item clamped into range
     self._stop(bad, make_error)
 
   def _check_overflow(self, over, overflow_error):
