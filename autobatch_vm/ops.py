@@ -122,6 +122,109 @@ def logical_not(x):
   return np.logical_not(x)
 
 
+def _shared_truth(x):
+  """The truth of `x` where it is one value for every member (a Python or
+  NumPy scalar, a 0-d array, an eager 0-d tensor), else None (a member's
+  value has the batch axis; a symbolic tensor has no value to test)."""
+  if isinstance(x, (bool, int, float, np.generic)):
+    return bool(x)
+  if isinstance(x, np.ndarray):
+    return bool(x) if x.ndim == 0 else None
+  if _is_tf(x):
+    tf = _tf()
+    if tf.is_tensor(x) and x.shape.rank == 0 and hasattr(x, 'numpy'):
+      return bool(x.numpy())
+  return None
+
+
+def all_of(*thunks):
+  """Per-member `and` of conditions (the frontend's rewrite of `and` in a
+  batched function), each operand a thunk.
+
+  An operand with one value for every member decides as Python's `and`
+  does: false, the result is false and the operands after it do not run;
+  true, it drops out.  The others are combined member by member
+  (`logical_and`).
+
+  Args:
+    *thunks: Functions of no arguments giving the conditions.
+
+  Returns:
+    As `logical_and` of the operands that ran; False (a Python bool)
+    where one with one value for every member is false, True where all
+    are true.
+  """
+  return _short_circuit(thunks, logical_and, False)
+
+
+def any_of(*thunks):
+  """Per-member `or` of conditions, each operand a thunk (see `all_of`).
+
+  Args:
+    *thunks: Functions of no arguments giving the conditions.
+
+  Returns:
+    As `logical_or` of the operands that ran; True (a Python bool) where
+    one with one value for every member is true, False where all are
+    false.
+  """
+  return _short_circuit(thunks, logical_or, True)
+
+
+def _short_circuit(thunks, combine, decisive):
+  values = []
+  for thunk in thunks:
+    value = thunk()
+    truth = _shared_truth(value)
+    if truth is None:
+      values.append(value)
+    elif truth == decisive:
+      return decisive   # a literal: the VM broadcasts it to the batch
+  if not values:
+    return not decisive
+  return combine(*values)
+
+
+def choose(cond, x, y):
+  """Per-member `x if cond else y` (the frontend's rewrite in a batched
+  function), the sides as thunks.
+
+  A condition with one value for every member runs only its side, as in
+  Python (the other could fail: `x[:, None] if x.ndim == 1 else x`);
+  where that side is one value (a number, a scalar array), the other runs
+  too if it can, and gives the batch's shape and the joint type, as
+  `where` does.  A member's condition runs both sides and selects
+  (`where`).
+
+  Args:
+    cond: The condition.
+    x: A function of no arguments giving the value where `cond` holds.
+    y: One giving the value where it does not.
+
+  Returns:
+    The selected values.
+  """
+  truth = _shared_truth(cond)
+  if truth is None:
+    return where(cond, x(), y())
+  value = x() if truth else y()
+  if _rank(value) != 0:
+    return value
+  # One value (a number, a scalar array): the other side, where it runs,
+  # gives the type and the batch's shape, as `where` does.
+  try:
+    other = y() if truth else x()
+  except Exception:  # pylint: disable=broad-except
+    return value     # Python would not run it
+  return where(truth, value if truth else other, other if truth else value)
+
+
+def _rank(x):
+  if _is_tf(x):
+    return _tf().convert_to_tensor(x).shape.rank
+  return np.ndim(x)
+
+
 def _expand_to(cond, rank):
   extra = rank - len(cond.shape)
   if extra <= 0:
@@ -223,6 +326,57 @@ def floordiv(a, b):
     `a // b`, with 0 where an integer tensor `b` is zero.
   """
   return _int_division(operator.floordiv, a, b)
+
+
+def _shift(op, name, a, b):
+  """`op(a, b)` (`<<` or `>>`); on TensorFlow, `tf.bitwise`'s shift.
+
+  A TensorFlow tensor has no `<<` or `>>` operator.  A Python integer
+  next to a tensor takes the tensor's dtype; two tensors of different
+  integer dtypes shift in the dtype NumPy promotes them to.
+  """
+  if not _is_tf(a, b):
+    return op(a, b)
+  tf = _tf()
+  if isinstance(a, (bool, int, np.integer)) and not tf.is_tensor(a):
+    b = tf.convert_to_tensor(b)
+    a = tf.convert_to_tensor(a, b.dtype)
+  elif isinstance(b, (bool, int, np.integer)) and not tf.is_tensor(b):
+    a = tf.convert_to_tensor(a)
+    b = tf.convert_to_tensor(b, a.dtype)
+  else:
+    a, b = tf.convert_to_tensor(a), tf.convert_to_tensor(b)
+    if a.dtype != b.dtype:
+      dtype = np.result_type(a.dtype.as_numpy_dtype, b.dtype.as_numpy_dtype)
+      a, b = tf.cast(a, dtype), tf.cast(b, dtype)
+  return getattr(tf.bitwise, name)(a, b)
+
+
+def lshift(a, b):
+  """Computes `a << b` (the frontend's rewrite of `<<`), also of tensors.
+
+  Args:
+    a: An integer array, tensor or Python integer.
+    b: The shift: an integer array, tensor or Python integer.
+
+  Returns:
+    `a << b`; a tensor if either is one (`tf.bitwise.left_shift`).
+  """
+  return _shift(operator.lshift, 'left_shift', a, b)
+
+
+def rshift(a, b):
+  """Computes `a >> b` (the frontend's rewrite of `>>`), also of tensors.
+
+  Args:
+    a: An integer array, tensor or Python integer.
+    b: The shift: an integer array, tensor or Python integer.
+
+  Returns:
+    `a >> b`; a tensor if either is one (`tf.bitwise.right_shift`,
+    arithmetic for signed integers as Python's and NumPy's).
+  """
+  return _shift(operator.rshift, 'right_shift', a, b)
 
 
 def fail(message, compute=None, *inputs):

@@ -719,7 +719,7 @@ class _Rewrite:
                       kind), node
       return self._kind(vs, ast.Add()), node
     if python_primitives.helper_name(node, self.prefix, 'ops') in (
-        'mod', 'floordiv'):
+        'mod', 'floordiv', 'lshift', 'rshift'):
       vs, node.args = self._elementwise(node.args)
       return self._kind(vs, ast.Mod()), node
     info = self._info(node.func)

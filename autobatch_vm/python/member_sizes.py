@@ -79,7 +79,7 @@ def _size(node, prefix, roles):
     if name == 'getitem':
       return len(node.args) == 2 and _size_index(node.args, prefix, roles)
     if not (name in _HELPERS or python_primitives.helper_name(
-        node, prefix, 'ops') in ('mod', 'floordiv')):
+        node, prefix, 'ops') in ('mod', 'floordiv', 'lshift', 'rshift')):
       return False
     return all(_size(a, prefix, roles) for a in node.args)
   return False

@@ -28,6 +28,10 @@ __all__ = ['PrimitiveRewriter', 'make_function', 'closure_code',
 # (`source.generated_prefix`): `__ab_` unless the user's code uses
 # such names itself.
 _OPS = 'ops'
+# Operators that become calls of `autobatch_vm.ops` helpers, in
+# per-member functions too (`PrimitiveRewriter.visit_BinOp`).
+_OPERATOR_HELPERS = {ast.Mod: 'mod', ast.FloorDiv: 'floordiv',
+                     ast.LShift: 'lshift', ast.RShift: 'rshift'}
 _ASSERT = 'helper_assertion'
 # The per-member helpers (`per_member.member_ops`), in per-member
 # primitives.
@@ -93,7 +97,7 @@ class PrimitiveRewriter(ast.NodeTransformer):
   def _ops(self, name, args, like, module=None, keywords=()):
     if module is None:
       module = MEMBER_OPS if self.per_member and name not in (
-          'mod', 'floordiv') else _OPS
+          _OPERATOR_HELPERS.values()) else _OPS
     fn = ast.Attribute(ast.Name(self.prefix + module, ast.Load()), name,
                        ast.Load())
     return ast.copy_location(ast.Call(fn, args, list(keywords)), like)
@@ -178,7 +182,11 @@ class PrimitiveRewriter(ast.NodeTransformer):
     """
     name = 'logical_and' if isinstance(node.op, ast.And) else 'logical_or'
     if not self.per_member:
-      return self._ops(name, [self.visit(v) for v in node.values], node)
+      # Each operand a thunk: an operand that holds one value for every
+      # member (`x.ndim == 2 and ...`) decides as in Python, and the
+      # operands after it run only where Python runs them.
+      return self._ops('all_of' if name == 'logical_and' else 'any_of',
+                       [_thunk(self.visit(v)) for v in node.values], node)
     values = [self.visit(node.values[0])]
     for v in node.values[1:]:
       # Python evaluates `v` where the operands before it are all true
@@ -220,7 +228,7 @@ class PrimitiveRewriter(ast.NodeTransformer):
     return ast.copy_location(ast.UnaryOp(node.op, operand), node)
 
   def visit_BinOp(self, node):
-    """`%` and `//` become `ops.mod` and `ops.floordiv`.
+    """`%`, `//`, `<<` and `>>` become calls of `ops` helpers.
 
     Args:
       node: The AST node.
@@ -230,8 +238,9 @@ class PrimitiveRewriter(ast.NodeTransformer):
     """
     # `%` and `//` go through helpers so that a zero divisor in a member not
     # at the block cannot fail a TensorFlow run (NumPy gives 0 there).
-    if isinstance(node.op, (ast.Mod, ast.FloorDiv)):
-      name = 'mod' if isinstance(node.op, ast.Mod) else 'floordiv'
+    # `<<` and `>>` too: a TensorFlow tensor has no such operators.
+    name = _OPERATOR_HELPERS.get(type(node.op))
+    if name is not None:
       return self._ops(name, [self.visit(node.left), self.visit(node.right)],
                        node)
     return self.generic_visit(node)
@@ -260,8 +269,11 @@ class PrimitiveRewriter(ast.NodeTransformer):
     """
     test = self.visit(node.test)
     if not self.per_member:
-      return self._ops('where', [test, self.visit(node.body),
-                                 self.visit(node.orelse)], node)
+      # The sides as thunks: a test with one value for every member
+      # (`x[:, None] if x.ndim == 1 else x`) runs only its side, as in
+      # Python (`ops.choose`).
+      return self._ops('choose', [test, _thunk(self.visit(node.body)),
+                                  _thunk(self.visit(node.orelse))], node)
     body = self._guarded(copy.deepcopy(test), node.body)
     orelse = self._guarded(
         self._ops('logical_not', [copy.deepcopy(test)], node), node.orelse)
@@ -290,6 +302,14 @@ class PrimitiveRewriter(ast.NodeTransformer):
     return self.generic_visit(node)
 
 
+def _thunk(node):
+  """`lambda: node`."""
+  arguments = ast.arguments(posonlyargs=[], args=[], vararg=None,
+                            kwonlyargs=[], kw_defaults=[], kwarg=None,
+                            defaults=[])
+  return ast.copy_location(ast.Lambda(args=arguments, body=node), node)
+
+
 # The nodes of an expression that computes member by member, element by
 # element: on one member's scalars it is the same code as on the batch's
 # vectors (`is_elementwise`).
@@ -299,7 +319,7 @@ _ELEMENTWISE_NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Compare,
 # The helpers that do: elementwise where every argument is.
 _ELEMENTWISE_HELPERS = {(MEMBER_OPS, n) for n in (
     'min', 'max', 'abs', 'where', 'logical_and', 'logical_or',
-    'logical_not')} | {(_OPS, 'mod'), (_OPS, 'floordiv')}
+    'logical_not')} | {(_OPS, n) for n in _OPERATOR_HELPERS.values()}
 
 
 def is_elementwise(body, prefix, static_value):

@@ -395,7 +395,18 @@ class _Compiler:
         self.unsupported(step, 'range() with step 0')
       step_sign = 1 if step.value > 0 else -1
     self.expr(step, step_var)
-    header = self.goto_new(s)
+    if _static_length(start, stop, step):
+      # A range of literals that is not empty: the first trip goes
+      # straight into the body, as Python's does, so a variable that the
+      # body assigns is assigned after the loop (`for i in range(100):
+      # mid = ...` then `return mid`).
+      body = self.new_label()
+      self.terminate(inst.GotoOp(body))
+      header = self.new_label()
+      self.start(header, s)
+    else:
+      header = self.goto_new(s)
+      body = self.new_label()
     if step_sign == 1:
       fn, text = (lambda c, e: c < e), f'{counter} < {stop_var}'
     elif step_sign == -1:
@@ -407,8 +418,7 @@ class _Compiler:
     ins = (counter, stop_var) if step_sign == 1 else (
         counter, stop_var, step_var)
     self.emit(inst.PrimOp(ins, cond, fn, text, loc))
-    body, latch, exit_label = (self.new_label(), self.new_label(),
-                               self.new_label())
+    latch, exit_label = self.new_label(), self.new_label()
     self.terminate(inst.BranchOp(cond, body, exit_label, loc))
     # The user's variable gets the counter at the top of each iteration, so
     # after the loop it holds the last value, as in Python.
@@ -740,6 +750,25 @@ def _bound_inside(node, name):
 
 def _add(a, b):
   return a + b
+
+
+def _int_literal(node):
+  """The value of an integer literal (`3`, `-3`), else None."""
+  if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+    value = _int_literal(node.operand)
+    return None if value is None else -value
+  if isinstance(node, ast.Constant) and type(node.value) is int:
+    return node.value
+  return None
+
+
+def _static_length(start, stop, step):
+  """The length of `range(start, stop, step)` written with literals, or
+  0 where it is empty or any bound is not a literal."""
+  values = [_int_literal(a) for a in (start, stop, step)]
+  if None in values or values[2] == 0:
+    return 0
+  return len(range(*values))
 
 
 def _range_condition(c, e, s):

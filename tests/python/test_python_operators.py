@@ -1,0 +1,260 @@
+"""Python's own evaluation rules in a batched function's expressions.
+
+Bit shifts (`<<`, `>>`), which TensorFlow tensors lack as operators; a
+`for` loop over a range of literals, whose body Python always enters; and
+conditional expressions and `and`/`or` whose test holds one value for
+every member (a shape, a module flag), which run only the operands Python
+runs.  Each program is compared with `dry_run=True` (each member alone, as
+plain Python) on NumPy (stack VM and stackless) and on TensorFlow (eager,
+`tf.function`, XLA), and with facts computed without autobatch_vm.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+import autobatch_vm as ab
+from autobatch_vm import errors
+
+ctx = ab.Context()
+
+
+@ctx.batch
+def binary_gcd(a, b):
+  if a == 0:
+    return b
+  if b == 0:
+    return a
+  shift = 0
+  while ((a | b) & 1) == 0:
+    a = a >> 1
+    b >>= 1
+    shift += 1
+  while (a & 1) == 0:
+    a = a >> 1
+  while b != 0:
+    while (b & 1) == 0:
+      b = b >> 1
+    if a > b:
+      a, b = b, a
+    b = b - a
+  return a << shift
+
+
+@ctx.batch
+def xorshift(state, n):
+  i = 0
+  while i < n:
+    state = state ^ ((state << 13) & 0xFFFFFFFF)
+    state = state ^ (state >> 17)
+    state = state ^ ((state << 5) & 0xFFFFFFFF)
+    i += 1
+  return state, 1 << (n % 10), (state >> n) & 3
+
+
+def xorshift_alone(state, n):
+  for _ in range(n):
+    state ^= (state << 13) & 0xFFFFFFFF
+    state ^= state >> 17
+    state ^= (state << 5) & 0xFFFFFFFF
+  return state, 1 << (n % 10), (state >> n) & 3
+
+
+def cubic(x):
+  return x * x * x - 2 * x - 5
+
+
+@ctx.batch
+def bisect(lo, hi, shift):
+  """`mid` and `i` are assigned only in the loop's body, which a range of
+  literals always enters."""
+  flo = cubic(lo) - shift
+  for i in range(200):
+    mid = 0.5 * (lo + hi)
+    fm = cubic(mid) - shift
+    if hi - lo < 1e-9:
+      break
+    if (fm < 0) == (flo < 0):
+      lo = mid
+      flo = fm
+    else:
+      hi = mid
+  return mid, i
+
+
+@ctx.batch
+def countdown(n):
+  total = 0
+  for k in range(10, -3, -4):
+    last = k * n
+    total += last
+  return total, last, k
+
+
+WIDE = True   # a module flag: one value for every member
+
+
+@ctx.batch
+def shared_tests(x, k):
+  """Operands that Python does not run for these shapes and flags would
+  fail (an axis that is not there)."""
+  col = x[:, None] if x.ndim == 1 else x
+  wide = col[:, :, 1] if col.ndim == 3 else col
+  first = x.ndim == 2 and x[:, 1] > 0        # x is [B]: not run
+  any_big = x.ndim == 1 or x[:, 5] > 0       # not run either
+  scale = 2.0 if WIDE else x[:, 7]
+  pick = x * scale if k > 2 else -x          # k is a member's: both run
+  if WIDE and k > 0 and not first:
+    return wide[:, 0] + pick, any_big
+  return pick, any_big
+
+
+def _run_everywhere(fn, args, check=None, **kwargs):
+  """`fn`'s batched results against its dry run: NumPy (stack VM,
+  stackless) and TensorFlow (eager, `tf.function`, XLA)."""
+  alone = fn(*args, dry_run=True, **kwargs)
+  if check is not None:
+    check(alone)
+  outs = {f'numpy stackless={s}': fn(*args, stackless=s, **kwargs)
+          for s in (False, True)}
+  tf = pytest.importorskip('tensorflow')
+  targs = [tf.constant(a) for a in args]
+  outs['eager'] = fn(*targs, **kwargs)
+  for jit in (False, True):
+    outs[f'tf.function jit={jit}'] = tf.function(
+        lambda *a: fn(*a, **kwargs), jit_compile=jit)(*targs)
+  for mode, out in outs.items():
+    out = ab.instructions.pattern_map(np.asarray, out)
+    for got, want in zip(ab.instructions.pattern_flatten(out),
+                         ab.instructions.pattern_flatten(alone)):
+      assert got.dtype == want.dtype, mode
+      np.testing.assert_allclose(got, want, rtol=1e-12, err_msg=mode)
+
+
+@pytest.mark.parametrize('dtype', [np.int64, np.int32])
+def test_shifts_on_every_backend(dtype):
+  rng = np.random.default_rng(0)
+  a = rng.integers(0, 5000, 7).astype(dtype)
+  b = rng.integers(0, 5000, 7).astype(dtype)
+  b[0] = 0
+
+  def check(alone):
+    np.testing.assert_array_equal(
+        alone, [math.gcd(int(x), int(y)) for x, y in zip(a, b)])
+  _run_everywhere(binary_gcd, [a, b], check)
+
+
+def test_shifts_of_a_python_integer_and_a_members_count():
+  rng = np.random.default_rng(1)
+  state = rng.integers(1, 2**31, 6)
+  n = rng.integers(0, 12, 6)
+
+  def check(alone):
+    for i in range(6):
+      want = xorshift_alone(int(state[i]), int(n[i]))
+      assert [int(v[i]) for v in alone] == list(want)
+  _run_everywhere(xorshift, [state, n], check)
+
+
+pm = ab.Context()
+
+
+@pm.batch(per_member=True)
+def popcounts(x, k):
+  out = np.zeros(4, dtype=np.int64)
+  j = 0
+  while j < 4:
+    v = x[j] >> k
+    c = 0
+    while v > 0:
+      c += v & 1
+      v = v >> 1
+    out[j] = c << 1
+    j += 1
+  return out
+
+
+@pytest.mark.parametrize('backend', ['numpy', 'eager', 'xla'])
+def test_shifts_in_a_per_member_function(backend):
+  rng = np.random.default_rng(2)
+  x = rng.integers(0, 2**20, (5, 4))
+  k = rng.integers(0, 5, 5)
+  want = np.array([[2 * bin(int(v) >> int(kk)).count('1') for v in row]
+                   for row, kk in zip(x, k)])
+  np.testing.assert_array_equal(popcounts(x, k, dry_run=True), want)
+  if backend == 'numpy':
+    got = popcounts(x, k)
+  else:
+    tf = pytest.importorskip('tensorflow')
+    args = [tf.constant(x), tf.constant(k)]
+    got = (popcounts(*args) if backend == 'eager' else
+           tf.function(popcounts, jit_compile=True)(*args))
+  np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def test_a_range_of_literals_is_entered():
+  rng = np.random.default_rng(3)
+  shift = rng.uniform(-3, 30, 6)
+
+  def check(alone):
+    mid, i = alone
+    np.testing.assert_allclose(cubic(mid) - shift, 0, atol=1e-6)
+    assert (i < 199).all()
+  _run_everywhere(bisect, [np.zeros(6), np.full(6, 4.0), shift], check)
+  _run_everywhere(countdown, [rng.integers(0, 5, 5)],
+                  lambda alone: np.testing.assert_array_equal(
+                      alone[2], np.full(5, -2)))
+
+
+def test_a_range_that_may_be_empty_still_needs_the_variable():
+  maybe_empty = ab.Context()
+
+  @maybe_empty.batch
+  def last(n):
+    for i in range(n):      # n may be 0 for a member
+      m = i * 2
+    return m
+
+  empty = ab.Context()
+
+  @empty.batch
+  def nothing(n):
+    for i in range(3, 3):   # empty: Python raises UnboundLocalError
+      m = i * n
+    return m
+
+  for fn in (last, nothing):
+    with pytest.raises(errors.UnsupportedSyntaxError,
+                       match="'m' may be used before it is assigned"):
+      fn(np.array([2, 3]))
+
+
+def test_shared_tests_run_only_pythons_operands():
+  rng = np.random.default_rng(4)
+  x = rng.normal(size=6)
+  k = np.array([0, 1, 3, 4, 2, 5])
+
+  def check(alone):
+    value, any_big = alone
+    assert any_big.all()
+    pick = np.where(k > 2, 2 * x, -x)
+    np.testing.assert_allclose(value, np.where(k > 0, x + pick, pick))
+  _run_everywhere(shared_tests, [x, k], check)
+
+
+def test_a_members_test_still_selects_each_members_side():
+  sides = ab.Context()
+
+  @sides.batch
+  def f(x):
+    y = x if x > 0 else -2 * x
+    z = x > 1 or x < -1
+    w = x > 0 and x < 1
+    return y, z, w
+
+  x = np.array([-2.0, -0.5, 0.5, 2.0])
+  y, z, w = f(x)
+  np.testing.assert_array_equal(y, [4.0, 1.0, 0.5, 2.0])
+  np.testing.assert_array_equal(z, [True, False, False, True])
+  np.testing.assert_array_equal(w, [False, False, True, False])
