@@ -57,7 +57,8 @@ def check(op, in_types, backend):
   """Raises if `op` indexes a batched value by a per-member index.
 
   See the module's docstring.  Nothing runs for a primitive without such
-  a subscript, nor in a graph (inside the user's `tf.function`).
+  a subscript; inside the user's `tf.function` the made-up inputs run
+  eagerly (`Backend.eager_scope`).
 
   Args:
     op: The `PrimOp`.
@@ -69,10 +70,13 @@ def check(op, in_types, backend):
       values, or cannot run, where a per-member gather would.
   """
   subscripts = getattr(op.function, _ATTRIBUTE, ())
-  if not subscripts or backend.in_graph():
+  if not subscripts:
     return
   for text, parts, index_inputs, value_text, element_texts in subscripts:
-    with backend.error_context(), np.errstate(all='ignore'):
+    # Inside the user's `tf.function` the made-up inputs run eagerly,
+    # outside the graph being traced: their values are compared.
+    with backend.eager_scope(), backend.error_context(), np.errstate(
+        all='ignore'):
       made = _Inputs(in_types, index_inputs, backend)
       form = _form(parts, made)
       if form is None:

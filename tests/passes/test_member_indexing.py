@@ -202,3 +202,40 @@ def test_unchecked_primitive_warns():
 
   with pytest.warns(errors.MemberMixingWarning, match='could not be checked'):
     picked(X + 3.0, np.array([0, 0, 0]))
+
+
+@pytest.mark.skipif(tf is None, reason='needs TensorFlow')
+@pytest.mark.parametrize('jit', [False, True])
+def test_inside_tf_function_the_check_runs_eagerly(jit):
+  """Inside the user's `tf.function` the made-up inputs run eagerly, so
+  the same mistake gets the same message (it was an unrelated message
+  about a Python literal's dtype), and per-member gathers still run."""
+  ctx = ab.Context()
+
+  @ctx.batch
+  def walk(x, n):
+    j = 0
+    s = x[:, 0] * 0
+    while j < n:
+      s = s + x[:, j % 3]
+      j = j + 1
+    return s
+
+  @ctx.batch
+  def gathered(x, n):
+    j = n * 0
+    s = x[:, 0] * 0
+    while j < n:
+      s = s + tf.gather(x, j, batch_dims=1) + x[:, K]
+      j = j + 1
+    return s
+
+  args = (tf.constant(X), tf.constant(N))
+  with pytest.raises(errors.TypeInferenceError) as info:
+    tf.function(walk, jit_compile=jit)(*args)
+  message = str(info.value)
+  assert '`x[:, j % 3]` indexes `x` with `j % 3`' in message, message
+  assert 'tf.gather(x, j % 3, batch_dims=1)' in message, message
+  got = tf.function(gathered, jit_compile=jit)(*args)
+  want = [sum(X[b, j] + X[b, K] for j in range(N[b])) for b in range(3)]
+  np.testing.assert_allclose(got.numpy(), want)
