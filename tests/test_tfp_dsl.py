@@ -9,6 +9,7 @@ shape, dtype) on NumPy and TensorFlow (eager and `tf.function`).
 """
 
 import collections
+import inspect
 
 import numpy as np
 import pytest
@@ -329,6 +330,36 @@ def test_tensorflow_function_vm(name):
   program = lowered(case.program, inputs, backend)
   run = tf.function(lambda *xs: vm.execute(program, list(xs), DEPTH, backend))
   check(case, run(*inputs), 6)
+
+
+def test_autograph_runs_the_library_as_it_is():
+  """A `tf.function` with AutoGraph on (TFP's `tf.function(lambda:
+  execute(...))`) calls the VM as it is: AutoGraph converted the whole
+  library before, function by function, and once called one converted
+  function for another."""
+  tf = pytest.importorskip('tensorflow')
+  frames = []
+
+  def record(n):
+    frames.append({f.filename for f in inspect.stack()})
+    return n + 1
+  ab_ = dsl.ProgramBuilder()
+  with ab_.function('inc') as inc:
+    ab_.param('n')
+    ab_.var.m = ab_.primop(record)
+    ab_.return_(ab_.var.m)
+  program = ab_.program(main=inc)
+  backend = ab.TensorFlowBackend()
+  x = tf.constant(np.arange(3, dtype=np.int64))
+  program = lowered(program, [x], backend)
+  frames.clear()
+  run = tf.function(lambda n: vm.execute(program, [n], 4, backend))
+  assert np.asarray(run(x)).tolist() == [1, 2, 3]
+  assert frames
+  for files in frames:
+    assert any('autobatch_vm' in f for f in files)
+    # Only the test's own lambda is converted.
+    assert len([f for f in files if '__autograph_generated_file' in f]) == 1
 
 
 # -- the builder -------------------------------------------------------------------

@@ -65,11 +65,6 @@ class Backend:
     """Whether ops are being staged into a graph now (False by default)."""
     return False
 
-  def eager_scope(self):
-    """A context manager in which ops run at once, outside any graph being
-    staged (none needed by default)."""
-    return contextlib.nullcontext()
-
   def prepare_run(self):
     """Called by the stackless executor before a run (nothing by default)."""
 

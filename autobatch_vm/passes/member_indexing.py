@@ -28,6 +28,9 @@ index tensor of shape `[batch]`), it is refused; where it differs, a
 `MemberMixingWarning` says so.
 """
 
+import contextlib
+import sys
+
 import numpy as np
 
 from autobatch_vm import errors
@@ -58,7 +61,7 @@ def check(op, in_types, backend):
 
   See the module's docstring.  Nothing runs for a primitive without such
   a subscript; inside the user's `tf.function` the made-up inputs run
-  eagerly (`Backend.eager_scope`).
+  eagerly (`_eagerly`).
 
   Args:
     op: The `PrimOp`.
@@ -75,7 +78,7 @@ def check(op, in_types, backend):
   for text, parts, index_inputs, value_text, element_texts in subscripts:
     # Inside the user's `tf.function` the made-up inputs run eagerly,
     # outside the graph being traced: their values are compared.
-    with backend.eager_scope(), backend.error_context(), np.errstate(
+    with _eagerly(backend), backend.error_context(), np.errstate(
         all='ignore'):
       made = _Inputs(in_types, index_inputs, backend)
       form = _form(parts, made)
@@ -99,6 +102,14 @@ def check(op, in_types, backend):
       message += f' ({type(cause).__name__}: {cause})'
     raise errors.TypeInferenceError(message, loc=op.loc, hint=hint) from (
         cause if verdict == 'fails' else None)
+
+
+def _eagerly(backend):
+  """Where ops are being staged into a graph (the user's `tf.function`),
+  `tf.init_scope()`: the made-up inputs run eagerly, outside it."""
+  if not backend.in_graph():
+    return contextlib.nullcontext()
+  return sys.modules['tensorflow'].init_scope()
 
 
 class _Inputs:

@@ -201,6 +201,12 @@ def execute(program, args, *rest, **kwargs):  # pylint: disable=function-redefin
     _running.depth -= 1
 
 
+# TensorFlow's AutoGraph calls an artifact of its own as it is: a user's
+# `tf.function` (AutoGraph on, TFP's `tf.function(lambda: execute(...))`)
+# then runs this code, not a conversion of the whole library.
+execute.autograph_info__ = frozenset()
+
+
 def _execute_tfp(program, args, max_stack_depth, backend,
                  block_code_cache=None):
   if not isinstance(program, inst.LoweredProgram):

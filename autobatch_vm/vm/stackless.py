@@ -598,6 +598,12 @@ def execute(program, *rest, **kwargs):  # pylint: disable=function-redefined
     _running.depth -= 1
 
 
+# TensorFlow's AutoGraph calls an artifact of its own as it is: a user's
+# `tf.function` (AutoGraph on, TFP's `tf.function(lambda: execute(...))`)
+# then runs this code, not a conversion of the whole library.
+execute.autograph_info__ = frozenset()
+
+
 def _execute_tfp(program, backend, block_code_cache=None, *inputs):  # pylint: disable=keyword-arg-before-vararg
   del block_code_cache
   if not isinstance(program, inst.Program) or not all(

@@ -151,10 +151,6 @@ class TensorFlowBackend(base.Backend):
     """Whether ops are being staged into a graph (tf.function, XLA)."""
     return not tf.executing_eagerly()
 
-  def eager_scope(self):
-    """Runs ops eagerly, outside the graph being staged (`tf.init_scope`)."""
-    return tf.init_scope()
-
   # -- values --------------------------------------------------------------
 
   def asarray(self, x):
