@@ -144,15 +144,16 @@ def all_of(*thunks):
   An operand with one value for every member decides as Python's `and`
   does: false, the result is false and the operands after it do not run;
   true, it drops out.  The others are combined member by member
-  (`logical_and`).
+  (`logical_and`).  Where every operand that ran is a Python number, the
+  result is Python's: the operand that decided (`OFFSET and 5` is 5).
 
   Args:
     *thunks: Functions of no arguments giving the conditions.
 
   Returns:
-    As `logical_and` of the operands that ran; False (a Python bool)
-    where one with one value for every member is false, True where all
-    are true.
+    As `logical_and` of the operands that ran; the deciding Python number
+    where all that ran are; False where one with one value for every
+    member is false, True where all are true.
   """
   return _short_circuit(thunks, logical_and, False)
 
@@ -164,25 +165,33 @@ def any_of(*thunks):
     *thunks: Functions of no arguments giving the conditions.
 
   Returns:
-    As `logical_or` of the operands that ran; True (a Python bool) where
-    one with one value for every member is true, False where all are
-    false.
+    As `logical_or` of the operands that ran; the deciding Python number
+    where all that ran are (`SCALE or 2.0`); True where one with one value
+    for every member is true, False where all are false.
   """
   return _short_circuit(thunks, logical_or, True)
 
 
 def _short_circuit(thunks, combine, decisive):
   values = []
+  value = None
   for thunk in thunks:
     value = thunk()
     truth = _shared_truth(value)
     if truth is None:
       values.append(value)
     elif truth == decisive:
-      return decisive   # a literal: the VM broadcasts it to the batch
+      # Python's result is this operand, where no member's came before it
+      # (`SCALE or 2.0` is 2.0 where SCALE is 0); a Python number is a
+      # literal, which the VM broadcasts to the batch.
+      return value if not values and _is_number(value) else decisive
   if not values:
-    return not decisive
+    return value if _is_number(value) else not decisive
   return combine(*values)
+
+
+def _is_number(x):
+  return type(x) in (bool, int, float)
 
 
 def choose(cond, x, y):

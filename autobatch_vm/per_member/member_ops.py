@@ -535,27 +535,33 @@ def where(cond, a, b):
 
 
 def logical_and(*xs):
-  """One member's `a and b and ...` of conditions (as booleans).
+  """One member's `a and b and ...` of conditions.
 
   Args:
     *xs: Conditions.
 
   Returns:
-    True where all hold.
+    Of Python values, the operand Python's `and` returns (`OFFSET and
+    5` is 5); else True where all hold, as booleans.
   """
+  if _plain(*xs):
+    return next((x for x in xs[:-1] if not x), xs[-1])
   return _combine([_as_bool(x) for x in xs], builtins.all, 'logical_and',
                   np.logical_and)
 
 
 def logical_or(*xs):
-  """One member's `a or b or ...` of conditions (as booleans).
+  """One member's `a or b or ...` of conditions.
 
   Args:
     *xs: Conditions.
 
   Returns:
-    True where any holds.
+    Of Python values, the operand Python's `or` returns (`SCALE or 2.0`
+    is 2.0 where SCALE is 0); else True where any holds, as booleans.
   """
+  if _plain(*xs):
+    return next((x for x in xs[:-1] if x), xs[-1])
   return _combine([_as_bool(x) for x in xs], builtins.any, 'logical_or',
                   np.logical_or)
 

@@ -10,6 +10,7 @@ user's globals and closure cells and the user's file and line.
 """
 
 import ast
+import builtins
 import copy
 import linecache
 import types
@@ -280,7 +281,10 @@ class PrimitiveRewriter(ast.NodeTransformer):
     return self._ops('where', [test, body, orelse], node)
 
   def visit_Call(self, node):
-    """`truthy(x)` becomes `x`; other calls are kept.
+    """`truthy(x)` becomes `x`, `divmod(a, b)` `(a // b, a % b)`.
+
+    The quotient and remainder go through the helpers of `visit_BinOp`.
+    Other calls are kept.
 
     Args:
       node: The AST node.
@@ -293,6 +297,15 @@ class PrimitiveRewriter(ast.NodeTransformer):
       if len(node.args) != 1 or node.keywords:
         self.unsupported(node, 'truthy() with other than one argument')
       return self.visit(node.args[0])
+    if (callee is builtins.divmod and len(node.args) == 2 and
+        not node.keywords and
+        not any(isinstance(a, ast.Starred) for a in node.args)):
+      # `(a // b, a % b)`: a TensorFlow tensor has no `divmod`.
+      a, b = (self.visit(x) for x in node.args)
+      return ast.copy_location(ast.Tuple(
+          [self._ops('floordiv', [a, b], node),
+           self._ops('mod', [copy.deepcopy(a), copy.deepcopy(b)], node)],
+          ast.Load()), node)
     if self.per_member:
       name = member_helpers.member_call(callee, node)
       if name is not None:

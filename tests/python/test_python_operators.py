@@ -1,6 +1,6 @@
 """Python's own evaluation rules in a batched function's expressions.
 
-Bit shifts (`<<`, `>>`), which TensorFlow tensors lack as operators; a
+Bit shifts (`<<`, `>>`) and `divmod`, which TensorFlow tensors lack; a
 `for` loop over a range of literals, whose body Python always enters; and
 conditional expressions and `and`/`or` whose test holds one value for
 every member (a shape, a module flag), which run only the operands Python
@@ -40,6 +40,15 @@ def binary_gcd(a, b):
       a, b = b, a
     b = b - a
   return a << shift
+
+
+@ctx.batch
+def digit_sum(n):
+  total = 0
+  while n > 0:
+    n, r = divmod(n, 10)    # TensorFlow tensors have no divmod either
+    total += r
+  return total
 
 
 @ctx.batch
@@ -110,6 +119,17 @@ def shared_tests(x, k):
   return pick, any_big
 
 
+SCALE = 0      # module settings, as a user's script has them
+OFFSET = 3
+
+
+@ctx.batch
+def with_defaults(x):
+  scale = SCALE or 2.0     # Python: 2.0 (it gave True, silently)
+  offset = OFFSET and 5    # Python: 5
+  return x * scale + offset
+
+
 def _run_everywhere(fn, args, check=None, **kwargs):
   """`fn`'s batched results against its dry run: NumPy (stack VM,
   stackless) and TensorFlow (eager, `tf.function`, XLA)."""
@@ -143,6 +163,12 @@ def test_shifts_on_every_backend(dtype):
     np.testing.assert_array_equal(
         alone, [math.gcd(int(x), int(y)) for x, y in zip(a, b)])
   _run_everywhere(binary_gcd, [a, b], check)
+
+
+def test_divmod_on_every_backend():
+  n = np.random.default_rng(5).integers(0, 10**7, 6)
+  _run_everywhere(digit_sum, [n], lambda alone: np.testing.assert_array_equal(
+      alone, [sum(int(d) for d in str(v)) for v in n]))
 
 
 def test_shifts_of_a_python_integer_and_a_members_count():
@@ -258,3 +284,30 @@ def test_a_members_test_still_selects_each_members_side():
   np.testing.assert_array_equal(y, [4.0, 1.0, 0.5, 2.0])
   np.testing.assert_array_equal(z, [True, False, False, True])
   np.testing.assert_array_equal(w, [False, False, True, False])
+
+
+def test_python_numbers_and_or_give_the_operand_python_gives():
+  x = np.array([1.0, 2.0, -0.5])
+  _run_everywhere(with_defaults, [x], lambda alone: np.testing.assert_array_equal(
+      alone, x * (SCALE or 2.0) + (OFFSET and 5)))
+
+
+@pm.batch(per_member=True)
+def member_defaults(x):
+  scale = SCALE or 2.0
+  offset = OFFSET and 5
+  return x * scale + offset
+
+
+@pytest.mark.parametrize('backend', ['numpy', 'eager', 'xla'])
+def test_python_numbers_and_or_in_a_per_member_function(backend):
+  x = np.array([[1.0, 2.0], [3.0, -4.0]])
+  want = x * (SCALE or 2.0) + (OFFSET and 5)
+  np.testing.assert_array_equal(member_defaults(x, dry_run=True), want)
+  if backend == 'numpy':
+    got = member_defaults(x)
+  else:
+    tf = pytest.importorskip('tensorflow')
+    got = (member_defaults(tf.constant(x)) if backend == 'eager' else
+           tf.function(member_defaults, jit_compile=True)(tf.constant(x)))
+  np.testing.assert_array_equal(np.asarray(got), want)
