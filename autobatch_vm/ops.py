@@ -138,60 +138,96 @@ def _shared_truth(x):
 
 
 def all_of(*thunks):
-  """Per-member `and` of conditions (the frontend's rewrite of `and` in a
+  """Python's `a and b and ...` (the frontend's rewrite of `and` in a
   batched function), each operand a thunk.
 
-  An operand with one value for every member decides as Python's `and`
-  does: false, the result is false and the operands after it do not run;
-  true, it drops out.  The others are combined member by member
-  (`logical_and`).  Where every operand that ran is a Python number, the
-  result is Python's: the operand that decided (`OFFSET and 5` is 5).
+  Per member the result is the first false operand, else the last, as in
+  Python (`n and 7` is 7 where n is not 0, else n).  An operand with one
+  value for every member (a shape, a module flag, a number) decides as
+  Python's does: where it is false, the operands after it do not run;
+  where it is true and not the last, it drops out.  Every operand a
+  member's runs (in a per-member function, item reads have guards).
 
   Args:
-    *thunks: Functions of no arguments giving the conditions.
+    *thunks: Functions of no arguments giving the operands.
 
   Returns:
-    As `logical_and` of the operands that ran; the deciding Python number
-    where all that ran are; False where one with one value for every
-    member is false, True where all are true.
+    Of Python numbers, Python's result; of booleans, `logical_and` of
+    the operands that ran; else the per-member selection of them (a
+    tensor if any is one).
   """
-  return _short_circuit(thunks, logical_and, False)
+  return _short_circuit(thunks, True)
 
 
 def any_of(*thunks):
-  """Per-member `or` of conditions, each operand a thunk (see `all_of`).
+  """Python's `a or b or ...` in a batched function, each operand a thunk.
+
+  Per member the result is the first true operand, else the last, as in
+  Python (`SCALE or 2.0` is 2.0 where SCALE is 0); see `all_of`.
 
   Args:
-    *thunks: Functions of no arguments giving the conditions.
+    *thunks: Functions of no arguments giving the operands.
 
   Returns:
-    As `logical_or` of the operands that ran; the deciding Python number
-    where all that ran are (`SCALE or 2.0`); True where one with one value
-    for every member is true, False where all are false.
+    Of Python numbers, Python's result; of booleans, `logical_or` of the
+    operands that ran; else the per-member selection of them.
   """
-  return _short_circuit(thunks, logical_or, True)
+  return _short_circuit(thunks, False)
 
 
-def _short_circuit(thunks, combine, decisive):
-  values = []
-  value = None
-  for thunk in thunks:
+def _short_circuit(thunks, is_and):
+  ran = []
+  for k, thunk in enumerate(thunks):
     value = thunk()
     truth = _shared_truth(value)
-    if truth is None:
-      values.append(value)
-    elif truth == decisive:
-      # Python's result is this operand, where no member's came before it
-      # (`SCALE or 2.0` is 2.0 where SCALE is 0); a Python number is a
-      # literal, which the VM broadcasts to the batch.
-      return value if not values and _is_number(value) else decisive
-  if not values:
-    return value if _is_number(value) else not decisive
-  return combine(*values)
+    if truth is None or truth != is_and or k == len(thunks) - 1:
+      ran.append(value)
+    if truth is not None and truth != is_and:
+      break   # it decides for every member that reaches it
+  return python_bool_op(ran, is_and, logical_and if is_and else logical_or,
+                        where)
+
+
+def python_bool_op(values, is_and, logical, select):
+  """Python's `values[0] and values[1] and ...` (`or` where not
+  `is_and`), per member: the first operand that decides (false for `and`,
+  true for `or`), else the last.
+
+  Args:
+    values: The operands.
+    is_and: Whether the operator is `and`.
+    logical: The per-member logical operation, for booleans.
+    select: The per-member `where(cond, x, y)`.
+
+  Returns:
+    Python's result of Python numbers; `logical(*values)` of booleans;
+    else the operands selected per member.
+  """
+  if all(_is_number(v) for v in values):
+    return next((v for v in values[:-1] if bool(v) != is_and), values[-1])
+  if len(values) == 1:
+    return values[0]
+  if all(_is_boolean(v) for v in values):
+    return logical(*values)
+  result = values[-1]
+  for v in reversed(values[:-1]):
+    result = select(v, result, v) if is_and else select(v, v, result)
+  return result
 
 
 def _is_number(x):
   return type(x) in (bool, int, float)
+
+
+def _is_boolean(x):
+  if isinstance(x, (bool, np.bool_)):
+    return True
+  dtype = getattr(x, 'dtype', None)
+  if dtype is None:
+    return False
+  if _is_tf(x):
+    return dtype == _tf().bool
+  return np.dtype(dtype) == np.bool_
 
 
 def choose(cond, x, y):
@@ -275,6 +311,10 @@ def where(cond, x, y):
       x = tf.convert_to_tensor(x, dtype=y.dtype)
     else:
       x = tf.convert_to_tensor(x)
+      if tf.is_tensor(y) and y.dtype == tf.bool != x.dtype:
+        y = tf.cast(y, x.dtype)   # as NumPy and Python take a boolean
+      elif x.dtype == tf.bool and tf.is_tensor(y) and y.dtype != tf.bool:
+        x = tf.cast(x, y.dtype)
       y = tf.convert_to_tensor(y, dtype=x.dtype)
     rank = max(len(x.shape), len(y.shape))
     return tf.where(_expand_to(cond, rank), x, y)

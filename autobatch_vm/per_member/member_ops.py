@@ -33,6 +33,7 @@ import types
 
 import numpy as np
 
+from autobatch_vm import ops
 from autobatch_vm.per_member import member_helpers
 
 __all__ = ['key', 'getitem', 'setitem', 'asarray', 'min', 'max', 'abs', 'len', 'int',
@@ -535,33 +536,39 @@ def where(cond, a, b):
 
 
 def logical_and(*xs):
-  """One member's `a and b and ...` of conditions.
+  """One member's `a and b and ...`: the first false operand, else the
+  last, as in Python (`OFFSET and 5` is 5).
 
   Args:
-    *xs: Conditions.
+    *xs: The operands.
 
   Returns:
-    Of Python values, the operand Python's `and` returns (`OFFSET and
-    5` is 5); else True where all hold, as booleans.
+    Python's result of Python values; `and` of booleans; else the operand
+    selected (`where`).
   """
-  if _plain(*xs):
-    return next((x for x in xs[:-1] if not x), xs[-1])
+  return ops.python_bool_op(list(xs), True, _logical_and, where)
+
+
+def logical_or(*xs):
+  """One member's `a or b or ...`: the first true operand, else the
+  last, as in Python (`SCALE or 2.0` is 2.0 where SCALE is 0).
+
+  Args:
+    *xs: The operands.
+
+  Returns:
+    Python's result of Python values; `or` of booleans; else the operand
+    selected (`where`).
+  """
+  return ops.python_bool_op(list(xs), False, _logical_or, where)
+
+
+def _logical_and(*xs):
   return _combine([_as_bool(x) for x in xs], builtins.all, 'logical_and',
                   np.logical_and)
 
 
-def logical_or(*xs):
-  """One member's `a or b or ...` of conditions.
-
-  Args:
-    *xs: Conditions.
-
-  Returns:
-    Of Python values, the operand Python's `or` returns (`SCALE or 2.0`
-    is 2.0 where SCALE is 0); else True where any holds, as booleans.
-  """
-  if _plain(*xs):
-    return next((x for x in xs[:-1] if x), xs[-1])
+def _logical_or(*xs):
   return _combine([_as_bool(x) for x in xs], builtins.any, 'logical_or',
                   np.logical_or)
 

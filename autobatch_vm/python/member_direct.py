@@ -710,11 +710,11 @@ class _Rewrite:
           helper in ('min', 'max') and len(node.args) < 2):
         raise _NotDirect
       vs, node.args = self._elementwise(node.args)
-      if helper in _BOOLEAN_HELPERS and (
-          helper == 'logical_not' or any(v.member for v in vs)):
+      if helper == 'logical_not' or (helper in _BOOLEAN_HELPERS and all(
+          v.kind == 'b' for v in vs)):
         return _Value(any(v.member for v in vs), max(v.rank for v in vs),
                       'b'), node
-      if helper in _BOOLEAN_HELPERS:   # shared: Python's operand
+      if helper in _BOOLEAN_HELPERS:   # Python's operand: of their kind
         return self._kind(vs, None), node
       if helper == 'where':   # the dtype is the values', not the test's
         kind = self._kind(vs[1:], None).kind

@@ -130,6 +130,15 @@ def with_defaults(x):
   return x * scale + offset
 
 
+@ctx.batch
+def operands(x, n):
+  y = x or 2.5              # Python gives an operand, not a boolean
+  k = n and 7
+  w = n > 3 and x or -1.0   # Python's idiom for a conditional
+  b = x > 1 or n > 2        # booleans: a boolean
+  return y, k, w, b
+
+
 def _run_everywhere(fn, args, check=None, **kwargs):
   """`fn`'s batched results against its dry run: NumPy (stack VM,
   stackless) and TensorFlow (eager, `tf.function`, XLA)."""
@@ -311,3 +320,39 @@ def test_python_numbers_and_or_in_a_per_member_function(backend):
     got = (member_defaults(tf.constant(x)) if backend == 'eager' else
            tf.function(member_defaults, jit_compile=True)(tf.constant(x)))
   np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def test_and_or_of_members_numbers_give_pythons_operand():
+  x = np.array([0.0, 3.0, -2.0, 0.0, 1.5])
+  n = np.array([0, 4, 5, 2, 0])
+
+  def check(alone):
+    want = [(float(a or 2.5), int(m and 7), float(m > 3 and a or -1.0),
+             bool(a > 1 or m > 2)) for a, m in zip(x, n)]
+    for got, expected in zip(alone, zip(*want)):
+      np.testing.assert_array_equal(got, expected)
+  _run_everywhere(operands, [x, n], check)
+
+
+@pm.batch(per_member=True)
+def member_operands(x, n):
+  return x[0] or 2.5, n and 7, n > 3 and x[1] or -1.0, x[0] > 1 or n > 2
+
+
+@pytest.mark.parametrize('backend', ['numpy', 'eager', 'xla'])
+def test_and_or_of_numbers_in_a_per_member_function(backend):
+  x = np.array([[0.0, 1.0], [3.0, -2.0], [0.0, 4.0]])
+  n = np.array([0, 4, 5])
+  want = list(zip(*[(float(a[0] or 2.5), int(m and 7),
+                     float(m > 3 and a[1] or -1.0), bool(a[0] > 1 or m > 2))
+                    for a, m in zip(x, n)]))
+  if backend == 'numpy':
+    got = member_operands(x, n)
+  else:
+    tf = pytest.importorskip('tensorflow')
+    args = [tf.constant(x), tf.constant(n)]
+    got = (member_operands(*args) if backend == 'eager' else
+           tf.function(member_operands, jit_compile=True)(*args))
+  for g, w, d in zip(got, want, member_operands(x, n, dry_run=True)):
+    np.testing.assert_array_equal(np.asarray(g), w)
+    np.testing.assert_array_equal(d, w)
