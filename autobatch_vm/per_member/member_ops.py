@@ -517,10 +517,12 @@ def where(cond, a, b):
     b: The value where it does not.
 
   Returns:
-    `a` or `b`: a Python value where all three are, else an array or a
-    tensor of their joint dtype.
+    `a` or `b`: the side a Python condition (one for every member: a
+    shape's test, a flag) takes, as Python's (`x[:2] if x.shape[0] > 2
+    else x`: the sides' shapes may differ); else an array or a tensor of
+    their joint dtype.
   """
-  if _plain(cond, a, b):
+  if _plain(cond):
     return a if cond else b
   cond = _as_bool(cond)
   if is_tf(cond, a, b):

@@ -356,3 +356,25 @@ def test_and_or_of_numbers_in_a_per_member_function(backend):
   for g, w, d in zip(got, want, member_operands(x, n, dry_run=True)):
     np.testing.assert_array_equal(np.asarray(g), w)
     np.testing.assert_array_equal(d, w)
+
+
+VERBOSE = False
+
+
+@pm.batch(per_member=True)
+def member_shapes(x, k):
+  v = x[:2] if x.shape[0] > 2 else x     # the sides' shapes differ
+  s = np.sum(v) if VERBOSE else 0.0
+  t = x[k] if k < len(x) else -1.0
+  return v, s, t
+
+
+def test_a_per_member_shared_test_takes_one_side():
+  x = np.arange(12.0).reshape(4, 3)
+  k = np.array([0, 2, 5, 1])
+  v, s, t = member_shapes(x, k)
+  np.testing.assert_array_equal(v, x[:, :2])
+  np.testing.assert_array_equal(s, np.zeros(4))
+  np.testing.assert_array_equal(t, [0.0, 5.0, -1.0, 10.0])
+  for got, alone in zip((v, s, t), member_shapes(x, k, dry_run=True)):
+    np.testing.assert_array_equal(got, alone)
