@@ -318,12 +318,36 @@ def mean_check(target, means, chains):
 MEAN_BOUND = 4.5
 
 
+def warm_up(names):
+  """Pays this process's one-time costs before any first call is timed:
+  each family's imports, and a first trace and XLA compile of a trivial
+  function in TensorFlow and in JAX.  Else the system called first pays
+  them in its "first call" (about 4 s of TensorFlow's: the hand-batched
+  sampler called first took 5.8 s, ours after it 5.4 s; in the other
+  order 2.0 s and 6.9 s)."""
+  families = {SYSTEMS[n][1] for n in names}
+  if 'tf' in families:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import autobatch_vm  # pylint: disable=g-import-not-at-top,unused-import
+    tfp_baselines.tfp_nuts_on_autobatch_vm()   # imports TFP
+    x = tf.constant([1.0])
+    for jit in (False, True):
+      tf.function(lambda v: v * 2.0 + 1.0, jit_compile=jit)(x).numpy()
+  if families - {'tf'}:
+    import jax  # pylint: disable=g-import-not-at-top
+    jax.jit(lambda v: v * 2.0 + 1.0)(jax.numpy.ones(1)).block_until_ready()
+    for family in families - {'tf'}:
+      __import__(family)
+
+
 def measure_cell(target_name, chains, systems, iterations, repeats):
-  """One cell in this process: each system built and called once, then
-  timed in turns; returns the cell's dict (see `write`)."""
+  """One cell in this process: the process warmed up (`warm_up`), each
+  system built and called once, then timed in turns; returns the cell's
+  dict (see `write`)."""
   target = TARGETS[target_name]()
   theta = target.start(chains)
   names, notes = available(systems)
+  warm_up(names)
   runs, first, draws = {}, {}, {}
   for name in names:
     make = SYSTEMS[name][2]
@@ -412,8 +436,11 @@ def counts_markdown():
 
 
 NOTES = (
-    'Each cell ran in a fresh process; each system there was called once '
-    '(its "first call": tracing and compiling, and one call\'s sampling), '
+    'Each cell ran in a fresh process, warmed up first (imports, and a '
+    'trivial function traced and compiled by TensorFlow and by JAX, whose '
+    'one-time costs the system called first would pay); each system there '
+    'was called once (its "first call": tracing and compiling, and one '
+    'call\'s sampling), '
     'then the systems were timed in turns, a call of each per round, and '
     'each time is the median of `--repeats` calls.  "leapfrogs/s": '
     'leapfrogs summed over chains and iterations per call, over the median '
