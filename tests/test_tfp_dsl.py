@@ -276,6 +276,16 @@ def test_batch_size_one_inputs_broadcast_and_scalars_are_batches_of_one():
   assert one.shape == (1,) and one.tolist() == [8]
 
 
+def _incrementing(record):
+  """The program `inc(n) = record(n)` (a primitive returning n + 1)."""
+  ab_ = dsl.ProgramBuilder()
+  with ab_.function('inc') as inc:
+    ab_.param('n')
+    ab_.var.m = ab_.primop(record)
+    ab_.return_(ab_.var.m)
+  return ab_.program(main=inc)
+
+
 def test_primitives_see_which_machinery_calls_them():
   seen = []
 
@@ -283,12 +293,7 @@ def test_primitives_see_which_machinery_calls_them():
     seen.append((type_inference.is_inferring(), vm.is_staging(),
                  stackless.is_running()))
     return n + 1
-  ab_ = dsl.ProgramBuilder()
-  with ab_.function('inc') as inc:
-    ab_.param('n')
-    ab_.var.m = ab_.primop(record)
-    ab_.return_(ab_.var.m)
-  program = ab_.program(main=inc)
+  program = _incrementing(record)
   backend = ab.NumpyBackend()
   x = np.arange(3, dtype=np.int64)
   alloc = compiled(program, [x], backend)
@@ -343,12 +348,7 @@ def test_autograph_runs_the_library_as_it_is():
   def record(n):
     frames.append({f.filename for f in inspect.stack()})
     return n + 1
-  ab_ = dsl.ProgramBuilder()
-  with ab_.function('inc') as inc:
-    ab_.param('n')
-    ab_.var.m = ab_.primop(record)
-    ab_.return_(ab_.var.m)
-  program = ab_.program(main=inc)
+  program = _incrementing(record)
   backend = ab.TensorFlowBackend()
   x = tf.constant(np.arange(3, dtype=np.int64))
   program = lowered(program, [x], backend)

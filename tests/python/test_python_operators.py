@@ -161,6 +161,18 @@ def _run_everywhere(fn, args, check=None, **kwargs):
       np.testing.assert_allclose(got, want, rtol=1e-12, err_msg=mode)
 
 
+def _call_on(backend, fn, *args):
+  """`fn(*args)` on NumPy, or on TensorFlow eagerly or under XLA, as
+  NumPy values."""
+  if backend == 'numpy':
+    return fn(*args)
+  tf = pytest.importorskip('tensorflow')
+  targs = [tf.constant(a) for a in args]
+  out = (fn(*targs) if backend == 'eager' else
+         tf.function(fn, jit_compile=True)(*targs))
+  return ab.instructions.pattern_map(np.asarray, out)
+
+
 @pytest.mark.parametrize('dtype', [np.int64, np.int32])
 def test_shifts_on_every_backend(dtype):
   rng = np.random.default_rng(0)
@@ -218,14 +230,7 @@ def test_shifts_in_a_per_member_function(backend):
   want = np.array([[2 * bin(int(v) >> int(kk)).count('1') for v in row]
                    for row, kk in zip(x, k)])
   np.testing.assert_array_equal(popcounts(x, k, dry_run=True), want)
-  if backend == 'numpy':
-    got = popcounts(x, k)
-  else:
-    tf = pytest.importorskip('tensorflow')
-    args = [tf.constant(x), tf.constant(k)]
-    got = (popcounts(*args) if backend == 'eager' else
-           tf.function(popcounts, jit_compile=True)(*args))
-  np.testing.assert_array_equal(np.asarray(got), want)
+  np.testing.assert_array_equal(_call_on(backend, popcounts, x, k), want)
 
 
 def test_a_range_of_literals_is_entered():
@@ -313,13 +318,7 @@ def test_python_numbers_and_or_in_a_per_member_function(backend):
   x = np.array([[1.0, 2.0], [3.0, -4.0]])
   want = x * (SCALE or 2.0) + (OFFSET and 5)
   np.testing.assert_array_equal(member_defaults(x, dry_run=True), want)
-  if backend == 'numpy':
-    got = member_defaults(x)
-  else:
-    tf = pytest.importorskip('tensorflow')
-    got = (member_defaults(tf.constant(x)) if backend == 'eager' else
-           tf.function(member_defaults, jit_compile=True)(tf.constant(x)))
-  np.testing.assert_array_equal(np.asarray(got), want)
+  np.testing.assert_array_equal(_call_on(backend, member_defaults, x), want)
 
 
 def test_and_or_of_members_numbers_give_pythons_operand():
@@ -346,13 +345,7 @@ def test_and_or_of_numbers_in_a_per_member_function(backend):
   want = list(zip(*[(float(a[0] or 2.5), int(m and 7),
                      float(m > 3 and a[1] or -1.0), bool(a[0] > 1 or m > 2))
                     for a, m in zip(x, n)]))
-  if backend == 'numpy':
-    got = member_operands(x, n)
-  else:
-    tf = pytest.importorskip('tensorflow')
-    args = [tf.constant(x), tf.constant(n)]
-    got = (member_operands(*args) if backend == 'eager' else
-           tf.function(member_operands, jit_compile=True)(*args))
+  got = _call_on(backend, member_operands, x, n)
   for g, w, d in zip(got, want, member_operands(x, n, dry_run=True)):
     np.testing.assert_array_equal(np.asarray(g), w)
     np.testing.assert_array_equal(d, w)
