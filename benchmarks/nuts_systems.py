@@ -333,11 +333,11 @@ def warm_up(names):
     x = tf.constant([1.0])
     for jit in (False, True):
       tf.function(lambda v: v * 2.0 + 1.0, jit_compile=jit)(x).numpy()
-  if families - {'tf'}:
+  if families & {'blackjax', 'numpyro'}:
     import jax  # pylint: disable=g-import-not-at-top
     jax.jit(lambda v: v * 2.0 + 1.0)(jax.numpy.ones(1)).block_until_ready()
-    for family in families - {'tf'}:
-      __import__(family)
+  for family in families - {'tf'}:
+    __import__(family)
 
 
 def measure_cell(target_name, chains, systems, iterations, repeats):

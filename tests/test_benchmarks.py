@@ -824,6 +824,32 @@ def _fake_system(offset, leapfrogs):
   return make
 
 
+def test_nuts_systems_warms_the_process_up_before_first_calls(monkeypatch):
+  """The process's one-time costs are paid before any system's first call
+  is timed (else the system called first pays them), for the systems
+  that run."""
+  from benchmarks import nuts_systems  # pylint: disable=g-import-not-at-top
+  target = nuts_systems.gaussian(dim=4)
+  monkeypatch.setattr(nuts_systems, 'TARGETS', {'gaussian': lambda: target})
+  events = []
+
+  def made(name):
+    def make(*args):
+      events.append(name)
+      return _fake_system(0 * target.sd, 3)(*args)
+    return make
+  monkeypatch.setattr(nuts_systems, 'SYSTEMS', {
+      'hand_xla': ('hand', 'numpy', made('hand_xla')),
+      'ours_xla': ('ours', 'numpy', made('ours_xla')),
+      'numpyro': ('np', 'numpyro_missing', made('numpyro'))})
+  monkeypatch.setattr(nuts_systems, 'warm_up',
+                      lambda names: events.append(('warm', tuple(names))))
+  nuts_systems.measure_cell('gaussian', 4, list(nuts_systems.SYSTEMS),
+                            iterations=2, repeats=1)
+  assert events == [('warm', ('hand_xla', 'ours_xla')), 'hand_xla',
+                    'ours_xla']
+
+
 def test_nuts_systems_cell_times_in_turns_and_skips_missing_systems(
     monkeypatch, clock):
   """A cell of `benchmarks/nuts_systems.py`: each installed system timed
