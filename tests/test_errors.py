@@ -5,6 +5,7 @@ that the error names this file, that line, and shows its source.
 """
 
 import collections
+import functools
 import warnings
 
 import numpy as np
@@ -147,14 +148,12 @@ def falls_off(x):
   y = x + 1  # ERR:falloff
 
 
-@unsupported('unassigned', "variable 'y' may be used before it is assigned")
 def maybe_unassigned(x):
   if x > 1:
     y = x
   return y  # ERR:unassigned
 
 
-@unsupported('loopvar', "variable 'i' may be used before it is assigned")
 def loop_var_after_empty_loop(x):
   for i in range(x):
     x = x + 1
@@ -170,6 +169,46 @@ def test_unsupported_syntax(tag, snippets, fn):
     batched(X)
   check(e, errors.UnsupportedSyntaxError, tag, *snippets,
         function=fn.__name__)
+
+
+@pytest.mark.parametrize('tag,fn,variable', [
+    ('unassigned', maybe_unassigned, 'y'),
+    ('loopvar', loop_var_after_empty_loop, 'i')])
+@pytest.mark.parametrize('mode', ['stack', 'stackless', 'eager'])
+def test_a_read_of_a_maybe_unassigned_variable_fails_its_members(
+    tag, fn, variable, mode):
+  """Python raises UnboundLocalError only for the members whose path left
+  the variable unassigned: the program compiles, the others get their
+  values, and those members fail at the read, named with the line."""
+  ctx = ab.Context()
+  batched = ctx.batch()(fn)
+  x = np.array([0, 2, 3])
+  want = [fn(int(v)) for v in x[1:]]
+  if mode == 'eager':
+    tf = pytest.importorskip('tensorflow')
+    run = lambda v: np.asarray(batched(tf.constant(v)))  # pylint: disable=unnecessary-lambda-assignment
+  else:
+    run = functools.partial(batched, stackless=mode == 'stackless')
+  np.testing.assert_array_equal(run(x[1:]), want)
+  with pytest.raises(errors.AssertionFailedError) as e:
+    run(x)
+  check(e, errors.AssertionFailedError, tag, 'batch members [0]',
+        f'local variable {variable!r} is read before it is assigned',
+        'UnboundLocalError')
+
+
+@pytest.mark.parametrize('jit', [False, True])
+def test_a_maybe_unassigned_read_in_a_graph_reports_its_members(jit):
+  """Inside `tf.function` and XLA `on_error='status'` gives the members
+  without a value as failed, the others their values."""
+  tf = pytest.importorskip('tensorflow')
+  ctx = ab.Context()
+  batched = ctx.batch()(maybe_unassigned)
+  x = tf.constant([0, 2, 3])
+  out, ok = tf.function(lambda v: batched(v, on_error='status'),
+                        jit_compile=jit)(x)
+  np.testing.assert_array_equal(np.asarray(ok), [False, True, True])
+  np.testing.assert_array_equal(np.asarray(out)[1:], [2, 3])
 
 
 def test_nonlocal_is_rejected():

@@ -1,12 +1,14 @@
 """Checks and tidies the blocks the frontend made for one function.
 
 `prune_unreachable` drops the blocks no path reaches, rejects a path that
-runs off the end of the function (a block ending in `FallOff`) and a read
-of a variable that some path leaves unassigned, and numbers the labels
-densely in layout order, so that printed IR is stable.
+runs off the end of the function (a block ending in `FallOff`), checks at
+run time a read of a variable that some path may leave unassigned
+(`_guard_unassigned_reads`), and numbers the labels densely in layout
+order, so that printed IR is stable.
 """
 
 from autobatch_vm import errors
+from autobatch_vm import ops as ops_module
 from autobatch_vm.ir import instructions as inst
 
 __all__ = ['FallOff', 'prune_unreachable']
@@ -54,29 +56,19 @@ def prune_unreachable(blocks, name, params):
           'returning a value (Python would return None)',
           loc=b.terminator.loc,
           hint='Add a final `return <value>` (or an `else:` that returns).')
-  _check_definitely_assigned(kept, params)
+  kept = _guard_unassigned_reads(kept, params)
   # Renumber labels densely in order, so printed IR is stable and compact.
   rename = {b.label: f'{name}.{i}' for i, b in enumerate(kept)}
   return [_relabel(b, rename) for b in kept]
 
 
-def _check_definitely_assigned(blocks, params):
-  """Rejects reads of a variable that some path leaves unassigned.
-
-  Python would raise UnboundLocalError for the members taking that path;
-  batched, they would silently read leftover data, so refuse up front.
-  """
+def _assigned_in(blocks, params):
+  """Per block label, the variables every path to its start assigns."""
   params = set(params)
-  succ = {}
-  for b in blocks:
-    t = b.terminator
-    succ[b.label] = ([t.block] if isinstance(t, inst.GotoOp) else
-                     [t.true_block, t.false_block]
-                     if isinstance(t, inst.BranchOp) else [])
   preds = {b.label: [] for b in blocks}
-  for label, ss in succ.items():
-    for s in ss:
-      preds[s].append(label)
+  for b in blocks:
+    for s in _successors(b):
+      preds[s].append(b.label)
   every = set(params)
   for b in blocks:
     for op in b.instructions:
@@ -84,36 +76,117 @@ def _check_definitely_assigned(blocks, params):
   entry = blocks[0].label
   assigned_in = {b.label: (set(params) if b.label == entry else set(every))
                  for b in blocks}
+  by_label = {b.label: b for b in blocks}
   changed = True
   while changed:
     changed = False
     for b in blocks:
       if b.label != entry:
-        ins = [_assigned_out(b_, assigned_in) for b_ in
-               (x for x in blocks if x.label in preds[b.label])]
+        ins = [_assigned_out(by_label[p], assigned_in)
+               for p in preds[b.label]]
         new = set.intersection(*ins) if ins else set(params)
         if new != assigned_in[b.label]:
           assigned_in[b.label] = new
           changed = True
-  for b in blocks:
-    have = set(assigned_in[b.label])
-    for op in b.instructions:
-      for v in op.vars_in:
-        if v not in have and not v.startswith('%'):
-          raise errors.UnsupportedSyntaxError(
-              f'variable {v!r} may be used before it is assigned (some path '
-              'reaches this line without assigning it)', loc=op.loc,
-              hint=f'Assign {v!r} on every path first, e.g. initialize it '
-              'before the if/loop.')
-      have |= set(inst.pattern_flatten(op.vars_out))
-    t = b.terminator
-    if isinstance(t, inst.BranchOp) and t.cond not in have and \
-        not t.cond.startswith('%'):
-      raise errors.UnsupportedSyntaxError(
-          f'variable {t.cond!r} may be used before it is assigned',
-          loc=t.loc)
-    if isinstance(t, inst.ReturnOp) and inst.RETURN_VAR not in have:
-      raise errors.InternalError('return without a result')
+  return assigned_in
+
+
+def _successors(block):
+  t = block.terminator
+  if isinstance(t, inst.GotoOp):
+    return [t.block]
+  if isinstance(t, inst.BranchOp):
+    return [t.true_block, t.false_block]
+  return []
+
+
+def _unassigned_reads(block, have):
+  """`(index, variable)` of the reads in `block` of a variable that some
+  path may leave unassigned (index `len(instructions)`: its branch's
+  condition), given `have`, the variables assigned on every path to it."""
+  have = set(have)
+  out = []
+  for i, op in enumerate(block.instructions):
+    for v in op.vars_in:
+      if v not in have and not v.startswith('%'):
+        out.append((i, v))
+        have.add(v)
+    have |= set(inst.pattern_flatten(op.vars_out))
+  t = block.terminator
+  if isinstance(t, inst.BranchOp) and t.cond not in have and \
+      not t.cond.startswith('%'):
+    out.append((len(block.instructions), t.cond))
+  if isinstance(t, inst.ReturnOp) and inst.RETURN_VAR not in have:
+    raise errors.InternalError('return without a result')
+  return out
+
+
+def _guard_unassigned_reads(blocks, params):
+  """Checks at run time a read of a variable that some path may leave
+  unassigned.
+
+  Python raises `UnboundLocalError` for the members that take such a
+  path, and only then: `for i in range(n): m = ...` then `return m` is
+  right for every member whose `n` is positive.  A flag per such variable
+  (`%assigned.<v>`) is False at the start and True after each assignment,
+  and each such read is preceded by an `assert` of it: the members that
+  reach it without a value fail there, as an `AssertionFailedError` naming
+  the variable and the line (batched, they would read leftover data).
+  Functions without such a read are returned as they are.
+  """
+  assigned_in = _assigned_in(blocks, params)
+  reads = {b.label: _unassigned_reads(b, assigned_in[b.label])
+           for b in blocks}
+  unbound = sorted({v for rs in reads.values() for _, v in rs})
+  if not unbound:
+    return blocks
+  flags = {v: f'%assigned.{v}' for v in unbound}
+  out = []
+  for k, b in enumerate(blocks):
+    ops = []
+    if k == 0:
+      ops += [_literal(flags[v], False, b.loc) for v in unbound]
+    label, pieces = b.label, 0
+    for i, op in enumerate(b.instructions):
+      for j, v in reads[b.label]:
+        if j == i:
+          label, ops, pieces = _check(out, label, ops, pieces, flags[v], v,
+                                      op.loc, b)
+      ops.append(op)
+      for v in inst.pattern_flatten(op.vars_out):
+        if v in flags:
+          ops.append(_literal(flags[v], True, op.loc))
+    for j, v in reads[b.label]:
+      if j == len(b.instructions):
+        label, ops, pieces = _check(out, label, ops, pieces, flags[v], v,
+                                    b.terminator.loc, b)
+    out.append(inst.Block(label, tuple(ops), b.terminator,
+                          b.loc if pieces == 0 else None))
+  return out
+
+
+def _literal(name, value, loc):
+  return inst.PrimOp((), name, (lambda: True) if value else (lambda: False),
+                     repr(value), loc)
+
+
+def _check(out, label, ops, pieces, flag, v, loc, block):
+  """Ends the piece of `block` so far (`label`, `ops`) with a branch on
+  `flag`: to a block failing the members without a value for `v`, then
+  to the rest of the block.  Returns the rest's `(label, ops, pieces)`."""
+  rest = f'{block.label}.assigned{pieces}'
+  bad = f'{block.label}.unassigned{pieces}'
+  loc = loc or block.loc
+  out.append(inst.Block(label, tuple(ops), inst.BranchOp(flag, rest, bad, loc),
+                        block.loc if pieces == 0 else None))
+  message = (f'local variable {v!r} is read before it is assigned (Python '
+             'raises UnboundLocalError): no path these members took '
+             f'assigned {v!r}')
+  fail = f'%unassigned.{v}'
+  out.append(inst.Block(bad, (inst.PrimOp(
+      (), fail, lambda: ops_module.fail(message), f'fail {message!r}', loc),),
+                        inst.GotoOp(rest), None))
+  return rest, [], pieces + 1
 
 
 def _assigned_out(block, assigned_in):

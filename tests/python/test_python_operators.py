@@ -247,7 +247,10 @@ def test_a_range_of_literals_is_entered():
                       alone[2], np.full(5, -2)))
 
 
-def test_a_range_that_may_be_empty_still_needs_the_variable():
+def test_a_range_that_may_be_empty_checks_the_variable_at_run_time():
+  """Where the loop may not run (`range(n)`, `range(3, 3)`), the read
+  after it is checked per member, as Python's UnboundLocalError is: the
+  members that assigned the variable get it."""
   maybe_empty = ab.Context()
 
   @maybe_empty.batch
@@ -264,10 +267,11 @@ def test_a_range_that_may_be_empty_still_needs_the_variable():
       m = i * n
     return m
 
+  np.testing.assert_array_equal(last(np.array([2, 3])), [2, 4])
   for fn in (last, nothing):
-    with pytest.raises(errors.UnsupportedSyntaxError,
-                       match="'m' may be used before it is assigned"):
-      fn(np.array([2, 3]))
+    with pytest.raises(errors.AssertionFailedError,
+                       match="'m' is read before it is assigned"):
+      fn(np.array([0, 3]))
 
 
 def test_shared_tests_run_only_pythons_operands():
