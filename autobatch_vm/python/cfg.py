@@ -128,7 +128,7 @@ def _guard_unassigned_reads(blocks, params):
   Python raises `UnboundLocalError` for the members that take such a
   path, and only then: `for i in range(n): m = ...` then `return m` is
   right for every member whose `n` is positive.  A flag per such variable
-  (`%assigned.<v>`) is False at the start and True after each assignment,
+  (`%assigned_<v>`) is False at the start and True after each assignment,
   and each such read is preceded by an `assert` of it: the members that
   reach it without a value fail there, as an `AssertionFailedError` naming
   the variable and the line (batched, they would read leftover data).
@@ -140,7 +140,7 @@ def _guard_unassigned_reads(blocks, params):
   unbound = sorted({v for rs in reads.values() for _, v in rs})
   if not unbound:
     return blocks
-  flags = {v: f'%assigned.{v}' for v in unbound}
+  flags = {v: f'%assigned_{v}' for v in unbound}
   out = []
   for k, b in enumerate(blocks):
     ops = []
@@ -161,8 +161,13 @@ def _guard_unassigned_reads(blocks, params):
         label, ops, pieces = _check(out, label, ops, pieces, flags[v], v,
                                     b.terminator.loc, b)
     out.append(inst.Block(label, tuple(ops), b.terminator,
-                          b.loc if pieces == 0 else None))
+                          b.loc if pieces == 0 else _first_loc(ops)))
   return out
+
+
+def _first_loc(ops):
+  """Where the first of `ops` with a location came from, or None."""
+  return next((op.loc for op in ops if op.loc is not None), None)
 
 
 def _literal(name, value, loc):
@@ -178,14 +183,14 @@ def _check(out, label, ops, pieces, flag, v, loc, block):
   bad = f'{block.label}.unassigned{pieces}'
   loc = loc or block.loc
   out.append(inst.Block(label, tuple(ops), inst.BranchOp(flag, rest, bad, loc),
-                        block.loc if pieces == 0 else None))
+                        block.loc if pieces == 0 else _first_loc(ops) or loc))
   message = (f'local variable {v!r} is read before it is assigned (Python '
              'raises UnboundLocalError): no path these members took '
              f'assigned {v!r}')
-  fail = f'%unassigned.{v}'
+  fail = f'%unassigned_{v}'
   out.append(inst.Block(bad, (inst.PrimOp(
       (), fail, lambda: ops_module.fail(message), f'fail {message!r}', loc),),
-                        inst.GotoOp(rest), None))
+                        inst.GotoOp(rest), loc))
   return rest, [], pieces + 1
 
 
