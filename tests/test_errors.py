@@ -195,6 +195,7 @@ def test_a_read_of_a_maybe_unassigned_variable_fails_its_members(
   check(e, errors.AssertionFailedError, tag, 'batch members [0]',
         f'local variable {variable!r} is read before it is assigned',
         'UnboundLocalError')
+  assert list(e.value.members) == [0]
 
 
 @pytest.mark.parametrize('jit', [False, True])

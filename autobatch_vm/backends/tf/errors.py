@@ -161,7 +161,8 @@ def assert_maker(err):
         f'batch members {errors.member_indices(members)}'
     cause = err.__cause__ if err.__cause__ is not None else err.message
     return errors.AssertionFailedError(f'Assertion failed for {who}: {cause}',
-                                       loc=err.loc, hint=err.hint)
+                                       loc=err.loc, hint=err.hint,
+                                       members=members)
   make.computes_message = (isinstance(err.__cause__, errors.FailedAssertion)
                            and err.__cause__.message is not None)
   return make
