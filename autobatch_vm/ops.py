@@ -180,6 +180,10 @@ def _short_circuit(thunks, is_and):
   for k, thunk in enumerate(thunks):
     value = thunk()
     truth = _shared_truth(value)
+    if truth is not None and isinstance(value, (np.generic, np.ndarray)):
+      # A NumPy scalar for every member (`np.all(TABLE > 0)`): a Python
+      # literal, which the VM broadcasts to the batch.
+      value = value.item()
     if truth is None or truth != is_and or k == len(thunks) - 1:
       ran.append(value)
     if truth is not None and truth != is_and:

@@ -375,3 +375,26 @@ def test_a_per_member_shared_test_takes_one_side():
   np.testing.assert_array_equal(t, [0.0, 5.0, -1.0, 10.0])
   for got, alone in zip((v, s, t), member_shapes(x, k, dry_run=True)):
     np.testing.assert_array_equal(got, alone)
+
+
+TABLE = np.array([1.0, -2.0])     # module data: one value for every member
+POSITIVE = np.array([1.0, 2.0])
+
+
+@ctx.batch
+def numpy_scalar_tests(x):
+  a = np.all(TABLE > 0) and x > 0       # a NumPy False decides
+  b = np.all(POSITIVE > 0) and x > 0    # a NumPy True drops out
+  c = np.any(TABLE > 5) or x < 0
+  return a, b, c
+
+
+def test_a_numpy_scalar_test_for_every_member():
+  x = np.array([1.0, -1.0, 2.0])
+
+  def check(alone):
+    a, b, c = alone
+    np.testing.assert_array_equal(a, [False] * 3)
+    np.testing.assert_array_equal(b, x > 0)
+    np.testing.assert_array_equal(c, x < 0)
+  _run_everywhere(numpy_scalar_tests, [x], check)
