@@ -19,7 +19,16 @@ _PY_SCALARS = (bool, int, float, complex)
 
 
 class Mismatch(Exception):
-  """Two types that cannot be joined."""
+  """Two types that cannot be joined.
+
+  Args:
+    message: What differs.
+    dtypes: Whether they differ only in dtype (same structure and shapes).
+  """
+
+  def __init__(self, message, dtypes=False):
+    super().__init__(message)
+    self.dtypes = dtypes
 
 
 def declared_type_error(message, loc):

@@ -73,7 +73,8 @@ def _join_leaf(a, b):
       return strong
   if a.dtype == b.dtype:
     return a.strong()
-  raise Mismatch(f'{a.strong()} vs {b.strong()} (different dtypes)')
+  raise Mismatch(f'{a.strong()} vs {b.strong()} (different dtypes)',
+                 dtypes=True)
 
 
 def join(a, b):
@@ -293,7 +294,7 @@ class _Inference:
     try:
       new = join(old, t)
     except Mismatch as e:
-      dtypes = '(different dtypes)' in str(e)
+      dtypes = e.dtypes
       hint = ('A variable keeps one dtype and shape in every branch and '
               'iteration; convert explicitly (e.g. with .astype) so they '
               'agree.')

@@ -43,11 +43,7 @@ def prune_unreachable(blocks, name, params):
     if label in seen:
       continue
     seen.add(label)
-    t = by_label[label].terminator
-    if isinstance(t, inst.GotoOp):
-      stack.append(t.block)
-    elif isinstance(t, inst.BranchOp):
-      stack.extend([t.false_block, t.true_block])
+    stack.extend(_successors(by_label[label]))
   kept = [by_label[label] for label in order if label in seen]
   for b in kept:
     if isinstance(b.terminator, FallOff):
@@ -147,19 +143,19 @@ def _guard_unassigned_reads(blocks, params):
     if k == 0:
       ops += [_literal(flags[v], False, b.loc) for v in unbound]
     label, pieces = b.label, 0
-    for i, op in enumerate(b.instructions):
-      for j, v in reads[b.label]:
-        if j == i:
-          label, ops, pieces = _check(out, label, ops, pieces, flags[v], v,
-                                      op.loc, b)
+    checks = {}
+    for i, v in reads[b.label]:
+      checks.setdefault(i, []).append(v)
+    for i, op in enumerate(b.instructions + (b.terminator,)):
+      for v in checks.get(i, ()):
+        label, ops, pieces = _check(out, label, ops, pieces, flags[v], v,
+                                    op.loc, b)
+      if op is b.terminator:
+        break
       ops.append(op)
       for v in inst.pattern_flatten(op.vars_out):
         if v in flags:
           ops.append(_literal(flags[v], True, op.loc))
-    for j, v in reads[b.label]:
-      if j == len(b.instructions):
-        label, ops, pieces = _check(out, label, ops, pieces, flags[v], v,
-                                    b.terminator.loc, b)
     out.append(inst.Block(label, tuple(ops), b.terminator,
                           b.loc if pieces == 0 else _first_loc(ops)))
   return out
