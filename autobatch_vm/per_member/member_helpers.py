@@ -21,6 +21,7 @@ one whose source cannot be read, is called as it is.
 import ast
 import builtins
 import inspect
+import math
 import os
 import sysconfig
 import textwrap
@@ -29,12 +30,17 @@ import weakref
 
 import numpy as np
 
+from autobatch_vm.per_member import member_math
+
 __all__ = ['member_call', 'member_helper', 'local_names', 'static_value']
 
 # Builtins that mean for one member's arrays and tensors, as `member_ops`'s
 # functions of the same name, what they mean for numbers.
 _BUILTINS = {getattr(builtins, n): n for n in
-             ('min', 'max', 'abs', 'len', 'int', 'float')}
+             ('min', 'max', 'abs', 'len', 'int', 'float', 'round')}
+# Python's `math` functions that `member_ops.math_fn` computes for one
+# member's numbers (`member_math`), by the function.
+MATH = {getattr(math, n): n for n in member_math.NAMES}
 # NumPy's array constructors, which cannot dispatch on a list of
 # per-member values: `member_ops.asarray` stacks them.
 _ARRAYS = {np.array: 'asarray', np.asarray: 'asarray'}
@@ -60,7 +66,7 @@ def member_call(obj, node):
 
   Returns:
     The name of the `member_ops` function called instead (`'min'`,
-    `'asarray'` ...), `'call'` where the call goes through
+    `'asarray'`, `'math_fn'` for a function of `math` ...), `'call'` where the call goes through
     `member_ops.call(obj, ...)` (a NumPy scalar type, a creation
     function, a NumPy function given a list or tuple display, a user's
     helper), or None where the call stays as written.
@@ -69,9 +75,14 @@ def member_call(obj, node):
   for table in (_BUILTINS, _ARRAYS):
     for fn, name in table.items():
       if obj is fn:
-        if starred or (node.keywords and name != 'asarray'):
+        if starred or (node.keywords and name not in ('asarray', 'round')):
           return None
         return name
+  try:
+    if obj in MATH:
+      return None if starred else 'math_fn'
+  except TypeError:   # unhashable
+    return None
   if isinstance(obj, type) and issubclass(obj, np.generic):
     return 'call'
   # The rules load with the first per-member function, not at start-up.

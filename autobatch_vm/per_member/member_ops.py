@@ -7,8 +7,12 @@ where plain Python would not mean the same thing on a batch:
   writing items (`x[i]`, `x[i, j] = v`, `x[1:3] += v`); `setitem` is
   functional (the frontend assigns its result to `x`);
 - `asarray`: `np.array` and `np.asarray` of a list of one member's values;
-- `min`, `max`, `abs`, `len`, `int`, `float`: the builtins on one
-  member's values;
+- `min`, `max`, `abs`, `len`, `int`, `float`, `round`: the builtins on
+  one member's values;
+- `math_fn(name, ...)`: Python's `math` functions (`member_math`), which
+  with `int` and `round` fail the members Python fails
+  (`note_failure`); the `*_rows` forms take the rows of the members at a
+  block (`python.member_direct`'s NumPy code);
 - `where`, `logical_and`, `logical_or`, `logical_not`: `a if c else b`,
   `and`, `or`, `not` on one member's conditions.
 
@@ -35,10 +39,12 @@ import numpy as np
 
 from autobatch_vm import ops
 from autobatch_vm.per_member import member_helpers
+from autobatch_vm.per_member import member_math
 
 __all__ = ['key', 'getitem', 'setitem', 'asarray', 'min', 'max', 'abs', 'len', 'int',
-           'float', 'where', 'logical_and', 'logical_or', 'logical_not',
-           'is_tf']
+           'float', 'round', 'math_fn', 'math_rows', 'int_rows',
+           'round_rows', 'where', 'logical_and', 'logical_or',
+           'logical_not', 'is_tf', 'note_failure']
 
 # pylint: disable=redefined-builtin
 
@@ -107,9 +113,11 @@ def out_of_range_checks():
   function is traced for TensorFlow's vectorizer.
 
   Returns:
-    A context manager yielding a list that gets, for each item read or
-    write by a tensor index, a boolean scalar tensor: whether the index
-    is out of range where the member reads it (its guard held).
+    A context manager yielding a list that gets `(kind, flag)` for each
+    item read or write by a tensor index (kind `'index'`: whether the
+    index is out of range where the member reads it, its guard held) and
+    for each call of `math_fn`, `int` or `round` that Python may fail
+    (`note_failure`); the flag a boolean scalar tensor.
   """
   return _collected('checks')
 
@@ -123,26 +131,56 @@ def _check_range(i, n, guard):
   bad = tf.logical_or(i < -n, i >= n)
   if guard is not None:
     bad = tf.logical_and(bad, _as_bool(guard))
-  checks.append(bad)
+  checks.append(('index', bad))
+
+
+def note_failure(kind, bad, guard=None):
+  """The members for which Python raises `kind` (`member_math.FAILURES`).
+
+  On TensorFlow (one member's flag, inside the vectorizer) the flag goes
+  with those of item indices (`out_of_range_checks`), for the VM to stop
+  those members; on NumPy (a `MemberArray`, or the block's rows) the
+  primitive raises `member_math.MemberFailure` naming the rows flagged.
+
+  Args:
+    kind: The failure's kind.
+    bad: Each member's flag.
+    guard: The condition under which Python evaluates the call, or None.
+  """
+  if guard is not None and not _plain(guard):
+    bad = _logical_and(bad, guard)
+  elif guard is not None and not guard:
+    return
+  if is_tf(bad):
+    checks = getattr(_local, 'checks', None)
+    if checks is not None:
+      checks.append((kind, _tf().convert_to_tensor(bad)))
+    return
+  flags = bad.batched if _is_member_array(bad) else np.asarray(bad)
+  if flags.any():
+    raise member_math.MemberFailure(
+        kind, np.flatnonzero(flags) if flags.ndim else None)
 
 
 def out_of_range_reports():
-  """Collects what vectorized primitives report (`report_out_of_range`)
+  """Collects what vectorized primitives report (`report_failures`)
   while the VM runs one.
 
   Returns:
-    A context manager yielding a list of boolean tensors `[batch]`: the
-    members whose item index was out of range.
+    A context manager yielding a list of dicts `{kind: boolean tensor
+    [batch]}`: the members for which Python raises (`'index'`: an item
+    index out of range; else a key of `member_math.FAILURES`).
   """
   return _collected('reports')
 
 
-def report_out_of_range(bad):
-  """Hands the VM each member's flag of an index out of range (dropped
-  where nothing collects: type inference's runs on made-up values).
+def report_failures(bad):
+  """Hands the VM each member's flags of the failures of one primitive
+  (dropped where nothing collects: type inference's runs on made-up
+  values).
 
   Args:
-    bad: A boolean tensor `[batch]`.
+    bad: `{kind: boolean tensor [batch]}`.
   """
   reports = getattr(_local, 'reports', None)
   if reports is not None:
@@ -462,16 +500,95 @@ def len(x):
   return builtins.len(x)
 
 
-def int(x=0):
+def int(x=0, guard=None):
   """One member's `int(x)`: truncated toward zero, as an int64 value.
+
+  NaN, an infinity or a float beyond int64 fails its members
+  (`member_math.to_int`).
 
   Args:
     x: A number or a member's scalar.
+    guard: The condition under which Python evaluates the call, or None.
 
   Returns:
     A Python int for a Python number, else an int64 scalar.
   """
-  return _convert(x, builtins.int, np.int64)
+  return member_math.to_int(note_failure, x, guard)
+
+
+def int_rows(x=0, guard=None):
+  """`int` of the rows of the members at a block (`member_direct`).
+
+  Args:
+    x: The members' scalars, or a shared number.
+    guard: As `int`'s.
+
+  Returns:
+    An int64 for each.
+  """
+  return member_math.to_int(note_failure, x, guard, rows=True)
+
+
+def round(x, ndigits=None, guard=None):
+  """One member's `round(x)` (an int64, half to even) or `round(x,
+  ndigits)`.
+
+  Args:
+    x: A number or a member's scalar.
+    ndigits: The digits, or None.
+    guard: The condition under which Python evaluates the call, or None.
+
+  Returns:
+    The rounded value.
+  """
+  return member_math.round_half_even(note_failure, x, ndigits, guard)
+
+
+def round_rows(x, ndigits=None, guard=None):
+  """`round` of the rows of the members at a block (`member_direct`).
+
+  Args:
+    x: The members' scalars, or a shared number.
+    ndigits: The digits, or None.
+    guard: As `round`'s.
+
+  Returns:
+    The rounded values.
+  """
+  return member_math.round_half_even(note_failure, x, ndigits, guard,
+                                     rows=True)
+
+
+def math_fn(name, *args, guard=None, **keywords):
+  """One member's `math.<name>(*args)` (`member_math.math_fn`).
+
+  Args:
+    name: The function's name in `math`.
+    *args: Its arguments.
+    guard: The condition under which Python evaluates the call, or None.
+    **keywords: Its keyword arguments (`isclose`'s tolerances).
+
+  Returns:
+    Its value.
+  """
+  return member_math.math_fn(note_failure, name, *args, guard=guard,
+                             **keywords)
+
+
+def math_rows(name, *args, guard=None, **keywords):
+  """`math_fn` of the rows of the members at a block (`member_direct`).
+
+  Args:
+    name: The function's name in `math`.
+    *args: The members' scalars, or shared numbers.
+    guard: As `math_fn`'s.
+    **keywords: As `math_fn`'s.
+
+  Returns:
+    Its values.
+  """
+  return member_math.math_fn(note_failure, name, *args, guard=guard,
+                             rows=True, **keywords)
 
 
 def float(x=0.0):

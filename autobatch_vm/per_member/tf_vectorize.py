@@ -61,13 +61,14 @@ def vectorize(fn, batched_leaf, fallback=None):
   def in_graph(*args):
     result, bad = checked(*args)
     if bad is not None:
-      member_ops.report_out_of_range(bad)
+      member_ops.report_failures(bad)
     return result
 
   def checked(*args):
-    """`(result, bad)`: the batched result and, where an item index of
-    the member function may be out of range, each member's flag of one
-    that is (`member_ops.out_of_range_checks`), else None."""
+    """`(result, bad)`: the batched result and, where the member function
+    may fail for some members as Python would (an item index out of
+    range, a math domain error: `member_ops.out_of_range_checks`),
+    `{kind: each member's flag}`, else None."""
     tf = _tf()
     leaves = tf.nest.flatten(args)
     where = [k for k, x in enumerate(leaves) if batched_leaf(x)]
@@ -83,13 +84,19 @@ def vectorize(fn, batched_leaf, fallback=None):
       with member_ops.out_of_range_checks() as checks:
         out = fn(*tf.nest.pack_sequence_as(args, full))
       out = tf.nest.map_structure(_numpy_typed, out)
-      checks_made[:] = [bool(checks)]
+      kinds = sorted({kind for kind, _ in checks})
+      checks_made[:] = [kinds]
       if not checks:
         return out
-      return out, tf.reduce_any(tf.stack(checks))
+      return out, tuple(
+          tf.reduce_any(tf.stack([f for k, f in checks if k == kind]))
+          for kind in kinds)
 
     def split(result):
-      return tuple(result) if checks_made[0] else (result, None)
+      kinds = checks_made[0]
+      if not kinds:
+        return result, None
+      return result[0], dict(zip(kinds, result[1]))
     if tensors[0].shape[0] == 1:
       # One member (type inference, eagerly or in a graph; a batch of
       # one): the function on its values, which is what pfor would make
@@ -137,7 +144,7 @@ def vectorize(fn, batched_leaf, fallback=None):
       traced.add(key)
     result, bad = eager[0](*args)
     if bad is not None:
-      member_ops.report_out_of_range(bad)
+      member_ops.report_failures(bad)
     return result
   return batched
 

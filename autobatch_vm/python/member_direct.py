@@ -672,12 +672,12 @@ class _Rewrite:
       return self._setitem(node)
     if helper == 'asarray':
       return self._array(node)
-    if helper in ('int', 'float') and len(node.args) == 1 and (
-        not node.keywords):
-      dtype = 'int64' if helper == 'int' else 'float64'
+    if helper in ('int', 'round', 'math_fn'):
+      return self._checked_call(node, helper)
+    if helper == 'float' and len(node.args) == 1 and not node.keywords:
       return self._cast(node.args[0], ast.Attribute(
-          ast.Name(self.prefix + _DIRECT, ast.Load()), dtype, ast.Load()),
-                        dtype[0])
+          ast.Name(self.prefix + _DIRECT, ast.Load()), 'float64',
+          ast.Load()), 'f')
     if helper == 'call' and node.args:   # a function given a list display
       node = ast.Call(node.args[0], node.args[1:], node.keywords)
       helper = None
@@ -1363,6 +1363,41 @@ class _Rewrite:
       raise _NotDirect
     node.args = [arg]
     return _Value(False, 0, kind, True), node
+
+  def _checked_call(self, node, helper):
+    """`int(x)`, `round(x[, n])` or `math.<name>(...)` of members' scalars:
+    the helper's `_rows` form on the block's rows, elementwise, which
+    fails the members that Python fails (`per_member.member_math`)."""
+    math_name = None
+    args = node.args
+    if helper == 'math_fn':
+      math_name, args = node.args[0].value, node.args[1:]
+    values, nodes = [], []
+    for a in list(args) + [k.value for k in node.keywords]:
+      if isinstance(a, ast.Starred):
+        raise _NotDirect
+      v, n = self.value(a)
+      if not isinstance(v, _Value) or v.rank != 0:
+        raise _NotDirect   # Python refuses an array: the rules say so
+      values.append(v)
+      nodes.append(n)
+    if not values or not any(v.member for v in values):
+      raise _NotDirect
+    keywords = [ast.keyword(k.arg, n) for k, n in
+                zip(node.keywords, nodes[len(args):])]
+    nodes = nodes[:len(args)]
+    if helper == 'math_fn':
+      kind = ('b' if math_name in ('isnan', 'isinf', 'isfinite', 'isclose')
+              else 'i' if math_name in ('floor', 'ceil', 'trunc') else 'f')
+      nodes = [ast.Constant(math_name)] + nodes
+    elif helper == 'int' or (len(args) == 1 and not any(
+        k.arg == 'ndigits' for k in node.keywords)):
+      kind = 'i'
+    else:
+      kind = 'i' if _integer(values[0]) else 'f'
+    return (_Value(True, 0, kind),
+            self._pm_call(f'{helper.replace("_fn", "")}_rows', nodes,
+                          keywords))
 
   def _cast(self, arg, dtype, kind):
     """`np.float64(x)`, `float(x)` and the like of a member's value: a

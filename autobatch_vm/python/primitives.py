@@ -37,6 +37,9 @@ _ASSERT = 'helper_assertion'
 # The per-member helpers (`per_member.member_ops`), in per-member
 # primitives.
 MEMBER_OPS = 'pm'
+# The helpers that fail some members as Python would (`member_math`):
+# given the guards of the operand they are in (`guard=`).
+_CHECKED_HELPERS = frozenset(('math_fn', 'int', 'round'))
 class PrimitiveRewriter(ast.NodeTransformer):
   """Makes a pure expression batch: IR variables become lambda parameters.
 
@@ -311,7 +314,13 @@ class PrimitiveRewriter(ast.NodeTransformer):
       if name is not None:
         node = self.generic_visit(node)
         args = [node.func] + node.args if name == 'call' else node.args
-        return self._ops(name, args, node, MEMBER_OPS, node.keywords)
+        keywords = list(node.keywords)
+        if name == 'math_fn':
+          args = [ast.Constant(member_helpers.MATH[callee])] + args
+        if name in _CHECKED_HELPERS and self._guards:
+          # Python calls it, and may raise, only where the guards hold.
+          keywords.append(ast.keyword('guard', self._guard(node)))
+        return self._ops(name, args, node, MEMBER_OPS, keywords)
     return self.generic_visit(node)
 
 

@@ -280,7 +280,7 @@ class BlockCompiler:
       args = [r(state, temps, m) for r in readers]
       try:
         if checked:
-          result = run_errors.reporting_index_errors(
+          result = run_errors.reporting_member_errors(
               op, be, m, lambda: fn(m, *args) if guarded else fn(*args))
         else:
           result = fn(m, *args) if guarded else fn(*args)

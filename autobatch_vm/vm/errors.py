@@ -13,6 +13,7 @@ import numpy as np
 
 from autobatch_vm import errors
 from autobatch_vm.ir import instructions as inst
+from autobatch_vm.per_member import member_math
 from autobatch_vm.per_member import member_ops
 
 __all__ = ['step_limit_error', 'step_limit', 'enclosing_loops',
@@ -129,6 +130,10 @@ def primitive_failure(error, op, backend, m, compacted=False):
     The `AutoBatchError` to raise from `error`.
   """
   members = backend.members(m)
+  if isinstance(error, member_math.MemberFailure):
+    failing = _failing_members(error.rows, backend, m)
+    return member_error(error.kind, op,
+                        failing if failing is not None else members)
   messages = None
   if (isinstance(error, errors.FailedAssertion) and
       error.message is not None and members is not None):
@@ -138,6 +143,21 @@ def primitive_failure(error, op, backend, m, compacted=False):
 
 # The most failing members whose own assertion messages an error shows.
 _MESSAGES_SHOWN = 3
+
+
+def _failing_members(rows, backend, m):
+  """The members of rows `rows` of the arrays a primitive got on NumPy
+  (the rows of the members at the block, in order), or None where
+  unknown."""
+  if rows is None or m is None:
+    return None
+  row_members = getattr(backend, 'row_members', None)
+  owners = np.asarray(row_members(m) if row_members is not None else m.idx,
+                      np.int64)
+  rows = np.asarray(rows, np.int64)
+  if rows.size and rows.max() >= owners.size:
+    return None
+  return np.unique(owners[rows])
 
 
 def _assert_messages(error, backend, m, compacted):
@@ -278,23 +298,53 @@ def index_error(op, members):
   Returns:
     A `PrimitiveError`.
   """
+  return member_error('index', op, members)
+
+
+def member_error(kind, op, members):
+  """The error of members for which per-member primitive `op` fails as
+  Python would for them: an item index out of range (`'index'`), or a
+  failure of `member_math.FAILURES` (a math domain error ...).
+
+  Args:
+    kind: `'index'` or a key of `member_math.FAILURES`.
+    op: The `PrimOp`.
+    members: The members, or None where unknown (in a graph).
+
+  Returns:
+    A `PrimitiveError`.
+  """
   who = ('some batch members' if members is None else
          f'batch members {errors.member_indices(members)}')
   text = op.text or getattr(op.function, '__name__', '?')
+  if kind == 'index':
+    return errors.PrimitiveError(
+        f'IndexError in `{text}` for {who}: an item index is out of range '
+        'of the axis it indexes', loc=op.loc,
+        hint='Python raises IndexError here for these members (a dry run, '
+        'dry_run=True, shows each alone).  An item is read only where '
+        'Python reads it: in the right operand of `and` or `or`, or in a '
+        'side of `x if c else y`, only where the condition lets Python '
+        'evaluate it.')
+  name, message = member_math.FAILURES[kind]
   return errors.PrimitiveError(
-      f'IndexError in `{text}` for {who}: an item index is out of range '
-      'of the axis it indexes', loc=op.loc,
-      hint='Python raises IndexError here for these members (a dry run, '
-      'dry_run=True, shows each alone).  An item is read only where Python '
-      'reads it: in the right operand of `and` or `or`, or in a side of '
-      '`x if c else y`, only where the condition lets Python evaluate it.')
+      f'{name} in `{text}` for {who}: {message}', loc=op.loc,
+      hint=f'Python raises {name} here for these members (a dry run, '
+      'dry_run=True, shows each alone): an argument outside the '
+      'function\'s domain (math.sqrt or math.log of a negative number, '
+      'math.log(0.0), math.acos(2.0)), a result too large for a float '
+      '(math.exp(1000.0)), or a NaN or an infinity made an integer.  A '
+      'call is checked only where Python makes it: in the right operand '
+      'of `and` or `or`, or in a side of `x if c else y`, only where the '
+      'condition lets Python evaluate it.')
 
 
-def reporting_index_errors(op, backend, m, call):
+def reporting_member_errors(op, backend, m, call):
   """`call()`, the run of per-member primitive `op` on a backend whose
-  vectorized primitives report item indices out of range
-  (`Backend.reports_out_of_range`): the members of `m` reported fail with
-  `index_error` (`Backend.fail_members`).
+  vectorized primitives report the members that fail as in Python
+  (`Backend.reports_out_of_range`): an item index out of range, a math
+  domain error.  The members of `m` reported fail with `member_error`
+  (`Backend.fail_members`).
 
   Args:
     op: The `PrimOp`.
@@ -305,10 +355,15 @@ def reporting_index_errors(op, backend, m, call):
   Returns:
     The result.
   """
-  with member_ops.out_of_range_reports() as bad:
+  with member_ops.out_of_range_reports() as reports:
     result = call()
-  if bad:
-    backend.fail_members(bad, m, functools.partial(index_error, op))
+  by_kind = {}
+  for report in reports:
+    for kind, flags in report.items():
+      by_kind.setdefault(kind, []).append(flags)
+  for kind in sorted(by_kind, key=lambda k: (k != 'index', k)):
+    backend.fail_members(by_kind[kind], m,
+                         functools.partial(member_error, kind, op))
   return result
 
 

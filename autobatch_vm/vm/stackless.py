@@ -293,7 +293,7 @@ class _Executor:
     try:
       fn = dispatch.primitive(op, self.be)
       if op.per_member and self.be.reports_out_of_range:
-        result = run_errors.reporting_index_errors(
+        result = run_errors.reporting_member_errors(
             op, self.be, m, lambda: fn(*args))
       else:
         result = fn(*args)

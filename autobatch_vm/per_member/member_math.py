@@ -1,0 +1,498 @@
+"""Python's `math` functions and `round`, `int` on one member's numbers.
+
+A per-member function may call `math.sqrt(x)`, `math.floor(x)`,
+`math.isclose(a, b)`, `round(x)` or `int(x)` on one member's scalar; the
+frontend rewrites such a call to `member_ops.math_fn(name, ...)`
+(`member_ops.round`, `member_ops.int`), which computes it for every
+member at once: with NumPy on a member's array, a `MemberArray` or a
+batch's rows, with TensorFlow on one member's tensor (inside
+TensorFlow's vectorizer).
+
+Each means what Python's does for one member:
+
+- A float function converts its arguments to float64 and returns float64,
+  as Python's `float` is (`float(x)` does the same).
+- `floor`, `ceil`, `trunc` and `round(x)` return an int64 (Python's int:
+  a result beyond int64 is an error here, as no int64 holds it); `round`
+  rounds half to even, `round(x, n)` returns a float.
+- `isnan`, `isinf`, `isfinite` and `isclose` return booleans.
+- Where Python raises, the members for which it would raise fail with
+  Python's exception: `ValueError('math domain error')` where a float
+  function gives NaN of arguments that are not NaN (`math.sqrt(-1.0)`,
+  `math.log(0.0)` gives -inf: also a domain error, `math.acos(2.0)`),
+  `OverflowError('math range error')` where it overflows
+  (`math.exp(1000.0)`), and `ValueError`/`OverflowError` where a NaN or an
+  infinity is converted to an integer.  A call in an operand that Python
+  evaluates only under a condition (`math.sqrt(x) if x >= 0 else 0.0`)
+  checks only the members for which it holds (its guard).  On NumPy the
+  primitive raises; on TensorFlow the flags go to the VM as those of an
+  item index out of range do (`member_ops.note_failure`).
+"""
+
+import builtins
+import math
+import sys
+
+import numpy as np
+
+__all__ = ['NAMES', 'FAILURES', 'MemberFailure', 'math_fn', 'to_int',
+           'round_half_even']
+
+# Python's messages for what each failure kind stands for, by kind:
+# (the exception's type name, its message).
+FAILURES = {
+    'domain': ('ValueError', 'math domain error'),
+    'range': ('OverflowError', 'math range error'),
+    'nan_int': ('ValueError', 'cannot convert float NaN to integer'),
+    'inf_int': ('OverflowError', 'cannot convert float infinity to integer'),
+    'int64': ('OverflowError',
+              'the integer does not fit an int64 (a Python int would hold '
+              'it; a batch holds int64)'),
+    'zero_log_base': ('ZeroDivisionError', 'float division by zero'),
+}
+
+# name -> (number of arguments, what it returns, whether a finite argument
+# giving an infinity is an overflow (OverflowError) rather than a domain
+# error (ValueError)); 'float' results follow Python's rule for them.
+_FLOAT1 = {
+    'sqrt': False, 'exp': True, 'expm1': True, 'log1p': False,
+    'log2': False, 'log10': False, 'sin': False, 'cos': False, 'tan': False,
+    'asin': False, 'acos': False, 'atan': False, 'sinh': True, 'cosh': True,
+    'tanh': False, 'asinh': False, 'acosh': False, 'atanh': False,
+    'fabs': False, 'exp2': True, 'cbrt': False,
+}
+_FLOAT2 = {'atan2': False, 'hypot': True, 'copysign': False, 'fmod': False,
+           'pow': True}
+_PLAIN = {'degrees', 'radians'}      # no check: Python computes x * k
+_INT = {'floor', 'ceil', 'trunc'}
+_BOOL = {'isnan', 'isinf', 'isfinite'}
+# Every name the rewrite routes here; those this Python's `math` has.
+NAMES = frozenset(n for n in (set(_FLOAT1) | set(_FLOAT2) | _PLAIN | _INT |
+                              _BOOL | {'log', 'isclose'})
+                  if hasattr(math, n))
+
+_INT64_LIMIT = 2.0 ** 63
+
+
+class MemberFailure(Exception):
+  """Raised by a per-member primitive on NumPy for the members for which
+  Python raises (`FAILURES[kind]`); `vm.errors.primitive_failure` names
+  them.
+
+  Args:
+    kind: A key of `FAILURES`.
+    rows: The failing rows of the arrays the primitive got (None where
+      the value was shared: every member fails).
+  """
+
+  def __init__(self, kind, rows):
+    name, message = FAILURES[kind]
+    super().__init__(f'{name}: {message}')
+    self.kind = kind
+    self.rows = rows
+    self.python_name = name
+    self.python_message = message
+
+
+def _tf():
+  return sys.modules['tensorflow']
+
+
+def _is_tf(*xs):
+  tf = sys.modules.get('tensorflow')
+  return tf is not None and builtins.any(
+      tf.is_tensor(x) or isinstance(x, tf.Variable) for x in xs)
+
+
+def _rules():
+  return sys.modules.get('autobatch_vm.per_member.numpy_rules')
+
+
+def _is_member(x):
+  rules = _rules()
+  return rules is not None and isinstance(x, rules.MemberArray)
+
+
+def _plain(*xs):
+  return builtins.all(isinstance(x, (builtins.int, builtins.float,
+                                     builtins.bool)) for x in xs)
+
+
+def _scalar(name, x, rows):
+  """Refuses what Python's `math` refuses: a member's array (Python
+  converts only a number), a complex number.  `rows`: `x` is the rows of
+  the members at a block (each a scalar: the caller knows), or shared."""
+  shape = getattr(x, 'shape', ())
+  if _is_tf(x):
+    rank = x.shape.rank
+  else:
+    rank = len(shape)
+  if rank and not rows:
+    raise TypeError(f'{name}() of an array of shape {tuple(shape)}: '
+                    'Python converts only one number (use NumPy or '
+                    'TensorFlow functions on a member\'s array)')
+  if _kind(x) == 'c':
+    raise TypeError(f'{name}() of a complex number')
+
+
+def _dtype(x):
+  """The NumPy dtype of a member's value (a Python number's too)."""
+  dtype = getattr(x, 'dtype', None)
+  if dtype is None:
+    return np.asarray(x).dtype
+  return np.dtype(getattr(dtype, 'as_numpy_dtype', dtype))
+
+
+def _kind(x):
+  """The NumPy dtype kind of a member's value."""
+  return _dtype(x).kind
+
+
+def _as_float64(x):
+  if _is_tf(x):
+    tf = _tf()
+    x = tf.convert_to_tensor(x)
+    return x if x.dtype == tf.float64 else tf.cast(x, tf.float64)
+  if _is_member(x):
+    return x.astype(np.float64)
+  return np.float64(x) if np.ndim(x) == 0 else np.asarray(x, np.float64)
+
+
+def _api(x):
+  """The array functions for `x`'s kind: TensorFlow's or NumPy's (which a
+  `MemberArray` takes through its ufunc protocol)."""
+  return _TfApi if _is_tf(x) else _NpApi
+
+
+class _NpApi:
+  """NumPy's forms (a `MemberArray` takes ufuncs through its protocol)."""
+  isnan = staticmethod(np.isnan)
+  isinf = staticmethod(np.isinf)
+  isfinite = staticmethod(np.isfinite)
+  logical_and = staticmethod(np.logical_and)
+  logical_or = staticmethod(np.logical_or)
+  logical_not = staticmethod(np.logical_not)
+  abs = staticmethod(np.abs)
+  where = staticmethod(np.where)
+  less_equal = staticmethod(np.less_equal)
+  equal = staticmethod(np.equal)
+  maximum = staticmethod(np.maximum)
+
+  @staticmethod
+  def call(name, *xs):
+    with np.errstate(all='ignore'):
+      if name == 'cbrt':
+        return np.cbrt(*xs)
+      return getattr(np, _NP_NAMES.get(name, name))(*xs)
+
+  @staticmethod
+  def to_int(x):
+    return x.astype(np.int64)
+
+  @staticmethod
+  def floor(x):
+    return np.floor(x)
+
+  @staticmethod
+  def round_half_even(x):
+    return np.rint(x)
+
+
+_NP_NAMES = {'asin': 'arcsin', 'acos': 'arccos', 'atan': 'arctan',
+             'asinh': 'arcsinh', 'acosh': 'arccosh', 'atanh': 'arctanh',
+             'atan2': 'arctan2', 'pow': 'power', 'fabs': 'fabs'}
+
+
+class _TfApi:
+  """TensorFlow's forms, on one member's float64 tensors."""
+
+  @staticmethod
+  def isnan(x):
+    return _tf().math.is_nan(x)
+
+  @staticmethod
+  def isinf(x):
+    return _tf().math.is_inf(x)
+
+  @staticmethod
+  def isfinite(x):
+    return _tf().math.is_finite(x)
+
+  @staticmethod
+  def logical_and(a, b):
+    return _tf().logical_and(a, b)
+
+  @staticmethod
+  def logical_or(a, b):
+    return _tf().logical_or(a, b)
+
+  @staticmethod
+  def logical_not(a):
+    return _tf().logical_not(a)
+
+  @staticmethod
+  def abs(x):
+    return _tf().abs(x)
+
+  @staticmethod
+  def where(c, a, b):
+    return _tf().where(c, a, b)
+
+  @staticmethod
+  def less_equal(a, b):
+    return _tf().less_equal(a, b)
+
+  @staticmethod
+  def equal(a, b):
+    return _tf().equal(a, b)
+
+  @staticmethod
+  def maximum(a, b):
+    return _tf().maximum(a, b)
+
+  @staticmethod
+  def call(name, *xs):
+    tf = _tf()
+    m = tf.math
+    if name in ('log2', 'log10'):
+      return m.log(xs[0]) / tf.constant(math.log(2 if name == 'log2' else 10),
+                                        tf.float64)
+    if name == 'exp2':
+      return tf.pow(tf.constant(2.0, tf.float64), xs[0])
+    if name == 'cbrt':
+      x = xs[0]
+      return tf.sign(x) * tf.pow(tf.abs(x), tf.constant(1 / 3, tf.float64))
+    if name == 'fabs':
+      return tf.abs(xs[0])
+    if name == 'fmod':
+      return tf.truncatemod(*xs)
+    if name == 'hypot':
+      a, b = tf.abs(xs[0]), tf.abs(xs[1])
+      big, small = tf.maximum(a, b), tf.minimum(a, b)
+      safe = tf.where(big > 0, big, tf.ones_like(big))
+      r = small / safe
+      out = big * tf.sqrt(1 + r * r)
+      # Infinities win over NaN, as C's hypot.
+      inf = tf.logical_or(tf.math.is_inf(a), tf.math.is_inf(b))
+      return tf.where(inf, tf.constant(math.inf, tf.float64), out)
+    if name == 'copysign':
+      x, y = xs
+      # The sign of y, -0.0's too (pfor has no rule for a bitcast; a
+      # NaN's sign bit is not read).
+      is_zero = tf.equal(y, 0)
+      inverse = tf.math.reciprocal(tf.where(is_zero, y, tf.ones_like(y)))
+      negative = tf.logical_or(y < 0, tf.logical_and(is_zero, inverse < 0))
+      return tf.where(negative, -tf.abs(x), tf.abs(x))
+    if name == 'pow':
+      return tf.pow(*xs)
+    tf_name = {'asin': 'asin', 'acos': 'acos', 'atan': 'atan',
+               'asinh': 'asinh', 'acosh': 'acosh', 'atanh': 'atanh',
+               'atan2': 'atan2'}.get(name, name)
+    return getattr(m, tf_name)(*xs)
+
+  @staticmethod
+  def to_int(x):
+    return _tf().cast(x, _tf().int64)
+
+  @staticmethod
+  def floor(x):
+    return _tf().floor(x)
+
+  @staticmethod
+  def round_half_even(x):
+    return _tf().math.round(x)   # half to even, as np.rint
+
+
+def math_fn(note, name, *args, guard=None, rows=False, **keywords):
+  """`math.<name>(*args)` of one member's numbers (see the module).
+
+  Args:
+    note: `note(kind, bad, guard)` hands the flags of the members for
+      which Python raises (`FAILURES`) to the caller
+      (`member_ops.note_failure`).
+    name: The function's name in `math` (`NAMES`).
+    *args: Its arguments: numbers, one member's scalars.
+    guard: The condition under which Python evaluates the call, or None.
+    rows: Whether the arguments are the rows of the members at a block
+      (NumPy code on the batch, `member_direct`, which checked that they
+      are scalars), not one member's values.
+    **keywords: `isclose`'s `rel_tol` and `abs_tol`.
+
+  Returns:
+    Its value for each member.
+  """
+  if _plain(*args) and not keywords:
+    return getattr(math, name)(*args)
+  if name == 'isclose':
+    return _isclose(rows, *args, **keywords)
+  if keywords:
+    raise TypeError(f'math.{name}() takes no keyword arguments')
+  for x in args:
+    _scalar(f'math.{name}', x, rows)
+  if name in _BOOL:
+    if len(args) != 1:
+      raise TypeError(f'math.{name}() takes exactly one argument '
+                      f'({len(args)} given)')
+    x = args[0]
+    if _is_tf(x) and not _tf().convert_to_tensor(x).dtype.is_floating:
+      x = _as_float64(x)
+    return getattr(_api(x), name)(x)
+  if name == 'trunc' and _dtype(args[0]) != np.float64:
+    # Python's `math.trunc` calls `__trunc__`, which of NumPy's scalars
+    # only float64 (a Python float) has.
+    raise TypeError(f'type numpy.{_dtype(args[0]).name} doesn\'t define '
+                    '__trunc__ method')
+  if name in _INT:
+    if len(args) != 1:
+      raise TypeError(f'math.{name}() takes exactly one argument '
+                      f'({len(args)} given)')
+    return _int_of(note, name, args[0], guard, rows)
+  xs = [_as_float64(x) for x in args]
+  api = _TfApi if _is_tf(*xs) else _NpApi
+  if _is_tf(*xs):
+    tf = _tf()
+    xs = [tf.convert_to_tensor(x, tf.float64) if not _is_tf(x) else x
+          for x in xs]
+  if name in _PLAIN:
+    k = 180.0 / math.pi if name == 'degrees' else math.pi / 180.0
+    return xs[0] * k
+  if name == 'log':
+    return _log(note, api, xs, guard)
+  arity = 1 if name in _FLOAT1 else 2
+  if len(xs) != arity:
+    raise TypeError(f'math.{name}() takes exactly {arity} argument(s) '
+                    f'({len(xs)} given)')
+  out = api.call(name, *xs)
+  overflows = _FLOAT1.get(name, _FLOAT2.get(name))
+  _check_float(note, api, xs, out, overflows, guard,
+               zero_power=(name == 'pow'))
+  return out
+
+
+def _check_float(note, api, xs, out, overflows, guard, zero_power=False):
+  """Python's rule for a float function (CPython's `math_1`, `math_2`): a
+  NaN of arguments that are not NaN is a domain error; an infinity of
+  finite arguments an overflow (or, for functions that cannot overflow,
+  a domain error: `log(0)`)."""
+  not_nan = None
+  finite = None
+  for x in xs:
+    n = api.logical_not(api.isnan(x))
+    f = api.isfinite(x)
+    not_nan = n if not_nan is None else api.logical_and(not_nan, n)
+    finite = f if finite is None else api.logical_and(finite, f)
+  nan_out = api.logical_and(api.isnan(out), not_nan)
+  inf_out = api.logical_and(api.isinf(out), finite)
+  if overflows and zero_power:
+    # `0.0 ** negative` is a domain error, a large power an overflow.
+    zero = api.equal(xs[0], 0.0)
+    note('domain', api.logical_or(nan_out, api.logical_and(inf_out, zero)),
+         guard)
+    note('range', api.logical_and(inf_out, api.logical_not(zero)), guard)
+  elif overflows:
+    note('domain', nan_out, guard)
+    note('range', inf_out, guard)
+  else:
+    note('domain', api.logical_or(nan_out, inf_out), guard)
+
+
+def _log(note, api, xs, guard):
+  """`math.log(x)` and `math.log(x, base)`."""
+  if len(xs) not in (1, 2):
+    raise TypeError(f'math.log() takes 1 or 2 arguments ({len(xs)} given)')
+  out = api.call('log', xs[0])
+  _check_float(note, api, xs[:1], out, False, guard)
+  if len(xs) == 1:
+    return out
+  base = api.call('log', xs[1])
+  _check_float(note, api, xs[1:], base, False, guard)
+  note('zero_log_base', api.equal(base, 0.0), guard)
+  return out / api.where(api.equal(base, 0.0), api.abs(base) + 1.0, base)
+
+
+def _isclose(rows, a, b, rel_tol=1e-09, abs_tol=0.0):
+  """`math.isclose`: equal, or both finite within the tolerances."""
+  for x in (a, b):
+    _scalar('math.isclose', x, rows)
+  a, b = _as_float64(a), _as_float64(b)
+  api = _TfApi if _is_tf(a, b) else _NpApi
+  if _is_tf(a, b):
+    tf = _tf()
+    a, b = (tf.convert_to_tensor(x, tf.float64) for x in (a, b))
+  with np.errstate(all='ignore'):
+    diff = api.abs(a - b)
+    bound = api.maximum(rel_tol * api.maximum(api.abs(a), api.abs(b)),
+                        abs_tol + 0 * diff)
+    close = api.logical_and(api.less_equal(diff, bound),
+                            api.logical_and(api.isfinite(a), api.isfinite(b)))
+  return api.logical_or(api.equal(a, b), close)
+
+
+def _int_of(note, name, x, guard, rows):
+  """`math.floor`, `ceil`, `trunc` of a member's number: an int64."""
+  if _kind(x) in 'iub':   # an integer is its own floor
+    return to_int(note, x, guard, rows)
+  f = _as_float64(x)
+  api = _api(f)
+  if name == 'floor':
+    y = api.floor(f)
+  elif name == 'ceil':
+    y = -api.floor(-f)
+  else:
+    y = api.where(f < 0, -api.floor(-f), api.floor(f))
+  return to_int(note, y, guard, True)
+
+
+def to_int(note, x, guard, rows=False):
+  """`int(x)`: truncated toward zero, an int64 for each member; NaN, an
+  infinity or a value beyond int64 fails those members."""
+  if _plain(x):
+    return builtins.int(x)
+  _scalar('int', x, rows)
+  kind = _kind(x)
+  if kind in 'iub':
+    if _dtype(x) == np.uint64:
+      limit = 2 ** 63 - 1
+      note('int64', x > (_tf().constant(limit, x.dtype) if _is_tf(x)
+                         else np.uint64(limit)), guard)
+    return _api(x).to_int(x)
+  if kind != 'f':
+    raise TypeError(f'int() of a {_dtype(x).name} value')
+  api = _api(x)
+  f = _as_float64(x)
+  note('nan_int', api.isnan(f), guard)
+  note('inf_int', api.isinf(f), guard)
+  big = api.logical_and(api.isfinite(f),
+                        api.logical_not(api.logical_and(
+                            f < _INT64_LIMIT, f >= -_INT64_LIMIT)))
+  note('int64', big, guard)
+  # The failed members' values are never used: cast what is in range.
+  safe = api.where(api.logical_and(api.isfinite(f),
+                                   api.logical_not(big)), f, 0.0 * f)
+  return api.to_int(safe)
+
+
+def round_half_even(note, x, ndigits, guard, rows=False):
+  """`round(x)`, `round(x, ndigits)` of one member's number."""
+  if _plain(x) and (ndigits is None or _plain(ndigits)):
+    return builtins.round(x, ndigits)
+  _scalar('round', x, rows)
+  kind = _kind(x)
+  if ndigits is None:
+    if kind in 'iub':
+      return to_int(note, x, guard, True)
+    f = _as_float64(x)
+    return to_int(note, _api(f).round_half_even(f), guard, True)
+  if kind in 'iub':
+    if _plain(ndigits) and ndigits >= 0:
+      return x   # Python: an int rounded to digits >= 0 is itself
+    # To a multiple of 10 ** -ndigits, half to even.
+    f = _as_float64(x)
+    scale = 10.0 ** ndigits
+    api = _api(f)
+    return to_int(note, api.round_half_even(f * scale) / scale, guard, True)
+  f = _as_float64(x)
+  scale = 10.0 ** ndigits
+  api = _api(f)
+  with np.errstate(all='ignore'):
+    return api.round_half_even(f * scale) / scale

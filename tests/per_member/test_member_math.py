@@ -1,0 +1,234 @@
+"""Python's `math` functions, `round` and `int` in per-member functions.
+
+Each program runs batched and is compared with `dry_run=True` (each
+member alone, as plain Python: Python's own `math`) in values, shapes and
+dtypes, on NumPy (stack VM and stackless) and on TensorFlow (eagerly,
+`tf.function`, XLA); members for which Python raises fail with Python's
+exception, named, except where Python would not make the call.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+import autobatch_vm as ab
+from autobatch_vm import errors
+
+ctx = ab.Context()
+
+
+@ctx.batch(per_member=True)
+def floats(x, y):
+  a = (math.sqrt(x) + math.exp(-x) + math.log(x) + math.log1p(x) +
+       math.log2(x) + math.log10(x) + math.log(x, 3.0))
+  b = (math.sin(x) + math.cos(y) + math.tan(x) + math.atan(y) +
+       math.atan2(y, x) + math.hypot(x, y) + math.asin(x / 10.0) +
+       math.acos(x / 10.0))
+  c = (math.sinh(y) + math.cosh(y) + math.tanh(y) + math.asinh(y) +
+       math.copysign(x, y) + math.fmod(x, 1.5) + math.expm1(y))
+  d = (math.pow(x, 1.5) + math.fabs(y) + math.degrees(y) +
+       math.radians(x) + math.exp2(y) + math.cbrt(y) + math.acosh(x + 1.0) +
+       math.atanh(y / 10.0))
+  return a, b, c, d
+
+
+@ctx.batch(per_member=True)
+def integers_and_tests(x, y):
+  n = math.floor(y) + math.ceil(y) + round(y) + int(y) + round(x * 7.0)
+  r = round(y, 2) + round(x, 1)
+  close = math.isclose(x, y, rel_tol=0.5) or math.isclose(x, 2.0)
+  flags = math.isnan(x / y) or math.isinf(x) or not math.isfinite(y)
+  return n, r, close, flags
+
+
+@ctx.batch(per_member=True)
+def series(x, n):
+  s = 0.0
+  i = 0
+  while i < n:
+    s += math.sqrt(abs(x) + i) * math.cos(i)
+    i += 1
+  return s, int(s), math.floor(s), round(s)
+
+
+@ctx.batch(per_member=True)
+def guarded(x):
+  root = math.sqrt(x) if x >= 0 else -1.0
+  small = x > 0 and math.log(x) < 1.0
+  whole = int(x) if math.isfinite(x) else 0
+  return root, small, whole
+
+
+@ctx.batch(per_member=True)
+def root(x):
+  return math.sqrt(x)
+
+
+@ctx.batch(per_member=True)
+def exponential(x):
+  return math.exp(x)
+
+
+@ctx.batch(per_member=True)
+def whole(x):
+  return int(x)
+
+
+@ctx.batch(per_member=True)
+def floor(x):
+  return math.floor(x)
+
+
+@ctx.batch(per_member=True)
+def truncated(x):
+  return math.trunc(x)
+
+
+X = np.array([0.5, 2.0, 3.7, 9.0])
+Y = np.array([-1.2, 0.3, 2.5, -3.5])
+
+
+def _same(out, ref, tol):
+  for o, r in zip(out, ref):
+    o, r = np.asarray(o), np.asarray(r)
+    assert o.shape == r.shape and o.dtype == r.dtype, (o, r)
+    if r.dtype.kind == 'f':
+      np.testing.assert_allclose(o, r, rtol=tol, atol=tol)
+    else:
+      np.testing.assert_array_equal(o, r)
+
+
+def _runs(fn, args):
+  """The batched runs of `fn`: (name, call) on each backend and mode."""
+  yield 'numpy', lambda: fn(*args)
+  yield 'stackless', lambda: fn(*args, stackless=True)
+  tf = pytest.importorskip('tensorflow')
+  targs = [tf.constant(a) for a in args]
+  yield 'eager', lambda: fn(*targs)
+  yield 'function', lambda: ab.stage(fn)(*targs)
+  yield 'xla', lambda: ab.stage(fn, jit_compile=True)(*targs)
+
+
+def _numpy(out):
+  return [np.asarray(o) for o in out]
+
+
+@pytest.mark.parametrize('dtype', [np.float64, np.float32])
+@pytest.mark.parametrize('fn', [floats, integers_and_tests],
+                         ids=lambda f: f.__name__)
+def test_math_functions_match_python(fn, dtype):
+  """Float functions give float64 (Python's float), `floor`, `ceil`,
+  `round(x)` and `int` an int64, the tests booleans, on every backend:
+  the dry run's values."""
+  args = (X.astype(dtype), Y.astype(dtype))
+  ref = _numpy(fn(*args, dry_run=True))
+  for name, run in _runs(fn, args):
+    out = _numpy(run())
+    assert [o.dtype for o in out] == [r.dtype for r in ref], name
+    _same(out, ref, 1e-9 if dtype == np.float64 else 1e-6)
+  if fn is floats:
+    assert all(r.dtype == np.float64 for r in ref)
+
+
+def test_math_in_a_loop_and_int_of_its_result():
+  args = (np.array([1.0, -2.0, 3.0, 0.5]), np.array([0, 3, 7, 2]))
+  ref = _numpy(series(*args, dry_run=True))
+  assert [r.dtype for r in ref[1:]] == [np.int64] * 3
+  for _, run in _runs(series, args):
+    _same(_numpy(run()), ref, 1e-9)
+
+
+def test_round_is_half_to_even_as_python():
+  x = np.array([0.5, 1.5, 2.5, -0.5, -1.5, 2.675])
+  ref = [round(v) for v in x]
+  assert ref == [0, 2, 2, 0, -2, 3]
+  out = whole_round(x)
+  np.testing.assert_array_equal(out[0], ref)
+  np.testing.assert_allclose(out[1], [round(v, 2) for v in x])
+
+
+_round_ctx = ab.Context()
+
+
+@_round_ctx.batch(per_member=True)
+def whole_round(x):
+  return round(x), round(x, 2)
+
+
+def test_a_call_python_skips_for_a_member_does_not_fail_it():
+  """`math.sqrt(x) if x >= 0 else ...`, `x > 0 and math.log(x) < 1` and
+  `int(x) if math.isfinite(x) else 0`: members whose condition fails
+  make no call in Python, and no error here."""
+  x = np.array([-1.0, 0.0, 4.0, 9.0, -3.0, np.inf])
+  ref = _numpy(guarded(x, dry_run=True))
+  for _, run in _runs(guarded, (x,)):
+    _same(_numpy(run()), ref, 1e-12)
+
+
+@pytest.mark.parametrize('fn,x,failing,kind', [
+    (root, [1.0, -1.0, 4.0, -0.5], [1, 3], 'ValueError.*math domain error'),
+    (exponential, [1.0, 1000.0, 2.0, 3.0], [1],
+     'OverflowError.*math range error'),
+    (whole, [1.5, np.nan, 2.0, -7.5], [1],
+     'ValueError.*cannot convert float NaN to integer'),
+    (whole, [1.5, np.inf, 2.0, -7.5], [1],
+     'OverflowError.*cannot convert float infinity'),
+    (floor, [1.0, 1e30, 2.0, 3.0], [1], 'OverflowError.*int64'),
+], ids=['sqrt', 'exp', 'int_nan', 'int_inf', 'floor_int64'])
+def test_members_for_which_python_raises_fail_with_its_error(
+    fn, x, failing, kind):
+  """Python's exception for the members that raise it, named: NumPy
+  raises from the primitive, TensorFlow stops the members (eagerly
+  raised, in a graph an assertion, under XLA after the loop, or their
+  status with `on_error='status'`)."""
+  x = np.array(x)
+  with pytest.raises((ValueError, OverflowError)):
+    fn(x[failing[0]:failing[0] + 1], dry_run=True)
+  members = rf'batch members \[{", ".join(map(str, failing))}\]'
+  for stackless in (False, True):
+    with pytest.raises(errors.PrimitiveError, match=f'{kind}'):
+      fn(x, stackless=stackless)
+    with pytest.raises(errors.PrimitiveError, match=members):
+      fn(x, stackless=stackless)
+  tf = pytest.importorskip('tensorflow')
+  tx = tf.constant(x)
+  with pytest.raises(errors.PrimitiveError, match=f'{kind}.*\n.*'):
+    fn(tx)
+  with pytest.raises(errors.PrimitiveError, match=members):
+    fn(tx)
+  with pytest.raises(tf.errors.InvalidArgumentError, match=kind):
+    ab.stage(fn)(tx)
+  with pytest.raises(errors.PrimitiveError, match=members):
+    ab.stage(fn, jit_compile=True)(tx)
+  _, ok = ab.stage(fn, jit_compile=True, on_error='status')(tx)
+  np.testing.assert_array_equal(
+      ok.numpy(), [k not in failing for k in range(len(x))])
+
+
+def test_trunc_takes_what_pythons_takes():
+  """`math.trunc` calls `__trunc__`, which NumPy's float64 has and its
+  float32 has not: the float32 call fails as Python's does."""
+  x = np.array([1.5, -2.5, 3.0])
+  np.testing.assert_array_equal(truncated(x), [1, -2, 3])
+  with pytest.raises(TypeError, match='__trunc__'):
+    truncated(x.astype(np.float32)[:1], dry_run=True)
+  with pytest.raises(errors.PrimitiveError, match='__trunc__'):
+    truncated(x.astype(np.float32))
+
+
+_array_ctx = ab.Context()
+
+
+@_array_ctx.batch(per_member=True)
+def root_of_vector(v):
+  return math.sqrt(v)
+
+
+def test_a_members_array_is_refused_as_pythons_math_refuses_it():
+  v = np.ones((3, 2))
+  with pytest.raises(TypeError):
+    root_of_vector(v, dry_run=True)
+  with pytest.raises(errors.PrimitiveError,
+                     match=r'math.sqrt\(\) of an array of shape \(2,\)'):
+    root_of_vector(v)
