@@ -119,15 +119,6 @@ def uses_for(x):
   return total
 
 
-@unsupported('loopelse', '`else` clauses on loops')
-def uses_loop_else(x):
-  while x > 0:
-    x -= 1
-  else:
-    x = x + 1  # ERR:loopelse
-  return x
-
-
 @unsupported('itemassign', 'assignment to items or attributes')
 def uses_item_assignment(x):
   x[0] = 1  # ERR:itemassign

@@ -351,24 +351,32 @@ class _Compiler:
       self.terminate(inst.GotoOp(continue_label))
     self.loops.pop()
 
-  def stmt_While(self, s):
+  def _loop_else(self, s, else_label, exit_label):
+    """After loop `s`'s body: its `else` clause at `else_label` (where the
+    loop's test fails; a `break` jumps past it, to `exit_label`), then
+    the code after the loop at `exit_label`."""
     if s.orelse:
-      self.unsupported(s.orelse[0], '`else` clauses on loops',
-                       'Use a flag variable set before `break`.')
+      self.start(else_label, s.orelse[0])
+      self.statements(s.orelse)
+      if self.cur_label is not None:
+        self.terminate(inst.GotoOp(exit_label))
+    self.start(exit_label, s)
+
+  def stmt_While(self, s):
     header = self.goto_new(s)
     body, exit_label = self.new_label(), self.new_label()
+    # Where the test fails: the `else` clause, if any (Python runs it
+    # when the loop ends without a `break`).
+    else_label = self.new_label() if s.orelse else exit_label
     if isinstance(s.test, ast.Constant) and s.test.value is True:
       self.terminate(inst.GotoOp(body))
     else:
       cond = self._condition(s.test)
-      self.terminate(inst.BranchOp(cond, body, exit_label, self.src.loc(s)))
+      self.terminate(inst.BranchOp(cond, body, else_label, self.src.loc(s)))
     self._loop_body(s, body, header, exit_label)
-    self.start(exit_label, s)
+    self._loop_else(s, else_label, exit_label)
 
   def stmt_For(self, s):
-    if s.orelse:
-      self.unsupported(s.orelse[0], '`else` clauses on loops',
-                       'Use a flag variable set before `break`.')
     it = s.iter
     if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name)
             and it.func.id == 'range' and it.func.id not in self.locals
@@ -419,7 +427,8 @@ class _Compiler:
         counter, stop_var, step_var)
     self.emit(inst.PrimOp(ins, cond, fn, text, loc))
     latch, exit_label = self.new_label(), self.new_label()
-    self.terminate(inst.BranchOp(cond, body, exit_label, loc))
+    else_label = self.new_label() if s.orelse else exit_label
+    self.terminate(inst.BranchOp(cond, body, else_label, loc))
     # The user's variable gets the counter at the top of each iteration, so
     # after the loop it holds the last value, as in Python.
     self._loop_body(s, body, latch, exit_label, prologue=[inst.PrimOp(
@@ -428,7 +437,7 @@ class _Compiler:
     self.emit(inst.PrimOp((counter, step_var), counter, _add,
                           f'{counter} + {step_var}', loc))
     self.terminate(inst.GotoOp(header))
-    self.start(exit_label, s)
+    self._loop_else(s, else_label, exit_label)
 
   def stmt_Break(self, s):
     if not self.loops:

@@ -1,6 +1,7 @@
 """Tests of autobatch_vm.python."""
 
 import numpy as np
+import pytest
 
 import autobatch_vm as ab
 from autobatch_vm.ir import instructions as inst
@@ -49,3 +50,37 @@ def check_batched_equals_a_loop_and_the_dry_run(ctx, fn, names, plain,
   key = tuple((values[n].ndim, values[n].dtype.char) for n in read)
   assert (pm.direct.form(key, pm.member_function, pm.loc) is not None) == (
       plain)
+
+
+def run_everywhere(fn, args, check=None, **kwargs):
+  """`fn`'s batched results against its dry run: NumPy (stack VM,
+  stackless) and TensorFlow (eager, `tf.function`, XLA)."""
+  alone = fn(*args, dry_run=True, **kwargs)
+  if check is not None:
+    check(alone)
+  outs = {f'numpy stackless={s}': fn(*args, stackless=s, **kwargs)
+          for s in (False, True)}
+  tf = pytest.importorskip('tensorflow')
+  targs = [tf.constant(a) for a in args]
+  outs['eager'] = fn(*targs, **kwargs)
+  for jit in (False, True):
+    outs[f'tf.function jit={jit}'] = tf.function(
+        lambda *a: fn(*a, **kwargs), jit_compile=jit)(*targs)
+  for mode, out in outs.items():
+    out = ab.instructions.pattern_map(np.asarray, out)
+    for got, want in zip(ab.instructions.pattern_flatten(out),
+                         ab.instructions.pattern_flatten(alone)):
+      assert got.dtype == want.dtype, mode
+      np.testing.assert_allclose(got, want, rtol=1e-12, err_msg=mode)
+
+
+def call_on(backend, fn, *args):
+  """`fn(*args)` on NumPy, or on TensorFlow eagerly or under XLA, as
+  NumPy values."""
+  if backend == 'numpy':
+    return fn(*args)
+  tf = pytest.importorskip('tensorflow')
+  targs = [tf.constant(a) for a in args]
+  out = (fn(*targs) if backend == 'eager' else
+         tf.function(fn, jit_compile=True)(*targs))
+  return ab.instructions.pattern_map(np.asarray, out)

@@ -16,6 +16,7 @@ import pytest
 
 import autobatch_vm as ab
 from autobatch_vm import errors
+from tests import python as python_tests
 
 ctx = ab.Context()
 
@@ -139,40 +140,6 @@ def operands(x, n):
   return y, k, w, b
 
 
-def _run_everywhere(fn, args, check=None, **kwargs):
-  """`fn`'s batched results against its dry run: NumPy (stack VM,
-  stackless) and TensorFlow (eager, `tf.function`, XLA)."""
-  alone = fn(*args, dry_run=True, **kwargs)
-  if check is not None:
-    check(alone)
-  outs = {f'numpy stackless={s}': fn(*args, stackless=s, **kwargs)
-          for s in (False, True)}
-  tf = pytest.importorskip('tensorflow')
-  targs = [tf.constant(a) for a in args]
-  outs['eager'] = fn(*targs, **kwargs)
-  for jit in (False, True):
-    outs[f'tf.function jit={jit}'] = tf.function(
-        lambda *a: fn(*a, **kwargs), jit_compile=jit)(*targs)
-  for mode, out in outs.items():
-    out = ab.instructions.pattern_map(np.asarray, out)
-    for got, want in zip(ab.instructions.pattern_flatten(out),
-                         ab.instructions.pattern_flatten(alone)):
-      assert got.dtype == want.dtype, mode
-      np.testing.assert_allclose(got, want, rtol=1e-12, err_msg=mode)
-
-
-def _call_on(backend, fn, *args):
-  """`fn(*args)` on NumPy, or on TensorFlow eagerly or under XLA, as
-  NumPy values."""
-  if backend == 'numpy':
-    return fn(*args)
-  tf = pytest.importorskip('tensorflow')
-  targs = [tf.constant(a) for a in args]
-  out = (fn(*targs) if backend == 'eager' else
-         tf.function(fn, jit_compile=True)(*targs))
-  return ab.instructions.pattern_map(np.asarray, out)
-
-
 @pytest.mark.parametrize('dtype', [np.int64, np.int32])
 def test_shifts_on_every_backend(dtype):
   rng = np.random.default_rng(0)
@@ -183,13 +150,14 @@ def test_shifts_on_every_backend(dtype):
   def check(alone):
     np.testing.assert_array_equal(
         alone, [math.gcd(int(x), int(y)) for x, y in zip(a, b)])
-  _run_everywhere(binary_gcd, [a, b], check)
+  python_tests.run_everywhere(binary_gcd, [a, b], check)
 
 
 def test_divmod_on_every_backend():
   n = np.random.default_rng(5).integers(0, 10**7, 6)
-  _run_everywhere(digit_sum, [n], lambda alone: np.testing.assert_array_equal(
-      alone, [sum(int(d) for d in str(v)) for v in n]))
+  python_tests.run_everywhere(
+      digit_sum, [n], lambda alone: np.testing.assert_array_equal(
+          alone, [sum(int(d) for d in str(v)) for v in n]))
 
 
 def test_shifts_of_a_python_integer_and_a_members_count():
@@ -201,7 +169,7 @@ def test_shifts_of_a_python_integer_and_a_members_count():
     for i in range(6):
       want = xorshift_alone(int(state[i]), int(n[i]))
       assert [int(v[i]) for v in alone] == list(want)
-  _run_everywhere(xorshift, [state, n], check)
+  python_tests.run_everywhere(xorshift, [state, n], check)
 
 
 pm = ab.Context()
@@ -230,7 +198,8 @@ def test_shifts_in_a_per_member_function(backend):
   want = np.array([[2 * bin(int(v) >> int(kk)).count('1') for v in row]
                    for row, kk in zip(x, k)])
   np.testing.assert_array_equal(popcounts(x, k, dry_run=True), want)
-  np.testing.assert_array_equal(_call_on(backend, popcounts, x, k), want)
+  np.testing.assert_array_equal(
+      python_tests.call_on(backend, popcounts, x, k), want)
 
 
 def test_a_range_of_literals_is_entered():
@@ -241,10 +210,11 @@ def test_a_range_of_literals_is_entered():
     mid, i = alone
     np.testing.assert_allclose(cubic(mid) - shift, 0, atol=1e-6)
     assert (i < 199).all()
-  _run_everywhere(bisect, [np.zeros(6), np.full(6, 4.0), shift], check)
-  _run_everywhere(countdown, [rng.integers(0, 5, 5)],
-                  lambda alone: np.testing.assert_array_equal(
-                      alone[2], np.full(5, -2)))
+  python_tests.run_everywhere(
+      bisect, [np.zeros(6), np.full(6, 4.0), shift], check)
+  python_tests.run_everywhere(
+      countdown, [rng.integers(0, 5, 5)],
+      lambda alone: np.testing.assert_array_equal(alone[2], np.full(5, -2)))
 
 
 def test_a_range_that_may_be_empty_checks_the_variable_at_run_time():
@@ -284,7 +254,7 @@ def test_shared_tests_run_only_pythons_operands():
     assert any_big.all()
     pick = np.where(k > 2, 2 * x, -x)
     np.testing.assert_allclose(value, np.where(k > 0, x + pick, pick))
-  _run_everywhere(shared_tests, [x, k], check)
+  python_tests.run_everywhere(shared_tests, [x, k], check)
 
 
 def test_a_members_test_still_selects_each_members_side():
@@ -306,8 +276,9 @@ def test_a_members_test_still_selects_each_members_side():
 
 def test_python_numbers_and_or_give_the_operand_python_gives():
   x = np.array([1.0, 2.0, -0.5])
-  _run_everywhere(with_defaults, [x], lambda alone: np.testing.assert_array_equal(
-      alone, x * (SCALE or 2.0) + (OFFSET and 5)))
+  python_tests.run_everywhere(
+      with_defaults, [x], lambda alone: np.testing.assert_array_equal(
+          alone, x * (SCALE or 2.0) + (OFFSET and 5)))
 
 
 @pm.batch(per_member=True)
@@ -322,7 +293,8 @@ def test_python_numbers_and_or_in_a_per_member_function(backend):
   x = np.array([[1.0, 2.0], [3.0, -4.0]])
   want = x * (SCALE or 2.0) + (OFFSET and 5)
   np.testing.assert_array_equal(member_defaults(x, dry_run=True), want)
-  np.testing.assert_array_equal(_call_on(backend, member_defaults, x), want)
+  np.testing.assert_array_equal(
+      python_tests.call_on(backend, member_defaults, x), want)
 
 
 def test_and_or_of_members_numbers_give_pythons_operand():
@@ -334,7 +306,7 @@ def test_and_or_of_members_numbers_give_pythons_operand():
              bool(a > 1 or m > 2)) for a, m in zip(x, n)]
     for got, expected in zip(alone, zip(*want)):
       np.testing.assert_array_equal(got, expected)
-  _run_everywhere(operands, [x, n], check)
+  python_tests.run_everywhere(operands, [x, n], check)
 
 
 @pm.batch(per_member=True)
@@ -349,7 +321,7 @@ def test_and_or_of_numbers_in_a_per_member_function(backend):
   want = list(zip(*[(float(a[0] or 2.5), int(m and 7),
                      float(m > 3 and a[1] or -1.0), bool(a[0] > 1 or m > 2))
                     for a, m in zip(x, n)]))
-  got = _call_on(backend, member_operands, x, n)
+  got = python_tests.call_on(backend, member_operands, x, n)
   for g, w, d in zip(got, want, member_operands(x, n, dry_run=True)):
     np.testing.assert_array_equal(np.asarray(g), w)
     np.testing.assert_array_equal(d, w)
@@ -397,4 +369,4 @@ def test_a_numpy_scalar_test_for_every_member():
     np.testing.assert_array_equal(a, [False] * 3)
     np.testing.assert_array_equal(b, x > 0)
     np.testing.assert_array_equal(c, x < 0)
-  _run_everywhere(numpy_scalar_tests, [x], check)
+  python_tests.run_everywhere(numpy_scalar_tests, [x], check)
