@@ -219,11 +219,13 @@ class BatchedFunction(shipping.FunctionPickling):
         arguments.
     """
     params = self.context._params_of(self.name)
+    positional = self.context._positional_of(self.name)
     loc = self.context.function_loc(self.name)
-    if len(args) > len(params):
+    if len(args) > positional:
       raise errors.ArgumentError(
-          f'{self.name}() takes {len(params)} argument(s) '
-          f'({", ".join(params)}) but {len(args)} were given', loc=loc)
+          f'{self.name}() takes {positional} positional argument(s) '
+          f'({", ".join(params[:positional])}) but {len(args)} were given',
+          loc=loc)
     bound = dict(zip(params, args))
     for k, v in kwargs.items():
       if k not in params:

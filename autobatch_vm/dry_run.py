@@ -296,6 +296,12 @@ class DryRuns:
             member_ops if bf.per_member else None)
       except errors.AutoBatchError:
         fn = bf.python_function  # no readable source: run it as it is
+      code = bf.python_function.__code__
+      if code.co_kwonlyargcount:
+        # Called with an argument per parameter, in their order: the
+        # keyword-only ones by name.
+        fn = _keywords_after(fn, code.co_argcount, code.co_varnames[
+            code.co_argcount:code.co_argcount + code.co_kwonlyargcount])
       self._functions[bf] = fn
     return fn
 
@@ -412,3 +418,12 @@ def _member_rows(backend, x, tensor_type, one_member=False):
   if backend.dtype(v) != np.dtype(tensor_type.dtype):
     v = backend.cast(v, tensor_type.dtype)
   return v
+
+
+def _keywords_after(fn, positional, keyword_only):
+  """`fn` called with all its arguments by position: the first
+  `positional` passed so, the rest by their names `keyword_only`."""
+
+  def call(*args):
+    return fn(*args[:positional], **dict(zip(keyword_only, args[positional:])))
+  return call

@@ -318,15 +318,23 @@ class Context(shipping.ContextPickling):
     return None
 
   def _params_of(self, name):
+    """The parameters' names: the positional ones, then the keyword-only
+    ones (`_positional_of` counts the first)."""
     code = self._functions[name].python_function.__code__
-    return code.co_varnames[:code.co_argcount]
+    return code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+
+  def _positional_of(self, name):
+    """How many of the parameters may be passed by position."""
+    return self._functions[name].python_function.__code__.co_argcount
 
   def _defaults_of(self, name):
     """Parameter name -> default value, for the parameters that have one."""
     fn = self._functions[name].python_function
-    params = self._params_of(name)
+    params = self._params_of(name)[:self._positional_of(name)]
     defaults = fn.__defaults__ or ()
-    return dict(zip(params[len(params) - len(defaults):], defaults))
+    out = dict(zip(params[len(params) - len(defaults):], defaults))
+    out.update(fn.__kwdefaults__ or {})
+    return out
 
   def _name_of(self, main):
     """The name of batched function `main`: its name, the batched function
@@ -380,7 +388,7 @@ class Context(shipping.ContextPickling):
       self._module[name] = python_to_ir.compile_function(
           bf.python_function, self._resolve, self._params_of,
           bf.type_inference, defaults_of=self._defaults_of,
-          per_member=bf.per_member)
+          per_member=bf.per_member, positional_of=self._positional_of)
     return self._module[name]
 
   def module(self):

@@ -288,7 +288,7 @@ def test_wrong_arguments_from_python():
   def f(x, y):
     return x + y
 
-  with pytest.raises(errors.ArgumentError, match='takes 2 argument'):
+  with pytest.raises(errors.ArgumentError, match='takes 2 positional argument'):
     f(X, X, X)
   with pytest.raises(errors.ArgumentError, match='missing argument'):
     f(X)

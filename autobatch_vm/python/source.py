@@ -323,4 +323,5 @@ def dry_run_function(fn, member_value=None, items=None):
                               tuple(cells[n] for n in fn_code.co_freevars))
   copied.__qualname__ = fn.__qualname__
   copied.__doc__ = fn.__doc__
+  copied.__kwdefaults__ = fn.__kwdefaults__
   return copied

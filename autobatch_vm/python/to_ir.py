@@ -89,12 +89,13 @@ class _Compiler:
   """Walks one function's AST and builds its blocks."""
 
   def __init__(self, fn, resolve_batched, params_of, type_inference,
-               defaults_of=None, per_member=False):
+               defaults_of=None, per_member=False, positional_of=None):
     self.src = python_source.Source(fn)
     self.fn = fn
     self.per_member = per_member
     self.resolve_batched = resolve_batched
     self.params_of = params_of
+    self.positional_of = positional_of or (lambda name: len(params_of(name)))
     self.defaults_of = defaults_of or (lambda name: {})
     self.type_inference = type_inference
     self.blocks = []          # finished blocks, in creation order
@@ -107,7 +108,7 @@ class _Compiler:
     self.returns = 0
     node = self.src.node
     self._check_signature(node)
-    self.params = tuple(a.arg for a in node.args.args)
+    self.params = tuple(a.arg for a in node.args.args + node.args.kwonlyargs)
     self.locals = python_source.assigned_names(node) | set(self.params)
     self.closure = {}
     if fn.__closure__:
@@ -125,11 +126,11 @@ class _Compiler:
 
   def _check_signature(self, node):
     a = node.args
-    if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs:
+    if a.vararg or a.kwarg or a.posonlyargs:
       raise errors.UnsupportedSyntaxError(
-          f'Batched function {self.src.name!r} must take plain positional '
-          'parameters, with or without default values (no *args, **kwargs, '
-          'keyword-only or positional-only parameters)',
+          f'Batched function {self.src.name!r} must take named parameters, '
+          'positional or keyword-only, with or without default values (no '
+          '*args, **kwargs or positional-only parameters)',
           loc=self.src.loc(node))
 
   # -- blocks --------------------------------------------------------------
@@ -586,13 +587,15 @@ class _Compiler:
         self.unsupported(node, '**kwargs in calls of batched functions',
                          'Pass each argument explicitly.')
     params = self.params_of(callee)
+    positional = self.positional_of(callee)
     defaults = self.defaults_of(callee)
     loc = self.src.loc(node)
     nargs = len(node.args) + len(node.keywords)
-    if len(node.args) > len(params):
+    if len(node.args) > positional:
       raise errors.ArgumentError(
-          f'{callee}() takes {len(params)} argument(s) '
-          f'({", ".join(params)}) but {nargs} were given', loc=loc)
+          f'{callee}() takes {positional} positional argument(s) '
+          f'({", ".join(params[:positional])}) but {len(node.args)} were '
+          'given', loc=loc)
     by_name = {}
     for k in node.keywords:
       if k.arg not in params:
@@ -828,20 +831,23 @@ class _Substituter(ast.NodeTransformer):
 
 
 def compile_function(fn, resolve_batched, params_of, type_inference=None,
-                     defaults_of=None, per_member=False):
+                     defaults_of=None, per_member=False, positional_of=None):
   """Compiles Python function `fn` to an IR `Function`.
 
   Args:
     fn: The user's Python function.
     resolve_batched: (object or None, bare name or None) -> name of a
       batched function of the same Context, or None.
-    params_of: Batched function name -> its parameter names.
+    params_of: Batched function name -> its parameter names (positional,
+      then keyword-only).
     type_inference: The user's optional type-inference callable.
     defaults_of: Batched function name -> {parameter: default value} for
       its parameters that have one (a call may omit those).
     per_member: Whether `fn` is written for one member
       (`Context.batch(per_member=True)`): its primitives are then
       per-member `PrimOp`s, and `x[i] = v` assigns `x` a new value.
+    positional_of: Batched function name -> how many of its parameters a
+      call may pass by position (None: all).
 
   Returns:
     The untyped IR `Function`.
@@ -854,4 +860,4 @@ def compile_function(fn, resolve_batched, params_of, type_inference=None,
       do not fit its parameters.
   """
   return _Compiler(fn, resolve_batched, params_of, type_inference,
-                   defaults_of, per_member).compile()
+                   defaults_of, per_member, positional_of).compile()

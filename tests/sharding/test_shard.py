@@ -163,7 +163,7 @@ def test_shard_argument_mistakes_raise():
   sharded = ab.shard(fibonacci, executor=pool, max_stack_depth=8)
   with pytest.raises(errors.ArgumentError, match='to shard'):
     sharded(np.array([3, 4]), max_stack_depth=9)
-  with pytest.raises(errors.ArgumentError, match='takes 1 argument'):
+  with pytest.raises(errors.ArgumentError, match='takes 1 positional argument'):
     sharded(np.array([3, 4]), np.array([1, 2]))
   pool.shutdown()
 
