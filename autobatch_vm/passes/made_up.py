@@ -114,10 +114,12 @@ def _made_up_error(op, in_types, failure):
             'not the likely cause: the code is.  A primitive runs on whole '
             'batches: each input has the batch as axis 0, a number written '
             'in the call stays a Python scalar, and a tuple or list '
-            'argument is structure.  Python\'s float(), int(), math.* and '
-            'min()/max() need one value: use NumPy on arrays (np.sqrt, '
-            'np.minimum, x.astype).  dry_run=True runs each member alone, '
-            'as plain Python, to debug it.')
+            'argument is structure.  Python\'s float(), int(), round(), '
+            'math.* and min()/max() need one value: use NumPy on arrays '
+            '(np.sqrt, np.minimum, x.astype), or write the function for '
+            'one member (ctx.batch(per_member=True)), where they take '
+            'that member\'s numbers.  dry_run=True runs each member '
+            'alone, as plain Python, to debug it.')
   per_member = f' (per member: {inputs})' if inputs else ''
   return errors.PrimitiveError(
       f'{type(e).__name__} while inferring the type of `{op.text}`'
