@@ -135,6 +135,13 @@ def _scalar(name, x, rows):
     raise TypeError(f'{name}() of a complex number')
 
 
+def _like(number, guard):
+  """A Python number as a value of the guard's kind: a tensor on
+  TensorFlow, else a NumPy scalar array (of NumPy's dtype for it)."""
+  value = np.asarray(number)
+  return _tf().constant(value) if _is_tf(guard) else value
+
+
 def _dtype(x):
   """The NumPy dtype of a member's value (a Python number's too)."""
   dtype = getattr(x, 'dtype', None)
@@ -177,6 +184,7 @@ class _NpApi:
   less_equal = staticmethod(np.less_equal)
   equal = staticmethod(np.equal)
   maximum = staticmethod(np.maximum)
+  zeros_like = staticmethod(np.zeros_like)
 
   @staticmethod
   def call(name, *xs):
@@ -251,6 +259,10 @@ class _TfApi:
     return _tf().maximum(a, b)
 
   @staticmethod
+  def zeros_like(x):
+    return _tf().zeros_like(x)
+
+  @staticmethod
   def call(name, *xs):
     tf = _tf()
     m = tf.math
@@ -322,7 +334,13 @@ def math_fn(note, name, *args, guard=None, rows=False, **keywords):
     Its value for each member.
   """
   if _plain(*args) and not keywords:
-    return getattr(math, name)(*args)
+    try:
+      return getattr(math, name)(*args)
+    except (ValueError, OverflowError):
+      if guard is None or _plain(guard):
+        raise
+    # Python's error, but only where a member's guard holds: as arrays.
+    args = tuple(_like(a, guard) for a in args)
   if name == 'isclose':
     return _isclose(rows, *args, **keywords)
   if keywords:
@@ -447,7 +465,12 @@ def to_int(note, x, guard, rows=False):
   """`int(x)`: truncated toward zero, an int64 for each member; NaN, an
   infinity or a value beyond int64 fails those members."""
   if _plain(x):
-    return builtins.int(x)
+    try:
+      return builtins.int(x)
+    except (ValueError, OverflowError):
+      if guard is None or _plain(guard):
+        raise
+    x = _like(x, guard)   # fails only where a member's guard holds
   _scalar('int', x, rows)
   kind = _kind(x)
   if kind in 'iub':
@@ -467,15 +490,20 @@ def to_int(note, x, guard, rows=False):
                             f < _INT64_LIMIT, f >= -_INT64_LIMIT)))
   note('int64', big, guard)
   # The failed members' values are never used: cast what is in range.
-  safe = api.where(api.logical_and(api.isfinite(f),
-                                   api.logical_not(big)), f, 0.0 * f)
+  safe = api.where(api.logical_and(api.isfinite(f), api.logical_not(big)),
+                   f, api.zeros_like(f))
   return api.to_int(safe)
 
 
 def round_half_even(note, x, ndigits, guard, rows=False):
   """`round(x)`, `round(x, ndigits)` of one member's number."""
   if _plain(x) and (ndigits is None or _plain(ndigits)):
-    return builtins.round(x, ndigits)
+    try:
+      return builtins.round(x, ndigits)
+    except (ValueError, OverflowError):
+      if guard is None or _plain(guard):
+        raise
+    x = _like(x, guard)   # fails only where a member's guard holds
   _scalar('round', x, rows)
   kind = _kind(x)
   if ndigits is None:

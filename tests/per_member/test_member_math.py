@@ -232,3 +232,37 @@ def test_a_members_array_is_refused_as_pythons_math_refuses_it():
   with pytest.raises(errors.PrimitiveError,
                      match=r'math.sqrt\(\) of an array of shape \(2,\)'):
     root_of_vector(v)
+
+
+_shared_ctx = ab.Context()
+ZERO = 0.0
+INFINITY = math.inf
+
+
+@_shared_ctx.batch(per_member=True)
+def shared_numbers(x):
+  a = math.log(ZERO) if x > 100.0 else x
+  b = int(INFINITY) if x > 100.0 else 1
+  c = round(INFINITY) if x > 100.0 else 2
+  return a, b, c
+
+
+@_shared_ctx.batch(per_member=True)
+def shared_log(x):
+  return math.log(ZERO) if x > 1.0 else x
+
+
+def test_a_shared_number_python_cannot_take_fails_only_guarded_members():
+  """`math.log(ZERO)` of a module constant: Python raises for the members
+  whose condition holds, and for no other."""
+  x = np.array([1.0, 2.0, 3.0])
+  ref = _numpy(shared_numbers(x, dry_run=True))
+  for _, run in _runs(shared_numbers, (x,)):
+    _same(_numpy(run()), ref, 1e-12)
+  with pytest.raises(errors.PrimitiveError,
+                     match=r'ValueError.*batch members \[1\]: math domain'):
+    shared_log(np.array([0.5, 2.0]))
+  tf = pytest.importorskip('tensorflow')
+  with pytest.raises(errors.PrimitiveError,
+                     match=r'ValueError.*batch members \[1\]: math domain'):
+    shared_log(tf.constant([0.5, 2.0], tf.float64))
