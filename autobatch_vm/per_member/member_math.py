@@ -212,55 +212,8 @@ _NP_NAMES = {'asin': 'arcsin', 'acos': 'arccos', 'atan': 'arctan',
 
 
 class _TfApi:
-  """TensorFlow's forms, on one member's float64 tensors."""
-
-  @staticmethod
-  def isnan(x):
-    return _tf().math.is_nan(x)
-
-  @staticmethod
-  def isinf(x):
-    return _tf().math.is_inf(x)
-
-  @staticmethod
-  def isfinite(x):
-    return _tf().math.is_finite(x)
-
-  @staticmethod
-  def logical_and(a, b):
-    return _tf().logical_and(a, b)
-
-  @staticmethod
-  def logical_or(a, b):
-    return _tf().logical_or(a, b)
-
-  @staticmethod
-  def logical_not(a):
-    return _tf().logical_not(a)
-
-  @staticmethod
-  def abs(x):
-    return _tf().abs(x)
-
-  @staticmethod
-  def where(c, a, b):
-    return _tf().where(c, a, b)
-
-  @staticmethod
-  def less_equal(a, b):
-    return _tf().less_equal(a, b)
-
-  @staticmethod
-  def equal(a, b):
-    return _tf().equal(a, b)
-
-  @staticmethod
-  def maximum(a, b):
-    return _tf().maximum(a, b)
-
-  @staticmethod
-  def zeros_like(x):
-    return _tf().zeros_like(x)
+  """TensorFlow's forms, on one member's float64 tensors (the functions
+  named as NumPy's are set below, from `_TF_NAMES`)."""
 
   @staticmethod
   def call(name, *xs):
@@ -306,13 +259,29 @@ class _TfApi:
   def to_int(x):
     return _tf().cast(x, _tf().int64)
 
-  @staticmethod
-  def floor(x):
-    return _tf().floor(x)
 
-  @staticmethod
-  def round_half_even(x):
-    return _tf().math.round(x)   # half to even, as np.rint
+# `_NpApi`'s functions on TensorFlow: name -> TensorFlow's, by its path
+# under `tf` (`math.round` rounds half to even, as `np.rint`).
+_TF_NAMES = {
+    'isnan': 'math.is_nan', 'isinf': 'math.is_inf',
+    'isfinite': 'math.is_finite', 'logical_and': 'logical_and',
+    'logical_or': 'logical_or', 'logical_not': 'logical_not', 'abs': 'abs',
+    'where': 'where', 'less_equal': 'less_equal', 'equal': 'equal',
+    'maximum': 'maximum', 'zeros_like': 'zeros_like', 'floor': 'floor',
+    'round_half_even': 'math.round'}
+
+
+def _tf_function(path):
+  def call(*args):
+    fn = _tf()
+    for part in path.split('.'):
+      fn = getattr(fn, part)
+    return fn(*args)
+  return staticmethod(call)
+
+
+for _name, _path in _TF_NAMES.items():
+  setattr(_TfApi, _name, _tf_function(_path))
 
 
 def math_fn(note, name, *args, guard=None, rows=False, **keywords):
