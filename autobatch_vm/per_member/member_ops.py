@@ -13,8 +13,9 @@ where plain Python would not mean the same thing on a batch:
   with `int` and `round` fail the members Python fails
   (`note_failure`); the `*_rows` forms take the rows of the members at a
   block (`python.member_direct`'s NumPy code);
-- `where`, `logical_and`, `logical_or`, `logical_not`: `a if c else b`,
-  `and`, `or`, `not` on one member's conditions.
+- `choose` (`where` where its condition is a member's),
+  `logical_and`, `logical_or`, `logical_not`: `a if c else b`, `and`,
+  `or`, `not` on one member's conditions.
 
 Each works on a member's NumPy value (a `numpy_rules.MemberArray` while
 the rules run a batch, a plain array or number in a dry run) and on a
@@ -43,7 +44,7 @@ from autobatch_vm.per_member import member_math
 
 __all__ = ['key', 'getitem', 'setitem', 'asarray', 'min', 'max', 'abs', 'len', 'int',
            'float', 'round', 'math_fn', 'math_rows', 'int_rows',
-           'round_rows', 'where', 'logical_and', 'logical_or',
+           'round_rows', 'where', 'choose', 'logical_and', 'logical_or',
            'logical_not', 'is_tf', 'note_failure']
 
 # pylint: disable=redefined-builtin
@@ -652,6 +653,28 @@ def where(cond, a, b):
     shape = tf.broadcast_static_shape(a.shape, b.shape)
     return tf.where(cond, tf.broadcast_to(a, shape), tf.broadcast_to(b, shape))
   return np.where(cond, a, b)
+
+
+def choose(cond, a, b):
+  """One member's `a() if cond else b()`, `a` and `b` thunks of the sides.
+
+  Args:
+    cond: The condition: a member's (a `MemberArray`, a tensor) or one
+      value for every member (a shape's test, a module flag).
+    a: The side where it holds, a function of no arguments.
+    b: The side where it does not.
+
+  Returns:
+    For a condition the same for every member, only Python's side,
+    computed alone (the other may fail there: `x[:2] if len(x) > 2 else
+    x`, `math.trunc(y) if FLAG else 0`); for a member's, `where` of both.
+  """
+  if _plain(cond) or isinstance(cond, np.generic) or (
+      isinstance(cond, np.ndarray) and cond.ndim == 0):
+    return a() if cond else b()
+  # A member's: a `MemberArray`, a tensor, or the batch's rows (a
+  # primitive of scalars run on them as it is, `is_elementwise`).
+  return where(cond, a(), b())
 
 
 def logical_and(*xs):

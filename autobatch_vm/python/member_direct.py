@@ -674,6 +674,12 @@ class _Rewrite:
       return self._array(node)
     if helper in ('int', 'round', 'math_fn'):
       return self._checked_call(node, helper)
+    if helper == 'choose' and len(node.args) == 3 and all(
+        isinstance(t, ast.Lambda) for t in node.args[1:]):
+      # `a if c else b`: a select on a member's `c`, only Python's side
+      # on a shared one.
+      return self._chosen(ast.IfExp(node.args[0], node.args[1].body,
+                                    node.args[2].body))
     if helper == 'float' and len(node.args) == 1 and not node.keywords:
       return self._cast(node.args[0], ast.Attribute(
           ast.Name(self.prefix + _DIRECT, ast.Load()), 'float64',

@@ -281,7 +281,10 @@ class PrimitiveRewriter(ast.NodeTransformer):
     body = self._guarded(copy.deepcopy(test), node.body)
     orelse = self._guarded(
         self._ops('logical_not', [copy.deepcopy(test)], node), node.orelse)
-    return self._ops('where', [test, body, orelse], node)
+    # Thunks too: a test the same for every member (a shape's, a module
+    # flag's) runs only Python's side (`member_ops.choose`); a member's
+    # test selects per member, each side guarded by it.
+    return self._ops('choose', [test, _thunk(body), _thunk(orelse)], node)
 
   def visit_Call(self, node):
     """`truthy(x)` becomes `x`, `divmod(a, b)` `(a // b, a % b)`.
@@ -337,10 +340,12 @@ def _thunk(node):
 # vectors (`is_elementwise`).
 _ELEMENTWISE_NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Compare,
                       ast.Name, ast.Load, ast.Constant, ast.operator,
-                      ast.unaryop, ast.cmpop, ast.Attribute, ast.Call)
-# The helpers that do: elementwise where every argument is.
+                      ast.unaryop, ast.cmpop, ast.Attribute, ast.Call,
+                      ast.Lambda, ast.arguments)
+# The helpers that do: elementwise where every argument is (`choose`'s
+# sides are thunks of elementwise expressions).
 _ELEMENTWISE_HELPERS = {(MEMBER_OPS, n) for n in (
-    'min', 'max', 'abs', 'where', 'logical_and', 'logical_or',
+    'min', 'max', 'abs', 'where', 'choose', 'logical_and', 'logical_or',
     'logical_not')} | {(_OPS, n) for n in _OPERATOR_HELPERS.values()}
 
 
@@ -366,6 +371,8 @@ def is_elementwise(body, prefix, static_value):
   for n in ast.walk(body):
     if not isinstance(n, _ELEMENTWISE_NODES):
       return False
+    if isinstance(n, ast.Lambda) and (n.args.args or n.args.vararg):
+      return False   # only `choose`'s thunks, which take nothing
     if isinstance(n, ast.Name) and not n.id.startswith(prefix) and (
         type(static_value(n)) not in (int, float, bool)):
       return False
