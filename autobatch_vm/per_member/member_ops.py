@@ -13,9 +13,10 @@ where plain Python would not mean the same thing on a batch:
   with `int` and `round` fail the members Python fails
   (`note_failure`); the `*_rows` forms take the rows of the members at a
   block (`python.member_direct`'s NumPy code);
-- `choose` (`where` where its condition is a member's),
-  `logical_and`, `logical_or`, `logical_not`: `a if c else b`, `and`,
-  `or`, `not` on one member's conditions.
+- `choose` (`where` where its condition is a member's), `all_of`,
+  `any_of` (`logical_and`, `logical_or` of the operands computed),
+  `logical_not`: `a if c else b`, `and`, `or`, `not` on one member's
+  conditions, the sides and operands as thunks.
 
 Each works on a member's NumPy value (a `numpy_rules.MemberArray` while
 the rules run a batch, a plain array or number in a dry run) and on a
@@ -44,7 +45,8 @@ from autobatch_vm.per_member import member_math
 
 __all__ = ['key', 'getitem', 'setitem', 'asarray', 'min', 'max', 'abs', 'len', 'int',
            'float', 'round', 'math_fn', 'math_rows', 'int_rows',
-           'round_rows', 'where', 'choose', 'logical_and', 'logical_or',
+           'round_rows', 'where', 'choose', 'all_of', 'any_of',
+           'logical_and', 'logical_or',
            'logical_not', 'is_tf', 'note_failure']
 
 # pylint: disable=redefined-builtin
@@ -675,6 +677,59 @@ def choose(cond, a, b):
   # A member's: a `MemberArray`, a tensor, or the batch's rows (a
   # primitive of scalars run on them as it is, `is_elementwise`).
   return where(cond, a(), b())
+
+
+def _shared(x):
+  """Whether `x` is one value for every member: a Python number, a NumPy
+  scalar (not a `MemberArray`, a tensor, or the batch's rows)."""
+  return _plain(x) or isinstance(x, np.generic) or (
+      isinstance(x, np.ndarray) and x.ndim == 0)
+
+
+def all_of(*thunks):
+  """One member's `a and b and ...`, each operand a thunk.
+
+  An operand the same for every member decides as Python's does: where
+  it is false, the operands after it are not computed (they may fail:
+  `FLAG and math.trunc(y)`); where true and not the last, it drops out.
+  A member's operand is computed, and the ones after it too, each guarded
+  by the operands before it (the frontend's guards); then `logical_and`.
+
+  Args:
+    *thunks: Functions of no arguments giving the operands.
+
+  Returns:
+    As `logical_and` of the operands computed.
+  """
+  return _short_circuit(thunks, True)
+
+
+def any_of(*thunks):
+  """One member's `a or b or ...`, each operand a thunk (see `all_of`).
+
+  Args:
+    *thunks: Functions of no arguments giving the operands.
+
+  Returns:
+    As `logical_or` of the operands computed.
+  """
+  return _short_circuit(thunks, False)
+
+
+def _short_circuit(thunks, is_and):
+  ran = []
+  for k, thunk in enumerate(thunks):
+    value = thunk()
+    if _shared(value):
+      if isinstance(value, (np.generic, np.ndarray)):
+        value = value.item()   # a Python value, as Python's would be
+      if bool(value) != is_and:
+        ran.append(value)
+        break   # it decides for every member that reaches it
+      if k < len(thunks) - 1:
+        continue   # true for `and` (false for `or`): it drops out
+    ran.append(value)
+  return logical_and(*ran) if is_and else logical_or(*ran)
 
 
 def logical_and(*xs):

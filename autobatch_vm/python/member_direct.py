@@ -674,6 +674,19 @@ class _Rewrite:
       return self._array(node)
     if helper in ('int', 'round', 'math_fn'):
       return self._checked_call(node, helper)
+    if helper in ('all_of', 'any_of') and node.args and all(
+        isinstance(t, ast.Lambda) for t in node.args):
+      # `a and b`: of members' operands, `logical_and` of them all (each
+      # guarded by those before it).
+      bodies = [t.body for t in node.args]
+      # An operand before the last that holds one value for every member
+      # may decide alone, and skip the rest: the helper's.
+      values = [self.any_value(copy.deepcopy(b))[0] for b in bodies]
+      if not all(isinstance(v, _Value) for v in values) or not all(
+          v.member for v in values[:-1]):
+        raise _NotDirect
+      return self._call_value(self._pm_call(
+          'logical_and' if helper == 'all_of' else 'logical_or', bodies))
     if helper == 'choose' and len(node.args) == 3 and all(
         isinstance(t, ast.Lambda) for t in node.args[1:]):
       # `a if c else b`: a select on a member's `c`, only Python's side

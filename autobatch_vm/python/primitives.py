@@ -200,7 +200,11 @@ class PrimitiveRewriter(ast.NodeTransformer):
       if name == 'logical_or':
         held = self._ops('logical_not', [held], node)
       values.append(self._guarded(held, v))
-    return self._ops(name, values, node)
+    # Thunks: an operand the same for every member (a module flag, a
+    # shape's test) decides as Python's does, and the operands after it
+    # are not computed (`member_ops.all_of`).
+    return self._ops('all_of' if name == 'logical_and' else 'any_of',
+                     [_thunk(v) for v in values], node)
 
   def _guarded(self, guard, node):
     """`node` visited with `guard` (a rewritten condition) held."""
@@ -342,11 +346,13 @@ _ELEMENTWISE_NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Compare,
                       ast.Name, ast.Load, ast.Constant, ast.operator,
                       ast.unaryop, ast.cmpop, ast.Attribute, ast.Call,
                       ast.Lambda, ast.arguments)
-# The helpers that do: elementwise where every argument is (`choose`'s
-# sides are thunks of elementwise expressions).
+# The helpers that do: elementwise where every argument is (the sides of
+# `choose` and the operands of `all_of`, `any_of` are thunks of
+# elementwise expressions).
 _ELEMENTWISE_HELPERS = {(MEMBER_OPS, n) for n in (
     'min', 'max', 'abs', 'where', 'choose', 'logical_and', 'logical_or',
-    'logical_not')} | {(_OPS, n) for n in _OPERATOR_HELPERS.values()}
+    'logical_not', 'all_of', 'any_of')} | {
+        (_OPS, n) for n in _OPERATOR_HELPERS.values()}
 
 
 def is_elementwise(body, prefix, static_value):

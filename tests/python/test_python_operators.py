@@ -354,19 +354,22 @@ def member_lazy_sides(y, v):
   a = math.trunc(y) if VERBOSE else 0      # float32 has no __trunc__
   b = v[5] if len(v) > 5 else v[-1]        # v[5] is out of range
   c = (y * 2.0 if y > 0 else -y) if len(v) == 4 else y
-  return a, b, c
+  d = VERBOSE and math.trunc(y) > 0        # decided by VERBOSE alone
+  e = not VERBOSE or math.trunc(y) > 0
+  return a, b, c, d, e
 
 
 @pytest.mark.parametrize('backend', ['numpy', 'eager', 'xla'])
-def test_a_per_member_shared_test_computes_only_pythons_side(backend):
-  """The side Python does not evaluate is not computed: it may fail
-  there (a `TypeError`, an index out of range)."""
+def test_a_per_member_shared_test_computes_only_pythons_operands(backend):
+  """The side (the operands) Python does not evaluate is not computed:
+  it may fail there (a `TypeError`, an index out of range)."""
   y = np.array([1.5, -2.0, 3.0], np.float32)
   v = np.arange(12, dtype=np.float32).reshape(3, 4)
   out = python_tests.call_on(backend, member_lazy_sides, y, v)
   for got, alone in zip(out, member_lazy_sides(y, v, dry_run=True)):
     np.testing.assert_array_equal(got, alone)
   np.testing.assert_array_equal(out[2], [3.0, 2.0, 6.0])
+  assert not np.any(out[3]) and np.all(out[4])
 
 
 TABLE = np.array([1.0, -2.0])     # module data: one value for every member
