@@ -317,8 +317,14 @@ def _given(form, constants, backend_name):
     if tensorflow:
       tf = sys.modules['tensorflow']
       batch = tf.shape(batched)[:1]
-      return patterns.pattern_map(lambda v: tf.broadcast_to(
-          v, tf.concat([batch, tf.shape(v)[1:]], 0)), result)
+
+      def broadcast(v):
+        if isinstance(v, _NUMBERS):
+          # A Python number, of NumPy's dtype for it (int64, float64),
+          # as the member's value is elsewhere (TensorFlow's is int32).
+          v = tf.constant(v, np.asarray(v).dtype)
+        return tf.broadcast_to(v, tf.concat([batch, tf.shape(v)[1:]], 0))
+      return patterns.pattern_map(broadcast, result)
     batch = np.shape(batched)[0]
     return patterns.pattern_map(lambda v: np.array(np.broadcast_to(
         v, (batch,) + np.shape(v)[1:])), result)

@@ -228,6 +228,16 @@ class _Compiler:
         s.targets[0], ast.Subscript):
       self._item_assignment(s, s.targets[0], s.value)
       return
+    if self.per_member and any(
+        isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store)
+        for t in s.targets for n in ast.walk(t)):
+      # Items among the targets (`v[j], v[j + 1] = v[j + 1], v[j]`), as
+      # Python assigns them: the value first, whole, then each target
+      # from left to right.
+      var = self.expr(s.value)
+      for t in s.targets:
+        self._assign_from(s, t, var)
+      return
     for t in s.targets:
       self._check_target(t)
     if len(s.targets) == 1:
@@ -286,14 +296,36 @@ class _Compiler:
     call.listing_text = python_primitives.shorten(ast.unparse(s))
     self.expr(call, name)
 
+  def _assign_from(self, s, target, var):
+    """Assigns variable `var` to `target`, a name, an item of a variable
+    (per member) or a tuple or list of such, unpacking as Python does."""
+    loc = self.src.loc(s)
+    if isinstance(target, ast.Subscript):
+      value = ast.copy_location(ast.Name(var, ast.Load()), target)
+      self._item_assignment(s, target, value)
+    elif isinstance(target, (ast.Tuple, ast.List)):
+      self._check_starred(target)
+      parts = tuple(self.temp() for _ in target.elts)
+      self.emit(inst.PrimOp((var,), list(parts) if isinstance(
+          target, ast.List) else parts, inst.identity, var, loc))
+      for e, part in zip(target.elts, parts):
+        self._assign_from(s, e, part)
+    else:
+      self._check_target(target)
+      self.emit(inst.PrimOp((var,), target.id, inst.identity, var, loc))
+
+  def _check_starred(self, t):
+    for e in t.elts:
+      if isinstance(e, ast.Starred):
+        self.unsupported(e, 'starred assignment targets',
+                         'Unpack into a fixed number of names.')
+
   def _check_target(self, t):
     if isinstance(t, ast.Name):
       return
     if isinstance(t, (ast.Tuple, ast.List)):
+      self._check_starred(t)
       for e in t.elts:
-        if isinstance(e, ast.Starred):
-          self.unsupported(e, 'starred assignment targets',
-                           'Unpack into a fixed number of names.')
         self._check_target(e)
       return
     if isinstance(t, (ast.Attribute, ast.Subscript)):

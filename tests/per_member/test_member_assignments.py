@@ -1,0 +1,73 @@
+"""Item assignments among unpacking targets in per-member functions.
+
+`v[j], v[j + 1] = v[j + 1], v[j]` (a swap), as Python runs it: the value
+whole first, then each target from left to right.  Each program is
+compared with `dry_run=True` (each member alone, as plain Python) and
+with Python's own results, on NumPy (stack VM and stackless) and on
+TensorFlow (eagerly, `tf.function`, XLA).
+"""
+
+import numpy as np
+import pytest
+
+import autobatch_vm as ab
+from autobatch_vm import errors
+from tests import python as python_tests
+
+ctx = ab.Context()
+
+
+@ctx.batch(per_member=True)
+def bubble_sort(v):
+  n = len(v)
+  swaps = 0
+  for i in range(n):
+    for j in range(n - 1 - i):   # a size less a counter, on TensorFlow too
+      if v[j] > v[j + 1]:
+        v[j], v[j + 1] = v[j + 1], v[j]
+        swaps += 1
+  return v, swaps
+
+
+@ctx.batch(per_member=True)
+def mixed_targets(v, w, k):
+  (v[0], k), w[1] = (v[1] + 1.0, k + 1), v[2]
+  v[k], w[k] = w[k], v[k]      # both read before either is written
+  return v, w, k
+
+
+def test_a_swap_of_items_sorts_as_python():
+  v = np.random.default_rng(0).integers(0, 10, size=(5, 6))
+  def check(alone):
+    np.testing.assert_array_equal(alone[0], np.sort(v, axis=1))
+    assert np.all(alone[1] >= 0)
+  python_tests.run_everywhere(bubble_sort, [v], check)
+
+
+def test_item_and_name_targets_unpack_left_to_right():
+  v = np.arange(12.0).reshape(3, 4)
+  w = -np.arange(12.0).reshape(3, 4)
+  k = np.array([0, 1, 2])
+  expected = [mixed_targets.python_function(v[m].copy(), w[m].copy(), k[m])
+              for m in range(3)]
+  def check(alone):
+    for m, (ev, ew, ek) in enumerate(expected):
+      np.testing.assert_array_equal(alone[0][m], ev)
+      np.testing.assert_array_equal(alone[1][m], ew)
+      assert alone[2][m] == ek
+  python_tests.run_everywhere(mixed_targets, [v, w, k], check)
+
+
+_batch_ctx = ab.Context()
+
+
+@_batch_ctx.batch
+def _swaps_items(v):
+  v[0], v[1] = v[1], v[0]
+  return v
+
+
+def test_a_batch_aware_function_still_refuses_item_targets():
+  with pytest.raises(errors.UnsupportedSyntaxError,
+                     match='assignment to items'):
+    _swaps_items(np.ones((2, 3)))
