@@ -38,6 +38,10 @@ __all__ = ['member_call', 'member_helper', 'local_names', 'static_value']
 # functions of the same name, what they mean for numbers.
 _BUILTINS = {getattr(builtins, n): n for n in
              ('min', 'max', 'abs', 'len', 'int', 'float', 'round')}
+# NumPy's arrays like another, which `member_ops.call` makes of one
+# member's tensor too (TensorFlow's symbolic tensors reach no NumPy
+# function).
+LIKE = frozenset((np.zeros_like, np.ones_like, np.empty_like, np.full_like))
 # Python's `math` functions that `member_ops.math_fn` computes for one
 # member's numbers (`member_math`), by the function.
 MATH = {getattr(math, n): n for n in member_math.NAMES}
@@ -88,7 +92,7 @@ def member_call(obj, node):
   # The rules load with the first per-member function, not at start-up.
   from autobatch_vm.per_member import numpy_rules  # pylint: disable=g-import-not-at-top
   try:
-    if obj in numpy_rules.CREATION:
+    if obj in numpy_rules.CREATION or obj in LIKE:
       return 'call'
   except TypeError:   # unhashable
     return None

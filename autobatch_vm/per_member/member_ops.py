@@ -351,6 +351,8 @@ def call(func, *args, **kwargs):
     if (isinstance(func, type) and issubclass(func, np.generic)
         and len(args) == 1 and not kwargs):
       return _tf().cast(args[0], func)
+    if func in member_helpers.LIKE and args and is_tf(args[0]):
+      return _tf_like(func, *args, **kwargs)
     return func(*args, **kwargs)
   tf = sys.modules.get('tensorflow')
   if tf is not None:
@@ -359,6 +361,31 @@ def call(func, *args, **kwargs):
     args = [numpy_dtype(a) for a in args]
     kwargs = {k: numpy_dtype(v) for k, v in kwargs.items()}
   return _numpy_rules().call(func, *args, **kwargs)
+
+
+def _tf_like(func, a, *args, **kwargs):
+  """`np.zeros_like(a)`, `ones_like`, `empty_like` (zeros) or
+  `full_like(a, fill_value)` of one member's tensor, with NumPy's `dtype`
+  argument; NumPy's other arguments go to NumPy, which refuses the
+  tensor."""
+  tf = _tf()
+  names = (('fill_value', 'dtype') if func is np.full_like else ('dtype',))
+  given = dict(zip(names, args))
+  given.update(kwargs)
+  if len(args) > len(names) or set(given) - set(names) or (
+      func is np.full_like and 'fill_value' not in given):
+    return func(a, *args, **kwargs)
+  dtype = given.get('dtype')
+  dtype = a.dtype if dtype is None else tf.as_dtype(np.dtype(getattr(
+      dtype, 'as_numpy_dtype', dtype)))
+  if func is np.full_like:
+    fill = given['fill_value']
+    if not is_tf(fill):
+      fill = np.asarray(fill).astype(dtype.as_numpy_dtype)
+    return tf.fill(tf.shape(a), tf.cast(fill, dtype))
+  if func is np.ones_like:
+    return tf.ones_like(a, dtype=dtype)
+  return tf.zeros_like(a, dtype=dtype)
 
 
 def _leaves(value):

@@ -1,7 +1,8 @@
-"""Item assignments among unpacking targets in per-member functions.
+"""Item assignments in per-member functions: unpacking targets, new arrays.
 
 `v[j], v[j + 1] = v[j + 1], v[j]` (a swap), as Python runs it: the value
-whole first, then each target from left to right.  Each program is
+whole first, then each target from left to right; and items written into
+`np.zeros_like(v)` and its kin, which TensorFlow makes too.  Each program is
 compared with `dry_run=True` (each member alone, as plain Python) and
 with Python's own results, on NumPy (stack VM and stackless) and on
 TensorFlow (eagerly, `tf.function`, XLA).
@@ -71,3 +72,26 @@ def test_a_batch_aware_function_still_refuses_item_targets():
   with pytest.raises(errors.UnsupportedSyntaxError,
                      match='assignment to items'):
     _swaps_items(np.ones((2, 3)))
+
+
+@ctx.batch(per_member=True)
+def prefix_sums(v):
+  out = np.zeros_like(v)       # on TensorFlow too: arrays like a member's
+  counts = np.ones_like(v, dtype=np.int32)
+  halves = np.full_like(counts, 7.9)   # NumPy casts the fill: 7
+  acc = 0.0
+  for i in range(len(v)):
+    acc += v[i]
+    out[i] = acc
+    counts[i] += i
+  return out, counts, halves, np.empty_like(v, np.float32).shape[0]
+
+
+def test_arrays_like_a_members_array_are_written_item_by_item():
+  v = np.random.default_rng(1).normal(size=(3, 5))
+  def check(alone):
+    np.testing.assert_allclose(alone[0], np.cumsum(v, axis=1))
+    np.testing.assert_array_equal(alone[1], np.tile(np.arange(1, 6), (3, 1)))
+    assert alone[1].dtype == np.int32 and alone[2].dtype == np.int32
+    np.testing.assert_array_equal(alone[2], np.full((3, 5), 7))
+  python_tests.run_everywhere(prefix_sums, [v], check)
