@@ -315,10 +315,16 @@ def where(cond, x, y):
       x = tf.convert_to_tensor(x, dtype=y.dtype)
     else:
       x = tf.convert_to_tensor(x)
+      if not isinstance(y, scalars):
+        y = tf.convert_to_tensor(y)
       if tf.is_tensor(y) and y.dtype == tf.bool != x.dtype:
         y = tf.cast(y, x.dtype)   # as NumPy and Python take a boolean
       elif x.dtype == tf.bool and tf.is_tensor(y) and y.dtype != tf.bool:
         x = tf.cast(x, y.dtype)
+      elif tf.is_tensor(y) and y.dtype != x.dtype:
+        # Both sides' joint dtype, as NumPy's (int8 and int16: int16).
+        joint = np.result_type(x.dtype.as_numpy_dtype, y.dtype.as_numpy_dtype)
+        x, y = tf.cast(x, joint), tf.cast(y, joint)
       y = tf.convert_to_tensor(y, dtype=x.dtype)
     rank = max(len(x.shape), len(y.shape))
     return tf.where(_expand_to(cond, rank), x, y)

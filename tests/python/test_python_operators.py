@@ -393,3 +393,22 @@ def test_a_numpy_scalar_test_for_every_member():
     np.testing.assert_array_equal(b, x > 0)
     np.testing.assert_array_equal(c, x < 0)
   python_tests.run_everywhere(numpy_scalar_tests, [x], check)
+
+
+WEIGHTS = np.array([0.5, 0.25, 0.125])   # module data, float64
+
+
+@ctx.batch
+def joint_sides(x8, x16, f32, c):
+  m = x8 if c else x16          # int8 and int16: int16, as NumPy's
+  w = f32 if c else WEIGHTS     # float32 and float64: float64
+  return m, w
+
+
+def test_sides_of_different_dtypes_take_their_joint_dtype():
+  args = [np.array([1, 2, 3], np.int8), np.array([100, 200, 300], np.int16),
+          np.ones((3, 3), np.float32), np.array([True, False, True])]
+  def check(alone):
+    assert alone[0].dtype == np.int16 and alone[1].dtype == np.float64
+    np.testing.assert_array_equal(alone[0], [1, 200, 3])
+  python_tests.run_everywhere(joint_sides, args, check)
