@@ -42,6 +42,30 @@ _BUILTINS = {getattr(builtins, n): n for n in
 # member's tensor too (TensorFlow's symbolic tensors reach no NumPy
 # function).
 LIKE = frozenset((np.zeros_like, np.ones_like, np.empty_like, np.full_like))
+# NumPy's functions that TensorFlow's NumPy API (`tf.experimental.numpy`)
+# has by the same name: `member_ops.call` runs that one on one member's
+# tensors, which no NumPy function takes.
+TF_NUMPY = frozenset(getattr(np, n) for n in (
+    'sum', 'prod', 'mean', 'std', 'var', 'max', 'min', 'amax', 'amin',
+    'argmax', 'argmin', 'cumsum', 'cumprod', 'all', 'any', 'count_nonzero',
+    'sqrt', 'square', 'exp', 'exp2', 'expm1', 'log', 'log1p', 'log2',
+    'log10', 'sin', 'cos', 'tan', 'arcsin', 'arccos', 'arctan', 'arctan2',
+    'sinh', 'cosh', 'tanh', 'arcsinh', 'arccosh', 'arctanh', 'abs',
+    'absolute', 'fabs', 'sign', 'floor', 'ceil', 'round', 'rint', 'trunc',
+    'clip', 'where', 'maximum', 'minimum', 'power', 'hypot', 'isnan',
+    'isinf', 'isfinite', 'logical_and', 'logical_or', 'logical_not',
+    'logical_xor', 'dot', 'matmul', 'outer', 'inner', 'vdot', 'sort',
+    'argsort', 'concatenate', 'stack', 'hstack', 'vstack', 'transpose',
+    'reshape', 'ravel', 'flip', 'roll', 'diff', 'take', 'linspace', 'tile',
+    'repeat', 'diag', 'trace', 'cross', 'einsum', 'allclose', 'isclose',
+    'array_equal', 'nonzero') if hasattr(np, n))
+# Array methods that `member_ops.method` runs on one member's tensors too
+# (by `tf.experimental.numpy`'s function of the name, or a cast, a copy).
+METHODS = frozenset((
+    'sum', 'prod', 'mean', 'std', 'var', 'max', 'min', 'argmax', 'argmin',
+    'cumsum', 'cumprod', 'all', 'any', 'astype', 'copy', 'reshape',
+    'flatten', 'ravel', 'transpose', 'dot', 'clip', 'round', 'sort',
+    'argsort', 'nonzero', 'trace', 'diagonal', 'squeeze'))
 # Python's `math` functions that `member_ops.math_fn` computes for one
 # member's numbers (`member_math`), by the function.
 MATH = {getattr(math, n): n for n in member_math.NAMES}
@@ -92,7 +116,7 @@ def member_call(obj, node):
   # The rules load with the first per-member function, not at start-up.
   from autobatch_vm.per_member import numpy_rules  # pylint: disable=g-import-not-at-top
   try:
-    if obj in numpy_rules.CREATION or obj in LIKE:
+    if obj in numpy_rules.CREATION or obj in LIKE or obj in TF_NUMPY:
       return 'call'
   except TypeError:   # unhashable
     return None

@@ -46,7 +46,7 @@ from autobatch_vm.per_member import member_math
 __all__ = ['key', 'getitem', 'setitem', 'asarray', 'min', 'max', 'abs', 'len', 'int',
            'float', 'round', 'math_fn', 'math_rows', 'int_rows',
            'round_rows', 'where', 'choose', 'all_of', 'any_of',
-           'logical_and', 'logical_or',
+           'logical_and', 'logical_or', 'method', 'attribute',
            'logical_not', 'is_tf', 'note_failure']
 
 # pylint: disable=redefined-builtin
@@ -353,6 +353,8 @@ def call(func, *args, **kwargs):
       return _tf().cast(args[0], func)
     if func in member_helpers.LIKE and args and is_tf(args[0]):
       return _tf_like(func, *args, **kwargs)
+    if func in member_helpers.TF_NUMPY:
+      return getattr(_tnp(), func.__name__)(*args, **kwargs)
     return func(*args, **kwargs)
   tf = sys.modules.get('tensorflow')
   if tf is not None:
@@ -361,6 +363,59 @@ def call(func, *args, **kwargs):
     args = [numpy_dtype(a) for a in args]
     kwargs = {k: numpy_dtype(v) for k, v in kwargs.items()}
   return _numpy_rules().call(func, *args, **kwargs)
+
+
+def _tnp():
+  return _tf().experimental.numpy
+
+
+def method(obj, name, *args, **kwargs):
+  """One member's `obj.name(*args, **kwargs)`: an array method
+  (`member_helpers.METHODS`), which a TensorFlow tensor lacks: on one
+  member's tensor TensorFlow's NumPy function of the name (`v.max()` is
+  `tnp.max(v)`), a cast (`astype`) or a copy; on anything else the
+  method itself.
+
+  Args:
+    obj: The object whose method is called.
+    name: The method's name.
+    *args, **kwargs: Its arguments.
+
+  Returns:
+    What the method gives for one member.
+  """
+  if not is_tf(obj) or isinstance(obj, _tf().Variable):
+    return getattr(obj, name)(*args, **kwargs)
+  tf = _tf()
+  if name == 'astype':
+    dtype = args[0] if args else kwargs['dtype']
+    return tf.cast(obj, tf.as_dtype(np.dtype(getattr(
+        dtype, 'as_numpy_dtype', dtype))))
+  if name == 'copy':
+    return tf.identity(obj)
+  if name in ('flatten', 'ravel'):
+    return tf.reshape(obj, [-1])
+  if name == 'reshape' and len(args) > 1:
+    args = (args,)    # v.reshape(2, 3) is v.reshape((2, 3))
+  if name == 'transpose' and args:
+    args = (args[0] if len(args) == 1 else args,)
+  return getattr(_tnp(), name)(obj, *args, **kwargs)
+
+
+def attribute(obj, name):
+  """One member's `obj.T` (`name`): a transpose of a TensorFlow tensor,
+  which has no such attribute; else the attribute itself.
+
+  Args:
+    obj: The object.
+    name: The attribute's name.
+
+  Returns:
+    The attribute's value for one member.
+  """
+  if name == 'T' and is_tf(obj) and not isinstance(obj, _tf().Variable):
+    return _tf().transpose(obj)
+  return getattr(obj, name)
 
 
 def _tf_like(func, a, *args, **kwargs):

@@ -700,6 +700,12 @@ class _Rewrite:
     if helper == 'call' and node.args:   # a function given a list display
       node = ast.Call(node.args[0], node.args[1:], node.keywords)
       helper = None
+    if helper == 'attribute':   # `v.T`: the rules'
+      raise _NotDirect
+    if helper == 'method' and len(node.args) >= 2:   # `v.max()`, as written
+      node = ast.Call(ast.Attribute(node.args[0], node.args[1].value,
+                                    ast.Load()), node.args[2:], node.keywords)
+      helper = None
     if helper is None and python_primitives.helper_name(
         node, self.prefix, 'ops') is None:
       method = self._method(node)

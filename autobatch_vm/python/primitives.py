@@ -163,6 +163,27 @@ class PrimitiveRewriter(ast.NodeTransformer):
     return sorted({names[n.id] for n in ast.walk(node)
                    if isinstance(n, ast.Name) and n.id in names})
 
+  def visit_Attribute(self, node):
+    """In a per-member function, `v.T` of a value the function computes
+    becomes `member_ops.attribute(v, 'T')` (a TensorFlow tensor has no
+    `.T`); other attributes are kept.
+
+    Args:
+      node: The AST node.
+
+    Returns:
+      Its replacement.
+    """
+    if (self.per_member and isinstance(node.ctx, ast.Load) and
+        node.attr == 'T' and any(
+            isinstance(n, ast.Name) and (n.id in self.local_names or
+                                         n.id.startswith('%'))
+            for n in ast.walk(node.value))):
+      value = self.visit(node.value)
+      return self._ops('attribute', [value, ast.Constant('T')], node,
+                       MEMBER_OPS)
+    return self.generic_visit(node)
+
   def visit_Lambda(self, node):
     """A lambda is kept as written.
 
@@ -205,6 +226,18 @@ class PrimitiveRewriter(ast.NodeTransformer):
     # are not computed (`member_ops.all_of`).
     return self._ops('all_of' if name == 'logical_and' else 'any_of',
                      [_thunk(v) for v in values], node)
+
+  def _is_method_call(self, node):
+    """Whether call `node` calls an array method (`member_helpers.METHODS`)
+    of a value the function computes (it reads the function's variables):
+    not of a module or of an object the same for every member."""
+    f = node.func
+    return (isinstance(f, ast.Attribute) and f.attr in member_helpers.METHODS
+            and any(isinstance(n, ast.Name) and (
+                n.id in self.local_names or n.id.startswith('%'))
+                    for n in ast.walk(f.value)) and
+            not any(isinstance(a, ast.Starred) for a in node.args) and
+            all(k.arg is not None for k in node.keywords))
 
   def _guarded(self, guard, node):
     """`node` visited with `guard` (a rewritten condition) held."""
@@ -316,6 +349,13 @@ class PrimitiveRewriter(ast.NodeTransformer):
           [self._ops('floordiv', [a, b], node),
            self._ops('mod', [copy.deepcopy(a), copy.deepcopy(b)], node)],
           ast.Load()), node)
+    if self.per_member and self._is_method_call(node):
+      # `v.max()`: a method of a value (an array's, which a TensorFlow
+      # tensor may lack: `member_ops.method`).
+      node = self.generic_visit(node)
+      return self._ops('method', [node.func.value,
+                                  ast.Constant(node.func.attr)] + node.args,
+                       node, MEMBER_OPS, node.keywords)
     if self.per_member:
       name = member_helpers.member_call(callee, node)
       if name is not None:

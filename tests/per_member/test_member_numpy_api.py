@@ -1,0 +1,51 @@
+"""NumPy's functions and array methods on one member's TensorFlow values.
+
+A per-member function written with NumPy (`v.sum()`, `np.argmax(v)`,
+`np.cumsum(v)`, `v.astype(np.float32).reshape(2, 2).T`) runs on
+TensorFlow unchanged: each NumPy function or array method that
+TensorFlow's NumPy API (`tf.experimental.numpy`) has by name runs as
+that one on a member's tensor, inside TensorFlow's vectorizer.  Compared
+with `dry_run=True` and with NumPy's own results, on NumPy (stack VM and
+stackless) and TensorFlow (eagerly, `tf.function`, XLA).
+"""
+
+import numpy as np
+
+import autobatch_vm as ab
+from tests import python as python_tests
+
+ctx = ab.Context()
+
+
+@ctx.batch(per_member=True)
+def summaries(v, w):
+  s = v.sum() + np.sum(w) + v.mean() + np.max(v) - v.min()
+  k = int(np.argmax(v)) + v.argmin()
+  c = np.cumsum(v)[-1] + np.sqrt(np.abs(w)).sum() + np.dot(v, w)
+  q = v.astype(np.float32).copy().reshape(2, 2).T.sum(axis=0)
+  z = (np.where(v > 0, v, 0.0).max() + np.clip(w, -0.5, 0.5).sum() +
+       np.maximum(v, w).sum())
+  m = np.stack([v, w]).mean(axis=0) + np.concatenate([v, w])[:4]
+  return s, k, c, q, z, m
+
+
+def _expected(v, w):
+  s = v.sum(1) + w.sum(1) + v.mean(1) + v.max(1) - v.min(1)
+  k = np.argmax(v, 1) + np.argmin(v, 1)
+  c = (np.cumsum(v, 1)[:, -1] + np.sqrt(np.abs(w)).sum(1) +
+       np.sum(v * w, 1))
+  q = v.astype(np.float32).reshape(-1, 2, 2).transpose(0, 2, 1).sum(1)
+  z = (np.where(v > 0, v, 0.0).max(1) + np.clip(w, -0.5, 0.5).sum(1) +
+       np.maximum(v, w).sum(1))
+  m = (v + w) / 2 + v
+  return s, k, c, q, z, m
+
+
+def test_numpy_functions_and_methods_run_on_every_backend():
+  rng = np.random.default_rng(0)
+  v, w = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
+  def check(alone):
+    for got, want in zip(alone, _expected(v, w)):
+      np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert alone[3].dtype == np.float32
+  python_tests.run_everywhere(summaries, [v, w], check)
