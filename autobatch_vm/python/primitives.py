@@ -164,9 +164,10 @@ class PrimitiveRewriter(ast.NodeTransformer):
                    if isinstance(n, ast.Name) and n.id in names})
 
   def visit_Attribute(self, node):
-    """In a per-member function, `v.T` of a value the function computes
-    becomes `member_ops.attribute(v, 'T')` (a TensorFlow tensor has no
-    `.T`); other attributes are kept.
+    """`v.T` of a member's value becomes `member_ops.attribute(v, 'T')`.
+
+    In a per-member function only (a TensorFlow tensor has no `.T`);
+    other attributes are kept.
 
     Args:
       node: The AST node.
