@@ -354,7 +354,7 @@ def call(func, *args, **kwargs):
     if func in member_helpers.LIKE and args and is_tf(args[0]):
       return _tf_like(func, *args, **kwargs)
     if func in member_helpers.TF_NUMPY:
-      return getattr(_tnp(), func.__name__)(*args, **kwargs)
+      return _tnp_call(func, args, kwargs)
     return func(*args, **kwargs)
   tf = sys.modules.get('tensorflow')
   if tf is not None:
@@ -367,6 +367,28 @@ def call(func, *args, **kwargs):
 
 def _tnp():
   return _tf().experimental.numpy
+
+
+def _tnp_call(func, args, kwargs):
+  """NumPy function `func` by TensorFlow's NumPy API, on one member's
+  tensors: a ufunc's integer or boolean tensors first cast to the float
+  dtype NumPy gives it (`np.sqrt` of int32 is float64), which the API
+  does not do."""
+  if isinstance(func, np.ufunc) and not kwargs:
+    tf = _tf()
+    dummies = [np.zeros((), x.dtype.as_numpy_dtype) if is_tf(x) else x
+               for x in args]
+    try:
+      with np.errstate(all='ignore'):
+        out = func(*dummies)
+    except Exception:  # pylint: disable=broad-except
+      out = None   # TensorFlow's API says why
+    if out is not None:
+      dtype = np.asarray(out[0] if isinstance(out, tuple) else out).dtype
+      if dtype.kind in 'fc':
+        args = [tf.cast(x, dtype) if is_tf(x) and np.dtype(
+            x.dtype.as_numpy_dtype).kind in 'iub' else x for x in args]
+  return getattr(_tnp(), func.__name__)(*args, **kwargs)
 
 
 def method(obj, name, *args, **kwargs):

@@ -49,3 +49,20 @@ def test_numpy_functions_and_methods_run_on_every_backend():
       np.testing.assert_allclose(got, want, rtol=1e-5)
     assert alone[3].dtype == np.float32
   python_tests.run_everywhere(summaries, [v, w], check)
+
+
+@ctx.batch(per_member=True)
+def of_integers(n, v):
+  return (np.sqrt(n) + np.exp(v).sum(), np.log1p(v).max(),
+          np.abs(v - 3).sum(), np.maximum(v, 2).sum())
+
+
+def test_a_ufunc_of_integers_gives_numpys_float():
+  """`np.sqrt` of an int32 is float64, as NumPy's, on TensorFlow too."""
+  n = np.array([1, 4, 9], np.int32)
+  v = np.arange(12).reshape(3, 4)
+  def check(alone):
+    assert [a.dtype for a in alone] == [np.float64, np.float64, np.int64,
+                                        np.int64]
+    np.testing.assert_allclose(alone[0], np.sqrt(n) + np.exp(v).sum(1))
+  python_tests.run_everywhere(of_integers, [n, v], check)
