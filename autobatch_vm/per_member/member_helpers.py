@@ -64,8 +64,8 @@ TF_NUMPY = frozenset(getattr(np, n) for n in (
 METHODS = frozenset((
     'sum', 'prod', 'mean', 'std', 'var', 'max', 'min', 'argmax', 'argmin',
     'cumsum', 'cumprod', 'all', 'any', 'astype', 'copy', 'reshape',
-    'flatten', 'ravel', 'transpose', 'dot', 'clip', 'round', 'sort',
-    'argsort', 'nonzero', 'trace', 'diagonal', 'squeeze'))
+    'flatten', 'ravel', 'transpose', 'dot', 'clip', 'round', 'argsort',
+    'nonzero', 'trace', 'diagonal', 'squeeze'))   # not `sort`: in place
 # Python's `math` functions that `member_ops.math_fn` computes for one
 # member's numbers (`member_math`), by the function.
 MATH = {getattr(math, n): n for n in member_math.NAMES}
