@@ -76,8 +76,8 @@ def uses_lambda(x):
 @unsupported('lambdavalue', 'lambdas as values are not supported',
              'with `def` at module level')
 def assigns_lambda(x):
-  f = lambda v: v * 2  # ERR:lambdavalue
-  return f(x)
+  fs = (lambda v: v * 2, lambda v: v)  # ERR:lambdavalue
+  return fs[0](x)
 
 
 @unsupported('print', 'print() is not supported', 'dry_run=True',

@@ -20,6 +20,7 @@ one whose source cannot be read, is called as it is.
 
 import ast
 import builtins
+import copy
 import inspect
 import math
 import os
@@ -126,6 +127,26 @@ def member_call(obj, node):
   return 'call' if is_helper(obj) else None
 
 
+def call_arguments(name, obj, node):
+  """The arguments of the `member_ops` call that replaces call `node` of
+  `obj`, for `member_call`'s `name`: the callee first for `'call'`, the
+  `math` function's name first for `'math_fn'`, else the call's own.
+
+  Args:
+    name: What `member_call(obj, node)` returned.
+    obj: The callee.
+    node: The `ast.Call`.
+
+  Returns:
+    A list of AST nodes.
+  """
+  if name == 'call':
+    return [node.func] + list(node.args)
+  if name == 'math_fn':
+    return [ast.Constant(MATH[obj])] + list(node.args)
+  return list(node.args)
+
+
 def is_helper(obj):
   """Whether `obj` is a user's helper (see the module docstring).
 
@@ -175,10 +196,14 @@ def member_helper(fn, ops):
 
 def _rewrite(fn, ops):
   code = fn.__code__
-  tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-  if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef):
-    return fn
-  definition = tree.body[0]
+  # A helper lifted out of a batched function (`python.nested`) carries
+  # its definition: its source lacks the parameters it was given.
+  definition = copy.deepcopy(getattr(fn, '__ab_definition__', None))
+  if definition is None:
+    tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef):
+      return fn
+    definition = tree.body[0]
   if definition.name != fn.__name__ or definition.decorator_list:
     return fn
   cells = dict(zip(code.co_freevars, fn.__closure__ or ()))
@@ -304,5 +329,5 @@ class _CallRewriter(ast.NodeTransformer):
       return node
     self.changed = True
     fn = ast.Attribute(ast.Name(_OPS, ast.Load()), name, ast.Load())
-    args = node.args if name != 'call' else [node.func] + node.args
-    return ast.copy_location(ast.Call(fn, args, node.keywords), node)
+    return ast.copy_location(ast.Call(
+        fn, call_arguments(name, callee, node), node.keywords), node)

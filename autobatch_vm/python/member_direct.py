@@ -796,7 +796,9 @@ class _Rewrite:
       return _Value(False, 0, 'i', False), ast.Constant(len(v.items))
     name = member_helpers.member_call(obj, node)
     if name not in (None, 'call'):   # as the primitive's own calls of them
-      return self._call_value(self._pm_call(name, node.args, node.keywords))
+      return self._call_value(self._pm_call(
+          name, member_helpers.call_arguments(name, obj, node),
+          node.keywords))
     fn = member_functions.plain_function(obj)
     if fn is None:
       raise _NotDirect

@@ -337,6 +337,15 @@ class PrimitiveRewriter(ast.NodeTransformer):
       Its replacement.
     """
     callee = self.static_value(node.func)
+    free = getattr(callee, '__ab_free__', None) if isinstance(
+        callee, types.FunctionType) else None
+    if free:
+      # A helper defined in the batched function: the variables of the
+      # function it reads, passed as they are now (`python.nested`).
+      node = ast.Call(node.func, node.args, node.keywords + [
+          ast.keyword(v, ast.copy_location(ast.Name(v, ast.Load()), node))
+          for v in free])
+      ast.copy_location(node, node.func)
     if callee is ops_module.truthy:
       if len(node.args) != 1 or node.keywords:
         self.unsupported(node, 'truthy() with other than one argument')
@@ -361,10 +370,8 @@ class PrimitiveRewriter(ast.NodeTransformer):
       name = member_helpers.member_call(callee, node)
       if name is not None:
         node = self.generic_visit(node)
-        args = [node.func] + node.args if name == 'call' else node.args
+        args = member_helpers.call_arguments(name, callee, node)
         keywords = list(node.keywords)
-        if name == 'math_fn':
-          args = [ast.Constant(member_helpers.MATH[callee])] + args
         if name in _CHECKED_HELPERS and self._guards:
           # Python calls it, and may raise, only where the guards hold.
           keywords.append(ast.keyword('guard', self._guard(node)))

@@ -87,15 +87,22 @@ def assigned_names(fn_node):
     fn_node: The function's `ast.FunctionDef`.
 
   Returns:
-    The set of names assigned in its body, comprehension targets left out.
+    The set of names assigned in its body (nested functions' names, not
+    what they assign), comprehension targets left out.
   """
   names = set()
-  for node in ast.walk(fn_node):
+  stack = list(fn_node.body)
+  while stack:
+    node = stack.pop()
     if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
       names.add(node.id)
-    elif isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp,
-                           ast.DictComp, ast.GeneratorExp)):
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                         ast.ClassDef)):
+      names.add(node.name)
+      continue   # its body is its own scope
+    if isinstance(node, ast.Lambda):
       continue
+    stack.extend(ast.iter_child_nodes(node))
   # Comprehension targets are local to the comprehension, not the function.
   for node in ast.walk(fn_node):
     if isinstance(node, ast.comprehension):

@@ -40,6 +40,7 @@ from autobatch_vm.per_member import primitive as member_primitive
 from autobatch_vm.python import cfg as python_cfg
 from autobatch_vm.python import member_direct
 from autobatch_vm.python import member_sizes
+from autobatch_vm.python import nested as python_nested
 from autobatch_vm.python import primitives as python_primitives
 from autobatch_vm.python import source as python_source
 from autobatch_vm.python.source import dry_run_function
@@ -115,6 +116,16 @@ class _Compiler:
       self.closure = dict(zip(fn.__code__.co_freevars, fn.__closure__))
     # Names of the generated primitives' own start with this.
     self.prefix = python_source.generated_prefix(fn, node)
+    # Helpers defined in the body (`def f(x): ...`, `f = lambda x: ...`):
+    # lifted out (`python.nested`), read from closure cells as a closure's
+    # functions are, not variables.
+    helpers = python_nested.definitions(node)
+    self.nested = frozenset(helpers)
+    self.locals -= self.nested
+    self.closure.update(python_nested.lift(
+        helpers, self.locals, dict(self.closure), fn.__globals__,
+        self.src.filename, self.src.first_line - 1,
+        lambda call: self._batched_callee(call) is not None, self.src.loc))
 
   # -- errors --------------------------------------------------------------
 
@@ -207,6 +218,11 @@ class _Compiler:
       self.statement(s)
 
   def statement(self, s):
+    if (isinstance(s, ast.FunctionDef) and s.name in self.nested) or (
+        isinstance(s, ast.Assign) and isinstance(s.value, ast.Lambda) and
+        len(s.targets) == 1 and isinstance(s.targets[0], ast.Name) and
+        s.targets[0].id in self.nested):
+      return   # a helper, lifted (`python.nested`)
     for kind, (what, hint) in _UNSUPPORTED_STATEMENTS.items():
       if isinstance(s, kind):
         self.unsupported(s, what, hint)
@@ -586,6 +602,17 @@ class _Compiler:
       elif isinstance(n, (ast.Tuple, ast.List)):
         for e in n.elts:
           yield from lambdas(e)
+    calls = {id(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)}
+    for n in ast.walk(node):
+      if (isinstance(n, ast.Name) and n.id in self.nested and
+          id(n) not in calls and getattr(
+              self.closure[n.id].cell_contents, python_nested.FREE, ())):
+        self.unsupported(
+            n, f'helper {n.id!r}, which reads the batched function\'s '
+            'variables, as a value',
+            'Call it (its variables are passed at each call), or pass '
+            'those values as arguments of a helper defined at module '
+            'level.')
     for n in lambdas(node):
       raise errors.UnsupportedSyntaxError(
           'lambdas as values are not supported in batched functions: a '

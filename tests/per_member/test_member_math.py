@@ -266,3 +266,22 @@ def test_a_shared_number_python_cannot_take_fails_only_guarded_members():
   with pytest.raises(errors.PrimitiveError,
                      match=r'ValueError.*batch members \[1\]: math domain'):
     shared_log(tf.constant([0.5, 2.0], tf.float64))
+
+
+def _root_of_abs(x):     # a module-level helper of a per-member function
+  return math.sqrt(abs(x)) + math.exp(-x)
+
+
+_helper_ctx = ab.Context()
+
+
+@_helper_ctx.batch(per_member=True)
+def through_helper(x):
+  return _root_of_abs(x)
+
+
+def test_math_in_a_helper_the_function_calls():
+  x = np.array([-2.5, 0.5, 9.0])
+  ref = _numpy([through_helper(x, dry_run=True)])
+  for _, run in _runs(through_helper, (x,)):
+    _same(_numpy([run()]), ref, 1e-12)
