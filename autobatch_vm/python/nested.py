@@ -237,10 +237,12 @@ def _compile(d, free, free_of, cells, closure, fn_globals, filename,
       scope[n] = cell.cell_contents
     except ValueError:
       pass
-  defaults = tuple(eval(compile(ast.Expression(copy.deepcopy(e)), filename,  # pylint: disable=eval-used
-                                'eval'), scope) for e in d.args.defaults)
-  kw_defaults = {a.arg: eval(compile(ast.Expression(copy.deepcopy(e)),  # pylint: disable=eval-used
-                                     filename, 'eval'), scope)
+  def value(expression):   # a default, as Python computes it at the `def`
+    code = compile(ast.Expression(copy.deepcopy(expression)), filename,
+                   'eval')
+    return eval(code, scope)  # pylint: disable=eval-used
+  defaults = tuple(value(e) for e in d.args.defaults)
+  kw_defaults = {a.arg: value(e)
                  for a, e in zip(d.args.kwonlyargs, d.args.kw_defaults)
                  if e is not None}
   all_cells = {**closure, **cells}
