@@ -216,21 +216,8 @@ def _rewrite(fn, ops):
   # (a recursive call) is what it is in `fn` (a global or closure cell),
   # not a name of the maker's that no cell holds.
   definition.name = _OPS + '_helper'
-  names = sorted(set(cells) | {_OPS})
-  maker = ast.FunctionDef(
-      name=_OPS + '_make',
-      args=ast.arguments(posonlyargs=[], args=[ast.arg(n) for n in names],
-                         vararg=None, kwonlyargs=[], kw_defaults=[],
-                         kwarg=None, defaults=[]),
-      body=[definition, ast.Return(ast.Name(definition.name, ast.Load()))],
-      decorator_list=[], returns=None, type_comment=None, type_params=[])
-  module = ast.Module(body=[maker], type_ignores=[])
-  ast.fix_missing_locations(module)
-  compiled = compile(module, code.co_filename, 'exec')
-  maker_code = next(c for c in compiled.co_consts
-                    if isinstance(c, types.CodeType))
-  new = next(c for c in maker_code.co_consts if isinstance(c, types.CodeType)
-             and c.co_name == definition.name)
+  new = inner_code(definition, sorted(set(cells) | {_OPS}),
+                   code.co_filename)
   # Its own name again, for tracebacks.
   new = new.replace(co_name=code.co_name, **(
       {'co_qualname': code.co_qualname} if hasattr(code, 'co_qualname')
@@ -243,6 +230,39 @@ def _rewrite(fn, ops):
   made.__qualname__ = fn.__qualname__
   made.__doc__ = fn.__doc__
   return made
+
+
+def inner_code(definition, names, filename, line_offset=0):
+  """The code object of function `definition` compiled inside a function
+  whose parameters are `names`: those it reads are its free variables,
+  for closure cells of the caller's (`types.FunctionType(code, globals,
+  name, defaults, cells)`).
+
+  Args:
+    definition: An `ast.FunctionDef` (its lines the file's, less
+      `line_offset`).
+    names: The names it may read from cells.
+    filename: The file its code names.
+    line_offset: Added to its lines.
+
+  Returns:
+    Its `types.CodeType`.
+  """
+  maker = ast.FunctionDef(
+      name=_OPS + '_make',
+      args=ast.arguments(posonlyargs=[], args=[ast.arg(n) for n in names],
+                         vararg=None, kwonlyargs=[], kw_defaults=[],
+                         kwarg=None, defaults=[]),
+      body=[definition, ast.Return(ast.Name(definition.name, ast.Load()))],
+      decorator_list=[], returns=None, type_comment=None, type_params=[])
+  module = ast.Module(body=[maker], type_ignores=[])
+  ast.fix_missing_locations(module)
+  ast.increment_lineno(module, line_offset)
+  compiled = compile(module, filename, 'exec')
+  maker_code = next(c for c in compiled.co_consts
+                    if isinstance(c, types.CodeType))
+  return next(c for c in maker_code.co_consts if isinstance(
+      c, types.CodeType) and c.co_name == definition.name)
 
 
 def local_names(definition):

@@ -28,6 +28,7 @@ import copy
 import types
 
 from autobatch_vm import errors
+from autobatch_vm.per_member import member_helpers
 
 __all__ = ['definitions', 'lift']
 
@@ -216,21 +217,8 @@ def _compile(d, free, free_of, cells, closure, fn_globals, filename,
   lifted.args.kw_defaults = lifted.args.kw_defaults + [None] * len(free)
   definition = copy.deepcopy(lifted)
   ast.increment_lineno(definition, 1 - definition.lineno)
-  names = sorted(set(closure) | set(cells))
-  maker = ast.FunctionDef(
-      name='__ab_lift',
-      args=ast.arguments(posonlyargs=[], args=[ast.arg(n) for n in names],
-                         vararg=None, kwonlyargs=[], kw_defaults=[],
-                         kwarg=None, defaults=[]),
-      body=[lifted, ast.Return(ast.Name(d.name, ast.Load()))],
-      decorator_list=[], returns=None, type_comment=None, type_params=[])
-  module = ast.Module(body=[maker], type_ignores=[])
-  ast.fix_missing_locations(module)
-  ast.increment_lineno(module, line_offset)
-  code = compile(module, filename, 'exec')
-  maker_code = next(c for c in code.co_consts if isinstance(c, types.CodeType))
-  fn_code = next(c for c in maker_code.co_consts
-                 if isinstance(c, types.CodeType) and c.co_name == d.name)
+  fn_code = member_helpers.inner_code(lifted, sorted(set(closure) | set(
+      cells)), filename, line_offset)
   scope = dict(fn_globals)
   for n, cell in closure.items():
     try:
