@@ -15,7 +15,8 @@ import numpy as np
 from autobatch_vm import errors
 
 __all__ = ['logical_and', 'logical_or', 'logical_not', 'where', 'mod',
-           'floordiv', 'fail', 'sync_point', 'SYNC_ATTRIBUTE', 'truthy']
+           'floordiv', 'promoted', 'fail', 'sync_point', 'SYNC_ATTRIBUTE',
+           'truthy']
 
 SYNC_ATTRIBUTE = '__autobatch_sync_point__'
 
@@ -281,6 +282,67 @@ def _expand_to(cond, rank):
   if _is_tf(cond):
     return _tf().reshape(cond, list(cond.shape) + [1] * extra)
   return cond.reshape(cond.shape + (1,) * extra)
+
+
+_BINARY = {'add': operator.add, 'sub': operator.sub, 'mul': operator.mul,
+           'truediv': operator.truediv, 'pow': operator.pow,
+           'and_': operator.and_, 'or_': operator.or_, 'xor': operator.xor,
+           'lt': operator.lt, 'le': operator.le, 'gt': operator.gt,
+           'ge': operator.ge, 'eq': operator.eq, 'ne': operator.ne}
+
+
+def promoted(name, a, b):
+  """`a <op> b` with NumPy's promotion of TensorFlow tensors' dtypes.
+
+  `name` is `'add'`, `'lt'` ...: TensorFlow's operators do not promote.
+  The form of a primitive that fails on TensorFlow for mixed dtypes
+  (`x * n` of a float64 and an int64): both operands take their joint
+  dtype, NumPy's (a Python number stays weak), and a true division of
+  integers is float64.  Operands that are not both numeric, or not
+  TensorFlow's, go to the operator as they are.
+
+  Args:
+    name: The operator's name (a key of `_BINARY`).
+    a: The left operand.
+    b: The right operand.
+
+  Returns:
+    The result.
+  """
+  op = _BINARY[name]
+  if not _is_tf(a, b):
+    return op(a, b)
+  da, db = _promotion_dtype(a), _promotion_dtype(b)
+  if da is None or db is None:
+    return op(a, b)
+  joint = np.result_type(da, db)
+  if name == 'truediv' and joint.kind in 'iub':
+    joint = np.dtype(np.float64)
+  return op(_cast_to(a, joint), _cast_to(b, joint))
+
+
+def _promotion_dtype(x):
+  """What `np.result_type` takes for operand `x`: a tensor's or array's
+  dtype, a Python number itself (weak); None for anything else."""
+  if type(x) in (bool, int, float):
+    return x
+  if _is_tf(x):
+    dtype = _tf().as_dtype(x.dtype)
+    if not (dtype.is_floating or dtype.is_integer or dtype.is_bool):
+      return None
+    return np.dtype(dtype.as_numpy_dtype)
+  dtype = getattr(x, 'dtype', None)
+  return np.dtype(dtype) if isinstance(x, (np.ndarray, np.generic)) else None
+
+
+def _cast_to(x, dtype):
+  """`x` as `dtype`: a tensor or array cast, a Python number as it is."""
+  if type(x) in (bool, int, float):
+    return x
+  if _is_tf(x):
+    tf = _tf()
+    return x if x.dtype == tf.as_dtype(dtype) else tf.cast(x, dtype)
+  return np.asarray(x, dtype)
 
 
 def where(cond, x, y):

@@ -846,7 +846,7 @@ def test_dtype_mismatch_gets_a_dtype_hint_not_a_made_up_data_hint():
 
   @ctx.batch()
   def add(x, t):
-    return x + t  # ERR:dtypemix
+    return tf.add(x, t)  # ERR:dtypemix
 
   with pytest.raises(errors.PrimitiveError) as e:
     add(np.array([1, 2]), tf.constant([1, 2], tf.int32))

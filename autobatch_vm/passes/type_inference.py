@@ -242,6 +242,8 @@ class _Inference:
     self.origins = {}        # (fn, var) -> main's arguments its dtype is from
     self.arguments = {}      # main's parameter -> its type
     self.sizes = size_folding.SizeFolding(program)
+    # id(op) -> the op with its promoting form (`promoted`).
+    self.promoted = {}
 
   # -- where dtypes come from --------------------------------------------------
 
@@ -342,6 +344,34 @@ class _Inference:
   # -- ops -------------------------------------------------------------------
 
   def prim(self, fn, op):
+    """Types primitive `op` of `fn`, in the form that runs on the backend.
+
+    On TensorFlow, whose operators do not promote dtypes, a primitive that
+    fails (`x * n` of a float64 and an int64) and has a form whose
+    operators promote as NumPy's do (`__ab_promoting__`, made by the
+    frontend: `python.primitives.promoting`) is typed, and run, in that
+    form if it works there; otherwise its own error stands.
+
+    Args:
+      fn: The function.
+      op: The `PrimOp`.
+    """
+    op = self.promoted.get(id(op), op)
+    try:
+      self._prim(fn, op)
+    except errors.PrimitiveError as first:
+      alt = getattr(op.function, '__ab_promoting__', None)
+      if (alt is None or id(op) in self.promoted or
+          getattr(self.backend, 'name', None) != 'tensorflow'):
+        raise
+      new = dataclasses.replace(op, function=alt)
+      try:
+        self._prim(fn, new)
+      except errors.AutoBatchError:
+        raise first from None
+      self.promoted[id(op)] = new
+
+  def _prim(self, fn, op):
     env = self.env[fn.name]
     in_types = [env.get(v) for v in op.vars_in]
     if any(t is None for t in in_types):
@@ -665,6 +695,7 @@ class _Inference:
     ops = []
     for op in block.instructions:
       if isinstance(op, inst.PrimOp):
+        op = self.promoted.get(id(op), op)
         op = self.sizes.bound(fn, op)
         casts = self.weak_casts(op, [env[v] for v in op.vars_in], fn)
         if casts:

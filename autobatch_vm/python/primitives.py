@@ -379,6 +379,66 @@ class PrimitiveRewriter(ast.NodeTransformer):
     return self.generic_visit(node)
 
 
+_PROMOTED_OPERATORS = {
+    ast.Add: 'add', ast.Sub: 'sub', ast.Mult: 'mul', ast.Div: 'truediv',
+    ast.Pow: 'pow', ast.BitAnd: 'and_', ast.BitOr: 'or_', ast.BitXor: 'xor',
+    ast.Lt: 'lt', ast.LtE: 'le', ast.Gt: 'gt', ast.GtE: 'ge', ast.Eq: 'eq',
+    ast.NotEq: 'ne'}
+
+
+class _Promoting(ast.NodeTransformer):
+  """Python's arithmetic and comparison operators as `ops.promoted`."""
+
+  def __init__(self, prefix):
+    self.prefix = prefix
+    self.changed = False
+
+  def _promoted(self, op, left, right, like):
+    self.changed = True
+    fn = ast.Attribute(ast.Name(self.prefix + _OPS, ast.Load()), 'promoted',
+                       ast.Load())
+    return ast.copy_location(ast.Call(
+        fn, [ast.Constant(_PROMOTED_OPERATORS[type(op)]), left, right], []),
+                             like)
+
+  def visit_BinOp(self, node):
+    node = self.generic_visit(node)
+    if type(node.op) not in _PROMOTED_OPERATORS:
+      return node
+    return self._promoted(node.op, node.left, node.right, node)
+
+  def visit_Compare(self, node):
+    node = self.generic_visit(node)
+    if len(node.ops) != 1 or type(node.ops[0]) not in _PROMOTED_OPERATORS:
+      return node
+    return self._promoted(node.ops[0], node.left, node.comparators[0], node)
+
+  def visit_Lambda(self, node):
+    if node.args.args or node.args.vararg:
+      return node   # a lambda of the user's, kept as written
+    return self.generic_visit(node)
+
+
+def promoting(body, prefix):
+  """`body` with its operators promoting TensorFlow's operands as NumPy's.
+
+  `body` is a rewritten primitive; its arithmetic and comparison
+  operators become `ops.promoted`: the form a primitive takes on
+  TensorFlow where its own fails for mixed dtypes
+  (`passes.type_inference`).
+
+  Args:
+    body: The expression, as `PrimitiveRewriter` rewrote it.
+    prefix: The prefix of generated names.
+
+  Returns:
+    The new expression, or None where it has no such operator.
+  """
+  promoter = _Promoting(prefix)
+  new = promoter.visit(copy.deepcopy(body))
+  return new if promoter.changed else None
+
+
 def _thunk(node):
   """`lambda: node`."""
   arguments = ast.arguments(posonlyargs=[], args=[], vararg=None,

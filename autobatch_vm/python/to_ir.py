@@ -741,6 +741,17 @@ class _Compiler:
     fn = python_primitives.make_function(
         rewritten, len(inputs), loc, text, self.closure, self.fn.__globals__,
         self.src.name, self.prefix, helpers=self._helpers())
+    # Its form with NumPy's promotion on TensorFlow, which type inference
+    # takes where this one fails for mixed dtypes there.
+    promoting_body = python_primitives.promoting(rewritten, self.prefix)
+    promoting = None
+    if promoting_body is not None:
+      promoting = python_primitives.make_function(
+          promoting_body, len(inputs), loc, text, self.closure,
+          self.fn.__globals__, self.src.name, self.prefix,
+          helpers=self._helpers())
+      if not self.per_member:
+        fn.__ab_promoting__ = promoting
     out = target if target is not None else self.temp()
     if self.per_member and isinstance(node, ast.Name) and inputs:
       # A copy means the same for one member as for the batch.
@@ -749,16 +760,17 @@ class _Compiler:
     if self.per_member and inputs:
       # (Without inputs a value is the same for every member, and the
       # batch-aware primitive broadcasts it.)
-      self.emit(inst.PrimOp(
-          tuple(inputs), out,
-          member_primitive.PerMemberFunction(
-              fn, loc, text, python_primitives.is_elementwise(
-                  rewritten, self.prefix, self._static_value),
-              member_direct.direct_forms(rewritten, len(inputs), self.prefix,
-                                         self._static_value),
-              member_sizes.size_roles(rewritten, self.prefix, len(inputs))),
-          text, loc,
-          per_member=True))
+      sizes = member_sizes.size_roles(rewritten, self.prefix, len(inputs))
+      function = member_primitive.PerMemberFunction(
+          fn, loc, text, python_primitives.is_elementwise(
+              rewritten, self.prefix, self._static_value),
+          member_direct.direct_forms(rewritten, len(inputs), self.prefix,
+                                     self._static_value), sizes)
+      if promoting is not None:   # its TensorFlow form only: no NumPy form
+        function.__ab_promoting__ = member_primitive.PerMemberFunction(
+            promoting, loc, text, sizes=sizes)
+      self.emit(inst.PrimOp(tuple(inputs), out, function, text, loc,
+                            per_member=True))
       return out
     # A variable indexed by a variable (`x[:, j]`): type inference checks
     # that the index is not a per-member array (`member_indexing`).
