@@ -34,6 +34,7 @@ cannot change dtype or shape.
 
 import dataclasses
 import threading
+import weakref
 
 import numpy as np
 
@@ -229,6 +230,27 @@ def _conform(declared, computed):
   return declared
 
 
+# A primitive's function -> what makes its form with promoting operators
+# (`register_promoting`).  Held beside the function, not in it: a Context
+# pickled to another process carries its primitives only (there a
+# primitive that fails for mixed dtypes on TensorFlow fails as written).
+_PROMOTING = weakref.WeakKeyDictionary()
+
+
+def register_promoting(function, make):
+  """Registers the promoting form of a primitive's function.
+
+  On TensorFlow, whose operators do not promote dtypes, type inference
+  takes `make()` (a function of the same arguments, or None) where
+  `function` fails (`_Inference.prim`).
+
+  Args:
+    function: A `PrimOp`'s function.
+    make: Makes its form whose operators promote as NumPy's do.
+  """
+  _PROMOTING[function] = make
+
+
 class _Inference:
   """State of the fixpoint."""
 
@@ -348,9 +370,9 @@ class _Inference:
 
     On TensorFlow, whose operators do not promote dtypes, a primitive that
     fails (`x * n` of a float64 and an int64) and has a form whose
-    operators promote as NumPy's do (`__ab_promoting__`, made by the
-    frontend: `python.primitives.promoting`) is typed, and run, in that
-    form if it works there; otherwise its own error stands.
+    operators promote as NumPy's do (`register_promoting`: the frontend's
+    `python.primitives.promoting`) is typed, and run, in that form if it
+    works there; otherwise its own error stands.
 
     Args:
       fn: The function.
@@ -360,9 +382,12 @@ class _Inference:
     try:
       self._prim(fn, op)
     except errors.PrimitiveError as first:
-      alt = getattr(op.function, '__ab_promoting__', None)
-      if (alt is None or id(op) in self.promoted or
+      make = _PROMOTING.get(op.function)
+      if (make is None or id(op) in self.promoted or
           getattr(self.backend, 'name', None) != 'tensorflow'):
+        raise
+      alt = make()
+      if alt is None:
         raise
       new = dataclasses.replace(op, function=alt)
       try:

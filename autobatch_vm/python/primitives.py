@@ -419,6 +419,14 @@ class _Promoting(ast.NodeTransformer):
     return self.generic_visit(node)
 
 
+def promotable(body):
+  """Whether `body` has an operator that `promoting` rewrites."""
+  return any((isinstance(n, ast.BinOp) and type(n.op) in _PROMOTED_OPERATORS)
+             or (isinstance(n, ast.Compare) and len(n.ops) == 1 and
+                 type(n.ops[0]) in _PROMOTED_OPERATORS)
+             for n in ast.walk(body))
+
+
 def promoting(body, prefix):
   """`body` with its operators promoting TensorFlow's operands as NumPy's.
 

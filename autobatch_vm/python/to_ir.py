@@ -29,11 +29,13 @@ prunes and checks the finished blocks.
 import ast
 import builtins
 import copy
+import functools
 
 from autobatch_vm import errors
 from autobatch_vm import ops as ops_module
 from autobatch_vm.ir import instructions as inst
 from autobatch_vm.passes import member_indexing
+from autobatch_vm.passes import type_inference
 from autobatch_vm.per_member import member_helpers
 from autobatch_vm.per_member import member_ops
 from autobatch_vm.per_member import primitive as member_primitive
@@ -742,16 +744,16 @@ class _Compiler:
         rewritten, len(inputs), loc, text, self.closure, self.fn.__globals__,
         self.src.name, self.prefix, helpers=self._helpers())
     # Its form with NumPy's promotion on TensorFlow, which type inference
-    # takes where this one fails for mixed dtypes there.
-    promoting_body = python_primitives.promoting(rewritten, self.prefix)
+    # makes and takes where this one fails for mixed dtypes there
+    # (`type_inference.register_promoting`).
     promoting = None
-    if promoting_body is not None:
-      promoting = python_primitives.make_function(
-          promoting_body, len(inputs), loc, text, self.closure,
-          self.fn.__globals__, self.src.name, self.prefix,
-          helpers=self._helpers())
+    if python_primitives.promotable(rewritten):
+      promoting = functools.partial(
+          _promoting_function, rewritten, len(inputs), loc, text,
+          self.closure, self.fn.__globals__, self.src.name, self.prefix,
+          self._helpers())
       if not self.per_member:
-        fn.__ab_promoting__ = promoting
+        type_inference.register_promoting(fn, promoting)
     out = target if target is not None else self.temp()
     if self.per_member and isinstance(node, ast.Name) and inputs:
       # A copy means the same for one member as for the batch.
@@ -767,8 +769,8 @@ class _Compiler:
           member_direct.direct_forms(rewritten, len(inputs), self.prefix,
                                      self._static_value), sizes)
       if promoting is not None:   # its TensorFlow form only: no NumPy form
-        function.__ab_promoting__ = member_primitive.PerMemberFunction(
-            promoting, loc, text, sizes=sizes)
+        type_inference.register_promoting(function, functools.partial(
+            _per_member_promoting, promoting, loc, text, sizes))
       self.emit(inst.PrimOp(tuple(inputs), out, function, text, loc,
                             per_member=True))
       return out
@@ -899,6 +901,27 @@ class _Substituter(ast.NodeTransformer):
 
   def visit(self, node):
     return self.generic_visit(node)
+
+
+def _promoting_function(body, arity, loc, text, closure, fn_globals, name,
+                        prefix, helpers):
+  """The primitive of `body` with promoting operators
+  (`python_primitives.promoting`), made when type inference asks; None
+  where it has none (its operators all in lambdas of the user's)."""
+  promoted = python_primitives.promoting(body, prefix)
+  if promoted is None:
+    return None
+  return python_primitives.make_function(
+      promoted, arity, loc, text, closure, fn_globals, name, prefix,
+      helpers=helpers)
+
+
+def _per_member_promoting(make, loc, text, sizes):
+  """A per-member primitive's promoting form (its TensorFlow form only),
+  or None."""
+  fn = make()
+  return None if fn is None else member_primitive.PerMemberFunction(
+      fn, loc, text, sizes=sizes)
 
 
 def compile_function(fn, resolve_batched, params_of, type_inference=None,
