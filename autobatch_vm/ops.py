@@ -177,20 +177,42 @@ def any_of(*thunks):
 
 
 def _short_circuit(thunks, is_and):
+  return short_circuit(thunks, is_and, _shared_truth,
+                       logical_and if is_and else logical_or, where)
+
+
+def short_circuit(thunks, is_and, shared_truth, logical, select):
+  """Python's `and` (`or` where not `is_and`) of thunks of the operands.
+
+  An operand with one value for every member decides as Python's does:
+  where it decides (false for `and`), the operands after it do not run;
+  where it does not and is not the last, it drops out.  The operands that
+  ran are then combined per member (`python_bool_op`).
+
+  Args:
+    thunks: Functions of no arguments giving the operands.
+    is_and: Whether the operator is `and`.
+    shared_truth: `value -> bool`, the truth of an operand with one value
+      for every member, else None.
+    logical: The per-member logical operation, for booleans.
+    select: The per-member `where(cond, x, y)`.
+
+  Returns:
+    Python's result of the operands that ran, per member.
+  """
   ran = []
   for k, thunk in enumerate(thunks):
     value = thunk()
-    truth = _shared_truth(value)
+    truth = shared_truth(value)
     if truth is not None and isinstance(value, (np.generic, np.ndarray)):
       # A NumPy scalar for every member (`np.all(TABLE > 0)`): a Python
-      # literal, which the VM broadcasts to the batch.
+      # value, as Python's would be (the VM broadcasts it to the batch).
       value = value.item()
     if truth is None or truth != is_and or k == len(thunks) - 1:
       ran.append(value)
     if truth is not None and truth != is_and:
       break   # it decides for every member that reaches it
-  return python_bool_op(ran, is_and, logical_and if is_and else logical_or,
-                        where)
+  return python_bool_op(ran, is_and, logical, select)
 
 
 def python_bool_op(values, is_and, logical, select):

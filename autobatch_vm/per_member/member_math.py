@@ -172,56 +172,34 @@ def _api(x):
 
 
 class _NpApi:
-  """NumPy's forms (a `MemberArray` takes ufuncs through its protocol)."""
-  isnan = staticmethod(np.isnan)
-  isinf = staticmethod(np.isinf)
-  isfinite = staticmethod(np.isfinite)
-  logical_and = staticmethod(np.logical_and)
-  logical_or = staticmethod(np.logical_or)
-  logical_not = staticmethod(np.logical_not)
-  abs = staticmethod(np.abs)
-  where = staticmethod(np.where)
-  less_equal = staticmethod(np.less_equal)
-  equal = staticmethod(np.equal)
-  maximum = staticmethod(np.maximum)
-  zeros_like = staticmethod(np.zeros_like)
+  """NumPy's forms (a `MemberArray` takes ufuncs through its protocol);
+  the functions of `_FORMS` are set below."""
 
   @staticmethod
   def call(name, *xs):
     with np.errstate(all='ignore'):
-      if name == 'cbrt':
-        return np.cbrt(*xs)
       return getattr(np, _NP_NAMES.get(name, name))(*xs)
 
   @staticmethod
   def to_int(x):
     return x.astype(np.int64)
 
-  @staticmethod
-  def floor(x):
-    return np.floor(x)
-
-  @staticmethod
-  def round_half_even(x):
-    return np.rint(x)
-
 
 _NP_NAMES = {'asin': 'arcsin', 'acos': 'arccos', 'atan': 'arctan',
              'asinh': 'arcsinh', 'acosh': 'arccosh', 'atanh': 'arctanh',
-             'atan2': 'arctan2', 'pow': 'power', 'fabs': 'fabs'}
+             'atan2': 'arctan2', 'pow': 'power'}
 
 
 class _TfApi:
-  """TensorFlow's forms, on one member's float64 tensors (the functions
-  named as NumPy's are set below, from `_TF_NAMES`)."""
+  """TensorFlow's forms, on one member's float64 tensors; the functions
+  of `_FORMS` are set below."""
 
   @staticmethod
   def call(name, *xs):
     tf = _tf()
-    m = tf.math
     if name in ('log2', 'log10'):
-      return m.log(xs[0]) / tf.constant(math.log(2 if name == 'log2' else 10),
-                                        tf.float64)
+      return tf.math.log(xs[0]) / tf.constant(
+          math.log(2 if name == 'log2' else 10), tf.float64)
     if name == 'exp2':
       return tf.pow(tf.constant(2.0, tf.float64), xs[0])
     if name == 'cbrt':
@@ -250,25 +228,27 @@ class _TfApi:
       return tf.where(negative, -tf.abs(x), tf.abs(x))
     if name == 'pow':
       return tf.pow(*xs)
-    tf_name = {'asin': 'asin', 'acos': 'acos', 'atan': 'atan',
-               'asinh': 'asinh', 'acosh': 'acosh', 'atanh': 'atanh',
-               'atan2': 'atan2'}.get(name, name)
-    return getattr(m, tf_name)(*xs)
+    return getattr(tf.math, name)(*xs)
 
   @staticmethod
   def to_int(x):
     return _tf().cast(x, _tf().int64)
 
 
-# `_NpApi`'s functions on TensorFlow: name -> TensorFlow's, by its path
-# under `tf` (`math.round` rounds half to even, as `np.rint`).
-_TF_NAMES = {
-    'isnan': 'math.is_nan', 'isinf': 'math.is_inf',
-    'isfinite': 'math.is_finite', 'logical_and': 'logical_and',
-    'logical_or': 'logical_or', 'logical_not': 'logical_not', 'abs': 'abs',
-    'where': 'where', 'less_equal': 'less_equal', 'equal': 'equal',
-    'maximum': 'maximum', 'zeros_like': 'zeros_like', 'floor': 'floor',
-    'round_half_even': 'math.round'}
+# The array functions both forms have: name -> (NumPy's, TensorFlow's by
+# its path under `tf`); `round_half_even` is `np.rint`, `tf.math.round`.
+_FORMS = {
+    'isnan': (np.isnan, 'math.is_nan'), 'isinf': (np.isinf, 'math.is_inf'),
+    'isfinite': (np.isfinite, 'math.is_finite'),
+    'logical_and': (np.logical_and, 'logical_and'),
+    'logical_or': (np.logical_or, 'logical_or'),
+    'logical_not': (np.logical_not, 'logical_not'),
+    'abs': (np.abs, 'abs'), 'where': (np.where, 'where'),
+    'less_equal': (np.less_equal, 'less_equal'),
+    'equal': (np.equal, 'equal'), 'maximum': (np.maximum, 'maximum'),
+    'zeros_like': (np.zeros_like, 'zeros_like'),
+    'floor': (np.floor, 'floor'),
+    'round_half_even': (np.rint, 'math.round')}
 
 
 def _tf_function(path):
@@ -280,8 +260,30 @@ def _tf_function(path):
   return staticmethod(call)
 
 
-for _name, _path in _TF_NAMES.items():
+for _name, (_np_function, _path) in _FORMS.items():
+  setattr(_NpApi, _name, staticmethod(_np_function))
   setattr(_TfApi, _name, _tf_function(_path))
+
+
+def result_kind(name):
+  """The dtype kind of `math.<name>`'s result: 'b' (a test), 'i' (an
+  integer: `floor`, `ceil`, `trunc`) or 'f'."""
+  if name in _BOOL or name == 'isclose':
+    return 'b'
+  return 'i' if name in _INT else 'f'
+
+
+def _python_first(compute, guard):
+  """`(True, compute())` of plain Python numbers; where Python raises,
+  the error, unless a member's guard decides which members make the call:
+  then `(False, None)`, for the caller to compute them as arrays (which
+  fails the members whose guard holds)."""
+  try:
+    return True, compute()
+  except (ValueError, OverflowError):
+    if guard is None or _plain(guard):
+      raise
+  return False, None
 
 
 def math_fn(note, name, *args, guard=None, rows=False, **keywords):
@@ -303,12 +305,9 @@ def math_fn(note, name, *args, guard=None, rows=False, **keywords):
     Its value for each member.
   """
   if _plain(*args) and not keywords:
-    try:
-      return getattr(math, name)(*args)
-    except (ValueError, OverflowError):
-      if guard is None or _plain(guard):
-        raise
-    # Python's error, but only where a member's guard holds: as arrays.
+    done, value = _python_first(lambda: getattr(math, name)(*args), guard)
+    if done:
+      return value
     args = tuple(_like(a, guard) for a in args)
   if name == 'isclose':
     return _isclose(rows, *args, **keywords)
@@ -434,12 +433,10 @@ def to_int(note, x, guard, rows=False):
   """`int(x)`: truncated toward zero, an int64 for each member; NaN, an
   infinity or a value beyond int64 fails those members."""
   if _plain(x):
-    try:
-      return builtins.int(x)
-    except (ValueError, OverflowError):
-      if guard is None or _plain(guard):
-        raise
-    x = _like(x, guard)   # fails only where a member's guard holds
+    done, value = _python_first(lambda: builtins.int(x), guard)
+    if done:
+      return value
+    x = _like(x, guard)
   _scalar('int', x, rows)
   kind = _kind(x)
   if kind in 'iub':
@@ -467,12 +464,10 @@ def to_int(note, x, guard, rows=False):
 def round_half_even(note, x, ndigits, guard, rows=False):
   """`round(x)`, `round(x, ndigits)` of one member's number."""
   if _plain(x) and (ndigits is None or _plain(ndigits)):
-    try:
-      return builtins.round(x, ndigits)
-    except (ValueError, OverflowError):
-      if guard is None or _plain(guard):
-        raise
-    x = _like(x, guard)   # fails only where a member's guard holds
+    done, value = _python_first(lambda: builtins.round(x, ndigits), guard)
+    if done:
+      return value
+    x = _like(x, guard)
   _scalar('round', x, rows)
   kind = _kind(x)
   if ndigits is None:
@@ -480,16 +475,12 @@ def round_half_even(note, x, ndigits, guard, rows=False):
       return to_int(note, x, guard, True)
     f = _as_float64(x)
     return to_int(note, _api(f).round_half_even(f), guard, True)
-  if kind in 'iub':
-    if _plain(ndigits) and ndigits >= 0:
-      return x   # Python: an int rounded to digits >= 0 is itself
-    # To a multiple of 10 ** -ndigits, half to even.
-    f = _as_float64(x)
-    scale = 10.0 ** ndigits
-    api = _api(f)
-    return to_int(note, api.round_half_even(f * scale) / scale, guard, True)
+  integer = kind in 'iub'
+  if integer and _plain(ndigits) and ndigits >= 0:
+    return x   # Python: an int rounded to digits >= 0 is itself
+  # To a multiple of 10 ** -ndigits, half to even (an integer stays one).
   f = _as_float64(x)
   scale = 10.0 ** ndigits
-  api = _api(f)
   with np.errstate(all='ignore'):
-    return api.round_half_even(f * scale) / scale
+    rounded = _api(f).round_half_even(f * scale) / scale
+  return to_int(note, rounded, guard, True) if integer else rounded

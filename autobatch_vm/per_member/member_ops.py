@@ -775,8 +775,7 @@ def choose(cond, a, b):
     computed alone (the other may fail there: `x[:2] if len(x) > 2 else
     x`, `math.trunc(y) if FLAG else 0`); for a member's, `where` of both.
   """
-  if _plain(cond) or isinstance(cond, np.generic) or (
-      isinstance(cond, np.ndarray) and cond.ndim == 0):
+  if _shared(cond):
     return a() if cond else b()
   # A member's: a `MemberArray`, a tensor, or the batch's rows (a
   # primitive of scalars run on them as it is, `is_elementwise`).
@@ -821,19 +820,9 @@ def any_of(*thunks):
 
 
 def _short_circuit(thunks, is_and):
-  ran = []
-  for k, thunk in enumerate(thunks):
-    value = thunk()
-    if _shared(value):
-      if isinstance(value, (np.generic, np.ndarray)):
-        value = value.item()   # a Python value, as Python's would be
-      if bool(value) != is_and:
-        ran.append(value)
-        break   # it decides for every member that reaches it
-      if k < len(thunks) - 1:
-        continue   # true for `and` (false for `or`): it drops out
-    ran.append(value)
-  return logical_and(*ran) if is_and else logical_or(*ran)
+  return ops.short_circuit(
+      thunks, is_and, lambda x: builtins.bool(x) if _shared(x) else None,
+      _logical_and if is_and else _logical_or, where)
 
 
 def logical_and(*xs):

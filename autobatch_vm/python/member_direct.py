@@ -66,6 +66,7 @@ import numpy as np
 
 from autobatch_vm.ir import patterns
 from autobatch_vm.per_member import member_helpers
+from autobatch_vm.per_member import member_math
 from autobatch_vm.per_member import member_ops
 from autobatch_vm.python import member_functions
 from autobatch_vm.python import primitives as python_primitives
@@ -1414,8 +1415,7 @@ class _Rewrite:
                 zip(node.keywords, nodes[len(args):])]
     nodes = nodes[:len(args)]
     if helper == 'math_fn':
-      kind = ('b' if math_name in ('isnan', 'isinf', 'isfinite', 'isclose')
-              else 'i' if math_name in ('floor', 'ceil', 'trunc') else 'f')
+      kind = member_math.result_kind(math_name)
       nodes = [ast.Constant(math_name)] + nodes
     elif helper == 'int' or (len(args) == 1 and not any(
         k.arg == 'ndigits' for k in node.keywords)):

@@ -375,16 +375,18 @@ class _Compiler:
     join_label = self.new_label() if s.orelse else else_label
     self.terminate(inst.BranchOp(cond, then_label, else_label,
                                  self.src.loc(s)))
-    self.start(then_label, s.body[0])
-    self.statements(s.body)
-    if self.cur_label is not None:
-      self.terminate(inst.GotoOp(join_label))
+    self._statements_at(then_label, s.body, join_label)
     if s.orelse:
-      self.start(else_label, s.orelse[0])
-      self.statements(s.orelse)
-      if self.cur_label is not None:
-        self.terminate(inst.GotoOp(join_label))
+      self._statements_at(else_label, s.orelse, join_label)
     self.start(join_label, s)
+
+  def _statements_at(self, label, stmts, next_label):
+    """Compiles `stmts` from block `label` on, then jumps to `next_label`
+    where they end without leaving (a `return`, `break` or `continue`)."""
+    self.start(label, stmts[0])
+    self.statements(stmts)
+    if self.cur_label is not None:
+      self.terminate(inst.GotoOp(next_label))
 
   def _condition(self, test):
     """Compiles a condition; returns a variable name."""
@@ -407,10 +409,7 @@ class _Compiler:
     loop's test fails; a `break` jumps past it, to `exit_label`), then
     the code after the loop at `exit_label`."""
     if s.orelse:
-      self.start(else_label, s.orelse[0])
-      self.statements(s.orelse)
-      if self.cur_label is not None:
-        self.terminate(inst.GotoOp(exit_label))
+      self._statements_at(else_label, s.orelse, exit_label)
     self.start(exit_label, s)
 
   def stmt_While(self, s):

@@ -287,20 +287,6 @@ def primitive_error(e, op, members, compacted=False, messages=None):
       f'{type(e).__name__} in `{text}`{who}: {e}', loc=op.loc, hint=hint)
 
 
-def index_error(op, members):
-  """The error of members whose item index in per-member primitive `op`
-  was out of range, as Python would have raised it for them.
-
-  Args:
-    op: The `PrimOp`.
-    members: The members, or None where unknown (in a graph).
-
-  Returns:
-    A `PrimitiveError`.
-  """
-  return member_error('index', op, members)
-
-
 def member_error(kind, op, members):
   """The error of members for which per-member primitive `op` fails as
   Python would for them: an item index out of range (`'index'`), or a
