@@ -115,8 +115,7 @@ class PrimitiveRewriter(ast.NodeTransformer):
     Returns:
       Its replacement.
     """
-    if isinstance(node.ctx, ast.Load) and (
-        node.id in self.local_names or node.id.startswith('%')):
+    if isinstance(node.ctx, ast.Load) and self._is_variable(node.id):
       if node.id not in self.inputs:
         self.inputs.append(node.id)
       return ast.copy_location(
@@ -176,10 +175,7 @@ class PrimitiveRewriter(ast.NodeTransformer):
       Its replacement.
     """
     if (self.per_member and isinstance(node.ctx, ast.Load) and
-        node.attr == 'T' and any(
-            isinstance(n, ast.Name) and (n.id in self.local_names or
-                                         n.id.startswith('%'))
-            for n in ast.walk(node.value))):
+        node.attr == 'T' and self._reads_variables(node.value)):
       value = self.visit(node.value)
       return self._ops('attribute', [value, ast.Constant('T')], node,
                        MEMBER_OPS)
@@ -234,11 +230,18 @@ class PrimitiveRewriter(ast.NodeTransformer):
     not of a module or of an object the same for every member."""
     f = node.func
     return (isinstance(f, ast.Attribute) and f.attr in member_helpers.METHODS
-            and any(isinstance(n, ast.Name) and (
-                n.id in self.local_names or n.id.startswith('%'))
-                    for n in ast.walk(f.value)) and
+            and self._reads_variables(f.value) and
             not any(isinstance(a, ast.Starred) for a in node.args) and
             all(k.arg is not None for k in node.keywords))
+
+  def _is_variable(self, name):
+    """Whether `name` is one of the function's variables (or the IR's)."""
+    return name in self.local_names or name.startswith('%')
+
+  def _reads_variables(self, node):
+    """Whether expression `node` (not yet rewritten) reads a variable."""
+    return any(isinstance(n, ast.Name) and self._is_variable(n.id)
+               for n in ast.walk(node))
 
   def _guarded(self, guard, node):
     """`node` visited with `guard` (a rewritten condition) held."""
