@@ -136,13 +136,16 @@ class PerMemberFunction:
     bound.constants = {**self.constants, **constants}
     return bound
 
-  def fallback(self, name):
+  def fallback(self, name, shaped=None):
     """Counts a function that ran once per member; warns once.
 
     Args:
       name: The function's name: a NumPy function without a batching
         rule, or a TensorFlow operation pfor runs in a loop (`tf.<op>`,
         counted when traced).
+      shaped: What the operation makes (`'a slice'`) where it runs once
+        per member because its bounds or sizes differ between members,
+        else None.
     """
     self.fallbacks[name] = self.fallbacks.get(name, 0) + 1
     _FALLBACKS[name] = _FALLBACKS.get(name, 0) + 1
@@ -151,10 +154,17 @@ class PerMemberFunction:
     self._warned.add(name)
     where = (f' at {self.loc.filename}, line {self.loc.line}'
              if self.loc is not None else '')
+    if shaped:
+      what = (f'{shaped.capitalize()} whose bounds or size differ between members in '
+              f'`{self.text}`{where} ({name}) runs once per member '
+              '(slower); where the members\' results differ in shape it '
+              'fails, as no batch holds them, and under XLA it is refused; '
+              'pad to a fixed size and carry the length')
+    else:
+      what = (f'{name} has no per-member batching rule, so `{self.text}`'
+              f'{where} runs it once per member (correct, slower)')
     warnings.warn_explicit(
-        f'{name} has no per-member batching rule, so `{self.text}`{where} '
-        f'runs it once per member (correct, slower); '
-        'last_stats.per_member_fallbacks counts such runs',
+        f'{what}; last_stats.per_member_fallbacks counts such runs',
         PerMemberFallbackWarning,
         filename=self.loc.filename if self.loc else '<autobatch_vm>',
         lineno=self.loc.line if self.loc else 0)

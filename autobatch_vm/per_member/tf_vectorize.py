@@ -4,9 +4,12 @@
 TensorFlow's own vectorizer (`tf.vectorized_map`, which is pfor): the
 function is traced once on one member's symbolic values and each
 operation is rewritten to its batched form.  An operation pfor has no
-rule for runs in a `tf.while_loop` over the members
-(`fallback_to_while_loop`), which is reported to the caller and refused
-under XLA, which cannot compile that loop.  Inside a graph (a
+rule for, or whose rule refuses operands that differ between members (a
+slice's bounds), runs in a `tf.while_loop` over the members
+(`fallback_to_while_loop`), which is reported to the caller; under XLA
+it is refused where pfor has no rule, or where the members' results have
+shapes unknown when traced (`v[:n]`), which XLA compiled to wrong
+values.  Inside a graph (a
 `tf.function`, the staged VM loop, XLA) the vectorized operations join
 the graph; called eagerly, the function is a `tf.function` made once,
 traced once with a batch axis of any size.  On one member (a batch axis
@@ -24,7 +27,6 @@ drops the fill value.
 
 import contextlib
 import functools
-import logging
 import sys
 import threading
 
@@ -106,20 +108,19 @@ def vectorize(fn, batched_leaf, fallback=None):
           member([t[0] for t in tensors])))
     looped = []
 
-    def report(name):
-      looped.append(name)
+    def report(op, cause, refused):
+      looped.append((op, cause, refused))
       if fallback is not None:
-        fallback(name)
+        shaped = _member_shaped(op, cause)
+        if shaped:
+          fallback(f'tf.{op}', shaped=shaped)
+        else:
+          fallback(f'tf.{op}')
     with _fallbacks_reported(report):
       result = _vectorized_map(member, tensors)
-    if looped and _in_xla_context():
-      raise errors.PerMemberError(
-          f'TensorFlow\'s vectorizer (pfor) has no rule for '
-          f'{", ".join(sorted(set(looped)))}, so it runs in a loop over '
-          'the members, which XLA does not compile',
-          hint='Write the computation with operations pfor vectorizes '
-          '(elementwise ops, tf.gather, tf.reduce_*, tf.linalg.*, '
-          'tf.where), or run it without jit_compile.')
+    if any(refused for _, _, refused in looped) and _in_xla_context():
+      raise _refusal_under_xla(
+          [(op, cause) for op, cause, refused in looped if refused])
     return split(result)
 
   eager = []
@@ -164,19 +165,6 @@ def _one_member(args):
              for x in tf.nest.flatten(args))
 
 
-class _FallbackLog(logging.Handler):
-  """Reports pfor's "Using a while_loop for converting <op>" records."""
-
-  def __init__(self, report):
-    super().__init__()
-    self.report = report
-
-  def emit(self, record):
-    words = str(record.msg).split()
-    if words[:5] == ['Using', 'a', 'while_loop', 'for', 'converting']:
-      self.report('tf.' + (words[5] if len(words) > 5 else '?'))
-
-
 def _in_xla_context():
   """Whether ops are being traced for XLA (the backend's test, which this
   layer does not import)."""
@@ -185,16 +173,81 @@ def _in_xla_context():
   return bool(control_flow_util.GraphOrParentsInXlaContext(graph))
 
 
+# The innermost conversion's `report(op_type, cause, refused)`: pfor's
+# fallback (`_fallback_converter`, swapped in `_static_rules`) calls it for
+# each operation it runs in a loop over the members, whether pfor has no
+# rule for the operation or its rule refused the operands (a slice's
+# bounds that differ between members), which pfor logs only at debug
+# level.  `refused`: whether XLA must not compile the loop: an operation
+# without a rule, or one whose member results' shapes are not known when
+# traced (`v[:n]`: XLA pads such a shape to a bound and stacks the
+# members' padded results, which gave wrong values; with known shapes,
+# `np.roll(v, k)`, the loop compiles and is right).
+_reporters = []
+
+
 @contextlib.contextmanager
-def _fallbacks_reported(fallback):
-  """Calls `fallback` for pfor's fallbacks logged inside the block."""
-  logger = logging.getLogger('tensorflow')
-  handler = _FallbackLog(fallback)
-  logger.addHandler(handler)
-  try:
-    yield
-  finally:
-    logger.removeHandler(handler)
+def _fallbacks_reported(report):
+  """Calls `report(op_type, cause, refused)` for pfor's fallbacks inside
+  the block (held under `_SWAP_LOCK`, which the conversion holds too)."""
+  with _SWAP_LOCK:
+    _reporters.append(report)
+    try:
+      yield
+    finally:
+      _reporters.pop()
+
+
+def _reported_fallback(own, pfor_input, root_cause='', warn=False):
+  """pfor's `_fallback_converter` (`own`), reported to the innermost
+  `_fallbacks_reported` first."""
+  if _reporters:
+    known = all(x.shape.is_fully_defined() for x in pfor_input.op.outputs)
+    _reporters[-1](pfor_input.op_type, str(root_cause), warn or not known)
+  return own(pfor_input, root_cause=root_cause, warn=warn)
+
+
+# Operations whose rule refuses bounds or sizes that differ between
+# members: one member's result would have a shape of its own.
+_MEMBER_SHAPED = {'StridedSlice': 'a slice', 'Slice': 'a slice',
+                  'Range': 'a range', 'Fill': 'an array',
+                  'Reshape': 'a reshape', 'Tile': 'a tile',
+                  'Pad': 'a pad', 'PadV2': 'a pad', 'OneHot': 'a one-hot'}
+
+
+def _member_shaped(op, cause):
+  """What operation `op` makes (`'a slice'`) where pfor's rule for it
+  refused bounds or sizes that differ between members (its `cause`),
+  else None."""
+  if op in _MEMBER_SHAPED and 'loop invariant' in cause:
+    return _MEMBER_SHAPED[op]
+  return None
+
+
+def _refusal_under_xla(looped):
+  """The `PerMemberError` for operations pfor runs in a loop over the
+  members (`looped`: `(op type, pfor's cause)` pairs) under XLA, which
+  cannot compile that loop (and where the members' results differ in
+  shape, no batch holds them)."""
+  shaped = sorted({_member_shaped(op, cause) for op, cause in looped} -
+                  {None})
+  if shaped:
+    from autobatch_vm.per_member import numpy_array  # pylint: disable=g-import-not-at-top
+    return errors.PerMemberError(
+        f'{" and ".join(shaped).capitalize()} whose bounds or size differ '
+        'between members (v[:n], v[k:], np.arange(n), np.zeros(n) with a '
+        'per-member n or k): one member\'s result has a shape of its own, '
+        'and TensorFlow\'s vectorizer (pfor) runs it in a loop over the '
+        'members, which XLA does not compile',
+        hint=numpy_array.PAD_HINT)
+  ops = sorted({op for op, _ in looped})
+  return errors.PerMemberError(
+      f'TensorFlow\'s vectorizer (pfor) has no rule for '
+      f'{", ".join("tf." + op for op in ops)}, so it runs in a loop over '
+      'the members, which XLA does not compile',
+      hint='Write the computation with operations pfor vectorizes '
+      '(elementwise ops, tf.gather, tf.reduce_*, tf.linalg.*, '
+      'tf.where), or run it without jit_compile.')
 
 
 def _register_resource_gather():
@@ -268,16 +321,22 @@ def _static_rules():
   with _SWAP_LOCK:
     registry = pfor_lib._pfor_converter_registry  # pylint: disable=protected-access
     saved = {}
+    own_fallback = None
     if not _swap_depth[0]:
       saved = {name: registry[name] for name in _STATIC if name in registry}
       for name, own in saved.items():
         registry[name] = functools.partial(_STATIC[name], own)
+      own_fallback = pfor_lib._fallback_converter  # pylint: disable=protected-access
+      pfor_lib._fallback_converter = functools.partial(  # pylint: disable=protected-access
+          _reported_fallback, own_fallback)
     _swap_depth[0] += 1
     try:
       yield
     finally:
       _swap_depth[0] -= 1
       registry.update(saved)
+      if own_fallback is not None:
+        pfor_lib._fallback_converter = own_fallback  # pylint: disable=protected-access
 
 
 def _concat(own, pfor_input):

@@ -622,6 +622,38 @@ def test_an_op_pfor_cannot_vectorize_is_counted_and_refused_under_xla():
   assert info.value.lineno == _line_of(histogram_total, 'bincount')
 
 
+def test_a_slice_with_per_member_bounds_is_refused_under_xla_not_wrong():
+  # pfor's rule for a slice refuses bounds that differ between members and
+  # runs it in a loop over them, which XLA compiled to wrong results
+  # (zeros) where the members' slices differ in length.
+  tf = pytest.importorskip('tensorflow')
+  ctx = ab.Context()
+
+  def prefix_sum(v, n):
+    return np.sum(v[:n])
+
+  def window_sum(v, j):
+    return np.sum(v[j:j + 3])
+  prefix = ctx.batch_uncurried(prefix_sum, per_member=True)
+  window = ctx.batch_uncurried(window_sum, per_member=True)
+  v = np.arange(20.0).reshape(2, 10)
+  # Outside XLA each member's slice runs in a loop, counted and warned
+  # about; slices of one length (a window) give every member's result.
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter('always')
+    got = window(tf.constant(v), tf.constant([1, 5]))
+  np.testing.assert_allclose(got, [1 + 2 + 3, 15 + 16 + 17])
+  assert window.last_stats.per_member_fallbacks.get('tf.StridedSlice', 0) >= 1
+  assert any(issubclass(w.category, primitive.PerMemberFallbackWarning)
+             and 'A slice whose bounds' in str(w.message) for w in caught)
+  for fn, k, text in ((prefix, [3, 7], 'v[:n]'), (window, [1, 5], 'v[j:')):
+    xla = tf.function(fn, jit_compile=True)
+    with pytest.raises(errors.PerMemberError, match='slice whose bounds') as (
+        info):
+      xla(tf.constant(v), tf.constant(k))
+    assert info.value.lineno == _line_of(fn.python_function, text)
+
+
 def test_a_context_rebuilt_from_its_state_keeps_per_member_functions():
   args = inputs(programs.PROGRAMS[0], seed=6, batch=3)
   other = ab.Context()
