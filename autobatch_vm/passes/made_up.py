@@ -92,7 +92,16 @@ def _made_up_error(op, in_types, failure):
   inputs = ', '.join(
       f'{"a temporary" if v.startswith("%") else v}: {inst.type_str(t)}'
       for v, t in zip(op.vars_in, in_types))
-  if not same:
+  symbolic = all(isinstance(x, NotImplementedError) and
+                 'symbolic' in str(x) and 'numpy' in str(x)
+                 for x in failure.errors)
+  if symbolic:
+    hint = ('Inside tf.function (or XLA) primitives get symbolic tensors, '
+            'which a NumPy function that TensorFlow\'s NumPy API '
+            '(tf.experimental.numpy) lacks cannot take: use TensorFlow ops '
+            '(operators, tf.math, tf.gather, ...), or call the batched '
+            'function eagerly.')
+  elif not same:
     hint = ('To find its result type, a primitive runs once on made-up '
             'inputs of batch size 1 (zeros, ones, identity matrices, then '
             'values in (0.25, 0.75)) and failed on each.  Declare the '

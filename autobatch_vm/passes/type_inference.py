@@ -251,6 +251,44 @@ def register_promoting(function, make):
   _PROMOTING[function] = make
 
 
+# A batch-aware primitive's function -> what makes its form on TensorFlow
+# (`register_tensorflow_form`), and the form once made.  Held beside the
+# function, as `_PROMOTING` is.
+_TENSORFLOW_FORM = weakref.WeakKeyDictionary()
+_TENSORFLOW_MADE = weakref.WeakKeyDictionary()
+
+
+def register_tensorflow_form(function, make):
+  """Registers the form a primitive's function takes on TensorFlow.
+
+  A batch-aware primitive that calls NumPy's functions (`np.sqrt(x)`),
+  which take no symbolic tensor, runs on TensorFlow in a form that calls
+  TensorFlow's NumPy API's functions of the same names where given a
+  tensor (`python.primitives.tf_numpy`): type inference takes `make()`
+  on TensorFlow, eagerly and in graphs alike (`_Inference.prim`).
+
+  Args:
+    function: A `PrimOp`'s function.
+    make: Makes its TensorFlow form (a function of the same arguments).
+  """
+  _TENSORFLOW_FORM[function] = make
+
+
+def tensorflow_form(function):
+  """`function`'s form on TensorFlow (`register_tensorflow_form`), made
+  once; `function` itself where it has none."""
+  try:
+    return _TENSORFLOW_MADE[function]
+  except (KeyError, TypeError):
+    pass
+  make = _TENSORFLOW_FORM.get(function)
+  if make is None:
+    return function
+  made = make()
+  _TENSORFLOW_MADE[function] = made
+  return made
+
+
 class _Inference:
   """State of the fixpoint."""
 
@@ -368,7 +406,9 @@ class _Inference:
   def prim(self, fn, op):
     """Types primitive `op` of `fn`, in the form that runs on the backend.
 
-    On TensorFlow, whose operators do not promote dtypes, a primitive that
+    On TensorFlow a primitive that calls NumPy's functions runs in its
+    TensorFlow form (`register_tensorflow_form`).  There too, whose
+    operators do not promote dtypes, a primitive that
     fails (`x * n` of a float64 and an int64) and has a form whose
     operators promote as NumPy's do (`register_promoting`: the frontend's
     `python.primitives.promoting`) is typed, and run, in that form if it
@@ -378,13 +418,19 @@ class _Inference:
       fn: The function.
       op: The `PrimOp`.
     """
-    op = self.promoted.get(id(op), op)
+    on_tf = getattr(self.backend, 'name', None) == 'tensorflow'
+    key = id(op)
+    if on_tf and key not in self.promoted:
+      form = tensorflow_form(op.function)
+      if form is not op.function:
+        self.promoted[key] = dataclasses.replace(op, function=form)
+    op = self.promoted.get(key, op)
     try:
       self._prim(fn, op)
     except errors.PrimitiveError as first:
+      # (A promoting form has none of its own: it is taken once.)
       make = _PROMOTING.get(op.function)
-      if (make is None or id(op) in self.promoted or
-          getattr(self.backend, 'name', None) != 'tensorflow'):
+      if make is None or not on_tf:
         raise
       alt = make()
       if alt is None:
@@ -394,7 +440,7 @@ class _Inference:
         self._prim(fn, new)
       except errors.AutoBatchError:
         raise first from None
-      self.promoted[id(op)] = new
+      self.promoted[key] = new
 
   def _prim(self, fn, op):
     env = self.env[fn.name]

@@ -33,7 +33,8 @@ import numpy as np
 
 from autobatch_vm.per_member import member_math
 
-__all__ = ['member_call', 'member_helper', 'local_names', 'static_value']
+__all__ = ['member_call', 'member_helper', 'local_names', 'static_value',
+           'tf_numpy_call', 'tf_numpy_helper']
 
 # Builtins that mean for one member's arrays and tensors, as `member_ops`'s
 # functions of the same name, what they mean for numbers.
@@ -60,6 +61,28 @@ TF_NUMPY = frozenset(getattr(np, n) for n in (
     'reshape', 'ravel', 'flip', 'roll', 'diff', 'take', 'linspace', 'tile',
     'repeat', 'diag', 'trace', 'cross', 'einsum', 'allclose', 'isclose',
     'array_equal', 'nonzero') if hasattr(np, n))
+# More of them, which a batch-aware primitive's TensorFlow form calls by
+# TensorFlow's NumPy API (`tf_numpy_call`).
+TF_NUMPY_BATCH = TF_NUMPY | frozenset(getattr(np, n) for n in (
+    'add', 'subtract', 'multiply', 'divide', 'true_divide', 'floor_divide',
+    'mod', 'remainder', 'negative', 'positive', 'reciprocal', 'equal',
+    'not_equal', 'less', 'less_equal', 'greater', 'greater_equal',
+    'bitwise_and', 'bitwise_or', 'bitwise_xor', 'bitwise_not', 'logaddexp',
+    'logaddexp2', 'cbrt', 'deg2rad', 'rad2deg', 'float_power', 'heaviside',
+    'sinc', 'signbit', 'isneginf', 'isposinf', 'fix', 'around', 'conj',
+    'conjugate', 'real', 'imag', 'angle', 'expand_dims', 'squeeze',
+    'swapaxes', 'moveaxis', 'take_along_axis', 'tensordot', 'kron',
+    'broadcast_to', 'atleast_1d', 'atleast_2d', 'atleast_3d', 'tril',
+    'triu', 'average', 'ptp', 'nansum', 'nanmean', 'nanprod', 'append',
+    'pad', 'polyval', 'diagonal', 'select', 'fliplr', 'flipud', 'rot90',
+    'vander', 'diagflat', 'gcd', 'lcm', 'dstack', 'split', 'hsplit',
+    'vsplit', 'dsplit', 'meshgrid', 'broadcast_arrays', 'copy', 'array',
+    'asarray') if hasattr(np, n))
+# NumPy's linear algebra that a batch-aware primitive's TensorFlow form
+# calls by `tf.linalg` (`ops.numpy_call`).
+LINALG = frozenset(getattr(np.linalg, n) for n in (
+    'solve', 'inv', 'det', 'slogdet', 'cholesky', 'eigh', 'eigvalsh', 'qr',
+    'pinv', 'norm'))
 # Array methods that `member_ops.method` runs on one member's tensors too
 # (by `tf.experimental.numpy`'s function of the name, or a cast, a copy).
 METHODS = frozenset((
@@ -127,6 +150,30 @@ def member_call(obj, node):
   return 'call' if is_helper(obj) else None
 
 
+def tf_numpy_call(obj, node):
+  """How a batch-aware primitive's TensorFlow form calls `obj` (the
+  callee of call `node`): `'numpy_call'` (`ops.numpy_call(obj, ...)`)
+  for a NumPy function that TensorFlow's NumPy API has by its name
+  (`TF_NUMPY_BATCH`), `np.zeros_like` and its kin, NumPy's linear
+  algebra that `tf.linalg` has (`LINALG`), and a user's helper; else
+  None (the call stays as written).
+
+  Args:
+    obj: The object the call's function refers to.
+    node: The `ast.Call`.
+
+  Returns:
+    `'numpy_call'` or None.
+  """
+  del node
+  try:
+    if obj in TF_NUMPY_BATCH or obj in LIKE or obj in LINALG:
+      return 'numpy_call'
+  except TypeError:   # unhashable
+    return None
+  return 'numpy_call' if is_helper(obj) else None
+
+
 def call_arguments(name, obj, node):
   """The arguments of the `member_ops` call that replaces call `node` of
   `obj`, for `member_call`'s `name`: the callee first for `'call'`, the
@@ -140,7 +187,7 @@ def call_arguments(name, obj, node):
   Returns:
     A list of AST nodes.
   """
-  if name == 'call':
+  if name in ('call', 'numpy_call'):
     return [node.func] + list(node.args)
   if name == 'math_fn':
     return [ast.Constant(MATH[obj])] + list(node.args)
@@ -166,6 +213,7 @@ def is_helper(obj):
 
 
 _REWRITTEN = weakref.WeakKeyDictionary()
+_TF_NUMPY_REWRITTEN = weakref.WeakKeyDictionary()
 
 
 def member_helper(fn, ops):
@@ -180,21 +228,40 @@ def member_helper(fn, ops):
     `fn` itself where no call needs the rewrite, or where `fn` is not a
     helper or its source cannot be read.
   """
+  return _rewritten(fn, ops, member_call, _REWRITTEN)
+
+
+def tf_numpy_helper(fn, ops):
+  """`fn` with its calls rewritten as a batch-aware primitive's
+  TensorFlow form's are (`tf_numpy_call`: NumPy functions through
+  `tf_numpy.numpy_call`).
+
+  Args:
+    fn: A user's helper (`is_helper`), or any other callable.
+    ops: The `tf_numpy` module, which the rewritten calls call.
+
+  Returns:
+    As for `member_helper`.
+  """
+  return _rewritten(fn, ops, tf_numpy_call, _TF_NUMPY_REWRITTEN)
+
+
+def _rewritten(fn, ops, decide, cache):
   try:
-    return _REWRITTEN[fn]
+    return cache[fn]
   except (KeyError, TypeError):
     pass
   made = fn
   if is_helper(fn):
     try:
-      made = _rewrite(fn, ops)
+      made = _rewrite(fn, ops, decide)
     except (OSError, SyntaxError, TypeError, ValueError):
       made = fn   # no source to read: as written
-    _REWRITTEN[fn] = made
+    cache[fn] = made
   return made
 
 
-def _rewrite(fn, ops):
+def _rewrite(fn, ops, decide):
   code = fn.__code__
   # A helper lifted out of a batched function (`python.nested`) carries
   # its definition: its source lacks the parameters it was given.
@@ -207,7 +274,8 @@ def _rewrite(fn, ops):
   if definition.name != fn.__name__ or definition.decorator_list:
     return fn
   cells = dict(zip(code.co_freevars, fn.__closure__ or ()))
-  rewriter = _CallRewriter(local_names(definition), cells, fn.__globals__)
+  rewriter = _CallRewriter(local_names(definition), cells, fn.__globals__,
+                           decide)
   definition = rewriter.visit(definition)
   if not rewriter.changed:
     return fn
@@ -330,12 +398,14 @@ def static_value(node, names, cells, fn_globals, unknown):
 
 
 class _CallRewriter(ast.NodeTransformer):
-  """Rewrites a helper's calls as `member_call` says."""
+  """Rewrites a helper's calls as `decide` (`member_call`,
+  `tf_numpy_call`) says."""
 
-  def __init__(self, local_names, cells, fn_globals):
+  def __init__(self, local_names, cells, fn_globals, decide):
     self.local_names = local_names
     self.cells = cells
     self.globals = fn_globals
+    self.decide = decide
     self.changed = False
 
   def visit_Call(self, node):
@@ -344,7 +414,7 @@ class _CallRewriter(ast.NodeTransformer):
                           self.globals, _UNKNOWN)
     if callee is _UNKNOWN:
       return node
-    name = member_call(callee, node)
+    name = self.decide(callee, node)
     if name is None:
       return node
     self.changed = True

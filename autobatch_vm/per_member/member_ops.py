@@ -47,7 +47,8 @@ __all__ = ['key', 'getitem', 'setitem', 'asarray', 'min', 'max', 'abs', 'len', '
            'float', 'round', 'math_fn', 'math_rows', 'int_rows',
            'round_rows', 'where', 'choose', 'all_of', 'any_of',
            'logical_and', 'logical_or', 'method', 'attribute',
-           'logical_not', 'is_tf', 'note_failure']
+           'logical_not', 'is_tf', 'note_failure', 'tnp_call', 'tf_like',
+           'leaves']
 
 # pylint: disable=redefined-builtin
 
@@ -310,7 +311,7 @@ def asarray(value, dtype=None):
   Returns:
     A tensor where any value is one, else a NumPy (per-member) array.
   """
-  if is_tf(*_leaves(value)):
+  if is_tf(*leaves(value)):
     tf = _tf()
     def stack(v):
       if isinstance(v, (list, tuple)):
@@ -346,15 +347,15 @@ def call(func, *args, **kwargs):
   if type(func) is types.FunctionType:  # pylint: disable=unidiomatic-typecheck
     return member_helpers.member_helper(func, sys.modules[__name__])(
         *args, **kwargs)
-  values = _leaves(list(args)) + _leaves(list(kwargs.values()))
+  values = leaves(list(args)) + leaves(list(kwargs.values()))
   if is_tf(*values):
     if (isinstance(func, type) and issubclass(func, np.generic)
         and len(args) == 1 and not kwargs):
       return _tf().cast(args[0], func)
     if func in member_helpers.LIKE and args and is_tf(args[0]):
-      return _tf_like(func, *args, **kwargs)
+      return tf_like(func, *args, **kwargs)
     if func in member_helpers.TF_NUMPY:
-      return _tnp_call(func, args, kwargs)
+      return tnp_call(func, args, kwargs)
     return func(*args, **kwargs)
   tf = sys.modules.get('tensorflow')
   if tf is not None:
@@ -369,7 +370,7 @@ def _tnp():
   return _tf().experimental.numpy
 
 
-def _tnp_call(func, args, kwargs):
+def tnp_call(func, args, kwargs):
   """NumPy function `func` by TensorFlow's NumPy API, on one member's
   tensors: a ufunc's integer or boolean tensors first cast to the float
   dtype NumPy gives it (`np.sqrt` of int32 is float64), which the API
@@ -440,7 +441,7 @@ def attribute(obj, name):
   return getattr(obj, name)
 
 
-def _tf_like(func, a, *args, **kwargs):
+def tf_like(func, a, *args, **kwargs):
   """`np.zeros_like(a)`, `ones_like`, `empty_like` (zeros) or
   `full_like(a, fill_value)` of one member's tensor, with NumPy's `dtype`
   argument; NumPy's other arguments go to NumPy, which refuses the
@@ -465,9 +466,10 @@ def _tf_like(func, a, *args, **kwargs):
   return tf.zeros_like(a, dtype=dtype)
 
 
-def _leaves(value):
+def leaves(value):
+  """The values in nested lists and tuples `value`, in order."""
   if isinstance(value, (list, tuple)):
-    return [x for v in value for x in _leaves(v)]
+    return [x for v in value for x in leaves(v)]
   return [value]
 
 

@@ -34,6 +34,7 @@ import numpy as np
 
 from autobatch_vm import errors
 from autobatch_vm.per_member import member_ops
+from autobatch_vm.per_member import numpy_array
 
 __all__ = ['vectorize']
 
@@ -232,7 +233,6 @@ def _refusal_under_xla(looped):
   shaped = sorted({_member_shaped(op, cause) for op, cause in looped} -
                   {None})
   if shaped:
-    from autobatch_vm.per_member import numpy_array  # pylint: disable=g-import-not-at-top
     return errors.PerMemberError(
         f'{" and ".join(shaped).capitalize()} whose bounds or size differ '
         'between members (v[:n], v[k:], np.arange(n), np.zeros(n) with a '

@@ -22,7 +22,7 @@ from autobatch_vm.per_member import member_helpers
 __all__ = ['PrimitiveRewriter', 'make_function', 'closure_code',
            'expression_text',
            'helper_name', 'input_position', 'shorten', 'split_compare',
-           'subscript_parts']
+           'subscript_parts', 'tf_numpy', 'promotable', 'promoting']
 
 # The names the generated code binds are `prefix + suffix`, with a prefix
 # that no identifier of the user's function starts with
@@ -37,6 +37,8 @@ _ASSERT = 'helper_assertion'
 # The per-member helpers (`per_member.member_ops`), in per-member
 # primitives.
 MEMBER_OPS = 'pm'
+# `per_member.tf_numpy`, in a batch-aware primitive's TensorFlow form.
+TF_NUMPY_OPS = 'tfnp'
 # The helpers that fail some members as Python would (`member_math`):
 # given the guards of the operand they are in (`guard=`).
 _CHECKED_HELPERS = frozenset(('math_fn', 'int', 'round'))
@@ -379,7 +381,16 @@ class PrimitiveRewriter(ast.NodeTransformer):
           # Python calls it, and may raise, only where the guards hold.
           keywords.append(ast.keyword('guard', self._guard(node)))
         return self._ops(name, args, node, MEMBER_OPS, keywords)
-    return self.generic_visit(node)
+      return self.generic_visit(node)
+    # Marked for the primitive's TensorFlow form (`tf_numpy`), which calls
+    # NumPy's functions and array methods through `per_member.tf_numpy`.
+    method = self._is_method_call(node)
+    node = self.generic_visit(node)
+    if method:
+      node.ab_tf_numpy = 'numpy_method'
+    elif member_helpers.tf_numpy_call(callee, node):
+      node.ab_tf_numpy = 'numpy_call'
+    return node
 
 
 _PROMOTED_OPERATORS = {
@@ -422,8 +433,64 @@ class _Promoting(ast.NodeTransformer):
     return self.generic_visit(node)
 
 
+class _TfNumpy(ast.NodeTransformer):
+  """The calls `PrimitiveRewriter` marked (`ab_tf_numpy`) as calls of
+  `per_member.tf_numpy`'s `numpy_call` and `numpy_method` (bound to
+  `<prefix>` + `TF_NUMPY_OPS`)."""
+
+  def __init__(self, prefix):
+    self.prefix = prefix
+    self.changed = False
+
+  def visit_Call(self, node):
+    node = self.generic_visit(node)
+    how = getattr(node, 'ab_tf_numpy', None)
+    if how is None:
+      return node
+    self.changed = True
+    if how == 'numpy_method':
+      args = [node.func.value, ast.Constant(node.func.attr)] + node.args
+    else:
+      args = [node.func] + node.args
+    fn = ast.Attribute(ast.Name(self.prefix + TF_NUMPY_OPS, ast.Load()),
+                       how, ast.Load())
+    return ast.copy_location(ast.Call(fn, args, node.keywords), node)
+
+  def visit_Lambda(self, node):
+    if node.args.args or node.args.vararg:
+      return node   # a lambda of the user's, kept as written
+    return self.generic_visit(node)
+
+
+def tf_numpy(body, prefix):
+  """A batch-aware primitive's form on TensorFlow.
+
+  `body` with NumPy's functions (those TensorFlow's NumPy API or
+  `tf.linalg` has), a user's helpers and array methods called through
+  `per_member.tf_numpy`: TensorFlow's symbolic tensors reach no NumPy
+  function.  Its code reads that module as `<prefix>` + `TF_NUMPY_OPS`.
+
+  Args:
+    body: The expression, as `PrimitiveRewriter` rewrote it.
+    prefix: The prefix of generated names.
+
+  Returns:
+    The new expression, or None where it calls none of them.
+  """
+  rewriter = _TfNumpy(prefix)
+  new = rewriter.visit(copy.deepcopy(body))
+  return new if rewriter.changed else None
+
+
 def promotable(body):
-  """Whether `body` has an operator that `promoting` rewrites."""
+  """Whether `body` has an operator that `promoting` rewrites.
+
+  Args:
+    body: The expression, as `PrimitiveRewriter` rewrote it.
+
+  Returns:
+    True or False.
+  """
   return any((isinstance(n, ast.BinOp) and type(n.op) in _PROMOTED_OPERATORS)
              or (isinstance(n, ast.Compare) and len(n.ops) == 1 and
                  type(n.ops[0]) in _PROMOTED_OPERATORS)

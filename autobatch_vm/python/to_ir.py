@@ -39,6 +39,7 @@ from autobatch_vm.passes import type_inference
 from autobatch_vm.per_member import member_helpers
 from autobatch_vm.per_member import member_ops
 from autobatch_vm.per_member import primitive as member_primitive
+from autobatch_vm.per_member import tf_numpy
 from autobatch_vm.python import cfg as python_cfg
 from autobatch_vm.python import member_direct
 from autobatch_vm.python import member_sizes
@@ -753,6 +754,15 @@ class _Compiler:
           self._helpers())
       if not self.per_member:
         type_inference.register_promoting(fn, promoting)
+    if not self.per_member and python_primitives.tf_numpy(
+        rewritten, self.prefix) is not None:
+      # Its form on TensorFlow, NumPy's functions by TensorFlow's NumPy
+      # API, which type inference takes there
+      # (`type_inference.register_tensorflow_form`).
+      type_inference.register_tensorflow_form(fn, functools.partial(
+          _tf_numpy_function, rewritten, len(inputs), loc, text,
+          self.closure, self.fn.__globals__, self.src.name, self.prefix,
+          self._helpers()))
     out = target if target is not None else self.temp()
     if self.per_member and isinstance(node, ast.Name) and inputs:
       # A copy means the same for one member as for the batch.
@@ -913,6 +923,23 @@ def _promoting_function(body, arity, loc, text, closure, fn_globals, name,
   return python_primitives.make_function(
       promoted, arity, loc, text, closure, fn_globals, name, prefix,
       helpers=helpers)
+
+
+def _tf_numpy_function(body, arity, loc, text, closure, fn_globals, name,
+                       prefix, helpers):
+  """The TensorFlow form of the primitive of `body`
+  (`python_primitives.tf_numpy`), made when type inference asks, with its
+  own promoting form registered."""
+  body = python_primitives.tf_numpy(body, prefix)
+  helpers = {**(helpers or {}), python_primitives.TF_NUMPY_OPS: tf_numpy}
+  fn = python_primitives.make_function(
+      body, arity, loc, text, closure, fn_globals, name, prefix,
+      helpers=helpers)
+  if python_primitives.promotable(body):
+    type_inference.register_promoting(fn, functools.partial(
+        _promoting_function, body, arity, loc, text, closure, fn_globals,
+        name, prefix, helpers))
+  return fn
 
 
 def _per_member_promoting(make, loc, text, sizes):

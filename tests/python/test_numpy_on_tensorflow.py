@@ -1,0 +1,128 @@
+"""NumPy's functions in batch-aware primitives on TensorFlow.
+
+A batch-aware function written with NumPy (`np.sqrt(x)`, `x.sum(axis=-1)`,
+`np.linalg.solve(a, b)`, a helper of the user's that calls NumPy) runs on
+TensorFlow in a form that calls TensorFlow's NumPy API (and `tf.linalg`)
+where given tensors, which NumPy's functions cannot take inside a graph:
+eagerly, under `tf.function` and under XLA, with the values and dtypes of
+the NumPy backend and of the dry run.  A NumPy function TensorFlow lacks
+still says to write TensorFlow ops.
+"""
+
+import numpy as np
+import pytest
+
+import autobatch_vm as ab
+from autobatch_vm import errors
+from tests.python import run_everywhere
+
+ctx = ab.Context()
+
+
+def _integrand(x):
+  return np.sin(x) * np.exp(-x / 5)
+
+
+@ctx.batch
+def simpson(a, b, eps, depth):
+  m = (a + b) / 2
+  whole = (b - a) / 6 * (_integrand(a) + 4 * _integrand(m) + _integrand(b))
+  lm = (a + m) / 2
+  rm = (m + b) / 2
+  left = (m - a) / 6 * (_integrand(a) + 4 * _integrand(lm) + _integrand(m))
+  right = (b - m) / 6 * (_integrand(m) + 4 * _integrand(rm) + _integrand(b))
+  if depth <= 0 or abs(left + right - whole) <= 15 * eps:
+    return left + right + (left + right - whole) / 15
+  return (simpson(a, m, eps / 2, depth - 1) +
+          simpson(m, b, eps / 2, depth - 1))
+
+
+@ctx.batch
+def reductions(x, n):
+  s = np.sum(x, axis=-1)
+  while n > 0:
+    s = s + np.prod(x[:, :2], axis=-1) + np.abs(x).max(axis=-1)
+    n -= 1
+  return (s, np.mean(x, axis=-1), np.sqrt(np.abs(s)), np.argmax(x, axis=-1),
+          np.cumsum(x, axis=-1), x.astype(np.float32).mean(axis=-1))
+
+
+@ctx.batch
+def newton_logistic(xs, y, iters):
+  w = np.zeros_like(xs[:, 0, :])
+  for _ in range(iters):
+    p = 1.0 / (1.0 + np.exp(-np.einsum('bnd,bd->bn', xs, w)))
+    g = np.einsum('bnd,bn->bd', xs, y - p)
+    h = (np.einsum('bnd,bn,bne->bde', xs, p * (1 - p), xs) +
+         1e-3 * np.eye(xs.shape[-1]))
+    w = w + np.linalg.solve(h, g[..., None])[..., 0]
+    if np.max(np.abs(g), axis=-1) < 1e-8:
+      break
+  return w, np.linalg.norm(w, axis=-1)
+
+
+@ctx.batch
+def lookup(arr, target):
+  lo = 0 * target
+  hi = lo + arr.shape[-1] - 1
+  while lo <= hi:
+    mid = (lo + hi) // 2
+    val = np.take_along_axis(arr, mid[:, None], axis=-1)[:, 0]
+    if val == target:
+      return mid
+    elif val < target:
+      lo = mid + 1
+    else:
+      hi = mid - 1
+  return -1 + 0 * target
+
+
+def test_a_helper_calling_numpy_in_a_recursion():
+  rng = np.random.default_rng(0)
+  run_everywhere(simpson, [np.zeros(4), rng.uniform(1, 10, 4),
+                           np.full(4, 1e-6), np.full(4, 8)],
+                 max_stack_depth=12)
+
+
+@pytest.mark.parametrize('dtypes', [(np.float64, np.int64),
+                                    (np.float32, np.int32),
+                                    (np.int32, np.int32)],
+                         ids=['float64', 'float32', 'int32'])
+def test_reductions_and_array_methods(dtypes):
+  rng = np.random.default_rng(1)
+  x = (rng.normal(size=(4, 3)) * 4).astype(dtypes[0])
+  n = rng.integers(0, 3, 4).astype(dtypes[1])
+  tf = pytest.importorskip('tensorflow')
+  alone = reductions(x, n, dry_run=True)
+  for out in (reductions(x, n), reductions(tf.constant(x), tf.constant(n)),
+              tf.function(reductions)(tf.constant(x), tf.constant(n)),
+              tf.function(reductions, jit_compile=True)(tf.constant(x),
+                                                        tf.constant(n))):
+    for got, want in zip(out, alone):
+      got = np.asarray(got)
+      assert got.dtype == np.asarray(want).dtype
+      np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_linear_algebra_by_tf_linalg():
+  rng = np.random.default_rng(2)
+  xs = rng.normal(size=(4, 12, 3))
+  y = (rng.random((4, 12)) < 0.5).astype(np.float64)
+  run_everywhere(newton_logistic, [xs, y, rng.integers(1, 5, 4)])
+
+
+def test_take_along_axis_in_a_search():
+  rng = np.random.default_rng(3)
+  arr = np.sort(rng.integers(0, 30, (5, 8)), axis=-1)
+  run_everywhere(lookup, [arr, arr[:, 3].copy()])
+
+
+def test_a_numpy_function_tensorflow_lacks_asks_for_tensorflow_ops():
+  tf = pytest.importorskip('tensorflow')
+  c = ab.Context()
+
+  @c.batch
+  def middle(v):
+    return np.median(v, axis=-1)
+  with pytest.raises(errors.PrimitiveError, match='TensorFlow ops'):
+    tf.function(middle)(tf.constant(np.ones((3, 4))))
