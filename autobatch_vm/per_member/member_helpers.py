@@ -78,8 +78,9 @@ TF_NUMPY_BATCH = TF_NUMPY | frozenset(getattr(np, n) for n in (
     'vander', 'diagflat', 'gcd', 'lcm', 'dstack', 'split', 'hsplit',
     'vsplit', 'dsplit', 'meshgrid', 'broadcast_arrays', 'copy', 'array',
     'asarray') if hasattr(np, n))
-# NumPy's linear algebra that a batch-aware primitive's TensorFlow form
-# calls by `tf.linalg` (`ops.numpy_call`).
+# NumPy's linear algebra that runs by `tf.linalg` on TensorFlow
+# (`member_ops.tf_linalg`): in a per-member primitive, and in a
+# batch-aware primitive's TensorFlow form (`tf_numpy.numpy_call`).
 LINALG = frozenset(getattr(np.linalg, n) for n in (
     'solve', 'inv', 'det', 'slogdet', 'cholesky', 'eigh', 'eigvalsh', 'qr',
     'pinv', 'norm'))
@@ -140,7 +141,8 @@ def member_call(obj, node):
   # The rules load with the first per-member function, not at start-up.
   from autobatch_vm.per_member import numpy_rules  # pylint: disable=g-import-not-at-top
   try:
-    if obj in numpy_rules.CREATION or obj in LIKE or obj in TF_NUMPY:
+    if (obj in numpy_rules.CREATION or obj in LIKE or obj in TF_NUMPY or
+        obj in LINALG):
       return 'call'
   except TypeError:   # unhashable
     return None
@@ -152,7 +154,7 @@ def member_call(obj, node):
 
 def tf_numpy_call(obj, node):
   """How a batch-aware primitive's TensorFlow form calls `obj` (the
-  callee of call `node`): `'numpy_call'` (`ops.numpy_call(obj, ...)`)
+  callee of call `node`): `'numpy_call'` (`tf_numpy.numpy_call(obj, ...)`)
   for a NumPy function that TensorFlow's NumPy API has by its name
   (`TF_NUMPY_BATCH`), `np.zeros_like` and its kin, NumPy's linear
   algebra that `tf.linalg` has (`LINALG`), and a user's helper; else

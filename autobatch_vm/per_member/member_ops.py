@@ -48,7 +48,7 @@ __all__ = ['key', 'getitem', 'setitem', 'asarray', 'min', 'max', 'abs', 'len', '
            'round_rows', 'where', 'choose', 'all_of', 'any_of',
            'logical_and', 'logical_or', 'method', 'attribute',
            'logical_not', 'is_tf', 'note_failure', 'tnp_call', 'tf_like',
-           'leaves']
+           'tf_linalg', 'leaves']
 
 # pylint: disable=redefined-builtin
 
@@ -356,7 +356,11 @@ def call(func, *args, **kwargs):
       return tf_like(func, *args, **kwargs)
     if func in member_helpers.TF_NUMPY:
       return tnp_call(func, args, kwargs)
+    if func in member_helpers.LINALG:
+      return tf_linalg(func, *args, **kwargs)
     return func(*args, **kwargs)
+  if func in member_helpers.LINALG:
+    return func(*args, **kwargs)   # NumPy's own rules (`numpy_linalg`)
   tf = sys.modules.get('tensorflow')
   if tf is not None:
     def numpy_dtype(x):
@@ -368,6 +372,97 @@ def call(func, *args, **kwargs):
 
 def _tnp():
   return _tf().experimental.numpy
+
+
+def tf_linalg(func, *args, **kwargs):
+  """NumPy's linear algebra function `func` (`member_helpers.LINALG`) on
+  TensorFlow tensors, by `tf.linalg`, as NumPy computes it.
+
+  `solve`'s right side is a vector where it has one axis, `norm` the
+  2-norm (of the flattened array without `axis`), `qr` reduced.  Other
+  arguments than NumPy's defaults go to NumPy, which refuses the tensors.
+
+  Args:
+    func: The NumPy function.
+    *args, **kwargs: Its arguments.
+
+  Returns:
+    Its result, as tensors.
+  """
+  tf = _tf()
+  name = func.__name__
+  a = tf.convert_to_tensor(args[0]) if args else None
+  if name == 'solve' and builtins.len(args) == 2 and not kwargs:
+    b = tf.convert_to_tensor(args[1])
+    if b.dtype != a.dtype:
+      joint = tf.as_dtype(np.result_type(a.dtype.as_numpy_dtype,
+                                         b.dtype.as_numpy_dtype))
+      a, b = tf.cast(a, joint), tf.cast(b, joint)
+    if b.shape.rank == 1:
+      return tf.linalg.solve(a, b[:, None])[:, 0]
+    return tf.linalg.solve(a, b)
+  if name == 'norm' and builtins.len(args) == 1 and set(kwargs) <= {'axis'}:
+    axis = kwargs.get('axis')
+    if axis is None:
+      return tf.norm(tf.reshape(a, [-1]))
+    if isinstance(axis, builtins.int):
+      return tf.norm(a, axis=axis)
+  if name == 'qr' and builtins.len(args) == 1 and not kwargs:
+    return tf.linalg.qr(a)
+  if builtins.len(args) == 1 and not kwargs and name != 'norm':
+    if a.dtype.is_integer:
+      a = tf.cast(a, tf.float64)
+    if name in ('det', 'slogdet') and _in_xla_context():
+      # TensorFlow's determinant kernels have no XLA form.
+      sign, log = _slogdet_by_elimination(a)
+      return (sign, log) if name == 'slogdet' else sign * tf.exp(log)
+    return {'inv': tf.linalg.inv, 'det': tf.linalg.det,
+            'slogdet': tf.linalg.slogdet, 'cholesky': tf.linalg.cholesky,
+            'eigh': tf.linalg.eigh, 'eigvalsh': tf.linalg.eigvalsh,
+            'pinv': tf.linalg.pinv}[name](a)
+  return func(*args, **kwargs)
+
+
+def _in_xla_context():
+  from tensorflow.python.ops import control_flow_util  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+  graph = _tf().compat.v1.get_default_graph()
+  return (not _tf().executing_eagerly() and
+          bool(control_flow_util.GraphOrParentsInXlaContext(graph)))
+
+
+def _slogdet_by_elimination(a):
+  """`np.linalg.slogdet(a)` of real matrices (any leading axes, a static
+  size) by Gaussian elimination with partial pivoting, unrolled over the
+  columns, in operations XLA compiles: the sign is the pivots' signs
+  times each row swap's -1, the log the sum of the pivots' logs of
+  magnitudes; a matrix with a zero pivot has sign 0 and log -inf."""
+  tf = _tf()
+  n = a.shape[-1]
+  batch = a.shape.rank - 2
+  sign = tf.ones(tf.shape(a)[:-2], a.dtype)
+  log = tf.zeros(tf.shape(a)[:-2], a.dtype)
+  singular = tf.zeros(tf.shape(a)[:-2], tf.bool)
+  rows = tf.range(n)
+  for k in range(n):
+    p = tf.argmax(tf.abs(a[..., k:, k]), axis=-1, output_type=tf.int32) + k
+    swap = tf.where(rows == k, p[..., None],
+                    tf.where(rows == p[..., None], k, rows))
+    a = tf.gather(a, swap, axis=batch, batch_dims=batch)
+    sign = tf.where(p == k, sign, -sign)
+    pivot = a[..., k, k]
+    zero = tf.equal(pivot, 0)
+    singular = singular | zero
+    sign = sign * tf.sign(pivot)
+    log = log + tf.math.log(tf.abs(tf.where(zero, tf.ones_like(pivot),
+                                            pivot)))
+    if k + 1 < n:
+      factors = a[..., k + 1:, k] / tf.where(zero, tf.ones_like(pivot),
+                                             pivot)[..., None]
+      a = tf.concat([a[..., :k + 1, :], a[..., k + 1:, :] -
+                     factors[..., None] * a[..., k:k + 1, :]], axis=-2)
+  return (tf.where(singular, tf.zeros_like(sign), sign),
+          tf.where(singular, tf.fill(tf.shape(log), tf.constant(
+              -np.inf, a.dtype)), log))
 
 
 def tnp_call(func, args, kwargs):

@@ -14,8 +14,6 @@ NumPy's as written otherwise.
 import sys
 import types
 
-import numpy as np
-
 from autobatch_vm.per_member import member_helpers
 from autobatch_vm.per_member import member_ops
 
@@ -26,20 +24,16 @@ def _is_tf(*xs):
   return member_ops.is_tf(*xs)
 
 
-def _tf():
-  return sys.modules['tensorflow']
-
-
 def numpy_call(func, *args, **kwargs):
   """`func(*args, **kwargs)` in a batch-aware primitive's TensorFlow form.
 
   A NumPy function given a TensorFlow tensor, which it cannot take inside
   a graph, runs as TensorFlow's NumPy API's function of its name
-  (`tf.experimental.numpy`; `member_helpers.TF_NUMPY_BATCH`, and
+  (`tf.experimental.numpy`; `member_helpers.TF_NUMPY_BATCH`), as do
   `np.zeros_like` and its kin, and `np.linalg`'s functions by
-  `tf.linalg`'s: `member_helpers.LINALG`); a user's helper runs with its
-  own such calls rewritten
-  (`member_helpers.tf_numpy_helper`).  Anything else runs as written.
+  `tf.linalg`'s (`member_helpers.LINALG`); a user's helper runs with its
+  own such calls rewritten (`member_helpers.tf_numpy_helper`).  Anything
+  else runs as written.
 
   Args:
     func: The function called.
@@ -49,7 +43,8 @@ def numpy_call(func, *args, **kwargs):
     What it gives for the batch.
   """
   if type(func) is types.FunctionType:  # pylint: disable=unidiomatic-typecheck
-    return member_helpers.tf_numpy_helper(func, sys.modules[__name__])(*args, **kwargs)
+    return member_helpers.tf_numpy_helper(func, sys.modules[__name__])(
+        *args, **kwargs)
   if _is_tf(*member_ops.leaves(list(args) + list(kwargs.values()))):
     if func in member_helpers.LIKE:
       if args and _is_tf(args[0]):
@@ -57,43 +52,7 @@ def numpy_call(func, *args, **kwargs):
     elif func in member_helpers.TF_NUMPY_BATCH:
       return member_ops.tnp_call(func, args, kwargs)
     elif func in member_helpers.LINALG:
-      return _tf_linalg(func, *args, **kwargs)
-  return func(*args, **kwargs)
-
-
-def _tf_linalg(func, *args, **kwargs):
-  """NumPy's linear algebra function `func` (`member_helpers.LINALG`) on
-  TensorFlow tensors, by `tf.linalg`, as NumPy computes it: `solve`'s
-  right side a vector where it has one axis, `norm` the 2-norm (of the
-  flattened array without `axis`), `qr` reduced.  Other arguments than
-  NumPy's defaults go to NumPy, which refuses the tensors."""
-  tf = _tf()
-  name = func.__name__
-  a = tf.convert_to_tensor(args[0]) if args else None
-  if name == 'solve' and len(args) == 2 and not kwargs:
-    b = tf.convert_to_tensor(args[1])
-    if b.dtype != a.dtype:
-      joint = tf.as_dtype(np.result_type(a.dtype.as_numpy_dtype,
-                                         b.dtype.as_numpy_dtype))
-      a, b = tf.cast(a, joint), tf.cast(b, joint)
-    if b.shape.rank == 1:
-      return tf.linalg.solve(a, b[:, None])[:, 0]
-    return tf.linalg.solve(a, b)
-  if name == 'norm' and len(args) == 1 and set(kwargs) <= {'axis'}:
-    axis = kwargs.get('axis')
-    if axis is None:
-      return tf.norm(tf.reshape(a, [-1]))
-    if isinstance(axis, int):
-      return tf.norm(a, axis=axis)
-  if name == 'qr' and len(args) == 1 and not kwargs:
-    return tf.linalg.qr(a)
-  if len(args) == 1 and not kwargs and name != 'norm':
-    if a.dtype.is_integer:
-      a = tf.cast(a, tf.float64)
-    return {'inv': tf.linalg.inv, 'det': tf.linalg.det,
-            'slogdet': tf.linalg.slogdet, 'cholesky': tf.linalg.cholesky,
-            'eigh': tf.linalg.eigh, 'eigvalsh': tf.linalg.eigvalsh,
-            'pinv': tf.linalg.pinv}[name](a)
+      return member_ops.tf_linalg(func, *args, **kwargs)
   return func(*args, **kwargs)
 
 

@@ -322,10 +322,14 @@ def _static_rules():
     registry = pfor_lib._pfor_converter_registry  # pylint: disable=protected-access
     saved = {}
     own_fallback = None
+    added = {}
     if not _swap_depth[0]:
       saved = {name: registry[name] for name in _STATIC if name in registry}
       for name, own in saved.items():
         registry[name] = functools.partial(_STATIC[name], own)
+      added = {name: rule for name, rule in _added_rules().items()
+               if name not in registry}
+      registry.update(added)
       own_fallback = pfor_lib._fallback_converter  # pylint: disable=protected-access
       pfor_lib._fallback_converter = functools.partial(  # pylint: disable=protected-access
           _reported_fallback, own_fallback)
@@ -335,6 +339,8 @@ def _static_rules():
     finally:
       _swap_depth[0] -= 1
       registry.update(saved)
+      for name in added:
+        del registry[name]
       if own_fallback is not None:
         pfor_lib._fallback_converter = own_fallback  # pylint: disable=protected-access
 
@@ -464,3 +470,24 @@ def _pad_v2(own, pfor_input):
 _STATIC = {'ConcatV2': _concat, 'MatMul': _matmul,
            'TensorScatterUpdate': _scatter_update, 'Transpose': _transpose,
            'Tile': _tile, 'PadV2': _pad_v2}
+
+
+def _batched_matrices(op):
+  """A rule for an operation on the last two axes of its one input that
+  takes any leading axes (`tf.linalg.det`), which pfor lacks: the same
+  operation on the members' stacked matrices."""
+  def rule(pfor_input):
+    from tensorflow.python.ops.parallel_for import pfor as pfor_lib  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+    x = pfor_input.stacked_input(0)
+    return [pfor_lib.wrap(y, True) for y in tf_op(x)]
+  def tf_op(x):
+    out = op(x)
+    return out if isinstance(out, (tuple, list)) else [out]
+  return rule
+
+
+def _added_rules():
+  """Rules pfor has none for, added while it converts (`_static_rules`)."""
+  tf = _tf()
+  return {'MatrixDeterminant': _batched_matrices(tf.linalg.det),
+          'LogMatrixDeterminant': _batched_matrices(tf.linalg.slogdet)}

@@ -126,3 +126,43 @@ def test_a_numpy_function_tensorflow_lacks_asks_for_tensorflow_ops():
     return np.median(v, axis=-1)
   with pytest.raises(errors.PrimitiveError, match='TensorFlow ops'):
     tf.function(middle)(tf.constant(np.ones((3, 4))))
+
+
+@ctx.batch(per_member=True)
+def member_newton(x0, tol):
+  x = x0.copy()
+  steps = 0
+  while steps < 50:
+    f = np.array([x[0] ** 2 + x[1] ** 2 - 4.0, x[0] - x[1]])
+    jacobian = np.array([[2 * x[0], 2 * x[1]], [1.0, -1.0]])
+    dx = np.linalg.solve(jacobian, f)
+    x = x - dx
+    steps += 1
+    if np.linalg.norm(dx) < tol:
+      break
+  return x, steps, np.linalg.det(jacobian)
+
+
+def test_per_member_linear_algebra_by_tf_linalg():
+  rng = np.random.default_rng(4)
+  run_everywhere(member_newton, [rng.uniform(0.5, 3, (4, 2)),
+                                 np.full(4, 1e-10)])
+
+
+@ctx.batch
+def gaussian_log_density(cov, x, shrink):
+  while np.min(np.linalg.eigvalsh(cov), axis=-1) > 1.0:
+    cov = cov * shrink[:, None, None]
+  sign, logdet = np.linalg.slogdet(cov)
+  quad = np.einsum('bi,bi->b', x, np.linalg.solve(cov, x[..., None])[..., 0])
+  return sign, -0.5 * (logdet + quad), np.linalg.det(cov)
+
+
+def test_determinants_under_xla_too():
+  # TensorFlow's determinant kernels have no XLA form: there an
+  # elimination computes them.
+  rng = np.random.default_rng(5)
+  m = rng.normal(size=(4, 3, 3))
+  cov = m @ np.swapaxes(m, -1, -2) + 3 * np.eye(3)
+  run_everywhere(gaussian_log_density, [cov, rng.normal(size=(4, 3)),
+                                        np.full(4, 0.7)])
