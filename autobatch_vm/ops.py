@@ -343,6 +343,24 @@ def promoted(name, a, b):
   return op(_cast_to(a, joint), _cast_to(b, joint))
 
 
+def static_item(table, index):
+  """`table[index]`: the items of an array the same for every member at
+  each member's index (a batch-aware `for x in SEQUENCE:`), a
+  `tf.gather` where `index` is a TensorFlow tensor.
+
+  Args:
+    table: A NumPy array.
+    index: The members' integer indices (an array or tensor).
+
+  Returns:
+    The items, with the batch axis of `index`.
+  """
+  if _is_tf(index):
+    tf = _tf()
+    return tf.gather(tf.constant(table), index)
+  return table[index]
+
+
 def _promotion_dtype(x):
   """What `np.result_type` takes for operand `x`: a tensor's or array's
   dtype, a Python number itself (weak); None for anything else."""

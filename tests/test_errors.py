@@ -114,7 +114,7 @@ def uses_comprehension(x):
 @unsupported('for', 'for loops over anything but range')
 def uses_for(x):
   total = x * 0
-  for v in [1, 2, 3]:  # ERR:for
+  for v in x:  # ERR:for
     total += v
   return total
 

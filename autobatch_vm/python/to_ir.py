@@ -30,6 +30,9 @@ import ast
 import builtins
 import copy
 import functools
+import types
+
+import numpy as np
 
 from autobatch_vm import errors
 from autobatch_vm import ops as ops_module
@@ -432,10 +435,8 @@ class _Compiler:
     if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name)
             and it.func.id == 'range' and it.func.id not in self.locals
             and not it.keywords and 1 <= len(it.args) <= 3):
-      self.unsupported(
-          s, 'for loops over anything but range(...)',
-          'Write `for i in range(n)` (n may be batched) or a while loop; '
-          'iterating over an array would iterate over the batch.')
+      self._for_over_sequence(s)
+      return
     if not isinstance(s.target, ast.Name):
       self.unsupported(s.target, 'for-loop targets other than a single name')
     args = list(it.args)
@@ -489,6 +490,159 @@ class _Compiler:
                           f'{counter} + {step_var}', loc))
     self.terminate(inst.GotoOp(header))
     self._loop_else(s, else_label, exit_label)
+
+  def _for_over_sequence(self, s):
+    """`for target in seq:` (`enumerate(seq)`, `zip(a, b, ...)`) as a loop
+    over `range(len(seq))` whose body first assigns the target its item.
+
+    `seq` is evaluated once, before the loop, as Python does.  In a
+    per-member function it may be one member's array (`for x in v`); a
+    sequence the same for every member (a global or closure list or
+    tuple, a literal) is made an array (`np.asarray`).  In a batch-aware
+    function only such a sequence is iterated (an array there holds the
+    batch), its item read by `ops.static_item` (every member's at its own
+    counter).
+    """
+    it = s.iter
+    callee = (self._static_value(it.func) if isinstance(it, ast.Call)
+              else _NOT_STATIC)
+    target = s.target
+    index_target, start = None, None
+    if (callee is builtins.enumerate and 1 <= len(it.args) <= 2 and
+        not it.keywords and isinstance(target, ast.Tuple) and
+        len(target.elts) == 2 and
+        not any(isinstance(a, ast.Starred) for a in it.args)):
+      sources, targets = [it.args[0]], [target.elts[1]]
+      index_target = target.elts[0]
+      start = it.args[1] if len(it.args) == 2 else None
+    elif (callee is builtins.zip and it.args and not it.keywords and
+          isinstance(target, ast.Tuple) and
+          len(target.elts) == len(it.args) and
+          not any(isinstance(a, ast.Starred) for a in it.args)):
+      sources, targets = list(it.args), list(target.elts)
+    else:
+      sources, targets = [it], [target]
+    pre, assigned, lengths = [], [], []
+
+    def static(target, table):
+      """(target, item) pairs of `table`'s items, a tuple target taking
+      the columns of a table of rows."""
+      if isinstance(target, (ast.Tuple, ast.List)) and not any(
+          isinstance(e, ast.Starred) for e in target.elts):
+        if table.ndim < 2 or table.shape[1] != len(target.elts):
+          self.unsupported(
+              target, f'unpacking items of shape {table.shape[1:]} into '
+              f'{len(target.elts)} names')
+        for k, e in enumerate(target.elts):
+          static(e, table[:, k])
+        return
+      name = self._generated(f'table{self.temp_count}')
+      self.temp_count += 1
+      self.closure[name] = types.CellType(table)
+      if self.per_member:
+        member(target, self._sequence_copy(pre, ast.Name(name, ast.Load())))
+      else:
+        assigned.append((target, lambda i, name=name: ast.Call(
+            ast.Attribute(ast.Name(self.prefix + 'ops', ast.Load()),
+                          'static_item', ast.Load()),
+            [ast.Name(name, ast.Load()), ast.Name(i, ast.Load())], [])))
+
+    def member(target, item):
+      """(target, item) pairs of a member's items `item(counter)`, a tuple
+      target taking their items in turn."""
+      if isinstance(target, (ast.Tuple, ast.List)) and not any(
+          isinstance(e, ast.Starred) for e in target.elts):
+        for k, e in enumerate(target.elts):
+          member(e, lambda i, k=k: ast.Subscript(item(i), ast.Constant(k),
+                                                 ast.Load()))
+        return
+      assigned.append((target, item))
+
+    for source, target in zip(sources, targets):
+      known = self._static_sequence(source)
+      if known is None and (not self.per_member or
+                            not self._reads_locals(source)):
+        self.unsupported(
+            s, 'for loops over anything but range(...), a sequence the '
+            'same for every member, or (with per_member=True) a member\'s '
+            'array',
+            'Write `for i in range(n)` (n may be batched) or a while loop; '
+            'iterating over an array would iterate over the batch.')
+      if known is not None:
+        lengths.append(ast.Constant(len(known)))
+        static(target, known)
+      else:
+        item = self._sequence_copy(pre, source)
+        lengths.append(ast.Call(ast.Name('len', ast.Load()),
+                                [ast.Name(item.name, ast.Load())], []))
+        member(target, item)
+    counter = self._generated(f'it{self.temp_count}')
+    self.temp_count += 1
+    self.locals.add(counter)
+    length = lengths[0] if len(lengths) == 1 else ast.Call(
+        ast.Name('min', ast.Load()), lengths, [])
+    assigns = [ast.Assign([_stored(t)], item(counter))
+               for t, item in assigned]
+    if index_target is not None:
+      index = ast.Name(counter, ast.Load())
+      if start is not None:
+        index = ast.BinOp(index, ast.Add(), start)
+      assigns.insert(0, ast.Assign([_stored(index_target)], index))
+    loop = ast.For(
+        target=ast.Name(counter, ast.Store()),
+        iter=ast.Call(ast.Name('range', ast.Load()), [length], []),
+        body=assigns + list(s.body), orelse=list(s.orelse),
+        type_comment=None)
+    for node in pre + [loop]:
+      for n in ast.walk(node):
+        if not hasattr(n, 'lineno') or n.lineno is None:
+          ast.copy_location(n, s)
+    self.statements(pre)
+    self.stmt_For(loop)
+
+  def _sequence_copy(self, pre, value):
+    """A variable of the function's assigned `value` (in statements
+    `pre`), and its item at a counter: `item(counter)`, with the
+    variable's name as `item.name`."""
+    name = self._generated(f'seq{self.temp_count}')
+    self.temp_count += 1
+    self.locals.add(name)
+    pre.append(ast.Assign([ast.Name(name, ast.Store())], value))
+    def item(i):
+      return ast.Subscript(ast.Name(name, ast.Load()),
+                           ast.Name(i, ast.Load()), ast.Load())
+    item.name = name
+    return item
+
+  def _generated(self, suffix):
+    """A name of the generated code's (`<prefix><suffix>`)."""
+    return self.prefix + suffix
+
+  def _static_sequence(self, node):
+    """The array of a sequence that is the same for every member (a
+    global's or closure's list, tuple or array, a literal), or None."""
+    if self._reads_locals(node):
+      return None
+    value = self._static_value(node)
+    if value is _NOT_STATIC:
+      try:
+        value = ast.literal_eval(node)
+      except (ValueError, TypeError, SyntaxError, MemoryError,
+              RecursionError):
+        return None
+    if not isinstance(value, (list, tuple, np.ndarray)):
+      return None
+    try:
+      table = np.asarray(value)
+    except (ValueError, TypeError):
+      return None
+    if table.ndim == 0 or table.dtype == object:
+      return None
+    return table
+
+  def _reads_locals(self, node):
+    return any(isinstance(n, ast.Name) and n.id in self.locals
+               for n in ast.walk(node))
 
   def stmt_Break(self, s):
     if not self.loops:
@@ -827,6 +981,22 @@ class _Compiler:
 
 
 _NOT_STATIC = object()
+
+
+def _stored(target):
+  """A copy of assignment target `target` in store context (a tuple's or
+  list's elements too; what a subscript or attribute reads stays
+  loaded)."""
+  target = copy.deepcopy(target)
+  def store(n):
+    n.ctx = ast.Store()
+    if isinstance(n, (ast.Tuple, ast.List)):
+      for e in n.elts:
+        store(e)
+    elif isinstance(n, ast.Starred):
+      store(n.value)
+  store(target)
+  return target
 
 
 def _bound_inside(node, name):

@@ -1,0 +1,141 @@
+"""`for` loops over sequences, as Python iterates them.
+
+`for x in v`, `for i, x in enumerate(v, start)` and
+`for a, b in zip(u, v)` over one member's arrays (per-member functions),
+and over sequences the same for every member (a global's list or tuple,
+a NumPy array, a literal; tuple targets take the columns of a table of
+rows) in both kinds of functions, with `break`, `continue` and `else`:
+each program against its dry run on NumPy (stack VM, stackless) and
+TensorFlow (eager, `tf.function`, XLA).  A batch-aware loop over a
+batched array (which would iterate over the batch) stays refused.
+"""
+
+import numpy as np
+import pytest
+
+import autobatch_vm as ab
+from autobatch_vm import errors
+from tests.python import run_everywhere
+
+ctx = ab.Context()
+PAIRS = [(1.0, 2.0), (3.0, 0.5), (-1.0, 4.0)]
+COEF = np.array([1.0, -2.0, 0.5, 3.0])
+
+
+@ctx.batch(per_member=True)
+def positive_sum(v):
+  total = 0.0
+  for x in v:
+    if x > 0:
+      total += x
+  return total, x   # the loop's variable keeps the last item
+
+
+@ctx.batch(per_member=True)
+def last_above(v, t):
+  best = -1
+  for i, x in enumerate(v, 1):
+    if x > t:
+      best = i
+  return best
+
+
+@ctx.batch(per_member=True)
+def dot_until_negative(a, b):
+  s = 0.0
+  for x, y in zip(a, b):
+    if x * y < -1:
+      break
+    s += x * y
+  else:
+    s += 100.0
+  return s
+
+
+@ctx.batch(per_member=True)
+def best_row(m):
+  best = -np.inf
+  for row in m:
+    t = np.sum(row)
+    if t > best:
+      best = t
+  return best
+
+
+@ctx.batch(per_member=True)
+def member_polynomial(x):
+  s = 0.0
+  for a, b in PAIRS:
+    s += a * x + b
+  for k, c in enumerate(COEF, 1):
+    s += c * x ** k
+  return s
+
+
+@ctx.batch
+def batch_polynomial(x, n):
+  s = 0.0 * x
+  for (a, b), c in zip(PAIRS, COEF):
+    s = s + a * x * c + b
+  for i, c in enumerate(COEF):
+    for w in (0.5, 1.5):
+      if i >= n:
+        continue
+      s = s + c * w * x
+  return s
+
+
+@ctx.batch
+def countdown(x):
+  total = 0.0 * x
+  for w in [0.5, 0.25, 0.25]:
+    total = total + w * x
+  while True:
+    total = total - 1
+    if total < 0:
+      break
+  return total
+
+
+def _data(seed):
+  return np.random.default_rng(seed)
+
+
+@pytest.mark.parametrize('fn,args', [
+    (positive_sum, lambda r: [r.normal(size=(4, 5))]),
+    (last_above, lambda r: [r.normal(size=(4, 5)), np.full(4, 0.3)]),
+    (dot_until_negative, lambda r: [r.normal(size=(4, 5)),
+                                    r.normal(size=(4, 5))]),
+    (best_row, lambda r: [r.normal(size=(4, 3, 2))]),
+    (member_polynomial, lambda r: [r.normal(size=4)]),
+    (batch_polynomial, lambda r: [r.normal(size=4), r.integers(0, 5, 4)]),
+    (countdown, lambda r: [r.uniform(0, 5, 4)]),
+], ids=lambda x: getattr(x, '__name__', ''))
+def test_for_over_a_sequence_matches_python(fn, args):
+  run_everywhere(fn, args(_data(0)))
+
+
+def test_a_batch_aware_loop_over_a_batched_array_is_refused():
+  c = ab.Context()
+
+  @c.batch
+  def total(v):
+    s = 0.0
+    for x in v:
+      s = s + x
+    return s
+  with pytest.raises(errors.UnsupportedSyntaxError, match='per_member=True'):
+    total(np.ones((3, 2)))
+
+
+def test_unpacking_items_of_another_length_is_refused():
+  c = ab.Context()
+
+  @c.batch
+  def bad(x):
+    s = 0.0 * x
+    for a, b, d in PAIRS:
+      s = s + a + b + d
+    return s
+  with pytest.raises(errors.UnsupportedSyntaxError, match='unpacking'):
+    bad(np.ones(3))
