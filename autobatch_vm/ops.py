@@ -343,6 +343,81 @@ def promoted(name, a, b):
   return op(_cast_to(a, joint), _cast_to(b, joint))
 
 
+class _Key:
+  """`key[index]` is `index`: a subscript's index as a value."""
+
+  def __getitem__(self, index):
+    return index
+
+
+key = _Key()
+
+
+def batch_setitem(x, index, value):
+  """A batch-aware function's `x[index] = value`, as a new array.
+
+  The frontend lets through indices that start with `:` or `...`, and
+  single indices read from the function's variables, which must be a
+  boolean mask of the whole array: here an index whose `...` would
+  cover axis 0 (the batch), or a single index that is not such a mask,
+  raises `IndexError`.  NumPy casts `value` to `x`'s dtype; so does
+  TensorFlow's form, a scatter into the flat items.
+
+  Args:
+    x: The batched array or tensor.
+    index: The index (`key[...]`'s value).
+    value: What to write, broadcast to the items.
+
+  Returns:
+    The new array; `x` is unchanged.
+  """
+  parts = index if isinstance(index, tuple) else (index,)
+  ndim = len(x.shape)
+  if parts and parts[0] is Ellipsis:
+    explicit = sum(1 for p in parts[1:] if p is not None)
+    if explicit >= ndim:
+      raise IndexError(
+          f'`...` in an item assignment of an array of {ndim} axes covers '
+          'no axis, so the index would write axis 0, the batch: write '
+          '`x[:, i] = v`')
+  elif not (isinstance(parts[0], slice) and parts[0] == slice(None)):
+    mask = parts[0]
+    dtype = getattr(mask, 'dtype', None)
+    is_bool = dtype is not None and (
+        dtype == bool or getattr(dtype, 'is_bool', False))
+    if len(parts) != 1 or not is_bool or len(mask.shape) != ndim:
+      raise IndexError(
+          'an item assignment in a batch-aware function indexes by one '
+          'array only where it is a boolean mask of the whole array '
+          '(x[x > 0] = 0); axis 0 is the batch: write `x[:, i] = v`, or '
+          'write the function for one member (per_member=True)')
+  if _is_tf(x, value, *parts):
+    return _tf_setitem(x, index, value)
+  x = np.array(x, copy=True)
+  x[index] = value
+  return x
+
+
+def _tf_setitem(x, index, value):
+  """`batch_setitem` on tensors: the items' flat positions, indexed as
+  `x` would be (a boolean mask by `tf.boolean_mask`), scattered into."""
+  tf = _tf()
+  x = tf.convert_to_tensor(x)
+  shape = tf.shape(x)
+  positions = tf.reshape(tf.range(tf.size(x)), shape)
+  if not isinstance(index, tuple) and _is_tf(index) and index.dtype == tf.bool:
+    chosen = tf.boolean_mask(positions, index)
+  else:
+    chosen = positions[index]
+  value = (tf.cast(value, x.dtype) if _is_tf(value) else
+           tf.constant(np.asarray(value), x.dtype))
+  value = tf.broadcast_to(value, tf.shape(chosen))
+  flat = tf.tensor_scatter_nd_update(tf.reshape(x, [-1]),
+                                     tf.reshape(chosen, [-1, 1]),
+                                     tf.reshape(value, [-1]))
+  return tf.reshape(flat, shape)
+
+
 def static_item(table, index):
   """`table[index]`: the items of an array the same for every member at
   each member's index (a batch-aware `for x in SEQUENCE:`), a

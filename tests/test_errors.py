@@ -119,7 +119,7 @@ def uses_for(x):
   return total
 
 
-@unsupported('itemassign', 'assignment to items or attributes')
+@unsupported('itemassign', 'index does not keep axis 0')
 def uses_item_assignment(x):
   x[0] = 1  # ERR:itemassign
   return x

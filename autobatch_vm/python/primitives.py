@@ -22,7 +22,8 @@ from autobatch_vm.per_member import member_helpers
 __all__ = ['PrimitiveRewriter', 'make_function', 'closure_code',
            'expression_text',
            'helper_name', 'input_position', 'shorten', 'split_compare',
-           'subscript_parts', 'tf_numpy', 'promotable', 'promoting']
+           'subscript_parts', 'tf_numpy', 'promotable', 'promoting',
+           'batch_key']
 
 # The names the generated code binds are `prefix + suffix`, with a prefix
 # that no identifier of the user's function starts with
@@ -602,6 +603,24 @@ def member_key(prefix, index, like):
     The AST expression.
   """
   holder = ast.Attribute(ast.Name(prefix + MEMBER_OPS, ast.Load()), 'key',
+                         ast.Load())
+  return ast.copy_location(ast.Subscript(holder, index, ast.Load()), like)
+
+
+def batch_key(prefix, index, like):
+  """`<prefix>ops.key[index]`, for `ops.batch_setitem`.
+
+  A batch-aware subscript's index as a value (slices and all).
+
+  Args:
+    prefix: The prefix of generated names.
+    index: The subscript's index (an AST node, possibly a slice).
+    like: The node whose location it takes.
+
+  Returns:
+    The AST expression.
+  """
+  holder = ast.Attribute(ast.Name(prefix + _OPS, ast.Load()), 'key',
                          ast.Load())
   return ast.copy_location(ast.Subscript(holder, index, ast.Load()), like)
 

@@ -246,8 +246,7 @@ class _Compiler:
     self.expr(s.value)
 
   def stmt_Assign(self, s):
-    if self.per_member and len(s.targets) == 1 and isinstance(
-        s.targets[0], ast.Subscript):
+    if len(s.targets) == 1 and isinstance(s.targets[0], ast.Subscript):
       self._item_assignment(s, s.targets[0], s.value)
       return
     if self.per_member and any(
@@ -278,7 +277,7 @@ class _Compiler:
     self.expr(s.value, self._target_pattern(s.target))
 
   def stmt_AugAssign(self, s):
-    if self.per_member and isinstance(s.target, ast.Subscript):
+    if isinstance(s.target, ast.Subscript):
       read = ast.Subscript(copy.deepcopy(s.target.value),
                            copy.deepcopy(s.target.slice), ast.Load())
       value = ast.copy_location(ast.BinOp(left=read, op=s.op,
@@ -306,17 +305,62 @@ class _Compiler:
           'for a nested item, take the inner array into a variable, '
           'assign its item, and put it back.')
     name = target.value.id
-    call = ast.Call(
-        ast.Attribute(ast.Name(self.prefix + python_primitives.MEMBER_OPS,
-                               ast.Load()), 'setitem', ast.Load()),
-        [ast.Name(name, ast.Load()),
-         python_primitives.member_key(self.prefix, target.slice, target),
-         value], [])
+    if self.per_member:
+      call = ast.Call(
+          ast.Attribute(ast.Name(self.prefix + python_primitives.MEMBER_OPS,
+                                 ast.Load()), 'setitem', ast.Load()),
+          [ast.Name(name, ast.Load()),
+           python_primitives.member_key(self.prefix, target.slice, target),
+           value], [])
+    else:
+      self._check_batch_index(target)
+      call = ast.Call(
+          ast.Attribute(ast.Name(self.prefix + 'ops', ast.Load()),
+                        'batch_setitem', ast.Load()),
+          [ast.Name(name, ast.Load()),
+           python_primitives.batch_key(self.prefix, target.slice, target),
+           value], [])
     ast.copy_location(call, s)
     ast.fix_missing_locations(call)
     # Printed as the user wrote it (`cur[j] = ...`).
     call.listing_text = python_primitives.shorten(ast.unparse(s))
     self.expr(call, name)
+
+  def _check_batch_index(self, target):
+    """Refuses an item assignment of a batch-aware function whose index
+    may not keep axis 0, the batch: it must start with `:` or `...`
+    (`x[:, 0] = v`), its other parts the same for every member, or be
+    one array read from the function's variables (a boolean mask of the
+    whole array, checked when it runs: `ops.batch_setitem`)."""
+    index = target.slice
+    parts = index.elts if isinstance(index, ast.Tuple) else [index]
+    first = parts[0] if parts else None
+    keeps_batch = (
+        isinstance(first, ast.Slice) and first.lower is None and
+        first.upper is None and first.step is None) or (
+            isinstance(first, ast.Constant) and first.value is Ellipsis)
+    if keeps_batch:
+      for p in parts[1:]:
+        if self._reads_locals(p):
+          self.unsupported(
+              p, 'item assignments at an index that reads the function\'s '
+              'variables (one index per member)',
+              'Every variable holds one value per member, so `x[:, j] = v` '
+              'would write every member\'s j into every member.  Write '
+              'the function for one member (per_member=True), where '
+              '`x[j] = v` is one member\'s item, or select with np.where '
+              '(np.where(np.arange(W) == j[:, None], v[:, None], x)).')
+      return
+    if not isinstance(index, ast.Tuple) and self._reads_locals(index):
+      return   # a boolean mask, checked when it runs
+    self.unsupported(
+        target, 'item assignments whose index does not keep axis 0 (the '
+        'batch)',
+        'Axis 0 of every array here is the batch: write `x[:, i] = v` '
+        '(or `x[..., i] = v`) for each member\'s item i, `x[mask] = v` '
+        'with a mask of the whole array, or write the function for one '
+        'member (per_member=True), where `x[i] = v` is one member\'s '
+        'item.')
 
   def _assign_from(self, s, target, var):
     """Assigns variable `var` to `target`, a name, an item of a variable

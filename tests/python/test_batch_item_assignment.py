@@ -1,0 +1,95 @@
+"""Item assignment in batch-aware functions: `x[:, i] = v`.
+
+Axis 0 of every array of a batch-aware function is the batch, so an item
+assignment writes each member's items where its index starts with `:`
+or `...` (`x[:, 0] = v`, `x[..., -1] -= 1`, `x[:, 1:] *= 0.5`), or is a
+boolean mask of the whole array (`x[x < 0] = 0`): those run as NumPy's,
+on a copy (NumPy's cast to the array's dtype included), on NumPy and on
+TensorFlow (eager, `tf.function`, XLA), against the dry run.  An index
+that would write axis 0 (`x[0] = v`, `...` on an array of one axis), or
+that reads the function's variables after the batch's `:` (`x[:, j] = v`:
+every member's j in every member), is refused at the user's line.
+"""
+
+import numpy as np
+import pytest
+
+import autobatch_vm as ab
+from autobatch_vm import errors
+from tests.python import run_everywhere
+
+ctx = ab.Context()
+
+
+@ctx.batch
+def shifted(x, n):
+  y = x.copy()
+  while n > 0:
+    y[:, 0] = y[:, 0] + 1.0
+    y[:, 1:] *= 0.5
+    y[..., -1] -= 1
+    n -= 1
+  y[y < 0] = 0.0
+  return y
+
+
+@ctx.batch
+def truncated(x):
+  y = x + 0
+  y[:, 0] = 2.7     # cast to the array's integer dtype, as NumPy does
+  return y
+
+
+def test_item_assignment_keeping_the_batch_axis():
+  rng = np.random.default_rng(0)
+  run_everywhere(shifted, [rng.normal(size=(4, 3)), rng.integers(0, 4, 4)])
+  run_everywhere(truncated, [rng.integers(0, 5, (4, 3))])
+
+
+def test_the_arguments_are_left_as_they_were():
+  x = np.ones((3, 2))
+  shifted(x, np.array([1, 2, 0]))
+  np.testing.assert_array_equal(x, np.ones((3, 2)))
+
+
+def _refused(source_fn, args, error, match):
+  with pytest.raises(error, match=match) as info:
+    source_fn(*args)
+  assert info.value.loc.filename == __file__
+  return info.value
+
+
+def test_an_index_that_writes_the_batch_axis_is_refused():
+  c = ab.Context()
+
+  @c.batch
+  def first_row(x):
+    y = x
+    y[0] = 1.0
+    return y
+
+  @c.batch
+  def each_member(x, j):
+    y = x
+    y[:, j] = 1.0
+    return y
+
+  @c.batch
+  def ellipsis_of_scalars(x):
+    y = x
+    y[..., 0] = 1.0
+    return y
+
+  @c.batch
+  def integer_index(x, m):
+    y = x
+    y[m] = 1.0
+    return y
+  _refused(first_row, [np.ones((4, 2))], errors.UnsupportedSyntaxError,
+           'keep axis 0')
+  _refused(each_member, [np.ones((4, 3)), np.zeros(4, np.int64)],
+           errors.UnsupportedSyntaxError, 'one index per member')
+  _refused(ellipsis_of_scalars, [np.ones(4)], errors.PrimitiveError,
+           'covers no axis')
+  _refused(integer_index, [np.ones((4, 3)), np.zeros(4, np.int64)],
+           errors.PrimitiveError, 'boolean mask')
