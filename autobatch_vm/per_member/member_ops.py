@@ -43,7 +43,8 @@ from autobatch_vm import ops
 from autobatch_vm.per_member import member_helpers
 from autobatch_vm.per_member import member_math
 
-__all__ = ['key', 'getitem', 'setitem', 'asarray', 'min', 'max', 'abs', 'len', 'int',
+__all__ = ['key', 'getitem', 'setitem', 'asarray', 'min', 'max', 'sum', 'abs',
+           'len', 'int', 'iterate',
            'float', 'round', 'math_fn', 'math_rows', 'int_rows',
            'round_rows', 'where', 'choose', 'all_of', 'any_of',
            'logical_and', 'logical_or', 'method', 'attribute',
@@ -669,6 +670,40 @@ def max(*xs):
     x = xs[0]
     return _tf().reduce_max(x) if is_tf(x) else np.max(x)
   return _combine(xs, builtins.max, 'maximum', np.maximum)
+
+
+def iterate(values):
+  """What a per-member comprehension iterates: a TensorFlow tensor's items
+  along its first axis (`tf.unstack`: Python iterates no tensor inside a
+  graph), anything else as it is.
+
+  Args:
+    values: The comprehension's iterable.
+
+  Returns:
+    An iterable.
+  """
+  if (is_tf(values) and not isinstance(values, _tf().Variable) and
+      values.shape.rank and values.shape[0] is not None):
+    return _tf().unstack(values)
+  return values
+
+
+def sum(values, start=0):
+  """One member's `sum(values[, start])`: on a TensorFlow tensor, whose
+  items Python cannot iterate inside a graph, the sum along its first
+  axis, as Python's of its items; else Python's.
+
+  Args:
+    values: An iterable (one member's array or tensor, a list).
+    start: Added to the sum.
+
+  Returns:
+    The sum.
+  """
+  if is_tf(values) and not isinstance(values, _tf().Variable):
+    return _tf().reduce_sum(values, axis=0) + start
+  return builtins.sum(values, start)
 
 
 def abs(x):

@@ -306,6 +306,23 @@ class PrimitiveRewriter(ast.NodeTransformer):
       return self.visit(split_compare(node))
     return self.generic_visit(node)
 
+  def visit_comprehension(self, node):
+    """A per-member comprehension iterates `member_ops.iterate(...)`.
+
+    That is a TensorFlow tensor's items, which Python cannot iterate
+    inside a graph.
+
+    Args:
+      node: The AST node.
+
+    Returns:
+      Its replacement.
+    """
+    node = self.generic_visit(node)
+    if self.per_member:
+      node.iter = self._ops('iterate', [node.iter], node.iter, MEMBER_OPS)
+    return node
+
   def visit_IfExp(self, node):
     """`a if c else b` becomes `ops.where(c, a, b)`.
 

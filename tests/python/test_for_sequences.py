@@ -139,3 +139,16 @@ def test_unpacking_items_of_another_length_is_refused():
     return s
   with pytest.raises(errors.UnsupportedSyntaxError, match='unpacking'):
     bad(np.ones(3))
+
+
+@ctx.batch(per_member=True)
+def spread(v):
+  squares = np.array([x * x for x in v])
+  return (max(v) - min(v), sum(v), sum((x * x for x in v), 1.0),
+          np.sum(squares))
+
+
+def test_builtins_and_comprehensions_over_a_members_array():
+  # On TensorFlow Python iterates no tensor inside a graph: a
+  # comprehension takes the items of `tf.unstack`, `sum` a reduction.
+  run_everywhere(spread, [_data(1).normal(size=(4, 5))])
