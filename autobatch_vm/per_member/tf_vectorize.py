@@ -7,9 +7,10 @@ operation is rewritten to its batched form.  An operation pfor has no
 rule for, or whose rule refuses operands that differ between members (a
 slice's bounds), runs in a `tf.while_loop` over the members
 (`fallback_to_while_loop`), which is reported to the caller; under XLA
-it is refused where pfor has no rule, or where the members' results have
-shapes unknown when traced (`v[:n]`), which XLA compiled to wrong
-values.  Inside a graph (a
+it is refused where the members' results have shapes unknown when traced
+(`v[:n]`, `tf.math.bincount`), which XLA compiled to wrong values; with
+known shapes (a member's stateless random draw, `np.roll(v, k)`) XLA
+compiles the loop.  Inside a graph (a
 `tf.function`, the staged VM loop, XLA) the vectorized operations join
 the graph; called eagerly, the function is a `tf.function` made once,
 traced once with a batch axis of any size.  On one member (a batch axis
@@ -179,11 +180,11 @@ def _in_xla_context():
 # each operation it runs in a loop over the members, whether pfor has no
 # rule for the operation or its rule refused the operands (a slice's
 # bounds that differ between members), which pfor logs only at debug
-# level.  `refused`: whether XLA must not compile the loop: an operation
-# without a rule, or one whose member results' shapes are not known when
-# traced (`v[:n]`: XLA pads such a shape to a bound and stacks the
-# members' padded results, which gave wrong values; with known shapes,
-# `np.roll(v, k)`, the loop compiles and is right).
+# level.  `refused`: whether XLA must not compile the loop: the member
+# results' shapes are not known when traced (`v[:n]`: XLA pads such a
+# shape to a bound and stacks the members' padded results, which gave
+# wrong values; with known shapes, `np.roll(v, k)` or a stateless random
+# draw, the loop compiles and gives each member's value alone).
 _reporters = []
 
 
@@ -204,7 +205,7 @@ def _reported_fallback(own, pfor_input, root_cause='', warn=False):
   `_fallbacks_reported` first."""
   if _reporters:
     known = all(x.shape.is_fully_defined() for x in pfor_input.op.outputs)
-    _reporters[-1](pfor_input.op_type, str(root_cause), warn or not known)
+    _reporters[-1](pfor_input.op_type, str(root_cause), not known)
   return own(pfor_input, root_cause=root_cause, warn=warn)
 
 

@@ -623,6 +623,40 @@ def test_an_op_pfor_cannot_vectorize_is_counted_and_refused_under_xla():
   assert info.value.lineno == _line_of(histogram_total, 'bincount')
 
 
+def test_a_members_stateless_draw_compiles_under_xla():
+  # pfor has no rule for stateless random ops with a member's seed and
+  # runs them in a loop over the members; with shapes known when traced
+  # XLA compiles it, each member drawing what it draws alone under XLA.
+  tf = pytest.importorskip('tensorflow')
+  ctx = ab.Context()
+
+  def draws(seed, n):
+    k = tf.constant(0, tf.int64)
+    total = tf.constant(0.0, tf.float64)
+    while k < n:
+      total += tf.random.stateless_uniform(
+          [], seed=tf.stack([seed, k]), dtype=tf.float64)
+      k += 1
+    return total
+  fn = ctx.batch_uncurried(draws, per_member=True)
+  seeds = tf.constant(np.arange(4) + 10, tf.int64)
+  n = tf.constant([0, 1, 2, 3], tf.int64)
+
+  def alone(s, m):
+    return tf.while_loop(
+        lambda k, t: k < m,
+        lambda k, t: (k + 1, t + tf.random.stateless_uniform(
+            [], seed=tf.stack([s, k]), dtype=tf.float64)),
+        (tf.constant(0, tf.int64), tf.constant(0.0, tf.float64)))[1]
+  with warnings.catch_warnings():
+    warnings.simplefilter('ignore', primitive.PerMemberFallbackWarning)
+    got = tf.function(fn, jit_compile=True)(seeds, n).numpy()
+    np.testing.assert_allclose(fn(seeds, n), fn(seeds, n, dry_run=True))
+  each = [tf.function(alone, jit_compile=True)(seeds[b], n[b]).numpy()
+          for b in range(4)]
+  np.testing.assert_allclose(got, each)
+
+
 def test_a_slice_with_per_member_bounds_is_refused_under_xla_not_wrong():
   # pfor's rule for a slice refuses bounds that differ between members and
   # runs it in a loop over them, which XLA compiled to wrong results
