@@ -140,6 +140,7 @@ def check_members_apart(op, in_types, backend):
       or backend.in_graph()):
     return
   with backend.error_context(), np.errstate(all='ignore'):
+    _check_runs_on_two(op, in_types, backend)
     kind = _mixes(op, in_types, backend)
     if kind is None:
       return
@@ -166,6 +167,54 @@ def check_members_apart(op, in_types, backend):
         f'{message}; {why}, so this may be chance.  {_MIXING_HINT}', op.loc)
     return
   raise errors.TypeInferenceError(message, loc=op.loc, hint=_MIXING_HINT)
+
+
+# What NumPy's and TensorFlow's broadcasting errors say.
+_SHAPE_ERRORS = ('could not be broadcast', 'Incompatible shapes',
+                 'Dimensions must be equal', 'shape mismatch')
+
+
+def _check_runs_on_two(op, in_types, backend):
+  """Raises where `op`, which ran on one member, fails on two with a
+  broadcasting error on every made-up kind.
+
+  Per member the inputs have the same shapes at every batch size, so a
+  batch-aware primitive that broadcasts on one member but not on two
+  lines its operands up by their last axes across the batch axis:
+  `y * s` of `y` `[batch, 3]` and a per-member scalar `s` `[batch]`.
+  At a batch size equal to the other axis (3 members) it would run and
+  silently give each member the others' values.  Only broadcasting
+  errors count: a primitive that fails on two members for any other
+  reason is left to run.
+  """
+  first = None
+  for kind in MADE_UP:
+    try:
+      op.function(*_member_pair(in_types, kind, None, backend))
+      return
+    except Exception as e:  # pylint: disable=broad-except
+      if not any(m in str(e) for m in _SHAPE_ERRORS):
+        return
+      first = first or e
+  if first is None:
+    return
+  shapes = ', '.join(
+      f'{"a temporary" if v.startswith("%") else repr(v)}: '
+      f'{inst.type_str(t)} per member'
+      for v, t in zip(op.vars_in, in_types))
+  raise errors.TypeInferenceError(
+      f'`{op.text}` runs on one member but not on two '
+      f'({type(first).__name__}: {str(first).strip().splitlines()[0]}); '
+      f'{shapes}.  Its operands line up by their last axes across the '
+      'batch axis, so at a batch size equal to another axis it would run '
+      'and give each member other members\' values',
+      loc=op.loc,
+      hint='Axis 0 of every batched value is the batch: a per-member '
+      'scalar is an array [batch], and against a per-member vector '
+      '([batch, n]) it needs an axis of its own: s[:, None] * v (or '
+      'np.expand_dims(s, -1), tf.expand_dims(s, -1)).  Or write the '
+      'function for one member (per_member=True), where s * v is one '
+      'member\'s.')
 
 
 _MIXING_HINT = (

@@ -357,3 +357,36 @@ def test_tfps_nuts_in_eager_mode_is_never_refused_over_many_seeds():
     results = kernel.bootstrap_results(x0)
     state, _ = _no_mixing_alarm(lambda: kernel.one_step(x0, results))  # pylint: disable=cell-var-from-loop
     assert np.all(np.isfinite(state.numpy()))
+
+
+# -- operands that line up across the batch axis --------------------------------
+
+
+def test_a_per_member_scalar_against_a_vector_is_refused_not_mixed():
+  # `y * s` of y [batch, 3] and s [batch] runs on one member, fails on two,
+  # and at 3 members ran, giving each member the others' scales.
+  ctx = ab.Context()
+
+  @ctx.batch
+  def scale(y, s, n):
+    while n > 0:
+      y = y * s  # MIX:align
+      n -= 1
+    return y
+
+  y = np.arange(9.0).reshape(3, 3) + 1
+  for make in (np.asarray, lambda a: _tf().constant(a)):
+    with pytest.raises(errors.TypeInferenceError,
+                       match='runs on one member but not on two') as info:
+      scale(make(y), make(np.array([1.0, 2.0, 3.0])), make(np.ones(3, int)))
+    assert info.value.lineno == _line_of('align')
+
+  @ctx.batch
+  def scale_right(y, s, n):
+    while n > 0:
+      y = y * s[:, None]
+      n -= 1
+    return y
+  args = (y, np.array([1.0, 2.0, 3.0]), np.ones(3, int))
+  np.testing.assert_allclose(scale_right(*args),
+                             scale_right(*args, dry_run=True))
