@@ -552,13 +552,14 @@ class _Compiler:
               else _NOT_STATIC)
     target = s.target
     index_target, start = None, None
+    keywords = {k.arg: k.value for k in getattr(it, 'keywords', ())}
     if (callee is builtins.enumerate and 1 <= len(it.args) <= 2 and
-        not it.keywords and isinstance(target, ast.Tuple) and
-        len(target.elts) == 2 and
+        set(keywords) <= ({'start'} if len(it.args) == 1 else set()) and
+        isinstance(target, ast.Tuple) and len(target.elts) == 2 and
         not any(isinstance(a, ast.Starred) for a in it.args)):
       sources, targets = [it.args[0]], [target.elts[1]]
       index_target = target.elts[0]
-      start = it.args[1] if len(it.args) == 2 else None
+      start = it.args[1] if len(it.args) == 2 else keywords.get('start')
     elif (callee is builtins.zip and it.args and not it.keywords and
           isinstance(target, ast.Tuple) and
           len(target.elts) == len(it.args) and

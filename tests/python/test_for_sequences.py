@@ -37,7 +37,11 @@ def last_above(v, t):
   for i, x in enumerate(v, 1):
     if x > t:
       best = i
-  return best
+  first = -1
+  for i, x in enumerate(v, start=10):
+    if x > t and first < 0:
+      first = i
+  return best, first
 
 
 @ctx.batch(per_member=True)
