@@ -403,14 +403,20 @@ def _tf_setitem(x, index, value):
   `x` would be (a boolean mask by `tf.boolean_mask`), scattered into."""
   tf = _tf()
   x = tf.convert_to_tensor(x)
+  value = (tf.cast(value, x.dtype) if _is_tf(value) else
+           tf.constant(np.asarray(value), x.dtype))
   shape = tf.shape(x)
+  mask = not isinstance(index, tuple) and _is_tf(index) and (
+      index.dtype == tf.bool)
+  if mask and value.shape.rank == 0:
+    # A number where the mask holds: a select, of static shape (XLA, and
+    # gradients under it, take no mask's dynamic count of items).
+    return tf.where(index, value, x)
   positions = tf.reshape(tf.range(tf.size(x)), shape)
-  if not isinstance(index, tuple) and _is_tf(index) and index.dtype == tf.bool:
+  if mask:
     chosen = tf.boolean_mask(positions, index)
   else:
     chosen = positions[index]
-  value = (tf.cast(value, x.dtype) if _is_tf(value) else
-           tf.constant(np.asarray(value), x.dtype))
   value = tf.broadcast_to(value, tf.shape(chosen))
   flat = tf.tensor_scatter_nd_update(tf.reshape(x, [-1]),
                                      tf.reshape(chosen, [-1, 1]),

@@ -93,3 +93,25 @@ def test_an_index_that_writes_the_batch_axis_is_refused():
            'covers no axis')
   _refused(integer_index, [np.ones((4, 3)), np.zeros(4, np.int64)],
            errors.PrimitiveError, 'boolean mask')
+
+
+def test_gradients_through_item_assignment_under_xla():
+  # A number assigned under a mask is a select on TensorFlow: of static
+  # shape, as XLA needs it inside the loop and in the gradient.
+  tf = pytest.importorskip('tensorflow')
+  rng = np.random.default_rng(1)
+  x = rng.normal(size=(4, 3))
+  n = rng.integers(1, 4, 4)
+
+  def grad(a):
+    with tf.GradientTape() as tape:
+      tape.watch(a)
+      total = tf.reduce_sum(shifted(a, tf.constant(n), max_steps=100))
+    return tape.gradient(total, a)
+  got = tf.function(grad, jit_compile=True)(tf.constant(x)).numpy()
+  eps = 1e-6
+  for b, k in ((0, 0), (1, 2), (3, 1)):
+    d = np.zeros_like(x)
+    d[b, k] = eps
+    want = (shifted(x + d, n).sum() - shifted(x - d, n).sum()) / (2 * eps)
+    np.testing.assert_allclose(got[b, k], want, rtol=1e-5, atol=1e-7)
