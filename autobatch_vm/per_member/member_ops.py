@@ -586,9 +586,19 @@ def setitem(x, index, value):
 
 
 def _tf_setitem(x, index, value):
-  """`setitem` on one member's tensor: a scatter into its flat items."""
+  """`setitem` on one member's tensor: a scatter into its flat items; a
+  number under a boolean mask of the whole tensor (`v[v < 0] = 0`) a
+  select, which pfor vectorizes (a mask's count of items differs between
+  members)."""
   tf = _tf()
   x = tf.convert_to_tensor(x)
+  number = (value.shape.rank == 0 if is_tf(value) else
+            np.ndim(value) == 0)
+  if (number and is_tf(index) and index.dtype == tf.bool and
+      index.shape.rank == x.shape.rank):
+    value = tf.cast(value, x.dtype) if is_tf(value) else tf.constant(
+        value, x.dtype)
+    return tf.where(index, value, x)
   shape = x.shape
   size = int(np.prod(shape.as_list(), dtype=np.int64))
   positions = tf.reshape(tf.range(size), shape)

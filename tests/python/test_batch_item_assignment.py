@@ -1,4 +1,5 @@
-"""Item assignment in batch-aware functions: `x[:, i] = v`.
+"""Item assignment in batch-aware functions (`x[:, i] = v`), and a number
+under a mask in per-member ones.
 
 Axis 0 of every array of a batch-aware function is the batch, so an item
 assignment writes each member's items where its index starts with `:`
@@ -115,3 +116,22 @@ def test_gradients_through_item_assignment_under_xla():
     d[b, k] = eps
     want = (shifted(x + d, n).sum() - shifted(x - d, n).sum()) / (2 * eps)
     np.testing.assert_allclose(got[b, k], want, rtol=1e-5, atol=1e-7)
+
+
+@ctx.batch(per_member=True)
+def member_relu_steps(v, n):
+  w = v.copy()
+  k = 0
+  while k < n:
+    w[w < 0] = 0.0
+    w = w - 0.3
+    k += 1
+  return w
+
+
+def test_a_number_under_a_members_mask():
+  # Per member, `w[w < 0] = 0.0` on TensorFlow is a select: pfor has no
+  # rule for the mask's items, whose count differs between members.
+  rng = np.random.default_rng(2)
+  run_everywhere(member_relu_steps, [rng.normal(size=(5, 4)),
+                                     rng.integers(0, 4, 5)])
