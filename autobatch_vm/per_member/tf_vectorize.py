@@ -223,6 +223,8 @@ def _member_shaped(op, cause):
   else None."""
   if op in _MEMBER_SHAPED and 'loop invariant' in cause:
     return _MEMBER_SHAPED[op]
+  if op == 'Where':   # a mask's items (`v[v > 0]`): a count per member
+    return 'a boolean mask\'s selection (v[v > 0])'
   return None
 
 

@@ -183,7 +183,11 @@ class TensorFlowBackend(base.Backend):
           'needs static shapes but for the batch axis (stacks are '
           'preallocated)',
           hint='Give tf.function an input_signature with fixed sizes but '
-          'for the batch axis, or tf.ensure_shape the arguments.')
+          'for the batch axis, or tf.ensure_shape the arguments.  A value '
+          'whose size follows the data (a boolean mask\'s selection '
+          'v[v > 0], tf.where(c), tf.unique) has a size of its own in each '
+          'member: pad to a fixed size and carry the count (np.where(v > '
+          '0, v, 0)).')
     return tuple(shape.as_list())
 
   def batch_size(self, x):
