@@ -856,7 +856,8 @@ def path_length(adj, start):
   steps = 0
   for v in range(N_NODES):
     if adj[np.arange(len(adj)), start, v]:
-      order = np.where(np.arange(N_NODES) == steps, v, order)  # ERR:dtype
+      order = np.where(np.arange(N_NODES) == np.expand_dims(steps, -1),  # ERR:dtype
+                       np.expand_dims(v, -1), order)
       steps += 1
   return steps, order, visited
 

@@ -23,7 +23,8 @@ from autobatch_vm.passes.made_up import _leaves
 from autobatch_vm.passes.made_up import MADE_UP
 from autobatch_vm.passes.made_up import made_up
 
-__all__ = ['check_batch_independent', 'check_members_apart']
+__all__ = ['check_batch_independent', 'check_broadcasting',
+           'check_members_apart']
 
 
 def check_batch_independent(op, in_types, value, run_at):
@@ -169,17 +170,44 @@ def check_members_apart(op, in_types, backend):
   raise errors.TypeInferenceError(message, loc=op.loc, hint=_MIXING_HINT)
 
 
+def check_broadcasting(op, in_types, backend):
+  """Raises where `op` broadcasts on one member but not on two or three.
+
+  That is `_check_runs_on_two`, for a primitive that
+  `check_members_apart` does not run: one that reads variables holding
+  Python numbers, typed by running it with those numbers.
+
+  Args:
+    op: The `PrimOp`, whose inputs are batched.
+    in_types: The type pattern of each of its inputs.
+    backend: The backend that runs it (eagerly).
+
+  Raises:
+    TypeInferenceError: As `_check_runs_on_two`.
+  """
+  module = getattr(op.function, '__module__', None) or ''
+  if (op.function is inst.identity or module.startswith('autobatch_vm.')
+      or all(_is_literal(t) for t in _leaves(in_types))
+      or backend.in_graph()):
+    return
+  with backend.error_context(), np.errstate(all='ignore'):
+    _check_runs_on_two(op, in_types, backend)
+
+
 # What NumPy's and TensorFlow's broadcasting errors say.
 _SHAPE_ERRORS = ('could not be broadcast', 'Incompatible shapes',
                  'Dimensions must be equal', 'shape mismatch')
 
 
 def _check_runs_on_two(op, in_types, backend):
-  """Raises where `op`, which ran on one member, fails on two with a
-  broadcasting error on every made-up kind.
+  """Raises where `op`, which ran on one member, fails on two or three
+  with a broadcasting error on every made-up kind.
 
-  Per member the inputs have the same shapes at every batch size, so a
-  batch-aware primitive that broadcasts on one member but not on two
+  A variable holding a Python number (`h = 0.1`, a loop counter) runs
+  as the array of one number per member that the VM holds.  Per member
+  the inputs have the same shapes at every batch size, so a
+  batch-aware primitive that broadcasts on one member but not on two or
+  three
   lines its operands up by their last axes across the batch axis:
   `y * s` of `y` `[batch, 3]` and a per-member scalar `s` `[batch]`.
   At a batch size equal to the other axis (3 members) it would run and
@@ -188,14 +216,18 @@ def _check_runs_on_two(op, in_types, backend):
   reason is left to run.
   """
   first = None
-  for kind in MADE_UP:
-    try:
-      op.function(*_member_pair(in_types, kind, None, backend))
-      return
-    except Exception as e:  # pylint: disable=broad-except
-      if not any(m in str(e) for m in _SHAPE_ERRORS):
-        return
-      first = first or e
+  for count in (2, 3):
+    first = None
+    for kind in MADE_UP:
+      try:
+        op.function(*_members(in_types, kind, backend, count))
+        break
+      except Exception as e:  # pylint: disable=broad-except
+        if not any(m in str(e) for m in _SHAPE_ERRORS):
+          return
+        first = first or e
+    else:
+      break
   if first is None:
     return
   shapes = ', '.join(
@@ -203,17 +235,18 @@ def _check_runs_on_two(op, in_types, backend):
       f'{inst.type_str(t)} per member'
       for v, t in zip(op.vars_in, in_types))
   raise errors.TypeInferenceError(
-      f'`{op.text}` runs on one member but not on two '
+      f'`{op.text}` runs on one member but not on {count} '
       f'({type(first).__name__}: {str(first).strip().splitlines()[0]}); '
       f'{shapes}.  Its operands line up by their last axes across the '
       'batch axis, so at a batch size equal to another axis it would run '
       'and give each member other members\' values',
       loc=op.loc,
       hint='Axis 0 of every batched value is the batch: a per-member '
-      'scalar is an array [batch], and against a per-member vector '
-      '([batch, n]) it needs an axis of its own: s[:, None] * v (or '
-      'np.expand_dims(s, -1), tf.expand_dims(s, -1)).  Or write the '
-      'function for one member (per_member=True), where s * v is one '
+      'scalar (a variable holding a number, a loop counter included) is '
+      'an array [batch], and against a per-member vector ([batch, n]) it '
+      'needs an axis of its own: np.expand_dims(s, -1) * v (or '
+      'tf.expand_dims(s, -1); s[:, None] where s is an array).  Or write '
+      'the function for one member (per_member=True), where s * v is one '
       'member\'s.')
 
 
@@ -297,6 +330,15 @@ def _mixes_when_changed(run, first):
   # Not the same result twice on the same inputs: no evidence.
   return not (again is None or not _rows_agree(first, again) or
               other_again is None or not _rows_agree(other, other_again))
+
+
+def _members(in_types, kind, backend, count):
+  """Inputs of `count` members, each a made-up input of `kind`; a
+  variable holding a Python number an array of one per member, as the VM
+  holds it."""
+  def leaf(t):
+    return backend.asarray(np.concatenate([made_up(t, kind, 1)] * count))
+  return [inst.pattern_map(leaf, t, inst.TensorType) for t in in_types]
 
 
 def _member_pair(in_types, kind, change, backend, changed=1):

@@ -457,6 +457,9 @@ class _Inference:
       weak = self.prim_with_literals(op, in_types)
       if weak is not None:
         self.prim_cache[key] = weak
+        if batch_aware:
+          # At run time those numbers are arrays, one per member.
+          member_mixing.check_broadcasting(op, in_types, self.backend)
     if key not in self.prim_cache and self.declares_result(fn, op):
       # The declared type is the result's: nothing runs on made-up data.
       self.prim_cache[key] = None

@@ -377,7 +377,7 @@ def test_a_per_member_scalar_against_a_vector_is_refused_not_mixed():
   y = np.arange(9.0).reshape(3, 3) + 1
   for make in (np.asarray, lambda a: _tf().constant(a)):
     with pytest.raises(errors.TypeInferenceError,
-                       match='runs on one member but not on two') as info:
+                       match='runs on one member but not on') as info:
       scale(make(y), make(np.array([1.0, 2.0, 3.0])), make(np.ones(3, int)))
     assert info.value.lineno == _line_of('align')
 
@@ -390,3 +390,36 @@ def test_a_per_member_scalar_against_a_vector_is_refused_not_mixed():
   args = (y, np.array([1.0, 2.0, 3.0]), np.ones(3, int))
   np.testing.assert_allclose(scale_right(*args),
                              scale_right(*args, dry_run=True))
+
+
+def test_a_number_variable_against_a_vector_is_refused():
+  # `h = 0.1` is typed as a Python number, but the VM holds it as one
+  # number per member, [batch]: against v [batch, 2] it broadcasts along
+  # v's last axis (at 2 members silently, else a run-time error).
+  ctx = ab.Context()
+
+  @ctx.batch
+  def grow(v, n):
+    h = 0.1
+    k = 0
+    while k < n:
+      v = v + h * v  # MIX:number
+      k += 1
+    return v
+
+  with pytest.raises(errors.TypeInferenceError,
+                     match='runs on one member but not on') as info:
+    grow(np.ones((4, 2)), np.array([0, 1, 2, 1]))
+  assert info.value.lineno == _line_of('number')
+
+  @ctx.batch
+  def grow_right(v, n):
+    h = 0.1
+    k = 0
+    while k < n:
+      v = v + np.expand_dims(h, -1) * v
+      k += 1
+    return v
+  args = (np.ones((4, 2)), np.array([0, 1, 2, 1]))
+  np.testing.assert_allclose(grow_right(*args), grow_right(*args,
+                                                           dry_run=True))
