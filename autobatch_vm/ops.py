@@ -16,7 +16,7 @@ from autobatch_vm import errors
 
 __all__ = ['logical_and', 'logical_or', 'logical_not', 'where', 'mod',
            'floordiv', 'promoted', 'fail', 'sync_point', 'SYNC_ATTRIBUTE',
-           'truthy']
+           'truthy', 'key', 'batch_setitem', 'tf_setitem', 'static_item']
 
 SYNC_ATTRIBUTE = '__autobatch_sync_point__'
 
@@ -392,42 +392,62 @@ def batch_setitem(x, index, value):
           '(x[x > 0] = 0); axis 0 is the batch: write `x[:, i] = v`, or '
           'write the function for one member (per_member=True)')
   if _is_tf(x, value, *parts):
-    return _tf_setitem(x, index, value)
+    return tf_setitem(x, index, value)
   x = np.array(x, copy=True)
   x[index] = value
   return x
 
 
-def _tf_setitem(x, index, value):
-  """`batch_setitem` on tensors: the items' flat positions, indexed as
-  `x` would be (a boolean mask by `tf.boolean_mask`), scattered into."""
+def tf_setitem(x, index, value, read=None):
+  """`x` with `x[index] = value`, as a new tensor.
+
+  A number under a boolean mask of the whole tensor is a select, of
+  static shape (XLA, gradients under it, and pfor take no mask's count
+  of items); anything else a scatter into the flat items that
+  `read(positions, index)` picks (by default `positions[index]`, a
+  boolean mask by `tf.boolean_mask`).  `value` is cast to `x`'s dtype,
+  as NumPy casts it.
+
+  Args:
+    x: A tensor (or array).
+    index: The index, as `__setitem__` takes it.
+    value: What to write, broadcast to the items.
+    read: `(positions, index) -> ` the chosen positions, or None.
+
+  Returns:
+    The new tensor.
+  """
   tf = _tf()
   x = tf.convert_to_tensor(x)
   value = (tf.cast(value, x.dtype) if _is_tf(value) else
            tf.constant(np.asarray(value), x.dtype))
-  shape = tf.shape(x)
-  mask = not isinstance(index, tuple) and _is_tf(index) and (
-      index.dtype == tf.bool)
+  mask = (_is_tf(index) and index.dtype == tf.bool and
+          index.shape.rank == x.shape.rank)
   if mask and value.shape.rank == 0:
-    # A number where the mask holds: a select, of static shape (XLA, and
-    # gradients under it, take no mask's dynamic count of items).
     return tf.where(index, value, x)
-  positions = tf.reshape(tf.range(tf.size(x)), shape)
-  if mask:
+  if x.shape.is_fully_defined():
+    shape, size = x.shape, x.shape.num_elements()
+  else:
+    shape, size = tf.shape(x), tf.size(x)
+  positions = tf.reshape(tf.range(size), shape)
+  if read is not None:
+    chosen = read(positions, index)
+  elif mask:
     chosen = tf.boolean_mask(positions, index)
   else:
     chosen = positions[index]
   value = tf.broadcast_to(value, tf.shape(chosen))
-  flat = tf.tensor_scatter_nd_update(tf.reshape(x, [-1]),
+  flat = tf.tensor_scatter_nd_update(tf.reshape(x, [size]),
                                      tf.reshape(chosen, [-1, 1]),
                                      tf.reshape(value, [-1]))
   return tf.reshape(flat, shape)
 
 
 def static_item(table, index):
-  """`table[index]`: the items of an array the same for every member at
-  each member's index (a batch-aware `for x in SEQUENCE:`), a
-  `tf.gather` where `index` is a TensorFlow tensor.
+  """`table[index]`, a `tf.gather` where `index` is a TensorFlow tensor.
+
+  The items of an array the same for every member at each member's
+  index (a batch-aware `for x in SEQUENCE:`).
 
   Args:
     table: A NumPy array.

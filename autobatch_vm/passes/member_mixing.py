@@ -135,10 +135,7 @@ def check_members_apart(op, in_types, backend):
     TypeInferenceError: If the first member's result follows the second
       member's values, and the primitive draws nothing at random.
   """
-  module = getattr(op.function, '__module__', None) or ''
-  if (op.function is inst.identity or module.startswith('autobatch_vm.')
-      or all(_is_literal(t) for t in _leaves(in_types))
-      or backend.in_graph()):
+  if _unchecked(op, in_types, backend):
     return
   with backend.error_context(), np.errstate(all='ignore'):
     _check_runs_on_two(op, in_types, backend)
@@ -170,6 +167,16 @@ def check_members_apart(op, in_types, backend):
   raise errors.TypeInferenceError(message, loc=op.loc, hint=_MIXING_HINT)
 
 
+def _unchecked(op, in_types, backend):
+  """Whether the checks of this module leave `op` alone: the compiler's
+  own primitives (copies, loop counters), primitives of literals only,
+  and any in a graph, where nothing runs on values."""
+  module = getattr(op.function, '__module__', None) or ''
+  return (op.function is inst.identity or module.startswith('autobatch_vm.')
+          or all(_is_literal(t) for t in _leaves(in_types))
+          or backend.in_graph())
+
+
 def check_broadcasting(op, in_types, backend):
   """Raises where `op` broadcasts on one member but not on two or three.
 
@@ -185,10 +192,7 @@ def check_broadcasting(op, in_types, backend):
   Raises:
     TypeInferenceError: As `_check_runs_on_two`.
   """
-  module = getattr(op.function, '__module__', None) or ''
-  if (op.function is inst.identity or module.startswith('autobatch_vm.')
-      or all(_is_literal(t) for t in _leaves(in_types))
-      or backend.in_graph()):
+  if _unchecked(op, in_types, backend):
     return
   with backend.error_context(), np.errstate(all='ignore'):
     _check_runs_on_two(op, in_types, backend)

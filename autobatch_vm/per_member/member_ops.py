@@ -581,35 +581,10 @@ def setitem(x, index, value):
     A new array; `x` is unchanged.
   """
   if is_tf(x, value) or (is_tf(*_parts(index)) and not _is_member_array(x)):
-    return _tf_setitem(x, index, value)
+    # A member's index of a tensor is a gather (`getitem`); a number
+    # under a mask a select, which pfor vectorizes.
+    return ops.tf_setitem(x, index, value, read=getitem)
   return _numpy_rules().setitem(x, index, value)
-
-
-def _tf_setitem(x, index, value):
-  """`setitem` on one member's tensor: a scatter into its flat items; a
-  number under a boolean mask of the whole tensor (`v[v < 0] = 0`) a
-  select, which pfor vectorizes (a mask's count of items differs between
-  members)."""
-  tf = _tf()
-  x = tf.convert_to_tensor(x)
-  number = (value.shape.rank == 0 if is_tf(value) else
-            np.ndim(value) == 0)
-  if (number and is_tf(index) and index.dtype == tf.bool and
-      index.shape.rank == x.shape.rank):
-    value = tf.cast(value, x.dtype) if is_tf(value) else tf.constant(
-        value, x.dtype)
-    return tf.where(index, value, x)
-  shape = x.shape
-  size = int(np.prod(shape.as_list(), dtype=np.int64))
-  positions = tf.reshape(tf.range(size), shape)
-  chosen = getitem(positions, index)
-  value = tf.cast(value, x.dtype) if is_tf(value) else tf.constant(
-      value, x.dtype)
-  value = tf.broadcast_to(value, tf.shape(chosen))
-  flat = tf.tensor_scatter_nd_update(tf.reshape(x, [size]),
-                                     tf.reshape(chosen, [-1, 1]),
-                                     tf.reshape(value, [-1]))
-  return tf.reshape(flat, shape)
 
 
 # -- builtins -------------------------------------------------------------

@@ -20,10 +20,6 @@ from autobatch_vm.per_member import member_ops
 __all__ = ['numpy_call', 'numpy_method']
 
 
-def _is_tf(*xs):
-  return member_ops.is_tf(*xs)
-
-
 def numpy_call(func, *args, **kwargs):
   """`func(*args, **kwargs)` in a batch-aware primitive's TensorFlow form.
 
@@ -45,9 +41,9 @@ def numpy_call(func, *args, **kwargs):
   if type(func) is types.FunctionType:  # pylint: disable=unidiomatic-typecheck
     return member_helpers.tf_numpy_helper(func, sys.modules[__name__])(
         *args, **kwargs)
-  if _is_tf(*member_ops.leaves(list(args) + list(kwargs.values()))):
+  if member_ops.is_tf(*member_ops.leaves(list(args) + list(kwargs.values()))):
     if func in member_helpers.LIKE:
-      if args and _is_tf(args[0]):
+      if args and member_ops.is_tf(args[0]):
         return member_ops.tf_like(func, *args, **kwargs)
     elif func in member_helpers.TF_NUMPY_BATCH:
       return member_ops.tnp_call(func, args, kwargs)
@@ -69,6 +65,6 @@ def numpy_method(obj, name, *args, **kwargs):
   Returns:
     What the method gives.
   """
-  if not _is_tf(obj) or hasattr(obj, name):
+  if not member_ops.is_tf(obj) or hasattr(obj, name):
     return getattr(obj, name)(*args, **kwargs)
   return member_ops.method(obj, name, *args, **kwargs)

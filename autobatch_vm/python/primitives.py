@@ -418,12 +418,27 @@ _PROMOTED_OPERATORS = {
     ast.NotEq: 'ne'}
 
 
-class _Promoting(ast.NodeTransformer):
-  """Python's arithmetic and comparison operators as `ops.promoted`."""
+class _FormRewriter(ast.NodeTransformer):
+  """Rewrites a copy of a rewritten primitive into another of its forms
+  (`rewrite`), leaving the user's own lambdas as written."""
 
   def __init__(self, prefix):
     self.prefix = prefix
     self.changed = False
+
+  def rewrite(self, body):
+    """The rewritten copy of `body`, or None where nothing changed."""
+    new = self.visit(copy.deepcopy(body))
+    return new if self.changed else None
+
+  def visit_Lambda(self, node):
+    if node.args.args or node.args.vararg:
+      return node   # a lambda of the user's, kept as written
+    return self.generic_visit(node)
+
+
+class _Promoting(_FormRewriter):
+  """Python's arithmetic and comparison operators as `ops.promoted`."""
 
   def _promoted(self, op, left, right, like):
     self.changed = True
@@ -445,20 +460,11 @@ class _Promoting(ast.NodeTransformer):
       return node
     return self._promoted(node.ops[0], node.left, node.comparators[0], node)
 
-  def visit_Lambda(self, node):
-    if node.args.args or node.args.vararg:
-      return node   # a lambda of the user's, kept as written
-    return self.generic_visit(node)
 
-
-class _TfNumpy(ast.NodeTransformer):
+class _TfNumpy(_FormRewriter):
   """The calls `PrimitiveRewriter` marked (`ab_tf_numpy`) as calls of
   `per_member.tf_numpy`'s `numpy_call` and `numpy_method` (bound to
   `<prefix>` + `TF_NUMPY_OPS`)."""
-
-  def __init__(self, prefix):
-    self.prefix = prefix
-    self.changed = False
 
   def visit_Call(self, node):
     node = self.generic_visit(node)
@@ -473,11 +479,6 @@ class _TfNumpy(ast.NodeTransformer):
     fn = ast.Attribute(ast.Name(self.prefix + TF_NUMPY_OPS, ast.Load()),
                        how, ast.Load())
     return ast.copy_location(ast.Call(fn, args, node.keywords), node)
-
-  def visit_Lambda(self, node):
-    if node.args.args or node.args.vararg:
-      return node   # a lambda of the user's, kept as written
-    return self.generic_visit(node)
 
 
 def tf_numpy(body, prefix):
@@ -495,9 +496,7 @@ def tf_numpy(body, prefix):
   Returns:
     The new expression, or None where it calls none of them.
   """
-  rewriter = _TfNumpy(prefix)
-  new = rewriter.visit(copy.deepcopy(body))
-  return new if rewriter.changed else None
+  return _TfNumpy(prefix).rewrite(body)
 
 
 def promotable(body):
@@ -530,9 +529,7 @@ def promoting(body, prefix):
   Returns:
     The new expression, or None where it has no such operator.
   """
-  promoter = _Promoting(prefix)
-  new = promoter.visit(copy.deepcopy(body))
-  return new if promoter.changed else None
+  return _Promoting(prefix).rewrite(body)
 
 
 def _thunk(node):
