@@ -352,6 +352,8 @@ def test_literal_variable_that_no_dtype_can_represent():
   @ctx.batch()
   def f(x):
     k = 2
+    if x > 5:
+      k = 3
     return _literal_sensitive(x, k)  # ERR:literal
 
   with pytest.raises(errors.TypeInferenceError) as e:
@@ -366,10 +368,26 @@ def test_literal_variables_are_cast_where_they_meet_arrays():
   @ctx.batch()
   def f(n):
     k = 2
+    if n > 1:
+      k = 3
     return n + k
 
   n = np.array([1, 2], np.int32)
   assert 'cast(f.k:int32)' in str(ctx.lowered_for_args('f', [n]))
+  assert f(n).dtype == np.int32
+  np.testing.assert_array_equal(f(n), [3, 5])
+
+
+def test_a_local_assigned_one_literal_takes_the_dtype_it_meets():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def f(n):
+    k = 2
+    return n + k
+
+  n = np.array([1, 2], np.int32)
+  assert 'f.k' not in str(ctx.lowered_for_args('f', [n]))
   assert f(n).dtype == np.int32
   np.testing.assert_array_equal(f(n), [3, 4])
 

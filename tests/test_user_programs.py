@@ -1338,7 +1338,7 @@ def test_random_primitives_are_not_taken_for_mixing_on_tensorflow():
 # -- values a helper gets: a batch of one in the dry run too -------------------
 # In the batched call a helper gets one row per member of every value: the
 # arguments, but also a row `np.arange(W + 1)` built in the function, a
-# counter, a local `zero = 0`, another primitive's result.  A dry run gives
+# counter, a local `zero = la * 0`, another primitive's result.  A dry run gives
 # it each member's row, a batch of one, so a helper written for the batch
 # (`np.take_along_axis(row, j[:, None], axis=1)`) runs in both.
 
@@ -1377,7 +1377,7 @@ def edit_programs(lib):
   def levenshtein(a, b, la, lb):
     prev = np.arange(EDIT_WIDTH + 1)
     cur = np.zeros(EDIT_WIDTH + 1, np.int64)
-    zero = 0
+    zero = la * 0
     i = 1
     while i <= la:
       cur = lib.put(cur, zero, i)

@@ -207,8 +207,10 @@ def _check_runs_on_two(op, in_types, backend):
   """Raises where `op`, which ran on one member, fails on two or three
   with a broadcasting error on every made-up kind.
 
-  A variable holding a Python number (`h = 0.1`, a loop counter) runs
-  as the array of one number per member that the VM holds.  Per member
+  A variable holding a Python number that can change (a loop counter,
+  `h = h * 0.5`) runs as the array of one number per member that the VM
+  holds (one assigned a literal once is that constant:
+  `python.source.literal_constants`).  Per member
   the inputs have the same shapes at every batch size, so a
   batch-aware primitive that broadcasts on one member but not on two or
   three
@@ -246,8 +248,8 @@ def _check_runs_on_two(op, in_types, backend):
       'and give each member other members\' values',
       loc=op.loc,
       hint='Axis 0 of every batched value is the batch: a per-member '
-      'scalar (a variable holding a number, a loop counter included) is '
-      'an array [batch], and against a per-member vector ([batch, n]) it '
+      'scalar (a loop counter, a variable that holds a number and is '
+      'assigned more than once) is an array [batch], and against a per-member vector ([batch, n]) it '
       'needs an axis of its own: np.expand_dims(s, -1) * v (or '
       'tf.expand_dims(s, -1); s[:, None] where s is an array).  Or write '
       'the function for one member (per_member=True), where s * v is one '

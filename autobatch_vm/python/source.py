@@ -18,7 +18,7 @@ from autobatch_vm import errors
 from autobatch_vm.ir import instructions as inst
 
 __all__ = ['Source', 'assigned_names', 'dry_run_function', 'generated_prefix',
-           'range_bound']
+           'literal_constants', 'range_bound']
 
 
 class Source:
@@ -110,6 +110,99 @@ def assigned_names(fn_node):
         if isinstance(t, ast.Name):
           names.discard(t.id)
   return names
+
+
+def literal_constants(fn_node, params):
+  """Locals that hold one literal for the whole call: `h = 0.1`.
+
+  A name counts where its one binding in the function is an assignment
+  of a literal (a number, a bool, a string, None, a tuple of those) in
+  the function's top-level statements, and no statement before it reads
+  the name.  Every read then sees that value, as a constant would: the
+  batched call reads it as Python's number, which broadcasts against a
+  member's values as it does for one member, not as one number per
+  member (an array `[batch]`).
+
+  Args:
+    fn_node: The function's `ast.FunctionDef`.
+    params: Its parameters' names (never constants).
+
+  Returns:
+    A dict, name -> value.
+  """
+  bindings = {}
+  excluded = set(params)
+
+  def bind(name):
+    bindings[name] = bindings.get(name, 0) + 1
+
+  for node in ast.walk(fn_node):
+    if node is fn_node:
+      continue
+    if isinstance(node, ast.Name) and isinstance(node.ctx,
+                                                 (ast.Store, ast.Del)):
+      bind(node.id)
+    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+      bind(node.name)
+      excluded.update(_parameter_names(node.args))
+    elif isinstance(node, ast.ClassDef):
+      bind(node.name)
+    elif isinstance(node, ast.Lambda):
+      excluded.update(_parameter_names(node.args))
+    elif isinstance(node, ast.ExceptHandler) and node.name:
+      bind(node.name)
+    elif isinstance(node, (ast.Import, ast.ImportFrom)):
+      for alias in node.names:
+        bind((alias.asname or alias.name).split('.')[0])
+    elif isinstance(node, (ast.Global, ast.Nonlocal)):
+      excluded.update(node.names)
+    elif isinstance(node, ast.comprehension):
+      excluded.update(t.id for t in ast.walk(node.target)
+                      if isinstance(t, ast.Name))
+    elif hasattr(ast, 'MatchAs') and isinstance(
+        node, (ast.MatchAs, ast.MatchStar)) and node.name:
+      bind(node.name)
+  constants = {}
+  read = set()
+  for stmt in fn_node.body:
+    name, value = _literal_assignment(stmt)
+    if (name is not None and bindings.get(name) == 1
+        and name not in excluded and name not in read):
+      constants[name] = value
+    read.update(n.id for n in ast.walk(stmt)
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
+  return constants
+
+
+def _parameter_names(arguments):
+  return {a.arg for a in ast.walk(arguments) if isinstance(a, ast.arg)}
+
+
+def _literal_assignment(stmt):
+  """`(name, value)` where `stmt` is `name = <literal>` (or annotated),
+  else `(None, None)`."""
+  if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+    target, value = stmt.targets[0], stmt.value
+  elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+    target, value = stmt.target, stmt.value
+  else:
+    return None, None
+  if not isinstance(target, ast.Name):
+    return None, None
+  try:
+    value = ast.literal_eval(value)
+  except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+    return None, None
+  return (target.id, value) if _immutable_literal(value) else (None, None)
+
+
+def _immutable_literal(value):
+  if value is None or isinstance(value, (bool, int, float, complex, str,
+                                         bytes)):
+    return True
+  if isinstance(value, tuple):
+    return all(_immutable_literal(v) for v in value)
+  return False
 
 
 def generated_prefix(fn, node):

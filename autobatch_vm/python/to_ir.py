@@ -120,6 +120,12 @@ class _Compiler:
     self.closure = {}
     if fn.__closure__:
       self.closure = dict(zip(fn.__code__.co_freevars, fn.__closure__))
+    # A local that holds one literal (`h = 0.1`) is read as that constant,
+    # as a closure's is: Python's number, not one number per member.
+    self.constants = python_source.literal_constants(node, self.params)
+    self.locals -= set(self.constants)
+    for name, value in self.constants.items():
+      self.closure[name] = types.CellType(value)
     # Names of the generated primitives' own start with this.
     self.prefix = python_source.generated_prefix(fn, node)
     # Helpers defined in the body (`def f(x): ...`, `f = lambda x: ...`):
@@ -246,6 +252,8 @@ class _Compiler:
     self.expr(s.value)
 
   def stmt_Assign(self, s):
+    if self._defines_constant(s.targets[0]):
+      return
     if len(s.targets) == 1 and isinstance(s.targets[0], ast.Subscript):
       self._item_assignment(s, s.targets[0], s.value)
       return
@@ -271,10 +279,15 @@ class _Compiler:
                             self.src.loc(s)))
 
   def stmt_AnnAssign(self, s):
-    if s.value is None:
+    if s.value is None or self._defines_constant(s.target):
       return
     self._check_target(s.target)
     self.expr(s.value, self._target_pattern(s.target))
+
+  def _defines_constant(self, target):
+    """Whether `target` is a local read as its literal (`constants`),
+    whose one assignment compiles to nothing."""
+    return isinstance(target, ast.Name) and target.id in self.constants
 
   def stmt_AugAssign(self, s):
     if isinstance(s.target, ast.Subscript):

@@ -19,6 +19,7 @@ import pytest
 import autobatch_vm as ab
 from autobatch_vm import errors
 from autobatch_vm.passes import randomness
+from tests.python import run_everywhere
 
 try:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -393,9 +394,10 @@ def test_a_per_member_scalar_against_a_vector_is_refused_not_mixed():
 
 
 def test_a_number_variable_against_a_vector_is_refused():
-  # `h = 0.1` is typed as a Python number, but the VM holds it as one
-  # number per member, [batch]: against v [batch, 2] it broadcasts along
-  # v's last axis (at 2 members silently, else a run-time error).
+  # `h` is typed as a Python number, but the VM holds a variable that
+  # changes as one number per member, [batch]: against v [batch, 2] it
+  # broadcasts along v's last axis (at 2 members silently, else a
+  # run-time error).
   ctx = ab.Context()
 
   @ctx.batch
@@ -404,6 +406,7 @@ def test_a_number_variable_against_a_vector_is_refused():
     k = 0
     while k < n:
       v = v + h * v  # MIX:number
+      h = h * 0.5
       k += 1
     return v
 
@@ -418,8 +421,33 @@ def test_a_number_variable_against_a_vector_is_refused():
     k = 0
     while k < n:
       v = v + np.expand_dims(h, -1) * v
+      h = h * 0.5
       k += 1
     return v
   args = (np.ones((4, 2)), np.array([0, 1, 2, 1]))
   np.testing.assert_allclose(grow_right(*args), grow_right(*args,
                                                            dry_run=True))
+
+
+def test_a_local_assigned_one_literal_is_that_constant():
+  # `h = 0.1`, assigned once at the top level and never again, is read as
+  # the number itself, as Python reads it for one member: `h * v` scales
+  # each member's vector, at any batch size (2 members included, where
+  # an array [batch] would line up with v's last axis).
+  ctx = ab.Context()
+
+  @ctx.batch
+  def grow(v, n):
+    h = 0.1
+    eps: float = 1e-3
+    scale = (2.0, 0.5)
+    k = 0
+    while k < n:
+      v = v + h * v + eps * np.asarray(scale)
+      k += 1
+    return v
+
+  for batch in (2, 3, 4):
+    args = (np.arange(2.0 * batch).reshape(batch, 2),
+            np.arange(batch) % 3)
+    run_everywhere(grow, args)
