@@ -59,6 +59,7 @@ __all__ = ['infer_types', 'join', 'type_of_value', 'normalize_declared']
 RET = inst.RETURN_VAR
 _MAX_ITERATIONS = 1000
 _WEAK_TO = {'b': 'b', 'i': 'iufc', 'u': 'iufc', 'f': 'fc', 'c': 'c'}
+_NUMERIC = 'biufc'
 
 
 def _join_leaf(a, b):
@@ -74,6 +75,12 @@ def _join_leaf(a, b):
       return strong
   if a.dtype == b.dtype:
     return a.strong()
+  if a.dtype.kind in _NUMERIC and b.dtype.kind in _NUMERIC:
+    # One path gives an int, another a float (`return n` / `return n *
+    # 1.5`): the members' values together are what NumPy makes of them
+    # (`np.stack`), as a dry run gives them; the VM casts each write to
+    # the variable's dtype.
+    return inst.TensorType(np.result_type(a.dtype, b.dtype), a.shape)
   raise Mismatch(f'{a.strong()} vs {b.strong()} (different dtypes)',
                  dtypes=True)
 

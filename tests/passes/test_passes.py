@@ -163,7 +163,7 @@ def test_inconsistent_types_are_a_user_error():
   pb = dsl.ProgramBuilder()
   with pb.function('f', ['x']):
     pb.primop(lambda x: x > 0, out='y')
-    pb.primop(lambda x: x + 1, out='y')
+    pb.primop(lambda x: np.stack([x, x], axis=-1), out='y')
     pb.return_('y')
   with pytest.raises(errors.TypeInferenceError, match="variable 'y'"):
     pipeline.typed(pb.program(), [progs.INT], BACKEND)
