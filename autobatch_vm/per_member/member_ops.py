@@ -379,8 +379,8 @@ def tf_linalg(func, *args, **kwargs):
   """NumPy's linear algebra function `func` (`member_helpers.LINALG`) on
   TensorFlow tensors, by `tf.linalg`, as NumPy computes it.
 
-  `solve`'s right side is a vector where it has one axis, `norm` the
-  2-norm (of the flattened array without `axis`), `qr` reduced.  Other
+  `solve`'s right side is a vector where it has one axis, `norm`'s
+  vector and matrix norms as `_tf_norm` lists them, `qr` reduced.  Other
   arguments than NumPy's defaults go to NumPy, which refuses the tensors.
 
   Args:
@@ -402,12 +402,16 @@ def tf_linalg(func, *args, **kwargs):
     if b.shape.rank == 1:
       return tf.linalg.solve(a, b[:, None])[:, 0]
     return tf.linalg.solve(a, b)
-  if name == 'norm' and builtins.len(args) == 1 and set(kwargs) <= {'axis'}:
-    axis = kwargs.get('axis')
-    if axis is None:
-      return tf.norm(tf.reshape(a, [-1]))
-    if isinstance(axis, builtins.int):
-      return tf.norm(a, axis=axis)
+  if name == 'norm' and builtins.len(args) <= 4 and set(kwargs) <= {
+      'ord', 'axis', 'keepdims'}:
+    given = builtins.dict(builtins.zip(('ord', 'axis', 'keepdims'),
+                                       args[1:]))
+    if not set(given) & set(kwargs):
+      given.update(kwargs)
+      out = _tf_norm(a, given.get('ord'), given.get('axis'),
+                     builtins.bool(given.get('keepdims', False)))
+      if out is not None:
+        return out
   if name == 'qr' and builtins.len(args) == 1 and not kwargs:
     return tf.linalg.qr(a)
   if builtins.len(args) == 1 and not kwargs and name != 'norm':
@@ -422,6 +426,70 @@ def tf_linalg(func, *args, **kwargs):
             'eigh': tf.linalg.eigh, 'eigvalsh': tf.linalg.eigvalsh,
             'pinv': tf.linalg.pinv}[name](a)
   return func(*args, **kwargs)
+
+
+def _tf_norm(a, ord_, axis, keepdims):
+  """`np.linalg.norm(a, ord_, axis, keepdims)` of a tensor: vector norms
+  (`ord_` None, a number, +-inf, 0) along one axis, matrix norms (None,
+  'fro', +-1, +-inf) over two, the 2-norm of every element without
+  `axis` and `ord_`; None for the others (2-norms of matrices: singular
+  values), which go to NumPy."""
+  tf = _tf()
+  rank = a.shape.rank
+  if a.dtype.is_integer or a.dtype.is_bool:
+    a = tf.cast(a, tf.float64)
+  mag = tf.abs(a)
+  if axis is None:
+    if ord_ is None:
+      axes = builtins.list(builtins.range(rank))
+      return _reduced(tf.sqrt(tf.reduce_sum(mag * mag, axis=axes,
+                                            keepdims=True)), axes, keepdims)
+    if rank not in (1, 2):
+      return None
+    axis = 0 if rank == 1 else (0, 1)
+  if isinstance(axis, builtins.int):
+    ax = [axis % rank]
+    if ord_ is None or ord_ == 2:
+      out = tf.sqrt(tf.reduce_sum(mag * mag, axis=ax, keepdims=True))
+    elif ord_ == 1:
+      out = tf.reduce_sum(mag, axis=ax, keepdims=True)
+    elif ord_ == np.inf:
+      out = tf.reduce_max(mag, axis=ax, keepdims=True)
+    elif ord_ == -np.inf:
+      out = tf.reduce_min(mag, axis=ax, keepdims=True)
+    elif ord_ == 0:
+      out = tf.reduce_sum(tf.cast(mag != 0, mag.dtype), axis=ax,
+                          keepdims=True)
+    elif isinstance(ord_, (builtins.int, builtins.float)):
+      out = tf.reduce_sum(mag ** ord_, axis=ax, keepdims=True) ** (
+          1.0 / ord_)
+    else:
+      return None
+    return _reduced(out, ax, keepdims)
+  if (isinstance(axis, builtins.tuple) and builtins.len(axis) == 2 and
+      builtins.all(isinstance(x, builtins.int) for x in axis)):
+    rows, cols = (x % rank for x in axis)
+    if rows == cols:
+      return None
+    if ord_ is None or ord_ == 'fro':
+      out = tf.sqrt(tf.reduce_sum(mag * mag, axis=[rows, cols],
+                                  keepdims=True))
+    elif ord_ in (1, -1):      # the largest (smallest) column sum
+      sums = tf.reduce_sum(mag, axis=rows, keepdims=True)
+      out = (tf.reduce_max if ord_ == 1 else tf.reduce_min)(
+          sums, axis=cols, keepdims=True)
+    elif ord_ in (np.inf, -np.inf):   # the largest (smallest) row sum
+      sums = tf.reduce_sum(mag, axis=cols, keepdims=True)
+      out = (tf.reduce_max if ord_ == np.inf else tf.reduce_min)(
+          sums, axis=rows, keepdims=True)
+    else:
+      return None
+    return _reduced(out, [rows, cols], keepdims)
+  return None
+
+
+def _reduced(out, axes, keepdims):
+  return out if keepdims else _tf().squeeze(out, axis=axes)
 
 
 def _in_xla_context():

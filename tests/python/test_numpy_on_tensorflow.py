@@ -166,3 +166,36 @@ def test_determinants_under_xla_too():
   cov = m @ np.swapaxes(m, -1, -2) + 3 * np.eye(3)
   run_everywhere(gaussian_log_density, [cov, rng.normal(size=(4, 3)),
                                         np.full(4, 0.7)])
+
+
+@ctx.batch
+def normalized_power_iteration(a, n):
+  eps = 1e-12
+  v = np.ones_like(a[:, 0, :])
+  k = 0
+  while k < n:
+    w = np.einsum('bij,bj->bi', a, v)
+    v = w / (np.linalg.norm(w, axis=-1, keepdims=True) + eps)
+    k += 1
+  return (v, np.linalg.norm(v, 1, -1), np.linalg.norm(w, ord=np.inf, axis=-1),
+          np.linalg.norm(w, ord=0, axis=1), np.linalg.norm(w, 3, -1, True),
+          np.linalg.norm(a, axis=(1, 2)), np.linalg.norm(a, 1, (1, 2)),
+          np.linalg.norm(a, -np.inf, (-2, -1), keepdims=True))
+
+
+@ctx.batch(per_member=True)
+def member_norms(v, a):
+  return (np.linalg.norm(v), np.linalg.norm(v, 1), np.linalg.norm(a),
+          np.linalg.norm(a, np.inf), np.linalg.norm(a, axis=0, keepdims=True))
+
+
+def test_norms_with_ord_axis_and_keepdims():
+  # np.linalg.norm's vector norms (2, 1, inf, 0, p) along one axis and
+  # matrix norms (Frobenius, 1, inf) over two, keepdims too, by
+  # TensorFlow's reductions in a graph.
+  rng = np.random.default_rng(6)
+  m = rng.normal(size=(3, 4, 4))
+  run_everywhere(normalized_power_iteration, [m + np.swapaxes(m, 1, 2),
+                                              np.array([1, 4, 9])])
+  run_everywhere(member_norms, [rng.normal(size=(3, 4)),
+                                rng.normal(size=(3, 2, 3))])
