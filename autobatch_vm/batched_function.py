@@ -37,12 +37,15 @@ class BatchedFunction(shipping.FunctionPickling):
       Context), or None.
     per_member: Whether `fn` is written for one member's values
       (`Context.batch(per_member=True)`).
+    name: A variant's name (`Context.variant`); None: `fn`'s.
+    static: A variant's parameters fixed to None; () for the function.
 
   Attributes:
     context: The `Context` it belongs to.
     python_function: The undecorated function.
     type_inference: The type-inference callable, or None.
     per_member: As given.
+    static: As given.
     name: The function's name.
     last_stats: The `RunStats` of the last call (None before any).
   """
@@ -51,14 +54,16 @@ class BatchedFunction(shipping.FunctionPickling):
   # `tf.function` calls it as is rather than converting autobatch_vm's code.
   autograph_info__ = frozenset()
 
-  def __init__(self, context, fn, type_inference, per_member=False):
+  def __init__(self, context, fn, type_inference, per_member=False,
+               name=None, static=()):
     self.context = context
     self.python_function = fn
     self.type_inference = type_inference
     self.per_member = per_member
-    self.name = fn.__name__
+    self.static = tuple(static)
     self.last_stats = None
     functools.update_wrapper(self, fn)
+    self.name = name or fn.__name__
 
   def __repr__(self):
     return f'<batched function {self.name}>'
@@ -148,22 +153,31 @@ class BatchedFunction(shipping.FunctionPickling):
     given = args
     args = self.bind_arguments(args, kwargs)
     failures.check_on_error(on_error, self.context.function_loc(self.name))
+    # Arguments that are None run the variant with those parameters
+    # fixed (`Context.variant`).
+    target = self.context.variant(self.name, [
+        p for p, a in zip(self.context._params_of(self.name), args)
+        if a is None]) if not self.static else self
+    if target is not self:
+      args = [a for a in args if a is not None]
     try:
       if dry_run:
-        out = self.context._dry_run(self, args, backend)
+        out = self.context._dry_run(target, args, backend)
         if on_error == 'status':   # a dry run raises any error
           out = failures.finished(
               out, backend or call_arguments.default_backend(args))
         return out
-      return self.context._run(self, args, stackless=stackless,
-                               max_stack_depth=max_stack_depth,
-                               backend=backend,
-                               block_code_cache=block_code_cache,
-                               schedule=schedule, profile=profile,
-                               max_steps=max_steps, on_error=on_error)
+      out = self.context._run(target, args, stackless=stackless,
+                              max_stack_depth=max_stack_depth,
+                              backend=backend,
+                              block_code_cache=block_code_cache,
+                              schedule=schedule, profile=profile,
+                              max_steps=max_steps, on_error=on_error)
+      self.last_stats = target.last_stats
+      return out
     except errors.TypeInferenceError as e:
       better = call_arguments.name_argument_values(
-          e, self.context._params_of(self.name), args)
+          e, self.context._params_of(target.name), args)
       if better is e:
         raise
       raise better from e.__cause__

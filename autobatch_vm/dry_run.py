@@ -180,6 +180,12 @@ class DryRuns:
       ArgumentError: If the arguments do not bind to its parameters.
     """
     args = bf.bind_arguments(args, kwargs)
+    nones = [p for p, a in zip(bf.context._params_of(bf.name), args)
+             if a is None]
+    if nones and not bf.static:
+      # As the batched call runs it: the variant with those fixed.
+      bf = bf.context.variant(bf.name, nones)
+      args = [a for a in args if a is not None]
     program, backend, _ = self._local.program
     caller = self._per_member()
     if caller and bf.per_member:
@@ -267,8 +273,13 @@ class DryRuns:
               t = inst.pattern_map(types_.get, op.vars_out)
               if t not in found:
                 found.append(t)
-      known[key] = (found[0] if len(found) == 1 else program.function(
-          callee).var_defs[python_to_ir.RETURN_VAR].tensors)
+      if len(found) == 1:
+        known[key] = found[0]
+      elif any(f.name == callee for f in program.functions):
+        known[key] = program.function(callee).var_defs[
+            python_to_ir.RETURN_VAR].tensors
+      else:   # called as variants only, which disagree
+        known[key] = None
     return known[key]
 
   def _types(self, function):
@@ -302,8 +313,22 @@ class DryRuns:
         # keyword-only ones by name.
         fn = _keywords_after(fn, code.co_argcount, code.co_varnames[
             code.co_argcount:code.co_argcount + code.co_kwonlyargcount])
+      if bf.static:
+        # A variant (`Context.variant`): its arguments, with None for the
+        # parameters it fixes.
+        fn = _with_none(fn, code.co_varnames[
+            :code.co_argcount + code.co_kwonlyargcount], bf.static)
       self._functions[bf] = fn
     return fn
+
+
+def _with_none(fn, params, static):
+  """`fn` called with an argument per parameter not in `static`, and
+  None for those."""
+  def call(*args):
+    it = iter(args)
+    return fn(*[None if p in static else next(it) for p in params])
+  return call
 
 
 def _typed_or_none(bf, args, backend, scalars=None):

@@ -110,6 +110,7 @@ class Context(shipping.ContextPickling):
     self.debug = debug
     self.block_exits = block_exits
     self._functions = {}      # name -> BatchedFunction, in definition order
+    self._variants = {}       # variant name -> BatchedFunction (`variant`)
     self._module = None
     try:
       self._cache = caches.LRUCache(cache_size)
@@ -179,6 +180,7 @@ class Context(shipping.ContextPickling):
     wrapper = BatchedFunction(self, function, type_inference,
                               bool(per_member))
     self._functions[function.__name__] = wrapper
+    self._variants = {}
     self._module = None
     self._cache.clear()
     return wrapper
@@ -247,6 +249,7 @@ class Context(shipping.ContextPickling):
     self._functions = {
         n: BatchedFunction(self, fn, type_inference, *per_member)
         for n, (fn, type_inference, *per_member) in state.functions.items()}
+    self._variants = {}
     self._module = None
     self._cache = caches.LRUCache(self._cache.maxsize, state.programs)
     return dict(self._functions)
@@ -317,24 +320,70 @@ class Context(shipping.ContextPickling):
       return name
     return None
 
+  def _entry(self, name):
+    """The `BatchedFunction` of `name`: a function's, or a variant's."""
+    bf = self._functions.get(name)
+    return bf if bf is not None else self._variants[name]
+
   def _params_of(self, name):
     """The parameters' names: the positional ones, then the keyword-only
-    ones (`_positional_of` counts the first)."""
-    code = self._functions[name].python_function.__code__
-    return code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+    ones (`_positional_of` counts the first); a variant's without those
+    it fixes."""
+    bf = self._entry(name)
+    code = bf.python_function.__code__
+    return tuple(p for p in code.co_varnames[
+        :code.co_argcount + code.co_kwonlyargcount] if p not in bf.static)
 
   def _positional_of(self, name):
     """How many of the parameters may be passed by position."""
-    return self._functions[name].python_function.__code__.co_argcount
+    bf = self._entry(name)
+    code = bf.python_function.__code__
+    return sum(p not in bf.static
+               for p in code.co_varnames[:code.co_argcount])
 
   def _defaults_of(self, name):
     """Parameter name -> default value, for the parameters that have one."""
-    fn = self._functions[name].python_function
-    params = self._params_of(name)[:self._positional_of(name)]
+    bf = self._entry(name)
+    fn = bf.python_function
+    code = fn.__code__
+    params = code.co_varnames[:code.co_argcount]
     defaults = fn.__defaults__ or ()
     out = dict(zip(params[len(params) - len(defaults):], defaults))
     out.update(fn.__kwdefaults__ or {})
-    return out
+    return {p: v for p, v in out.items() if p not in bf.static}
+
+  def variant(self, name, static):
+    """The variant of batched function `name` with `static` given None.
+
+    A call that passes None for a parameter (or leaves out one whose
+    default is None) runs the variant: a function of the other
+    parameters, compiled with those ones None (`p is None` decided where
+    they still are: `python.source.fold_none_tests`).  Made once per
+    function and parameters.
+
+    Args:
+      name: A batched function of this Context.
+      static: Names of its parameters.
+
+    Returns:
+      The variant's `BatchedFunction`; its name, e.g. `f(y=None)`, names
+      its program.
+    """
+    base = self._functions[name]
+    static = tuple(p for p in self._params_of(name) if p in static)
+    if not static:
+      return base
+    vname = f'{name}({", ".join(f"{p}=None" for p in static)})'
+    if vname not in self._variants:
+      self._variants[vname] = BatchedFunction(
+          self, base.python_function,
+          _with_none_types(base.type_inference, self._params_of(name),
+                           static),
+          base.per_member, name=vname, static=static)
+    return self._variants[vname]
+
+  def _variant_name(self, name, static):
+    return self.variant(name, static).name
 
   def _name_of(self, main):
     """The name of batched function `main`: its name, the batched function
@@ -343,7 +392,8 @@ class Context(shipping.ContextPickling):
       name = main
     else:
       name = self._resolve(main)
-    if name is None or name not in self._functions:
+    if name is None or (name not in self._functions and
+                        name not in self._variants):
       raise errors.ArgumentError(
           f'{main!r} is not a batched function of this Context; it has '
           f'{self.function_names()}', hint='Pass the batched function, the '
@@ -360,10 +410,10 @@ class Context(shipping.ContextPickling):
       A `SourceLoc` (function, file, first line), or None if the function
       has no code to locate.
     """
-    fn = self._functions[name].python_function
+    fn = self._entry(name).python_function
     try:
       filename = fn.__code__.co_filename
-      return inst.SourceLoc(name, filename, fn.__code__.co_firstlineno)
+      return inst.SourceLoc(fn.__name__, filename, fn.__code__.co_firstlineno)
     except AttributeError:
       return None
 
@@ -384,11 +434,12 @@ class Context(shipping.ContextPickling):
     if self._module is None:
       self._module = {}
     if name not in self._module:
-      bf = self._functions[name]
+      bf = self._entry(name)
       self._module[name] = python_to_ir.compile_function(
           bf.python_function, self._resolve, self._params_of,
           bf.type_inference, defaults_of=self._defaults_of,
-          per_member=bf.per_member, positional_of=self._positional_of)
+          per_member=bf.per_member, positional_of=self._positional_of,
+          variant_of=self._variant_name, static=bf.static, name=bf.name)
     return self._module[name]
 
   def module(self):
@@ -571,7 +622,11 @@ class Context(shipping.ContextPickling):
       ArgumentError: If the arguments do not fit the function.
     """
     name = self._name_of(name)
-    args = self._functions[name].bind_arguments(list(args), {})
+    args = self._entry(name).bind_arguments(list(args), {})
+    if name in self._functions:   # None arguments: the variant's program
+      name = self.variant(name, [p for p, a in zip(self._params_of(name),
+                                                   args) if a is None]).name
+      args = [a for a in args if a is not None]
     backend = backend or call_arguments.default_backend(args)
     scalars = call_arguments.python_scalars(args)
     args = self._convert_args(name, args, backend)
@@ -699,6 +754,20 @@ class Context(shipping.ContextPickling):
           hint='Give the input_signature a batch size, or run the dry run '
           'eagerly.')
     return self._dry_runs.run(bf, args, batch, backend, given)
+
+
+def _with_none_types(type_inference, params, static):
+  """A variant's `type_inference`: the function's, given None as the
+  type of each parameter the variant fixes; None without one."""
+  if type_inference is None:
+    return None
+  kept = [p for p in params if p not in static]
+
+  @functools.wraps(type_inference)
+  def wrapped(arg_types):
+    by_name = dict(zip(kept, arg_types))
+    return type_inference([by_name.get(p) for p in params])
+  return wrapped
 
 
 def _output_types(type_inference):

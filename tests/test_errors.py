@@ -300,8 +300,10 @@ def test_wrong_arguments_from_python():
     f(np.array([1, 2, 3]), np.array([1, 2, 3, 4]))
   with pytest.raises(errors.ArgumentError, match='not an array'):
     f('abc', X)
-  with pytest.raises(errors.ArgumentError, match='not an array'):
+  # None runs as Python runs it: `None + y` fails, at the user's line.
+  with pytest.raises(errors.PrimitiveError, match='NoneType') as e:
     f(None, X)
+  assert e.value.function == 'f' and e.value.filename == __file__
   with pytest.raises(errors.ArgumentError, match='Ragged'):
     f([[1, 2], [3]], X)
   with pytest.raises(errors.ArgumentError) as e:

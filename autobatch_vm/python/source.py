@@ -17,8 +17,8 @@ import types
 from autobatch_vm import errors
 from autobatch_vm.ir import instructions as inst
 
-__all__ = ['Source', 'assigned_names', 'dry_run_function', 'generated_prefix',
-           'literal_constants', 'range_bound']
+__all__ = ['Source', 'assigned_names', 'dry_run_function', 'fold_none_tests',
+           'generated_prefix', 'literal_constants', 'range_bound']
 
 
 class Source:
@@ -172,6 +172,126 @@ def literal_constants(fn_node, params):
     read.update(n.id for n in ast.walk(stmt)
                 if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
   return constants
+
+
+def fold_none_tests(fn_node, static, given=()):
+  """`fn_node` with its `is None` tests of parameters decided.
+
+  Parameters `static` are given None, parameters `given` arrays (never
+  None).  Where a parameter still holds what it was given (from the top
+  of the function to a statement that may assign it), `p is None` and
+  `p is not None` are known: an `if` so tested becomes the side it takes
+  (`if y is None: y = np.zeros_like(x)` becomes the assignment, or
+  nothing), and so does a conditional expression, a test in `and`/`or`,
+  `not`; the side that does not run is not compiled.  The rest of the
+  function is compiled as written.
+
+  Args:
+    fn_node: The function's `ast.FunctionDef` (not changed).
+    static: The names of the parameters given None.
+    given: The names of the parameters given arrays.
+
+  Returns:
+    A new `ast.FunctionDef`.
+  """
+  node = copy.deepcopy(fn_node)
+  live = {p: False for p in given}
+  live.update({p: True for p in static})
+  node.body = _fold_statements(node.body, live) or [ast.Pass()]
+  return node
+
+
+def _fold_statements(stmts, live):
+  """`stmts` with the tests decided; `live` (name -> whether it is None)
+  loses the names the statements may assign."""
+  out = []
+  for s in stmts:
+    if isinstance(s, ast.If):
+      taken = _none_test(s.test, live)
+      if taken is not None:
+        out.extend(_fold_statements(s.body if taken else s.orelse, live))
+        continue
+    assigned = {n.id for n in ast.walk(s) if isinstance(n, ast.Name)
+                and isinstance(n.ctx, (ast.Store, ast.Del))}
+    if (isinstance(s, (ast.Assign, ast.AnnAssign)) and s.value is not None
+        and live and not any(isinstance(n, ast.NamedExpr)
+                             for n in ast.walk(s.value))):
+      # The value is computed before the targets are bound.
+      s.value = _NoneTests(live).visit(s.value)
+    kept = {p: v for p, v in live.items() if p not in assigned}
+    if kept:
+      s = _NoneTests(kept).visit(s)
+    for p in assigned:
+      live.pop(p, None)
+    out.append(s)
+  return out
+
+
+def _none_test(test, live):
+  """True or False where `test` is known from `live` (name -> whether it
+  is None): `p is None`, `p is not None`, `not`, `and`/`or` of known
+  tests, a bool literal; else None."""
+  if isinstance(test, ast.Constant) and isinstance(test.value, bool):
+    return test.value
+  if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+    inner = _none_test(test.operand, live)
+    return None if inner is None else not inner
+  if isinstance(test, ast.BoolOp):
+    values = [_none_test(v, live) for v in test.values]
+    stop = not isinstance(test.op, ast.And)   # `or` stops at a True
+    for v in values:
+      if v is None:
+        return None
+      if v is stop:
+        return stop
+    return not stop
+  if (isinstance(test, ast.Compare) and len(test.ops) == 1 and
+      isinstance(test.ops[0], (ast.Is, ast.IsNot))):
+    sides = (test.left, test.comparators[0])
+    names = [x.id for x in sides if isinstance(x, ast.Name)]
+    nones = [x for x in sides if isinstance(x, ast.Constant)
+             and x.value is None]
+    if len(names) == 1 and len(nones) == 1 and names[0] in live:
+      return live[names[0]] == isinstance(test.ops[0], ast.Is)
+  return None
+
+
+class _NoneTests(ast.NodeTransformer):
+  """Replaces known `is None` tests by their constants, and an `if` or a
+  conditional expression so tested by its side."""
+
+  def __init__(self, live):
+    self.live = live
+
+  def visit_FunctionDef(self, node):   # its own scope
+    return node
+
+  visit_Lambda = visit_FunctionDef
+
+  def _decided(self, node):
+    node = self.generic_visit(node)
+    taken = _none_test(node, self.live)
+    if taken is None:
+      return node
+    return ast.copy_location(ast.Constant(taken), node)
+
+  visit_Compare = _decided
+  visit_UnaryOp = _decided
+  visit_BoolOp = _decided
+
+  def visit_If(self, node):
+    node = self.generic_visit(node)
+    taken = _none_test(node.test, self.live)
+    if taken is None:
+      return node
+    return (node.body if taken else node.orelse) or ast.Pass()
+
+  def visit_IfExp(self, node):
+    node = self.generic_visit(node)
+    taken = _none_test(node.test, self.live)
+    if taken is None:
+      return node
+    return node.body if taken else node.orelse
 
 
 def _parameter_names(arguments):

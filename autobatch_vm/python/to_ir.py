@@ -96,8 +96,13 @@ class _Compiler:
   """Walks one function's AST and builds its blocks."""
 
   def __init__(self, fn, resolve_batched, params_of, type_inference,
-               defaults_of=None, per_member=False, positional_of=None):
+               defaults_of=None, per_member=False, positional_of=None,
+               variant_of=None, static=(), name=None):
     self.src = python_source.Source(fn)
+    # The IR function's name: the Python function's, or its variant's
+    # for parameters given None (`static`).
+    self.name = name or self.src.name
+    self.variant_of = variant_of
     self.fn = fn
     self.per_member = per_member
     self.resolve_batched = resolve_batched
@@ -115,7 +120,12 @@ class _Compiler:
     self.returns = 0
     node = self.src.node
     self._check_signature(node)
-    self.params = tuple(a.arg for a in node.args.args + node.args.kwonlyargs)
+    self.params = tuple(a.arg for a in node.args.args + node.args.kwonlyargs
+                        if a.arg not in static)
+    # `p is None` of a parameter is known where it holds what it was
+    # given: None (`static`, a variant's) or an array.
+    node = python_source.fold_none_tests(node, static, self.params)
+    self.node = node
     self.locals = python_source.assigned_names(node) | set(self.params)
     self.closure = {}
     if fn.__closure__:
@@ -123,6 +133,9 @@ class _Compiler:
     # A local that holds one literal (`h = 0.1`) is read as that constant,
     # as a closure's is: Python's number, not one number per member.
     self.constants = python_source.literal_constants(node, self.params)
+    for name in static:
+      if name not in self.locals:   # never assigned: None throughout
+        self.constants[name] = None
     self.locals -= set(self.constants)
     for name, value in self.constants.items():
       self.closure[name] = types.CellType(value)
@@ -159,7 +172,7 @@ class _Compiler:
   # -- blocks --------------------------------------------------------------
 
   def new_label(self):
-    label = f'{self.src.name}.{self.label_count}'
+    label = f'{self.name}.{self.label_count}'
     self.label_count += 1
     return label
 
@@ -199,7 +212,7 @@ class _Compiler:
   # -- driver --------------------------------------------------------------
 
   def compile(self):
-    node = self.src.node
+    node = self.node
     self.start(self.new_label(), node)
     body = node.body
     if (body and isinstance(body[0], ast.Expr)
@@ -216,10 +229,10 @@ class _Compiler:
       end = self.src.loc(node.body[-1]) if node.body else self.src.loc(node)
       self.blocks.append(inst.Block(self.cur_label, tuple(self.cur_ops),
                                     python_cfg.FallOff(end), self.cur_loc))
-    blocks = python_cfg.prune_unreachable(self.blocks, self.src.name,
+    blocks = python_cfg.prune_unreachable(self.blocks, self.name,
                                          self.params)
     return inst.Function(
-        name=self.src.name, vars_in=self.params, vars_out=RETURN_VAR,
+        name=self.name, vars_in=self.params, vars_out=RETURN_VAR,
         blocks=tuple(blocks), type_inference=self.type_inference,
         loc=self.src.loc(node), python_function=self.fn)
 
@@ -888,8 +901,19 @@ class _Compiler:
           f'{callee}() takes {len(params)} argument(s) '
           f'({", ".join(params)}) but {nargs} were given; missing '
           f'{", ".join(missing)}', loc=loc)
+    # Arguments that are None (`None`, a default of None, a variable that
+    # is None throughout) call the callee's variant with those fixed.
+    static = tuple(p for p in params if (
+        self._is_none(positional[p]) if p in positional else
+        defaults[p] is None))
+    if static and self.variant_of is not None:
+      callee = self.variant_of(callee, static)
+    else:
+      static = ()
     arg_vars = []
     for p in params:
+      if p in static:
+        continue
       if p in positional:
         arg_vars.append(self.expr(positional[p]))
       else:
@@ -903,6 +927,14 @@ class _Compiler:
     out = target if target is not None else self.temp()
     self.emit(inst.FunctionCallOp(callee, tuple(arg_vars), out, loc))
     return out
+
+  def _is_none(self, node):
+    """Whether argument `node` is None when the function compiles: the
+    literal, or a name that holds it throughout (`constants`)."""
+    if isinstance(node, ast.Constant):
+      return node.value is None
+    return (isinstance(node, ast.Name) and node.id in self.constants and
+            self.constants[node.id] is None)
 
   def _ifexp(self, node, target):
     out = target if target is not None else self.temp()
@@ -1179,7 +1211,8 @@ def _per_member_promoting(make, loc, text, sizes):
 
 
 def compile_function(fn, resolve_batched, params_of, type_inference=None,
-                     defaults_of=None, per_member=False, positional_of=None):
+                     defaults_of=None, per_member=False, positional_of=None,
+                     variant_of=None, static=(), name=None):
   """Compiles Python function `fn` to an IR `Function`.
 
   Args:
@@ -1196,6 +1229,11 @@ def compile_function(fn, resolve_batched, params_of, type_inference=None,
       per-member `PrimOp`s, and `x[i] = v` assigns `x` a new value.
     positional_of: Batched function name -> how many of its parameters a
       call may pass by position (None: all).
+    variant_of: `(name, params)` -> the name of batched function `name`'s
+      variant with `params` given None (`Context.variant`); a call that
+      passes None calls it.  None: no variants.
+    static: The parameters this compile fixes to None (a variant).
+    name: The IR function's name (a variant's); None: `fn`'s.
 
   Returns:
     The untyped IR `Function`.
@@ -1208,4 +1246,5 @@ def compile_function(fn, resolve_batched, params_of, type_inference=None,
       do not fit its parameters.
   """
   return _Compiler(fn, resolve_batched, params_of, type_inference,
-                   defaults_of, per_member, positional_of).compile()
+                   defaults_of, per_member, positional_of, variant_of,
+                   tuple(static), name).compile()
