@@ -39,7 +39,8 @@ __all__ = ['member_call', 'member_helper', 'local_names', 'static_value',
 # Builtins that mean for one member's arrays and tensors, as `member_ops`'s
 # functions of the same name, what they mean for numbers.
 _BUILTINS = {getattr(builtins, n): n for n in
-             ('min', 'max', 'abs', 'len', 'int', 'float', 'round', 'sum')}
+             ('min', 'max', 'abs', 'len', 'int', 'float', 'round', 'sum',
+              'all', 'any')}
 # NumPy's arrays like another, which `member_ops.call` makes of one
 # member's tensor too (TensorFlow's symbolic tensors reach no NumPy
 # function).

@@ -43,7 +43,8 @@ from autobatch_vm import ops
 from autobatch_vm.per_member import member_helpers
 from autobatch_vm.per_member import member_math
 
-__all__ = ['key', 'getitem', 'setitem', 'asarray', 'min', 'max', 'sum', 'abs',
+__all__ = ['key', 'getitem', 'setitem', 'asarray', 'min', 'max', 'sum', 'all',
+           'any', 'abs',
            'len', 'int', 'iterate',
            'float', 'round', 'math_fn', 'math_rows', 'int_rows',
            'round_rows', 'where', 'choose', 'all_of', 'any_of',
@@ -757,6 +758,49 @@ def sum(values, start=0):
   if is_tf(values) and not isinstance(values, _tf().Variable):
     return _tf().reduce_sum(values, axis=0) + start
   return builtins.sum(values, start)
+
+
+def all(values):
+  """One member's `all(values)`: whether every item is true.
+
+  Args:
+    values: An iterable of one member's values (a generator, a list, one
+      member's vector).
+
+  Returns:
+    A bool: Python's, or one member's boolean value.
+  """
+  return _every(values, True)
+
+
+def any(values):
+  """One member's `any(values)`: whether some item is true.
+
+  Args:
+    values: An iterable of one member's values (see `all`).
+
+  Returns:
+    A bool: Python's, or one member's boolean value.
+  """
+  return _every(values, False)
+
+
+def _every(values, conjunction):
+  """`all` (`conjunction`) or `any` of `values`' items, whose truth is
+  one member's value (Python's `all` would call `bool` on it)."""
+  if (is_tf(values) and not isinstance(values, _tf().Variable) and
+      values.shape.rank == 1):
+    tf = _tf()
+    return (tf.reduce_all if conjunction else tf.reduce_any)(
+        tf.cast(values, tf.bool), axis=0)
+  items = builtins.list(values)
+  if _plain(*items):
+    return (builtins.all if conjunction else builtins.any)(items)
+  items = [builtins.bool(x) if _plain(x) else
+           _tf().cast(x, _tf().bool) if is_tf(x) else x for x in items]
+  if conjunction:
+    return _combine(items, builtins.all, 'logical_and', np.logical_and)
+  return _combine(items, builtins.any, 'logical_or', np.logical_or)
 
 
 def abs(x):

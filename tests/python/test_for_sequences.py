@@ -156,3 +156,23 @@ def test_builtins_and_comprehensions_over_a_members_array():
   # On TensorFlow Python iterates no tensor inside a graph: a
   # comprehension takes the items of `tf.unstack`, `sum` a reduction.
   run_everywhere(spread, [_data(1).normal(size=(4, 5))])
+
+
+@ctx.batch(per_member=True)
+def graded(v, thr):
+  every = all(x > thr for x in v)
+  some = any(x > thr for x in v)
+  if all(x > thr for x in v):
+    grade = 1.0
+  elif any([v[0] > thr, v[-1] > thr]):
+    grade = 0.5
+  else:
+    grade = 0.0
+  return every, some, all(v > thr), any(v > thr), all(()), grade
+
+
+def test_all_and_any_of_a_members_values():
+  # Python's all() and any() call bool() on each item, one member's value
+  # here: they are a reduction of the items' truths.
+  thr = np.array([-3.0, 0.0, 0.5, 3.0, -0.2])
+  run_everywhere(graded, [_data(2).normal(size=(5, 4)), thr])
