@@ -1140,3 +1140,25 @@ def test_paths_of_different_shapes_get_a_hint_about_shapes(fn, kind):
   text = str(info.value)
   assert 'one shape and structure in every branch' in text
   assert 'dtype you mean' not in text and 'comes from argument' not in text
+
+
+def test_a_loop_counter_gathering_across_the_batch_is_named():
+  # `i` is one number per member, [batch]: np.take(x, i, axis=1) takes
+  # every member's i from every member ([batch, batch]); for one member's
+  # Python number it is one item.  Not a dtype to fix: the message says so.
+  ctx = ab.Context()
+
+  @ctx.batch
+  def count_above(x, thr):
+    c = 0
+    i = 0
+    while i < 4:
+      if np.take(x, i, axis=1) > thr:  # ERR:gather
+        c += 1
+      i += 1
+    return c
+
+  with pytest.raises(errors.TypeInferenceError) as e:
+    count_above(np.ones((3, 4)), np.zeros(3))
+  check(e, errors.TypeInferenceError, 'gather', 'one number per member',
+        'across the batch', 'np.take_along_axis', 'batch_dims=1')

@@ -114,6 +114,18 @@ def join(a, b):
   return type(a)(*items) if inst.is_namedtuple(a) else type(a)(items)
 
 
+def _same_but_shapes(a, b):
+  """Whether type patterns `a` and `b` have one structure and dtypes but
+  differ in a shape."""
+  try:
+    leaves = list(zip(inst.pattern_flatten(a, inst.TensorType),
+                      inst.pattern_flatten(b, inst.TensorType), strict=True))
+  except (ValueError, TypeError):
+    return False
+  return (all(x.dtype == y.dtype for x, y in leaves) and
+          any(x.shape != y.shape for x, y in leaves))
+
+
 def castable(value, declared):
   """Raises `Mismatch` unless values of type pattern `value` can be cast
   to `declared`: the same structure and shapes, and a numeric or boolean
@@ -639,6 +651,7 @@ class _Inference:
     # value where Python needs one bool, in a function it calls), which
     # no dtype for the literal avoids: that is the error to report.
     mistakes = []
+    gots = []
 
     def gives_expected(as_arrays):
       for kind in MADE_UP:
@@ -653,7 +666,8 @@ class _Inference:
           continue
         except Exception:  # pylint: disable=broad-except
           continue
-        return _strip(got) == expected
+        gots.append(_strip(got))
+        return gots[-1] == expected
       return False
 
     own = {i: in_types[i].dtype for i in weak}
@@ -672,6 +686,21 @@ class _Inference:
       if mistakes:
         raise mistakes[0]
       names = ', '.join(repr(op.vars_in[i]) for i in weak)
+      if gots and _same_but_shapes(gots[0], expected):
+        # Not a dtype: the number, one per member, indexes or gathers
+        # across the batch (`tf.gather(x, i, axis=1)`).
+        raise errors.TypeInferenceError(
+            f'`{op.text}` gives {inst.type_str(gots[0])} per member where '
+            f'{names} is one number per member (an array [batch], as the '
+            f'VM holds it), but {inst.type_str(expected)} for one member\'s '
+            'Python number: it indexes or gathers across the batch, every '
+            "member's position from every member", loc=op.loc,
+            hint='In a batch-aware function a loop counter, or a variable '
+            'that holds a number and changes, is an array [batch].  Gather '
+            "each member's own item: np.take_along_axis(x, "
+            'np.expand_dims(i, -1), axis=1)[:, 0] or tf.gather(x, i, '
+            'batch_dims=1); or write the function for one member '
+            '(per_member=True), where x[i] is the member\'s.')
       origin = frozenset().union(*(self.origin(fn, op.vars_in[i])
                                    for i in weak))
       main = self.program.main_function.name
