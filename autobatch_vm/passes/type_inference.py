@@ -114,15 +114,22 @@ def join(a, b):
   return type(a)(*items) if inst.is_namedtuple(a) else type(a)(items)
 
 
-def _same_but_shapes(a, b):
-  """Whether type patterns `a` and `b` have one structure and dtypes but
-  differ in a shape."""
+def _gains_the_batch(got, expected):
+  """Whether type pattern `got` (run at batch size 1 with numbers as
+  arrays) is `expected` with an axis of size 1 (the batch's) more in
+  some leaf: one structure and dtypes."""
   try:
-    leaves = list(zip(inst.pattern_flatten(a, inst.TensorType),
-                      inst.pattern_flatten(b, inst.TensorType), strict=True))
+    leaves = list(zip(inst.pattern_flatten(got, inst.TensorType),
+                      inst.pattern_flatten(expected, inst.TensorType),
+                      strict=True))
   except (ValueError, TypeError):
     return False
-  return (all(x.dtype == y.dtype for x, y in leaves) and
+
+  def one_more(x, y):
+    return any(x[k] == 1 and x[:k] + x[k + 1:] == y for k in range(len(x)))
+  return (all(x.dtype == y.dtype and (x.shape == y.shape or
+                                      one_more(x.shape, y.shape))
+              for x, y in leaves) and
           any(x.shape != y.shape for x, y in leaves))
 
 
@@ -686,7 +693,7 @@ class _Inference:
       if mistakes:
         raise mistakes[0]
       names = ', '.join(repr(op.vars_in[i]) for i in weak)
-      if gots and _same_but_shapes(gots[0], expected):
+      if gots and _gains_the_batch(gots[0], expected):
         # Not a dtype: the number, one per member, indexes or gathers
         # across the batch (`tf.gather(x, i, axis=1)`).
         raise errors.TypeInferenceError(
