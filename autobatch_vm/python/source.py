@@ -461,6 +461,10 @@ class _DryRunRewriter(ast.NodeTransformer):
     self.generic_visit(node)
     it = node.iter
     if (isinstance(it, ast.Call) and isinstance(it.func, ast.Name)
+        and it.func.id == 'reversed' and it.func.id not in self.local_names
+        and len(it.args) == 1):
+      it = it.args[0]   # `reversed(range(...))`: the range's bounds
+    if (isinstance(it, ast.Call) and isinstance(it.func, ast.Name)
         and it.func.id == 'range' and it.func.id not in self.local_names):
       it.args = [ast.copy_location(ast.Call(
           ast.Name(self.range_name, ast.Load()), [a], []), a)

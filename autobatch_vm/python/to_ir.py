@@ -501,7 +501,7 @@ class _Compiler:
     self._loop_else(s, else_label, exit_label)
 
   def stmt_For(self, s):
-    it = s.iter
+    it = self._reversed_range(s.iter)
     if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name)
             and it.func.id == 'range' and it.func.id not in self.locals
             and not it.keywords and 1 <= len(it.args) <= 3):
@@ -631,6 +631,12 @@ class _Compiler:
 
     for source, target in zip(sources, targets):
       known = self._static_sequence(source)
+      inner = self._reversed_of(source)
+      if known is None and inner is not None and self.per_member:
+        # A member's array backwards: its items from the last.
+        source = ast.copy_location(ast.Subscript(
+            inner, ast.Slice(None, None, ast.Constant(-1)), ast.Load()),
+                                   source)
       if known is None and (not self.per_member or
                             not self._reads_locals(source)):
         self.unsupported(
@@ -689,11 +695,24 @@ class _Compiler:
     """A name of the generated code's (`<prefix><suffix>`)."""
     return self.prefix + suffix
 
+  def _reversed_of(self, node):
+    """`x` where `node` is `reversed(x)`, else None."""
+    if (isinstance(node, ast.Call) and len(node.args) == 1 and
+        not node.keywords and not isinstance(node.args[0], ast.Starred) and
+        self._static_value(node.func) is builtins.reversed):
+      return node.args[0]
+    return None
+
   def _static_sequence(self, node):
     """The array of a sequence that is the same for every member (a
-    global's or closure's list, tuple or array, a literal), or None."""
+    global's or closure's list, tuple or array, a literal, `reversed` of
+    one), or None."""
     if self._reads_locals(node):
       return None
+    inner = self._reversed_of(node)
+    if inner is not None:
+      known = self._static_sequence(inner)
+      return None if known is None else known[::-1]
     value = self._static_value(node)
     if value is _NOT_STATIC:
       try:
@@ -927,6 +946,40 @@ class _Compiler:
     out = target if target is not None else self.temp()
     self.emit(inst.FunctionCallOp(callee, tuple(arg_vars), out, loc))
     return out
+
+  def _reversed_range(self, it):
+    """`reversed(range(a, b, s))` (a literal step `s`) as the range it
+    iterates, `range(a + (b - a - sign) // s * s, a - sign, -s)`; any
+    other iterable as it is."""
+    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name)
+            and it.func.id == 'reversed' and 'reversed' not in self.locals
+            and len(it.args) == 1 and not it.keywords):
+      return it
+    inner = it.args[0]
+    if not (isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name)
+            and inner.func.id == 'range' and 'range' not in self.locals
+            and not inner.keywords and 1 <= len(inner.args) <= 3):
+      return it
+    args = list(inner.args)
+    step = _int_literal(args[2]) if len(args) == 3 else 1
+    if not step or any(self._contains_batched_call(a) for a in args):
+      return it
+    start = ast.Constant(0) if len(args) == 1 else args[0]
+    stop = args[0] if len(args) == 1 else args[1]
+    sign = 1 if step > 0 else -1
+
+    def op(left, kind, right):
+      return ast.BinOp(left=left, op=kind, right=right)
+    last = op(_deepcopy(start), ast.Add(), op(op(op(op(
+        _deepcopy(stop), ast.Sub(), _deepcopy(start)), ast.Sub(),
+        ast.Constant(sign)), ast.FloorDiv(), ast.Constant(step)), ast.Mult(),
+        ast.Constant(step)))
+    new = ast.Call(func=ast.Name('range', ast.Load()), args=[
+        last, op(_deepcopy(start), ast.Sub(), ast.Constant(sign)),
+        ast.Constant(-step)], keywords=[])
+    for n in ast.walk(new):
+      ast.copy_location(n, it)
+    return new
 
   def _is_none(self, node):
     """Whether argument `node` is None when the function compiles: the

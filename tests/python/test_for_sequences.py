@@ -176,3 +176,47 @@ def test_all_and_any_of_a_members_values():
   # here: they are a reduction of the items' truths.
   thr = np.array([-3.0, 0.0, 0.5, 3.0, -0.2])
   run_everywhere(graded, [_data(2).normal(size=(5, 4)), thr])
+
+
+@ctx.batch
+def backwards(a, b, x):
+  s1 = 0
+  for i in reversed(range(a, b)):
+    s1 = s1 * 3 + i
+  s2 = 0
+  for i in reversed(range(a, b, 2)):
+    s2 = s2 * 3 + i
+  s3 = 0
+  for i in reversed(range(b, a, -3)):
+    s3 = s3 * 3 + i
+  s4 = 0
+  for i in reversed(range(b)):
+    s4 = s4 * 3 + i
+    if i == 2:
+      break
+  acc = 0.0
+  for c in reversed(COEF):
+    acc = acc * x + c
+  return s1, s2, s3, s4, acc
+
+
+@ctx.batch(per_member=True)
+def horner_backwards(c, x):
+  acc = 0.0
+  for k in reversed(range(c.shape[0])):
+    acc = acc * x + c[k]
+  total = 0.0
+  for v in reversed(c):
+    total = total * x + v
+  return acc, total
+
+
+def test_reversed_ranges_and_sequences():
+  # reversed(range(a, b, s)) with per-member bounds and a literal step
+  # (empty ranges included), reversed of a constant sequence and of a
+  # member's array, as Python iterates them.
+  a = np.array([0, 2, 5, 3, -4, 7])
+  b = np.array([5, 9, 5, 2, 3, 11])
+  run_everywhere(backwards, [a, b, np.linspace(-1.0, 2.0, 6)])
+  run_everywhere(horner_backwards, [_data(3).normal(size=(3, 4)),
+                                    np.array([0.5, -1.0, 2.0])])
