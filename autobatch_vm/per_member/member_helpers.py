@@ -48,6 +48,10 @@ LIKE = frozenset((np.zeros_like, np.ones_like, np.empty_like, np.full_like))
 # NumPy's functions that TensorFlow's NumPy API (`tf.experimental.numpy`)
 # has by the same name: `member_ops.call` runs that one on one member's
 # tensors, which no NumPy function takes.
+# NumPy functions TensorFlow's NumPy API lacks, which `member_ops`
+# computes on one member's tensors by TensorFlow's own op
+# (`member_ops.tf_<name>`).
+TF_OWN = {np.searchsorted: 'searchsorted'}
 TF_NUMPY = frozenset(getattr(np, n) for n in (
     'sum', 'prod', 'mean', 'std', 'var', 'max', 'min', 'amax', 'amin',
     'argmax', 'argmin', 'cumsum', 'cumprod', 'all', 'any', 'count_nonzero',
@@ -143,7 +147,7 @@ def member_call(obj, node):
   from autobatch_vm.per_member import numpy_rules  # pylint: disable=g-import-not-at-top
   try:
     if (obj in numpy_rules.CREATION or obj in LIKE or obj in TF_NUMPY or
-        obj in LINALG):
+        obj in LINALG or obj in TF_OWN):
       return 'call'
   except TypeError:   # unhashable
     return None

@@ -50,7 +50,7 @@ __all__ = ['key', 'getitem', 'setitem', 'asarray', 'min', 'max', 'sum', 'all',
            'round_rows', 'where', 'choose', 'all_of', 'any_of',
            'logical_and', 'logical_or', 'method', 'attribute',
            'logical_not', 'is_tf', 'note_failure', 'tnp_call', 'tf_like',
-           'tf_linalg', 'leaves']
+           'tf_linalg', 'tf_searchsorted', 'leaves']
 
 # pylint: disable=redefined-builtin
 
@@ -360,6 +360,9 @@ def call(func, *args, **kwargs):
       return tnp_call(func, args, kwargs)
     if func in member_helpers.LINALG:
       return tf_linalg(func, *args, **kwargs)
+    if func in member_helpers.TF_OWN:
+      return getattr(sys.modules[__name__],
+                     'tf_' + member_helpers.TF_OWN[func])(*args, **kwargs)
     return func(*args, **kwargs)
   if func in member_helpers.LINALG:
     return func(*args, **kwargs)   # NumPy's own rules (`numpy_linalg`)
@@ -370,6 +373,34 @@ def call(func, *args, **kwargs):
     args = [numpy_dtype(a) for a in args]
     kwargs = {k: numpy_dtype(v) for k, v in kwargs.items()}
   return _numpy_rules().call(func, *args, **kwargs)
+
+
+def tf_searchsorted(a, v, side='left', sorter=None):
+  """One member's `np.searchsorted(a, v, side)` of a sorted vector `a`
+  on TensorFlow (`tf.searchsorted`): int64 positions of `v`'s shape.
+
+  Args:
+    a: The sorted vector.
+    v: A value or an array of values to place.
+    side: `'left'` or `'right'`, as NumPy's.
+    sorter: Unsupported on TensorFlow (NumPy's then refuses the tensor).
+
+  Returns:
+    The positions.
+  """
+  tf = _tf()
+  a = tf.convert_to_tensor(a)
+  if sorter is not None or a.shape.rank != 1 or side not in ('left',
+                                                             'right'):
+    return np.searchsorted(a, v, side=side, sorter=sorter)
+  v = tf.convert_to_tensor(v)
+  if v.dtype != a.dtype:
+    joint = tf.as_dtype(np.result_type(a.dtype.as_numpy_dtype,
+                                       v.dtype.as_numpy_dtype))
+    a, v = tf.cast(a, joint), tf.cast(v, joint)
+  out = tf.searchsorted(a, tf.reshape(v, [-1]), side=side,
+                        out_type=tf.int64)
+  return tf.reshape(out, tf.shape(v))
 
 
 def _tnp():

@@ -66,3 +66,21 @@ def test_a_ufunc_of_integers_gives_numpys_float():
                                         np.int64]
     np.testing.assert_allclose(alone[0], np.sqrt(n) + np.exp(v).sum(1))
   python_tests.run_everywhere(of_integers, [n, v], check)
+
+
+_search_ctx = ab.Context()
+
+
+@_search_ctx.batch(per_member=True)
+def _placements(v, t):
+  s = np.sort(v)
+  return (np.searchsorted(s, 0.0), np.searchsorted(s, t, side='right'),
+          np.searchsorted(s, np.array([-0.5, 0.5])),
+          np.searchsorted(np.arange(5), 2))
+
+
+def test_searchsorted_of_a_members_vector():
+  # TensorFlow's NumPy API has no searchsorted: tf.searchsorted, int64.
+  rng = np.random.default_rng(7)
+  python_tests.run_everywhere(_placements, [rng.normal(size=(4, 6)),
+                                            rng.normal(size=4)])
