@@ -509,6 +509,10 @@ class _Compiler:
       return
     if not isinstance(s.target, ast.Name):
       self.unsupported(s.target, 'for-loop targets other than a single name')
+    unrolled = self._unrolled(s, it)
+    if unrolled is not None:
+      self.statements(unrolled)
+      return
     args = list(it.args)
     start = ast.Constant(0) if len(args) == 1 else args[0]
     stop = args[0] if len(args) == 1 else args[1]
@@ -947,6 +951,92 @@ class _Compiler:
     self.emit(inst.FunctionCallOp(callee, tuple(arg_vars), out, loc))
     return out
 
+  def _unrolled(self, s, it):
+    """A batch-aware `for i in range(...)` of at most `_MAX_UNROLLED`
+    trips known when compiling, as its trips written out, each with `i`
+    its number: the statements, or None.
+
+    A loop counter is one number per member, an array `[batch]`, which
+    lines up with a member's vector's last axis (`i * v`) and may not
+    index after the batch's colon (`x[:, i] = v`).  The trips' numbers
+    are the same for every member, so each trip reads its own as Python
+    does.  Loops whose body leaves early (`break`, `continue`, `return`),
+    calls a batched function, assigns `i`, or rebinds it in an inner
+    scope, loops that do not read `i`, and loops whose `i` is read or
+    bound elsewhere in the function (after the loop) stay loops.
+    """
+    if self.per_member:
+      return None
+    args = list(it.args)
+    bounds = [self._static_int(a) for a in args]
+    if None in bounds or (len(bounds) == 3 and bounds[2] == 0):
+      return None
+    trips = list(range(*bounds))
+    name = s.target.id
+    if not trips or len(trips) > _MAX_UNROLLED:
+      return None
+    body = list(s.body)
+    reads = False
+    for node in ast.walk(ast.Module(body=body, type_ignores=[])):
+      if isinstance(node, (ast.Break, ast.Continue, ast.Return,
+                           ast.FunctionDef, ast.AsyncFunctionDef,
+                           ast.ClassDef, ast.Lambda, ast.comprehension,
+                           ast.Global, ast.Nonlocal, ast.Try)):
+        return None
+      if isinstance(node, ast.Name) and node.id == name:
+        if not isinstance(node.ctx, ast.Load):
+          return None
+        reads = True
+      if isinstance(node, ast.Call) and self._batched_callee(
+          node) is not None:
+        return None
+    inside = sum(isinstance(n, ast.Name) and n.id == name
+                 for n in ast.walk(s))
+    if not reads or inside != sum(isinstance(n, ast.Name) and n.id == name
+                                  for n in ast.walk(self.node)):
+      # (Read after the loop, the counter is a variable; the dry run
+      # gives it its member's value in the loop too.)
+      return None
+    out = []
+    for k in trips:
+      for stmt in body:
+        copy_ = _deepcopy(stmt)
+        for node in ast.walk(copy_):
+          for field, value in ast.iter_fields(node):
+            if isinstance(value, ast.Name) and value.id == name:
+              setattr(node, field, ast.copy_location(ast.Constant(k),
+                                                     value))
+            elif isinstance(value, list):
+              value[:] = [ast.copy_location(ast.Constant(k), v)
+                          if isinstance(v, ast.Name) and v.id == name
+                          else v for v in value]
+        out.append(copy_)
+    out.extend(s.orelse)
+    for stmt in out:
+      ast.fix_missing_locations(stmt)
+    return out
+
+  def _static_int(self, node):
+    """The int a range bound is when compiling (a literal, a constant
+    local, a global or closure int), else None."""
+    value = _int_literal(node)
+    if value is not None:
+      return value
+    if isinstance(node, (ast.Name, ast.Attribute)):
+      value = self._static_value(node)
+      if type(value) is int:  # pylint: disable=unidiomatic-typecheck
+        return value
+    if isinstance(node, ast.BinOp) and isinstance(
+        node.op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv)):
+      left, right = self._static_int(node.left), self._static_int(node.right)
+      if left is None or right is None or (
+          isinstance(node.op, ast.FloorDiv) and right == 0):
+        return None
+      return {ast.Add: left + right, ast.Sub: left - right,
+              ast.Mult: left * right,
+              ast.FloorDiv: left // right if right else 0}[type(node.op)]
+    return None
+
   def _reversed_range(self, it):
     """`reversed(range(a, b, s))` (a literal step `s`) as the range it
     iterates, `range(a + (b - a - sign) // s * s, a - sign, -s)`; any
@@ -1157,6 +1247,11 @@ def _bound_inside(node, name):
 
 def _add(a, b):
   return a + b
+
+
+# The most trips a batch-aware `for i in range(K)` is written out for
+# (`_Compiler._unrolled`).
+_MAX_UNROLLED = 8
 
 
 def _int_literal(node):

@@ -1,0 +1,92 @@
+"""A batch-aware `for i in range(K)` of a few trips known when compiling
+is written out (`python.to_ir._Compiler._unrolled`).
+
+Its counter is then the trip's number, the same for every member, as
+Python has it for one member: `i * v` scales each member's vector and
+`x[:, i] = v` writes column `i`.  A loop counter held as one number per
+member (`[batch]`) would line up with the vector's last axis, or be
+refused after the batch's colon.  Each program runs batched against its
+dry run on NumPy (stack VM, stackless) and TensorFlow (eager,
+`tf.function`, XLA).  Loops that leave early, call batched functions,
+have more trips or bounds known only at run time, and counters read after
+the loop stay loops.
+"""
+
+import numpy as np
+import pytest
+
+import autobatch_vm as ab
+from autobatch_vm import errors
+from tests.python import run_everywhere
+
+ctx = ab.Context()
+WIDTH = 3
+
+
+@ctx.batch
+def poly_terms(v):
+  out = v * 0.0
+  for k in range(4):
+    out = out + (k + 1) * v ** k
+  return out
+
+
+@ctx.batch
+def scaled_columns(x):
+  y = x * 0.0
+  for i in range(WIDTH):
+    y[:, i] = x[:, i] * (i + 1)
+  else:
+    y = y + 0.5
+  return y
+
+
+@ctx.batch
+def inner_loop(x, n):
+  d = 2
+  total = x * 0.0
+  j = 0
+  while j < n:
+    for i in range(1, d + 1):
+      total = total + i * x
+    j += 1
+  return total
+
+
+@ctx.batch
+def backwards(x):
+  acc = x[:, 0] * 0.0
+  for i in reversed(range(WIDTH)):
+    acc = acc * 2.0 + x[:, i]
+  return acc
+
+
+@pytest.mark.parametrize('batch', [2, 3, 4])
+def test_written_out_trips_against_the_dry_run(batch):
+  # Two and three members: a counter held as [batch] would broadcast
+  # along the vectors' last axis of 2 or 3.
+  rng = np.random.default_rng(batch)
+  run_everywhere(poly_terms, [rng.normal(size=(batch, 2))])
+  run_everywhere(scaled_columns, [rng.normal(size=(batch, WIDTH))])
+  run_everywhere(inner_loop, [rng.normal(size=(batch, 3)),
+                              np.arange(batch) % 3])
+  run_everywhere(backwards, [rng.normal(size=(batch, WIDTH))])
+
+
+def test_loops_that_stay_loops():
+  local = ab.Context()
+
+  @local.batch
+  def early(v):
+    for k in range(4):
+      v = v + k * v
+      if np.all(v > 100.0, axis=-1):
+        break
+    return v
+
+  # `break` keeps the loop: its counter is one number per member.
+  with pytest.raises(errors.TypeInferenceError,
+                     match='runs on one member but not on'):
+    early(np.ones((4, 2)))
+  printed = str(local.lowered_for_args('early', [np.ones((4, 1))]))
+  assert 'v + k * v' in printed and 'v + 1 * v' not in printed
