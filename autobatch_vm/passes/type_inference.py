@@ -205,7 +205,9 @@ def type_of_value(value, backend, batched, describe):
           f'{describe()} returned shape {tuple(shape)} without the leading '
           'batch dimension', hint='Primitives work on whole batches: keep '
           'axis 0 as the batch (e.g. reduce with axis=-1, index with a '
-          'constant, x[:, 0]).  A member-independent constant next to '
+          'constant, x[:, 0]); a per-member scalar (shape [batch]) needs no '
+          'reduction: `assert x > 0`, not `assert np.all(x > 0)`.  A '
+          'member-independent constant next to '
           'batched values (`return np.float32(0), x`) needs its own statement '
           '(`zero = np.float32(0)`), which is broadcast to the batch.')
     return inst.TensorType(dtype, shape[1:])
