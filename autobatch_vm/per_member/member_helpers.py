@@ -208,8 +208,11 @@ def is_helper(obj):
     obj: Any object.
 
   Returns:
-    True for a plain Python function of the user's.
+    True for a plain Python function of the user's, or a method of one
+    bound to an object.
   """
+  if isinstance(obj, types.MethodType):   # a method of the user's object
+    obj = obj.__func__
   if type(obj) is not types.FunctionType:  # pylint: disable=unidiomatic-typecheck
     return False
   code = obj.__code__
@@ -254,6 +257,9 @@ def tf_numpy_helper(fn, ops):
 
 
 def _rewritten(fn, ops, decide, cache):
+  if isinstance(fn, types.MethodType):   # rewritten, bound to its object
+    return types.MethodType(_rewritten(fn.__func__, ops, decide, cache),
+                            fn.__self__)
   try:
     return cache[fn]
   except (KeyError, TypeError):
@@ -414,6 +420,16 @@ class _CallRewriter(ast.NodeTransformer):
     self.globals = fn_globals
     self.decide = decide
     self.changed = False
+
+  def visit_BinOp(self, node):
+    node = self.generic_visit(node)
+    if not (isinstance(node.op, ast.MatMult) and
+            self.decide is tf_numpy_call):
+      return node
+    # `a @ b` as NumPy's (`tf_numpy.matmul`): a vector operand too.
+    self.changed = True
+    fn = ast.Attribute(ast.Name(_OPS, ast.Load()), 'matmul', ast.Load())
+    return ast.copy_location(ast.Call(fn, [node.left, node.right], []), node)
 
   def visit_Call(self, node):
     node = self.generic_visit(node)

@@ -346,7 +346,7 @@ def call(func, *args, **kwargs):
   Returns:
     What `func` gives for one member.
   """
-  if type(func) is types.FunctionType:  # pylint: disable=unidiomatic-typecheck
+  if type(func) in (types.FunctionType, types.MethodType):  # pylint: disable=unidiomatic-typecheck
     return member_helpers.member_helper(func, sys.modules[__name__])(
         *args, **kwargs)
   values = leaves(list(args)) + leaves(list(kwargs.values()))

@@ -14,10 +14,12 @@ NumPy's as written otherwise.
 import sys
 import types
 
+import numpy as np
+
 from autobatch_vm.per_member import member_helpers
 from autobatch_vm.per_member import member_ops
 
-__all__ = ['numpy_call', 'numpy_method']
+__all__ = ['numpy_call', 'numpy_method', 'matmul']
 
 
 def numpy_call(func, *args, **kwargs):
@@ -38,7 +40,7 @@ def numpy_call(func, *args, **kwargs):
   Returns:
     What it gives for the batch.
   """
-  if type(func) is types.FunctionType:  # pylint: disable=unidiomatic-typecheck
+  if type(func) in (types.FunctionType, types.MethodType):  # pylint: disable=unidiomatic-typecheck
     return member_helpers.tf_numpy_helper(func, sys.modules[__name__])(
         *args, **kwargs)
   if member_ops.is_tf(*member_ops.leaves(list(args) + list(kwargs.values()))):
@@ -50,6 +52,26 @@ def numpy_call(func, *args, **kwargs):
     elif func in member_helpers.LINALG:
       return member_ops.tf_linalg(func, *args, **kwargs)
   return func(*args, **kwargs)
+
+
+def matmul(a, b):
+  """`a @ b` in a batch-aware primitive's TensorFlow form: NumPy's
+  matrix product (`tf.experimental.numpy.matmul`) where a TensorFlow
+  tensor meets a vector or a NumPy array (`x @ w` of `x` `[batch, n]`
+  and `w` `[n]`, which `tf.matmul` refuses); else the operator.
+
+  Args:
+    a: The left operand.
+    b: The right operand.
+
+  Returns:
+    The product.
+  """
+  if member_ops.is_tf(a, b) and not (
+      member_ops.is_tf(a) and member_ops.is_tf(b) and
+      len(a.shape) >= 2 and len(b.shape) >= 2):
+    return member_ops.tnp_call(np.matmul, (a, b), {})
+  return a @ b
 
 
 def numpy_method(obj, name, *args, **kwargs):

@@ -464,7 +464,16 @@ class _Promoting(_FormRewriter):
 class _TfNumpy(_FormRewriter):
   """The calls `PrimitiveRewriter` marked (`ab_tf_numpy`) as calls of
   `per_member.tf_numpy`'s `numpy_call` and `numpy_method` (bound to
-  `<prefix>` + `TF_NUMPY_OPS`)."""
+  `<prefix>` + `TF_NUMPY_OPS`), and `a @ b` as its `matmul`."""
+
+  def visit_BinOp(self, node):
+    node = self.generic_visit(node)
+    if not isinstance(node.op, ast.MatMult):
+      return node
+    self.changed = True
+    fn = ast.Attribute(ast.Name(self.prefix + TF_NUMPY_OPS, ast.Load()),
+                       'matmul', ast.Load())
+    return ast.copy_location(ast.Call(fn, [node.left, node.right], []), node)
 
   def visit_Call(self, node):
     node = self.generic_visit(node)

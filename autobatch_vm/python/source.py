@@ -18,7 +18,8 @@ from autobatch_vm import errors
 from autobatch_vm.ir import instructions as inst
 
 __all__ = ['Source', 'assigned_names', 'dry_run_function', 'fold_none_tests',
-           'generated_prefix', 'literal_constants', 'range_bound']
+           'generated_prefix', 'is_constant_value', 'literal_constants',
+           'range_bound']
 
 
 class Source:
@@ -322,6 +323,27 @@ def _immutable_literal(value):
     return True
   if isinstance(value, tuple):
     return all(_immutable_literal(v) for v in value)
+  return False
+
+
+def is_constant_value(value):
+  """Whether `value` can be written as a literal in generated code.
+
+  That is None, a Python bool, int, float, complex, str or bytes (not
+  NumPy's scalar types, whose dtypes a literal would lose), or a tuple or
+  list of those.
+
+  Args:
+    value: Any object.
+
+  Returns:
+    True or False.
+  """
+  if value is None or type(value) in (bool, int, float, complex, str,
+                                      bytes):
+    return True
+  if type(value) in (tuple, list):
+    return all(is_constant_value(v) for v in value)
   return False
 
 

@@ -505,6 +505,10 @@ class _Compiler:
     if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name)
             and it.func.id == 'range' and it.func.id not in self.locals
             and not it.keywords and 1 <= len(it.args) <= 3):
+      unrolled = self._unrolled_sequence(s)
+      if unrolled is not None:
+        self.statements(unrolled)
+        return
       self._for_over_sequence(s)
       return
     if not isinstance(s.target, ast.Name):
@@ -960,21 +964,55 @@ class _Compiler:
     lines up with a member's vector's last axis (`i * v`) and may not
     index after the batch's colon (`x[:, i] = v`).  The trips' numbers
     are the same for every member, so each trip reads its own as Python
-    does.  Loops whose body leaves early (`break`, `continue`, `return`),
-    calls a batched function, assigns `i`, or rebinds it in an inner
-    scope, loops that do not read `i`, and loops whose `i` is read or
-    bound elsewhere in the function (after the loop) stay loops.
+    does.  Which loops stay loops: `_written_out`.
     """
     if self.per_member:
       return None
-    args = list(it.args)
-    bounds = [self._static_int(a) for a in args]
+    bounds = [self._static_int(a) for a in it.args]
     if None in bounds or (len(bounds) == 3 and bounds[2] == 0):
       return None
-    trips = list(range(*bounds))
-    name = s.target.id
+    return self._written_out(s, [{s.target.id: k}
+                                 for k in range(*bounds)])
+
+  def _unrolled_sequence(self, s):
+    """A batch-aware `for x in SEQ` (`for a, b in SEQ`) over a tuple or
+    list of at most `_MAX_UNROLLED` Python values (numbers, strings,
+    None, tuples of them) as its trips written out, each with the names
+    its item's values: the statements, or None.  So a table's rows may mix
+    strings and numbers (`for name, w in (('a', 1.0), ('b', 2.0))`), and
+    each item is Python's value, not one per member."""
+    if self.per_member or self._reads_locals(s.iter):
+      return None
+    value = self._static_value(s.iter)
+    if value is _NOT_STATIC:
+      try:
+        value = ast.literal_eval(s.iter)
+      except (ValueError, TypeError, SyntaxError, MemoryError,
+              RecursionError):
+        return None
+    if not isinstance(value, (tuple, list)) or not all(
+        python_source.is_constant_value(v) for v in value):
+      return None
+    trips = []
+    for item in value:
+      trip = _bind_target(s.target, item)
+      if trip is None:
+        return None
+      trips.append(trip)
+    return self._written_out(s, trips)
+
+  def _written_out(self, s, trips):
+    """Loop `s`'s body once per trip (a dict: target name -> its value),
+    each name read as its value, then the `else` part; or None where the
+    loop stays a loop: no trips or more than `_MAX_UNROLLED`; a body that
+    leaves early (`break`, `continue`, `return`), calls a batched
+    function, binds a target name or rebinds it in an inner scope; a
+    body that reads none of the names; or a name read or bound elsewhere
+    in the function (after the loop: the dry run gives a loop's variable
+    its member's value)."""
     if not trips or len(trips) > _MAX_UNROLLED:
       return None
+    names = set(trips[0])
     body = list(s.body)
     reads = False
     for node in ast.walk(ast.Module(body=body, type_ignores=[])):
@@ -983,32 +1021,31 @@ class _Compiler:
                            ast.ClassDef, ast.Lambda, ast.comprehension,
                            ast.Global, ast.Nonlocal, ast.Try)):
         return None
-      if isinstance(node, ast.Name) and node.id == name:
+      if isinstance(node, ast.Name) and node.id in names:
         if not isinstance(node.ctx, ast.Load):
           return None
         reads = True
       if isinstance(node, ast.Call) and self._batched_callee(
           node) is not None:
         return None
-    inside = sum(isinstance(n, ast.Name) and n.id == name
-                 for n in ast.walk(s))
-    if not reads or inside != sum(isinstance(n, ast.Name) and n.id == name
-                                  for n in ast.walk(self.node)):
-      # (Read after the loop, the counter is a variable; the dry run
-      # gives it its member's value in the loop too.)
+
+    def count(tree):
+      return sum(isinstance(n, ast.Name) and n.id in names
+                 for n in ast.walk(tree))
+    if not reads or count(s) != count(self.node):
       return None
     out = []
-    for k in trips:
+    for trip in trips:
       for stmt in body:
         copy_ = _deepcopy(stmt)
         for node in ast.walk(copy_):
           for field, value in ast.iter_fields(node):
-            if isinstance(value, ast.Name) and value.id == name:
-              setattr(node, field, ast.copy_location(ast.Constant(k),
-                                                     value))
+            if isinstance(value, ast.Name) and value.id in trip:
+              setattr(node, field, ast.copy_location(
+                  ast.Constant(trip[value.id]), value))
             elif isinstance(value, list):
-              value[:] = [ast.copy_location(ast.Constant(k), v)
-                          if isinstance(v, ast.Name) and v.id == name
+              value[:] = [ast.copy_location(ast.Constant(trip[v.id]), v)
+                          if isinstance(v, ast.Name) and v.id in trip
                           else v for v in value]
         out.append(copy_)
     out.extend(s.orelse)
@@ -1252,6 +1289,23 @@ def _add(a, b):
 # The most trips a batch-aware `for i in range(K)` is written out for
 # (`_Compiler._unrolled`).
 _MAX_UNROLLED = 8
+
+
+def _bind_target(target, item):
+  """`{name: value}` of loop target `target` (a name, or a tuple of
+  names) bound to `item`, or None where it does not unpack so."""
+  if isinstance(target, ast.Name):
+    return {target.id: item}
+  if (isinstance(target, (ast.Tuple, ast.List)) and
+      isinstance(item, (tuple, list)) and len(item) == len(target.elts)):
+    out = {}
+    for t, v in zip(target.elts, item):
+      sub = _bind_target(t, v)
+      if sub is None or set(sub) & set(out):
+        return None
+      out.update(sub)
+    return out
+  return None
 
 
 def _int_literal(node):

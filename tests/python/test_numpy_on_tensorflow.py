@@ -199,3 +199,41 @@ def test_norms_with_ord_axis_and_keepdims():
                                               np.array([1, 4, 9])])
   run_everywhere(member_norms, [rng.normal(size=(3, 4)),
                                 rng.normal(size=(3, 2, 3))])
+
+
+class _Linear:
+  """A user's model object whose method a primitive calls."""
+
+  def __init__(self):
+    self.w = np.array([1.0, -1.0, 0.5])
+    self.proj = np.array([[1.0, 0.5], [0.0, 1.0], [2.0, -1.0]])
+    self.bias = 0.1
+
+  def predict(self, x):
+    return x @ self.w + self.bias
+
+  def features(self, x):
+    return np.tanh(x @ self.proj)
+
+
+_MODEL = _Linear()
+
+
+@ctx.batch
+def model_steps(x, n):
+  k = 0
+  y = _MODEL.predict(x)
+  while k < n:
+    y = y + _MODEL.predict(x) * np.sum(_MODEL.features(x), axis=-1)
+    k += 1
+  return y, x @ _MODEL.proj @ np.ones(2)
+
+
+def test_matmul_with_vectors_and_methods_of_a_users_object():
+  # `x @ w` with a NumPy vector `w` is NumPy's product (tf.matmul
+  # refuses a vector), in the primitive and in a method of the user's
+  # object, whose NumPy calls run by TensorFlow's NumPy API.
+  rng = np.random.default_rng(8)
+  run_everywhere(model_steps, [rng.normal(size=(4, 3)), np.array([0, 1, 2, 3])])
+  run_everywhere(model_steps, [rng.normal(size=(3, 3)).astype(np.float32),
+                               np.array([2, 0, 1])])

@@ -1,5 +1,6 @@
-"""A batch-aware `for i in range(K)` of a few trips known when compiling
-is written out (`python.to_ir._Compiler._unrolled`).
+"""A batch-aware `for i in range(K)` of a few trips known when compiling,
+and a `for` over a short constant tuple or list, are written out
+(`python.to_ir._Compiler._written_out`).
 
 Its counter is then the trip's number, the same for every member, as
 Python has it for one member: `i * v` scales each member's vector and
@@ -61,6 +62,35 @@ def backwards(x):
   return acc
 
 
+TERMS = (('square', 1.0), ('cube', 0.5), ('abs', 2.0))
+
+
+@ctx.batch
+def weighted_terms(x):
+  out = x * 0.0
+  for kind, wt in TERMS:
+    if kind == 'square':
+      out = out + wt * x ** 2
+    elif kind == 'cube':
+      out = out + wt * x ** 3
+    else:
+      out = out + wt * np.abs(x)
+  for s in (0.5, 1.0):
+    out = out + s * x
+  return out
+
+
+@ctx.batch
+def nested_items(x, n):
+  k = 0
+  y = x * 0.0
+  while k < n:
+    for a, (b, c) in ((1, (2.0, 'p')), (3, (4.0, 'q'))):
+      y = y + a * b * x if c == 'p' else y - a * b * x
+    k += 1
+  return y
+
+
 @pytest.mark.parametrize('batch', [2, 3, 4])
 def test_written_out_trips_against_the_dry_run(batch):
   # Two and three members: a counter held as [batch] would broadcast
@@ -71,6 +101,10 @@ def test_written_out_trips_against_the_dry_run(batch):
   run_everywhere(inner_loop, [rng.normal(size=(batch, 3)),
                               np.arange(batch) % 3])
   run_everywhere(backwards, [rng.normal(size=(batch, WIDTH))])
+  # A constant table's items, strings among them, as Python's values.
+  run_everywhere(weighted_terms, [rng.normal(size=(batch, 2))])
+  run_everywhere(nested_items, [rng.normal(size=(batch, 2)),
+                                np.arange(batch) % 3])
 
 
 def test_loops_that_stay_loops():
