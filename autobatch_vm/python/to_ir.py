@@ -28,6 +28,7 @@ prunes and checks the finished blocks.
 
 import ast
 import builtins
+import collections
 import copy
 import functools
 import types
@@ -1003,14 +1004,28 @@ class _Compiler:
 
   def _written_out(self, s, trips):
     """Loop `s`'s body once per trip (a dict: target name -> its value),
-    each name read as its value, then the `else` part; or None where the
-    loop stays a loop: no trips or more than `_MAX_UNROLLED`; a body that
+    each name read as its value, then the `else` part (only that where
+    there is no trip); or None where the loop stays a loop: more trips
+    than `_MAX_UNROLLED`; a body that
     leaves early (`break`, `continue`, `return`), calls a batched
     function, binds a target name or rebinds it in an inner scope; a
     body that reads none of the names; or a name read or bound elsewhere
     in the function (after the loop: the dry run gives a loop's variable
     its member's value)."""
-    if not trips or len(trips) > _MAX_UNROLLED:
+    if not trips:
+      # Python never runs the body (nor binds the target): the `else`,
+      # where each name the body binds is bound elsewhere too (else the
+      # loop stays, and a read after it fails as Python's does).
+      def bound(tree):
+        return collections.Counter(
+            n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+            and isinstance(n.ctx, (ast.Store, ast.Del)))
+      inside, everywhere = bound(s), bound(self.node)
+      if all(everywhere[n] > k for n, k in inside.items()
+             if not (isinstance(s.target, ast.Name) and n == s.target.id)):
+        return list(s.orelse)
+      return None
+    if len(trips) > _MAX_UNROLLED:
       return None
     names = set(trips[0])
     body = list(s.body)

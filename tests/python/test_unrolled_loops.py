@@ -91,6 +91,19 @@ def nested_items(x, n):
   return y
 
 
+@ctx.batch
+def triangle(x):
+  # The inner range's bound is the outer trip's number: range(0) never
+  # runs (its body, which would broadcast a counter, is not compiled).
+  out = x * 0.0
+  for i in range(4):
+    for j in range(i):
+      out = out + (i * 10 + j) * x
+    if np.sum(x, axis=-1) > i:
+      out = out - i
+  return out
+
+
 @pytest.mark.parametrize('batch', [2, 3, 4])
 def test_written_out_trips_against_the_dry_run(batch):
   # Two and three members: a counter held as [batch] would broadcast
@@ -105,6 +118,7 @@ def test_written_out_trips_against_the_dry_run(batch):
   run_everywhere(weighted_terms, [rng.normal(size=(batch, 2))])
   run_everywhere(nested_items, [rng.normal(size=(batch, 2)),
                                 np.arange(batch) % 3])
+  run_everywhere(triangle, [3.0 * rng.normal(size=(batch, 2))])
 
 
 def test_loops_that_stay_loops():
