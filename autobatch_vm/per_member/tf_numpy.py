@@ -57,8 +57,9 @@ def numpy_call(func, *args, **kwargs):
 def matmul(a, b):
   """`a @ b` in a batch-aware primitive's TensorFlow form: NumPy's
   matrix product (`tf.experimental.numpy.matmul`) where a TensorFlow
-  tensor meets a vector or a NumPy array (`x @ w` of `x` `[batch, n]`
-  and `w` `[n]`, which `tf.matmul` refuses); else the operator.
+  tensor meets a vector (`x @ w` of `x` `[batch, n]` and `w` `[n]`,
+  which `tf.matmul` refuses), a NumPy operand converted to the tensor's
+  dtype as the operator converts it; else the operator as written.
 
   Args:
     a: The left operand.
@@ -67,9 +68,17 @@ def matmul(a, b):
   Returns:
     The product.
   """
-  if member_ops.is_tf(a, b) and not (
-      member_ops.is_tf(a) and member_ops.is_tf(b) and
-      len(a.shape) >= 2 and len(b.shape) >= 2):
+  if member_ops.is_tf(a, b) and 1 in (np.ndim(a) if not member_ops.is_tf(a)
+                                      else a.shape.rank,
+                                      np.ndim(b) if not member_ops.is_tf(b)
+                                      else b.shape.rank):
+    # A NumPy operand takes the tensor's dtype, as TensorFlow's `@` gives
+    # it.
+    tf = sys.modules['tensorflow']
+    if not member_ops.is_tf(a):
+      a = tf.convert_to_tensor(a, dtype_hint=b.dtype)
+    elif not member_ops.is_tf(b):
+      b = tf.convert_to_tensor(b, dtype_hint=a.dtype)
     return member_ops.tnp_call(np.matmul, (a, b), {})
   return a @ b
 

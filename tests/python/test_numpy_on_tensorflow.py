@@ -235,5 +235,16 @@ def test_matmul_with_vectors_and_methods_of_a_users_object():
   # object, whose NumPy calls run by TensorFlow's NumPy API.
   rng = np.random.default_rng(8)
   run_everywhere(model_steps, [rng.normal(size=(4, 3)), np.array([0, 1, 2, 3])])
-  run_everywhere(model_steps, [rng.normal(size=(3, 3)).astype(np.float32),
-                               np.array([2, 0, 1])])
+  # float32 data: on TensorFlow a NumPy operand of `@` takes the tensor's
+  # dtype, as TensorFlow's operator gives it (NumPy would widen to
+  # float64).
+  tf = pytest.importorskip('tensorflow')
+  x = rng.normal(size=(3, 3)).astype(np.float32)
+  n = np.array([2, 0, 1])
+  alone = model_steps(x, n, dry_run=True)
+  for jit in (False, True):
+    out = tf.function(model_steps, jit_compile=jit)(tf.constant(x),
+                                                    tf.constant(n))
+    for got, want in zip(out, alone):
+      assert got.dtype == tf.float32
+      np.testing.assert_allclose(got, want, rtol=1e-5)
