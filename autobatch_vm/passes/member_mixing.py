@@ -240,20 +240,30 @@ def _check_runs_on_two(op, in_types, backend):
       f'{"a temporary" if v.startswith("%") else repr(v)}: '
       f'{inst.type_str(t)} per member'
       for v, t in zip(op.vars_in, in_types))
+  hint = ('Axis 0 of every batched value is the batch: a per-member '
+          'scalar (a loop counter, a variable that holds a number and is '
+          'assigned more than once) is an array [batch], and against a '
+          'per-member vector ([batch, n]) it needs an axis of its own: '
+          'np.expand_dims(s, -1) * v (or tf.expand_dims(s, -1); s[:, None] '
+          'where s is an array).  Or write the function for one member '
+          '(per_member=True), where s * v is one member\'s.')
+  grown = [v for v, t in zip(op.vars_in, in_types)
+           if v == op.vars_out and isinstance(t, inst.TensorType)
+           and t.weak and not t.shape]
+  if grown:
+    # `out = 0.0` then `out = out + w * x`: a number that would become a
+    # vector.
+    hint = (f'{grown[0]!r} starts as a number and would hold a per-member '
+            'vector after this line; a variable keeps one shape, so start '
+            f'it as an array of that shape ({grown[0]} = np.zeros_like(x) '
+            f'or tf.zeros_like(x), x the vector).  ' + hint)
   raise errors.TypeInferenceError(
       f'`{op.text}` runs on one member but not on {count} '
       f'({type(first).__name__}: {str(first).strip().splitlines()[0]}); '
       f'{shapes}.  Its operands line up by their last axes across the '
       'batch axis, so at a batch size equal to another axis it would run '
       'and give each member other members\' values',
-      loc=op.loc,
-      hint='Axis 0 of every batched value is the batch: a per-member '
-      'scalar (a loop counter, a variable that holds a number and is '
-      'assigned more than once) is an array [batch], and against a per-member vector ([batch, n]) it '
-      'needs an axis of its own: np.expand_dims(s, -1) * v (or '
-      'tf.expand_dims(s, -1); s[:, None] where s is an array).  Or write '
-      'the function for one member (per_member=True), where s * v is one '
-      'member\'s.')
+      loc=op.loc, hint=hint)
 
 
 _MIXING_HINT = (

@@ -451,3 +451,30 @@ def test_a_local_assigned_one_literal_is_that_constant():
     args = (np.arange(2.0 * batch).reshape(batch, 2),
             np.arange(batch) % 3)
     run_everywhere(grow, args)
+
+
+def test_a_number_that_would_become_a_vector_is_named():
+  # `out = 0.0`, then `out = out + s * x`: per member Python makes `out` a
+  # vector; a variable keeps one shape, and the hint says how to start it.
+  ctx = ab.Context()
+
+  @ctx.batch
+  def accumulate(x):
+    out = 0.0
+    for s in (0.5, 1.0):
+      out = out + s * x
+    return out
+
+  with pytest.raises(errors.TypeInferenceError,
+                     match='runs on one member but not on') as info:
+    accumulate(np.ones((3, 2)))
+  assert "'out' starts as a number" in str(info.value)
+  assert 'np.zeros_like(x)' in str(info.value)
+
+  @ctx.batch
+  def accumulate_right(x):
+    out = np.zeros_like(x)
+    for s in (0.5, 1.0):
+      out = out + s * x
+    return out
+  run_everywhere(accumulate_right, [np.arange(6.0).reshape(3, 2)])
