@@ -155,11 +155,7 @@ class BatchedFunction(shipping.FunctionPickling):
     failures.check_on_error(on_error, self.context.function_loc(self.name))
     # Arguments that are None run the variant with those parameters
     # fixed (`Context.variant`).
-    target = self.context.variant(self.name, [
-        p for p, a in zip(self.context._params_of(self.name), args)
-        if a is None]) if not self.static else self
-    if target is not self:
-      args = [a for a in args if a is not None]
+    target, args = self.context._with_nones_fixed(self, args)
     try:
       if dry_run:
         out = self.context._dry_run(target, args, backend)

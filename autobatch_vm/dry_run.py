@@ -179,13 +179,10 @@ class DryRuns:
     Raises:
       ArgumentError: If the arguments do not bind to its parameters.
     """
-    args = bf.bind_arguments(args, kwargs)
-    nones = [p for p, a in zip(bf.context._params_of(bf.name), args)
-             if a is None]
-    if nones and not bf.static:
-      # As the batched call runs it: the variant with those fixed.
-      bf = bf.context.variant(bf.name, nones)
-      args = [a for a in args if a is not None]
+    # As the batched call runs it: None arguments, the variant with those
+    # fixed.
+    bf, args = bf.context._with_nones_fixed(
+        bf, bf.bind_arguments(args, kwargs))
     program, backend, _ = self._local.program
     caller = self._per_member()
     if caller and bf.per_member:

@@ -385,6 +385,17 @@ class Context(shipping.ContextPickling):
   def _variant_name(self, name, static):
     return self.variant(name, static).name
 
+  def _with_nones_fixed(self, bf, args):
+    """`(bf, args)` as a call of `bf` with `args` (one per parameter) runs
+    them: where some are None, `bf`'s variant with those parameters fixed
+    (`variant`) and the other arguments; else as given."""
+    if bf.static:
+      return bf, args
+    nones = [p for p, a in zip(self._params_of(bf.name), args) if a is None]
+    if not nones:
+      return bf, args
+    return self.variant(bf.name, nones), [a for a in args if a is not None]
+
   def _name_of(self, main):
     """The name of batched function `main`: its name, the batched function
     or the Python function registered with this Context."""
@@ -621,12 +632,9 @@ class Context(shipping.ContextPickling):
     Raises:
       ArgumentError: If the arguments do not fit the function.
     """
-    name = self._name_of(name)
-    args = self._entry(name).bind_arguments(list(args), {})
-    if name in self._functions:   # None arguments: the variant's program
-      name = self.variant(name, [p for p, a in zip(self._params_of(name),
-                                                   args) if a is None]).name
-      args = [a for a in args if a is not None]
+    bf = self._entry(self._name_of(name))
+    bf, args = self._with_nones_fixed(bf, bf.bind_arguments(list(args), {}))
+    name = bf.name
     backend = backend or call_arguments.default_backend(args)
     scalars = call_arguments.python_scalars(args)
     args = self._convert_args(name, args, backend)

@@ -34,7 +34,7 @@ import numpy as np
 from autobatch_vm.per_member import member_math
 
 __all__ = ['member_call', 'member_helper', 'local_names', 'static_value',
-           'tf_numpy_call', 'tf_numpy_helper']
+           'tf_numpy_call', 'tf_numpy_helper', 'matmul_call']
 
 # Builtins that mean for one member's arrays and tensors, as `member_ops`'s
 # functions of the same name, what they mean for numbers.
@@ -45,13 +45,13 @@ _BUILTINS = {getattr(builtins, n): n for n in
 # member's tensor too (TensorFlow's symbolic tensors reach no NumPy
 # function).
 LIKE = frozenset((np.zeros_like, np.ones_like, np.empty_like, np.full_like))
-# NumPy's functions that TensorFlow's NumPy API (`tf.experimental.numpy`)
-# has by the same name: `member_ops.call` runs that one on one member's
-# tensors, which no NumPy function takes.
 # NumPy functions TensorFlow's NumPy API lacks, which `member_ops`
 # computes on one member's tensors by TensorFlow's own op
 # (`member_ops.tf_<name>`).
 TF_OWN = {np.searchsorted: 'searchsorted'}
+# NumPy's functions that TensorFlow's NumPy API (`tf.experimental.numpy`)
+# has by the same name: `member_ops.call` runs that one on one member's
+# tensors, which no NumPy function takes.
 TF_NUMPY = frozenset(getattr(np, n) for n in (
     'sum', 'prod', 'mean', 'std', 'var', 'max', 'min', 'amax', 'amin',
     'argmax', 'argmin', 'cumsum', 'cumprod', 'all', 'any', 'count_nonzero',
@@ -410,6 +410,22 @@ def static_value(node, names, cells, fn_globals, unknown):
   return unknown
 
 
+def matmul_call(module, node):
+  """`a @ b` (BinOp `node`) as `<module>.matmul(a, b)`: `tf_numpy.matmul`,
+  NumPy's product where a tensor meets a vector, in a batch-aware
+  primitive's TensorFlow form and in the helpers it calls.
+
+  Args:
+    module: The name the generated code reads `tf_numpy` by.
+    node: The `ast.BinOp` of `ast.MatMult`.
+
+  Returns:
+    The `ast.Call`.
+  """
+  fn = ast.Attribute(ast.Name(module, ast.Load()), 'matmul', ast.Load())
+  return ast.copy_location(ast.Call(fn, [node.left, node.right], []), node)
+
+
 class _CallRewriter(ast.NodeTransformer):
   """Rewrites a helper's calls as `decide` (`member_call`,
   `tf_numpy_call`) says."""
@@ -426,10 +442,8 @@ class _CallRewriter(ast.NodeTransformer):
     if not (isinstance(node.op, ast.MatMult) and
             self.decide is tf_numpy_call):
       return node
-    # `a @ b` as NumPy's (`tf_numpy.matmul`): a vector operand too.
     self.changed = True
-    fn = ast.Attribute(ast.Name(_OPS, ast.Load()), 'matmul', ast.Load())
-    return ast.copy_location(ast.Call(fn, [node.left, node.right], []), node)
+    return matmul_call(_OPS, node)
 
   def visit_Call(self, node):
     node = self.generic_visit(node)

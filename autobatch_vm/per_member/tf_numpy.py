@@ -68,10 +68,7 @@ def matmul(a, b):
   Returns:
     The product.
   """
-  if member_ops.is_tf(a, b) and 1 in (np.ndim(a) if not member_ops.is_tf(a)
-                                      else a.shape.rank,
-                                      np.ndim(b) if not member_ops.is_tf(b)
-                                      else b.shape.rank):
+  if member_ops.is_tf(a, b) and 1 in (_rank(a), _rank(b)):
     # A NumPy operand takes the tensor's dtype, as TensorFlow's `@` gives
     # it.
     tf = sys.modules['tensorflow']
@@ -81,6 +78,10 @@ def matmul(a, b):
       b = tf.convert_to_tensor(b, dtype_hint=a.dtype)
     return member_ops.tnp_call(np.matmul, (a, b), {})
   return a @ b
+
+
+def _rank(x):
+  return x.shape.rank if member_ops.is_tf(x) else np.ndim(x)
 
 
 def numpy_method(obj, name, *args, **kwargs):

@@ -471,9 +471,7 @@ class _TfNumpy(_FormRewriter):
     if not isinstance(node.op, ast.MatMult):
       return node
     self.changed = True
-    fn = ast.Attribute(ast.Name(self.prefix + TF_NUMPY_OPS, ast.Load()),
-                       'matmul', ast.Load())
-    return ast.copy_location(ast.Call(fn, [node.left, node.right], []), node)
+    return member_helpers.matmul_call(self.prefix + TF_NUMPY_OPS, node)
 
   def visit_Call(self, node):
     node = self.generic_visit(node)

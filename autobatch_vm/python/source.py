@@ -193,8 +193,10 @@ def fold_none_tests(fn_node, static, given=()):
     given: The names of the parameters given arrays.
 
   Returns:
-    A new `ast.FunctionDef`.
+    A new `ast.FunctionDef`, or `fn_node` itself where it has no `is` test.
   """
+  if not any(isinstance(n, (ast.Is, ast.IsNot)) for n in ast.walk(fn_node)):
+    return fn_node
   node = copy.deepcopy(fn_node)
   live = {p: False for p in given}
   live.update({p: True for p in static})
@@ -314,27 +316,21 @@ def _literal_assignment(stmt):
     value = ast.literal_eval(value)
   except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
     return None, None
-  return (target.id, value) if _immutable_literal(value) else (None, None)
+  # Immutable only: `acc = []` is appended to.
+  return ((target.id, value) if is_constant_value(value, (tuple,))
+          else (None, None))
 
 
-def _immutable_literal(value):
-  if value is None or isinstance(value, (bool, int, float, complex, str,
-                                         bytes)):
-    return True
-  if isinstance(value, tuple):
-    return all(_immutable_literal(v) for v in value)
-  return False
-
-
-def is_constant_value(value):
+def is_constant_value(value, sequences=(tuple, list)):
   """Whether `value` can be written as a literal in generated code.
 
   That is None, a Python bool, int, float, complex, str or bytes (not
-  NumPy's scalar types, whose dtypes a literal would lose), or a tuple or
-  list of those.
+  NumPy's scalar types, whose dtypes a literal would lose), or a sequence
+  of those of a type in `sequences`.
 
   Args:
     value: Any object.
+    sequences: The sequence types taken (tuples, lists).
 
   Returns:
     True or False.
@@ -342,8 +338,8 @@ def is_constant_value(value):
   if value is None or type(value) in (bool, int, float, complex, str,
                                       bytes):
     return True
-  if type(value) in (tuple, list):
-    return all(is_constant_value(v) for v in value)
+  if type(value) in sequences:
+    return all(is_constant_value(v, sequences) for v in value)
   return False
 
 

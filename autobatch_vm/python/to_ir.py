@@ -31,6 +31,7 @@ import builtins
 import collections
 import copy
 import functools
+import operator
 import types
 
 import numpy as np
@@ -501,11 +502,16 @@ class _Compiler:
     self._loop_body(s, body, header, exit_label)
     self._loop_else(s, else_label, exit_label)
 
+  def _is_range(self, node):
+    """Whether `node` is a call `range(...)` of one to three positional
+    arguments (`range` not a local)."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id == 'range' and 'range' not in self.locals
+            and not node.keywords and 1 <= len(node.args) <= 3)
+
   def stmt_For(self, s):
     it = self._reversed_range(s.iter)
-    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name)
-            and it.func.id == 'range' and it.func.id not in self.locals
-            and not it.keywords and 1 <= len(it.args) <= 3):
+    if not self._is_range(it):
       unrolled = self._unrolled_sequence(s)
       if unrolled is not None:
         self.statements(unrolled)
@@ -1078,15 +1084,12 @@ class _Compiler:
       value = self._static_value(node)
       if type(value) is int:  # pylint: disable=unidiomatic-typecheck
         return value
-    if isinstance(node, ast.BinOp) and isinstance(
-        node.op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv)):
+    if isinstance(node, ast.BinOp) and type(node.op) in _INT_OPERATORS:
       left, right = self._static_int(node.left), self._static_int(node.right)
       if left is None or right is None or (
           isinstance(node.op, ast.FloorDiv) and right == 0):
         return None
-      return {ast.Add: left + right, ast.Sub: left - right,
-              ast.Mult: left * right,
-              ast.FloorDiv: left // right if right else 0}[type(node.op)]
+      return _INT_OPERATORS[type(node.op)](left, right)
     return None
 
   def _reversed_range(self, it):
@@ -1098,9 +1101,7 @@ class _Compiler:
             and len(it.args) == 1 and not it.keywords):
       return it
     inner = it.args[0]
-    if not (isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name)
-            and inner.func.id == 'range' and 'range' not in self.locals
-            and not inner.keywords and 1 <= len(inner.args) <= 3):
+    if not self._is_range(inner):
       return it
     args = list(inner.args)
     step = _int_literal(args[2]) if len(args) == 3 else 1
@@ -1304,6 +1305,9 @@ def _add(a, b):
 # The most trips a batch-aware `for i in range(K)` is written out for
 # (`_Compiler._unrolled`).
 _MAX_UNROLLED = 8
+# The arithmetic of range bounds known when compiling (`_static_int`).
+_INT_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub,
+                  ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
 
 
 def _bind_target(target, item):

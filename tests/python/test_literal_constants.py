@@ -7,7 +7,8 @@ member (`[batch]`), which would line up with a member's vector's last
 axis.  Each program runs batched against its dry run on NumPy (stack VM,
 stackless) and TensorFlow (eager, `tf.function`, XLA).  Names bound any
 other way (twice, in a branch or loop, by `for`, `+=`, `del`, `global`,
-before a read) stay variables.
+before a read) stay variables; against a vector the broadcasting check
+refuses such a number (`tests/passes/test_member_mixing.py`).
 """
 
 import ast
@@ -17,7 +18,6 @@ import numpy as np
 import pytest
 
 import autobatch_vm as ab
-from autobatch_vm import errors
 from autobatch_vm.python import source
 from tests.python import run_everywhere
 
@@ -145,21 +145,3 @@ def test_a_float32_member_keeps_its_dtype_against_a_constant():
   assert out.dtype == np.float32
   np.testing.assert_allclose(out, euler(v, np.array([1, 2, 3]),
                                         dry_run=True))
-
-
-def test_a_changing_number_against_a_vector_stays_refused():
-  local = ab.Context()
-
-  @local.batch
-  def decay(v, n):
-    h = 0.1
-    k = 0
-    while k < n:
-      v = v + h * v
-      h = h * 0.5
-      k += 1
-    return v
-
-  with pytest.raises(errors.TypeInferenceError,
-                     match='runs on one member but not on'):
-    decay(np.ones((4, 2)), np.array([0, 1, 2, 1]))
