@@ -48,7 +48,12 @@ LIKE = frozenset((np.zeros_like, np.ones_like, np.empty_like, np.full_like))
 # NumPy functions TensorFlow's NumPy API lacks, which `member_ops`
 # computes on one member's tensors by TensorFlow's own op
 # (`member_ops.tf_<name>`).
-TF_OWN = {np.searchsorted: 'searchsorted'}
+TF_OWN = {np.searchsorted: 'searchsorted', np.arange: 'arange',
+          np.eye: 'eye', np.identity: 'eye'}
+# NumPy's creation functions that one member's tensor reaches (a size
+# `np.zeros(n)`, the value of `np.full(3, v)`), by TensorFlow's NumPy
+# API's function of the name.
+TF_CREATION = frozenset((np.zeros, np.ones, np.empty, np.full))
 # NumPy's functions that TensorFlow's NumPy API (`tf.experimental.numpy`)
 # has by the same name: `member_ops.call` runs that one on one member's
 # tensors, which no NumPy function takes.

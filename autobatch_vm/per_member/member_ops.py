@@ -33,12 +33,14 @@ into an `IndexError` of the members at the block that raised it.
 
 import builtins
 import contextlib
+import operator
 import sys
 import threading
 import types
 
 import numpy as np
 
+from autobatch_vm import errors
 from autobatch_vm import ops
 from autobatch_vm.per_member import member_helpers
 from autobatch_vm.per_member import member_math
@@ -358,6 +360,8 @@ def call(func, *args, **kwargs):
       return tf_like(func, *args, **kwargs)
     if func in member_helpers.TF_NUMPY:
       return tnp_call(func, args, kwargs)
+    if func in member_helpers.TF_CREATION:
+      return getattr(_tnp(), func.__name__)(*args, **kwargs)
     if func in member_helpers.LINALG:
       return tf_linalg(func, *args, **kwargs)
     if func in member_helpers.TF_OWN:
@@ -401,6 +405,35 @@ def tf_searchsorted(a, v, side='left', sorter=None):
   out = tf.searchsorted(a, tf.reshape(v, [-1]), side=side,
                         out_type=tf.int64)
   return tf.reshape(out, tf.shape(v))
+
+
+def tf_arange(start, stop=None, step=1, dtype=None):
+  """One member's `np.arange` with a tensor among its bounds (`tf.range`):
+  NumPy's default int where all are integers, else float64, as NumPy
+  gives them."""
+  tf = _tf()
+  if stop is None:
+    start, stop = 0, start
+  bounds = [start, stop, step]
+  if dtype is None:
+    integral = all(
+        np.dtype(b.dtype.as_numpy_dtype).kind in 'iub' if is_tf(b) else
+        isinstance(b, (builtins.int, np.integer)) for b in bounds)
+    dtype = np.dtype(np.int_ if integral else np.float64)
+  dtype = tf.as_dtype(np.dtype(dtype))
+  bounds = [tf.cast(b, dtype) for b in bounds]
+  return tf.range(*bounds, dtype=dtype)
+
+
+def tf_eye(n, m=None, k=0, dtype=np.float64):
+  """One member's `np.eye(n)` / `np.identity(n)` of a tensor size."""
+  if k:
+    raise errors.PerMemberError(
+        'np.eye with k= of a per-member size is not supported on '
+        'TensorFlow', hint='Build the matrix from np.arange: '
+        '(np.arange(n)[:, None] + k == np.arange(m)).astype(float).')
+  tf = _tf()
+  return tf.eye(n, m, dtype=tf.as_dtype(np.dtype(dtype)))
 
 
 def _tnp():
@@ -685,6 +718,23 @@ def setitem(x, index, value):
     # under a mask a select, which pfor vectorizes.
     return ops.tf_setitem(x, index, value, read=getitem)
   return _numpy_rules().setitem(x, index, value)
+
+
+def setitem_with(x, index, value, operation):
+  """One member's `x` with `x[index] op= value` (`operation`: the name of
+  `operator`'s function for `op`), as a new value.
+
+  Where the index has slices with per-member bounds and `value` is one
+  number per member (`w[:n] += 1`), the items are updated where they lie
+  in each member's window, whatever its length; otherwise it is
+  `x[index] = x[index] op value`.
+  """
+  op = getattr(operator, operation)
+  if not (is_tf(x, value) or is_tf(*_parts(index))):
+    written = _numpy_rules().setitem_with(x, index, value, op)
+    if written is not None:
+      return written
+  return setitem(x, index, op(getitem(x, index), value))
 
 
 # -- builtins -------------------------------------------------------------

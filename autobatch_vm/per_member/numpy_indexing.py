@@ -233,7 +233,204 @@ def _guarded_getitem(x, index, guard):
   return MemberArray(out)
 
 
+def _member_bound(k):
+  """Whether key entry `k` is a slice with a per-member bound or step."""
+  return isinstance(k, slice) and any(
+      isinstance(b, MemberArray) for b in (k.start, k.stop, k.step))
+
+
+def _window(k, size, batch):
+  """Each member's `(start, step, length)` of slice `k` of an axis of
+  `size` elements (Python's `slice.indices`, per member): `[batch]`
+  integer arrays."""
+  def bound(b, name):
+    if b is None:
+      return None
+    v = b.batched if isinstance(b, MemberArray) else np.asarray(b)
+    if v.ndim > (1 if isinstance(b, MemberArray) else 0) or (
+        v.dtype.kind not in 'iub'):
+      raise TypeError('slice indices must be integers or None or have an '
+                      f'__index__ method (the {name} is '
+                      f'{core.member_shape(b)} {v.dtype} per member)')
+    return np.broadcast_to(v.astype(np.int64), (batch,))
+  step = bound(k.step, 'step')
+  step = np.ones(batch, np.int64) if step is None else step
+  if np.any(step == 0):
+    raise ValueError('slice step cannot be zero')
+  up = step > 0
+
+  def clipped(b, default_up, default_down):
+    if b is None:
+      return np.where(up, default_up, default_down)
+    b = np.where(b < 0, b + size, b)
+    return np.where(up, np.clip(b, 0, size), np.clip(b, -1, size - 1))
+  start = clipped(bound(k.start, 'start'), 0, size - 1)
+  stop = clipped(bound(k.stop, 'stop'), size, -1)
+  length = np.maximum(0, (stop - start + np.where(up, step - 1, step + 1))
+                      // step)
+  return start, step, length
+
+
+def _batch_of_key(key):
+  """The batch size of the per-member values in `key`, slices' bounds
+  included."""
+  return core.batch_of([(k.start, k.stop, k.step) if isinstance(k, slice)
+                        else k for k in key])
+
+
+def _member_windows(x, key):
+  """`x[key]` where slices of `key` have per-member bounds (`v[:n]`,
+  `v[j:j + 3]`): `x` indexed with those slices whole, then each member's
+  window gathered along their axes.  Every member's window along an axis
+  must have the same length."""
+  batch = x.batched.shape[0]
+  key = _expanded_key(key, x.ndim)
+  if any(isinstance(k, (MemberArray, np.ndarray)) and core.member_rank(k)
+         for k in key):
+    raise errors.PerMemberError(
+        'A slice with per-member bounds next to an array index '
+        '(x[idx, lo:hi]): NumPy\'s placement of the axes is not supported '
+        'there.', hint='Index in two steps: y = x[idx], then y[:, lo:hi].')
+  whole = tuple(slice(None) if _member_bound(k) else k for k in key)
+  y = _getitem(x, whole).batched
+  axis = 0
+  for k in key:
+    if _member_bound(k):
+      start, step, length = _window(k, y.shape[axis + 1], batch)
+      if length.size and np.any(length != length[0]):
+        raise errors.PerMemberError(
+            'A slice whose bounds differ between members selects a '
+            f'different number of elements in different members '
+            f'({int(length.min())} to {int(length.max())}): the result\'s '
+            'shape differs between members.', hint=core.PAD_HINT +
+            '  For a reduction over a prefix, write np.sum(np.where('
+            'np.arange(len(v)) < n, v, 0)).')
+      count = int(length[0]) if length.size else 0
+      taken = start[:, None] + step[:, None] * np.arange(count)
+      shape = [batch] + [1] * (y.ndim - 1)
+      shape[axis + 1] = count
+      y = np.take_along_axis(y, taken.reshape(shape), axis=axis + 1)
+    if isinstance(k, slice) or k is None:
+      axis += 1
+  return MemberArray(y)
+
+
+def _held(windows, shape, batch):
+  """`[batch, *shape]` booleans: where each member's windows (`_window`s,
+  `(position, None, None)` for an integer) hold."""
+  held = True
+  for axis, ((start, step, length), size) in enumerate(zip(windows, shape)):
+    at = np.arange(size)
+    if step is None:
+      inside = at == start[:, None]
+    else:
+      offset = at - start[:, None]
+      inside = ((offset % step[:, None] == 0) &
+                (offset // step[:, None] >= 0) &
+                (offset // step[:, None] < length[:, None]))
+    layout = [batch] + [1] * len(shape)
+    layout[axis + 1] = size
+    held = held & inside.reshape(layout)
+  return held
+
+
+def setitem_with(x, index, value, op):
+  """One member's `x` with `x[index] = op(x[index], value)` where `index`
+  has slices with per-member bounds and `value` is one number per member
+  (`w[:n] += 1`): `op` where each member's window holds, whatever its
+  length.  None for any other index or value (then the caller reads and
+  writes the window)."""
+  key = index if isinstance(index, tuple) else (index,)
+  if not any(_member_bound(k) for k in key) or core.member_rank(value):
+    return None
+  batch = core.batch_of((x, value)) or _batch_of_key(key)
+  if not isinstance(x, MemberArray):
+    x = MemberArray(core.full(x, batch))
+  windows = _windows_of(x, _expanded_key(key, x.ndim), batch)
+  if windows is None:
+    return None
+  updated = op(x.batched, core.aligned(value, x.ndim))
+  written = np.where(_held(windows, x.shape, batch), updated, x.batched)
+  return MemberArray(written.astype(x.dtype, copy=False))
+
+
+def _windows_of(x, key, batch):
+  """Each axis's windows of expanded `key` (`_window`s, or `(position,
+  None, None)` for an integer), or None where it has an array index or
+  None."""
+  if any(k is None or (isinstance(k, (MemberArray, np.ndarray)) and
+                       core.member_rank(k)) for k in key):
+    return None
+  windows = []
+  for k, size in zip(key, x.shape):
+    if isinstance(k, slice):
+      windows.append(_window(k, size, batch))
+    else:
+      i = (k.batched if isinstance(k, MemberArray) else
+           np.broadcast_to(np.asarray(k), (batch,))).astype(np.int64)
+      if np.any((i < -size) | (i >= size)):
+        raise IndexError(f'index out of range for an axis with size {size}')
+      windows.append((np.where(i < 0, i + size, i), None, None))
+  return windows
+
+
+def _member_windows_written(x, key, value):
+  """A copy of `x` with each member's `x[key] = value`, where slices of
+  `key` have per-member bounds (`x[lo:hi] = 0`).  Each axis is indexed by
+  each member's positions, laid out as `np.ix_` lays them out; a slice's
+  positions are the member's window, an integer's its one position (its
+  axis then absent from the value's layout).  Windows of different
+  lengths take one value per member (a scalar); a value with axes needs
+  windows of one length in every member."""
+  batch = x.batched.shape[0]
+  windows = _windows_of(x, _expanded_key(key, x.ndim), batch)
+  if windows is None:
+    raise errors.PerMemberError(
+        'A slice with per-member bounds next to an array index or None '
+        '(x[idx, lo:hi] = v): not supported.', hint='Write the window with '
+        'np.where: i = np.arange(len(x)); x = np.where((lo <= i) & (i < hi), '
+        'v, x).')
+  if core.member_rank(value) == 0:
+    # One value per member: where each member's window holds.
+    written = np.where(_held(windows, x.shape, batch),
+                       core.aligned(value, x.ndim), x.batched)
+    return MemberArray(written.astype(x.dtype, copy=False))
+  index = [_batch_index(batch, x.ndim)]
+  shape = []
+  for axis, (start, step, length) in enumerate(windows):
+    if step is None:
+      positions = start[:, None]
+    else:
+      if length.size and np.any(length != length[0]):
+        raise errors.PerMemberError(
+            'A slice whose bounds differ between members is assigned an '
+            f'array, and the windows\' lengths differ ({int(length.min())} '
+            f'to {int(length.max())})', hint=core.PAD_HINT)
+      count = int(length[0]) if length.size else 0
+      positions = start[:, None] + step[:, None] * np.arange(count)
+      shape.append(count)
+    layout = [batch] + [1] * x.ndim
+    layout[axis + 1] = positions.shape[1]
+    index.append(positions.reshape(layout))
+  v = np.broadcast_to(core.ranked(value, len(shape)),
+                      (batch,) + tuple(shape))
+  out = x.batched.copy()
+  out[tuple(index)] = v.reshape([batch] + _lengths(windows))
+  return MemberArray(out)
+
+
+def _lengths(windows):
+  """Each window's common length (1 for an integer's position)."""
+  return [1 if step is None else (int(length[0]) if length.size else 0)
+          for _, step, length in windows]
+
+
 def _getitem(x, index):
+  key = index if isinstance(index, tuple) else (index,)
+  if any(_member_bound(k) for k in key):
+    if not isinstance(x, MemberArray):
+      x = MemberArray(core.full(x, _batch_of_key(key)))
+    return _member_windows(x, key)
   if not isinstance(x, MemberArray):
     if type(index) is MemberArray and index.dtype.kind in 'iu':
       # A plain array read at per-member integers: one gather.
@@ -287,6 +484,9 @@ def _setitem(x, index, value):
     return out
   if not isinstance(x, MemberArray):
     x = MemberArray(core.full(x, batch))
+  key = index if isinstance(index, tuple) else (index,)
+  if any(_member_bound(k) for k in key):
+    return _member_windows_written(x, key, value)
   if _is_scalar_index(x, index):   # x[i] = v, the common case, directly
     out = x.batched.copy()
     out[_batch_index(batch, 0), index.batched] = core.ranked(

@@ -55,6 +55,7 @@ member_shape = core.member_shape
 member_len = core.member_len
 getitem = numpy_indexing.getitem
 setitem = numpy_indexing.setitem
+setitem_with = numpy_indexing.setitem_with
 asarray = numpy_indexing.asarray
 
 

@@ -156,10 +156,10 @@ class PerMemberFunction:
              if self.loc is not None else '')
     if shaped:
       what = (f'{shaped.capitalize()} whose bounds or size differ between members in '
-              f'`{self.text}`{where} ({name}) runs once per member '
-              '(slower); where the members\' results differ in shape it '
-              'fails, as no batch holds them, and under XLA it is refused; '
-              'pad to a fixed size and carry the length')
+              f'`{self.text}`{where} ({name}): the primitive runs once '
+              'per member (slower).  A result whose shape differs between '
+              'members fails, as no batch holds it; under XLA and on NumPy '
+              'it is refused.  Pad to a fixed size and carry the length')
     else:
       what = (f'{name} has no per-member batching rule, so `{self.text}`'
               f'{where} runs it once per member (correct, slower)')

@@ -105,24 +105,44 @@ def vectorize(fn, batched_leaf, fallback=None):
       # One member (type inference, eagerly or in a graph; a batch of
       # one): the function on its values, which is what pfor would make
       # of it.
-      return split(tf.nest.map_structure(
+      result = tf.nest.map_structure(
           lambda v: tf.expand_dims(tf.convert_to_tensor(v), 0),
-          member([t[0] for t in tensors])))
+          member([t[0] for t in tensors]))
+      if (all(t.shape[1:].is_fully_defined() for t in tensors) and
+          not all(leaf.shape[1:].is_fully_defined()
+                  for leaf in tf.nest.flatten(result))):
+        raise _ragged_result([])
+      return split(result)
     looped = []
 
     def report(op, cause, refused):
       looped.append((op, cause, refused))
       if fallback is not None:
-        shaped = _member_shaped(op, cause)
+        shaped = _member_shaped(op, cause, refused)
         if shaped:
           fallback(f'tf.{op}', shaped=shaped)
         else:
           fallback(f'tf.{op}')
     with _fallbacks_reported(report):
       result = _vectorized_map(member, tensors)
-    if any(refused for _, _, refused in looped) and _in_xla_context():
-      raise _refusal_under_xla(
-          [(op, cause) for op, cause, refused in looped if refused])
+    if any(refused for _, _, refused in looped):
+      refused = [(op, cause) for op, cause, refused in looped if refused]
+      if _in_xla_context():
+        raise _refusal_under_xla(refused)
+      if all(leaf.shape[1:].is_fully_defined()
+             for leaf in tf.nest.flatten(result)):
+        # A value of a shape of its own per member inside (`v[:n]`) and
+        # results of one shape (`np.sum(v[:n])`): pfor's loop runs that
+        # operation alone and stacks its members' values, which fails
+        # where they differ in shape (`TensorListStack`: "Incompatible
+        # shapes during merge").  The whole function in one loop over
+        # the members keeps each member's values within its trip.  (A
+        # result of a shape unknown when traced, `w = v[j:j + 3]`, stays
+        # pfor's: it runs where the members' shapes agree.)
+        result = tf.map_fn(
+            tf.autograph.experimental.do_not_convert(member), tensors,
+            fn_output_signature=tf.nest.map_structure(
+                lambda r: tf.TensorSpec(r.shape[1:], r.dtype), result))
     return split(result)
 
   eager = []
@@ -217,11 +237,12 @@ _MEMBER_SHAPED = {'StridedSlice': 'a slice', 'Slice': 'a slice',
                   'Pad': 'a pad', 'PadV2': 'a pad', 'OneHot': 'a one-hot'}
 
 
-def _member_shaped(op, cause):
+def _member_shaped(op, cause, refused=True):
   """What operation `op` makes (`'a slice'`) where pfor's rule for it
-  refused bounds or sizes that differ between members (its `cause`),
-  else None."""
-  if op in _MEMBER_SHAPED and 'loop invariant' in cause:
+  refused bounds or sizes that differ between members (its `cause`), or
+  pfor has none and its result's shape is unknown when traced
+  (`refused`: `np.arange(n)`), else None."""
+  if op in _MEMBER_SHAPED and (refused or 'loop invariant' in cause):
     return _MEMBER_SHAPED[op]
   if op == 'Where':   # a mask's items (`v[v > 0]`): a count per member
     return 'a boolean mask\'s selection (v[v > 0])'
@@ -251,6 +272,23 @@ def _refusal_under_xla(looped):
       hint='Write the computation with operations pfor vectorizes '
       '(elementwise ops, tf.gather, tf.reduce_*, tf.linalg.*, '
       'tf.where), or run it without jit_compile.')
+
+
+def _ragged_result(looped):
+  """The `PerMemberError` for a result whose shape follows each member's
+  data (`w = v[:n]`), from operations pfor runs in a loop over the
+  members (`looped`: `(op type, pfor's cause)` pairs): no batch holds
+  members' values of different shapes."""
+  shaped = sorted({_member_shaped(op, cause) for op, cause in looped} -
+                  {None}) or sorted({f'tf.{op}' for op, _ in looped}) or [
+                      'an operation']
+  return errors.PerMemberError(
+      f'A value made by {" and ".join(shaped)} whose bounds or size differ '
+      'between members (v[:n], v[k:], v[v > 0] with a per-member n, k or '
+      'mask) is kept or returned: one member\'s value has a shape of its '
+      'own, and a batch holds one array per value.  Within one statement '
+      'such a value may be reduced on TensorFlow outside XLA '
+      '(s = np.sum(v[:n]))', hint=numpy_array.PAD_HINT)
 
 
 def _register_resource_gather():

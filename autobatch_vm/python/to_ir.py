@@ -94,6 +94,22 @@ _UNSUPPORTED_EXPRESSIONS = {
 }
 
 
+# Augmented assignments an item's window takes where it lies
+# (`member_ops.setitem_with`): the `operator` function of each.
+_AUGMENTED = {ast.Add: 'add', ast.Sub: 'sub', ast.Mult: 'mul',
+              ast.Div: 'truediv', ast.FloorDiv: 'floordiv', ast.Mod: 'mod',
+              ast.Pow: 'pow', ast.BitAnd: 'and_', ast.BitOr: 'or_',
+              ast.BitXor: 'xor', ast.LShift: 'lshift', ast.RShift: 'rshift'}
+
+
+def _has_variable_slice(index):
+  """Whether subscript `index` has a slice with a bound or step that is
+  not a literal (`w[:n]`, `w[j:j + 2]`)."""
+  parts = index.elts if isinstance(index, ast.Tuple) else [index]
+  return any(isinstance(p, ast.Slice) and any(
+      b is not None and not isinstance(b, ast.Constant)
+      for b in (p.lower, p.upper, p.step)) for p in parts)
+
 class _Compiler:
   """Walks one function's AST and builds its blocks."""
 
@@ -305,6 +321,14 @@ class _Compiler:
     return isinstance(target, ast.Name) and target.id in self.constants
 
   def stmt_AugAssign(self, s):
+    if (self.per_member and isinstance(s.target, ast.Subscript) and
+        type(s.op) in _AUGMENTED and _has_variable_slice(s.target.slice)):
+      # `w[:n] += 1` in a per-member function: the window's items updated
+      # where they lie (`member_ops.setitem_with`), so that windows of
+      # different lengths in different members need no read of their own.
+      self._item_assignment(s, s.target, s.value,
+                            helper=('setitem_with', _AUGMENTED[type(s.op)]))
+      return
     if isinstance(s.target, ast.Subscript):
       read = ast.Subscript(copy.deepcopy(s.target.value),
                            copy.deepcopy(s.target.slice), ast.Load())
@@ -322,7 +346,7 @@ class _Compiler:
     ast.fix_missing_locations(value)
     self.expr(value, s.target.id)
 
-  def _item_assignment(self, s, target, value):
+  def _item_assignment(self, s, target, value, helper=('setitem', None)):
     """`x[index] = value` in a per-member function: `x` becomes a new
     value, `member_ops.setitem(x, index, value)`."""
     if not (isinstance(target.value, ast.Name)
@@ -334,12 +358,13 @@ class _Compiler:
           'assign its item, and put it back.')
     name = target.value.id
     if self.per_member:
+      name_of, operation = helper
       call = ast.Call(
           ast.Attribute(ast.Name(self.prefix + python_primitives.MEMBER_OPS,
-                                 ast.Load()), 'setitem', ast.Load()),
+                                 ast.Load()), name_of, ast.Load()),
           [ast.Name(name, ast.Load()),
            python_primitives.member_key(self.prefix, target.slice, target),
-           value], [])
+           value] + ([ast.Constant(operation)] if operation else []), [])
     else:
       self._check_batch_index(target)
       call = ast.Call(

@@ -8,11 +8,14 @@ with Python's own results, on NumPy (stack VM and stackless) and on
 TensorFlow (eagerly, `tf.function`, XLA).
 """
 
+import warnings
+
 import numpy as np
 import pytest
 
 import autobatch_vm as ab
 from autobatch_vm import errors
+from autobatch_vm.per_member import primitive
 from tests import python as python_tests
 
 ctx = ab.Context()
@@ -95,3 +98,44 @@ def test_arrays_like_a_members_array_are_written_item_by_item():
     assert alone[1].dtype == np.int32 and alone[2].dtype == np.int32
     np.testing.assert_array_equal(alone[2], np.full((3, 5), 7))
   python_tests.run_everywhere(prefix_sums, [v], check)
+
+
+@ctx.batch(per_member=True)
+def windows(v, lo, n):
+  w = v.copy()
+  w[lo:lo + 2] = 0.0            # a window of one length, per-member start
+  w[:n] += 1.0                  # windows of different lengths, updated
+  w[n::2] *= -w[0]
+  w[lo + 1:lo + 3] = v[:2] * 2  # an array into a window of one length
+  return w, np.max(w[lo:lo + 3])
+
+
+def test_slices_with_per_member_bounds_read_and_write_windows():
+  # Slices whose bounds differ between members: read where every member's
+  # window has one length, written (`=`, `+=`) whatever the lengths.
+  # TensorFlow's vectorizer cannot compile them under XLA: refused there.
+  tf = pytest.importorskip('tensorflow')
+  v = np.arange(24.0).reshape(4, 6) - 4.0
+  lo, n = np.array([0, 1, 2, 3]), np.array([1, 3, 6, 0])
+  alone = windows(v, lo, n, dry_run=True)
+  want = [windows.python_function(v[m].copy(), lo[m], n[m]) for m in range(4)]
+  for got, expected in zip(alone, zip(*want)):
+    np.testing.assert_array_equal(got, np.stack(expected))
+  targs = [tf.constant(a) for a in (v, lo, n)]
+  with warnings.catch_warnings():
+    warnings.simplefilter('ignore', primitive.PerMemberFallbackWarning)
+    outs = [windows(v, lo, n, stackless=s) for s in (False, True)]
+    outs += [windows(*targs), tf.function(windows)(*targs)]
+    with pytest.raises(errors.PerMemberError, match='slice whose bounds'):
+      tf.function(windows, jit_compile=True)(*targs)
+  for out in outs:
+    for got, expected in zip(out, alone):
+      np.testing.assert_array_equal(np.asarray(got), expected)
+  # Kept, windows of different lengths have no batch to be held in.
+  with pytest.raises(errors.PerMemberError, match='different number'):
+    _prefix(v, n)
+
+
+@ctx.batch(per_member=True)
+def _prefix(v, n):
+  return v[:n] * 2

@@ -689,6 +689,52 @@ def test_a_slice_with_per_member_bounds_is_refused_under_xla_not_wrong():
     assert info.value.lineno == _line_of(fn.python_function, text)
 
 
+def test_a_member_shaped_value_reduced_in_its_statement_runs_on_tensorflow():
+  # `np.sum(v[:n])` with n differing between members: pfor's loop over
+  # the members runs the slice alone and stacks slices of different
+  # lengths, which failed at run time ("Incompatible shapes during
+  # merge"); the statement runs in one loop over the members instead.
+  # Kept as a value (`w = v[:n]`), it is a PerMemberError at its line
+  # when called eagerly (under `tf.function` it runs where the members'
+  # lengths agree).
+  tf = pytest.importorskip('tensorflow')
+  ctx = ab.Context()
+
+  def prefix(v, n):
+    return np.sum(v[:n] ** 2) + np.dot(v[:n], v[:n]), np.sum(np.arange(n))
+
+  def positive(v):
+    return v[v > 0].sum()
+
+  def kept(v, n):
+    w = v[:n]
+    return np.sum(w)
+  fns = [ctx.batch_uncurried(f, per_member=True)
+         for f in (prefix, positive, kept)]
+  v = np.arange(12.0).reshape(3, 4) - 4.0
+  n = np.array([1, 3, 4])
+  want = [prefix(v[b], n[b]) for b in range(3)]
+  with warnings.catch_warnings():
+    warnings.simplefilter('ignore', primitive.PerMemberFallbackWarning)
+    for run in (lambda f, *a: f(*a), lambda f, *a: tf.function(f)(*a)):
+      sums, counts = run(fns[0], tf.constant(v), tf.constant(n))
+      np.testing.assert_allclose(sums, [w[0] for w in want])
+      np.testing.assert_array_equal(counts, [w[1] for w in want])
+      np.testing.assert_allclose(run(fns[1], tf.constant(v)),
+                                 [positive(v[b]) for b in range(3)])
+    with pytest.raises(errors.PerMemberError,
+                       match='is kept or returned') as info:
+      fns[2](tf.constant(v), tf.constant(n))
+    assert info.value.lineno == _line_of(kept, 'w = v[:n]')
+    # Gradients flow through the loop over the members.
+    x = tf.constant(v)
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      total = tf.reduce_sum(fns[0](x, tf.constant(n))[0])
+    mask = np.arange(4) < n[:, None]
+    np.testing.assert_allclose(tape.gradient(total, x), 4 * v * mask)
+
+
 def test_a_context_rebuilt_from_its_state_keeps_per_member_functions():
   args = inputs(programs.PROGRAMS[0], seed=6, batch=3)
   other = ab.Context()

@@ -328,6 +328,14 @@ CASES = {
                                    nr.call(np.full, (2,), s, dtype=int)),
     'copyto': lambda v, w, p: _copied(v, w, p),
     'constants_broadcast': lambda s: (np.arange(6), 2.5, 3, True, s),
+    # Slices with per-member bounds, of one length in every member.
+    'member_windows': lambda v, j: (v[j:j + 2], v[j:j + 3:2],
+                                    v[j + 1:j - 5:-1], np.sum(v[j:j + 2])),
+    'member_windows_2d': lambda m, j: (m[j:j + 1, j:j + 3], m[1, j:j + 2],
+                                       m[..., j:j + 2], m[j, j:j + 1],
+                                       m[:, -j - 2:5 - j]),
+    'member_windows_written': lambda v, m, j: (_windows_written(v, j),
+                                               _windows_written_2d(m, j)),
     'result_type': lambda f: np.result_type(f, 1.0) == np.float32,
 }
 
@@ -343,6 +351,21 @@ def _copied(v, w, p):
   out = np.zeros_like(v)
   np.copyto(out, 2.0)
   return v, out
+
+
+def _windows_written(v, j):
+  v[j:j + 2] = v[:2] * 2
+  v[:j] = -1.0          # windows of different lengths, one value
+  v[j::2] = j
+  v[-1:j:-2] = 0.5
+  return v
+
+
+def _windows_written_2d(m, j):
+  m[j, j:j + 2] = 3.0
+  m[1:, j:] = m[0, 0]
+  m[:2, j:j + 3] = m[2, :3]
+  return m
 
 
 def _assigned(v, i):
@@ -458,6 +481,16 @@ def test_mask_selecting_different_counts_says_pad():
     with pytest.raises(errors.PerMemberError, match=name) as info:
       nr.vectorize(fn, 2)(v)
     assert 'differ' in str(info.value) and 'Pad' in str(info.value)
+
+
+def test_slices_of_different_lengths_say_pad():
+  v = np.arange(8.0).reshape(2, 4)
+  n = np.array([1, 3])
+  for fn in (lambda v, n: v[:n], lambda v, n: np.sum(v[n:]),
+             lambda v, n: nr.setitem(v, slice(None, n), v[:2])):
+    with pytest.raises(errors.PerMemberError, match='differ') as info:
+      nr.vectorize(fn, 2)(v, n)
+    assert 'Pad' in str(info.value)
 
 
 def test_creation_of_per_member_size_names_the_function_and_says_pad():
