@@ -202,7 +202,9 @@ def _parts(index):
 def _tensor_index(index):
   """Whether TensorFlow `index` holds a tensor element (an index that may
   differ between members)."""
-  return builtins.any(is_tf(e) for e in _parts(index))
+  return builtins.any(
+      is_tf(e) or (isinstance(e, slice) and is_tf(e.start, e.stop, e.step))
+      for e in _parts(index))
 
 
 def _tf_getitem(x, index, guard=None):
@@ -218,9 +220,10 @@ def _tf_getitem(x, index, guard=None):
   # from the last axis back (a gather drops its axis).
   static, gathers, axis = [], [], 0
   for e in parts:
-    if is_tf(e):
+    window = _window(e) if isinstance(e, slice) else None
+    if is_tf(e) or window is not None:
       static.append(slice(None))
-      gathers.append((axis, e))
+      gathers.append((axis, e if window is None else window))
       axis += 1
     elif isinstance(e, slice):
       static.append(e)
@@ -231,12 +234,127 @@ def _tf_getitem(x, index, guard=None):
       not (isinstance(s, slice) and s == slice(None)) for s in static) else x
   for axis, i in reversed(gathers):
     n = x.shape[axis]
+    if isinstance(i, tuple):
+      x = _window_gathered(x, axis, *i, guard)
+      continue
     i = tf.cast(i, tf.int32) if i.dtype not in (tf.int32, tf.int64) else i
     _check_range(i, n, guard)
     i = tf.where(i < 0, i + n, i)
     i = tf.clip_by_value(i, 0, builtins.max(n - 1, 0))
     x = tf.gather(x, i, axis=axis)
   return x
+
+
+@contextlib.contextmanager
+def exact_slices():
+  """Inside the block, a slice of member bounds is the slice itself,
+  never a window's gather (`_window`): for a member function run in a
+  loop over the members, where each member's slice may have a length of
+  its own."""
+  old = getattr(_local, 'exact', False)
+  _local.exact = True
+  try:
+    yield
+  finally:
+    _local.exact = old
+
+
+def _window(e):
+  """`(start, length)` of slice `e` of one member's tensors whose bounds
+  differ between members but whose length is known when traced
+  (`v[j:j + 3]`: the stop is the start plus a constant; step 1), else
+  None.  pfor runs a slice of member bounds in a loop over the members,
+  which XLA does not compile; the window is a gather."""
+  if (e.step not in (None, 1) or not is_tf(e.start, e.stop) or
+      getattr(_local, 'exact', False)):
+    return None
+  if not (hasattr(e.start, 'op') and hasattr(e.stop, 'op')):
+    return None   # eager values: the slice itself
+  length = _offset(e.stop, e.start)
+  if length is None or length < 0:
+    return None
+  return e.start, length
+
+
+def _offset(stop, start):
+  """The constant `c` with `stop == start + c` where the graph shows it
+  (`j + 3` against `j`, `k // 2 + 3` against `k // 2 + 1`, `-j` against
+  `-j - 2`), else None."""
+  base_stop, c_stop = _split(stop)
+  base_start, c_start = _split(start)
+  if not _same_value(base_stop, base_start):
+    return None
+  return c_stop - c_start
+
+
+def _split(t):
+  """`(base, c)` with `t == base + c`, `c` the integer constants added to
+  or subtracted from `base` in the graph (0 where none)."""
+  tf = _tf()
+  c = 0
+  while hasattr(t, 'op') and t.op.type in ('AddV2', 'Add', 'Sub'):
+    op = t.op
+    right = tf.get_static_value(op.inputs[1])
+    left = tf.get_static_value(op.inputs[0])
+    if right is not None and np.ndim(right) == 0:
+      c += builtins.int(right) * (-1 if op.type == 'Sub' else 1)
+      t = op.inputs[0]
+    elif left is not None and np.ndim(left) == 0 and op.type != 'Sub':
+      c += builtins.int(left)
+      t = op.inputs[1]
+    else:
+      break
+  return t, c
+
+
+# Operations whose result is a function of their inputs and attributes
+# alone: two of one type, attributes and inputs give one value.
+_PURE = frozenset(('AddV2', 'Add', 'Sub', 'Mul', 'FloorDiv', 'FloorMod',
+                   'Neg', 'Cast', 'Identity', 'Maximum', 'Minimum'))
+
+
+def _same_value(a, b, depth=0):
+  """Whether tensors `a` and `b` hold one value, as the graph shows
+  (one tensor, equal constants, or one pure operation of such inputs)."""
+  tf = _tf()
+  if a is b:
+    return True
+  if not (is_tf(a) and is_tf(b)) or depth > 8:
+    return False
+  ca, cb = tf.get_static_value(a), tf.get_static_value(b)
+  if ca is not None or cb is not None:
+    return ca is not None and cb is not None and np.array_equal(ca, cb)
+  if not (hasattr(a, 'op') and hasattr(b, 'op')):
+    return False
+  oa, ob = a.op, b.op
+  return (oa.type == ob.type and oa.type in _PURE and
+          a.value_index == b.value_index and
+          oa.node_def.attr == ob.node_def.attr and
+          len(oa.inputs) == len(ob.inputs) and builtins.all(
+              _same_value(p, q, depth + 1)
+              for p, q in zip(oa.inputs, ob.inputs)))
+
+
+def _window_gathered(x, axis, start, length, guard):
+  """`x`'s items `start` to `start + length` along `axis`, as one member's
+  slice `x[start:start + length]` gives them where it lies within the
+  axis (a negative start counting from its end, as the stop does); a
+  member whose slice Python would shorten or wrap is noted as failing
+  (`'window'`)."""
+  tf = _tf()
+  n = x.shape[axis]
+  start = tf.cast(start, tf.int64)
+  first = tf.where(start < 0, start + n, start)
+  stop = start + length
+  last = tf.where(stop < 0, stop + n, stop)
+  bad = tf.logical_or(tf.logical_or(first < 0, last > n),
+                      tf.not_equal(last - first, length))
+  if n == 0 or length == 0:
+    bad = tf.logical_and(bad, tf.not_equal(last, first))
+  note_failure('window', bad, guard)
+  at = tf.clip_by_value(first + tf.range(length, dtype=tf.int64), 0,
+                        builtins.max(n - 1, 0))
+  return tf.gather(x, at, axis=axis)
 
 
 def getitem(x, index, guard=None):

@@ -125,25 +125,69 @@ def vectorize(fn, batched_leaf, fallback=None):
           fallback(f'tf.{op}')
     with _fallbacks_reported(report):
       result = _vectorized_map(member, tensors)
-    if any(refused for _, _, refused in looped):
-      refused = [(op, cause) for op, cause, refused in looped if refused]
-      if _in_xla_context():
-        raise _refusal_under_xla(refused)
-      if all(leaf.shape[1:].is_fully_defined()
-             for leaf in tf.nest.flatten(result)):
-        # A value of a shape of its own per member inside (`v[:n]`) and
-        # results of one shape (`np.sum(v[:n])`): pfor's loop runs that
-        # operation alone and stacks its members' values, which fails
-        # where they differ in shape (`TensorListStack`: "Incompatible
-        # shapes during merge").  The whole function in one loop over
-        # the members keeps each member's values within its trip.  (A
-        # result of a shape unknown when traced, `w = v[j:j + 3]`, stays
-        # pfor's: it runs where the members' shapes agree.)
-        result = tf.map_fn(
-            tf.autograph.experimental.do_not_convert(member), tensors,
-            fn_output_signature=tf.nest.map_structure(
-                lambda r: tf.TensorSpec(r.shape[1:], r.dtype), result))
-    return split(result)
+    refused = [(op, cause) for op, cause, refused in looped if refused]
+    if refused and _in_xla_context():
+      raise _refusal_under_xla(refused)
+    value, bad = split(result)
+    one_shape = all(leaf.shape[1:].is_fully_defined()
+                    for leaf in tf.nest.flatten(value))
+    if _in_xla_context() or not one_shape or not (
+        refused or (bad and 'window' in bad)):
+      return value, bad
+    # A value of a shape of its own per member inside (`v[:n]`), or a
+    # window `v[j:j + 3]` that some member's slice shortens, and results
+    # of one shape (`np.sum(v[:n])`): pfor's loop runs that operation
+    # alone and stacks its members' values, which fails where they
+    # differ in shape (`TensorListStack`: "Incompatible shapes during
+    # merge").  The whole function in one loop over the members keeps
+    # each member's values within its trip: always where pfor refused,
+    # else only where a member's window does not lie within its axis.
+    # (A result of a shape unknown when traced, `w = v[:n]`, stays
+    # pfor's: it runs where the members' shapes agree.)
+    kinds = sorted(k for k in (bad or {}) if k != 'window') + ['window']
+    shapes = [leaf.shape[1:] for leaf in tf.nest.flatten(value)]
+
+    def exact(xs):
+      with member_ops.exact_slices():
+        out = member(xs)
+      traced_kinds = checks_made[0]
+      out, flags = (out, ()) if not traced_kinds else out
+      flags = dict(zip(traced_kinds, flags))
+      # A member whose own slice gives a value of another shape (a
+      # window `w = v[j:j + 3]` that the array's end shortens) fails, as
+      # no batch holds it; its value is zeros.
+      leaves, fits = [], []
+      for leaf, shape in zip(tf.nest.flatten(out), shapes):
+        leaf = tf.convert_to_tensor(leaf)
+        if leaf.shape.is_fully_defined():
+          leaves.append(leaf)
+          continue
+        fit = tf.reduce_all(tf.equal(tf.shape(leaf, out_type=tf.int64),
+                                     tf.constant(shape.as_list(), tf.int64)))
+        fits.append(fit)
+        leaves.append(tf.cond(
+            fit, lambda leaf=leaf, shape=shape: tf.reshape(leaf, shape),
+            lambda leaf=leaf, shape=shape: tf.zeros(shape, leaf.dtype)))
+      flags['window'] = tf.logical_not(tf.reduce_all(fits)) if fits else (
+          tf.constant(False))
+      return (tf.nest.pack_sequence_as(out, leaves),
+              tuple(flags.get(k, tf.constant(False)) for k in kinds))
+
+    def looped():
+      return tf.map_fn(
+          tf.autograph.experimental.do_not_convert(exact), tensors,
+          fn_output_signature=(
+              tf.nest.map_structure(
+                  lambda r: tf.TensorSpec(r.shape[1:], r.dtype), value),
+              tuple(tf.TensorSpec([], tf.bool) for _ in kinds)))
+    if refused:
+      value, flags = looped()
+    else:
+      value, flags = tf.cond(
+          tf.reduce_any(bad['window']), looped,
+          lambda: (value, tuple(tf.zeros_like(bad['window']) if k == 'window'
+                                else bad[k] for k in kinds)))
+    return value, dict(zip(kinds, flags))
 
   eager = []
   traced = set()

@@ -312,6 +312,15 @@ def member_error(kind, op, members):
         'Python reads it: in the right operand of `and` or `or`, or in a '
         'side of `x if c else y`, only where the condition lets Python '
         'evaluate it.')
+  if kind == 'window':
+    return errors.PerMemberError(
+        f'`{text}` slices a window whose bounds differ between members '
+        f'(v[j:j + 3]), and for {who} it does not lie within its axis: '
+        'Python gives them a shorter slice there (or counts a negative '
+        'start from the end), a length other members\' windows do not '
+        'have', loc=op.loc, hint='Keep each window within the array '
+        '(np.clip the start to len(v) - 3), or pad the array by the '
+        "window's length.")
   name, message = member_math.FAILURES[kind]
   return errors.PrimitiveError(
       f'{name} in `{text}` for {who}: {message}', loc=op.loc,

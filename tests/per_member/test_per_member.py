@@ -22,6 +22,7 @@ from autobatch_vm import errors
 from autobatch_vm.per_member import primitive
 from tests import per_member as per_member_tests
 from tests import per_member_programs as programs
+from tests import python as python_tests
 
 BATCH = 5
 NUMPY = programs.PROGRAMS
@@ -673,15 +674,20 @@ def test_a_slice_with_per_member_bounds_is_refused_under_xla_not_wrong():
   window = ctx.batch_uncurried(window_sum, per_member=True)
   v = np.arange(20.0).reshape(2, 10)
   # Outside XLA each member's slice runs in a loop, counted and warned
-  # about; slices of one length (a window) give every member's result.
+  # about.  A window of one length (`v[j:j + 3]`) is a gather, under XLA
+  # too.
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter('always')
-    got = window(tf.constant(v), tf.constant([1, 5]))
-  np.testing.assert_allclose(got, [1 + 2 + 3, 15 + 16 + 17])
-  assert window.last_stats.per_member_fallbacks.get('tf.StridedSlice', 0) >= 1
+    got = prefix(tf.constant(v), tf.constant([3, 7]))
+  np.testing.assert_allclose(got, [0 + 1 + 2, sum(range(10, 17))])
+  assert prefix.last_stats.per_member_fallbacks.get('tf.StridedSlice', 0) >= 1
   assert any(issubclass(w.category, primitive.PerMemberFallbackWarning)
              and 'A slice whose bounds' in str(w.message) for w in caught)
-  for fn, k, text in ((prefix, [3, 7], 'v[:n]'), (window, [1, 5], 'v[j:')):
+  for run in (window, tf.function(window, jit_compile=True)):
+    np.testing.assert_allclose(run(tf.constant(v), tf.constant([1, 5])),
+                               [1 + 2 + 3, 15 + 16 + 17])
+  assert not window.last_stats.per_member_fallbacks
+  for fn, k, text in ((prefix, [3, 7], 'v[:n]'),):
     xla = tf.function(fn, jit_compile=True)
     with pytest.raises(errors.PerMemberError, match='slice whose bounds') as (
         info):
@@ -733,6 +739,55 @@ def test_a_member_shaped_value_reduced_in_its_statement_runs_on_tensorflow():
       total = tf.reduce_sum(fns[0](x, tf.constant(n))[0])
     mask = np.arange(4) < n[:, None]
     np.testing.assert_allclose(tape.gradient(total, x), 4 * v * mask)
+
+
+def test_windows_of_per_member_start_and_one_length_compile_under_xla():
+  # `v[i:i + 3]`, its length known when traced (the stop is the start
+  # plus a constant): a gather, which XLA compiles (pfor refuses a slice
+  # of member bounds).  A window the array's end shortens for a member is
+  # Python's shorter slice where the statement reduces it (one loop over
+  # the members, outside XLA), and that member's failure where it is kept.
+  tf = pytest.importorskip('tensorflow')
+  ctx = ab.Context()
+
+  def conv(v, w, lo):
+    out = np.zeros(4)
+    for i in range(4):
+      out[i] = np.dot(v[i:i + 3], w)
+    k = 2 * lo
+    return out, v[k // 2 + 1:k // 2 + 3], v[-lo - 2:-lo]
+
+  def window_sum(v, lo):
+    return np.sum(v[lo:lo + 3])
+
+  def kept(v, lo):
+    w = v[lo:lo + 3]
+    return w * 2
+  v = np.arange(24.0).reshape(4, 6) - 4.0
+  w = np.arange(12.0).reshape(4, 3) / 3
+  lo = np.array([1, 1, 2, 3])
+  fn = ctx.batch_uncurried(conv, per_member=True)
+  python_tests.run_everywhere(fn, [v, w, lo])
+  late = np.array([1, 4, 2, 3])           # member 1's window: v[4:7]
+  summed = ctx.batch_uncurried(window_sum, per_member=True)
+  want = [window_sum(v[b], late[b]) for b in range(4)]
+  targs = [tf.constant(v), tf.constant(late)]
+  with warnings.catch_warnings():
+    warnings.simplefilter('ignore', primitive.PerMemberFallbackWarning)
+    np.testing.assert_allclose(summed(*targs), want)
+    np.testing.assert_allclose(tf.function(summed)(*targs), want)
+    out, ok = tf.function(lambda *a: summed(*a, on_error='status'),
+                          jit_compile=True)(*targs)
+  np.testing.assert_array_equal(ok, [True, False, True, True])
+  np.testing.assert_allclose(out.numpy()[ok.numpy()],
+                             np.array(want)[ok.numpy()])
+  held = ctx.batch_uncurried(kept, per_member=True)
+  with pytest.raises(errors.PerMemberError,
+                     match=r'for batch members \[1\] it does not lie'):
+    held(*targs)
+  out, ok = tf.function(lambda *a: held(*a, on_error='status'))(*targs)
+  np.testing.assert_array_equal(ok, [True, False, True, True])
+  np.testing.assert_allclose(out.numpy()[2], 2 * v[2, 2:5])
 
 
 def test_a_context_rebuilt_from_its_state_keeps_per_member_functions():
