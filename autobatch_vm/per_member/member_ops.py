@@ -838,6 +838,24 @@ def setitem(x, index, value):
   return _numpy_rules().setitem(x, index, value)
 
 
+def matmul(a, b):
+  """One member's `a @ b`: on TensorFlow, where an operand is a vector,
+  NumPy's product (`tf.matmul` refuses vectors), a NumPy operand taking
+  the tensor's dtype as TensorFlow's `@` gives it; else the operator."""
+  if is_tf(a, b) and 1 in (_rank(a), _rank(b)):
+    tf = _tf()
+    if not is_tf(a):
+      a = tf.convert_to_tensor(a, dtype_hint=b.dtype)
+    elif not is_tf(b):
+      b = tf.convert_to_tensor(b, dtype_hint=a.dtype)
+    return tnp_call(np.matmul, (a, b), {})
+  return a @ b
+
+
+def _rank(x):
+  return x.shape.rank if is_tf(x) else np.ndim(x)
+
+
 def setitem_with(x, index, value, operation):
   """One member's `x` with `x[index] op= value` (`operation`: the name of
   `operator`'s function for `op`), as a new value.

@@ -68,20 +68,7 @@ def matmul(a, b):
   Returns:
     The product.
   """
-  if member_ops.is_tf(a, b) and 1 in (_rank(a), _rank(b)):
-    # A NumPy operand takes the tensor's dtype, as TensorFlow's `@` gives
-    # it.
-    tf = sys.modules['tensorflow']
-    if not member_ops.is_tf(a):
-      a = tf.convert_to_tensor(a, dtype_hint=b.dtype)
-    elif not member_ops.is_tf(b):
-      b = tf.convert_to_tensor(b, dtype_hint=a.dtype)
-    return member_ops.tnp_call(np.matmul, (a, b), {})
-  return a @ b
-
-
-def _rank(x):
-  return x.shape.rank if member_ops.is_tf(x) else np.ndim(x)
+  return member_ops.matmul(a, b)
 
 
 def numpy_method(obj, name, *args, **kwargs):

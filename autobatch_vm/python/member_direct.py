@@ -671,6 +671,10 @@ class _Rewrite:
       return self._getitem(node)
     if helper == 'setitem' and len(node.args) == 3 and not node.keywords:
       return self._setitem(node)
+    if helper == 'matmul' and len(node.args) == 2 and not node.keywords:
+      product = ast.copy_location(
+          ast.BinOp(node.args[0], ast.MatMult(), node.args[1]), node)
+      return self._matmul(product, product.left, product.right)
     if helper == 'asarray':
       return self._array(node)
     if helper in ('int', 'round', 'math_fn'):

@@ -291,6 +291,11 @@ class PrimitiveRewriter(ast.NodeTransformer):
     if name is not None:
       return self._ops(name, [self.visit(node.left), self.visit(node.right)],
                        node)
+    if self.per_member and isinstance(node.op, ast.MatMult):
+      # A member's `a @ v` with a vector: NumPy's product, which
+      # TensorFlow's `@` (`tf.matmul`) refuses (`member_ops.matmul`).
+      return self._ops('matmul', [self.visit(node.left),
+                                  self.visit(node.right)], node)
     return self.generic_visit(node)
 
   def visit_Compare(self, node):

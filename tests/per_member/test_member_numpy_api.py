@@ -84,3 +84,26 @@ def test_searchsorted_of_a_members_vector():
   rng = np.random.default_rng(7)
   python_tests.run_everywhere(_placements, [rng.normal(size=(4, 6)),
                                             rng.normal(size=4)])
+
+
+_SHARED = np.arange(12.0).reshape(4, 3) / 5
+
+
+@ctx.batch(per_member=True)
+def products(a, x, y):
+  # `@` with vectors, which TensorFlow's `@` (tf.matmul) refuses.
+  r = y - a @ x
+  return r, x @ a.T @ r, r @ r, a @ a.T, _SHARED @ x, y @ _SHARED
+
+
+def test_matrix_products_with_vectors_run_on_every_backend():
+  rng = np.random.default_rng(3)
+  a, x, y = (rng.normal(size=(3, 4, 3)), rng.normal(size=(3, 3)),
+             rng.normal(size=(3, 4)))
+
+  def check(alone):
+    r = y - np.einsum('bij,bj->bi', a, x)
+    np.testing.assert_allclose(alone[0], r)
+    np.testing.assert_allclose(alone[2], np.sum(r * r, 1))
+    np.testing.assert_allclose(alone[4], x @ _SHARED.T)
+  python_tests.run_everywhere(products, [a, x, y], check)
