@@ -361,11 +361,14 @@ def _member_pair(in_types, kind, change, backend, changed=1):
   """Inputs of two members at batch size 2: each a made-up input of
   `kind`, member `changed` changed (`_other_member(x, change)`) unless
   `change` is None; literals stay Python scalars."""
+  count = [0]
+
   def leaf(t):
     if _is_literal(t):
       return t.dtype.type(0).item()
     one = made_up(t, kind, 1)
-    other = one if change is None else _other_member(one, change)
+    count[0] += 1
+    other = one if change is None else _other_member(one, change, count[0])
     pair = [one, other] if changed == 1 else [other, one]
     return backend.asarray(np.concatenate(pair))
   return [inst.pattern_map(leaf, t, inst.TensorType) for t in in_types]
@@ -377,29 +380,40 @@ def _member_pair(in_types, kind, change, backend, changed=1):
 _CHANGES = ('up', 'down')
 
 
-def _other_member(x, change):
+def _other_member(x, change, position=1):
   """Made-up input `x` of one member, changed in every element: up
-  (floats to 1.5 x + 0.25, which keeps identity matrices positive
-  definite; integers plus one) or down (0.5 x - 0.25; minus one);
-  booleans flipped either way."""
+  (floats to 1.5 x + 0.25 p, which keeps identity matrices positive
+  definite; integers plus p) or down (0.5 x - 0.25 p; minus p);
+  booleans flipped either way.  `p` is the input's position among the
+  primitive's array inputs (from 1), so that two inputs made up alike
+  change apart (`x - c` of inputs both made up as zeros)."""
   up = change == 'up'
+  step = 0.25 * position
   if x.dtype.kind in 'fc':
-    return (x * 1.5 + 0.25 if up else x * 0.5 - 0.25).astype(x.dtype)
+    return (x * 1.5 + step if up else x * 0.5 - step).astype(x.dtype)
   if x.dtype.kind == 'b':
     return ~x
-  return (x + 1 if up else x - 1).astype(x.dtype)
+  return (x + position if up else x - position).astype(x.dtype)
 
 
 def _rows(value, member):
   """Member `member`'s row of each leaf of a primitive's result at batch
-  size 2, as NumPy arrays; None where a leaf has no such row (a Python
-  scalar, another leading dimension: nothing to compare)."""
+  size 2, as NumPy arrays; None where a leaf has no such row (another
+  leading dimension: nothing to compare).  A number (a leaf of no axes)
+  is every member's: the VM gives it to each (`np.any(x > c) and k < n`
+  with no axis, where a literal `k` kept the batch axis from the
+  result), so where it follows the other member's inputs, it mixes."""
   rows = []
   for leaf in inst.pattern_flatten(value):
-    if type(leaf) in _PY_SCALARS or leaf is None:
+    if leaf is None:
       return None
     leaf = np.asarray(leaf)
-    if leaf.ndim == 0 or leaf.shape[0] != 2 or leaf.dtype.kind not in 'biufc':
+    if leaf.dtype.kind not in 'biufc':
+      return None
+    if leaf.ndim == 0:
+      rows.append(leaf)
+      continue
+    if leaf.shape[0] != 2:
       return None
     rows.append(leaf[member])
   return rows

@@ -488,6 +488,9 @@ class _Inference:
         if batch_aware:
           # At run time those numbers are arrays, one per member.
           member_mixing.check_broadcasting(op, in_types, self.backend)
+          # And a reduction over the batch axis among them
+          # (`np.any(x > c) and k < n`) still mixes members.
+          member_mixing.check_members_apart(op, in_types, self.backend)
     if key not in self.prim_cache and self.declares_result(fn, op):
       # The declared type is the result's: nothing runs on made-up data.
       self.prim_cache[key] = None

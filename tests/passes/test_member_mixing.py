@@ -478,3 +478,32 @@ def test_a_number_that_would_become_a_vector_is_named():
       out = out + s * x
     return out
   run_everywhere(accumulate_right, [np.arange(6.0).reshape(3, 2)])
+
+
+def test_a_reduction_over_the_batch_beside_a_counter_is_refused():
+  # `np.any(...)` without an axis reduces over the batch; `and k < 50`
+  # with a counter `k` (a Python number when typed) gave the result a
+  # batch axis back, so the check for a missing batch axis passed it and
+  # every member ran while any did: silently more iterations.
+  ctx = ab.Context()
+
+  @ctx.batch
+  def newton(x, c):
+    k = 0
+    while np.any(np.abs(x * x - c) > 1e-10) and k < 50:
+      x = x - (x * x - c) / (2 * x)
+      k += 1
+    return x, k
+
+  @ctx.batch
+  def newton_per_member(x, c):
+    k = 0
+    while np.any(np.abs(x * x - c) > 1e-10, axis=-1) and k < 50:
+      x = x - (x * x - c) / (2 * x)
+      k += 1
+    return x, k
+  x = np.ones((4, 3))
+  c = np.random.default_rng(2).uniform(1, 9, (4, 3))
+  with pytest.raises(errors.TypeInferenceError, match='mixes batch members'):
+    newton(x, c)
+  run_everywhere(newton_per_member, [x, c])
