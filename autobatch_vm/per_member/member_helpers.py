@@ -431,6 +431,14 @@ def matmul_call(module, node):
   return ast.copy_location(ast.Call(fn, [node.left, node.right], []), node)
 
 
+def _located(new, like):
+  """`new`, and every node in it without a location, at `like`'s."""
+  for n in ast.walk(new):
+    if getattr(n, 'lineno', None) is None and 'lineno' in n._attributes:  # pylint: disable=protected-access
+      ast.copy_location(n, like)
+  return new
+
+
 class _CallRewriter(ast.NodeTransformer):
   """Rewrites a helper's calls as `decide` (`member_call`,
   `tf_numpy_call`) says."""
@@ -444,16 +452,70 @@ class _CallRewriter(ast.NodeTransformer):
 
   def visit_BinOp(self, node):
     node = self.generic_visit(node)
-    if not (isinstance(node.op, ast.MatMult) and
-            self.decide is tf_numpy_call):
+    if not isinstance(node.op, ast.MatMult):
       return node
+    # `a @ v` with a vector: `tf_numpy.matmul` or `member_ops.matmul`.
     self.changed = True
     return matmul_call(_OPS, node)
+
+  # In a per-member helper, a member's tensor is iterated and indexed as
+  # in the per-member function itself: Python iterates no tensor inside
+  # a graph, and an index that differs between members is a gather.
+
+  def _iterated(self, node):
+    self.changed = True
+    fn = ast.Attribute(ast.Name(_OPS, ast.Load()), 'iterate', ast.Load())
+    return _located(ast.Call(fn, [node], []), node)
+
+  def visit_comprehension(self, node):
+    node = self.generic_visit(node)
+    if self.decide is member_call:
+      node.iter = self._iterated(node.iter)
+    return node
+
+  def visit_For(self, node):
+    node = self.generic_visit(node)
+    if self.decide is member_call:
+      node.iter = self._iterated(node.iter)
+    return node
+
+  def visit_Subscript(self, node):
+    node = self.generic_visit(node)
+    if self.decide is not member_call or not isinstance(node.ctx, ast.Load):
+      return node
+    self.changed = True
+    ops = ast.Name(_OPS, ast.Load())
+    key = ast.Subscript(ast.Attribute(ops, 'key', ast.Load()), node.slice,
+                        ast.Load())
+    return _located(ast.Call(
+        ast.Attribute(ops, 'getitem', ast.Load()), [node.value, key], []),
+                    node)
+
+  def visit_Attribute(self, node):
+    node = self.generic_visit(node)
+    if (self.decide is member_call and node.attr == 'T' and
+        isinstance(node.ctx, ast.Load)):
+      # A member's `v.T` (a tensor has no `.T`): `member_ops.attribute`.
+      self.changed = True
+      return _located(ast.Call(
+          ast.Attribute(ast.Name(_OPS, ast.Load()), 'attribute',
+                        ast.Load()), [node.value, ast.Constant('T')], []),
+                      node)
+    return node
 
   def visit_Call(self, node):
     node = self.generic_visit(node)
     callee = static_value(node.func, self.local_names, self.cells,
                           self.globals, _UNKNOWN)
+    if (callee is _UNKNOWN and self.decide is member_call and
+        isinstance(node.func, ast.Attribute) and node.func.attr in METHODS):
+      # A member's array method (`v[1:3].sum()`): `member_ops.method`,
+      # which runs it on a tensor too.
+      self.changed = True
+      return _located(ast.Call(
+          ast.Attribute(ast.Name(_OPS, ast.Load()), 'method', ast.Load()),
+          [node.func.value, ast.Constant(node.func.attr)] + list(node.args),
+          node.keywords), node)
     if callee is _UNKNOWN:
       return node
     name = self.decide(callee, node)

@@ -130,13 +130,14 @@ def out_of_range_checks():
   return _collected('checks')
 
 
-def _check_range(i, n, guard):
-  """Notes whether tensor index `i` is out of an axis of `n`, where read."""
+def _check_range(i, n, guard, flag=False):
+  """Notes whether tensor index `i` is out of an axis of `n`, where read
+  (with `flag`, `i` is that boolean already)."""
   checks = getattr(_local, 'checks', None)
   if checks is None:
     return
   tf = _tf()
-  bad = tf.logical_or(i < -n, i >= n)
+  bad = i if flag else tf.logical_or(i < -n, i >= n)
   if guard is not None:
     bad = tf.logical_and(bad, _as_bool(guard))
   checks.append(('index', bad))
@@ -211,6 +212,21 @@ def _tf_getitem(x, index, guard=None):
   """`x[index]` on one member's tensor, with tensor indices as gathers."""
   tf = _tf()
   parts = _parts(index)
+  arrays = [k for k, e in enumerate(parts) if is_tf(e) and e.shape.rank and
+            e.dtype.is_integer]
+  if len(arrays) == 1 and builtins.all(
+      isinstance(e, slice) for k, e in enumerate(parts) if k != arrays[0]):
+    # `v[order]`, `m[:, idx]`: one integer array among slices, whose
+    # items take the indexed axis's place, as NumPy places them.
+    at = arrays[0]
+    x = x[tuple(parts[:at]) + (slice(None),) + tuple(parts[at + 1:])]
+    axis = builtins.sum(1 for e in parts[:at] if isinstance(e, slice))
+    n = x.shape[axis]
+    i = parts[at]
+    _check_range(tf.reduce_any(tf.logical_or(i < -n, i >= n)), None, guard,
+                 flag=True)
+    i = tf.clip_by_value(tf.where(i < 0, i + n, i), 0, builtins.max(n - 1, 0))
+    return tf.gather(x, i, axis=axis)
   if builtins.any(e is Ellipsis or e is None for e in parts) or not (
       builtins.all(isinstance(e, (builtins.int, np.integer, slice)) or
                    (is_tf(e) and e.shape.rank == 0) for e in parts)):

@@ -1,7 +1,8 @@
 """A user's helper called from a per-member primitive, for one member.
 
 Casts of one member's scalars (`np.float64(x)`, `np.int32(x)`, `float(x)`,
-`int(x)`) and the builtins `min`, `max`, `abs` mean in a helper what they
+`int(x)`), the builtins `min`, `max`, `abs`, iterating and indexing a
+member's array, its methods, `.T` and `@` mean in a helper what they
 mean in the per-member function itself, through helpers that call helpers
 (`per_member.member_helpers`), and in a helper that calls itself.  The
 programs are checked against a plain Python loop over members and the dry
@@ -71,7 +72,33 @@ def recursive(x, s):
 
 
 RECURSIVE = ctx.batch_uncurried(recursive, per_member=True)
-PROGRAMS = {'casts': CASTS, 'recursive': RECURSIVE}
+
+
+def _norm(v):
+  """A comprehension over a member's vector, and a `for` over it."""
+  total = 0.0
+  for t in v:
+    total += abs(t)
+  return np.sqrt(sum(t * t for t in v)) + total
+
+
+def _mixed(v, m, i, order):
+  """Indexing by a member's integer and integer array, array methods,
+  `.T` and `@` with vectors, in a helper."""
+  return (m.T @ v)[i] + v[order].cumsum()[-1] + v[1:3].sum() + m[i] @ v
+
+
+def arrays(v, m, i):
+  return _norm(v) + _mixed(v, m, i, np.argsort(v))
+
+
+ARRAYS = ctx.batch_uncurried(arrays, per_member=True)
+PROGRAMS = {'casts': CASTS, 'recursive': RECURSIVE, 'arrays': ARRAYS}
+
+
+def _arrays_inputs(rng):
+  return (rng.normal(size=(B, 3)), rng.normal(size=(B, 3, 3)),
+          rng.integers(0, 3, size=B))
 
 
 def _recursive_inputs(rng):
@@ -82,7 +109,8 @@ def _recursive_inputs(rng):
 def cases():
   """Program name -> its arguments and a plain loop's results."""
   out = {}
-  for name, make in (('casts', _inputs), ('recursive', _recursive_inputs)):
+  for name, make in (('casts', _inputs), ('recursive', _recursive_inputs),
+                     ('arrays', _arrays_inputs)):
     fn = PROGRAMS[name].python_function
     args = make(np.random.default_rng(0))
     out[name] = args, np.stack([np.asarray(fn(*[a[k] for a in args]))

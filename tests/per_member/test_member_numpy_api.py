@@ -107,3 +107,23 @@ def test_matrix_products_with_vectors_run_on_every_backend():
     np.testing.assert_allclose(alone[2], np.sum(r * r, 1))
     np.testing.assert_allclose(alone[4], x @ _SHARED.T)
   python_tests.run_everywhere(products, [a, x, y], check)
+
+
+@ctx.batch(per_member=True)
+def reordered(keys, vals, m):
+  # Indexing by a member's integer array: a gather on TensorFlow.
+  order = np.argsort(keys)
+  return vals[order], keys[order][::-1], m[:, order[:2]], m[order[-2:]], (
+      vals[order - 5])
+
+
+def test_indexing_by_a_members_integer_array_runs_on_every_backend():
+  rng = np.random.default_rng(4)
+  keys, vals = rng.normal(size=(3, 5)), rng.normal(size=(3, 5))
+  m = rng.normal(size=(3, 5, 5))
+
+  def check(alone):
+    order = np.argsort(keys, axis=1)
+    np.testing.assert_allclose(alone[0], np.take_along_axis(vals, order, 1))
+    np.testing.assert_allclose(alone[4], alone[0])
+  python_tests.run_everywhere(reordered, [keys, vals, m], check)
