@@ -65,6 +65,18 @@ class Backend:
     """Whether ops are being staged into a graph now (False by default)."""
     return False
 
+  def values_twin(self):
+    """A backend that runs primitives' NumPy forms on values.
+
+    Where this one stages a graph (`in_graph`), checks that need values
+    (`passes.member_mixing`) run a primitive's NumPy form on made-up
+    values there.
+
+    Returns:
+      That backend, or None where there is none (by default).
+    """
+    return None
+
   def prepare_run(self):
     """Called by the stackless executor before a run (nothing by default)."""
 

@@ -17,7 +17,6 @@ import numpy as np
 from autobatch_vm import errors
 from autobatch_vm.ir import instructions as inst
 from autobatch_vm.passes import randomness
-from autobatch_vm.passes.declared_types import _PY_SCALARS
 from autobatch_vm.passes.made_up import _is_literal
 from autobatch_vm.passes.made_up import _leaves
 from autobatch_vm.passes.made_up import MADE_UP
@@ -407,7 +406,10 @@ def _rows(value, member):
   for leaf in inst.pattern_flatten(value):
     if leaf is None:
       return None
-    leaf = np.asarray(leaf)
+    try:
+      leaf = np.asarray(leaf)
+    except Exception:  # pylint: disable=broad-except
+      return None   # not a value (a symbolic tensor): nothing to compare
     if leaf.dtype.kind not in 'biufc':
       return None
     if leaf.ndim == 0:

@@ -332,6 +332,9 @@ class _Inference:
     self.sizes = size_folding.SizeFolding(program)
     # id(op) -> the op with its promoting form (`promoted`).
     self.promoted = {}
+    # id(the op in its TensorFlow form) -> the NumPy function it stands
+    # for (`check_apart`).
+    self.numpy_forms = {}
 
   # -- where dtypes come from --------------------------------------------------
 
@@ -452,6 +455,7 @@ class _Inference:
       form = tensorflow_form(op.function)
       if form is not op.function:
         self.promoted[key] = dataclasses.replace(op, function=form)
+        self.numpy_forms[id(self.promoted[key])] = op.function
     op = self.promoted.get(key, op)
     try:
       self._prim(fn, op)
@@ -487,10 +491,10 @@ class _Inference:
         self.prim_cache[key] = weak
         if batch_aware:
           # At run time those numbers are arrays, one per member.
-          member_mixing.check_broadcasting(op, in_types, self.backend)
+          self.check_apart(op, in_types, member_mixing.check_broadcasting)
           # And a reduction over the batch axis among them
           # (`np.any(x > c) and k < n`) still mixes members.
-          member_mixing.check_members_apart(op, in_types, self.backend)
+          self.check_apart(op, in_types)
     if key not in self.prim_cache and self.declares_result(fn, op):
       # The declared type is the result's: nothing runs on made-up data.
       self.prim_cache[key] = None
@@ -519,11 +523,26 @@ class _Inference:
           raise errors.TypeInferenceError(e.message, loc=op.loc,
                                           hint=e.hint) from None
       if self.prim_cache[key] is not None and batch_aware:
-        member_mixing.check_members_apart(op, in_types, self.backend)
+        self.check_apart(op, in_types)
     result = self.prim_cache[key]
     if result is not None:
       self.bind(fn, op.vars_out, result, op.loc,
                 self.result_origin(fn, op.vars_in, result))
+
+  def check_apart(self, op, in_types, check=None):
+    """`check` (`member_mixing.check_members_apart` by default) of
+    batch-aware `op`: where the backend stages a graph, on made-up values
+    of the NumPy form of a primitive that calls NumPy (`np.any(x > c)`),
+    with the backend's `values_twin`; a primitive of TensorFlow ops is
+    not checked there."""
+    check = check or member_mixing.check_members_apart
+    if not self.backend.in_graph():
+      check(op, in_types, self.backend)
+      return
+    original = self.numpy_forms.get(id(op))
+    twin = self.backend.values_twin()
+    if original is not None and twin is not None:
+      check(dataclasses.replace(op, function=original), in_types, twin)
 
   def declares_result(self, fn, op):
     """Whether `op` computes from batched inputs nothing but `fn`'s
@@ -636,7 +655,7 @@ class _Inference:
     except Exception:  # pylint: disable=broad-except
       return None
 
-  def weak_casts(self, op, in_types, fn):
+  def weak_casts(self, op, in_types, fn, typed=None):
     """`PrimOp.casts` for an op whose inputs mix weak variables and arrays.
 
     Inference runs such an op with each weak scalar as a Python scalar (as
@@ -647,16 +666,22 @@ class _Inference:
     the first dtype, among its own and the other inputs' dtypes, with which
     the op gives the inferred result types.
     """
-    expected = self.prim_cache.get(_prim_key(op, in_types))
+    expected = self.prim_cache.get(_prim_key(typed or op, in_types))
     weak = [i for i, t in enumerate(in_types)
             if isinstance(t, inst.TensorType) and _is_literal(t)]
     leaves = _leaves(in_types)
-    if expected is None or not weak or all(l.weak for l in leaves):
+    # Weak numbers alone are arrays of NumPy's default dtypes at run
+    # time, which NumPy mixes as Python mixes numbers; TensorFlow does not
+    # mix an int64 and a float64 (`s + math.factorial(k)`).
+    mixed = (getattr(self.backend, 'name', None) == 'tensorflow' and
+             len({l.dtype.kind for l in leaves}) > 1)
+    if expected is None or not weak or (
+        all(l.weak for l in leaves) and not mixed):
       return ()
     expected = _strip(expected)
     candidates = []
     for leaf in leaves:
-      if not leaf.weak and leaf.dtype not in candidates:
+      if (not leaf.weak or mixed) and leaf.dtype not in candidates:
         candidates.append(leaf.dtype)
 
     # A user's mistake the primitive shows on arrays only (a per-member
@@ -819,7 +844,28 @@ class _Inference:
       if isinstance(op, inst.PrimOp):
         op = self.promoted.get(id(op), op)
         op = self.sizes.bound(fn, op)
-        casts = self.weak_casts(op, [env[v] for v in op.vars_in], fn)
+        in_types = [env[v] for v in op.vars_in]
+        try:
+          casts = self.weak_casts(op, in_types, fn)
+        except errors.TypeInferenceError:
+          # On TensorFlow, a weak number that is an integer array at run
+          # time can meet a float where Python's number met it as an int
+          # (`s + math.factorial(k)`): the promoting form, if it gives
+          # the type.
+          make = (_PROMOTING.get(op.function)
+                  if getattr(self.backend, 'name', None) == 'tensorflow'
+                  else None)
+          alt = make() if make is not None else None
+          if alt is None:
+            raise
+          promoted = dataclasses.replace(op, function=alt)
+          try:
+            casts = self.weak_casts(promoted, in_types, fn, typed=op)
+          except errors.TypeInferenceError:
+            casts = None
+          if casts is None:
+            raise
+          op = promoted
         if casts:
           op = dataclasses.replace(op, casts=casts)
         if self.declares_result(fn, op):

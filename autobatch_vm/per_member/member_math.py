@@ -49,6 +49,8 @@ FAILURES = {
               'the integer does not fit an int64 (a Python int would hold '
               'it; a batch holds int64)'),
     'zero_log_base': ('ZeroDivisionError', 'float division by zero'),
+    'factorial_negative': ('ValueError',
+                           'factorial() not defined for negative values'),
 }
 
 # name -> (number of arguments, what it returns, whether a finite argument
@@ -68,8 +70,10 @@ _INT = {'floor', 'ceil', 'trunc'}
 _BOOL = {'isnan', 'isinf', 'isfinite'}
 # Every name the rewrite routes here; those this Python's `math` has.
 NAMES = frozenset(n for n in (set(_FLOAT1) | set(_FLOAT2) | _PLAIN | _INT |
-                              _BOOL | {'log', 'isclose'})
+                              _BOOL | {'log', 'isclose', 'factorial'})
                   if hasattr(math, n))
+# n! for the n whose factorial an int64 holds.
+_FACTORIALS = np.array([math.factorial(k) for k in range(21)], np.int64)
 
 _INT64_LIMIT = 2.0 ** 63
 
@@ -270,7 +274,7 @@ def result_kind(name):
   integer: `floor`, `ceil`, `trunc`) or 'f'."""
   if name in _BOOL or name == 'isclose':
     return 'b'
-  return 'i' if name in _INT else 'f'
+  return 'i' if name in _INT or name == 'factorial' else 'f'
 
 
 def _python_first(compute, guard):
@@ -328,10 +332,12 @@ def math_fn(note, name, *args, guard=None, rows=False, **keywords):
     # only float64 (a Python float) has.
     raise TypeError(f'type numpy.{_dtype(args[0]).name} doesn\'t define '
                     '__trunc__ method')
-  if name in _INT:
+  if name in _INT or name == 'factorial':
     if len(args) != 1:
       raise TypeError(f'math.{name}() takes exactly one argument '
                       f'({len(args)} given)')
+    if name == 'factorial':
+      return _factorial(note, args[0], guard)
     return _int_of(note, name, args[0], guard, rows)
   xs = [_as_float64(x) for x in args]
   api = _TfApi if _is_tf(*xs) else _NpApi
@@ -412,6 +418,23 @@ def _isclose(rows, a, b, rel_tol=1e-09, abs_tol=0.0):
     close = api.logical_and(api.less_equal(diff, bound),
                             api.logical_and(api.isfinite(a), api.isfinite(b)))
   return api.logical_or(api.equal(a, b), close)
+
+
+def _factorial(note, n, guard):
+  """`math.factorial` of a member's integer: an int64 from a table; a
+  negative `n` fails as Python's does, one beyond 20 as an int64 that
+  cannot hold it (a Python int would)."""
+  if _kind(n) not in 'iub':
+    raise TypeError(f"'{_dtype(n).name}' object cannot be interpreted as "
+                    'an integer')
+  api = _api(n)
+  note('factorial_negative', n < 0, guard)
+  note('int64', n > 20, guard)
+  at = api.where(n < 0, 0 * n, api.where(n > 20, 0 * n + 20, n))
+  if _is_tf(at):
+    tf = _tf()
+    return tf.gather(tf.constant(_FACTORIALS), tf.cast(at, tf.int64))
+  return _FACTORIALS[at]
 
 
 def _int_of(note, name, x, guard, rows):

@@ -506,4 +506,10 @@ def test_a_reduction_over_the_batch_beside_a_counter_is_refused():
   c = np.random.default_rng(2).uniform(1, 9, (4, 3))
   with pytest.raises(errors.TypeInferenceError, match='mixes batch members'):
     newton(x, c)
+  # In a graph too: the primitive's NumPy form is checked on NumPy.
+  tf = pytest.importorskip('tensorflow')
+  for jit in (False, True):
+    with pytest.raises(errors.TypeInferenceError,
+                       match='mixes batch members'):
+      tf.function(newton, jit_compile=jit)(tf.constant(x), tf.constant(c))
   run_everywhere(newton_per_member, [x, c])

@@ -85,6 +85,23 @@ def truncated(x):
   return math.trunc(x)
 
 
+@ctx.batch(per_member=True)
+def factorial(n):
+  return math.factorial(n)
+
+
+@ctx.batch(per_member=True)
+def taylor(x, n):
+  # A loop counter through math.factorial, beside a float (`s` and `k`
+  # hold Python numbers: on TensorFlow an int64 and a float64 array).
+  s = 0.0
+  t = 0.0
+  for k in range(n):
+    s += x ** k / math.factorial(k)
+    t += math.factorial(k)
+  return s, t, math.factorial(n)
+
+
 X = np.array([0.5, 2.0, 3.7, 9.0])
 Y = np.array([-1.2, 0.3, 2.5, -3.5])
 
@@ -175,7 +192,11 @@ def test_a_call_python_skips_for_a_member_does_not_fail_it():
     (whole, [1.5, np.inf, 2.0, -7.5], [1],
      'OverflowError.*cannot convert float infinity'),
     (floor, [1.0, 1e30, 2.0, 3.0], [1], 'OverflowError.*int64'),
-], ids=['sqrt', 'exp', 'int_nan', 'int_inf', 'floor_int64'])
+    (factorial, [3, -2, 20, 4], [1],
+     'ValueError.*factorial.. not defined for negative'),
+    (factorial, [3, 21, 20, 4], [1], 'OverflowError.*int64'),
+], ids=['sqrt', 'exp', 'int_nan', 'int_inf', 'floor_int64',
+        'factorial_negative', 'factorial_int64'])
 def test_members_for_which_python_raises_fail_with_its_error(
     fn, x, failing, kind):
   """Python's exception for the members that raise it, named: NumPy
@@ -285,3 +306,13 @@ def test_math_in_a_helper_the_function_calls():
   ref = _numpy([through_helper(x, dry_run=True)])
   for _, run in _runs(through_helper, (x,)):
     _same(_numpy([run()]), ref, 1e-12)
+
+
+def test_factorial_of_a_members_integer():
+  x, n = np.array([0.5, 1.5, 2.0]), np.array([3, 12, 20])
+  ref = [taylor.python_function(x[k], n[k]) for k in range(3)]
+  ref = [np.array([r[i] for r in ref]) for i in range(3)]
+  for _, run in _runs(taylor, (x, n)):
+    _same(_numpy(run()), ref, 1e-12)
+  with pytest.raises(errors.PrimitiveError, match='interpreted as an integer'):
+    factorial(np.array([1.0, 2.0]))
