@@ -18,10 +18,11 @@ of one, as type inference calls it, eagerly or in a graph) it is just the
 function on that member's values, with no conversion.
 Gradients flow through the vectorized operations, inside an XLA function
 too: there the operations are built in the compiled graph itself, and
-pfor's rules for MatMul, ConcatV2, Transpose, TensorScatterUpdate and Tile
-are replaced by ones whose axes, permutations, shapes and multiples are
-constants where the member's are (`_STATIC`), as XLA needs them in the
-gradient.  (pfor's own rules for Slice, StridedSlice and Pad compile
+pfor's rules for MatMul, ConcatV2, Transpose, TensorScatterUpdate, Tile,
+the reductions (Sum, Mean, Max, Min, Prod, All, Any) and scans (Cumsum,
+Cumprod) are replaced by ones whose axes, permutations, shapes and
+multiples are constants where the member's are (`_STATIC`), as XLA needs
+them in the gradient.  (pfor's own rules for Slice, StridedSlice and Pad compile
 there as they are.)  pfor's rule for PadV2 is replaced everywhere: it
 drops the fill value.
 """
@@ -552,9 +553,56 @@ def _pad_v2(own, pfor_input):
                        True)
 
 
+def _reduction(name):
+  """pfor's rule for the reduction `tf.<name>` (`own`), with constant
+  axes where the member's are constants: pfor's shifts them past the
+  batch axis in the graph, and the gradient (`_SumGrad`'s reduced shape,
+  a DynamicStitch of them) needs them as constants under XLA."""
+  def rule(own, pfor_input):
+    from tensorflow.python.ops.parallel_for import pfor as pfor_lib  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+    tf = _tf()
+    axes = pfor_input.inputs[1]
+    value = None if axes.is_stacked else tf.get_static_value(axes.t)
+    x = pfor_input.inputs[0]
+    if value is None or not x.is_stacked or x.t.shape.rank is None:
+      return own(pfor_input)
+    rank = x.t.shape.rank - 1
+    if rank == 0:
+      return own(pfor_input)
+    shifted = sorted({int(a) % rank + 1 for a in np.ravel(value)})
+    return pfor_lib.wrap(getattr(tf, name)(
+        x.t, shifted, keepdims=pfor_input.get_attr('keep_dims')), True)
+  return rule
+
+
+def _scan(name):
+  """pfor's rule for the scan `tf.math.<name>` (`own`), with a constant
+  axis where the member's is one (the gradient scans along it, which XLA
+  needs as a constant)."""
+  def rule(own, pfor_input):
+    from tensorflow.python.ops.parallel_for import pfor as pfor_lib  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+    tf = _tf()
+    axis = pfor_input.inputs[1]
+    value = None if axis.is_stacked else tf.get_static_value(axis.t)
+    x = pfor_input.inputs[0]
+    if value is None or not x.is_stacked or not x.t.shape.rank or (
+        x.t.shape.rank < 2):
+      return own(pfor_input)
+    shifted = int(value) % (x.t.shape.rank - 1) + 1
+    return pfor_lib.wrap(getattr(tf.math, name)(
+        x.t, shifted, exclusive=pfor_input.get_attr('exclusive'),
+        reverse=pfor_input.get_attr('reverse')), True)
+  return rule
+
+
 _STATIC = {'ConcatV2': _concat, 'MatMul': _matmul,
            'TensorScatterUpdate': _scatter_update, 'Transpose': _transpose,
-           'Tile': _tile, 'PadV2': _pad_v2}
+           'Tile': _tile, 'PadV2': _pad_v2,
+           'Sum': _reduction('reduce_sum'), 'Prod': _reduction('reduce_prod'),
+           'Max': _reduction('reduce_max'), 'Min': _reduction('reduce_min'),
+           'Mean': _reduction('reduce_mean'), 'All': _reduction('reduce_all'),
+           'Any': _reduction('reduce_any'), 'Cumsum': _scan('cumsum'),
+           'Cumprod': _scan('cumprod')}
 
 
 def _batched_matrices(op):
