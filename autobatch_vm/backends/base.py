@@ -65,17 +65,17 @@ class Backend:
     """Whether ops are being staged into a graph now (False by default)."""
     return False
 
-  def values_twin(self):
-    """A backend that runs primitives' NumPy forms on values.
+  def eager_scope(self):
+    """A context manager inside which ops run on values, not into a graph.
 
-    Where this one stages a graph (`in_graph`), checks that need values
-    (`passes.member_mixing`) run a primitive's NumPy form on made-up
-    values there.
+    Where this backend stages a graph (`in_graph`), checks that need
+    values (`passes.member_mixing`) run a primitive on made-up values in
+    it, out of the graph being traced.
 
     Returns:
-      That backend, or None where there is none (by default).
+      The context manager (none by default: nothing is staged).
     """
-    return None
+    return contextlib.nullcontext()
 
   def prepare_run(self):
     """Called by the stackless executor before a run (nothing by default)."""

@@ -332,9 +332,9 @@ class _Inference:
     self.sizes = size_folding.SizeFolding(program)
     # id(op) -> the op with its promoting form (`promoted`).
     self.promoted = {}
-    # id(the op in its TensorFlow form) -> the NumPy function it stands
-    # for (`check_apart`).
-    self.numpy_forms = {}
+    # id() of each op in its TensorFlow form: one that calls NumPy
+    # (`check_apart`).
+    self.calls_numpy = set()
 
   # -- where dtypes come from --------------------------------------------------
 
@@ -455,7 +455,7 @@ class _Inference:
       form = tensorflow_form(op.function)
       if form is not op.function:
         self.promoted[key] = dataclasses.replace(op, function=form)
-        self.numpy_forms[id(self.promoted[key])] = op.function
+        self.calls_numpy.add(id(self.promoted[key]))
     op = self.promoted.get(key, op)
     try:
       self._prim(fn, op)
@@ -531,18 +531,17 @@ class _Inference:
 
   def check_apart(self, op, in_types, check=None):
     """`check` (`member_mixing.check_members_apart` by default) of
-    batch-aware `op`: where the backend stages a graph, on made-up values
-    of the NumPy form of a primitive that calls NumPy (`np.any(x > c)`),
-    with the backend's `values_twin`; a primitive of TensorFlow ops is
-    not checked there."""
+    batch-aware `op`.  Where the backend stages a graph, a primitive that
+    calls NumPy (`np.any(x > c)`, run in its TensorFlow form) is checked
+    on made-up values out of the graph (`Backend.eager_scope`); one of
+    TensorFlow's ops alone is not checked there."""
     check = check or member_mixing.check_members_apart
     if not self.backend.in_graph():
       check(op, in_types, self.backend)
       return
-    original = self.numpy_forms.get(id(op))
-    twin = self.backend.values_twin()
-    if original is not None and twin is not None:
-      check(dataclasses.replace(op, function=original), in_types, twin)
+    if id(op) in self.calls_numpy:
+      with self.backend.eager_scope():
+        check(op, in_types, self.backend)
 
   def declares_result(self, fn, op):
     """Whether `op` computes from batched inputs nothing but `fn`'s

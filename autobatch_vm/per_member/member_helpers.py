@@ -49,7 +49,12 @@ LIKE = frozenset((np.zeros_like, np.ones_like, np.empty_like, np.full_like))
 # computes on one member's tensors by TensorFlow's own op
 # (`member_ops.tf_<name>`).
 TF_OWN = {np.searchsorted: 'searchsorted', np.arange: 'arange',
-          np.eye: 'eye', np.identity: 'eye'}
+          np.eye: 'eye', np.identity: 'eye', np.interp: 'interp',
+          np.polyval: 'polyval'}
+# NumPy's rounding functions, which `member_ops.tnp_call` computes on a
+# tensor by its own forms (TensorFlow's NumPy API lacks `trunc` and
+# `rint`, and its `round` needs NumPy behavior enabled).
+ROUNDING = frozenset((np.round, np.around, np.trunc, np.fix, np.rint))
 # NumPy's creation functions that one member's tensor reaches (a size
 # `np.zeros(n)`, the value of `np.full(3, v)`), by TensorFlow's NumPy
 # API's function of the name.
@@ -152,7 +157,7 @@ def member_call(obj, node):
   from autobatch_vm.per_member import numpy_rules  # pylint: disable=g-import-not-at-top
   try:
     if (obj in numpy_rules.CREATION or obj in LIKE or obj in TF_NUMPY or
-        obj in LINALG or obj in TF_OWN):
+        obj in LINALG or obj in TF_OWN or obj in ROUNDING):
       return 'call'
   except TypeError:   # unhashable
     return None

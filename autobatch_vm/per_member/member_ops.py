@@ -390,19 +390,22 @@ def getitem(x, index, guard=None):
     an index that is a tensor is a gather.
   """
   parts = _parts(index)
+  # A slice's bounds count as the index's values (`TABLE[i:i + 2]`).
+  values = [b for e in parts for b in (
+      (e.start, e.stop, e.step) if isinstance(e, slice) else (e,))]
   rules = sys.modules.get(_RULES)
   if rules is not None:   # NumPy's rules run: their values first
     member = rules.MemberArray
     if type(x) is member or type(guard) is member or builtins.any(  # pylint: disable=unidiomatic-typecheck
-        type(e) is member for e in parts):  # pylint: disable=unidiomatic-typecheck
+        type(e) is member for e in values):  # pylint: disable=unidiomatic-typecheck
       return rules.getitem(x, index, guard)
-  if not is_tf(x, *parts) and guard is not None and is_tf(guard):
+  if not is_tf(x, *values) and guard is not None and is_tf(guard):
     # A static read (a shape's item) under a member's condition.
     try:
       return x[index]
     except (IndexError, KeyError):
       return _harmless_item(x, index)
-  if is_tf(x, *parts):
+  if is_tf(x, *values):
     if not is_tf(x):   # a constant array indexed per member
       x = _tf().convert_to_tensor(x)
     if guard is not None and not _plain(guard):
@@ -492,7 +495,7 @@ def call(func, *args, **kwargs):
       return _tf().cast(args[0], func)
     if func in member_helpers.LIKE and args and is_tf(args[0]):
       return tf_like(func, *args, **kwargs)
-    if func in member_helpers.TF_NUMPY:
+    if func in member_helpers.TF_NUMPY or func in member_helpers.ROUNDING:
       return tnp_call(func, args, kwargs)
     if func in member_helpers.TF_CREATION:
       return getattr(_tnp(), func.__name__)(*args, **kwargs)
@@ -539,6 +542,43 @@ def tf_searchsorted(a, v, side='left', sorter=None):
   out = tf.searchsorted(a, tf.reshape(v, [-1]), side=side,
                         out_type=tf.int64)
   return tf.reshape(out, tf.shape(v))
+
+
+def tf_interp(x, xp, fp, left=None, right=None, period=None):
+  """One member's `np.interp(x, xp, fp)` on TensorFlow: linear between
+  the points of increasing `xp`, `fp[0]` (or `left`) below them and
+  `fp[-1]` (or `right`) above, float64 as NumPy's."""
+  if period is not None:
+    raise TypeError('np.interp with period= is not supported on TensorFlow')
+  tf = _tf()
+  x, xp, fp = (tf.cast(tf.convert_to_tensor(v), tf.float64)
+               for v in (x, xp, fp))
+  n = xp.shape[0]
+  flat = tf.reshape(x, [-1])
+  at = tf.clip_by_value(tf.searchsorted(xp, flat, side='right'), 1,
+                        builtins.max(n - 1, 1))
+  x0, x1 = tf.gather(xp, at - 1), tf.gather(xp, at)
+  y0, y1 = tf.gather(fp, at - 1), tf.gather(fp, at)
+  width = x1 - x0
+  t = (flat - x0) / tf.where(width == 0, tf.ones_like(width), width)
+  y = y0 + t * (y1 - y0)
+  below = fp[0] if left is None else tf.cast(left, tf.float64)
+  above = fp[-1] if right is None else tf.cast(right, tf.float64)
+  y = tf.where(flat < xp[0], below, tf.where(flat > xp[-1], above, y))
+  return tf.reshape(y, tf.shape(x))
+
+
+def tf_polyval(p, x):
+  """One member's `np.polyval(p, x)` on TensorFlow (Horner's rule over
+  the coefficients, highest power first)."""
+  tf = _tf()
+  p, x = tf.convert_to_tensor(p), tf.convert_to_tensor(x)
+  dtype = np.result_type(p.dtype.as_numpy_dtype, x.dtype.as_numpy_dtype)
+  p, x = tf.cast(p, dtype), tf.cast(x, dtype)
+  y = tf.zeros_like(x)
+  for c in tf.unstack(p):
+    y = y * x + c
+  return y
 
 
 def tf_arange(start, stop=None, step=1, dtype=None):
@@ -733,11 +773,64 @@ def _slogdet_by_elimination(a):
               -np.inf, a.dtype)), log))
 
 
+def _tf_round(a, decimals=0, out=None):
+  """`np.round(a, decimals)` of a tensor: half to even, as NumPy's (scaled
+  by 10 ** decimals where it is not 0), an integer unchanged where
+  `decimals >= 0`.  (TensorFlow's NumPy API's `round` calls `astype`,
+  which a tensor lacks without NumPy behavior enabled.)"""
+  if out is not None:
+    raise TypeError('np.round with out= is not supported on TensorFlow')
+  tf = _tf()
+  a = tf.convert_to_tensor(a)
+  if a.dtype.is_integer or a.dtype == tf.bool:
+    if decimals >= 0:
+      return a
+    scale = 10 ** -decimals
+    return tf.cast(tf.math.round(tf.cast(a, tf.float64) / scale) * scale,
+                   a.dtype)
+  if not decimals:
+    return tf.math.round(a)
+  scale = tf.constant(10.0 ** builtins.abs(decimals), a.dtype)
+  if decimals > 0:
+    return tf.math.round(a * scale) / scale
+  return tf.math.round(a / scale) * scale
+
+
+def _tf_trunc(x, out=None):
+  """`np.trunc(x)` (and `np.fix`) of a tensor: toward zero."""
+  if out is not None:
+    raise TypeError('np.trunc with out= is not supported on TensorFlow')
+  tf = _tf()
+  x = tf.convert_to_tensor(x)
+  if not x.dtype.is_floating:
+    x = tf.cast(x, tf.float64)
+  return tf.where(x < 0, tf.math.ceil(x), tf.math.floor(x))
+
+
+def _tf_rint(x, out=None):
+  """`np.rint(x)` of a tensor: half to even, a float."""
+  if out is not None:
+    raise TypeError('np.rint with out= is not supported on TensorFlow')
+  tf = _tf()
+  x = tf.convert_to_tensor(x)
+  if not x.dtype.is_floating:
+    x = tf.cast(x, tf.float64)
+  return tf.math.round(x)
+
+
+# The forms of `member_helpers.ROUNDING`.
+_TF_ROUNDING = {np.round: _tf_round, np.around: _tf_round,
+                np.trunc: _tf_trunc, np.fix: _tf_trunc, np.rint: _tf_rint}
+
+
 def tnp_call(func, args, kwargs):
   """NumPy function `func` by TensorFlow's NumPy API, on one member's
   tensors: a ufunc's integer or boolean tensors first cast to the float
   dtype NumPy gives it (`np.sqrt` of int32 is float64), which the API
   does not do."""
+  rounded = _TF_ROUNDING.get(func)
+  if rounded is not None:
+    return rounded(*args, **kwargs)
   if isinstance(func, np.ufunc) and not kwargs:
     tf = _tf()
     dummies = [np.zeros((), x.dtype.as_numpy_dtype) if is_tf(x) else x
@@ -957,6 +1050,25 @@ def max(*xs):
     x = xs[0]
     return _tf().reduce_max(x) if is_tf(x) else np.max(x)
   return _combine(xs, builtins.max, 'maximum', np.maximum)
+
+
+def unpacked(value, count):
+  """One member's `a, b = value`: a tuple or list as it is, an array's (or
+  tensor's) items along its first axis, which must number `count`."""
+  if isinstance(value, (tuple, list)):
+    return tuple(value)
+  if is_tf(value) or _is_member_array(value) or isinstance(value,
+                                                            np.ndarray):
+    shape = value.shape
+    if not builtins.len(shape):
+      raise TypeError(f'cannot unpack non-iterable {type(value).__name__} '
+                      'object (a number)')
+    if shape[0] != count:
+      raise ValueError(f'{"too many" if shape[0] > count else "not enough"}'
+                       f' values to unpack (expected {count}, got '
+                       f'{shape[0]})')
+    return tuple(getitem(value, k) for k in builtins.range(count))
+  return tuple(value)
 
 
 def iterate(values):

@@ -345,9 +345,10 @@ def _array_equal(func, a1, a2, equal_nan=False):
   return np.all(equal)
 
 
-@core.rule(*core.numpy_functions('round', 'around', 'round_', 'nan_to_num', 'real', 'imag',
-            'conj', 'conjugate', 'angle', 'iscomplexobj', 'isrealobj',
-            'isreal', 'iscomplex', 'copy', 'sinc', 'i0'))
+@core.rule(*core.numpy_functions(
+    'round', 'around', 'round_', 'fix', 'nan_to_num', 'real', 'imag', 'conj',
+    'conjugate', 'angle', 'iscomplexobj', 'isrealobj', 'isreal', 'iscomplex',
+    'copy', 'sinc', 'i0'))
 def _pointwise(func, a, *args, **kwargs):
   if not isinstance(a, MemberArray) or any(
       isinstance(v, MemberArray) for v in list(args) + list(kwargs.values())):

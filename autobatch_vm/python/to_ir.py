@@ -301,13 +301,42 @@ class _Compiler:
     for t in s.targets:
       self._check_target(t)
     if len(s.targets) == 1:
-      self.expr(s.value, self._target_pattern(s.targets[0]))
+      target = s.targets[0]
+      value = (self._unpacked(target, s.value) if self.per_member
+               else s.value)
+      if value is not s.value:
+        # Printed as the user wrote it (`a, b = v`).
+        value.listing_text = python_primitives.shorten(ast.unparse(s))
+      self.expr(value, self._target_pattern(target))
       return
     var = self.expr(s.value)
     for t in s.targets:
       pattern = self._target_pattern(t)
       self.emit(inst.PrimOp((var,), pattern, inst.identity, var,
                             self.src.loc(s)))
+
+  def _unpacked(self, target, value):
+    """`value` for tuple `target` in a per-member function, where a
+    member's array is unpacked (`a, b = v`, `(p, q), r = m[0], m[1]`):
+    `member_ops.unpacked(v, 2)`, its items (a tuple stays as it is)."""
+    if not isinstance(target, (ast.Tuple, ast.List)) or any(
+        isinstance(e, ast.Starred) for e in target.elts):
+      return value
+    if isinstance(value, (ast.Tuple, ast.List)):
+      if len(value.elts) != len(target.elts):
+        return value
+      elts = [self._unpacked(t, v) for t, v in zip(target.elts, value.elts)]
+      if all(e is v for e, v in zip(elts, value.elts)):
+        return value
+      return ast.copy_location(type(value)(elts, ast.Load()), value)
+    if self._contains_batched_call(value):
+      return value
+    call = ast.copy_location(ast.Call(
+        ast.Attribute(ast.Name(self.prefix + python_primitives.MEMBER_OPS,
+                               ast.Load()), 'unpacked', ast.Load()),
+        [value, ast.Constant(len(target.elts))], []), value)
+    ast.fix_missing_locations(call)
+    return call
 
   def stmt_AnnAssign(self, s):
     if s.value is None or self._defines_constant(s.target):
@@ -626,10 +655,10 @@ class _Compiler:
       sources, targets = [it.args[0]], [target.elts[1]]
       index_target = target.elts[0]
       start = it.args[1] if len(it.args) == 2 else keywords.get('start')
-    elif (callee is builtins.zip and it.args and not it.keywords and
-          isinstance(target, ast.Tuple) and
-          len(target.elts) == len(it.args) and
-          not any(isinstance(a, ast.Starred) for a in it.args)):
+      if self._zipped(sources[0], targets[0]):
+        # `for i, (a, b) in enumerate(zip(u, v))`.
+        sources, targets = list(sources[0].args), list(targets[0].elts)
+    elif self._zipped(it, target):
       sources, targets = list(it.args), list(target.elts)
     else:
       sources, targets = [it], [target]
@@ -716,6 +745,15 @@ class _Compiler:
           ast.copy_location(n, s)
     self.statements(pre)
     self.stmt_For(loop)
+
+  def _zipped(self, it, target):
+    """Whether `for target in it` is `for a, b in zip(u, v)`: a call of
+    `zip` whose arguments the tuple `target` names one by one."""
+    return (isinstance(it, ast.Call) and
+            self._static_value(it.func) is builtins.zip and it.args and
+            not it.keywords and isinstance(target, ast.Tuple) and
+            len(target.elts) == len(it.args) and
+            not any(isinstance(a, ast.Starred) for a in it.args))
 
   def _sequence_copy(self, pre, value):
     """A variable of the function's assigned `value` (in statements

@@ -139,3 +139,20 @@ def test_slices_with_per_member_bounds_read_and_write_windows():
 @ctx.batch(per_member=True)
 def _prefix(v, n):
   return v[:n] * 2
+
+
+@ctx.batch(per_member=True)
+def unpacking(v, m):
+  a, b = v                     # a member's vector's items
+  (p, q), r = m[0], m[1]
+  lo, hi = divmod(a, 1.0)      # a tuple stays a tuple
+  return a * b, a - b, p + q, r.sum(), lo + hi
+
+
+def test_a_members_array_unpacks_into_names():
+  rng = np.random.default_rng(2)
+  v, m = rng.normal(size=(3, 2)), rng.normal(size=(3, 2, 2))
+  python_tests.run_everywhere(unpacking, [v, m])
+  with pytest.raises(errors.PrimitiveError,
+                     match=r'`a, b = v`.*too many values to unpack'):
+    unpacking(np.ones((2, 3)), m[:2])

@@ -127,3 +127,47 @@ def test_indexing_by_a_members_integer_array_runs_on_every_backend():
     np.testing.assert_allclose(alone[0], np.take_along_axis(vals, order, 1))
     np.testing.assert_allclose(alone[4], alone[0])
   python_tests.run_everywhere(reordered, [keys, vals, m], check)
+
+
+_TABLE = np.array([1.0, 0.5, 0.25, 0.125, 0.0625, 0.03])
+
+
+@ctx.batch(per_member=True)
+def rounded(x, i):
+  # NumPy's rounding (TensorFlow's NumPy API's round needs NumPy behavior
+  # enabled; it has no trunc or rint), and a constant table's window.
+  return (np.round(x, 2), np.round(x), np.around(x, -1), np.trunc(x),
+          np.fix(x), np.rint(x), _TABLE[i:i + 2].sum(), _TABLE[i:i + 2] * x[0])
+
+
+def test_rounding_and_a_tables_window_run_on_every_backend():
+  rng = np.random.default_rng(6)
+  x = np.concatenate([rng.normal(size=(3, 4)) * 30,
+                      np.array([[0.5, 1.5, -2.5, 2.675]])])
+  i = np.array([0, 2, 4, 1])
+
+  def check(alone):
+    np.testing.assert_array_equal(alone[1], np.round(x))
+    np.testing.assert_array_equal(alone[3], np.trunc(x))
+  python_tests.run_everywhere(rounded, [x, i], check)
+
+
+@ctx.batch(per_member=True)
+def interpolated(x, xp, fp, v):
+  # np.interp and np.polyval, which TensorFlow's NumPy API lacks.
+  return (np.interp(x, xp, fp), np.interp(v, xp, fp),
+          np.interp(x, xp, fp, left=-1.0, right=9.0), np.polyval(fp[:3], x),
+          np.polyval(fp, v))
+
+
+def test_interp_and_polyval_run_on_every_backend():
+  rng = np.random.default_rng(7)
+  xp = np.sort(rng.uniform(0, 1, (4, 5)), axis=1)
+  fp = rng.normal(size=(4, 5))
+  x = np.array([-0.5, 0.2, 1.5, xp[3, -1]])
+  v = rng.uniform(-0.2, 1.2, (4, 3))
+
+  def check(alone):
+    np.testing.assert_allclose(
+        alone[0], [np.interp(x[k], xp[k], fp[k]) for k in range(4)])
+  python_tests.run_everywhere(interpolated, [x, xp, fp, v], check)

@@ -89,6 +89,16 @@ def batch_polynomial(x, n):
   return s
 
 
+@ctx.batch(per_member=True)
+def weighted_pairs(u, v):
+  s = 0.0
+  for i, (a, b) in enumerate(zip(u, v)):   # enumerate of a zip
+    s += i * a * b
+  for k, (a, (p, q)) in enumerate(zip(u, PAIRS), 1):
+    s += k * a * p - q
+  return s
+
+
 @ctx.batch
 def countdown(x):
   total = 0.0 * x
@@ -114,6 +124,7 @@ def _data(seed):
     (member_polynomial, lambda r: [r.normal(size=4)]),
     (batch_polynomial, lambda r: [r.normal(size=4), r.integers(0, 5, 4)]),
     (countdown, lambda r: [r.uniform(0, 5, 4)]),
+    (weighted_pairs, lambda r: [r.normal(size=(4, 5)), r.normal(size=(4, 5))]),
 ], ids=lambda x: getattr(x, '__name__', ''))
 def test_for_over_a_sequence_matches_python(fn, args):
   run_everywhere(fn, args(_data(0)))

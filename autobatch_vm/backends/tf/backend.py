@@ -63,7 +63,6 @@ seconds per block from timestamps around each step: return
 """
 
 import collections
-import contextlib
 import itertools
 
 import numpy as np
@@ -71,7 +70,6 @@ import tensorflow as tf
 
 from autobatch_vm import errors
 from autobatch_vm.backends import base
-from autobatch_vm.backends import numpy as numpy_backend
 from autobatch_vm.backends.tf import errors as tf_errors
 from autobatch_vm.backends.tf import knobs as knobs_lib
 from autobatch_vm.backends.tf import loop
@@ -273,13 +271,13 @@ class TensorFlowBackend(base.Backend):
     tf.function(keep, autograph=False).get_concrete_function(*specs)
     return results[0]
 
-  def values_twin(self):
-    """The NumPy backend, whose checks' TensorFlow ops run eagerly.
+  def eager_scope(self):
+    """`tf.init_scope()`: ops run eagerly, outside the graph being traced.
 
     Returns:
-      A `_ValuesTwin`.
+      The context manager.
     """
-    return _ValuesTwin()
+    return tf.init_scope()
 
   def coerce_fn(self, tensor_type, batch, strict=False):
     """A function making a value `[batch, *shape]` of the type's dtype.
@@ -698,17 +696,6 @@ def _as_tensor(x, np_dtype, dtype):
   if x.dtype != dtype:
     x = tf.cast(x, dtype)
   return x
-
-
-class _ValuesTwin(numpy_backend.NumpyBackend):
-  """The NumPy backend for checks on values while a graph is traced
-  (`values_twin`): what TensorFlow ops a primitive's NumPy form calls run
-  eagerly, outside the graph, which they would otherwise join."""
-
-  @contextlib.contextmanager
-  def error_context(self):
-    with tf.init_scope(), super().error_context():
-      yield
 
 
 def _dynamic_coerce(np_dtype, dtype, batch, shape, strict=False):
