@@ -374,11 +374,48 @@ def _isin(func, element, test_elements, assume_unique=False, invert=False,
 
 
 @core.rule(np.interp)
-def _interp(func, x, xp, fp, *args, **kwargs):
-  if isinstance(xp, MemberArray) or isinstance(fp, MemberArray) or any(
-      isinstance(v, MemberArray) for v in list(args) + list(kwargs.values())):
+def _interp(func, x, xp, fp, left=None, right=None, period=None):
+  if any(isinstance(v, MemberArray) for v in (left, right, period)) or (
+      period is not None):
     return core.NO_RULE
-  return core.wrap(func(x.batched, xp, fp, *args, **kwargs))
+  if not isinstance(xp, MemberArray) and not isinstance(fp, MemberArray):
+    return core.wrap(func(x.batched, xp, fp, left, right))
+  # Each member's own points: the interval of each x among its xp (as
+  # np.searchsorted(xp, x, side='right')), then the line across it.
+  batch = core.batch_of((x, xp, fp))
+  points = core.full(xp, batch, 1).astype(np.float64)
+  values = core.full(fp, batch, 1).astype(np.float64)
+  n = points.shape[1]
+  at = np.asarray(core.full(x, batch), np.float64)
+  flat = at.reshape(batch, -1)
+  right_of = np.sum(flat[:, :, None] >= points[:, None, :], axis=-1)
+  k = np.clip(right_of, 1, max(n - 1, 1))
+  x0 = np.take_along_axis(points, k - 1, 1)
+  x1 = np.take_along_axis(points, k, 1)
+  y0 = np.take_along_axis(values, k - 1, 1)
+  y1 = np.take_along_axis(values, k, 1)
+  width = np.where(x1 == x0, 1.0, x1 - x0)
+  y = y0 + (flat - x0) / width * (y1 - y0)
+  below = values[:, :1] if left is None else left
+  above = values[:, -1:] if right is None else right
+  y = np.where(flat < points[:, :1], below,
+               np.where(flat > points[:, -1:], above, y))
+  return core.wrap(y.reshape(at.shape))
+
+
+@core.rule(np.polyval)
+def _polyval(func, p, x):
+  if not isinstance(p, MemberArray) and not isinstance(x, MemberArray):
+    return core.NO_RULE
+  del func
+  batch = core.batch_of((p, x))
+  coefficients = core.full(p, batch, 1)
+  at = np.asarray(core.full(x, batch))
+  y = np.zeros(at.shape, np.result_type(coefficients, at))
+  shape = (batch,) + (1,) * (at.ndim - 1)
+  for j in range(coefficients.shape[1]):   # Horner's rule
+    y = y * at + coefficients[:, j].reshape(shape)
+  return core.wrap(y)
 
 
 @core.rule(np.shape)
