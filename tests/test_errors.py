@@ -87,6 +87,21 @@ def prints(x):
   return x + 1
 
 
+@unsupported('append', "`out.append(...)` changes 'out' in place",
+             'np.zeros(n)', 'out[k] = x')
+def appends(x):
+  out = []
+  out.append(x * 2)  # ERR:append
+  return x
+
+
+@unsupported('pop', "`s.pop(...)` changes 's' in place")
+def pops(x):
+  s = [x, x + 1]
+  y = s.pop()  # ERR:pop
+  return y
+
+
 @unsupported('yield', 'yield')
 def uses_yield(x):
   yield x  # ERR:yield

@@ -94,6 +94,15 @@ _UNSUPPORTED_EXPRESSIONS = {
 }
 
 
+# Methods that change their object in place (lists, dicts, sets, NumPy
+# arrays): called on a variable of a batched function, the change would
+# be lost.
+_IN_PLACE = frozenset((
+    'append', 'extend', 'insert', 'pop', 'remove', 'clear', 'sort',
+    'reverse', 'update', 'add', 'discard', 'setdefault', 'popitem', 'fill',
+    'resize', 'put', 'itemset', 'partition', 'setfield', 'byteswap'))
+
+
 # Augmented assignments an item's window takes where it lies
 # (`member_ops.setitem_with`): the `operator` function of each.
 _AUGMENTED = {ast.Add: 'add', ast.Sub: 'sub', ast.Mult: 'mul',
@@ -959,6 +968,22 @@ class _Compiler:
             hint='Call the function with dry_run=True to run each member '
             'alone as plain Python: print works there and shows that '
             'member\'s values.  Or return the values you want to see.')
+    for n in ast.walk(node):
+      if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and
+          n.func.attr in _IN_PLACE and isinstance(n.func.value, ast.Name) and
+          n.func.value.id in self.locals):
+        name = n.func.value.id
+        raise errors.UnsupportedSyntaxError(
+            f'`{name}.{n.func.attr}(...)` changes {name!r} in place, which '
+            'a batched function cannot do: its variables hold values, and '
+            'a call changes none of them (the change would be lost)',
+            loc=self.src.loc(n),
+            hint='Assign a new value instead: for a list that grows, '
+            'make an array of its final size (out = np.zeros(n)) and '
+            'assign its items (out[k] = x), or build a tuple (out = out + '
+            '(x,)) where the count is the same for every member; for a '
+            f'sort, {name} = np.sort({name}); for a fill, {name} = '
+            f'np.full_like({name}, v).')
 
   def _call(self, node, callee, target):
     for a in node.args:
