@@ -75,7 +75,8 @@ TF_NUMPY = frozenset(getattr(np, n) for n in (
     'argsort', 'concatenate', 'stack', 'hstack', 'vstack', 'transpose',
     'reshape', 'ravel', 'flip', 'roll', 'diff', 'take', 'linspace', 'tile',
     'repeat', 'diag', 'trace', 'cross', 'einsum', 'allclose', 'isclose',
-    'array_equal', 'nonzero') if hasattr(np, n))
+    'array_equal', 'nonzero', 'triu', 'tril', 'kron', 'ptp', 'average',
+    'vander', 'nanmean', 'nansum') if hasattr(np, n))
 # More of them, which a batch-aware primitive's TensorFlow form calls by
 # TensorFlow's NumPy API (`tf_numpy_call`).
 TF_NUMPY_BATCH = TF_NUMPY | frozenset(getattr(np, n) for n in (
@@ -98,7 +99,7 @@ TF_NUMPY_BATCH = TF_NUMPY | frozenset(getattr(np, n) for n in (
 # batch-aware primitive's TensorFlow form (`tf_numpy.numpy_call`).
 LINALG = frozenset(getattr(np.linalg, n) for n in (
     'solve', 'inv', 'det', 'slogdet', 'cholesky', 'eigh', 'eigvalsh', 'qr',
-    'pinv', 'norm'))
+    'pinv', 'norm', 'svd', 'matrix_power'))
 # Array methods that `member_ops.method` runs on one member's tensors too
 # (by `tf.experimental.numpy`'s function of the name, or a cast, a copy).
 METHODS = frozenset((

@@ -653,6 +653,28 @@ def tf_linalg(func, *args, **kwargs):
         return out
   if name == 'qr' and builtins.len(args) == 1 and not kwargs:
     return tf.linalg.qr(a)
+  if name == 'svd' and builtins.len(args) == 1 and set(kwargs) <= {
+      'compute_uv', 'full_matrices'}:
+    if a.dtype.is_integer:
+      a = tf.cast(a, tf.float64)
+    if not kwargs.get('compute_uv', True):
+      return tf.linalg.svd(a, compute_uv=False)
+    s, u, v = tf.linalg.svd(a, full_matrices=kwargs.get('full_matrices',
+                                                       True))
+    # NumPy's order and its V^H.
+    return u, s, tf.linalg.adjoint(v)
+  if (name == 'matrix_power' and builtins.len(args) == 2 and not kwargs and
+      isinstance(args[1], (builtins.int, np.integer)) and args[1] >= 0):
+    # By squaring, as NumPy computes it (a power known when traced).
+    n, power = builtins.int(args[1]), tf.eye(a.shape[-1], dtype=a.dtype)
+    square = a
+    while n:
+      if n & 1:
+        power = tf.linalg.matmul(power, square)
+      n >>= 1
+      if n:
+        square = tf.linalg.matmul(square, square)
+    return power
   if builtins.len(args) == 1 and not kwargs and name != 'norm':
     if a.dtype.is_integer:
       a = tf.cast(a, tf.float64)

@@ -112,7 +112,7 @@ def vectorize(fn, batched_leaf, fallback=None):
       if (all(t.shape[1:].is_fully_defined() for t in tensors) and
           not all(leaf.shape[1:].is_fully_defined()
                   for leaf in tf.nest.flatten(result))):
-        raise _ragged_result([])
+        raise _ragged_result()
       return split(result)
     looped = []
 
@@ -319,21 +319,19 @@ def _refusal_under_xla(looped):
       'tf.where), or run it without jit_compile.')
 
 
-def _ragged_result(looped):
-  """The `PerMemberError` for a result whose shape follows each member's
-  data (`w = v[:n]`), from operations pfor runs in a loop over the
-  members (`looped`: `(op type, pfor's cause)` pairs): no batch holds
-  members' values of different shapes."""
-  shaped = sorted({_member_shaped(op, cause) for op, cause in looped} -
-                  {None}) or sorted({f'tf.{op}' for op, _ in looped}) or [
-                      'an operation']
+def _ragged_result():
+  """The `PerMemberError` for a member's result whose shape TensorFlow
+  does not know when tracing (`w = v[:n]`): its size follows the data,
+  and no batch holds members' values of different shapes."""
   return errors.PerMemberError(
-      f'A value made by {" and ".join(shaped)} whose bounds or size differ '
-      'between members (v[:n], v[k:], v[v > 0] with a per-member n, k or '
-      'mask) is kept or returned: one member\'s value has a shape of its '
-      'own, and a batch holds one array per value.  Within one statement '
-      'such a value may be reduced on TensorFlow outside XLA '
-      '(s = np.sum(v[:n]))', hint=numpy_array.PAD_HINT)
+      'A value whose shape TensorFlow does not know when tracing is kept '
+      'or returned: its size follows the member\'s data (v[:n] or v[k:] '
+      'with a per-member n or k, v[v > 0], np.arange(n), '
+      'tf.math.segment_sum without num_segments, tf.unique), so one '
+      'member\'s value may have a shape of its own, and a batch holds one '
+      'array per value.  Within one statement such a value may be reduced '
+      'on TensorFlow outside XLA (s = np.sum(v[:n]))',
+      hint=numpy_array.PAD_HINT)
 
 
 def _register_resource_gather():
@@ -623,4 +621,20 @@ def _added_rules():
   """Rules pfor has none for, added while it converts (`_static_rules`)."""
   tf = _tf()
   return {'MatrixDeterminant': _batched_matrices(tf.linalg.det),
-          'LogMatrixDeterminant': _batched_matrices(tf.linalg.slogdet)}
+          'LogMatrixDeterminant': _batched_matrices(tf.linalg.slogdet),
+          'Svd': _svd}
+
+
+def _svd(pfor_input):
+  """pfor's missing rule for Svd: the members' stacked matrices, with
+  the operation's own `compute_uv` and `full_matrices`."""
+  from tensorflow.python.ops.parallel_for import pfor as pfor_lib  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+  tf = _tf()
+  compute_uv = pfor_input.get_attr('compute_uv')
+  out = tf.raw_ops.Svd(input=pfor_input.stacked_input(0),
+                       compute_uv=compute_uv,
+                       full_matrices=pfor_input.get_attr('full_matrices'))
+  if not compute_uv:   # u and v are empty: the member's own, unbatched
+    return [pfor_lib.wrap(out[0], True)] + [
+        pfor_lib.wrap(y, False) for y in pfor_input.op.outputs[1:]]
+  return [pfor_lib.wrap(y, True) for y in out]

@@ -10,6 +10,7 @@ stackless) and TensorFlow (eagerly, `tf.function`, XLA).
 """
 
 import numpy as np
+import pytest
 
 import autobatch_vm as ab
 from tests import python as python_tests
@@ -171,3 +172,38 @@ def test_interp_and_polyval_run_on_every_backend():
     np.testing.assert_allclose(
         alone[0], [np.interp(x[k], xp[k], fp[k]) for k in range(4)])
   python_tests.run_everywhere(interpolated, [x, xp, fp, v], check)
+
+
+@ctx.batch(per_member=True)
+def matrix_kin(m, v):
+  # More of NumPy's array and linear algebra functions on a member's
+  # tensors: by TensorFlow's NumPy API (triu, tril, ptp, average)
+  # or tf.linalg (svd, matrix_power by squaring).
+  return (np.triu(m), np.tril(m, -1), np.ptp(v),
+          np.average(v, weights=np.arange(1.0, 4.0)),
+          np.linalg.matrix_power(m, 3), np.linalg.matrix_power(m, 0))
+
+
+@ctx.batch(per_member=True)
+def singular_values(m):
+  u, s, vh = np.linalg.svd(m)
+  return np.linalg.svd(m, compute_uv=False), (u * s) @ vh
+
+
+def test_matrix_functions_run_on_every_backend():
+  rng = np.random.default_rng(8)
+  m, v = rng.normal(size=(3, 3, 3)), rng.normal(size=(3, 3))
+
+  def check(alone):
+    np.testing.assert_allclose(alone[4], m @ m @ m)
+  python_tests.run_everywhere(matrix_kin, [m, v], check)
+  # XLA's SVD on CPU (a Jacobi iteration) stops at about 1e-6 where
+  # LAPACK's is exact to rounding.
+  tf = pytest.importorskip('tensorflow')
+  for got, tol in ((singular_values(m), 1e-9),
+                   (singular_values(tf.constant(m)), 1e-9),
+                   (tf.function(singular_values, jit_compile=True)(
+                       tf.constant(m)), 1e-5)):
+    np.testing.assert_allclose(got[0], np.linalg.svd(m, compute_uv=False),
+                               rtol=tol, atol=tol)
+    np.testing.assert_allclose(got[1], m, rtol=tol, atol=tol)
