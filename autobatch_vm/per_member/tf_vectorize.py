@@ -174,7 +174,7 @@ def vectorize(fn, batched_leaf, fallback=None):
       return (tf.nest.pack_sequence_as(out, leaves),
               tuple(flags.get(k, tf.constant(False)) for k in kinds))
 
-    def looped():
+    def member_loop():
       return tf.map_fn(
           tf.autograph.experimental.do_not_convert(exact), tensors,
           fn_output_signature=(
@@ -182,10 +182,10 @@ def vectorize(fn, batched_leaf, fallback=None):
                   lambda r: tf.TensorSpec(r.shape[1:], r.dtype), value),
               tuple(tf.TensorSpec([], tf.bool) for _ in kinds)))
     if refused:
-      value, flags = looped()
+      value, flags = member_loop()
     else:
       value, flags = tf.cond(
-          tf.reduce_any(bad['window']), looped,
+          tf.reduce_any(bad['window']), member_loop,
           lambda: (value, tuple(tf.zeros_like(bad['window']) if k == 'window'
                                 else bad[k] for k in kinds)))
     return value, dict(zip(kinds, flags))
