@@ -50,7 +50,8 @@ LIKE = frozenset((np.zeros_like, np.ones_like, np.empty_like, np.full_like))
 # (`member_ops.tf_<name>`).
 TF_OWN = {np.searchsorted: 'searchsorted', np.arange: 'arange',
           np.eye: 'eye', np.identity: 'eye', np.interp: 'interp',
-          np.polyval: 'polyval'}
+          np.polyval: 'polyval', np.median: 'median',
+          np.percentile: 'percentile', np.quantile: 'quantile'}
 # NumPy's rounding functions, which `member_ops.tnp_call` computes on a
 # tensor by its own forms (TensorFlow's NumPy API lacks `trunc` and
 # `rint`, and its `round` needs NumPy behavior enabled).

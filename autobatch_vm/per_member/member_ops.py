@@ -568,6 +568,56 @@ def tf_interp(x, xp, fp, left=None, right=None, period=None):
   return tf.reshape(y, tf.shape(x))
 
 
+def _tf_sorted(a, axis):
+  """`a` as float64 sorted along `axis` (all of it, flattened, for None),
+  with that axis last, and its length."""
+  tf = _tf()
+  a = tf.convert_to_tensor(a)
+  if not a.dtype.is_floating:
+    a = tf.cast(a, tf.float64)
+  if axis is None:
+    a = tf.reshape(a, [-1])
+    axis = 0
+  axis = builtins.int(axis) % a.shape.rank
+  a = tf.experimental.numpy.moveaxis(a, axis, -1)
+  return tf.sort(a, axis=-1), a.shape[-1]
+
+
+def tf_quantile(a, q, axis=None, keepdims=False, method='linear'):
+  """One member's `np.quantile(a, q, axis)` on TensorFlow: the sorted
+  values interpolated linearly at q (n - 1), NumPy's default method;
+  `q` a number or a vector."""
+  if keepdims or method != 'linear':
+    raise TypeError('np.quantile/percentile/median with keepdims= or a '
+                    'method other than linear is not supported on '
+                    'TensorFlow')
+  tf = _tf()
+  s, n = _tf_sorted(a, axis)
+  q = (tf.cast(q, s.dtype) if is_tf(q) else
+       tf.constant(np.asarray(q, np.float64), s.dtype))
+  at = q * (n - 1)
+  lo = tf.clip_by_value(tf.math.floor(at), 0, n - 1)
+  hi = tf.clip_by_value(tf.math.ceil(at), 0, n - 1)
+  below = tf.gather(s, tf.cast(lo, tf.int64), axis=-1)
+  above = tf.gather(s, tf.cast(hi, tf.int64), axis=-1)
+  out = below + (above - below) * (at - lo)
+  if q.shape.rank:   # the quantiles first, as NumPy puts them
+    out = tf.experimental.numpy.moveaxis(out, -1, 0)
+  return out
+
+
+def tf_percentile(a, q, axis=None, keepdims=False, method='linear'):
+  """One member's `np.percentile(a, q, axis)` on TensorFlow."""
+  q = (_tf().cast(q, _tf().float64) if is_tf(q) else
+       np.asarray(q, np.float64)) / 100
+  return tf_quantile(a, q, axis, keepdims, method)
+
+
+def tf_median(a, axis=None, keepdims=False):
+  """One member's `np.median(a, axis)` on TensorFlow."""
+  return tf_quantile(a, 0.5, axis, keepdims)
+
+
 def tf_polyval(p, x):
   """One member's `np.polyval(p, x)` on TensorFlow (Horner's rule over
   the coefficients, highest power first)."""

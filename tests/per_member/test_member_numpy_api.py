@@ -207,3 +207,22 @@ def test_matrix_functions_run_on_every_backend():
     np.testing.assert_allclose(got[0], np.linalg.svd(m, compute_uv=False),
                                rtol=tol, atol=tol)
     np.testing.assert_allclose(got[1], m, rtol=tol, atol=tol)
+
+
+@ctx.batch(per_member=True)
+def order_statistics(v, m):
+  # np.median, np.percentile and np.quantile (linear, NumPy's default) on
+  # TensorFlow: sorted values, interpolated.
+  return (np.median(v), np.percentile(v, 25), np.percentile(v, [10, 90]),
+          np.median(m, axis=0), np.median(m, axis=1), np.quantile(m, 0.3),
+          np.median(v[:4]))
+
+
+def test_order_statistics_run_on_every_backend():
+  rng = np.random.default_rng(9)
+  v, m = rng.normal(size=(3, 5)), rng.normal(size=(3, 3, 4))
+
+  def check(alone):
+    np.testing.assert_allclose(alone[0], np.median(v, axis=1))
+    np.testing.assert_allclose(alone[2], np.percentile(v, [10, 90], axis=1).T)
+  python_tests.run_everywhere(order_statistics, [v, m], check)
