@@ -335,6 +335,7 @@ class _Inference:
     # id() of each op in its TensorFlow form: one that calls NumPy
     # (`check_apart`).
     self.calls_numpy = set()
+    self.on_tensorflow = getattr(backend, 'name', None) == 'tensorflow'
 
   # -- where dtypes come from --------------------------------------------------
 
@@ -449,9 +450,8 @@ class _Inference:
       fn: The function.
       op: The `PrimOp`.
     """
-    on_tf = getattr(self.backend, 'name', None) == 'tensorflow'
     key = id(op)
-    if on_tf and key not in self.promoted:
+    if self.on_tensorflow and key not in self.promoted:
       form = tensorflow_form(op.function)
       if form is not op.function:
         self.promoted[key] = dataclasses.replace(op, function=form)
@@ -461,13 +461,9 @@ class _Inference:
       self._prim(fn, op)
     except errors.PrimitiveError as first:
       # (A promoting form has none of its own: it is taken once.)
-      make = _PROMOTING.get(op.function)
-      if make is None or not on_tf:
+      new = self.promoting_form(op)
+      if new is None:
         raise
-      alt = make()
-      if alt is None:
-        raise
-      new = dataclasses.replace(op, function=alt)
       try:
         self._prim(fn, new)
       except errors.AutoBatchError:
@@ -528,6 +524,13 @@ class _Inference:
     if result is not None:
       self.bind(fn, op.vars_out, result, op.loc,
                 self.result_origin(fn, op.vars_in, result))
+
+  def promoting_form(self, op):
+    """`op` in its form whose operators promote dtypes as NumPy's do
+    (`register_promoting`), on TensorFlow; None where it has none."""
+    make = _PROMOTING.get(op.function) if self.on_tensorflow else None
+    alt = make() if make is not None else None
+    return None if alt is None else dataclasses.replace(op, function=alt)
 
   def check_apart(self, op, in_types, check=None):
     """`check` (`member_mixing.check_members_apart` by default) of
@@ -672,8 +675,7 @@ class _Inference:
     # Weak numbers alone are arrays of NumPy's default dtypes at run
     # time, which NumPy mixes as Python mixes numbers; TensorFlow does not
     # mix an int64 and a float64 (`s + math.factorial(k)`).
-    mixed = (getattr(self.backend, 'name', None) == 'tensorflow' and
-             len({l.dtype.kind for l in leaves}) > 1)
+    mixed = self.on_tensorflow and len({l.dtype.kind for l in leaves}) > 1
     if expected is None or not weak or (
         all(l.weak for l in leaves) and not mixed):
       return ()
@@ -846,24 +848,18 @@ class _Inference:
         in_types = [env[v] for v in op.vars_in]
         try:
           casts = self.weak_casts(op, in_types, fn)
-        except errors.TypeInferenceError:
+        except errors.TypeInferenceError as first:
           # On TensorFlow, a weak number that is an integer array at run
           # time can meet a float where Python's number met it as an int
           # (`s + math.factorial(k)`): the promoting form, if it gives
           # the type.
-          make = (_PROMOTING.get(op.function)
-                  if getattr(self.backend, 'name', None) == 'tensorflow'
-                  else None)
-          alt = make() if make is not None else None
-          if alt is None:
+          promoted = self.promoting_form(op)
+          if promoted is None:
             raise
-          promoted = dataclasses.replace(op, function=alt)
           try:
             casts = self.weak_casts(promoted, in_types, fn, typed=op)
           except errors.TypeInferenceError:
-            casts = None
-          if casts is None:
-            raise
+            raise first from None
           op = promoted
         if casts:
           op = dataclasses.replace(op, casts=casts)

@@ -130,14 +130,16 @@ def out_of_range_checks():
   return _collected('checks')
 
 
-def _check_range(i, n, guard, flag=False):
-  """Notes whether tensor index `i` is out of an axis of `n`, where read
-  (with `flag`, `i` is that boolean already)."""
+def _check_range(i, n, guard):
+  """Notes whether tensor index `i` (a number, or an array of them) is
+  out of an axis of `n`, where read."""
   checks = getattr(_local, 'checks', None)
   if checks is None:
     return
   tf = _tf()
-  bad = i if flag else tf.logical_or(i < -n, i >= n)
+  bad = tf.logical_or(i < -n, i >= n)
+  if bad.shape.rank:
+    bad = tf.reduce_any(bad)
   if guard is not None:
     bad = tf.logical_and(bad, _as_bool(guard))
   checks.append(('index', bad))
@@ -223,8 +225,7 @@ def _tf_getitem(x, index, guard=None):
     axis = builtins.sum(1 for e in parts[:at] if isinstance(e, slice))
     n = x.shape[axis]
     i = parts[at]
-    _check_range(tf.reduce_any(tf.logical_or(i < -n, i >= n)), None, guard,
-                 flag=True)
+    _check_range(i, n, guard)
     i = tf.clip_by_value(tf.where(i < 0, i + n, i), 0, builtins.max(n - 1, 0))
     return tf.gather(x, i, axis=axis)
   if builtins.any(e is Ellipsis or e is None for e in parts) or not (
@@ -572,9 +573,7 @@ def _tf_sorted(a, axis):
   """`a` as float64 sorted along `axis` (all of it, flattened, for None),
   with that axis last, and its length."""
   tf = _tf()
-  a = tf.convert_to_tensor(a)
-  if not a.dtype.is_floating:
-    a = tf.cast(a, tf.float64)
+  a = _floating(a)
   if axis is None:
     a = tf.reshape(a, [-1])
     axis = 0
@@ -850,8 +849,7 @@ def _tf_round(a, decimals=0, out=None):
   by 10 ** decimals where it is not 0), an integer unchanged where
   `decimals >= 0`.  (TensorFlow's NumPy API's `round` calls `astype`,
   which a tensor lacks without NumPy behavior enabled.)"""
-  if out is not None:
-    raise TypeError('np.round with out= is not supported on TensorFlow')
+  _refuse_out('round', out)
   tf = _tf()
   a = tf.convert_to_tensor(a)
   if a.dtype.is_integer or a.dtype == tf.bool:
@@ -868,26 +866,30 @@ def _tf_round(a, decimals=0, out=None):
   return tf.math.round(a / scale) * scale
 
 
-def _tf_trunc(x, out=None):
-  """`np.trunc(x)` (and `np.fix`) of a tensor: toward zero."""
-  if out is not None:
-    raise TypeError('np.trunc with out= is not supported on TensorFlow')
+def _floating(x):
+  """`x` as a tensor of its float dtype, or float64 where it has none."""
   tf = _tf()
   x = tf.convert_to_tensor(x)
-  if not x.dtype.is_floating:
-    x = tf.cast(x, tf.float64)
+  return x if x.dtype.is_floating else tf.cast(x, tf.float64)
+
+
+def _refuse_out(name, out):
+  if out is not None:
+    raise TypeError(f'np.{name} with out= is not supported on TensorFlow')
+
+
+def _tf_trunc(x, out=None):
+  """`np.trunc(x)` (and `np.fix`) of a tensor: toward zero."""
+  _refuse_out('trunc', out)
+  tf = _tf()
+  x = _floating(x)
   return tf.where(x < 0, tf.math.ceil(x), tf.math.floor(x))
 
 
 def _tf_rint(x, out=None):
   """`np.rint(x)` of a tensor: half to even, a float."""
-  if out is not None:
-    raise TypeError('np.rint with out= is not supported on TensorFlow')
-  tf = _tf()
-  x = tf.convert_to_tensor(x)
-  if not x.dtype.is_floating:
-    x = tf.cast(x, tf.float64)
-  return tf.math.round(x)
+  _refuse_out('rint', out)
+  return _tf().math.round(_floating(x))
 
 
 # The forms of `member_helpers.ROUNDING`.

@@ -271,6 +271,23 @@ def _window(k, size, batch):
   return start, step, length
 
 
+def _has_member_bounds(index):
+  """Whether some slice of `index` has a per-member bound or step."""
+  return any(_member_bound(k) for k in (
+      index if isinstance(index, tuple) else (index,)))
+
+
+def _positions(window, refusal):
+  """`[batch, length]` positions of a slice's per-member `window`
+  (`_window`), whose length must be one in every member: else
+  `refusal(lengths)` is raised."""
+  start, step, length = window
+  if length.size and np.any(length != length[0]):
+    raise refusal(length)
+  count = int(length[0]) if length.size else 0
+  return start[:, None] + step[:, None] * np.arange(count)
+
+
 def _batch_of_key(key):
   """The batch size of the per-member values in `key`, slices' bounds
   included."""
@@ -296,19 +313,17 @@ def _member_windows(x, key):
   axis = 0
   for k in key:
     if _member_bound(k):
-      start, step, length = _window(k, y.shape[axis + 1], batch)
-      if length.size and np.any(length != length[0]):
-        raise errors.PerMemberError(
-            'A slice whose bounds differ between members selects a '
-            f'different number of elements in different members '
-            f'({int(length.min())} to {int(length.max())}): the result\'s '
-            'shape differs between members.', hint=core.PAD_HINT +
-            '  For a reduction over a prefix, write np.sum(np.where('
-            'np.arange(len(v)) < n, v, 0)).')
-      count = int(length[0]) if length.size else 0
-      taken = start[:, None] + step[:, None] * np.arange(count)
+      taken = _positions(
+          _window(k, y.shape[axis + 1], batch),
+          lambda length: errors.PerMemberError(
+              'A slice whose bounds differ between members selects a '
+              f'different number of elements in different members '
+              f'({int(length.min())} to {int(length.max())}): the '
+              'result\'s shape differs between members.',
+              hint=core.PAD_HINT + '  For a reduction over a prefix, write '
+              'np.sum(np.where(np.arange(len(v)) < n, v, 0)).'))
       shape = [batch] + [1] * (y.ndim - 1)
-      shape[axis + 1] = count
+      shape[axis + 1] = taken.shape[1]
       y = np.take_along_axis(y, taken.reshape(shape), axis=axis + 1)
     if isinstance(k, slice) or k is None:
       axis += 1
@@ -340,9 +355,9 @@ def setitem_with(x, index, value, op):
   (`w[:n] += 1`): `op` where each member's window holds, whatever its
   length.  None for any other index or value (then the caller reads and
   writes the window)."""
-  key = index if isinstance(index, tuple) else (index,)
-  if not any(_member_bound(k) for k in key) or core.member_rank(value):
+  if not _has_member_bounds(index) or core.member_rank(value):
     return None
+  key = index if isinstance(index, tuple) else (index,)
   batch = core.batch_of((x, value)) or _batch_of_key(key)
   if not isinstance(x, MemberArray):
     x = MemberArray(core.full(x, batch))
@@ -396,38 +411,30 @@ def _member_windows_written(x, key, value):
                        core.aligned(value, x.ndim), x.batched)
     return MemberArray(written.astype(x.dtype, copy=False))
   index = [_batch_index(batch, x.ndim)]
-  shape = []
-  for axis, (start, step, length) in enumerate(windows):
-    if step is None:
-      positions = start[:, None]
+  shape, counts = [], []   # the value's axes; each indexed axis's count
+  for axis, window in enumerate(windows):
+    if window[1] is None:   # an integer's one position
+      positions = window[0][:, None]
     else:
-      if length.size and np.any(length != length[0]):
-        raise errors.PerMemberError(
-            'A slice whose bounds differ between members is assigned an '
-            f'array, and the windows\' lengths differ ({int(length.min())} '
-            f'to {int(length.max())})', hint=core.PAD_HINT)
-      count = int(length[0]) if length.size else 0
-      positions = start[:, None] + step[:, None] * np.arange(count)
-      shape.append(count)
+      positions = _positions(window, lambda length: errors.PerMemberError(
+          'A slice whose bounds differ between members is assigned an '
+          f'array, and the windows\' lengths differ ({int(length.min())} '
+          f'to {int(length.max())})', hint=core.PAD_HINT))
+      shape.append(positions.shape[1])
+    counts.append(positions.shape[1])
     layout = [batch] + [1] * x.ndim
     layout[axis + 1] = positions.shape[1]
     index.append(positions.reshape(layout))
   v = np.broadcast_to(core.ranked(value, len(shape)),
                       (batch,) + tuple(shape))
   out = x.batched.copy()
-  out[tuple(index)] = v.reshape([batch] + _lengths(windows))
+  out[tuple(index)] = v.reshape([batch] + counts)
   return MemberArray(out)
 
 
-def _lengths(windows):
-  """Each window's common length (1 for an integer's position)."""
-  return [1 if step is None else (int(length[0]) if length.size else 0)
-          for _, step, length in windows]
-
-
 def _getitem(x, index):
-  key = index if isinstance(index, tuple) else (index,)
-  if any(_member_bound(k) for k in key):
+  if _has_member_bounds(index):
+    key = index if isinstance(index, tuple) else (index,)
     if not isinstance(x, MemberArray):
       x = MemberArray(core.full(x, _batch_of_key(key)))
     return _member_windows(x, key)
@@ -484,9 +491,9 @@ def _setitem(x, index, value):
     return out
   if not isinstance(x, MemberArray):
     x = MemberArray(core.full(x, batch))
-  key = index if isinstance(index, tuple) else (index,)
-  if any(_member_bound(k) for k in key):
-    return _member_windows_written(x, key, value)
+  if _has_member_bounds(index):
+    return _member_windows_written(
+        x, index if isinstance(index, tuple) else (index,), value)
   if _is_scalar_index(x, index):   # x[i] = v, the common case, directly
     out = x.batched.copy()
     out[_batch_index(batch, 0), index.batched] = core.ranked(

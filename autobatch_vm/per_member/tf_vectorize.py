@@ -429,6 +429,14 @@ def _static_rules():
         pfor_lib._fallback_converter = own_fallback  # pylint: disable=protected-access
 
 
+def _shared_constant(pfor_input, k):
+  """The value of input `k` of the operation pfor converts where it is the
+  same for every member and known when traced (an axis, multiples), else
+  None."""
+  operand = pfor_input.inputs[k]
+  return None if operand.is_stacked else _tf().get_static_value(operand.t)
+
+
 def _concat(own, pfor_input):
   """pfor's rule for ConcatV2 (`own`), with a constant axis where the
   member's axis is one (pfor's computes the batched axis in the graph,
@@ -436,8 +444,8 @@ def _concat(own, pfor_input):
   from tensorflow.python.ops.parallel_for import pfor as pfor_lib  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
   tf = _tf()
   n = pfor_input.num_inputs
-  axis = tf.get_static_value(pfor_input.inputs[n - 1].t)
-  if axis is None or pfor_input.inputs[n - 1].is_stacked:
+  axis = _shared_constant(pfor_input, n - 1)
+  if axis is None:
     return own(pfor_input)
   pfor_input.stack_inputs(stack_indices=range(n - 1))
   axis = int(axis)
@@ -522,9 +530,7 @@ def _tile(own, pfor_input):
   member's are constants (pfor's are computed in the graph, and the
   gradient reshapes by them, which XLA needs as constants)."""
   from tensorflow.python.ops.parallel_for import pfor as pfor_lib  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
-  multiples = pfor_input.inputs[1]
-  value = None if multiples.is_stacked else _tf().get_static_value(
-      multiples.t)
+  value = _shared_constant(pfor_input, 1)
   if value is None or not pfor_input.inputs[0].is_stacked:
     return own(pfor_input)
   value = np.asarray(value)
@@ -559,8 +565,7 @@ def _reduction(name):
   def rule(own, pfor_input):
     from tensorflow.python.ops.parallel_for import pfor as pfor_lib  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
     tf = _tf()
-    axes = pfor_input.inputs[1]
-    value = None if axes.is_stacked else tf.get_static_value(axes.t)
+    value = _shared_constant(pfor_input, 1)
     x = pfor_input.inputs[0]
     if value is None or not x.is_stacked or x.t.shape.rank is None:
       return own(pfor_input)
@@ -580,8 +585,7 @@ def _scan(name):
   def rule(own, pfor_input):
     from tensorflow.python.ops.parallel_for import pfor as pfor_lib  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
     tf = _tf()
-    axis = pfor_input.inputs[1]
-    value = None if axis.is_stacked else tf.get_static_value(axis.t)
+    value = _shared_constant(pfor_input, 1)
     x = pfor_input.inputs[0]
     if value is None or not x.is_stacked or not x.t.shape.rank or (
         x.t.shape.rank < 2):
