@@ -39,6 +39,14 @@ def _where(loc):
   return text
 
 
+# The fix for a value whose shape differs between members (`v[:n]`).
+PAD_HINT = (
+    'A batch holds one array per value, so every member\'s array must have '
+    'the same shape.  Pad to a fixed size and carry the length: keep '
+    'fixed-size arrays with a per-member count (np.where(np.arange(W) < n, '
+    'x, 0)) instead of selecting or building arrays of per-member size.')
+
+
 class AutoBatchError(Exception):
   """A mistake in how autobatch_vm is used; the message says how to fix it.
 

@@ -6,6 +6,8 @@ type, each kind in `MADE_UP` in turn until one does not raise, and
 explains a primitive that fails on all of them (`_made_up_error`).
 """
 
+import re
+
 import numpy as np
 
 from autobatch_vm import errors
@@ -89,13 +91,22 @@ def _made_up_error(op, in_types, failure):
   e = failure.first
   same = isinstance(e, _CODE_ERRORS) and all(
       type(x) is type(e) for x in failure.errors)
-  inputs = ', '.join(
-      f'{"a temporary" if v.startswith("%") else v}: {inst.type_str(t)}'
-      for v, t in zip(op.vars_in, in_types))
+  inputs = ', '.join(f'{_shown(v)}: {inst.type_str(t)}'
+                     for v, t in zip(op.vars_in, in_types))
+  empty = [_shown(v) for v, t in zip(op.vars_in, in_types)
+           if any(0 in leaf.shape
+                  for leaf in inst.pattern_flatten(t, inst.TensorType))]
   symbolic = all(isinstance(x, NotImplementedError) and
                  'symbolic' in str(x) and 'numpy' in str(x)
                  for x in failure.errors)
-  if symbolic:
+  if empty and isinstance(e, IndexError):
+    names = ' and '.join(v[1:-1] if v[0] == '<' else
+                         v if v == 'a temporary' else f'`{v}`' for v in empty)
+    hint = (f'{names[0].upper() + names[1:]} had no elements when typed: '
+            'its size follows the member\'s data (v[:n] or v[k:] with a per-member n '
+            'or k, v[v > 0], np.arange(n)), and type inference ran on '
+            'made-up values (n = 0).  ' + errors.PAD_HINT)
+  elif symbolic:
     hint = ('Inside tf.function (or XLA) primitives get symbolic tensors, '
             'which a NumPy function that TensorFlow\'s NumPy API '
             '(tf.experimental.numpy) lacks cannot take: use TensorFlow ops '
@@ -130,6 +141,23 @@ def _made_up_error(op, in_types, failure):
             'that member\'s numbers.  dry_run=True runs each member '
             'alone, as plain Python, to debug it.')
   per_member = f' (per member: {inputs})' if inputs else ''
+  text = _GENERATED.sub(lambda m: _GENERATED_NAMES[m.group(1)], op.text)
   return errors.PrimitiveError(
-      f'{type(e).__name__} while inferring the type of `{op.text}`'
+      f'{type(e).__name__} while inferring the type of `{text}`'
       f'{per_member}: {e}', loc=op.loc, hint=hint)
+
+
+# Names of the frontend's generated code (`python.to_ir`): the sequence a
+# `for` loop iterates and its counter, shown as what they stand for.
+_GENERATED = re.compile(r'\b__ab\d*_(seq|it|table)\d+\b')
+_GENERATED_NAMES = {'seq': '<the for loop\'s sequence>',
+                    'it': '<the for loop\'s counter>',
+                    'table': '<the for loop\'s table>'}
+
+
+def _shown(var):
+  """A variable's name as an error shows it: a temporary's and the
+  generated code's described."""
+  if var.startswith('%'):
+    return 'a temporary'
+  return _GENERATED.sub(lambda m: _GENERATED_NAMES[m.group(1)], var)

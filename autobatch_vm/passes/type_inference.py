@@ -508,6 +508,8 @@ class _Inference:
         member_mixing.check_batch_independent(
             op, in_types, value,
             lambda batch: self.run_made_up(op, in_types, batch=batch))
+      if value is not None and op.per_member:
+        self.check_member_shapes(op, in_types, value)
       if failed or (value is None and not op.vars_in):
         self.prim_cache[key] = None
       else:
@@ -545,6 +547,28 @@ class _Inference:
     if id(op) in self.calls_numpy:
       with self.backend.eager_scope():
         check(op, in_types, self.backend)
+
+  def check_member_shapes(self, op, in_types, value):
+    """Refuses a per-member `op` whose result's shape follows its inputs'
+    values (`w = v[:n]`), where the backend stages a graph.
+
+    There made-up inputs are constants, so such a result's shape is known
+    (`v[:0]`: no elements) and would type the value; the members' own
+    shapes differ from it, and from each other, at run time.  Traced
+    symbolically, as eagerly, the per-member layer finds the shape unknown
+    and raises its `PerMemberError`.  Only results with an axis per member
+    are traced: a scalar's shape does not follow the data.
+    """
+    if (not self.backend.in_graph() or self.backend.traces_symbolically()
+        or not any(len(self.backend.shape(leaf)) > 1
+                   for leaf in inst.pattern_flatten(value))):
+      return
+    try:
+      self.backend.trace(op.function, self.dummies(in_types, literals=False))
+    except errors.AutoBatchError:
+      raise
+    except Exception:  # pylint: disable=broad-except
+      pass   # as in `run_made_up`: code that runs only on values
 
   def declares_result(self, fn, op):
     """Whether `op` computes from batched inputs nothing but `fn`'s

@@ -32,11 +32,7 @@ from autobatch_vm.ir import patterns
 
 __all__ = ['MemberArray', 'is_member', 'member_shape', 'member_len']
 
-PAD_HINT = (
-    'A batch holds one array per value, so every member\'s array must have '
-    'the same shape.  Pad to a fixed size and carry the length: keep '
-    'fixed-size arrays with a per-member count (np.where(np.arange(W) < n, '
-    'x, 0)) instead of selecting or building arrays of per-member size.')
+PAD_HINT = errors.PAD_HINT
 
 SCALAR_HINT = (
     'Inside a per-member function a value holds every member\'s number at '

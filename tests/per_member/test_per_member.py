@@ -700,9 +700,11 @@ def test_a_member_shaped_value_reduced_in_its_statement_runs_on_tensorflow():
   # the members runs the slice alone and stacks slices of different
   # lengths, which failed at run time ("Incompatible shapes during
   # merge"); the statement runs in one loop over the members instead.
-  # Kept as a value (`w = v[:n]`), it is a PerMemberError at its line
-  # when called eagerly (under `tf.function` it runs where the members'
-  # lengths agree).
+  # Kept as a value (`w = v[:n]`), it is a PerMemberError at its line,
+  # eagerly and under `tf.function`, even where the members' lengths
+  # agree: there type inference ran it on made-up constants, typed `w`
+  # as `v[:0]`, and the run failed with TensorFlow's "Incompatible
+  # shapes".
   tf = pytest.importorskip('tensorflow')
   ctx = ab.Context()
 
@@ -728,10 +730,12 @@ def test_a_member_shaped_value_reduced_in_its_statement_runs_on_tensorflow():
       np.testing.assert_array_equal(counts, [w[1] for w in want])
       np.testing.assert_allclose(run(fns[1], tf.constant(v)),
                                  [positive(v[b]) for b in range(3)])
-    with pytest.raises(errors.PerMemberError,
-                       match='is kept or returned') as info:
-      fns[2](tf.constant(v), tf.constant(n))
-    assert info.value.lineno == _line_of(kept, 'w = v[:n]')
+    for run in (lambda f, *a: f(*a), lambda f, *a: tf.function(f)(*a)):
+      for k in (n, np.array([2, 2, 2])):
+        with pytest.raises(errors.PerMemberError,
+                           match='is kept or returned') as info:
+          run(fns[2], tf.constant(v), tf.constant(k))
+        assert info.value.lineno == _line_of(kept, 'w = v[:n]')
     # Gradients flow through the loop over the members.
     x = tf.constant(v)
     with tf.GradientTape() as tape:
@@ -739,6 +743,28 @@ def test_a_member_shaped_value_reduced_in_its_statement_runs_on_tensorflow():
       total = tf.reduce_sum(fns[0](x, tf.constant(n))[0])
     mask = np.arange(4) < n[:, None]
     np.testing.assert_allclose(tape.gradient(total, x), 4 * v * mask)
+
+
+def test_a_loop_over_a_member_shaped_value_names_its_cause_on_numpy():
+  # Type inference on NumPy runs `w = v[:n]` on made-up values (n = 0):
+  # `w` has no elements, and the loop's item fails to index.  The error
+  # named the loop's generated variables and blamed the code; it names
+  # the loop's sequence, its size following the data, and the fix.
+  ctx = ab.Context()
+
+  def loop(v, n):
+    w = v[:n]
+    total = 0.0
+    for t in w:
+      total += t
+    return total
+  fn = ctx.batch_uncurried(loop, per_member=True)
+  with pytest.raises(errors.PrimitiveError,
+                     match='sequence had no elements when typed') as info:
+    fn(np.ones((3, 4)), np.array([1, 2, 4]))
+  assert '__ab' not in str(info.value)
+  assert 'Pad to a fixed size' in str(info.value)
+  assert info.value.lineno == _line_of(loop, 'for t in w')
 
 
 def test_windows_of_per_member_start_and_one_length_compile_under_xla():
