@@ -252,13 +252,19 @@ _DTYPE_MISMATCH = (
 )
 
 
+def mixes_dtypes(cause):
+  """Whether exception `cause` (a backend's) says that two inputs of one
+  operation have different dtypes."""
+  return any(p.search(str(cause)) for p in _DTYPE_MISMATCH)
+
+
 def explain_dtype_mismatch(error):
   """`error` (a `PrimitiveError` raised while inferring a type), with a
   hint about dtypes where its cause says that two inputs of an operation
   have different dtypes; else `error` itself.  Such an error does not
   depend on the values the primitive ran on."""
   cause = error.__cause__
-  if cause is None or not any(p.search(str(cause)) for p in _DTYPE_MISMATCH):
+  if cause is None or not mixes_dtypes(cause):
     return error
   return PrimitiveError(
       error.message, loc=error.loc,

@@ -18,23 +18,28 @@ __all__ = ['MADE_UP', 'made_up']
 
 # The made-up inputs a primitive runs on to find its result type, in the
 # order tried: each kind where the ones before it raised.
-MADE_UP = ('zeros', 'ones', 'eye', 'uniform')
+MADE_UP = ('zeros', 'ones', 'eye', 'uniform', 'count')
 
 
-def made_up(tensor_type, kind, batch=1):
+def made_up(tensor_type, kind, batch=1, position=0):
   """A made-up NumPy array `[batch, *shape]` of the type's dtype.
 
   Zeros; ones; identity matrices in the last two axes where they are
-  square (else ones); or values in (0.25, 0.75), fixed, different per
+  square (else ones); values in (0.25, 0.75), fixed, different per
   element, for floats and complex numbers (ones for integers, True for
-  booleans).  Together they are valid inputs for the usual restricted
-  domains: logarithms, roots, arc-cosines, divisions, solves, inverses and
-  Cholesky factors.
+  booleans); or those, with each integer input the next count (`position`
+  + 1: `lo` 2 and `hi` 3 in `f(v, lo, hi)`, whose `v[lo:hi]` then has an
+  item, where equal bounds make every slice empty and its maximum fail).
+  Together they are valid inputs for the usual restricted domains:
+  logarithms, roots, arc-cosines, divisions, solves, inverses, Cholesky
+  factors and the extremes of slices.
 
   Args:
     tensor_type: The `TensorType` of one member's value.
     kind: One of `MADE_UP`.
     batch: The leading (batch) dimension.
+    position: The input's position among the primitive's inputs (for
+      kind 'count').
 
   Returns:
     The array.
@@ -45,7 +50,9 @@ def made_up(tensor_type, kind, batch=1):
     return np.zeros(shape, dtype)
   if kind == 'eye' and len(shape) >= 3 and shape[-1] == shape[-2]:
     return np.broadcast_to(np.eye(shape[-1], dtype=dtype), shape).copy()
-  if kind == 'uniform' and dtype.kind in 'fc':
+  if kind == 'count' and dtype.kind in 'iu':
+    return np.full(shape, position + 1, dtype)
+  if kind in ('uniform', 'count') and dtype.kind in 'fc':
     values = np.random.default_rng(0).uniform(0.25, 0.75, size=shape)
     return values.astype(dtype)
   return np.ones(shape, dtype)
@@ -114,10 +121,10 @@ def _made_up_error(op, in_types, failure):
             'function eagerly.')
   elif not same:
     hint = ('To find its result type, a primitive runs once on made-up '
-            'inputs of batch size 1 (zeros, ones, identity matrices, then '
-            'values in (0.25, 0.75)) and failed on each.  Declare the '
-            'result with type_inference= so that it does not run, or guard '
-            'the domain (e.g. np.maximum(x, tiny)).')
+            'inputs of batch size 1 (zeros, ones, identity matrices, '
+            'values in (0.25, 0.75), then integers counting up) and failed '
+            'on each.  Declare the result with type_inference= so that it '
+            'does not run, or guard the domain (e.g. np.maximum(x, tiny)).')
   elif op.per_member:
     hint = ('It fails the same way on every made-up input (zeros, ones, '
             'identity matrices, values in (0.25, 0.75)), so the values are '

@@ -335,6 +335,9 @@ class _Inference:
     # id() of each op in its TensorFlow form: one that calls NumPy
     # (`check_apart`).
     self.calls_numpy = set()
+    # id(op) of the ops whose promoting form failed where NumPy's math
+    # takes it first (`prim`).
+    self.unpromoted = set()
     self.on_tensorflow = getattr(backend, 'name', None) == 'tensorflow'
 
   # -- where dtypes come from --------------------------------------------------
@@ -457,6 +460,26 @@ class _Inference:
         self.promoted[key] = dataclasses.replace(op, function=form)
         self.calls_numpy.add(id(self.promoted[key]))
     op = self.promoted.get(key, op)
+    if (self.on_tensorflow and key not in self.unpromoted and
+        (op.per_member or id(op) in self.calls_numpy)):
+      # NumPy's math on TensorFlow: promoted as NumPy promotes from the
+      # start, where TensorFlow's operators would cast a NumPy operand to
+      # the tensor's dtype (`np.full(3, 0.5) + n` of an int64 `n` gave
+      # int64 ones) rather than fail.
+      new = self.promoting_form(op)
+      if new is not None:
+        if id(op) in self.calls_numpy:
+          self.calls_numpy.add(id(new))
+        try:
+          self._prim(fn, new)
+        except errors.AutoBatchError as e:
+          if isinstance(e, (errors.TypeInferenceError,
+                            errors.PerMemberError)):
+            raise   # the user's code's, whatever its form
+          self.unpromoted.add(key)
+        else:
+          self.promoted[key] = new
+          return
     try:
       self._prim(fn, op)
     except errors.PrimitiveError as first:
@@ -595,8 +618,17 @@ class _Inference:
             in_types, literals=False, batch=batch), batch)
       except errors.AutoBatchError:
         raise
-      except Exception:  # pylint: disable=broad-except
-        pass   # eager-only code in the primitive: run it on values
+      except Exception as e:  # pylint: disable=broad-except
+        if (self.promoting_form(op) is not None and
+            errors.mixes_dtypes(e)):
+          # Operands of two dtypes where the values are symbolic, as at
+          # run time (`len(v[:n])`, an int64 tensor, plus a float): run
+          # on values, `len` would give a Python int and hide it.  The
+          # promoting form is taken (`prim`).
+          raise errors.PrimitiveError(
+              f'{type(e).__name__} while inferring the type of '
+              f'`{op.text}`: {e}', loc=op.loc) from e
+        # Eager-only code in the primitive: run it on values.
     failures = []
     for kind in MADE_UP:
       try:
@@ -621,13 +653,15 @@ class _Inference:
     `literals`, or (input `i` in `as_arrays`) an array of `kind` of dtype
     `as_arrays[i]`."""
     as_arrays = as_arrays or {}
+    positions = iter(range(1 << 30))
 
     def leaf(t):
+      position = next(positions)
       if literals and _is_literal(t):
         return t.dtype.type(0).item()
       if kind == 'zeros':
         return self.backend.dummy(t, batch)
-      return self.backend.asarray(made_up(t, kind, batch))
+      return self.backend.asarray(made_up(t, kind, batch, position))
     return [leaf(inst.TensorType(as_arrays[i], ())) if i in as_arrays
             else inst.pattern_map(leaf, t, inst.TensorType)
             for i, t in enumerate(in_types)]

@@ -51,6 +51,16 @@ FAILURES = {
     'zero_log_base': ('ZeroDivisionError', 'float division by zero'),
     'factorial_negative': ('ValueError',
                            'factorial() not defined for negative values'),
+    # A slice whose bounds differ between members (`per_member.ragged`).
+    'empty_reduction': ('ValueError',
+                        'zero-size array to reduction operation which has '
+                        'no identity (a maximum, minimum, argmax or argmin '
+                        'of an empty slice)'),
+    'empty_sequence': ('ValueError', 'max() or min() arg is an empty '
+                       'sequence'),
+    'slices_differ': ('ValueError',
+                      'operands could not be broadcast together (slices '
+                      'of different lengths, combined item by item)'),
 }
 
 # name -> (number of arguments, what it returns, whether a finite argument

@@ -44,6 +44,7 @@ from autobatch_vm import errors
 from autobatch_vm import ops
 from autobatch_vm.per_member import member_helpers
 from autobatch_vm.per_member import member_math
+from autobatch_vm.per_member import ragged
 
 __all__ = ['key', 'getitem', 'setitem', 'asarray', 'min', 'max', 'sum', 'all',
            'any', 'abs',
@@ -236,9 +237,14 @@ def _tf_getitem(x, index, guard=None):
   # tensor index kept as a whole axis; then a gather per tensor index,
   # from the last axis back (a gather drops its axis).
   static, gathers, axis = [], [], 0
+  masked = _masked_slice(parts)
   for e in parts:
     window = _window(e) if isinstance(e, slice) else None
-    if is_tf(e) or window is not None:
+    if e is masked:
+      static.append(slice(None))
+      masked_axis = axis
+      axis += 1
+    elif is_tf(e) or window is not None:
       static.append(slice(None))
       gathers.append((axis, e if window is None else window))
       axis += 1
@@ -259,7 +265,44 @@ def _tf_getitem(x, index, guard=None):
     i = tf.where(i < 0, i + n, i)
     i = tf.clip_by_value(i, 0, builtins.max(n - 1, 0))
     x = tf.gather(x, i, axis=axis)
+  if masked is not None:
+    # The axes before it that gathers dropped.
+    masked_axis -= builtins.sum(1 for a, i in gathers
+                                if a < masked_axis and not isinstance(i, tuple))
+    return _ragged_slice(x, masked_axis, masked)
   return x
+
+
+def _masked_slice(parts):
+  """The one slice of `parts` whose bounds differ between members and
+  whose length is not known when traced (`v[:n]`, `a[i, i + 1:]`), where
+  it is held masked (`per_member.ragged`): under XLA, which compiles no
+  slice of such a length; else None (outside XLA a statement reducing it
+  runs in a loop over the members, `tf_vectorize`)."""
+  found = [e for e in parts if isinstance(e, slice) and
+           is_tf(e.start, e.stop) and e.step in (None, 1) and
+           _window(e) is None]
+  if builtins.len(found) != 1 or getattr(_local, 'exact', False) or (
+      not _in_xla_context()):
+    return None
+  return found[0]
+
+
+def _ragged_slice(x, axis, e):
+  """One member's `x[..., start:stop]` along `axis` (slice `e`, step 1),
+  held masked: a `ragged.Ragged` of `x` with Python's bounds."""
+  tf = _tf()
+  n = x.shape[axis]
+
+  def bound(b, default):
+    if b is None:
+      return tf.constant(default, tf.int64)
+    b = tf.cast(b, tf.int64)
+    return tf.clip_by_value(tf.where(b < 0, b + n, b), 0, n)
+  start = bound(e.start, 0)
+  stop = tf.maximum(bound(e.stop, n), start)
+  return ragged.Ragged(x, axis, start, stop, ragged.xla_refusal,
+                       bounds=(e.start, e.stop))
 
 
 @contextlib.contextmanager
@@ -390,6 +433,8 @@ def getitem(x, index, guard=None):
     The item, as Python indexing gives it for one member; on TensorFlow
     an index that is a tensor is a gather.
   """
+  if ragged.is_ragged(x, *_parts(index)):
+    next(v for v in (x,) + _parts(index) if ragged.is_ragged(v)).refuse()
   parts = _parts(index)
   # A slice's bounds count as the index's values (`TABLE[i:i + 2]`).
   values = [b for e in parts for b in (
@@ -490,6 +535,10 @@ def call(func, *args, **kwargs):
     return member_helpers.member_helper(func, sys.modules[__name__])(
         *args, **kwargs)
   values = leaves(list(args)) + leaves(list(kwargs.values()))
+  if ragged.is_ragged(*values):
+    if not ragged.is_ragged(*args, *kwargs.values()):
+      next(v for v in values if ragged.is_ragged(v)).refuse()
+    return ragged.call(func, args, kwargs)
   if is_tf(*values):
     if (isinstance(func, type) and issubclass(func, np.generic)
         and len(args) == 1 and not kwargs):
@@ -905,6 +954,9 @@ def tnp_call(func, args, kwargs):
   rounded = _TF_ROUNDING.get(func)
   if rounded is not None:
     return rounded(*args, **kwargs)
+  extreme = _EXTREMES.get(func)
+  if extreme is not None and args and is_tf(args[0]):
+    return _tf_extreme(func, extreme, *args, **kwargs)
   if isinstance(func, np.ufunc) and not kwargs:
     tf = _tf()
     dummies = [np.zeros((), x.dtype.as_numpy_dtype) if is_tf(x) else x
@@ -922,6 +974,65 @@ def tnp_call(func, args, kwargs):
   return getattr(_tnp(), func.__name__)(*args, **kwargs)
 
 
+# NumPy's extremes, which `_tf_extreme` computes as NumPy does.
+_EXTREMES = {np.max: 'max', np.amax: 'max', np.min: 'min', np.amin: 'min',
+             np.argmax: 'argmax', np.argmin: 'argmin'}
+_EMPTY = {'max': 'zero-size array to reduction operation maximum which has '
+                 'no identity',
+          'min': 'zero-size array to reduction operation minimum which has '
+                 'no identity',
+          'argmax': 'attempt to get argmax of an empty sequence',
+          'argmin': 'attempt to get argmin of an empty sequence'}
+
+
+_EXTREMES_BY_NAME = {'max': np.max, 'min': np.min, 'argmax': np.argmax,
+                     'argmin': np.argmin}
+
+
+def _tf_extreme(func, kind, a, axis=None, out=None, keepdims=False,
+                **rest):
+  """`np.max`, `min`, `argmax` or `argmin` (`kind`) of a tensor as NumPy
+  computes it: NaN where the values reduced hold one (the first NaN's
+  position for an arg), which XLA's reductions and TensorFlow's argmax
+  skip; and NumPy's `ValueError` for no values, where TensorFlow gives
+  an infinity (a member whose length is known only at run time fails
+  then, `note_failure`)."""
+  tf = _tf()
+  if out is not None or rest or (kind.startswith('arg') and keepdims):
+    return getattr(_tnp(), func.__name__)(a, axis=axis, out=out,
+                                          keepdims=keepdims, **rest)
+  a = tf.convert_to_tensor(a)
+  rank = a.shape.rank
+  axes = (list(builtins.range(rank)) if axis is None else
+          [axis % rank] if isinstance(axis, (builtins.int, np.integer))
+          else [k % rank for k in axis])
+  sizes = [a.shape[k] for k in axes]
+  if builtins.any(n == 0 for n in sizes):
+    raise ValueError(_EMPTY[kind])
+  if builtins.any(n is None for n in sizes):
+    shape = tf.shape(a)
+    note_failure('empty_reduction', tf.reduce_any(
+        [tf.equal(shape[k], 0) for k in axes]))
+  reduce = {'max': tf.reduce_max, 'min': tf.reduce_min}
+  if kind in reduce:
+    value = reduce[kind](a, axis=axis, keepdims=keepdims)
+  else:
+    flat = a if axis is not None else tf.reshape(a, [-1])
+    at = builtins.int(axis) % rank if axis is not None else 0
+    value = (tf.argmax if kind == 'argmax' else tf.argmin)(
+        flat, axis=at, output_type=tf.int64)
+  if not (a.dtype.is_floating or a.dtype.is_complex):
+    return value
+  nan = tf.math.is_nan(tf.math.real(a) if a.dtype.is_complex else a)
+  if kind in reduce:
+    return tf.where(tf.reduce_any(nan, axis=axis, keepdims=keepdims),
+                    tf.constant(np.nan, a.dtype), value)
+  if axis is None:
+    nan = tf.reshape(nan, [-1])
+  first = tf.argmax(tf.cast(nan, tf.int32), axis=at, output_type=tf.int64)
+  return tf.where(tf.reduce_any(nan, axis=at), first, value)
+
+
 def method(obj, name, *args, **kwargs):
   """One member's `obj.name(*args, **kwargs)`: an array method
   (`member_helpers.METHODS`), which a TensorFlow tensor lacks: on one
@@ -937,6 +1048,8 @@ def method(obj, name, *args, **kwargs):
   Returns:
     What the method gives for one member.
   """
+  if ragged.is_ragged(obj):
+    return ragged.method(obj, name, *args, **kwargs)
   if not is_tf(obj) or isinstance(obj, _tf().Variable):
     return getattr(obj, name)(*args, **kwargs)
   tf = _tf()
@@ -952,6 +1065,8 @@ def method(obj, name, *args, **kwargs):
     args = (args,)    # v.reshape(2, 3) is v.reshape((2, 3))
   if name == 'transpose' and args:
     args = (args[0] if len(args) == 1 else args,)
+  if name in _EXTREMES_BY_NAME:
+    return tnp_call(_EXTREMES_BY_NAME[name], (obj,) + args, kwargs)
   return getattr(_tnp(), name)(obj, *args, **kwargs)
 
 
@@ -1025,6 +1140,8 @@ def matmul(a, b):
   """One member's `a @ b`: on TensorFlow, where an operand is a vector,
   NumPy's product (`tf.matmul` refuses vectors), a NumPy operand taking
   the tensor's dtype as TensorFlow's `@` gives it; else the operator."""
+  if ragged.is_ragged(a, b):
+    return ragged.product(np.matmul, a, b)
   if is_tf(a, b) and 1 in (_rank(a), _rank(b)):
     tf = _tf()
     if not is_tf(a):
@@ -1107,6 +1224,8 @@ def min(*xs):
   """
   if builtins.len(xs) == 1:
     x = xs[0]
+    if ragged.is_ragged(x):
+      return ragged.builtin('min', x)
     return _tf().reduce_min(x) if is_tf(x) else np.min(x)
   return _combine(xs, builtins.min, 'minimum', np.minimum)
 
@@ -1122,6 +1241,8 @@ def max(*xs):
   """
   if builtins.len(xs) == 1:
     x = xs[0]
+    if ragged.is_ragged(x):
+      return ragged.builtin('max', x)
     return _tf().reduce_max(x) if is_tf(x) else np.max(x)
   return _combine(xs, builtins.max, 'maximum', np.maximum)
 
@@ -1156,6 +1277,8 @@ def iterate(values):
   Returns:
     An iterable.
   """
+  if ragged.is_ragged(values):
+    values.refuse()
   if (is_tf(values) and not isinstance(values, _tf().Variable) and
       values.shape.rank and values.shape[0] is not None):
     return _tf().unstack(values)
@@ -1174,6 +1297,8 @@ def sum(values, start=0):
   Returns:
     The sum.
   """
+  if ragged.is_ragged(values):
+    return ragged.builtin('sum', values, start)
   if is_tf(values) and not isinstance(values, _tf().Variable):
     return _tf().reduce_sum(values, axis=0) + start
   return builtins.sum(values, start)
@@ -1207,6 +1332,8 @@ def any(values):
 def _every(values, conjunction):
   """`all` (`conjunction`) or `any` of `values`' items, whose truth is
   one member's value (Python's `all` would call `bool` on it)."""
+  if ragged.is_ragged(values):
+    return ragged.builtin('all' if conjunction else 'any', values)
   if (is_tf(values) and not isinstance(values, _tf().Variable) and
       values.shape.rank == 1):
     tf = _tf()
@@ -1233,6 +1360,8 @@ def abs(x):
   """
   if _plain(x):
     return builtins.abs(x)
+  if ragged.is_ragged(x):
+    return x.with_data(abs(x.data))
   return _tf().abs(x) if is_tf(x) else np.abs(x)
 
 
@@ -1243,12 +1372,18 @@ def len(x):
     x: A member's array, tensor, tuple or list.
 
   Returns:
-    A Python int.
+    A Python int; on TensorFlow, for a tensor whose length follows the
+    member's data (`len(v[lo:hi])`, reduced in its statement), an int64
+    tensor.
   """
+  if ragged.is_ragged(x):
+    return ragged.builtin('len', x)
   if is_tf(x):
-    n = x.shape[0] if x.shape.rank else None
+    if x.shape.rank == 0:
+      raise TypeError('len() of unsized object')
+    n = x.shape[0]
     if n is None:
-      raise TypeError('len() of a tensor of unknown length or a scalar')
+      return _tf().shape(x, out_type=_tf().int64)[0]
     return n
   if _is_member_array(x):
     return _numpy_rules().member_len(x)
@@ -1524,3 +1659,6 @@ def logical_not(x):
   if _plain(x):
     return not x
   return _tf().logical_not(x) if is_tf(x) else np.logical_not(x)
+
+
+ragged.use_ops(sys.modules[__name__])

@@ -29,6 +29,7 @@ import numpy as np
 
 from autobatch_vm import errors
 from autobatch_vm.ir import patterns
+from autobatch_vm.per_member import ragged
 
 __all__ = ['MemberArray', 'is_member', 'member_shape', 'member_len']
 
@@ -170,6 +171,8 @@ class MemberArray:
 
   # NumPy's protocols.
   def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+    if ragged.is_ragged(*inputs):
+      return NotImplemented   # the slice's own (`Ragged.__array_ufunc__`)
     if 'out' in kwargs:
       if kwargs['out'] is not None:
         raise errors.PerMemberError(
@@ -188,7 +191,8 @@ class MemberArray:
     return rule(ufunc, *inputs, **kwargs)
 
   def __array_function__(self, func, types, args, kwargs):
-    del types
+    if ragged.Ragged in types:
+      return NotImplemented   # the slice's own (`Ragged.__array_function__`)
     rule = RULES.get(func)
     if rule is not None:
       try:

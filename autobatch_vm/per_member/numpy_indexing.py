@@ -24,6 +24,7 @@ import numpy as np
 
 from autobatch_vm import errors
 from autobatch_vm.per_member import numpy_array as core
+from autobatch_vm.per_member import ragged
 from autobatch_vm.per_member.numpy_array import MemberArray
 
 __all__ = ['getitem', 'setitem', 'asarray']
@@ -310,24 +311,42 @@ def _member_windows(x, key):
         'there.', hint='Index in two steps: y = x[idx], then y[:, lo:hi].')
   whole = tuple(slice(None) if _member_bound(k) else k for k in key)
   y = _getitem(x, whole).batched
+  sliced = [k for k in key if _member_bound(k)]
   axis = 0
   for k in key:
     if _member_bound(k):
-      taken = _positions(
-          _window(k, y.shape[axis + 1], batch),
-          lambda length: errors.PerMemberError(
-              'A slice whose bounds differ between members selects a '
-              f'different number of elements in different members '
-              f'({int(length.min())} to {int(length.max())}): the '
-              'result\'s shape differs between members.',
-              hint=core.PAD_HINT + '  For a reduction over a prefix, write '
-              'np.sum(np.where(np.arange(len(v)) < n, v, 0)).'))
+      window = _window(k, y.shape[axis + 1], batch)
+      start, step, length = window
+      if (len(sliced) == 1 and length.size and np.any(length != length[0])
+          and np.all(step == 1)):
+        # Lengths that differ: the slice held masked, for what its
+        # statement does with it (a reduction: `per_member.ragged`).
+        return ragged.Ragged(
+            MemberArray(y), axis, MemberArray(start),
+            MemberArray(start + length),
+            lambda length=length: _differing_lengths(length))
+      taken = _positions(window, _differing_lengths)
       shape = [batch] + [1] * (y.ndim - 1)
       shape[axis + 1] = taken.shape[1]
       y = np.take_along_axis(y, taken.reshape(shape), axis=axis + 1)
     if isinstance(k, slice) or k is None:
       axis += 1
   return MemberArray(y)
+
+
+def _differing_lengths(length):
+  """The `PerMemberError` of a slice whose members' `length`s differ,
+  used as an array of its own (kept, returned, indexed)."""
+  return errors.PerMemberError(
+      'A slice whose bounds differ between members selects a different '
+      f'number of elements in different members ({int(length.min())} to '
+      f'{int(length.max())}), and is used as an array of its own (kept in '
+      'a variable, returned, indexed or passed on): the result\'s shape '
+      'differs between members.',
+      hint=core.PAD_HINT + '  Within one statement such a slice may be '
+      'reduced (np.sum(v[:n]), np.max(a[k:, k]), np.dot(u[i, i + 1:], '
+      'x[i + 1:]), len(v[lo:hi])), or combined item by item with numbers '
+      'and slices of the same bounds first.')
 
 
 def _held(windows, shape, batch):

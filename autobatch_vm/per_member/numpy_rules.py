@@ -45,6 +45,7 @@ from autobatch_vm.per_member import numpy_array as core
 from autobatch_vm.per_member import numpy_functions  # pylint: disable=unused-import
 from autobatch_vm.per_member import numpy_indexing
 from autobatch_vm.per_member import numpy_linalg  # pylint: disable=unused-import
+from autobatch_vm.per_member import ragged
 
 __all__ = ['MemberArray', 'vectorize', 'getitem', 'setitem', 'asarray',
            'call', 'member_shape', 'member_len', 'is_member']
@@ -167,6 +168,8 @@ def vectorize(fn, batch_size, fallback=None):
   def batched_leaf(leaf):
     if isinstance(leaf, MemberArray):
       return leaf.batched
+    if type(leaf) is ragged.Ragged:  # pylint: disable=unidiomatic-typecheck
+      leaf.refuse()   # a slice of members' own lengths, kept or returned
     if leaf is None:
       return None
     value = np.asarray(leaf)

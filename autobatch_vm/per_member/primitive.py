@@ -157,9 +157,11 @@ class PerMemberFunction:
     if shaped:
       what = (f'{shaped.capitalize()} whose bounds or size differ between members in '
               f'`{self.text}`{where} ({name}): the primitive runs once '
-              'per member (slower).  A result whose shape differs between '
-              'members fails, as no batch holds it; under XLA and on NumPy '
-              'it is refused.  Pad to a fixed size and carry the length')
+              'per member (slower).  Kept or returned, a result whose shape '
+              'differs between members is refused, as no batch holds it; a '
+              'slice reduced in its statement (np.sum(v[:n])) is computed '
+              'masked under XLA and on NumPy.  Pad to a fixed size and carry '
+              'the length')
     else:
       what = (f'{name} has no per-member batching rule, so `{self.text}`'
               f'{where} runs it once per member (correct, slower)')

@@ -8,7 +8,9 @@ rule for, or whose rule refuses operands that differ between members (a
 slice's bounds), runs in a `tf.while_loop` over the members
 (`fallback_to_while_loop`), which is reported to the caller; under XLA
 it is refused where the members' results have shapes unknown when traced
-(`v[:n]`, `tf.math.bincount`), which XLA compiled to wrong values; with
+(`v[:n]`, `tf.math.bincount`), which XLA compiled to wrong values (a
+slice of per-member bounds there is held masked instead, by
+`member_ops`, for its statement to reduce: `per_member.ragged`); with
 known shapes (a member's stateless random draw, `np.roll(v, k)`) XLA
 compiles the loop.  Inside a graph (a
 `tf.function`, the staged VM loop, XLA) the vectorized operations join
@@ -37,6 +39,7 @@ import numpy as np
 from autobatch_vm import errors
 from autobatch_vm.per_member import member_ops
 from autobatch_vm.per_member import numpy_array
+from autobatch_vm.per_member import ragged
 
 __all__ = ['vectorize']
 
@@ -62,6 +65,7 @@ def vectorize(fn, batched_leaf, fallback=None):
     every leaf, or None where no leaf of `args` is batched.
   """
   _register_resource_gather()
+  _register_ragged_conversion()
 
   def in_graph(*args):
     result, bad = checked(*args)
@@ -88,6 +92,9 @@ def vectorize(fn, batched_leaf, fallback=None):
         full[k] = x
       with member_ops.out_of_range_checks() as checks:
         out = fn(*tf.nest.pack_sequence_as(args, full))
+      for leaf in tf.nest.flatten(out):
+        if ragged.is_ragged(leaf):
+          leaf.refuse()   # a slice of members' own lengths, kept
       out = tf.nest.map_structure(_numpy_typed, out)
       kinds = sorted({kind for kind, _ in checks})
       checks_made[:] = [kinds]
@@ -317,6 +324,24 @@ def _refusal_under_xla(looped):
       hint='Write the computation with operations pfor vectorizes '
       '(elementwise ops, tf.gather, tf.reduce_*, tf.linalg.*, '
       'tf.where), or run it without jit_compile.')
+
+
+def _ragged_conversion(value, dtype=None, name=None, as_ref=False):
+  """TensorFlow's conversion of a `ragged.Ragged` to a tensor: refused,
+  as a `TypeError` (which TensorFlow's operators take as a cue to try the
+  slice's own reflected operator) holding the slice's message."""
+  del dtype, name, as_ref
+  raise TypeError(str(value.refusal()))
+
+
+_registered = []
+
+
+def _register_ragged_conversion():
+  if not _registered:
+    _tf().register_tensor_conversion_function(ragged.Ragged,
+                                              _ragged_conversion)
+    _registered.append(True)
 
 
 def _ragged_result():

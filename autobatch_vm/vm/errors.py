@@ -287,6 +287,20 @@ def primitive_error(e, op, members, compacted=False, messages=None):
       f'{type(e).__name__} in `{text}`{who}: {e}', loc=op.loc, hint=hint)
 
 
+# What to do about the failures of slices whose bounds differ between
+# members (`per_member.ragged`), by kind.
+_SLICE_HINTS = {
+    'empty_reduction': 'Their slice has no items: guard the statement '
+                       '(if hi > lo: ...), or take the extreme over the '
+                       'whole array, masked (np.max(np.where(inside, v, '
+                       '-np.inf))).',
+    'empty_sequence': 'Their slice has no items: guard the statement (if '
+                      'hi > lo: ...), or give max() a default.',
+    'slices_differ': 'Slices combined item by item must have one length '
+                     'in each member (v[lo:hi] * w[lo + 1:hi + 1]).',
+}
+
+
 def member_error(kind, op, members):
   """The error of members for which per-member primitive `op` fails as
   Python would for them: an item index out of range (`'index'`), or a
@@ -322,6 +336,11 @@ def member_error(kind, op, members):
         '(np.clip the start to len(v) - 3), or pad the array by the '
         "window's length.")
   name, message = member_math.FAILURES[kind]
+  if kind in _SLICE_HINTS:
+    return errors.PrimitiveError(
+        f'{name} in `{text}` for {who}: {message}', loc=op.loc,
+        hint=f'Python raises {name} here for these members (a dry run, '
+        'dry_run=True, shows each alone).  ' + _SLICE_HINTS[kind])
   return errors.PrimitiveError(
       f'{name} in `{text}` for {who}: {message}', loc=op.loc,
       hint=f'Python raises {name} here for these members (a dry run, '

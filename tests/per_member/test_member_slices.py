@@ -1,0 +1,238 @@
+"""Slices whose bounds differ between members, within one statement.
+
+`u[i, i + 1:]` in a back substitution, `a[k:, k]` in a pivot search,
+`v[lo:hi]` of each member's own bounds: where the members' lengths differ
+(NumPy) or are not known when traced (XLA), the slice is held masked
+(`per_member.ragged`) and what its statement does with it gives Python's
+value; kept as an array of its own it is refused at its line.
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import autobatch_vm as ab
+from autobatch_vm import errors
+from tests.python import run_everywhere
+
+B = 5
+
+
+def _line_of(fn, text):
+  import inspect  # pylint: disable=g-import-not-at-top
+  lines, start = inspect.getsourcelines(fn)
+  return start + next(k for k, line in enumerate(lines) if text in line)
+
+
+def _quiet(fn, *args, **kwargs):
+  with warnings.catch_warnings():
+    warnings.simplefilter('ignore')
+    return fn(*args, **kwargs)
+
+
+def back_substitution(u, b):
+  n = b.shape[0]
+  x = np.zeros(n)
+  for i in range(n - 1, -1, -1):
+    x[i] = (b[i] - np.dot(u[i, i + 1:], x[i + 1:])) / u[i, i]
+  return x
+
+
+def cholesky(a):
+  n = a.shape[0]
+  l = np.zeros_like(a)
+  for j in range(n):
+    l[j, j] = np.sqrt(a[j, j] - np.sum(l[j, :j] ** 2))
+    for i in range(j + 1, n):
+      l[i, j] = (a[i, j] - l[i, :j] @ l[j, :j]) / l[j, j]
+  return l
+
+
+def gauss_with_pivoting(a, b):
+  n = b.shape[0]
+  a = a.copy()
+  b = b.copy()
+  for k in range(n - 1):
+    p = k + np.argmax(np.abs(a[k:, k]))
+    if p != k:
+      row = a[k].copy()
+      a[k] = a[p]
+      a[p] = row
+      t = b[k]
+      b[k] = b[p]
+      b[p] = t
+    for i in range(k + 1, n):
+      f = a[i, k] / a[k, k]
+      a[i] = a[i] - f * a[k]
+      b[i] = b[i] - f * b[k]
+  x = np.zeros(n)
+  for i in range(n - 1, -1, -1):
+    x[i] = (b[i] - np.dot(a[i, i + 1:], x[i + 1:])) / a[i, i]
+  return x
+
+
+def test_triangular_solves_and_factorizations_run_everywhere():
+  # The loop counter bounds each slice: on NumPy every member's counter
+  # agrees (one length); under XLA the length is not known when traced,
+  # where these were a PerMemberError.
+  ctx = ab.Context()
+  rng = np.random.default_rng(0)
+  u = np.triu(rng.normal(size=(B, 4, 4))) + 3 * np.eye(4)
+  m = rng.normal(size=(B, 4, 4))
+  spd = m @ np.transpose(m, (0, 2, 1)) + 4 * np.eye(4)
+  b = rng.normal(size=(B, 4))
+  run_everywhere(ctx.batch_uncurried(back_substitution, per_member=True),
+                 [u, b])
+  run_everywhere(ctx.batch_uncurried(cholesky, per_member=True), [spd])
+  solve = ctx.batch_uncurried(gauss_with_pivoting, per_member=True)
+  run_everywhere(solve, [m, b])
+  np.testing.assert_allclose(solve(m, b), np.linalg.solve(m, b[..., None])[..., 0],
+                             rtol=1e-9)
+
+
+def reductions(v, lo, hi):
+  a = (np.sum(v[lo:hi] ** 2) + np.prod(1.0 + 0.1 * v[lo:hi]) +
+       v[lo:hi].mean() + np.var(v[lo:hi]) + np.std(v[lo:]))
+  b = np.max(v[lo:hi]) - np.min(v[:hi]) + v[lo:].max()
+  c = np.argmax(v[lo:hi]) + np.argmin(v[lo:]) * 10 + v[:hi].argmax() * 100
+  d = np.count_nonzero(v[lo:hi] > 0) + np.sum(np.abs(v[lo:hi]) > 0.5)
+  e = (np.any(v[lo:hi] > 1.0), np.all(v[lo:hi] > -2.0),
+       all(v[lo:hi] > -3.0), any(v[lo:hi] < -1.0))
+  f = sum(v[lo:hi]) + max(v[lo:hi]) + min(v[lo:hi]) + len(v[lo:hi])
+  g = (np.linalg.norm(v[lo:hi]) + np.linalg.norm(v[lo:hi], 1) +
+       np.linalg.norm(v[lo:hi], np.inf))
+  h = (np.dot(v[lo:hi], v[lo:hi]) + v[lo:hi] @ v[lo:hi] +
+       np.inner(v[lo:hi], v[lo:hi]) + v[lo:hi].dot(v[lo:hi]))
+  k = (np.sum(np.cumsum(v[lo:hi]) * v[lo:hi]) +
+       np.sum(np.where(v[lo:hi] > 0, v[lo:hi], 0.0)) +
+       np.sum(np.clip(v[lo:hi], -0.5, 0.5)) +
+       np.sum(np.sqrt(np.abs(v[lo:hi]))))
+  # Two slices of one length at different offsets, item by item.
+  s = np.sum(v[lo:hi - 1] * v[lo + 1:hi])
+  return a, b, c, d, e, f, g, h, k, s
+
+
+def columns(m, k):
+  col = np.sum(m[k:, 1]) + np.max(np.abs(m[k:, 2]))
+  rows = np.sum(m[k:, :], axis=0)
+  total = np.sum(np.sum(m[k:], axis=1))
+  pivot = np.argmax(np.abs(m[k:, 0])) + k
+  product = np.sum(m[k:, :] @ np.ones(4))
+  return col, rows, total, pivot, product, np.mean(m[k:]), np.sum(
+      m[k:, :2] * 2.0)
+
+
+def test_reductions_of_slices_of_members_own_lengths_run_everywhere():
+  # Each member's own bounds: NumPy refused the slices (lengths differ),
+  # TensorFlow ran each statement in a loop over the members, and XLA
+  # refused them.
+  ctx = ab.Context()
+  rng = np.random.default_rng(1)
+  v = rng.normal(size=(B, 7))
+  lo = np.array([0, 2, 3, 1, 5])
+  hi = np.array([7, 5, 5, 6, 7])
+  fn = ctx.batch_uncurried(reductions, per_member=True)
+  got = fn(v, lo, hi)
+  want = [reductions(v[b], lo[b], hi[b]) for b in range(B)]
+  for k, leaf in enumerate(ab.instructions.pattern_flatten(got)):
+    np.testing.assert_allclose(
+        leaf, [ab.instructions.pattern_flatten(w)[k] for w in want],
+        rtol=1e-12)
+  _quiet(run_everywhere, fn, [v, lo, hi])
+  m = rng.normal(size=(B, 6, 4))
+  _quiet(run_everywhere, ctx.batch_uncurried(columns, per_member=True),
+         [m, np.array([0, 1, 3, 5, 2])])
+
+
+def test_a_slice_of_members_own_lengths_kept_is_refused_at_its_line():
+  tf = pytest.importorskip('tensorflow')
+  ctx = ab.Context()
+
+  def kept(v, lo, hi):
+    w = v[lo:hi]
+    return np.sum(w)
+
+  def sorted_slice(v, lo, hi):
+    return np.sum(np.sort(v[lo:hi]) * np.arange(2))
+  v = np.arange(12.0).reshape(3, 4)
+  lo, hi = np.array([0, 1, 2]), np.array([2, 4, 3])
+  for f, text in ((kept, 'w = v[lo:hi]'), (sorted_slice, 'np.sort')):
+    fn = ctx.batch_uncurried(f, per_member=True)
+    with pytest.raises(errors.PerMemberError,
+                       match='different number of elements') as info:
+      fn(v, lo, hi)
+    assert info.value.lineno == _line_of(f, text)
+    assert 'Pad to a fixed size' in str(info.value)
+    with pytest.raises(errors.PerMemberError, match='slice whose bounds'):
+      _quiet(tf.function(fn, jit_compile=True), tf.constant(v),
+             tf.constant(lo), tf.constant(hi))
+
+
+def test_the_maximum_of_an_empty_slice_fails_its_members_as_python():
+  # NumPy raises ValueError for the maximum of no items; TensorFlow's is
+  # -inf, which a member's loop over its slice returned silently.
+  tf = pytest.importorskip('tensorflow')
+  ctx = ab.Context()
+
+  def largest(v, lo, hi):
+    return np.max(v[lo:hi])
+  fn = ctx.batch_uncurried(largest, per_member=True)
+  v = np.arange(12.0).reshape(3, 4)
+  lo, hi = np.array([0, 2, 1]), np.array([3, 2, 4])
+  with pytest.raises(ValueError):
+    fn(v, lo, hi, dry_run=True)
+  for run in (lambda *a: fn(*a), lambda *a: fn(*map(tf.constant, a)),
+              lambda *a: ab.stage(fn, jit_compile=True)(
+                  *map(tf.constant, a))):
+    with pytest.raises(errors.PrimitiveError,
+                       match=r'ValueError .* for batch members \[1\]'):
+      _quiet(run, v, lo, hi)
+  on_error = _quiet(fn, tf.constant(v), tf.constant(lo), tf.constant(hi),
+                    on_error='status')
+  np.testing.assert_array_equal(on_error[1], [True, False, True])
+  np.testing.assert_allclose(on_error[0].numpy()[[0, 2]], [2.0, 11.0])
+
+
+def test_slices_of_different_lengths_item_by_item_fail_their_members():
+  tf = pytest.importorskip('tensorflow')
+  ctx = ab.Context()
+
+  def pairs(v, lo, hi):
+    return np.sum(v[lo:hi] * v[lo:hi + 1])
+  fn = ctx.batch_uncurried(pairs, per_member=True)
+  v = np.arange(12.0).reshape(3, 4)
+  lo, hi = np.array([0, 1, 0]), np.array([2, 3, 3])
+  for run in (lambda *a: fn(*a),
+              lambda *a: ab.stage(fn, jit_compile=True)(
+                  *map(tf.constant, a))):
+    with pytest.raises(errors.PrimitiveError,
+                       match='could not be broadcast together'):
+      _quiet(run, v, lo, hi)
+
+
+def test_extremes_with_nan_are_numpys_on_tensorflow():
+  # NumPy's max is NaN, its argmax the first NaN's position; XLA's
+  # reduce_max skipped the NaN, and TensorFlow's argmax did everywhere.
+  ctx = ab.Context()
+
+  def extremes(v):
+    return np.max(v), np.argmax(v), np.argmin(v), v.min(), v.argmax()
+  v = np.array([[1.0, np.nan, 3.0, -1.0], [1.0, 2.0, 3.0, -1.0],
+                [np.nan, 0.0, np.nan, 5.0]])
+  run_everywhere(ctx.batch_uncurried(extremes, per_member=True), [v])
+
+
+def test_a_numpy_constant_meets_an_integer_member_as_numpy_promotes():
+  # TensorFlow's operator cast the constant to the member's int64,
+  # silently: np.full(3, 0.5) + n gave n.
+  ctx = ab.Context()
+
+  def shifted(n):
+    return np.full(3, 0.5) + n, np.linspace(0.0, 1.0, 3) * n
+
+  def shifted_batch(n):
+    return np.expand_dims(n, -1) + np.full(3, 0.5)
+  n = np.array([1, 2, 3])
+  run_everywhere(ctx.batch_uncurried(shifted, per_member=True), [n])
+  run_everywhere(ctx.batch_uncurried(shifted_batch), [n])
