@@ -158,6 +158,17 @@ class XlaErrorsWarning(UserWarning):
   """
 
 
+class ArgumentWriteWarning(UserWarning):
+  """A batched function assigns items of an array its caller reads later.
+
+  In Python `v[0] = x` inside a function changes the caller's array too; a
+  batched function's values are values (each call gets its arguments'
+  values, and its writes stay its own), so the caller would go on with
+  the array unchanged.  The check cannot be exact (the write may never
+  run), so it warns, naming the call.
+  """
+
+
 class MemberMixingWarning(UserWarning):
   """A primitive seems to read other members' values, but may draw at random.
 

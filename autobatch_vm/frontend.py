@@ -341,6 +341,12 @@ class Context(shipping.ContextPickling):
     return sum(p not in bf.static
                for p in code.co_varnames[:code.co_argcount])
 
+  def _writes_of(self, name):
+    """The parameters whose items the batched function assigns, as a
+    Python caller would see its array change
+    (`python.source.item_written_params`)."""
+    return python_to_ir.item_written_params(self._entry(name).python_function)
+
   def _defaults_of(self, name):
     """Parameter name -> default value, for the parameters that have one."""
     bf = self._entry(name)
@@ -450,7 +456,8 @@ class Context(shipping.ContextPickling):
           bf.python_function, self._resolve, self._params_of,
           bf.type_inference, defaults_of=self._defaults_of,
           per_member=bf.per_member, positional_of=self._positional_of,
-          variant_of=self._variant_name, static=bf.static, name=bf.name)
+          variant_of=self._variant_name, static=bf.static, name=bf.name,
+          writes_of=self._writes_of)
     return self._module[name]
 
   def module(self):

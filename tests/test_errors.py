@@ -1177,3 +1177,51 @@ def test_a_loop_counter_gathering_across_the_batch_is_named():
     count_above(np.ones((3, 4)), np.zeros(3))
   check(e, errors.TypeInferenceError, 'gather', 'one number per member',
         'across the batch', 'np.take_along_axis', 'batch_dims=1')
+
+
+def test_a_callee_writing_items_of_an_array_its_caller_reads_warns():
+  # Python's caller sees `union`'s write to `parent`; a batched
+  # function's arrays are values, so the components were counted wrong,
+  # silently (in a dry run too).  Passing a copy, or taking the array
+  # back (`v = f(v)`), does not warn.
+  ctx = ab.Context()
+
+  @ctx.batch(per_member=True)
+  def union(parent, a, b):
+    if parent[a] == parent[b]:
+      return False
+    parent[parent[a]] = parent[b]
+    return True
+
+  @ctx.batch(per_member=True)
+  def components(a, b):
+    parent = np.arange(4)
+    count = 4
+    for e in range(2):
+      if union(parent, a[e], b[e]):  # ERR:union_write
+        count -= 1
+    return count
+
+  @ctx.batch(per_member=True)
+  def reset(v):
+    v[0] = 0.0
+    return v
+
+  @ctx.batch(per_member=True)
+  def own_copy(v):
+    v = v.copy()
+    v[0] = 1.0
+    return v.sum()
+
+  @ctx.batch(per_member=True)
+  def takes_it_back(v):
+    v = reset(v)
+    return own_copy(v) + v.sum()
+  with pytest.warns(errors.ArgumentWriteWarning,
+                    match="union\\(\\) assigns items of its parameter "
+                    "'parent'") as caught:
+    components(np.array([[0, 1], [2, 2]]), np.array([[1, 2], [3, 3]]))
+  assert caught[0].lineno == line_of('union_write')
+  with warnings.catch_warnings():
+    warnings.simplefilter('error', errors.ArgumentWriteWarning)
+    np.testing.assert_allclose(takes_it_back(np.ones((2, 3))), [5.0, 5.0])

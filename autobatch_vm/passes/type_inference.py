@@ -34,6 +34,7 @@ cannot change dtype or shape.
 
 import dataclasses
 import threading
+import warnings
 import weakref
 
 import numpy as np
@@ -634,7 +635,10 @@ class _Inference:
       try:
         # Made-up values may be outside a function's domain (a log of
         # zero): NumPy's warnings about it would be about no user data.
-        with self.backend.error_context(), np.errstate(all='ignore'):
+        with self.backend.error_context(), np.errstate(all='ignore'), (
+            warnings.catch_warnings()):
+          # (`np.var` of no items warns, not through errstate.)
+          warnings.simplefilter('ignore', RuntimeWarning)
           return self.backend.call_for_types(
               op.function, self.dummies(in_types, literals=False,
                                         kind=kind, batch=batch), batch)

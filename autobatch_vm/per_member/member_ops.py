@@ -1226,6 +1226,13 @@ def min(*xs):
     x = xs[0]
     if ragged.is_ragged(x):
       return ragged.builtin('min', x)
+    if _iterable_of_values(x):
+      # A generator or list of one member's values (`min(a[i] for i in
+      # range(n))`): folded pairwise, as Python compares them.
+      items = builtins.list(x)
+      if not items:
+        raise ValueError('min() arg is an empty sequence')
+      return _combine(items, builtins.min, 'minimum', np.minimum)
     return _tf().reduce_min(x) if is_tf(x) else np.min(x)
   return _combine(xs, builtins.min, 'minimum', np.minimum)
 
@@ -1243,14 +1250,29 @@ def max(*xs):
     x = xs[0]
     if ragged.is_ragged(x):
       return ragged.builtin('max', x)
+    if _iterable_of_values(x):
+      # A generator or list of one member's values (`max(a[i] for i in
+      # range(n))`): folded pairwise, as Python compares them.
+      items = builtins.list(x)
+      if not items:
+        raise ValueError('max() arg is an empty sequence')
+      return _combine(items, builtins.max, 'maximum', np.maximum)
     return _tf().reduce_max(x) if is_tf(x) else np.max(x)
   return _combine(xs, builtins.max, 'maximum', np.maximum)
+
+
+def _iterable_of_values(x):
+  """Whether `x` is a generator, list or tuple (not one array): what
+  Python's `min` and `max` take item by item."""
+  return isinstance(x, (list, tuple, types.GeneratorType))
 
 
 def unpacked(value, count):
   """One member's `a, b = value`: a tuple or list as it is, an array's (or
   tensor's) items along its first axis, which must number `count`."""
   if isinstance(value, (tuple, list)):
+    if builtins.len(value) != count:
+      raise ValueError(_unpack_count(builtins.len(value), count))
     return tuple(value)
   if is_tf(value) or _is_member_array(value) or isinstance(value,
                                                             np.ndarray):
@@ -1259,11 +1281,15 @@ def unpacked(value, count):
       raise TypeError(f'cannot unpack non-iterable {type(value).__name__} '
                       'object (a number)')
     if shape[0] != count:
-      raise ValueError(f'{"too many" if shape[0] > count else "not enough"}'
-                       f' values to unpack (expected {count}, got '
-                       f'{shape[0]})')
+      raise ValueError(_unpack_count(shape[0], count))
     return tuple(getitem(value, k) for k in builtins.range(count))
   return tuple(value)
+
+
+def _unpack_count(got, count):
+  """Python's message for unpacking `got` items into `count` names."""
+  return (f'{"too many" if got > count else "not enough"} values to unpack '
+          f'(expected {count}, got {got})')
 
 
 def iterate(values):

@@ -86,8 +86,14 @@ def _size(node, prefix, roles):
 
 
 def _size_index(args, prefix, roles):
-  """`getitem(x.shape, key[i])`: an item of a shape, at a size `i`."""
+  """`getitem(x.shape, key[i])`: an item of a shape, at a size `i`
+  (also of `unpacked(x.shape, n)`, `m, n = x.shape`'s)."""
   shape, key = args
+  if (isinstance(shape, ast.Call) and len(shape.args) == 2 and
+      not shape.keywords and python_primitives.helper_name(
+          shape, prefix, python_primitives.MEMBER_OPS) == 'unpacked' and
+      isinstance(shape.args[1], ast.Constant)):
+    shape = shape.args[0]
   if not (isinstance(shape, ast.Attribute) and shape.attr == 'shape' and
           _shaped(shape.value, prefix, roles) and
           isinstance(key, ast.Subscript)):

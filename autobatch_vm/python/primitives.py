@@ -87,6 +87,9 @@ class PrimitiveRewriter(ast.NodeTransformer):
     # The guards of the operands being visited (rewritten conditions):
     # an item read there happens, in Python, only where all hold.
     self._guards = []
+    # The names the comprehensions being visited bind: their own
+    # variables there, not the function's of the same name.
+    self._shadowed = []
 
   def rewrite(self, node):
     """Rewrites a copy of `node`.
@@ -238,8 +241,38 @@ class PrimitiveRewriter(ast.NodeTransformer):
             all(k.arg is not None for k in node.keywords))
 
   def _is_variable(self, name):
-    """Whether `name` is one of the function's variables (or the IR's)."""
+    """Whether `name` is one of the function's variables (or the IR's),
+    where a comprehension being visited does not bind it."""
+    if any(name in names for names in self._shadowed):
+      return False
     return name in self.local_names or name.startswith('%')
+
+  def _comprehension_scope(self, node):
+    """A comprehension visited in its own scope: its targets' names are
+    its own (`sum(a[i] for i in range(n))` after a loop over `i` reads
+    the comprehension's `i`, not the function's), except in its first
+    iterable, which Python evaluates outside it."""
+    names = {n.id for g in node.generators for n in ast.walk(g.target)
+             if isinstance(n, ast.Name)}
+    first = node.generators[0]
+    outer = self.visit(first.iter)
+    first.iter = ast.copy_location(ast.Constant(None), outer)
+    self._shadowed.append(names)
+    try:
+      node = self.generic_visit(node)
+    finally:
+      self._shadowed.pop()
+    first = node.generators[0]
+    if isinstance(first.iter, ast.Constant):
+      first.iter = outer
+    else:   # `iterate(...)` around it (`visit_comprehension`)
+      first.iter.args[0] = outer
+    return node
+
+  visit_ListComp = _comprehension_scope
+  visit_SetComp = _comprehension_scope
+  visit_DictComp = _comprehension_scope
+  visit_GeneratorExp = _comprehension_scope
 
   def _reads_variables(self, node):
     """Whether expression `node` (not yet rewritten) reads a variable."""

@@ -81,6 +81,55 @@ class Source:
                           lineno + self.first_line - 1, text)
 
 
+def item_written_params(fn_node):
+  """The parameters of function `fn_node` whose items its body assigns
+  (`p[i] = v`, `p[i, j] += v`) and that it never assigns whole: in
+  Python such a write changes the caller's array.  (One assigned whole,
+  `p = p.copy()`, may be a copy by then.)
+
+  Args:
+    fn_node: An `ast.FunctionDef`.
+
+  Returns:
+    The parameter names, a tuple in their order.
+  """
+  args = fn_node.args
+  params = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
+  items, whole = set(), set()
+  for node in _own_nodes(fn_node):
+    targets = []
+    if isinstance(node, ast.Assign):
+      targets = node.targets
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+      targets = [node.target]
+    elif isinstance(node, (ast.For, ast.withitem, ast.NamedExpr)):
+      targets = [getattr(node, 'target', None) or node.optional_vars]
+    for t in targets:
+      for n in ast.walk(t) if t is not None else ():
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+          whole.add(n.id)
+        elif isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store):
+          base = n.value
+          while isinstance(base, (ast.Subscript, ast.Attribute)):
+            base = base.value
+          if isinstance(base, ast.Name):
+            items.add(base.id)
+  return tuple(p for p in params if p in items and p not in whole)
+
+
+def _own_nodes(fn_node):
+  """The nodes of a function's body, without those of functions, lambdas
+  and classes defined in it."""
+  todo = list(fn_node.body)
+  while todo:
+    node = todo.pop()
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda,
+                         ast.ClassDef)):
+      continue
+    yield node
+    todo.extend(ast.iter_child_nodes(node))
+
+
 def assigned_names(fn_node):
   """Names Python would treat as local: parameters and assignment targets.
 
@@ -103,13 +152,15 @@ def assigned_names(fn_node):
       continue   # its body is its own scope
     if isinstance(node, ast.Lambda):
       continue
+    if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp,
+                         ast.GeneratorExp)):
+      # Its targets are local to it, not the function (which may use the
+      # same name: `for x in a: ...`, then `max(x for x in a)`); a `:=`
+      # in it binds in the function.
+      names.update(n.target.id for n in ast.walk(node)
+                   if isinstance(n, ast.NamedExpr))
+      continue
     stack.extend(ast.iter_child_nodes(node))
-  # Comprehension targets are local to the comprehension, not the function.
-  for node in ast.walk(fn_node):
-    if isinstance(node, ast.comprehension):
-      for t in ast.walk(node.target):
-        if isinstance(t, ast.Name):
-          names.discard(t.id)
   return names
 
 

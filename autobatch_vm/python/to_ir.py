@@ -33,6 +33,7 @@ import copy
 import functools
 import operator
 import types
+import warnings
 
 import numpy as np
 
@@ -124,8 +125,9 @@ class _Compiler:
 
   def __init__(self, fn, resolve_batched, params_of, type_inference,
                defaults_of=None, per_member=False, positional_of=None,
-               variant_of=None, static=(), name=None):
+               variant_of=None, static=(), name=None, writes_of=None):
     self.src = python_source.Source(fn)
+    self.writes_of = writes_of or (lambda name: ())
     # The IR function's name: the Python function's, or its variant's
     # for parameters given None (`static`).
     self.name = name or self.src.name
@@ -309,6 +311,8 @@ class _Compiler:
       return
     for t in s.targets:
       self._check_target(t)
+    if self.per_member and self._shape_unpacked(s):
+      return
     if len(s.targets) == 1:
       target = s.targets[0]
       value = (self._unpacked(target, s.value) if self.per_member
@@ -323,6 +327,34 @@ class _Compiler:
       pattern = self._target_pattern(t)
       self.emit(inst.PrimOp((var,), pattern, inst.identity, var,
                             self.src.loc(s)))
+
+  def _shape_unpacked(self, s):
+    """`m, n = a.shape` of a member's array `a`: each name assigned its
+    own item (`m = a.shape[0]`), a size fixed by the member's shape that
+    type inference folds (`passes.size_folding`), as `a.shape[1]` is
+    (the tuple assigned whole was a per-member value, and `np.zeros(n)`
+    was refused).  Whether there are as many names as axes is checked
+    by each item, as Python's unpacking does.  Returns whether `s` was
+    that."""
+    if len(s.targets) != 1:
+      return False
+    target, value = s.targets[0], s.value
+    if not (isinstance(target, (ast.Tuple, ast.List)) and target.elts and
+            all(isinstance(e, ast.Name) for e in target.elts) and
+            isinstance(value, ast.Attribute) and value.attr == 'shape' and
+            isinstance(value.value, ast.Name) and
+            value.value.id in self.locals and
+            value.value.id not in {e.id for e in target.elts}):
+      return False
+    for k, e in enumerate(target.elts):
+      # `unpacked(a.shape, 2)[k]`: the count checked by each item.
+      item = ast.copy_location(ast.Subscript(
+          self._unpacked(target, copy.deepcopy(value)), ast.Constant(k),
+          ast.Load()), value)
+      ast.fix_missing_locations(item)
+      item.listing_text = python_primitives.shorten(ast.unparse(s))
+      self.expr(item, e.id)
+    return True
 
   def _unpacked(self, target, value):
     """`value` for tuple `target` in a per-member function, where a
@@ -1017,6 +1049,7 @@ class _Compiler:
         raise errors.ArgumentError(
             f'{callee}() got multiple values for argument {name!r}', loc=loc)
     positional.update(by_name)
+    self._check_argument_writes(node, callee, positional, target)
     missing = [p for p in params if p not in positional and p not in defaults]
     if missing:
       raise errors.ArgumentError(
@@ -1049,6 +1082,47 @@ class _Compiler:
     out = target if target is not None else self.temp()
     self.emit(inst.FunctionCallOp(callee, tuple(arg_vars), out, loc))
     return out
+
+  def _check_argument_writes(self, call, callee, arguments, target):
+    """Warns where `call` passes a variable that the caller reads later
+    to a parameter whose items `callee` assigns: Python's caller would
+    see the change, this one keeps its value (`ArgumentWriteWarning`).
+    A call whose result the variable takes (`v = f(v)`) does not warn."""
+    assigned = set(inst.pattern_flatten(target)) if target is not None else (
+        set())
+    for p in self.writes_of(callee):
+      arg = arguments.get(p)
+      if not (isinstance(arg, ast.Name) and arg.id in self.locals and
+              arg.id not in assigned and self._read_after(call, arg.id)):
+        continue
+      loc = self.src.loc(call)
+      warnings.warn_explicit(
+          f'{callee}() assigns items of its parameter {p!r}, which this '
+          f'call passes {arg.id!r}, and {self.name}() reads {arg.id!r} '
+          f'afterwards: in Python the call would change {arg.id!r}; here '
+          f'a batched function\'s arrays are values, so {arg.id!r} keeps '
+          f'its value (in {self.name}, {loc.filename}, line {loc.line}).  '
+          f'Return the array and assign it: {arg.id} = {callee}(...), or '
+          f'return it with the result ({p} and the value as a tuple)',
+          errors.ArgumentWriteWarning, filename=loc.filename,
+          lineno=loc.line)
+
+  def _read_after(self, call, name):
+    """Whether this function reads variable `name` after `call` runs:
+    later in its source, or at all where a loop holds the call (whose
+    next trip passes the variable again)."""
+    def in_loop(node, around):
+      if node is call:
+        return around
+      inner = around or isinstance(node, (ast.For, ast.While))
+      return any(in_loop(c, inner) for c in ast.iter_child_nodes(node))
+    if in_loop(self.node, False):
+      return True
+    inside = {id(n) for n in ast.walk(call)}
+    end = (call.end_lineno, call.end_col_offset)
+    return any(isinstance(n, ast.Name) and n.id == name and
+               isinstance(n.ctx, ast.Load) and id(n) not in inside and
+               (n.lineno, n.col_offset) >= end for n in ast.walk(self.node))
 
   def _unrolled(self, s, it):
     """A batch-aware `for i in range(...)` of at most `_MAX_UNROLLED`
@@ -1519,9 +1593,20 @@ def _per_member_promoting(make, loc, text, sizes):
       fn, loc, text, sizes=sizes)
 
 
+def item_written_params(fn):
+  """The parameters of Python function `fn` whose items it assigns and
+  that it never assigns whole (`python.source.item_written_params`); ()
+  where its source cannot be read."""
+  try:
+    node = python_source.Source(fn).node
+  except errors.UnsupportedSyntaxError:
+    return ()
+  return python_source.item_written_params(node)
+
+
 def compile_function(fn, resolve_batched, params_of, type_inference=None,
                      defaults_of=None, per_member=False, positional_of=None,
-                     variant_of=None, static=(), name=None):
+                     variant_of=None, static=(), name=None, writes_of=None):
   """Compiles Python function `fn` to an IR `Function`.
 
   Args:
@@ -1543,6 +1628,9 @@ def compile_function(fn, resolve_batched, params_of, type_inference=None,
       passes None calls it.  None: no variants.
     static: The parameters this compile fixes to None (a variant).
     name: The IR function's name (a variant's); None: `fn`'s.
+    writes_of: Batched function name -> the parameters whose items it
+      assigns (`item_written_params`); a call passing a variable there
+      that the caller reads afterwards warns (`ArgumentWriteWarning`).
 
   Returns:
     The untyped IR `Function`.
@@ -1556,4 +1644,4 @@ def compile_function(fn, resolve_batched, params_of, type_inference=None,
   """
   return _Compiler(fn, resolve_batched, params_of, type_inference,
                    defaults_of, per_member, positional_of, variant_of,
-                   tuple(static), name).compile()
+                   tuple(static), name, writes_of).compile()

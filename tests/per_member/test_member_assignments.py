@@ -156,3 +156,19 @@ def test_a_members_array_unpacks_into_names():
   with pytest.raises(errors.PrimitiveError,
                      match=r'`a, b = v`.*too many values to unpack'):
     unpacking(np.ones((2, 3)), m[:2])
+
+
+def test_a_shape_unpacked_gives_sizes_known_when_compiled():
+  # `m, n = a.shape` made `n` a per-member value, so `np.zeros(n)` was
+  # refused (`n = a.shape[1]` was not); more names than axes is Python's
+  # ValueError.
+  ctx = ab.Context()
+
+  def padded(a):
+    m, n = a.shape
+    return np.zeros(n) + m, np.eye(m)[0] * n
+
+  fn = ctx.batch_uncurried(padded, per_member=True)
+  python_tests.run_everywhere(fn, [np.ones((2, 3, 4))])
+  with pytest.raises(errors.PrimitiveError, match='too many values to unpack'):
+    fn(np.ones((2, 3, 4, 5)))

@@ -231,3 +231,32 @@ def test_reversed_ranges_and_sequences():
   run_everywhere(backwards, [a, b, np.linspace(-1.0, 2.0, 6)])
   run_everywhere(horner_backwards, [_data(3).normal(size=(3, 4)),
                                     np.array([0.5, -1.0, 2.0])])
+
+
+def loop_then_comprehension(a):
+  total = 0
+  for x in a:
+    total += x
+  largest = max(x for x in a)
+  smallest = min([x * 2 for x in a])
+  s = 0
+  for i in range(len(a)):
+    s += a[i]
+  squares = sum(a[i] * a[i] for i in range(len(a)))
+  return total, largest, smallest, s, squares
+
+
+def test_a_comprehension_reusing_a_loops_name_has_its_own_variable():
+  # The comprehension's `x` and `i` are its own (Python 3 scoping): they
+  # were dropped from the function's variables, so the loops' `x` and `i`
+  # were "not defined"; read as the function's, sum(a[i] * a[i] for i in
+  # ...) took the last `i` every time, silently.  max() and min() of a
+  # generator fold its items.
+  ctx = ab.Context()
+  a = np.array([[1, -2, 3, -4, 0], [2, 4, 6, 8, 10]])
+  fn = ctx.batch_uncurried(loop_then_comprehension, per_member=True)
+  want = [loop_then_comprehension(list(row)) for row in a]
+  got = fn(a, dry_run=True)
+  for k in range(5):
+    np.testing.assert_array_equal(got[k], [w[k] for w in want])
+  run_everywhere(fn, [a])
