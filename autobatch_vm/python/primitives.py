@@ -248,10 +248,18 @@ class PrimitiveRewriter(ast.NodeTransformer):
     return name in self.local_names or name.startswith('%')
 
   def _comprehension_scope(self, node):
-    """A comprehension visited in its own scope: its targets' names are
-    its own (`sum(a[i] for i in range(n))` after a loop over `i` reads
-    the comprehension's `i`, not the function's), except in its first
-    iterable, which Python evaluates outside it."""
+    """Visits a comprehension in its own scope.
+
+    Its targets' names are its own (`sum(a[i] for i in range(n))` after
+    a loop over `i` reads the comprehension's `i`, not the function's),
+    except in its first iterable, which Python evaluates outside it.
+
+    Args:
+      node: The comprehension's AST node.
+
+    Returns:
+      Its replacement.
+    """
     names = {n.id for g in node.generators for n in ast.walk(g.target)
              if isinstance(n, ast.Name)}
     first = node.generators[0]
