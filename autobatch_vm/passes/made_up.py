@@ -29,7 +29,9 @@ def made_up(tensor_type, kind, batch=1, position=0):
   element, for floats and complex numbers (ones for integers, True for
   booleans); or those, with each integer input the next count (`position`
   + 1: `lo` 2 and `hi` 3 in `f(v, lo, hi)`, whose `v[lo:hi]` then has an
-  item, where equal bounds make every slice empty and its maximum fail).
+  item, where equal bounds make every slice empty and its maximum fail)
+  and `position` added to each float input (`(v - lo) / (hi - lo)` then
+  divides by no zero).
   Together they are valid inputs for the usual restricted domains:
   logarithms, roots, arc-cosines, divisions, solves, inverses, Cholesky
   factors and the extremes of slices.
@@ -54,6 +56,8 @@ def made_up(tensor_type, kind, batch=1, position=0):
     return np.full(shape, position + 1, dtype)
   if kind in ('uniform', 'count') and dtype.kind in 'fc':
     values = np.random.default_rng(0).uniform(0.25, 0.75, size=shape)
+    if kind == 'count':   # inputs that differ (`(v - lo) / (hi - lo)`)
+      values = values + position
     return values.astype(dtype)
   return np.ones(shape, dtype)
 

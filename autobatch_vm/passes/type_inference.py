@@ -508,6 +508,11 @@ class _Inference:
         member_indexing.check(op, in_types, self.backend)
       weak = self.prim_with_literals(op, in_types)
       if weak is not None:
+        if op.per_member and any(
+            t.shape for t in inst.pattern_flatten(weak, inst.TensorType)):
+          # Typed on Python numbers (`v[k:]` of a loop counter `k`),
+          # which are arrays at run time.
+          self.check_member_shapes(op, in_types, None)
         self.prim_cache[key] = weak
         if batch_aware:
           # At run time those numbers are arrays, one per member.
@@ -581,11 +586,14 @@ class _Inference:
     shapes differ from it, and from each other, at run time.  Traced
     symbolically, as eagerly, the per-member layer finds the shape unknown
     and raises its `PerMemberError`.  Only results with an axis per member
-    are traced: a scalar's shape does not follow the data.
+    are traced: a scalar's shape does not follow the data.  `value` None:
+    a result typed on Python numbers (weak inputs), which are arrays at
+    run time, eagerly too.
     """
-    if (not self.backend.in_graph() or self.backend.traces_symbolically()
-        or not any(len(self.backend.shape(leaf)) > 1
-                   for leaf in inst.pattern_flatten(value))):
+    if not self.on_tensorflow or (value is not None and (
+        not self.backend.in_graph() or self.backend.traces_symbolically() or
+        not any(len(self.backend.shape(leaf)) > 1
+                for leaf in inst.pattern_flatten(value)))):
       return
     try:
       self.backend.trace(op.function, self.dummies(in_types, literals=False))
@@ -738,8 +746,9 @@ class _Inference:
     # time, which NumPy mixes as Python mixes numbers; TensorFlow does not
     # mix an int64 and a float64 (`s + math.factorial(k)`).
     mixed = self.on_tensorflow and len({l.dtype.kind for l in leaves}) > 1
-    if expected is None or not weak or (
-        all(l.weak for l in leaves) and not mixed):
+    only_weak = all(l.weak for l in leaves) and not mixed
+    if expected is None or not weak or (only_weak and
+                                        not self.on_tensorflow):
       return ()
     expected = _strip(expected)
     candidates = []
@@ -773,6 +782,16 @@ class _Inference:
     own = {i: in_types[i].dtype for i in weak}
     if gives_expected(own):
       return ()
+    if only_weak and not mistakes and not gots:
+      # On TensorFlow, weak numbers alone as arrays fail where the op's
+      # own Python numbers meet them (`2.0 * j` of an int64 counter: the
+      # operator casts 2.0 to int64 and refuses): no dtype of theirs
+      # helps, the promoting form may (`with_casts`).
+      raise errors.TypeInferenceError(
+          f'`{op.text}` fails on TensorFlow where its inputs are arrays of '
+          'their dtypes, as at run time', loc=op.loc,
+          hint='TensorFlow\'s operators do not mix dtypes: cast the '
+          'number first (np.float64(j)).')
     chosen = {}
     for i in weak:
       for dtype in [in_types[i].dtype] + candidates:

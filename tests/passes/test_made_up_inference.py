@@ -241,3 +241,32 @@ def test_tensorflow_primitives_are_traced_not_run():
                       stackless=stackless)
     check(got, np.log(x - 7.0))
   check(shifted_log(tf.constant(x), dry_run=True), np.log(x - 7.0))
+
+
+def test_made_up_inputs_that_differ_type_a_ratio_of_differences():
+  # Every kind made `lo` and `hi` equal, so (v - lo) / (hi - lo) was NaN
+  # and int() of it failed inference on NumPy.
+  from tests.python import run_everywhere  # pylint: disable=g-import-not-at-top
+  ctx = ab.Context()
+
+  def bin_index(v, lo, hi):
+    return int((v - lo) / (hi - lo) * 5)
+  run_everywhere(ctx.batch_uncurried(bin_index, per_member=True),
+                 [np.array([0.5, 0.1, 0.9]), np.zeros(3), np.ones(3)])
+
+
+def test_a_python_float_times_a_counter_runs_on_tensorflow():
+  # `2.0 * j` of an int64 counter typed on Python numbers; at run time
+  # TensorFlow's operator cast 2.0 to int64 and failed.
+  from tests.python import run_everywhere  # pylint: disable=g-import-not-at-top
+  ctx = ab.Context()
+
+  def ramp(n):
+    s = 0.0
+    for j in range(n):
+      b = 2.0 * j
+      s = s + b - 1.0
+    return s
+  n = np.array([3, 1, 4])
+  run_everywhere(ctx.batch_uncurried(ramp), [n])
+  run_everywhere(ctx.batch_uncurried(ramp, per_member=True), [n])

@@ -236,3 +236,25 @@ def test_a_numpy_constant_meets_an_integer_member_as_numpy_promotes():
   n = np.array([1, 2, 3])
   run_everywhere(ctx.batch_uncurried(shifted, per_member=True), [n])
   run_everywhere(ctx.batch_uncurried(shifted_batch), [n])
+
+
+def test_a_kept_slice_of_a_counters_bound_is_refused_on_tensorflow():
+  # `x = v[k:]` of a loop counter: typed on Python numbers, it ran into
+  # TensorFlow's raw "Incompatible shapes" eagerly and under
+  # tf.function; on NumPy the counters agree and it runs.
+  tf = pytest.importorskip('tensorflow')
+  ctx = ab.Context()
+
+  def tails(v):
+    s = 0.0
+    for k in range(3):
+      x = v[k:]
+      s += x[0]
+    return s
+  fn = ctx.batch_uncurried(tails, per_member=True)
+  v = np.arange(12.0).reshape(3, 4)
+  np.testing.assert_allclose(fn(v), fn(v, dry_run=True))
+  for run in (lambda *a: fn(*a), lambda *a: tf.function(fn)(*a)):
+    with pytest.raises(errors.PerMemberError) as info:
+      _quiet(run, tf.constant(v))
+    assert info.value.lineno == _line_of(tails, 'x = v[k:]')
