@@ -40,7 +40,7 @@ __all__ = ['member_call', 'member_helper', 'local_names', 'static_value',
 # functions of the same name, what they mean for numbers.
 _BUILTINS = {getattr(builtins, n): n for n in
              ('min', 'max', 'abs', 'len', 'int', 'float', 'round', 'sum',
-              'all', 'any')}
+              'all', 'any', 'sorted')}
 # NumPy's arrays like another, which `member_ops.call` makes of one
 # member's tensor too (TensorFlow's symbolic tensors reach no NumPy
 # function).
@@ -145,7 +145,8 @@ def member_call(obj, node):
   for table in (_BUILTINS, _ARRAYS):
     for fn, name in table.items():
       if obj is fn:
-        if starred or (node.keywords and name not in ('asarray', 'round')):
+        if starred or (node.keywords and
+                       name not in ('asarray', 'round', 'sorted')):
           return None
         return name
   try:

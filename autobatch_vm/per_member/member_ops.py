@@ -47,7 +47,7 @@ from autobatch_vm.per_member import member_math
 from autobatch_vm.per_member import ragged
 
 __all__ = ['key', 'getitem', 'setitem', 'asarray', 'min', 'max', 'sum', 'all',
-           'any', 'abs',
+           'any', 'abs', 'sorted',
            'len', 'int', 'iterate',
            'float', 'round', 'math_fn', 'math_rows', 'int_rows',
            'round_rows', 'where', 'choose', 'all_of', 'any_of',
@@ -531,7 +531,7 @@ def call(func, *args, **kwargs):
   Returns:
     What `func` gives for one member.
   """
-  if type(func) in (types.FunctionType, types.MethodType):  # pylint: disable=unidiomatic-typecheck
+  if member_helpers.is_helper(func):
     return member_helpers.member_helper(func, sys.modules[__name__])(
         *args, **kwargs)
   values = leaves(list(args)) + leaves(list(kwargs.values()))
@@ -1129,6 +1129,12 @@ def setitem(x, index, value):
   Returns:
     A new array; `x` is unchanged.
   """
+  items = leaves(value) if isinstance(value, (list, tuple)) else ()
+  if is_tf(*items) or builtins.any(_is_member_array(v) for v in items):
+    # `stack[sp] = (r, c)`: a row of one member's values.
+    value = asarray(value)
+  if ragged.is_ragged(x, value):
+    next(v for v in (x, value) if ragged.is_ragged(v)).refuse()
   if is_tf(x, value) or (is_tf(*_parts(index)) and not _is_member_array(x)):
     # A member's index of a tensor is a gather (`getitem`); a number
     # under a mask a select, which pfor vectorizes.
@@ -1259,6 +1265,32 @@ def max(*xs):
       return _combine(items, builtins.max, 'maximum', np.maximum)
     return _tf().reduce_max(x) if is_tf(x) else np.max(x)
   return _combine(xs, builtins.max, 'maximum', np.maximum)
+
+
+def sorted(values, key=None, reverse=False):
+  """One member's `sorted(values)`: of one member's vector, its items in
+  order as an array (`np.sort`; Python's gives a list of them); else
+  Python's.
+
+  Args:
+    values: An iterable.
+    key: As Python's (only with a list or tuple).
+    reverse: Whether the order is descending.
+
+  Returns:
+    The items in order.
+  """
+  if ragged.is_ragged(values):
+    values.refuse()
+  items = leaves(values) if isinstance(values, (list, tuple)) else ()
+  if key is None and (is_tf(*items) or builtins.any(
+      _is_member_array(v) for v in items)):
+    values = asarray(values)   # `sorted([a, b])` of one member's numbers
+  if key is None and (is_tf(values) or _is_member_array(values)) and (
+      builtins.len(values.shape) == 1):
+    out = call(np.sort, values)
+    return out[::-1] if reverse else out
+  return builtins.sorted(values, key=key, reverse=reverse)
 
 
 def _iterable_of_values(x):

@@ -12,14 +12,13 @@ NumPy's as written otherwise.
 """
 
 import sys
-import types
 
 import numpy as np
 
 from autobatch_vm.per_member import member_helpers
 from autobatch_vm.per_member import member_ops
 
-__all__ = ['numpy_call', 'numpy_method', 'matmul']
+__all__ = ['numpy_call', 'numpy_method', 'matmul', 'table_item']
 
 
 def numpy_call(func, *args, **kwargs):
@@ -40,7 +39,7 @@ def numpy_call(func, *args, **kwargs):
   Returns:
     What it gives for the batch.
   """
-  if type(func) in (types.FunctionType, types.MethodType):  # pylint: disable=unidiomatic-typecheck
+  if member_helpers.is_helper(func):
     return member_helpers.tf_numpy_helper(func, sys.modules[__name__])(
         *args, **kwargs)
   if member_ops.is_tf(*member_ops.leaves(list(args) + list(kwargs.values()))):
@@ -87,3 +86,35 @@ def numpy_method(obj, name, *args, **kwargs):
   if not member_ops.is_tf(obj) or hasattr(obj, name):
     return getattr(obj, name)(*args, **kwargs)
   return member_ops.method(obj, name, *args, **kwargs)
+
+
+def table_item(table, index):
+  """`table[index]` in a batch-aware primitive's TensorFlow form, of the
+  user's constant `table` (a NumPy array) at indices that are tensors
+  (`ITEMS[i]`, `COST[i, j]`, an index per member): NumPy cannot take
+  symbolic tensors, so integer indices (tensors and numbers) are one
+  gather, negative ones counting from the end as NumPy's do; any other
+  index is the table's own.
+
+  Args:
+    table: The value indexed.
+    index: The index, as Python gives it to `__getitem__`.
+
+  Returns:
+    The items.
+  """
+  parts = index if isinstance(index, tuple) else (index,)
+  if not (isinstance(table, np.ndarray) and member_ops.is_tf(*parts) and
+          len(parts) <= table.ndim and all(
+              (member_ops.is_tf(p) and p.dtype.is_integer) or
+              (isinstance(p, (int, np.integer)) and not isinstance(p, bool))
+              for p in parts)):
+    return table[index]
+  tf = sys.modules['tensorflow']
+  at = []
+  for p, n in zip(parts, table.shape):
+    p = tf.cast(p, tf.int64)
+    at.append(tf.where(p < 0, p + n, p))
+  zero = sum(tf.zeros_like(p) for p in at)   # their broadcast shape
+  at = tf.stack([p + zero for p in at], axis=-1)
+  return tf.gather_nd(tf.constant(table), at)

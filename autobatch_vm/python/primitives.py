@@ -510,7 +510,8 @@ class _Promoting(_FormRewriter):
 class _TfNumpy(_FormRewriter):
   """The calls `PrimitiveRewriter` marked (`ab_tf_numpy`) as calls of
   `per_member.tf_numpy`'s `numpy_call` and `numpy_method` (bound to
-  `<prefix>` + `TF_NUMPY_OPS`), and `a @ b` as its `matmul`."""
+  `<prefix>` + `TF_NUMPY_OPS`), `a @ b` as its `matmul`, and items of a
+  constant read at the function's values as its `table_item`."""
 
   def visit_BinOp(self, node):
     node = self.generic_visit(node)
@@ -518,6 +519,26 @@ class _TfNumpy(_FormRewriter):
       return node
     self.changed = True
     return member_helpers.matmul_call(self.prefix + TF_NUMPY_OPS, node)
+
+  def visit_Subscript(self, node):
+    node = self.generic_visit(node)
+    value = node.value
+    if not (isinstance(node.ctx, ast.Load) and isinstance(value, ast.Name)
+            and input_position(value, self.prefix) is None and
+            not value.id.startswith(self.prefix) and any(
+                input_position(n, self.prefix) is not None
+                for n in ast.walk(node.slice))):
+      return node
+    # `TABLE[i]` of the user's constant array at a batch of indices:
+    # `tf_numpy.table_item`, a gather (NumPy cannot take the symbolic
+    # indices).
+    self.changed = True
+    key = ast.Subscript(ast.Attribute(ast.Name(self.prefix + _OPS,
+                                               ast.Load()), 'key',
+                                      ast.Load()), node.slice, ast.Load())
+    fn = ast.Attribute(ast.Name(self.prefix + TF_NUMPY_OPS, ast.Load()),
+                       'table_item', ast.Load())
+    return ast.copy_location(ast.Call(fn, [value, key], []), node)
 
   def visit_Call(self, node):
     node = self.generic_visit(node)

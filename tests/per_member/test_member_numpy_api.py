@@ -226,3 +226,27 @@ def test_order_statistics_run_on_every_backend():
     np.testing.assert_allclose(alone[0], np.median(v, axis=1))
     np.testing.assert_allclose(alone[2], np.percentile(v, [10, 90], axis=1).T)
   python_tests.run_everywhere(order_statistics, [v, m], check)
+
+
+INF = 10 ** 9
+
+
+def fills_rows_and_sorts(x, r, c):
+  m = np.full(4, x)
+  best = np.full(3, INF)
+  stack = np.zeros((3, 2), dtype=np.int64)
+  stack[1] = (r, c)
+  stack[2] = [0, c]
+  s = sorted(np.array([x, r * 1.0, c * 2.0]))
+  down = sorted([r, c], reverse=True)
+  return m.sum() + best.min(), stack, s[1], down[0]
+
+
+def test_fills_rows_of_values_and_sorted_run_everywhere():
+  # np.full of a member's value (NumPy's own full ran, as if a helper of
+  # the user's, and refused it), a tuple of a member's values assigned
+  # to a row, and Python's sorted() of a member's vector or numbers.
+  ctx = ab.Context()
+  python_tests.run_everywhere(
+      ctx.batch_uncurried(fills_rows_and_sorts, per_member=True),
+      [np.array([3.0, 5.0, 7.0]), np.array([1, 2, 3]), np.array([4, 5, 6])])

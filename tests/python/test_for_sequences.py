@@ -260,3 +260,20 @@ def test_a_comprehension_reusing_a_loops_name_has_its_own_variable():
   for k in range(5):
     np.testing.assert_array_equal(got[k], [w[k] for w in want])
   run_everywhere(fn, [a])
+
+
+TABLE = np.array([3, 34, 4, 12, 5, 2])
+COST = np.arange(12.0).reshape(3, 4)
+
+
+def table_reads(i, j, s):
+  return s - TABLE[i] + COST[j, i % 4] + COST[-1, j] + TABLE[-1 - i]
+
+
+def test_a_constant_table_read_at_a_batch_of_indices_runs_in_a_graph():
+  # `TABLE[i]` of a global array in a batch-aware function: NumPy's
+  # indexing got symbolic tensors under tf.function and XLA.
+  ctx = ab.Context()
+  run_everywhere(ctx.batch_uncurried(table_reads),
+                 [np.array([0, 2, 3]), np.array([1, 2, 0]),
+                  np.array([10.0, 10.0, 10.0])])
