@@ -51,6 +51,8 @@ FAILURES = {
     'zero_log_base': ('ZeroDivisionError', 'float division by zero'),
     'factorial_negative': ('ValueError',
                            'factorial() not defined for negative values'),
+    'negative_integer': ('ValueError', 'comb(), perm() and isqrt() take '
+                         'nonnegative integers'),
     # A slice whose bounds differ between members (`per_member.ragged`).
     'empty_reduction': ('ValueError',
                         'zero-size array to reduction operation which has '
@@ -79,8 +81,11 @@ _PLAIN = {'degrees', 'radians'}      # no check: Python computes x * k
 _INT = {'floor', 'ceil', 'trunc'}
 _BOOL = {'isnan', 'isinf', 'isfinite'}
 # Every name the rewrite routes here; those this Python's `math` has.
+# Number theory of a member's integers (`_integer_function`).
+_INTEGER = {'gcd', 'lcm', 'comb', 'perm', 'isqrt'}
 NAMES = frozenset(n for n in (set(_FLOAT1) | set(_FLOAT2) | _PLAIN | _INT |
-                              _BOOL | {'log', 'isclose', 'factorial'})
+                              _BOOL | _INTEGER |
+                              {'log', 'isclose', 'factorial'})
                   if hasattr(math, n))
 # n! for the n whose factorial an int64 holds.
 _FACTORIALS = np.array([math.factorial(k) for k in range(21)], np.int64)
@@ -284,7 +289,8 @@ def result_kind(name):
   integer: `floor`, `ceil`, `trunc`) or 'f'."""
   if name in _BOOL or name == 'isclose':
     return 'b'
-  return 'i' if name in _INT or name == 'factorial' else 'f'
+  return 'i' if name in _INT or name in _INTEGER or name == 'factorial' else (
+      'f')
 
 
 def _python_first(compute, guard):
@@ -349,6 +355,8 @@ def math_fn(note, name, *args, guard=None, rows=False, **keywords):
     if name == 'factorial':
       return _factorial(note, args[0], guard)
     return _int_of(note, name, args[0], guard, rows)
+  if name in _INTEGER:
+    return _integer_function(note, name, args, guard)
   xs = [_as_float64(x) for x in args]
   api = _TfApi if _is_tf(*xs) else _NpApi
   if _is_tf(*xs):
@@ -445,6 +453,87 @@ def _factorial(note, n, guard):
     tf = _tf()
     return tf.gather(tf.constant(_FACTORIALS), tf.cast(at, tf.int64))
   return _FACTORIALS[at]
+
+
+def _integer_function(note, name, args, guard):
+  """`math.gcd`, `lcm` (of any number of integers), `comb`, `perm` and
+  `isqrt` of a member's integers, as int64s; a negative argument of the
+  last three fails the member with Python's `ValueError`, a result
+  beyond int64 as an int64 that cannot hold it (a Python int would).
+
+  `gcd`, `lcm`, `comb` and `perm` loop a number of times that depends on
+  the values: on NumPy over the members at once, up to the largest
+  count; on TensorFlow, where such a loop does not compile under XLA,
+  they are refused with the loop to write instead.
+  """
+  for x in args:
+    if _kind(x) not in 'iub':
+      raise TypeError(f"'{_dtype(x).name}' object cannot be interpreted as "
+                      'an integer')
+  arity = {'isqrt': (1, 1), 'comb': (2, 2), 'perm': (1, 2)}.get(
+      name, (0, 64))
+  if not arity[0] <= len(args) <= arity[1]:
+    raise TypeError(f'math.{name}() takes {arity[0]} to {arity[1]} '
+                    f'arguments ({len(args)} given)')
+  if name == 'isqrt':
+    return _isqrt(note, args[0], guard)
+  if _is_tf(*args):
+    from autobatch_vm import errors  # pylint: disable=g-import-not-at-top
+    raise errors.PerMemberError(
+        f'math.{name}() of a member\'s integers on TensorFlow: its loop '
+        'runs a number of times that depends on the values, which the '
+        'vectorizer would run per member and XLA does not compile.',
+        hint='Write the loop in the function itself, where loops are per '
+        'member (Euclid\'s: while b != 0: a, b = b, a % b), or run on '
+        'NumPy.')
+  xs = [np.asarray(x.batched if _is_member(x) else x, np.int64) for x in args]
+  wrap = (lambda v: _rules().MemberArray(v)) if any(
+      _is_member(x) for x in args) else (lambda v: v)
+  if name in ('gcd', 'lcm'):
+    if not xs:
+      return 0 if name == 'gcd' else 1
+    out = xs[0]
+    for x in xs[1:]:
+      out = np.gcd(out, x) if name == 'gcd' else np.lcm(out, x)
+    return wrap(np.abs(out))
+  n = xs[0]
+  k = xs[1] if len(xs) > 1 else n
+  bad = (n < 0) | (k < 0)
+  note('negative_integer', wrap(bad), guard)
+  n, k = np.where(bad, 0, n), np.where(bad, 0, k)
+  none = k > n   # no way to choose: 0
+  k = np.where(none, 0, k)
+  if name == 'comb':
+    k = np.minimum(k, n - k)
+  out = np.ones(np.broadcast(n, k).shape, np.int64)
+  over = np.zeros(out.shape, bool)
+  limit = np.iinfo(np.int64).max
+  for i in range(1, int(np.max(k, initial=0)) + 1):
+    live = i <= k
+    factor = np.where(live, n - k + i if name == 'comb' else n - i + 1, 1)
+    over |= live & (out > limit // np.maximum(factor, 1))
+    out = np.where(live, out * factor // (i if name == 'comb' else 1), out)
+  out = np.where(none, 0, out)
+  note('int64', wrap(over), guard)
+  return wrap(out)
+
+
+def _isqrt(note, n, guard):
+  """`math.isqrt`: the floor of the square root of a nonnegative
+  integer, exact (a float's root corrected by a step either way)."""
+  api = _api(n)
+  note('negative_integer', n < 0, guard)
+  if _is_tf(n):
+    tf = _tf()
+    n = tf.maximum(tf.cast(n, tf.int64), 0)
+    r = tf.cast(tf.floor(tf.sqrt(tf.cast(n, tf.float64))), tf.int64)
+  else:
+    n = api.maximum(n.astype(np.int64) if _is_member(n) else np.int64(n), 0)
+    r = np.floor(np.sqrt(n.astype(np.float64))).astype(np.int64)
+  for _ in range(2):
+    r = api.where(r * r > n, r - 1, r)
+    r = api.where((r + 1) * (r + 1) <= n, r + 1, r)
+  return r
 
 
 def _int_of(note, name, x, guard, rows):

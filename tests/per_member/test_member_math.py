@@ -316,3 +316,35 @@ def test_factorial_of_a_members_integer():
     _same(_numpy(run()), ref, 1e-12)
   with pytest.raises(errors.PrimitiveError, match='interpreted as an integer'):
     factorial(np.array([1.0, 2.0]))
+
+
+def number_theory(a, b):
+  return (math.gcd(a, b), math.lcm(a, b), math.comb(a, 3), math.perm(a, 2),
+          math.perm(b % 9), math.isqrt(a * b), math.gcd(a, b, 6))
+
+
+def test_integer_functions_of_math_match_python():
+  # gcd, lcm, comb, perm and isqrt of a member's integers: a raw
+  # TensorFlow TypeError, or on NumPy a "per-member value used as one
+  # Python integer" refusal.  On TensorFlow the looping ones are refused
+  # with the loop to write; isqrt runs everywhere.
+  tf = pytest.importorskip('tensorflow')
+  ctx = ab.Context()
+  fn = ctx.batch_uncurried(number_theory, per_member=True)
+  a, b = np.array([12, 7, 10, 30, 0]), np.array([18, 3, 15, 4, 5])
+  want = [number_theory(int(x), int(y)) for x, y in zip(a, b)]
+  for stackless in (False, True):
+    got = fn(a, b, stackless=stackless)
+    for k, values in enumerate(got):
+      np.testing.assert_array_equal(values, [w[k] for w in want])
+  with pytest.raises(errors.PerMemberError, match='math.gcd'):
+    fn(tf.constant(a), tf.constant(b))
+
+  def root(n):
+    return math.isqrt(n)
+  from tests.python import run_everywhere  # pylint: disable=g-import-not-at-top
+  roots = ctx.batch_uncurried(root, per_member=True)
+  run_everywhere(roots, [np.array([0, 1, 15, 16, 17, 10 ** 12 + 1])])
+  with pytest.raises(errors.PrimitiveError,
+                     match=r'ValueError in .* for batch members \[1\]'):
+    roots(np.array([4, -1]))
