@@ -465,11 +465,12 @@ def static_item(table, index):
 def _promotion_dtype(x):
   """What `np.result_type` takes for operand `x`: a tensor's or array's
   dtype, a Python number itself (weak); None for anything else."""
-  if type(x) in (bool, int, float):
+  if type(x) in (bool, int, float, complex):
     return x
   if _is_tf(x):
     dtype = _tf().as_dtype(x.dtype)
-    if not (dtype.is_floating or dtype.is_integer or dtype.is_bool):
+    if not (dtype.is_floating or dtype.is_integer or dtype.is_bool or
+            dtype.is_complex):
       return None
     return np.dtype(dtype.as_numpy_dtype)
   dtype = getattr(x, 'dtype', None)
@@ -478,7 +479,7 @@ def _promotion_dtype(x):
 
 def _cast_to(x, dtype):
   """`x` as `dtype`: a tensor or array cast, a Python number as it is."""
-  if type(x) in (bool, int, float):
+  if type(x) in (bool, int, float, complex):
     return x
   if _is_tf(x):
     tf = _tf()

@@ -487,6 +487,21 @@ class _CallRewriter(ast.NodeTransformer):
       node.iter = self._iterated(node.iter)
     return node
 
+  def visit_Assign(self, node):
+    node = self.generic_visit(node)
+    target = node.targets[0]
+    if (self.decide is member_call and len(node.targets) == 1 and
+        isinstance(target, (ast.Tuple, ast.List)) and not any(
+            isinstance(e, ast.Starred) for e in target.elts) and
+        not isinstance(node.value, (ast.Tuple, ast.List))):
+      # `x, y = v` of a member's vector: `member_ops.unpacked(v, 2)`
+      # (Python iterates no tensor inside a graph).
+      self.changed = True
+      node.value = _located(ast.Call(
+          ast.Attribute(ast.Name(_OPS, ast.Load()), 'unpacked', ast.Load()),
+          [node.value, ast.Constant(len(target.elts))], []), node.value)
+    return node
+
   def visit_Subscript(self, node):
     node = self.generic_visit(node)
     if self.decide is not member_call or not isinstance(node.ctx, ast.Load):

@@ -35,6 +35,8 @@ import sys
 
 import numpy as np
 
+from autobatch_vm import errors
+
 __all__ = ['NAMES', 'FAILURES', 'MemberFailure', 'math_fn', 'to_int',
            'round_half_even']
 
@@ -478,7 +480,6 @@ def _integer_function(note, name, args, guard):
   if name == 'isqrt':
     return _isqrt(note, args[0], guard)
   if _is_tf(*args):
-    from autobatch_vm import errors  # pylint: disable=g-import-not-at-top
     raise errors.PerMemberError(
         f'math.{name}() of a member\'s integers on TensorFlow: its loop '
         'runs a number of times that depends on the values, which the '

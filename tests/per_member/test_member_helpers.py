@@ -160,3 +160,20 @@ def test_a_helper_without_such_calls_is_called_as_it_is():
   def plain(x):
     return x * 2 + 1
   assert member_helpers.member_helper(plain, None) is plain
+
+
+def _product_of_coordinates(v):
+  x, y = v
+  return x * y
+
+
+def test_a_helper_unpacking_a_members_vector_runs_on_tensorflow():
+  # `x, y = v` in a helper iterated the tensor (a misleading "needs a
+  # single bool" PerMemberError on TensorFlow).
+  from tests.python import run_everywhere  # pylint: disable=g-import-not-at-top
+  ctx = ab.Context()
+
+  def area(v):
+    return _product_of_coordinates(v) + 1.0
+  run_everywhere(ctx.batch_uncurried(area, per_member=True),
+                 [np.array([[1.0, 2.0], [3.0, 4.0], [0.5, 8.0]])])

@@ -250,3 +250,16 @@ def test_fills_rows_of_values_and_sorted_run_everywhere():
   python_tests.run_everywhere(
       ctx.batch_uncurried(fills_rows_and_sorts, per_member=True),
       [np.array([3.0, 5.0, 7.0]), np.array([1, 2, 3]), np.array([4, 5, 6])])
+
+
+def complex_roots(c):
+  z = np.array([1.0 + 0j, 0.4 + 0.9j])
+  return z[1] * z[1] + c[0], np.abs(z[0] - c[1])
+
+
+def test_complex_and_real_values_mix_on_tensorflow():
+  # A complex128 plus a float64 was TensorFlow's dtype error.
+  ctx = ab.Context()
+  python_tests.run_everywhere(
+      ctx.batch_uncurried(complex_roots, per_member=True),
+      [np.array([[1.0, 2.0], [0.5, -1.0]])])
