@@ -428,6 +428,8 @@ class PrimitiveRewriter(ast.NodeTransformer):
           [self._ops('floordiv', [a, b], node),
            self._ops('mod', [copy.deepcopy(a), copy.deepcopy(b)], node)],
           ast.Load()), node)
+    if self.per_member and callee in _FILTER_FOLDS:
+      node, callee = _unfiltered(node, callee)
     if self.per_member and self._is_method_call(node):
       # `v.max()`: a method of a value (an array's, which a TensorFlow
       # tensor may lack: `member_ops.method`).
@@ -604,6 +606,50 @@ def promoting(body, prefix):
     The new expression, or None where it has no such operator.
   """
   return _Promoting(prefix).rewrite(body)
+
+
+# Python's builtins whose generator argument's `if` a per-member
+# primitive folds into its items (`_unfiltered`).
+_FILTER_FOLDS = (builtins.sum, builtins.len, builtins.any, builtins.all)
+
+
+def _unfiltered(node, callee):
+  """`sum(e for x in v if c)` as `sum((e if c else 0) for x in v)`, and
+  `len([e for x in v if c])`, `any(...)`, `all(...)` likewise: a
+  member's `c` decides item by item, where Python's `if` in the
+  generator needs one bool (the items the filter drops count as 0,
+  False or True).  Returns `(node, callee)`: the call and the builtin it
+  calls (`sum` for `len`); `node` and `callee` as they are where there is
+  no such filter."""
+  if not (len(node.args) == 1 and not node.keywords and
+          isinstance(node.args[0], (ast.GeneratorExp, ast.ListComp)) and
+          len(node.args[0].generators) == 1 and
+          node.args[0].generators[0].ifs and
+          not node.args[0].generators[0].is_async):
+    return node, callee
+  comp = copy.deepcopy(node.args[0])
+  ifs = comp.generators[0].ifs
+  cond = ifs[0] if len(ifs) == 1 else ast.BoolOp(ast.And(), ifs)
+  comp.generators[0].ifs = []
+  elt = comp.elt
+  if callee is builtins.sum:
+    comp.elt = ast.IfExp(cond, elt, ast.Constant(0))
+  elif callee is builtins.len:
+    comp.elt = ast.IfExp(cond, ast.Constant(1), ast.Constant(0))
+  elif callee is builtins.any:
+    comp.elt = ast.BoolOp(ast.And(), [cond, elt])
+  else:
+    comp.elt = ast.BoolOp(ast.Or(), [ast.UnaryOp(ast.Not(), cond), elt])
+  func = node.func
+  if callee is builtins.len:
+    func = ast.Attribute(ast.Name('builtins', ast.Load()), 'sum', ast.Load())
+    callee = builtins.sum
+  new = ast.Call(func, [comp], [])
+  ast.copy_location(new, node)
+  for n in ast.walk(new):
+    if 'lineno' in n._attributes and getattr(n, 'lineno', None) is None:  # pylint: disable=protected-access
+      ast.copy_location(n, node)
+  return new, callee
 
 
 def _thunk(node):

@@ -277,3 +277,22 @@ def test_a_constant_table_read_at_a_batch_of_indices_runs_in_a_graph():
   run_everywhere(ctx.batch_uncurried(table_reads),
                  [np.array([0, 2, 3]), np.array([1, 2, 0]),
                   np.array([10.0, 10.0, 10.0])])
+
+
+def filtered_counts(a):
+  evens = sum(1 for x in a if x % 2 == 0)
+  positive = sum(x for x in a if x > 0)
+  inverses = sum(1.0 / x for x in a if x != 0)
+  large = len([x for x in a if x > 2])
+  some = any(x > 5 for x in a if x < 9)
+  every = all(x < 9 for x in a if x > 0)
+  return evens, positive, inverses, large, some, every
+
+
+def test_a_generators_filter_decides_item_by_item_per_member():
+  # `if` in a generator asked a member's value for one bool (refused);
+  # it now decides each item (a dropped item counts as 0, False or True),
+  # an item that Python filters out never computed (1.0 / x at 0).
+  ctx = ab.Context()
+  run_everywhere(ctx.batch_uncurried(filtered_counts, per_member=True),
+                 [np.array([[1, -2, 3, -4, 0, 6], [2, 4, 6, 8, 10, 0]])])
