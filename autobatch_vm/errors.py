@@ -159,13 +159,14 @@ class XlaErrorsWarning(UserWarning):
 
 
 class ArgumentWriteWarning(UserWarning):
-  """A batched function assigns items of an array its caller reads later.
+  """Items written to an array that another name, read later, holds too.
 
-  In Python `v[0] = x` inside a function changes the caller's array too; a
-  batched function's values are values (each call gets its arguments'
-  values, and its writes stay its own), so the caller would go on with
-  the array unchanged.  The check cannot be exact (the write may never
-  run), so it warns, naming the call.
+  In Python `v[0] = x` inside a function changes the caller's array too,
+  and `b[0] = x` after `b = a` changes `a`; a batched function's arrays
+  are values (each call gets its arguments' values, each assignment its
+  own array), so the caller's array, or `a`, keeps its items.  The check
+  cannot be exact (the write may never run), so it warns, naming the
+  call or the write.
   """
 
 

@@ -1225,3 +1225,33 @@ def test_a_callee_writing_items_of_an_array_its_caller_reads_warns():
   with warnings.catch_warnings():
     warnings.simplefilter('error', errors.ArgumentWriteWarning)
     np.testing.assert_allclose(takes_it_back(np.ones((2, 3))), [5.0, 5.0])
+
+
+def test_items_written_through_a_second_name_then_read_warn():
+  # `b = a; b[0] = 99; return a[0]`: Python's `a` shows the write; a
+  # batched function's arrays are values.  A copy, or `a` bound anew
+  # before it is read, does not warn.
+  ctx = ab.Context()
+
+  @ctx.batch(per_member=True)
+  def through_alias(a):
+    b = a
+    b[0] = 99  # ERR:alias_write
+    return a[0]
+
+  @ctx.batch(per_member=True)
+  def copied(a):
+    b = a.copy()
+    b[0] = 99
+    c = a
+    c[1] = 5
+    a = c * 2
+    return a[0] + b[0]
+  with pytest.warns(errors.ArgumentWriteWarning,
+                    match="'b' holds the array of 'a'") as caught:
+    through_alias(np.arange(6).reshape(2, 3))
+  assert caught[0].lineno == line_of('alias_write')
+  with warnings.catch_warnings():
+    warnings.simplefilter('error', errors.ArgumentWriteWarning)
+    np.testing.assert_array_equal(copied(np.arange(6).reshape(2, 3)),
+                                  [99, 105])

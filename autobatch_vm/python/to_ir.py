@@ -242,6 +242,7 @@ class _Compiler:
 
   def compile(self):
     node = self.node
+    self._check_aliases()
     self.start(self.new_label(), node)
     body = node.body
     if (body and isinstance(body[0], ast.Expr)
@@ -264,6 +265,59 @@ class _Compiler:
         name=self.name, vars_in=self.params, vars_out=RETURN_VAR,
         blocks=tuple(blocks), type_inference=self.type_inference,
         loc=self.src.loc(node), python_function=self.fn)
+
+  def _check_aliases(self):
+    """Warns where `b = a` binds a second name to an array, the function
+    assigns items of `b`, and reads `a` afterwards: in Python `a` shows
+    the change, here arrays are values and `a` keeps its items
+    (`ArgumentWriteWarning`; positions in the source approximate the
+    order, so a loop may hide or show one)."""
+    events = []   # (position, kind, name, other)
+    for n in ast.walk(self.node):
+      if isinstance(n, (ast.FunctionDef, ast.Lambda)) and n is not self.node:
+        continue
+      if isinstance(n, ast.Assign):
+        pos = (n.lineno, n.col_offset)
+        if (len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) and
+            isinstance(n.value, ast.Name) and n.value.id in self.locals and
+            n.value.id != n.targets[0].id):
+          events.append((pos, 'alias', n.targets[0].id, n.value.id))
+      if isinstance(n, ast.Name):
+        pos = (n.lineno, n.col_offset)
+        if isinstance(n.ctx, ast.Store):
+          events.append((pos, 'bind', n.id, None))
+        elif isinstance(n.ctx, ast.Load):
+          events.append((pos, 'read', n.id, None))
+      if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store):
+        base = n.value
+        while isinstance(base, ast.Subscript):
+          base = base.value
+        if isinstance(base, ast.Name):
+          events.append(((n.lineno, n.col_offset), 'write', base.id, None))
+    events.sort(key=lambda e: e[0])
+    for k, (pos, kind, alias, source) in enumerate(events):
+      if kind != 'alias':
+        continue
+      written = None
+      for p, what, name, _ in events[k + 1:]:
+        if what == 'bind' and name in (alias, source) and p > pos:
+          if written is None or name == source:
+            break
+        if written is None and what == 'write' and name == alias:
+          written = p
+        elif written is not None and what == 'read' and name == source:
+          loc = self.src.loc(ast.Name(lineno=written[0]))
+          warnings.warn_explicit(
+              f'{alias!r} holds the array of {source!r} ({alias} = '
+              f'{source}), {self.name}() assigns items of {alias!r} and '
+              f'reads {source!r} afterwards: in Python {source!r} would '
+              f'show the change; here arrays are values, so {source!r} '
+              f'keeps its items (in {self.name}, {loc.filename}, line '
+              f'{loc.line}).  Assign the items to {source!r} itself, or '
+              f'copy on purpose ({alias} = {source}.copy())',
+              errors.ArgumentWriteWarning, filename=loc.filename,
+              lineno=loc.line)
+          break
 
   # -- statements ----------------------------------------------------------
 
