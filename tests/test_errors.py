@@ -102,6 +102,17 @@ def pops(x):
   return y
 
 
+def _swap(arr, i, j):
+  arr[i], arr[j] = arr[j], arr[i]
+
+
+@unsupported('helper_write', "calls _swap(), which assigns items of its "
+             "parameter 'arr' in place", 'Return the array from _swap()')
+def swaps_in_a_helper(x):
+  _swap(x, 0, 1)  # ERR:helper_write
+  return x
+
+
 @unsupported('yield', 'yield')
 def uses_yield(x):
   yield x  # ERR:yield

@@ -345,7 +345,30 @@ class _Compiler:
   def stmt_Expr(self, s):
     if isinstance(s.value, ast.Constant):
       return  # a bare string or number: no effect
+    self._check_helper_writes(s.value)
     self.expr(s.value)
+
+  def _check_helper_writes(self, value):
+    """Refuses a statement that calls a helper (not a batched function)
+    assigning items of its parameter, for the change it makes in place
+    (`swap(a, i, j)`): a primitive's arguments are values, so the change
+    would be lost."""
+    if not isinstance(value, ast.Call) or self._batched_callee(value):
+      return
+    helper = self._static_value(value.func)
+    if not (isinstance(helper, types.FunctionType) and
+            member_helpers.is_helper(helper)):
+      return
+    written = item_written_params(helper)
+    if not written:
+      return
+    raise errors.UnsupportedSyntaxError(
+        f'`{ast.unparse(value)}` calls {helper.__name__}(), which assigns '
+        f'items of its parameter {written[0]!r} in place, for its effect '
+        'alone: a batched function\'s arrays are values, so the change '
+        'would be lost', loc=self.src.loc(value),
+        hint=f'Return the array from {helper.__name__}() and assign it '
+        f'(x = {helper.__name__}(x, ...)), or write the assignment here.')
 
   def stmt_Assign(self, s):
     if self._defines_constant(s.targets[0]):
