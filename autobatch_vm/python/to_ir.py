@@ -761,6 +761,8 @@ class _Compiler:
     counter).
     """
     it = s.iter
+    if self._display_written_out(s):
+      return
     callee = (self._static_value(it.func) if isinstance(it, ast.Call)
               else _NOT_STATIC)
     target = s.target
@@ -863,6 +865,35 @@ class _Compiler:
           ast.copy_location(n, s)
     self.statements(pre)
     self.stmt_For(loop)
+
+  def _display_written_out(self, s):
+    """A batch-aware `for w in (a, b, c):` over a tuple or list written
+    out of values the function computes: its items, evaluated once before
+    the loop as Python does, then the body once per item with the target
+    assigned it (`_MAX_UNROLLED` items at most; a body without `break` or
+    `continue` of this loop).  Returns whether `s` was that."""
+    it = s.iter
+    if (self.per_member or not isinstance(it, (ast.Tuple, ast.List)) or
+        not it.elts or len(it.elts) > _MAX_UNROLLED or
+        any(isinstance(e, ast.Starred) for e in it.elts) or
+        not self._reads_locals(it) or _leaves_loop(s.body)):
+      return False
+    temps = []
+    for e in it.elts:
+      name = self._generated(f'item{self.temp_count}')
+      self.temp_count += 1
+      self.locals.add(name)
+      temps.append(name)
+      self.statement(ast.copy_location(
+          ast.Assign([ast.Name(name, ast.Store())], e), e))
+    for name in temps:
+      assign = ast.copy_location(ast.Assign(
+          [_stored(s.target)], ast.Name(name, ast.Load())), s)
+      ast.fix_missing_locations(assign)
+      self.statement(assign)
+      self.statements(copy.deepcopy(s.body))
+    self.statements(s.orelse)
+    return True
 
   def _zipped(self, it, target):
     """Whether `for target in it` is `for a, b in zip(u, v)`: a call of
@@ -1506,6 +1537,24 @@ class _Compiler:
 
 
 _NOT_STATIC = object()
+
+
+def _leaves_loop(body):
+  """Whether statements `body` of a loop hold a `break` or `continue` of
+  that loop (not of a loop inside it)."""
+  todo = list(body)
+  while todo:
+    node = todo.pop()
+    if isinstance(node, (ast.Break, ast.Continue)):
+      return True
+    if isinstance(node, (ast.For, ast.While)):
+      todo.extend(node.orelse)   # its body's belong to it
+      continue
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                         ast.ClassDef, ast.Lambda)):
+      continue
+    todo.extend(ast.iter_child_nodes(node))
+  return False
 
 
 def _stored(target):

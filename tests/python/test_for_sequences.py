@@ -296,3 +296,25 @@ def test_a_generators_filter_decides_item_by_item_per_member():
   ctx = ab.Context()
   run_everywhere(ctx.batch_uncurried(filtered_counts, per_member=True),
                  [np.array([[1, -2, 3, -4, 0, 6], [2, 4, 6, 8, 10, 0]])])
+
+
+def reach_of_weights(w0, w1, w2, target):
+  reach = 1
+  for w in (w0, w1, w2):
+    reach = reach | (reach << w)
+  total = 0.0
+  for k, v in [(w0, 1.5), (w2, -0.5)]:
+    total += k * v
+  else:
+    total += 1.0
+  return (reach >> target) & 1 == 1, total
+
+
+def test_a_batch_aware_loop_over_a_tuple_of_values_is_written_out():
+  # `for w in (w0, w1, w2)` of the function's values was refused ("would
+  # iterate over the batch"): the items are evaluated once, then the body
+  # runs once per item.
+  ctx = ab.Context()
+  run_everywhere(ctx.batch_uncurried(reach_of_weights),
+                 [np.array(c) for c in ([3, 1, 5], [4, 1, 6], [5, 1, 7],
+                                        [9, 5, 20])])
