@@ -270,11 +270,18 @@ def primitive_error(e, op, members, compacted=False, messages=None):
         'dry_run=True to see which members fail it.')
   text = op.text or getattr(op.function, '__name__', '?')
   who = f' (members at this block: {members})' if members is not None else ''
-  hint = ('The primitive is called on the rows of the members at this '
-          'block (leading dimension = their number).' if compacted else
-          'The primitive is called on whole batched arrays (leading '
-          'dimension = batch); members not at this block carry leftover '
-          'data.')
+  if getattr(op, 'per_member', False):
+    hint = ('The statement is written for one member (per_member=True) '
+            'and runs on every member at this block at once: call the '
+            'batched function with dry_run=True to run each member alone, '
+            'as plain Python, and see where it fails.')
+  elif compacted:
+    hint = ('The primitive is called on the rows of the members at this '
+            'block (leading dimension = their number).')
+  else:
+    hint = ('The primitive is called on whole batched arrays (leading '
+            'dimension = batch); members not at this block carry leftover '
+            'data.')
   if isinstance(e, ValueError) and _ARRAY_TRUTH in str(e):
     # Type inference ran it at batch size 1, where an array of one
     # element has a truth value.

@@ -1021,3 +1021,18 @@ def test_one_members_types_are_found_without_pfor(monkeypatch):
       *[tf.constant(a) for a in args])
   assert_same(got.numpy(), python_loop(program, args))
   assert sizes and 1 not in sizes, sizes
+
+
+def test_a_per_member_statement_failing_at_run_time_says_it_is_one_members():
+  # Its hint spoke of whole batched arrays and leftover rows, which a
+  # per-member statement never sees.
+  ctx = ab.Context()
+
+  def factor(m):
+    return np.linalg.cholesky(m)
+  fn = ctx.batch_uncurried(factor, per_member=True)
+  bad = np.stack([np.eye(2), -np.eye(2)])
+  with pytest.raises(errors.PrimitiveError) as info:
+    fn(bad)
+  assert 'written for one member' in str(info.value)
+  assert 'leftover' not in str(info.value)
