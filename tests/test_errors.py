@@ -1266,3 +1266,53 @@ def test_items_written_through_a_second_name_then_read_warn():
     warnings.simplefilter('error', errors.ArgumentWriteWarning)
     np.testing.assert_array_equal(copied(np.arange(6).reshape(2, 3)),
                                   [99, 105])
+
+
+def _demean(v):
+  v -= v.mean()
+  return v
+
+
+def _normalize(v):
+  v /= v.sum()
+
+
+def _bump(k):
+  k += 1
+  return k
+
+
+def test_a_helper_updating_an_array_its_caller_reads_warns():
+  # A plain helper updating its argument in place (`v -= m`, `v[:] = x`)
+  # changes the caller's array in Python; here the caller kept its values,
+  # silently.  Called for its effect alone it is refused.  A counter
+  # updated (`k += 1`, a number) does not warn.
+  ctx = ab.Context()
+
+  @ctx.batch(per_member=True)
+  def centred(x):
+    d = _demean(x)  # ERR:demean_write
+    return x.mean() + d.sum()
+
+  @ctx.batch(per_member=True)
+  def normalized(q):
+    _normalize(q)  # ERR:normalize_write
+    return q
+
+  @ctx.batch(per_member=True)
+  def counted(x, k):
+    j = _bump(k)
+    return x * j + k
+  with pytest.warns(errors.ArgumentWriteWarning,
+                    match="_demean\\(\\) assigns items of its parameter "
+                    "'v' \\(or updates it in place\\)") as caught:
+    centred(np.arange(6.0).reshape(2, 3))
+  assert caught[0].lineno == line_of('demean_write')
+  with pytest.raises(errors.UnsupportedSyntaxError,
+                     match='calls _normalize') as info:
+    normalized(np.ones((2, 3)))
+  assert info.value.lineno == line_of('normalize_write')
+  with warnings.catch_warnings():
+    warnings.simplefilter('error', errors.ArgumentWriteWarning)
+    np.testing.assert_allclose(counted(np.ones(3), np.array([1, 2, 3])),
+                               [3.0, 5.0, 7.0])

@@ -1359,6 +1359,12 @@ def sum(values, start=0):
     return ragged.builtin('sum', values, start)
   if is_tf(values) and not isinstance(values, _tf().Variable):
     return _tf().reduce_sum(values, axis=0) + start
+  if (_is_member_array(values) or isinstance(values, np.ndarray)) and (
+      values.ndim):
+    # The sum along the first axis, in the array's dtype: Python's sum of
+    # no items is the int 0, which typed `sum(v[lo:hi])` of floats an
+    # int where type inference's slice was empty.
+    return np.sum(values, axis=0) + start
   return builtins.sum(values, start)
 
 

@@ -83,7 +83,8 @@ class Source:
 
 def item_written_params(fn_node):
   """The parameters of function `fn_node` whose items its body assigns
-  (`p[i] = v`, `p[i, j] += v`) and that it never assigns whole: in
+  (`p[i] = v`, `p[i, j] += v`) or that it updates in place (`p -= m`,
+  in place where `p` holds an array) and that it never assigns whole: in
   Python such a write changes the caller's array.  (One assigned whole,
   `p = p.copy()`, may be a copy by then.)
 
@@ -95,9 +96,17 @@ def item_written_params(fn_node):
   """
   args = fn_node.args
   params = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
-  items, whole = set(), set()
+  items, whole, updated, arrays = set(), set(), set(), set()
   for node in _own_nodes(fn_node):
     targets = []
+    if isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(
+        node.value, ast.Name):
+      arrays.add(node.value.id)   # indexed, or a method or `.shape` read
+    if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+      # `v -= m`: an array updated in place (a number, such as a counter,
+      # is bound anew: only a name used as an array counts).
+      updated.add(node.target.id)
+      continue
     if isinstance(node, ast.Assign):
       targets = node.targets
     elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
@@ -114,6 +123,7 @@ def item_written_params(fn_node):
             base = base.value
           if isinstance(base, ast.Name):
             items.add(base.id)
+  items |= updated & arrays
   return tuple(p for p in params if p in items and p not in whole)
 
 

@@ -364,9 +364,9 @@ class _Compiler:
       return
     raise errors.UnsupportedSyntaxError(
         f'`{ast.unparse(value)}` calls {helper.__name__}(), which assigns '
-        f'items of its parameter {written[0]!r} in place, for its effect '
-        'alone: a batched function\'s arrays are values, so the change '
-        'would be lost', loc=self.src.loc(value),
+        f'items of its parameter {written[0]!r} (or updates it) in place, '
+        'for its effect alone: a batched function\'s arrays are values, '
+        'so the change would be lost', loc=self.src.loc(value),
         hint=f'Return the array from {helper.__name__}() and assign it '
         f'(x = {helper.__name__}(x, ...)), or write the assignment here.')
 
@@ -1043,6 +1043,7 @@ class _Compiler:
         if isinstance(n, kind):
           self.unsupported(n, what, hint)
     self._check_values(node)
+    self._check_helper_arguments(node)
     if not self._contains_batched_call(node):
       if (isinstance(node, ast.Name) and node.id in self.locals
           and target is None):
@@ -1191,25 +1192,49 @@ class _Compiler:
     self.emit(inst.FunctionCallOp(callee, tuple(arg_vars), out, loc))
     return out
 
-  def _check_argument_writes(self, call, callee, arguments, target):
+  def _check_helper_arguments(self, node):
+    """`_check_argument_writes` for the calls of the user's helpers (plain
+    functions, run within a primitive) in expression `node`."""
+    for call in ast.walk(node):
+      if not isinstance(call, ast.Call) or self._batched_callee(call):
+        continue
+      helper = self._static_value(call.func)
+      if not (isinstance(helper, types.FunctionType) and
+              member_helpers.is_helper(helper)) or any(
+                  isinstance(a, ast.Starred) for a in call.args):
+        continue
+      written = item_written_params(helper)
+      if not written:
+        continue
+      code = helper.__code__
+      names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+      arguments = dict(zip(names, call.args))
+      arguments.update({k.arg: k.value for k in call.keywords if k.arg})
+      self._check_argument_writes(call, helper.__name__, arguments, None,
+                                  written)
+
+  def _check_argument_writes(self, call, callee, arguments, target,
+                             written=None):
     """Warns where `call` passes a variable that the caller reads later
-    to a parameter whose items `callee` assigns: Python's caller would
-    see the change, this one keeps its value (`ArgumentWriteWarning`).
-    A call whose result the variable takes (`v = f(v)`) does not warn."""
+    to a parameter whose items `callee` assigns (`written`, else the
+    batched callee's `writes_of`): Python's caller would see the change,
+    this one keeps its value (`ArgumentWriteWarning`).  A call whose
+    result the variable takes (`v = f(v)`) does not warn."""
     assigned = set(inst.pattern_flatten(target)) if target is not None else (
         set())
-    for p in self.writes_of(callee):
+    for p in (self.writes_of(callee) if written is None else written):
       arg = arguments.get(p)
       if not (isinstance(arg, ast.Name) and arg.id in self.locals and
               arg.id not in assigned and self._read_after(call, arg.id)):
         continue
       loc = self.src.loc(call)
       warnings.warn_explicit(
-          f'{callee}() assigns items of its parameter {p!r}, which this '
-          f'call passes {arg.id!r}, and {self.name}() reads {arg.id!r} '
-          f'afterwards: in Python the call would change {arg.id!r}; here '
-          f'a batched function\'s arrays are values, so {arg.id!r} keeps '
-          f'its value (in {self.name}, {loc.filename}, line {loc.line}).  '
+          f'{callee}() assigns items of its parameter {p!r} (or updates '
+          f'it in place), which this call passes {arg.id!r}, and '
+          f'{self.name}() reads {arg.id!r} afterwards: in Python the call '
+          f'would change the array {arg.id!r} holds; here a batched '
+          f'function\'s arrays are values, so {arg.id!r} keeps its value '
+          f'(in {self.name}, {loc.filename}, line {loc.line}).  '
           f'Return the array and assign it: {arg.id} = {callee}(...), or '
           f'return it with the result ({p} and the value as a tuple)',
           errors.ArgumentWriteWarning, filename=loc.filename,

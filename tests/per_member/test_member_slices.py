@@ -258,3 +258,16 @@ def test_a_kept_slice_of_a_counters_bound_is_refused_on_tensorflow():
     with pytest.raises(errors.PerMemberError) as info:
       _quiet(run, tf.constant(v))
     assert info.value.lineno == _line_of(tails, 'x = v[k:]')
+
+
+def test_pythons_sum_of_a_members_slice_keeps_the_items_dtype():
+  # Type inference's slice was empty, where Python's sum is the int 0:
+  # the floats' sums were typed int64 and truncated on NumPy (and in the
+  # dry run, cast to that type).
+  ctx = ab.Context()
+
+  def segment(v, lo, hi):
+    return sum(v[lo:hi]), sum(v[:hi]) * 2
+  run_everywhere(ctx.batch_uncurried(segment, per_member=True),
+                 [np.array([[0.25, 0.5, 0.75], [1.5, 2.5, 0.5]]),
+                  np.array([0, 1]), np.array([3, 2])])
