@@ -32,6 +32,7 @@ import types
 from autobatch_vm import caches
 from autobatch_vm import dry_run as dry_run_lib
 from autobatch_vm import errors
+from autobatch_vm import externals
 from autobatch_vm import shipping
 from autobatch_vm.backends import numpy as numpy_backend
 from autobatch_vm.backends import scheduler
@@ -150,7 +151,23 @@ class Context(shipping.ContextPickling):
     if type_inference is not None and _decorated_bare(type_inference):
       return self.batch_uncurried(type_inference)
 
-    def decorator(fn):
+    def decorator(fn=None, *more):
+      if more or not (callable(fn) and hasattr(fn, '__code__')):
+        # A call of the function itself: a bare `@ctx.batch` whose
+        # function's source could not be read took it for a
+        # `type_inference`.
+        name = getattr(type_inference, '__name__', None)
+        raise errors.ArgumentError(
+            f'Context.batch(...) returned a decorator, which got '
+            f'{fn!r}{" and more arguments" if more else ""} instead of a '
+            'function', hint=(
+                f'If {name!r} was decorated with a bare @ctx.batch, its '
+                'source could not be read (exec, python -c, an '
+                'interactive prompt), so the decorator took it for a '
+                'type_inference= callable: define batched functions in a '
+                'file (the library compiles their source).'
+                if name else 'Decorate a function: @ctx.batch(...) then '
+                'def f(...).'))
       return self.batch_uncurried(fn, type_inference, per_member)
     return decorator
 
@@ -744,10 +761,18 @@ class Context(shipping.ContextPickling):
     if not stackless:
       program = self.program_lowered(bf.name, sig, backend, schedule)
       cache = self._cache if block_code_cache is None else block_code_cache
-      out, stats = machine.execute(
-          program, args, backend, batch, max_stack_depth=max_stack_depth,
-          schedule=schedule, block_code_cache=cache, profile=profile,
-          max_steps=max_steps, on_error=on_error)
+      # A run staged once and cached across calls (TensorFlow, called
+      # eagerly) is keyed by the outside values its primitives read.
+      token = externals.current.set(
+          externals.fingerprint(program)
+          if backend.staged and not backend.in_graph() else None)
+      try:
+        out, stats = machine.execute(
+            program, args, backend, batch, max_stack_depth=max_stack_depth,
+            schedule=schedule, block_code_cache=cache, profile=profile,
+            max_steps=max_steps, on_error=on_error)
+      finally:
+        externals.current.reset(token)
     if backend.staged:
       out = xla.refuse_gradient_from_outside(out, bf.name, loc)
     stats.per_member_fallbacks = member_primitive.fallbacks_since(fallbacks)

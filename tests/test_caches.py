@@ -397,3 +397,29 @@ def test_stage_broadcasts_a_batch_of_one_given_first():
         staged(tf.constant(k), tf.constant(n)).numpy(), want)
     np.testing.assert_array_equal(
         scaled_fib(tf.constant(k), tf.constant(n)).numpy(), want)
+
+
+OFFSET = np.array([1.0, 2.0])
+
+
+def test_an_eager_run_reads_a_changed_global_array_anew():
+  # The eager path's staged loop is traced once per program: a global
+  # array the primitives read, rebound or written in place since, was
+  # read as of the trace, silently (NumPy and the dry run read it anew).
+  tf = pytest.importorskip('tensorflow')
+  global OFFSET
+  ctx = ab.Context()
+
+  @ctx.batch
+  def shift(x):
+    return x + OFFSET
+  x = tf.zeros((2, 2), tf.float64)
+  saved = OFFSET
+  try:
+    np.testing.assert_allclose(shift(x)[0], [1.0, 2.0])
+    OFFSET = np.array([10.0, 20.0])
+    np.testing.assert_allclose(shift(x)[0], [10.0, 20.0])
+    OFFSET[:] = [5.0, 6.0]
+    np.testing.assert_allclose(shift(x)[0], [5.0, 6.0])
+  finally:
+    OFFSET = saved

@@ -107,7 +107,7 @@ def _swap(arr, i, j):
 
 
 @unsupported('helper_write', "calls _swap(), which assigns items of its "
-             "parameter 'arr' in place", 'Return the array from _swap()')
+             "parameter 'arr'", 'Return the array from _swap()')
 def swaps_in_a_helper(x):
   _swap(x, 0, 1)  # ERR:helper_write
   return x

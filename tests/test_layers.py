@@ -22,7 +22,7 @@ PACKAGE = os.path.join(ROOT, 'autobatch_vm')
 # The layers, bottom first: a module name (dotted, in the package) or a
 # subpackage ('vm.' for every module under vm/).
 LAYERS = (
-    ('ir', ('ir.', 'errors', 'caches', 'ops', 'profiler')),
+    ('ir', ('ir.', 'errors', 'caches', 'externals', 'ops', 'profiler')),
     ('per_member', ('per_member.',)),
     ('backends', ('backends.',)),
     ('vm', ('vm.',)),

@@ -559,8 +559,18 @@ class _Inference:
   def promoting_form(self, op):
     """`op` in its form whose operators promote dtypes as NumPy's do
     (`register_promoting`), on TensorFlow; None where it has none."""
-    make = _PROMOTING.get(op.function) if self.on_tensorflow else None
+    if not self.on_tensorflow:
+      return None
+    function, constants = op.function, None
+    unbound = getattr(function, 'unbound', None)
+    if function not in _PROMOTING and unbound is not None:
+      # A per-member primitive given the sizes it reads (`size_folding`):
+      # its promoting form given them too.
+      function, constants = unbound, op.function.constants
+    make = _PROMOTING.get(function)
     alt = make() if make is not None else None
+    if alt is not None and constants:
+      alt = alt.with_constants(constants)
     return None if alt is None else dataclasses.replace(op, function=alt)
 
   def check_apart(self, op, in_types, check=None):
@@ -924,8 +934,13 @@ class _Inference:
     ops = []
     for op in block.instructions:
       if isinstance(op, inst.PrimOp):
-        op = self.promoted.get(id(op), op)
-        op = self.sizes.bound(fn, op)
+        bound = self.sizes.bound(fn, op)
+        if id(bound) in self.promoted:
+          # (A per-member primitive given its sizes, typed in a form of
+          # its own: `promoting_form`.)
+          op = self.promoted[id(bound)]
+        else:
+          op = self.sizes.bound(fn, self.promoted.get(id(op), op))
         in_types = [env[v] for v in op.vars_in]
         try:
           casts = self.weak_casts(op, in_types, fn)

@@ -530,13 +530,15 @@ class _CallRewriter(ast.NodeTransformer):
     node = self.generic_visit(node)
     callee = static_value(node.func, self.local_names, self.cells,
                           self.globals, _UNKNOWN)
-    if (callee is _UNKNOWN and self.decide is member_call and
-        isinstance(node.func, ast.Attribute) and node.func.attr in METHODS):
-      # A member's array method (`v[1:3].sum()`): `member_ops.method`,
-      # which runs it on a tensor too.
+    if (callee is _UNKNOWN and isinstance(node.func, ast.Attribute) and
+        node.func.attr in METHODS):
+      # An array method (`v[1:3].sum()`, `x.max(axis=-1)`):
+      # `member_ops.method` or `tf_numpy.numpy_method`, which run it on a
+      # tensor too.
       self.changed = True
+      name = 'method' if self.decide is member_call else 'numpy_method'
       return _located(ast.Call(
-          ast.Attribute(ast.Name(_OPS, ast.Load()), 'method', ast.Load()),
+          ast.Attribute(ast.Name(_OPS, ast.Load()), name, ast.Load()),
           [node.func.value, ast.Constant(node.func.attr)] + list(node.args),
           node.keywords), node)
     if callee is _UNKNOWN:

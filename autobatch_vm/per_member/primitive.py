@@ -134,6 +134,9 @@ class PerMemberFunction:
     bound = PerMemberFunction(self.member_function, self.loc, self.text,
                               self.elementwise, self.direct, self.sizes)
     bound.constants = {**self.constants, **constants}
+    # The primitive as the frontend made it, which type inference's
+    # registries know (its promoting form).
+    bound.unbound = getattr(self, 'unbound', None) or self
     return bound
 
   def fallback(self, name, shaped=None):

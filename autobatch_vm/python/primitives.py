@@ -525,13 +525,15 @@ class _TfNumpy(_FormRewriter):
   def visit_Subscript(self, node):
     node = self.generic_visit(node)
     value = node.value
-    if not (isinstance(node.ctx, ast.Load) and isinstance(value, ast.Name)
-            and input_position(value, self.prefix) is None and
-            not value.id.startswith(self.prefix) and any(
-                input_position(n, self.prefix) is not None
-                for n in ast.walk(node.slice))):
+    if not (isinstance(node.ctx, ast.Load) and not any(
+        input_position(n, self.prefix) is not None or
+        (isinstance(n, ast.Name) and n.id == self.prefix + _OPS)
+        for n in ast.walk(value)) and any(
+            input_position(n, self.prefix) is not None
+            for n in ast.walk(node.slice))):
       return node
-    # `TABLE[i]` of the user's constant array at a batch of indices:
+    # `TABLE[i]` of the user's constant array (a global, a closure's,
+    # `np.array([1, 2, 5])` written in place) at a batch of indices:
     # `tf_numpy.table_item`, a gather (NumPy cannot take the symbolic
     # indices).
     self.changed = True

@@ -1244,18 +1244,28 @@ class _Compiler:
     """Whether this function reads variable `name` after `call` runs:
     later in its source, or at all where a loop holds the call (whose
     next trip passes the variable again)."""
-    def in_loop(node, around):
+    def path(node, around):
+      """The nodes from the function down to `call`, or None."""
       if node is call:
         return around
-      inner = around or isinstance(node, (ast.For, ast.While))
-      return any(in_loop(c, inner) for c in ast.iter_child_nodes(node))
-    if in_loop(self.node, False):
-      return True
+      for c in ast.iter_child_nodes(node):
+        found = path(c, around + [node])
+        if found is not None:
+          return found
+      return None
+    above = path(self.node, []) or []
     inside = {id(n) for n in ast.walk(call)}
     end = (call.end_lineno, call.end_col_offset)
+    returned = next((n for n in above if isinstance(n, ast.Return)), None)
+    # After a `return` holding the call only the rest of that statement
+    # runs; in a loop the next trip passes the variable again.
+    scope = returned or self.node
+    if returned is None and any(isinstance(n, (ast.For, ast.While))
+                                for n in above):
+      return True
     return any(isinstance(n, ast.Name) and n.id == name and
                isinstance(n.ctx, ast.Load) and id(n) not in inside and
-               (n.lineno, n.col_offset) >= end for n in ast.walk(self.node))
+               (n.lineno, n.col_offset) >= end for n in ast.walk(scope))
 
   def _unrolled(self, s, it):
     """A batch-aware `for i in range(...)` of at most `_MAX_UNROLLED`

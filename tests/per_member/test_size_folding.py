@@ -238,3 +238,33 @@ def test_a_size_that_differs_between_members_is_refused(fn):
   assert 'Pad to a fixed size' in str(info.value)
   assert info.value.loc.line == fn.__code__.co_firstlineno + (
       1 if fn is sized_by_an_argument else 2)
+
+
+def test_a_size_mixed_with_a_members_integer_and_a_float_runs_on_tensorflow():
+  # `n = len(v)` folded into a constant, then `v[0] / (n - k)`: the
+  # primitive given its sizes lost its promoting form, so TensorFlow's
+  # float64 / int64 failed; a DFT's 2 * pi * k * n / N did too.
+  import math  # pylint: disable=g-import-not-at-top
+  from tests.python import run_everywhere  # pylint: disable=g-import-not-at-top
+  ctx = ab.Context()
+
+  def ratios(v, k):
+    n = len(v)
+    return v[0] / (n - k), 2 * math.pi * k / n
+
+  def dft_real(x):
+    size = len(x)
+    out = np.zeros(size)
+    for k in range(size):
+      re = 0.0
+      for n in range(size):
+        re += x[n] * math.cos(2 * math.pi * k * n / size)
+      out[k] = re
+    return out
+  run_everywhere(ctx.batch_uncurried(ratios, per_member=True),
+                 [np.array([[0.25, 0.5, 0.75], [1.5, 2.5, 0.5]]),
+                  np.array([1, 2])])
+  x = np.random.default_rng(0).normal(size=(3, 4))
+  fn = ctx.batch_uncurried(dft_real, per_member=True)
+  run_everywhere(fn, [x])
+  np.testing.assert_allclose(fn(x), np.fft.fft(x).real, atol=1e-12)

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from autobatch_vm import caches
 from autobatch_vm import errors
+from autobatch_vm import externals
 from autobatch_vm.backends.base import PC
 from autobatch_vm.backends.scheduler import Scheduler
 from autobatch_vm.backends.tf import errors as tf_errors
@@ -799,7 +800,9 @@ _eager_lock = threading.Lock()
 
 
 def _eager_cache_get(backend, blocks, num_blocks, schedule, batch, limit):
-  key = (id(blocks), backend, schedule, limit[0])
+  # The values from outside that the trace holds (`externals`): one
+  # changed since, the loop is traced anew.
+  key = (id(blocks), backend, schedule, limit[0], externals.current.get())
   with _eager_lock:
     entry = _eager_cache.get(key)
     if entry is not None and entry.blocks is blocks:
