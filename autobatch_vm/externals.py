@@ -31,8 +31,9 @@ current = contextvars.ContextVar('autobatch_vm_external_values',
                                  default=None)
 
 _HASHED_BYTES = 1 << 20
-# program -> the (namespace, name) and closure cells its primitives read.
-_SOURCES = weakref.WeakKeyDictionary()
+# id(program) -> (a weak reference to it, the (namespace, name) and
+# closure cells its primitives read); programs need not be hashable.
+_SOURCES = {}
 
 
 def fingerprint(program):
@@ -45,9 +46,13 @@ def fingerprint(program):
   Returns:
     The tuple (empty where they read none).
   """
-  sources = _SOURCES.get(program)
-  if sources is None:
-    sources = _SOURCES[program] = _sources(program)
+  key = id(program)
+  entry = _SOURCES.get(key)
+  if entry is None or entry[0]() is not program:
+    entry = (weakref.ref(program, lambda _: _SOURCES.pop(key, None)),
+             _sources(program))
+    _SOURCES[key] = entry
+  sources = entry[1]
   out = []
   for kind, where, name in sources:
     if kind == 'global':

@@ -957,6 +957,9 @@ def tnp_call(func, args, kwargs):
   extreme = _EXTREMES.get(func)
   if extreme is not None and args and is_tf(args[0]):
     return _tf_extreme(func, extreme, *args, **kwargs)
+  if func in (np.var, np.std) and kwargs.get('ddof') and args and is_tf(
+      args[0]):
+    return _tf_spread(func, *args, **kwargs)
   if isinstance(func, np.ufunc) and not kwargs:
     tf = _tf()
     dummies = [np.zeros((), x.dtype.as_numpy_dtype) if is_tf(x) else x
@@ -1033,6 +1036,26 @@ def _tf_extreme(func, kind, a, axis=None, out=None, keepdims=False,
   return tf.where(tf.reduce_any(nan, axis=at), first, value)
 
 
+def _tf_spread(func, a, axis=None, dtype=None, out=None, ddof=0,
+               keepdims=False):
+  """`np.var` or `np.std` of a tensor with `ddof` (TensorFlow's NumPy API
+  takes none): the squared deviations' sum over the count less `ddof`."""
+  tf = _tf()
+  if dtype is not None or out is not None:
+    raise TypeError(f'np.{func.__name__}() with dtype= or out= of a '
+                    'member\'s tensor')
+  a = tf.convert_to_tensor(a)
+  if not (a.dtype.is_floating or a.dtype.is_complex):
+    a = tf.cast(a, tf.float64)
+  mean = tf.reduce_mean(a, axis=axis, keepdims=True)
+  squares = tf.square(tf.abs(a - mean))
+  count = tf.cast(tf.size(a) if axis is None else tf.shape(a)[axis],
+                  squares.dtype)
+  var = tf.reduce_sum(squares, axis=axis, keepdims=keepdims) / (
+      count - ddof)
+  return tf.sqrt(var) if func is np.std else var
+
+
 def method(obj, name, *args, **kwargs):
   """One member's `obj.name(*args, **kwargs)`: an array method
   (`member_helpers.METHODS`), which a TensorFlow tensor lacks: on one
@@ -1067,6 +1090,8 @@ def method(obj, name, *args, **kwargs):
     args = (args[0] if len(args) == 1 else args,)
   if name in _EXTREMES_BY_NAME:
     return tnp_call(_EXTREMES_BY_NAME[name], (obj,) + args, kwargs)
+  if name in ('var', 'std'):
+    return tnp_call(getattr(np, name), (obj,) + args, kwargs)
   return getattr(_tnp(), name)(obj, *args, **kwargs)
 
 
@@ -1148,6 +1173,13 @@ def matmul(a, b):
   the tensor's dtype as TensorFlow's `@` gives it; else the operator."""
   if ragged.is_ragged(a, b):
     return ragged.product(np.matmul, a, b)
+  if is_tf(a) and is_tf(b) and a.dtype != b.dtype:
+    # NumPy's promotion (float32 @ float64 is float64), where TensorFlow's
+    # product refuses mixed dtypes.
+    tf = _tf()
+    joint = tf.as_dtype(np.result_type(a.dtype.as_numpy_dtype,
+                                       b.dtype.as_numpy_dtype))
+    a, b = tf.cast(a, joint), tf.cast(b, joint)
   if is_tf(a, b) and 1 in (_rank(a), _rank(b)):
     tf = _tf()
     if not is_tf(a):

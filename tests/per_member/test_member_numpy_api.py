@@ -263,3 +263,19 @@ def test_complex_and_real_values_mix_on_tensorflow():
   python_tests.run_everywhere(
       ctx.batch_uncurried(complex_roots, per_member=True),
       [np.array([[1.0, 2.0], [0.5, -1.0]])])
+
+
+def spreads_and_products(v, pts, rotation):
+  return (np.std(v, ddof=1), v.var(ddof=1), np.var(v),
+          (pts @ rotation).sum())
+
+
+def test_ddof_and_a_product_of_two_float_widths_run_everywhere():
+  # TensorFlow's NumPy API takes no ddof, and its product refuses a
+  # float32 times a float64, which NumPy promotes.
+  ctx = ab.Context()
+  rng = np.random.default_rng(0)
+  python_tests.run_everywhere(
+      ctx.batch_uncurried(spreads_and_products, per_member=True),
+      [rng.normal(size=(3, 5)), rng.normal(size=(3, 4, 2)).astype(np.float32),
+       rng.normal(size=(3, 2, 2))])

@@ -318,3 +318,20 @@ def test_a_batch_aware_loop_over_a_tuple_of_values_is_written_out():
   run_everywhere(ctx.batch_uncurried(reach_of_weights),
                  [np.array(c) for c in ([3, 1, 5], [4, 1, 6], [5, 1, 7],
                                         [9, 5, 20])])
+
+
+def _row_totals(v):
+  return v.sum(axis=-1) + v.max(axis=-1)
+
+
+def helper_methods_and_inline_table(x, k):
+  return _row_totals(x) + np.array([1.0, 2.0, 5.0, 10.0])[k - 1]
+
+
+def test_a_helpers_array_methods_and_an_inline_table_run_in_a_graph():
+  # A batch-aware helper's `v.sum(axis=-1)` was an AttributeError on
+  # TensorFlow; `np.array([...])[k - 1]` got symbolic tensors under
+  # tf.function and XLA.
+  ctx = ab.Context()
+  run_everywhere(ctx.batch_uncurried(helper_methods_and_inline_table),
+                 [np.arange(6.0).reshape(2, 3), np.array([1, 3])])
