@@ -158,27 +158,8 @@ class XlaErrorsWarning(UserWarning):
   """
 
 
-class ArgumentWriteWarning(UserWarning):
-  """Items written to an array that another name, read later, holds too.
-
-  In Python `v[0] = x` inside a function changes the caller's array too,
-  and `b[0] = x` after `b = a` changes `a`; a batched function's arrays
-  are values (each call gets its arguments' values, each assignment its
-  own array), so the caller's array, or `a`, keeps its items.  The check
-  cannot be exact (the write may never run), so it warns, naming the
-  call or the write.
-  """
-
-
-class MemberMixingWarning(UserWarning):
-  """A primitive seems to read other members' values, but may draw at random.
-
-  Type inference refuses a primitive whose first member's result follows
-  another member's values (`TypeInferenceError`) where the comparison is
-  exact.  Where the primitive draws at random in a way the check cannot
-  hold fixed, or its ops cannot be seen, a difference may be chance: it
-  warns instead, naming the user's line.
-  """
+class _LocatedWarning(UserWarning):
+  """A warning about the user's code, shown at its line (`warn`)."""
 
   @classmethod
   def warn(cls, message, loc):
@@ -191,6 +172,30 @@ class MemberMixingWarning(UserWarning):
     warnings.warn_explicit(
         message, cls, filename=loc.filename if loc else '<autobatch_vm>',
         lineno=loc.line if loc else 0)
+
+
+class ArgumentWriteWarning(_LocatedWarning):
+  """Items written to an array that another name, read later, holds too.
+
+  In Python `v[0] = x` inside a function changes the caller's array too,
+  and `b[0] = x` after `b = a` changes `a`; a batched function's arrays
+  are values (each call gets its arguments' values, each assignment its
+  own array), so the caller's array, or `a`, keeps its items.  The check
+  cannot be exact (the write may never run), so it warns, naming the
+  call or the write.
+  """
+
+
+class MemberMixingWarning(_LocatedWarning):
+  """A primitive seems to read other members' values, but may draw at random.
+
+  Type inference refuses a primitive whose first member's result follows
+  another member's values (`TypeInferenceError`) where the comparison is
+  exact.  Where the primitive draws at random in a way the check cannot
+  hold fixed, or its ops cannot be seen, a difference may be chance: it
+  warns instead, naming the user's line.
+  """
+
 
 
 class FailedAssertion(AssertionError):

@@ -1260,19 +1260,7 @@ def min(*xs):
   Returns:
     The least.
   """
-  if builtins.len(xs) == 1:
-    x = xs[0]
-    if ragged.is_ragged(x):
-      return ragged.builtin('min', x)
-    if _iterable_of_values(x):
-      # A generator or list of one member's values (`min(a[i] for i in
-      # range(n))`): folded pairwise, as Python compares them.
-      items = builtins.list(x)
-      if not items:
-        raise ValueError('min() arg is an empty sequence')
-      return _combine(items, builtins.min, 'minimum', np.minimum)
-    return _tf().reduce_min(x) if is_tf(x) else np.min(x)
-  return _combine(xs, builtins.min, 'minimum', np.minimum)
+  return _extreme('min', xs)
 
 
 def max(*xs):
@@ -1284,19 +1272,7 @@ def max(*xs):
   Returns:
     The greatest.
   """
-  if builtins.len(xs) == 1:
-    x = xs[0]
-    if ragged.is_ragged(x):
-      return ragged.builtin('max', x)
-    if _iterable_of_values(x):
-      # A generator or list of one member's values (`max(a[i] for i in
-      # range(n))`): folded pairwise, as Python compares them.
-      items = builtins.list(x)
-      if not items:
-        raise ValueError('max() arg is an empty sequence')
-      return _combine(items, builtins.max, 'maximum', np.maximum)
-    return _tf().reduce_max(x) if is_tf(x) else np.max(x)
-  return _combine(xs, builtins.max, 'maximum', np.maximum)
+  return _extreme('max', xs)
 
 
 def sorted(values, key=None, reverse=False):
@@ -1323,6 +1299,29 @@ def sorted(values, key=None, reverse=False):
     out = call(np.sort, values)
     return out[::-1] if reverse else out
   return builtins.sorted(values, key=key, reverse=reverse)
+
+
+def _extreme(name, xs):
+  """Python's `min` or `max` (`name`) of one member's values `xs`: of
+  several values, folded pairwise; of one array, its least or greatest
+  item; of a generator or list of values (`max(a[i] for i in
+  range(n))`), its items folded pairwise, as Python compares them."""
+  python = getattr(builtins, name)
+  tf_name, np_op = (('minimum', np.minimum) if name == 'min' else
+                    ('maximum', np.maximum))
+  if builtins.len(xs) != 1:
+    return _combine(xs, python, tf_name, np_op)
+  x = xs[0]
+  if ragged.is_ragged(x):
+    return ragged.builtin(name, x)
+  if _iterable_of_values(x):
+    items = builtins.list(x)
+    if not items:
+      raise ValueError(f'{name}() arg is an empty sequence')
+    return _combine(items, python, tf_name, np_op)
+  if is_tf(x):
+    return getattr(_tf(), f'reduce_{name}')(x)
+  return getattr(np, name)(x)
 
 
 def _iterable_of_values(x):

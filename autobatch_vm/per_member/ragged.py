@@ -412,9 +412,9 @@ def _normalized_axis(r, axis):
   return axis % r.ndim
 
 
-def _fail_if_empty(r, axis, name):
-  """Fails the members whose slice has no items where `name` needs one
-  (a maximum, an argmax: NumPy's `ValueError`)."""
+def _fail_if_empty(r):
+  """Fails the members whose slice has no items, for a reduction that
+  needs one (a maximum, an argmax: NumPy's `ValueError`)."""
   other = builtins.any(
       d == 0 for k, d in enumerate(_shape(r.data)) if k != r.axis)
   if other:
@@ -447,7 +447,7 @@ def reduction(kind, r, axis=None, keepdims=False, ddof=0):
       r.refuse()   # NumPy's index into the flattened slice
     return _arg_reduction(kind, r, keepdims)
   if kind in ('max', 'min'):
-    _fail_if_empty(r, axis, kind)
+    _fail_if_empty(r)
     if r.on_tf and r.data.dtype.is_floating:
       # NumPy's extreme is NaN where the slice has one; XLA's is not.
       tf = _tf()
@@ -505,7 +505,7 @@ def _arg_reduction(kind, r, keepdims):
   """`np.argmax` / `argmin` along the sliced axis: the first position of
   the slice's extreme (its first NaN where it has one), from the slice's
   start."""
-  _fail_if_empty(r, r.axis, kind)
+  _fail_if_empty(r)
   extreme = _reduce('max' if kind == 'argmax' else 'min',
                     r.filled(_identity(kind, r.dtype)), r.axis, True)
   mask = r.mask()

@@ -33,7 +33,6 @@ import copy
 import functools
 import operator
 import types
-import warnings
 
 import numpy as np
 
@@ -307,16 +306,14 @@ class _Compiler:
           written = p
         elif written is not None and what == 'read' and name == source:
           loc = self.src.loc(ast.Name(lineno=written[0]))
-          warnings.warn_explicit(
+          errors.ArgumentWriteWarning.warn(
               f'{alias!r} holds the array of {source!r} ({alias} = '
               f'{source}), {self.name}() assigns items of {alias!r} and '
               f'reads {source!r} afterwards: in Python {source!r} would '
               f'show the change; here arrays are values, so {source!r} '
               f'keeps its items (in {self.name}, {loc.filename}, line '
               f'{loc.line}).  Assign the items to {source!r} itself, or '
-              f'copy on purpose ({alias} = {source}.copy())',
-              errors.ArgumentWriteWarning, filename=loc.filename,
-              lineno=loc.line)
+              f'copy on purpose ({alias} = {source}.copy())', loc)
           break
 
   # -- statements ----------------------------------------------------------
@@ -1228,7 +1225,7 @@ class _Compiler:
               arg.id not in assigned and self._read_after(call, arg.id)):
         continue
       loc = self.src.loc(call)
-      warnings.warn_explicit(
+      errors.ArgumentWriteWarning.warn(
           f'{callee}() assigns items of its parameter {p!r} (or updates '
           f'it in place), which this call passes {arg.id!r}, and '
           f'{self.name}() reads {arg.id!r} afterwards: in Python the call '
@@ -1236,9 +1233,7 @@ class _Compiler:
           f'function\'s arrays are values, so {arg.id!r} keeps its value '
           f'(in {self.name}, {loc.filename}, line {loc.line}).  '
           f'Return the array and assign it: {arg.id} = {callee}(...), or '
-          f'return it with the result ({p} and the value as a tuple)',
-          errors.ArgumentWriteWarning, filename=loc.filename,
-          lineno=loc.line)
+          f'return it with the result ({p} and the value as a tuple)', loc)
 
   def _read_after(self, call, name):
     """Whether this function reads variable `name` after `call` runs:
