@@ -9,14 +9,20 @@ be read stale.  `fingerprint(program)` identifies those values now, and
 the cached run is keyed by it (`current`, a context variable set around
 the run), so a changed value retraces.
 
-Only what the primitives' own code names is seen (a helper's globals,
-an object's attribute are not); arrays of up to `_HASHED_BYTES` are
-compared by their bytes, larger ones by identity, shape and dtype.
+What is seen: the globals and closure variables that the primitives'
+code names, in its nested code too (comprehensions, lambdas); the same of
+the plain Python functions it calls (helpers, and theirs, `_MAX_CODES`
+code objects at most), outside the libraries of `_LIBRARIES`; an
+object's attributes that the code names (`cfg.scale`); and the numbers and
+arrays in lists, tuples and dicts (`PARAMS['a']`).  Arrays of up to
+`_HASHED_BYTES` are compared by their bytes, larger ones by identity,
+shape and dtype; eager tensors, immutable, by identity.
 """
 
 import contextvars
 import hashlib
 import numbers
+import types
 import weakref
 
 import numpy as np
@@ -31,6 +37,15 @@ current = contextvars.ContextVar('autobatch_vm_external_values',
                                  default=None)
 
 _HASHED_BYTES = 1 << 20
+# Code objects followed from one program's primitives, at most.
+_MAX_CODES = 256
+# Items of a list, tuple or dict keyed, at most (beyond: by identity).
+_MAX_ITEMS = 1024
+# Top-level packages whose functions are not followed: their globals are
+# the libraries' own.
+_LIBRARIES = frozenset({
+    'numpy', 'tensorflow', 'keras', 'tf_keras', 'jax', 'jaxlib', 'scipy',
+    'autobatch_vm', 'absl', 'builtins', 'math', 'functools', 'typing'})
 # id(program) -> (a weak reference to it, the (namespace, name) and
 # closure cells its primitives read); programs need not be hashable.
 _SOURCES = {}
@@ -52,11 +67,12 @@ def fingerprint(program):
     entry = (weakref.ref(program, lambda _: _SOURCES.pop(key, None)),
              _sources(program))
     _SOURCES[key] = entry
-  sources = entry[1]
   out = []
-  for kind, where, name in sources:
+  for kind, where, name in entry[1]:
     if kind == 'global':
       value = where.get(name, None)
+    elif kind == 'attribute':
+      value = getattr(where, name, None)
     else:
       try:
         value = where.cell_contents
@@ -69,36 +85,105 @@ def fingerprint(program):
 
 
 def _sources(program):
-  """The globals (namespace, name) and closure cells that `program`'s
-  primitives' own code reads."""
-  seen, out = set(), []
+  """The globals (namespace, name), closure cells and objects' attributes
+  that `program`'s primitives' code reads, and the code of the plain
+  Python functions it calls."""
   blocks = getattr(program, 'blocks', None)
   if blocks is None:   # a `Program`: its functions' blocks
     blocks = [b for fn in program.functions for b in fn.blocks]
+  functions = []
   for block in blocks:
     for op in block.instructions:
-      if not isinstance(op, inst.PrimOp):
+      if isinstance(op, inst.PrimOp):
+        functions.append(getattr(op.function, 'member_function',
+                                 op.function))
+  return _Reader().read(functions)
+
+
+class _Reader:
+  """Walks functions' code for the values from outside it reads."""
+
+  def __init__(self):
+    self.seen = set()
+    self.codes = 0
+    self.out = []
+
+  def read(self, functions):
+    pending = list(functions)
+    while pending and self.codes < _MAX_CODES:
+      fn = pending.pop(0)
+      if id(fn) in self.seen:
         continue
-      code_fn = getattr(op.function, 'member_function', op.function)
-      code = getattr(code_fn, '__code__', None)
+      self.seen.add(id(fn))
+      code = getattr(fn, '__code__', None)
       if code is None:
         continue
-      namespace = getattr(code_fn, '__globals__', {})
-      for name in code.co_names:
-        if name in namespace and (id(namespace), name) not in seen:
-          seen.add((id(namespace), name))
-          out.append(('global', namespace, name))
-      for name, cell in zip(code.co_freevars,
-                            getattr(code_fn, '__closure__', None) or ()):
-        if id(cell) not in seen:
-          seen.add(id(cell))
-          out.append(('cell', cell, name))
+      namespace = getattr(fn, '__globals__', None) or {}
+      cells = dict(zip(code.co_freevars,
+                       getattr(fn, '__closure__', None) or ()))
+      for code in _nested(code):
+        self.codes += 1
+        attributes = set(code.co_names)
+        for name in code.co_names:
+          if name in namespace:
+            self._add(('global', namespace, name), (id(namespace), name),
+                      namespace[name], attributes, pending)
+        for name in code.co_freevars:
+          cell = cells.get(name)
+          if cell is None:
+            continue
+          try:
+            value = cell.cell_contents
+          except ValueError:   # an empty cell
+            value = None
+          self._add(('cell', cell, name), id(cell), value, attributes,
+                    pending)
+    return self.out
+
+  def _add(self, source, key, value, attributes, pending):
+    if key not in self.seen:
+      self.seen.add(key)
+      self.out.append(source)
+    if _followed(value):
+      pending.append(value)
+    elif _has_attributes(value):
+      for name in attributes & set(vars(value)):
+        if (id(value), name) not in self.seen:
+          self.seen.add((id(value), name))
+          self.out.append(('attribute', value, name))
+
+
+def _nested(code):
+  """`code` and the code objects nested in it (comprehensions, lambdas,
+  inner functions)."""
+  out, pending = [], [code]
+  while pending:
+    code = pending.pop()
+    out.append(code)
+    pending.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
   return out
 
 
-def _value_key(value):
-  """What identifies an array or a number's value; None for anything
-  else (modules, functions, tensors)."""
+def _followed(value):
+  """Whether `value` is a plain Python function outside the libraries."""
+  if not isinstance(value, types.FunctionType):
+    return False
+  module = (getattr(value, '__module__', None) or '').split('.')[0]
+  return module not in _LIBRARIES
+
+
+def _has_attributes(value):
+  """Whether `value` is an object whose attributes the code may read
+  (not a module, class or function)."""
+  return (hasattr(value, '__dict__') and not isinstance(
+      value, (types.ModuleType, type, types.FunctionType,
+              types.BuiltinFunctionType, types.MethodType)))
+
+
+def _value_key(value, depth=0):
+  """What identifies an array or a number's value, or a list's, tuple's
+  or dict's holding some; None for anything else (modules, functions,
+  tensors)."""
   if isinstance(value, np.ndarray):
     if value.nbytes <= _HASHED_BYTES:
       digest = hashlib.blake2b(np.ascontiguousarray(value).tobytes(),
@@ -107,4 +192,27 @@ def _value_key(value):
     return ('array', id(value), value.shape, value.dtype.str)
   if isinstance(value, (bool, numbers.Number, np.generic)):
     return ('number', type(value).__name__, repr(value))   # NaN too
+  if _is_eager_tensor(value):
+    # Immutable, and held by the staged run that captured it: a rebound
+    # name is a new identity.
+    return ('tensor', id(value))
+  if isinstance(value, (list, tuple, dict)):
+    if len(value) > _MAX_ITEMS or depth > 4:
+      return ('container', id(value), len(value))
+    if isinstance(value, dict):
+      keys = tuple((repr(k), _value_key(v, depth + 1))
+                   for k, v in value.items())
+      found = any(k[1] is not None for k in keys)
+    else:
+      keys = tuple(_value_key(v, depth + 1) for v in value)
+      found = any(k is not None for k in keys)
+    return (type(value).__name__, keys) if found else None
   return None
+
+
+def _is_eager_tensor(value):
+  """Whether `value` is an eager TensorFlow tensor (without importing
+  TensorFlow: this module is below the backends)."""
+  kind = type(value)
+  return (kind.__name__ == 'EagerTensor'
+          and kind.__module__.startswith('tensorflow'))

@@ -423,3 +423,62 @@ def test_an_eager_run_reads_a_changed_global_array_anew():
     np.testing.assert_allclose(shift(x)[0], [5.0, 6.0])
   finally:
     OFFSET = saved
+
+
+SCALES = np.array([1.0, 2.0, 3.0])
+SETTINGS = {'shift': 1.0}
+WEIGHT = None
+
+
+class _Config:
+  pass
+
+
+CONFIG = _Config()
+CONFIG.gain = 2.0
+
+
+def _scaled(x):
+  return x * SCALES[1]
+
+
+def test_an_eager_run_reads_what_helpers_objects_and_dicts_hold_anew():
+  # Beyond the function's own names: a helper's global, an object's
+  # attribute, a dict's item, a global read in a comprehension, and an
+  # eager tensor rebound were read as of the eager path's one trace.
+  tf = pytest.importorskip('tensorflow')
+  global WEIGHT
+  ctx = ab.Context()
+  WEIGHT = tf.constant(1.0, tf.float64)
+
+  @ctx.batch
+  def f(x):
+    y = _scaled(x)
+    return (y + CONFIG.gain + SETTINGS['shift']
+            + sum([SCALES[0] for _ in range(2)]) + x * WEIGHT)
+
+  x = tf.constant([1.0, 2.0], tf.float64)
+
+  def want():
+    return f(x.numpy(), dry_run=True)
+
+  saved = SCALES.copy(), CONFIG.gain, dict(SETTINGS)
+  try:
+    np.testing.assert_allclose(f(x), want())
+    SCALES[1] = 10.0
+    np.testing.assert_allclose(f(x), want())
+    CONFIG.gain = 100.0
+    np.testing.assert_allclose(f(x), want())
+    SETTINGS['shift'] = 1000.0
+    np.testing.assert_allclose(f(x), want())
+    SCALES[0] = 7.0
+    np.testing.assert_allclose(f(x), want())
+    WEIGHT = tf.constant(3.0, tf.float64)
+    np.testing.assert_allclose(f(x), want())
+    np.testing.assert_allclose(want(), [1127.0, 1140.0])
+  finally:
+    SCALES[:] = saved[0]
+    CONFIG.gain = saved[1]
+    SETTINGS.clear()
+    SETTINGS.update(saved[2])
+    WEIGHT = None
