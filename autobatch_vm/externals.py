@@ -22,14 +22,14 @@ shape and dtype; eager tensors, immutable, by identity.
 import contextvars
 import hashlib
 import numbers
-import types
+import types as pytypes
 import weakref
 
 import numpy as np
 
 from autobatch_vm.ir import instructions as inst
 
-__all__ = ['fingerprint', 'current']
+__all__ = ['fingerprint', 'types', 'reads_numpy_floats', 'current']
 
 # The fingerprint of the run in progress (None: none taken), which a
 # cached staged run is keyed by.
@@ -61,27 +61,90 @@ def fingerprint(program):
   Returns:
     The tuple (empty where they read none).
   """
+  out = []
+  for name, value in _values(_sources_of(program)):
+    key = _value_key(value)
+    if key is not None:
+      out.append((name, key))
+  return tuple(out)
+
+
+def types(program):
+  """The types (dtype and shape, or a number's type) of the arrays,
+  numbers and tensors `program`'s primitives read from outside it, now: a
+  hashable tuple, which type inference's results depend on.
+
+  Args:
+    program: A `Program` or a `LoweredProgram`.
+
+  Returns:
+    The tuple (empty where they read none).
+  """
+  out = []
+  for name, value in _values(_sources_of(program)):
+    key = _type_key(value)
+    if key is not None:
+      out.append((name, key))
+  return tuple(out)
+
+
+def reads_numpy_floats(function):
+  """Whether `function` (a primitive's) reads, from outside it, a NumPy
+  array or scalar of floats or complex numbers, now (TensorFlow's
+  operators cast such a value to an integer tensor's dtype, truncating).
+
+  Args:
+    function: A Python function.
+
+  Returns:
+    A bool.
+  """
+  key = ('function', id(function))
+  entry = _SOURCES.get(key)
+  if entry is None or entry[0]() is not function:
+    try:
+      ref = weakref.ref(function, lambda _: _SOURCES.pop(key, None))
+    except TypeError:   # no weak references to it
+      return False
+    entry = (ref, _Reader().read(
+        [getattr(function, 'member_function', function)]))
+    _SOURCES[key] = entry
+  return any(_holds_numpy_floats(value) for _, value in _values(entry[1]))
+
+
+def _holds_numpy_floats(value, depth=0):
+  if isinstance(value, (np.ndarray, np.generic)):
+    return value.dtype.kind in 'fc'
+  if isinstance(value, (list, tuple, dict)) and depth <= 4 and (
+      len(value) <= _MAX_ITEMS):
+    items = value.values() if isinstance(value, dict) else value
+    return any(_holds_numpy_floats(v, depth + 1) for v in items)
+  return False
+
+
+def _sources_of(program):
+  """`_sources(program)`, cached while `program` lives."""
   key = id(program)
   entry = _SOURCES.get(key)
   if entry is None or entry[0]() is not program:
     entry = (weakref.ref(program, lambda _: _SOURCES.pop(key, None)),
              _sources(program))
     _SOURCES[key] = entry
-  out = []
-  for kind, where, name in entry[1]:
+  return entry[1]
+
+
+def _values(sources):
+  """(name, value now) of each source."""
+  for kind, where, name in sources:
     if kind == 'global':
-      value = where.get(name, None)
+      yield name, where.get(name, None)
     elif kind == 'attribute':
-      value = getattr(where, name, None)
+      yield name, getattr(where, name, None)
     else:
       try:
-        value = where.cell_contents
+        yield name, where.cell_contents
       except ValueError:   # an empty cell
         continue
-    key = _value_key(value)
-    if key is not None:
-      out.append((name, key))
-  return tuple(out)
 
 
 def _sources(program):
@@ -160,13 +223,13 @@ def _nested(code):
   while pending:
     code = pending.pop()
     out.append(code)
-    pending.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    pending.extend(c for c in code.co_consts if isinstance(c, pytypes.CodeType))
   return out
 
 
 def _followed(value):
   """Whether `value` is a plain Python function outside the libraries."""
-  if not isinstance(value, types.FunctionType):
+  if not isinstance(value, pytypes.FunctionType):
     return False
   module = (getattr(value, '__module__', None) or '').split('.')[0]
   return module not in _LIBRARIES
@@ -176,8 +239,8 @@ def _has_attributes(value):
   """Whether `value` is an object whose attributes the code may read
   (not a module, class or function)."""
   return (hasattr(value, '__dict__') and not isinstance(
-      value, (types.ModuleType, type, types.FunctionType,
-              types.BuiltinFunctionType, types.MethodType)))
+      value, (pytypes.ModuleType, type, pytypes.FunctionType,
+              pytypes.BuiltinFunctionType, pytypes.MethodType)))
 
 
 def _value_key(value, depth=0):
@@ -207,6 +270,27 @@ def _value_key(value, depth=0):
       keys = tuple(_value_key(v, depth + 1) for v in value)
       found = any(k is not None for k in keys)
     return (type(value).__name__, keys) if found else None
+  return None
+
+
+def _type_key(value, depth=0):
+  """What identifies the type of an array, number or tensor (or of a
+  list's, tuple's or dict's holding some); None for anything else."""
+  if isinstance(value, np.ndarray):
+    return ('array', value.shape, value.dtype.str)
+  if isinstance(value, np.generic):
+    return ('scalar', value.dtype.str)
+  if isinstance(value, (bool, numbers.Number)):
+    return ('number', type(value).__name__)
+  if _is_eager_tensor(value):
+    return ('tensor', tuple(value.shape), value.dtype.name)
+  if isinstance(value, (list, tuple, dict)):
+    if len(value) > _MAX_ITEMS or depth > 4:
+      return ('container', id(value), len(value))
+    items = value.values() if isinstance(value, dict) else value
+    keys = tuple(_type_key(v, depth + 1) for v in items)
+    return (type(value).__name__, keys) if any(
+        k is not None for k in keys) else None
   return None
 
 

@@ -113,6 +113,7 @@ class Context(shipping.ContextPickling):
     self._functions = {}      # name -> BatchedFunction, in definition order
     self._variants = {}       # variant name -> BatchedFunction (`variant`)
     self._module = None
+    self._programs = {}       # main -> its untyped `Program` (`program`)
     try:
       self._cache = caches.LRUCache(cache_size)
     except ValueError as e:
@@ -199,6 +200,7 @@ class Context(shipping.ContextPickling):
     self._functions[function.__name__] = wrapper
     self._variants = {}
     self._module = None
+    self._programs = {}
     self._cache.clear()
     return wrapper
 
@@ -268,6 +270,7 @@ class Context(shipping.ContextPickling):
         for n, (fn, type_inference, *per_member) in state.functions.items()}
     self._variants = {}
     self._module = None
+    self._programs = {}
     self._cache = caches.LRUCache(self._cache.maxsize, state.programs)
     return dict(self._functions)
 
@@ -501,6 +504,8 @@ class Context(shipping.ContextPickling):
       ArgumentError: If `main` is not a batched function of this Context.
     """
     main = self._name_of(main)
+    if self._module is not None and main in self._programs:
+      return self._programs[main]
     order, stack = [], [main]
     while stack:
       name = stack.pop(0)
@@ -511,7 +516,16 @@ class Context(shipping.ContextPickling):
         for op in b.instructions:
           if isinstance(op, inst.FunctionCallOp):
             stack.append(op.function)
-    return inst.Program(tuple(self._function_ir(n) for n in order), main)
+    program = inst.Program(tuple(self._function_ir(n) for n in order), main)
+    self._programs[main] = program
+    return program
+
+  def _outside_types(self, main):
+    """The types of the arrays and numbers from outside the program that
+    `main`'s primitives read (`externals.types`), part of the key of
+    every program typed for it: one rebound to another dtype or shape
+    since is typed anew."""
+    return externals.types(self.program(main))
 
   def program_compiled(self, main, sig=None, backend=None):
     """Compiles, types and allocates `main` for input types `sig`.
@@ -541,7 +555,7 @@ class Context(shipping.ContextPickling):
                                             verify=self._verify())
       return self._cache[key]
     sig = self._signature(main, sig)
-    key = ('typed', main, repr(sig), backend)
+    key = ('typed', main, repr(sig), backend, self._outside_types(main))
     if key not in self._cache:
       try:
         self._cache[key] = pipeline.typed(self.program(main), sig, backend,
@@ -568,7 +582,8 @@ class Context(shipping.ContextPickling):
     backend = backend or numpy_backend.NumpyBackend()
     main = self._name_of(main)
     sig = self._signature(main, sig)
-    key = ('stackless', main, repr(sig), backend)
+    key = ('stackless', main, repr(sig), backend,
+           self._outside_types(main))
     if key not in self._cache:
       self._cache[key] = pipeline.stackless(
           self.program_compiled(main, sig, backend), verify=self._verify())
@@ -601,7 +616,8 @@ class Context(shipping.ContextPickling):
       return False
     main = self._name_of(main)
     sig = self._signature(main, sig)
-    key = ('chooses_stackless', main, repr(sig), backend)
+    key = ('chooses_stackless', main, repr(sig), backend,
+           self._outside_types(main))
     if key not in self._cache:
       self._cache[key] = stackless_lib.branching_recursion(
           self.program_stackless(main, sig, backend))
@@ -632,7 +648,8 @@ class Context(shipping.ContextPickling):
     sig = None if sig is None else self._signature(main, sig)
     scheduler.check_schedule(schedule)
     exits = bool(self.block_exits)
-    key = ('lowered', main, repr(sig), backend, schedule, exits)
+    key = ('lowered', main, repr(sig), backend, schedule, exits,
+           None if sig is None else self._outside_types(main))
     if key not in self._cache:
       self._cache[key] = pipeline.lowered(
           self.program_compiled(main, sig, backend), verify=self._verify(),

@@ -482,3 +482,33 @@ def test_an_eager_run_reads_what_helpers_objects_and_dicts_hold_anew():
     SETTINGS.clear()
     SETTINGS.update(saved[2])
     WEIGHT = None
+
+
+STEP = np.array([1, 2, 3])
+
+
+def test_a_global_rebound_to_another_dtype_is_typed_anew():
+  # The typed program was cached by the arguments' types alone: after
+  # `STEP` became a float array, `x * STEP[1]` still wrote an int64
+  # register (1.5 read as 1), silently, on every backend and in the dry
+  # run, which casts to the inferred dtype.
+  global STEP
+  ctx = ab.Context()
+
+  @ctx.batch
+  def scale(x):
+    return x * STEP[1]
+
+  x = np.array([1, 2])
+  saved = STEP
+  try:
+    np.testing.assert_array_equal(scale(x), [2, 4])
+    STEP = np.array([0.5, 1.5, 2.5])
+    for out in (scale(x), scale(x, dry_run=True),
+                scale(x, stackless=True)):
+      assert out.dtype == np.float64
+      np.testing.assert_allclose(out, [1.5, 3.0])
+    tf = pytest.importorskip('tensorflow')
+    np.testing.assert_allclose(scale(tf.constant(x)), [1.5, 3.0])
+  finally:
+    STEP = saved

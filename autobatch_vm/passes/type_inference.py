@@ -40,6 +40,7 @@ import weakref
 import numpy as np
 
 from autobatch_vm import errors
+from autobatch_vm import externals
 from autobatch_vm.ir import instructions as inst
 from autobatch_vm.passes import member_indexing
 from autobatch_vm.passes import member_mixing
@@ -481,6 +482,22 @@ class _Inference:
         else:
           self.promoted[key] = new
           return
+    if (self.on_tensorflow and key not in self.unpromoted and
+        self.truncates_numpy_floats(fn, op)):
+      # TensorFlow's operators cast a NumPy float the code reads to an
+      # integer tensor's dtype (`n * SCALE[1]` of an int64 `n` and a
+      # float64 array: 1.5 read as 1), silently: NumPy's promotion.
+      new = self.promoting_form(op)
+      try:
+        self._prim(fn, new)
+      except errors.AutoBatchError as e:
+        if isinstance(e, (errors.TypeInferenceError,
+                          errors.PerMemberError)):
+          raise
+        self.unpromoted.add(key)
+      else:
+        self.promoted[key] = new
+        return
     try:
       self._prim(fn, op)
     except errors.PrimitiveError as first:
@@ -493,6 +510,28 @@ class _Inference:
       except errors.AutoBatchError:
         raise first from None
       self.promoted[key] = new
+
+  def truncates_numpy_floats(self, fn, op):
+    """Whether batch-aware `op`, run by TensorFlow's operators, gives
+    integers or bools from integer inputs and NumPy floats it reads from
+    outside (`externals.reads_numpy_floats`), where a promoting form
+    exists: TensorFlow cast the floats to the integers' dtype."""
+    if op.per_member or id(op) in self.calls_numpy:
+      return False
+    in_types = [self.env[fn.name].get(v) for v in op.vars_in]
+    if any(t is None for t in in_types) or not any(
+        np.dtype(t.dtype).kind in 'iub'
+        for t in inst.pattern_flatten(in_types, inst.TensorType)):
+      return False
+    if (self.promoting_form(op) is None or
+        not externals.reads_numpy_floats(op.function)):
+      return False
+    try:
+      value = self.run_made_up(op, in_types)
+    except Exception:  # pylint: disable=broad-except
+      return False   # typed, and refused, as it is
+    return any(np.dtype(self.backend.dtype(leaf)).kind in 'iub'
+               for leaf in inst.pattern_flatten(value))
 
   def _prim(self, fn, op):
     env = self.env[fn.name]

@@ -37,6 +37,22 @@ def counting(x):
   return c
 
 
+HALVES = np.array([0.5, 1.5, 2.5])
+QUARTER = np.float32(0.25)
+
+
+@ctx.batch
+def reads_numpy_floats(n):
+  # TensorFlow's operators cast a NumPy float to the integer tensor's
+  # dtype (1.5 read as 1), silently; NumPy promotes.
+  scaled = n * HALVES[1]
+  above = n >= HALVES[1]
+  k = 0
+  while k < n:
+    k += 1
+  return scaled, above, QUARTER * k
+
+
 @ctx.batch(per_member=True)
 def member_mixed(x, n, v):
   return x * n + n / 3, x ** n, v.sum() * n
@@ -55,9 +71,11 @@ def _tf_runs(fn, args):
     (mixed, (np.array([1.0, 2.0, 0.5], np.float32),
              np.array([1, 2, 3], np.int32))),
     (counting, (np.array([0.5, 1.5, 2.5]),)),
+    (reads_numpy_floats, (np.array([1, 2, 3]),)),
     (member_mixed, (np.array([1.0, 2.0, 0.5]), np.array([1, 2, 3]),
                     np.ones((3, 4), np.float32))),
-], ids=['float64_int64', 'float32_int32', 'bool_count', 'per_member'])
+], ids=['float64_int64', 'float32_int32', 'bool_count', 'numpy_floats',
+     'per_member'])
 def test_mixed_dtypes_promote_as_numpy_on_tensorflow(fn, args):
   want = ab.instructions.pattern_flatten(fn(*args))
   alone = ab.instructions.pattern_flatten(fn(*args, dry_run=True))
