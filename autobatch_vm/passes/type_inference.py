@@ -708,10 +708,10 @@ class _Inference:
     raise _FailedOnEveryKind(failures)
 
   def dummies(self, in_types, literals=True, as_arrays=None, kind='zeros',
-              batch=1):
+              batch=1, literal=0):
     """Arguments to run a primitive on at batch size `batch`: arrays of
-    `kind` (`made_up`), with each weak scalar a Python scalar if
-    `literals`, or (input `i` in `as_arrays`) an array of `kind` of dtype
+    `kind` (`made_up`), with each weak scalar the Python scalar `literal`
+    if `literals`, or (input `i` in `as_arrays`) an array of `kind` of dtype
     `as_arrays[i]`."""
     as_arrays = as_arrays or {}
     positions = iter(range(1 << 30))
@@ -719,7 +719,7 @@ class _Inference:
     def leaf(t):
       position = next(positions)
       if literals and _is_literal(t):
-        return t.dtype.type(0).item()
+        return t.dtype.type(literal).item()
       if kind == 'zeros':
         return self.backend.dummy(t, batch)
       return self.backend.asarray(made_up(t, kind, batch, position))
@@ -748,6 +748,8 @@ class _Inference:
         value = op.function(*self.dummies(in_types))
       if value is None:
         return None
+      if op.per_member and _has_empty_axis(value, self.backend):
+        value = self.literals_apart(op, in_types, value)
       # A result computed from literals only is a literal: a Python scalar,
       # or NumPy's default dtype for one (`np.where(c, 0, 1)` on Python
       # scalars is an int64 scalar).
@@ -775,6 +777,27 @@ class _Inference:
       return typed
     except Exception:  # pylint: disable=broad-except
       return None
+
+  def literals_apart(self, op, in_types, value):
+    """`value`, per-member `op`'s result on literals 0 with an empty axis,
+    or its result on the literals among 1 to 4 that give none, where at
+    least two do and they agree in shape (`w = x[i - 1:i + 2]` of a
+    counter `i = 1`: Python's `x[-1:2]` is empty, every other
+    `x[i - 1:i + 2]` three long; `x[:i]` differs with `i` and stays
+    empty)."""
+    shapes, found = set(), []
+    for literal in (1, 2, 3, 4):
+      try:
+        with self.backend.error_context():
+          other = op.function(*self.dummies(in_types, literal=literal))
+      except Exception:  # pylint: disable=broad-except
+        continue
+      if other is None or _has_empty_axis(other, self.backend):
+        continue
+      shapes.add(tuple(tuple(self.backend.shape(leaf))
+                       for leaf in inst.pattern_flatten(other)))
+      found.append(other)
+    return found[0] if len(found) > 1 and len(shapes) == 1 else value
 
   def weak_casts(self, op, in_types, fn, typed=None):
     """`PrimOp.casts` for an op whose inputs mix weak variables and arrays.
@@ -825,7 +848,10 @@ class _Inference:
         except Exception:  # pylint: disable=broad-except
           continue
         gots.append(_strip(got))
-        return gots[-1] == expected
+        if gots[-1] == expected:
+          return True
+        # Another kind may give it: a slice around a counter
+        # (`x[i - 1:i + 2]`) is empty at 0 only.
       return False
 
     own = {i: in_types[i].dtype for i in weak}
@@ -1204,3 +1230,9 @@ def signature(program, inputs, backend):
   return [inst.pattern_map(
       lambda t: inst.TensorType(t.dtype, t.shape[1:]),
       type_of_pattern(x, backend), inst.TensorType) for x in inputs]
+
+
+def _has_empty_axis(value, backend):
+  """Whether a leaf of `value` has an axis of length 0."""
+  return any(0 in tuple(backend.shape(leaf))
+             for leaf in inst.pattern_flatten(value))

@@ -271,3 +271,34 @@ def test_pythons_sum_of_a_members_slice_keeps_the_items_dtype():
   run_everywhere(ctx.batch_uncurried(segment, per_member=True),
                  [np.array([[0.25, 0.5, 0.75], [1.5, 2.5, 0.5]]),
                   np.array([0, 1]), np.array([3, 2])])
+
+
+def moving_windows(x, n):
+  centred = 0.0
+  i = 1
+  while i < n - 1:
+    w = x[i - 1:i + 2]
+    centred = centred + np.sum(w) / 3.0
+    i += 1
+  trailing = 0.0
+  j = 2
+  while j < n:
+    pair = x[j - 2:j]
+    trailing = trailing + pair[0] * pair[1]
+    j += 1
+  return centred, trailing
+
+
+def test_a_window_around_a_counter_kept_runs_everywhere():
+  # Typed on the counter's literal as 0, `x[i - 1:i + 2]` was Python's
+  # empty `x[-1:2]`: refused on NumPy, a raw shape error on TensorFlow.
+  # Its length is the same for every other counter.
+  ctx = ab.Context()
+  x = np.arange(5 * 8, dtype=np.float64).reshape(5, 8) % 7
+  n = np.array([5, 8, 3, 2, 6])
+  fn = ctx.batch_uncurried(moving_windows, per_member=True)
+  want = [moving_windows(x[b], n[b]) for b in range(5)]
+  got = fn(x, n)
+  for k in range(2):
+    np.testing.assert_allclose(got[k], [w[k] for w in want], rtol=1e-12)
+  _quiet(run_everywhere, fn, [x, n])
