@@ -114,6 +114,7 @@ class Context(shipping.ContextPickling):
     self._variants = {}       # variant name -> BatchedFunction (`variant`)
     self._module = None
     self._programs = {}       # main -> its untyped `Program` (`program`)
+    self._outside = {}        # main -> `externals.types` when typed
     try:
       self._cache = caches.LRUCache(cache_size)
     except ValueError as e:
@@ -520,12 +521,25 @@ class Context(shipping.ContextPickling):
     self._programs[main] = program
     return program
 
-  def _outside_types(self, main):
-    """The types of the arrays and numbers from outside the program that
-    `main`'s primitives read (`externals.types`), part of the key of
-    every program typed for it: one rebound to another dtype or shape
-    since is typed anew."""
-    return externals.types(self.program(main))
+  def _check_outside(self, key, main):
+    """Drops `main`'s typed programs where the arrays, numbers and tensors
+    their primitives read from outside them have other types now than
+    when typed (`externals.types`): a global rebound to another dtype or
+    shape since is typed anew (`x * SCALE[1]` had kept writing an int64
+    register after `SCALE` became a float array).  Checked on the cached
+    program `key` names, so a Context given programs by `install_state`
+    compiles nothing to check them."""
+    if key not in self._cache:
+      return
+    now = externals.types(self._cache[key])
+    seen = self._outside.setdefault(main, now)
+    if seen == now:
+      return
+    for k in list(self._cache):
+      if (isinstance(k, tuple) and len(k) > 2 and k[0] in _PROGRAM_KINDS
+          and k[1] == main):
+        del self._cache[k]
+    self._outside[main] = now
 
   def program_compiled(self, main, sig=None, backend=None):
     """Compiles, types and allocates `main` for input types `sig`.
@@ -555,7 +569,8 @@ class Context(shipping.ContextPickling):
                                             verify=self._verify())
       return self._cache[key]
     sig = self._signature(main, sig)
-    key = ('typed', main, repr(sig), backend, self._outside_types(main))
+    key = ('typed', main, repr(sig), backend)
+    self._check_outside(key, main)
     if key not in self._cache:
       try:
         self._cache[key] = pipeline.typed(self.program(main), sig, backend,
@@ -582,8 +597,8 @@ class Context(shipping.ContextPickling):
     backend = backend or numpy_backend.NumpyBackend()
     main = self._name_of(main)
     sig = self._signature(main, sig)
-    key = ('stackless', main, repr(sig), backend,
-           self._outside_types(main))
+    key = ('stackless', main, repr(sig), backend)
+    self._check_outside(key, main)
     if key not in self._cache:
       self._cache[key] = pipeline.stackless(
           self.program_compiled(main, sig, backend), verify=self._verify())
@@ -616,8 +631,7 @@ class Context(shipping.ContextPickling):
       return False
     main = self._name_of(main)
     sig = self._signature(main, sig)
-    key = ('chooses_stackless', main, repr(sig), backend,
-           self._outside_types(main))
+    key = ('chooses_stackless', main, repr(sig), backend)
     if key not in self._cache:
       self._cache[key] = stackless_lib.branching_recursion(
           self.program_stackless(main, sig, backend))
@@ -648,8 +662,9 @@ class Context(shipping.ContextPickling):
     sig = None if sig is None else self._signature(main, sig)
     scheduler.check_schedule(schedule)
     exits = bool(self.block_exits)
-    key = ('lowered', main, repr(sig), backend, schedule, exits,
-           None if sig is None else self._outside_types(main))
+    key = ('lowered', main, repr(sig), backend, schedule, exits)
+    if sig is not None:
+      self._check_outside(key, main)
     if key not in self._cache:
       self._cache[key] = pipeline.lowered(
           self.program_compiled(main, sig, backend), verify=self._verify(),
