@@ -211,12 +211,81 @@ def _tensor_index(index):
       for e in _parts(index))
 
 
+def _lists_as_arrays(x, index):
+  """`index` with each list of integers in it (NumPy's integer array
+  index: `a[[k, p]]`, `a[[0, 2], j]`), and each integer array, a tensor
+  where `x` or an item is one: TensorFlow reads a list as a tuple
+  (`a[[k, p]]` as `a[k, p]`) and takes no NumPy array.  NumPy's own rules
+  take them as they are."""
+  def array(e):
+    if (isinstance(e, np.ndarray) and e.ndim and e.dtype.kind in 'iu'
+        and is_tf(x)):
+      return _tf().constant(e)   # `a[ORDER]` of a tensor: a gather
+    if not isinstance(e, builtins.list):
+      return e
+    items = leaves(e)
+    if is_tf(*items):
+      return asarray(e)
+    if is_tf(x) and _plain(*items) and items and builtins.all(
+        not isinstance(v, builtins.bool) for v in items):
+      return _tf().constant(e, _tf().int64)
+    return e
+  if isinstance(index, tuple):
+    return tuple(array(e) for e in index)
+  return array(index)
+
+
+def _advanced(e):
+  """Whether index part `e` is an integer or an integer array or tensor
+  (NumPy's advanced index, with an integer among them)."""
+  if isinstance(e, (builtins.int, np.integer)) and not isinstance(
+      e, builtins.bool):
+    return True
+  if is_tf(e):
+    return e.dtype.is_integer
+  return isinstance(e, np.ndarray) and e.dtype.kind in 'iu'
+
+
+def _tf_leading_gather(x, parts, guard):
+  """`x[parts]` where integer arrays (and integers) lead the index, the
+  rest slices (`a[perm, 0]`, `a[rows, cols]`, `a[i, order, :]`): one
+  `gather_nd` of their broadcast, as NumPy's advanced indexing places
+  the broadcast axes first.  None for any other index."""
+  tf = _tf()
+  count = 0
+  while count < builtins.len(parts) and _advanced(parts[count]):
+    count += 1
+  rest = parts[count:]
+  if count < 2 or not builtins.all(isinstance(e, slice) for e in rest):
+    return None
+  indices = []
+  for axis, e in enumerate(parts[:count]):
+    n = x.shape[axis]
+    i = tf.cast(e, tf.int64) if is_tf(e) else tf.constant(e, tf.int64)
+    _check_range(i, n, guard)
+    i = tf.where(i < 0, i + n, i)
+    indices.append(tf.clip_by_value(i, 0, builtins.max(n - 1, 0)))
+  shape = indices[0].shape
+  for i in indices[1:]:
+    shape = tf.broadcast_static_shape(shape, i.shape)
+  out = tf.gather_nd(x, tf.stack([tf.broadcast_to(i, shape)
+                                  for i in indices], axis=-1))
+  if builtins.all(e == slice(None) for e in rest):
+    return out
+  return getitem(out, (slice(None),) * shape.rank + tuple(rest), guard)
+
+
 def _tf_getitem(x, index, guard=None):
   """`x[index]` on one member's tensor, with tensor indices as gathers."""
   tf = _tf()
   parts = _parts(index)
   arrays = [k for k, e in enumerate(parts) if is_tf(e) and e.shape.rank and
             e.dtype.is_integer]
+  if arrays and not (builtins.len(arrays) == 1 and builtins.all(
+      isinstance(e, slice) for k, e in enumerate(parts) if k != arrays[0])):
+    out = _tf_leading_gather(x, parts, guard)
+    if out is not None:
+      return out
   if len(arrays) == 1 and builtins.all(
       isinstance(e, slice) for k, e in enumerate(parts) if k != arrays[0]):
     # `v[order]`, `m[:, idx]`: one integer array among slices, whose
@@ -435,6 +504,7 @@ def getitem(x, index, guard=None):
   """
   if ragged.is_ragged(x, *_parts(index)):
     next(v for v in (x,) + _parts(index) if ragged.is_ragged(v)).refuse()
+  index = _lists_as_arrays(x, index)
   parts = _parts(index)
   # A slice's bounds count as the index's values (`TABLE[i:i + 2]`).
   values = [b for e in parts for b in (

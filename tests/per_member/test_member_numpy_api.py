@@ -279,3 +279,32 @@ def test_ddof_and_a_product_of_two_float_widths_run_everywhere():
       ctx.batch_uncurried(spreads_and_products, per_member=True),
       [rng.normal(size=(3, 5)), rng.normal(size=(3, 4, 2)).astype(np.float32),
        rng.normal(size=(3, 2, 2))])
+
+
+_PICK = np.array([2, 0])
+
+
+@ctx.batch(per_member=True)
+def advanced_indices(a, perm, k, p):
+  # NumPy's advanced indexing: a list is an array index (TensorFlow read
+  # `a[[k, p]]` as `a[k, p]`, silently), arrays with integers or with
+  # each other broadcast (TensorFlow refused them).
+  b = a.copy()
+  b[[k, p]] = b[[p, k]]
+  v = a[0].copy()
+  v[[k, p]] = v[[p, k]]
+  return (b, v, a[[0, 2]], a[perm, 0], a[perm, perm], a[k, [0, 2]],
+          a[[0, 2], 1:], a[_PICK], a[perm[:2], :2])
+
+
+def test_advanced_indices_and_lists_run_on_every_backend():
+  a = np.arange(4 * 9.0).reshape(4, 3, 3)
+  perm = np.array([[2, 0, 1], [1, 2, 0], [0, 1, 2], [2, 1, 0]])
+  k = np.array([0, 1, 2, 0])
+  p = np.array([1, 2, 0, 0])
+
+  def check(alone):
+    np.testing.assert_allclose(alone[0][0], a[0][[1, 0, 2]])
+    np.testing.assert_allclose(alone[2], a[:, [0, 2]])
+    np.testing.assert_allclose(alone[3][1], a[1][perm[1], 0])
+  python_tests.run_everywhere(advanced_indices, [a, perm, k, p], check)
