@@ -516,11 +516,16 @@ def where(cond, x, y):
       x, y = tf.constant(x, dtype), tf.constant(y, dtype)
     elif isinstance(x, scalars):
       y = tf.convert_to_tensor(y)
+      y = _cast_to(y, _with_number(y, x))
       x = tf.convert_to_tensor(x, dtype=y.dtype)
     else:
       x = tf.convert_to_tensor(x)
       if not isinstance(y, scalars):
         y = tf.convert_to_tensor(y)
+      else:
+        # A Python number beside a tensor: NumPy's joint dtype (`x or
+        # 2.5` of an int64 `x` is float64), the number weak.
+        x = _cast_to(x, _with_number(x, y))
       if tf.is_tensor(y) and y.dtype == tf.bool != x.dtype:
         y = tf.cast(y, x.dtype)   # as NumPy and Python take a boolean
       elif x.dtype == tf.bool and tf.is_tensor(y) and y.dtype != tf.bool:
@@ -539,6 +544,16 @@ def where(cond, x, y):
   return np.where(_expand_to(cond, rank), x, y)
 
 
+def _with_number(x, number):
+  """The dtype NumPy gives tensor `x` beside Python number `number` (a
+  weak one: int32 beside 2 stays int32, beside 2.5 is float64); a bool
+  tensor keeps its dtype beside a bool."""
+  dtype = np.dtype(x.dtype.as_numpy_dtype)
+  if not (dtype.kind in 'biufc'):
+    return dtype
+  return np.result_type(dtype, number)
+
+
 def _int_division(op, a, b):
   """`op(a, b)`; with TF integer tensors a zero divisor gives 0, as in NumPy.
 
@@ -549,6 +564,16 @@ def _int_division(op, a, b):
   if not _is_tf(a, b):
     return op(a, b)
   tf = _tf()
+  da, db = _promotion_dtype(a), _promotion_dtype(b)
+  if da is not None and db is not None:
+    # NumPy's promotion (`n // 0.5` of an int64 `n` is float64), where
+    # TensorFlow's operator casts a Python float to the integer dtype
+    # and fails.
+    joint = np.result_type(da, db)
+    a, b = _cast_to(a, joint), _cast_to(b, joint)
+    if joint.kind == 'f' and op is operator.floordiv:
+      return _float_floordiv(tf.convert_to_tensor(a, joint),
+                             tf.convert_to_tensor(b, joint))
   if not (tf.is_tensor(b) or isinstance(b, tf.Variable)):
     return op(a, b)  # a constant divisor: the user's own division
   b = tf.convert_to_tensor(b)
@@ -557,6 +582,27 @@ def _int_division(op, a, b):
   zero = tf.equal(b, 0)
   result = op(a, tf.where(zero, tf.ones_like(b), b))
   return tf.where(zero, tf.zeros_like(result), result)
+
+
+def _float_floordiv(a, b):
+  """Python's and NumPy's `a // b` of floats: the floor of the exact
+  quotient, from the remainder (`fmod`).  TensorFlow's is the floor of the
+  rounded quotient (`-0.9 // 0.3` is -3.0 there, -4.0 in Python: the
+  quotient of the two doubles is just below -3)."""
+  tf = _tf()
+  a, b = tf.broadcast_to(a, tf.broadcast_dynamic_shape(
+      tf.shape(a), tf.shape(b))), b
+  rem = tf.truncatemod(a, b)
+  div = (a - rem) / b
+  div = tf.where(tf.logical_and(tf.not_equal(rem, 0),
+                                tf.not_equal(b < 0, rem < 0)), div - 1, div)
+  whole = tf.math.floor(div)
+  whole = tf.where(div - whole > 0.5, whole + 1, whole)
+  # A zero quotient takes the exact quotient's sign; a zero divisor gives
+  # NumPy's inf or nan.
+  quotient = a / b
+  whole = tf.where(tf.equal(div, 0), quotient * 0, whole)
+  return tf.where(tf.equal(b, 0), quotient, whole)
 
 
 def mod(a, b):

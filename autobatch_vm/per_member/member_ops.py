@@ -1305,14 +1305,20 @@ def _combine(xs, python, tf_name, np_op):
 
 
 def _tf_pair(a, b):
-  """`a` and `b` as tensors of one dtype (a Python number takes the
-  tensor's)."""
+  """`a` and `b` as tensors of one dtype, NumPy's (a Python number is
+  weak: it takes the tensor's where that holds it)."""
   tf = _tf()
   if not is_tf(a):
-    b = tf.convert_to_tensor(b)
-    return tf.constant(a, b.dtype), b
+    b, a = _tf_pair(b, a)
+    return a, b
   a = tf.convert_to_tensor(a)
   if not is_tf(b):
+    if isinstance(b, (builtins.int, builtins.float, builtins.bool)):
+      # A Python number is weak, as NumPy takes it (an int64 beside 1.5:
+      # float64).
+      joint = np.result_type(a.dtype.as_numpy_dtype, b)
+      if joint != a.dtype.as_numpy_dtype:
+        a = tf.cast(a, joint)
     return a, tf.constant(b, a.dtype)
   b = tf.convert_to_tensor(b)
   if a.dtype != b.dtype:
@@ -1377,10 +1383,9 @@ def _extreme(name, xs):
   item; of a generator or list of values (`max(a[i] for i in
   range(n))`), its items folded pairwise, as Python compares them."""
   python = getattr(builtins, name)
-  tf_name, np_op = (('minimum', np.minimum) if name == 'min' else
-                    ('maximum', np.maximum))
+  better = operator.lt if name == 'min' else operator.gt
   if builtins.len(xs) != 1:
-    return _combine(xs, python, tf_name, np_op)
+    return _fold_extreme(xs, python, better)
   x = xs[0]
   if ragged.is_ragged(x):
     return ragged.builtin(name, x)
@@ -1388,10 +1393,30 @@ def _extreme(name, xs):
     items = builtins.list(x)
     if not items:
       raise ValueError(f'{name}() arg is an empty sequence')
-    return _combine(items, python, tf_name, np_op)
+    return _fold_extreme(items, python, better)
   if is_tf(x):
     return getattr(_tf(), f'reduce_{name}')(x)
   return getattr(np, name)(x)
+
+
+def _fold_extreme(xs, python, better):
+  """Python's `min` or `max` of values `xs`, pairwise: each value taken
+  where it compares `better` than the one so far, as Python's builtin
+  does (`min(1.0, nan)` is 1.0 and `min(nan, 1.0)` nan, where NumPy's
+  `minimum` gives nan for both)."""
+  if _plain(*xs):
+    return python(xs)
+  result = xs[0]
+  for x in xs[1:]:
+    if is_tf(result, x):
+      tf = _tf()
+      result, x = _tf_pair(result, x)
+      result = tf.where(better(x, result), x, result)
+    else:
+      result = np.where(better(x, result), x, result)
+      if isinstance(result, np.ndarray) and result.ndim == 0:
+        result = result[()]   # a NumPy scalar, as `np.minimum` gives
+  return result
 
 
 def _iterable_of_values(x):

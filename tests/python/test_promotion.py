@@ -53,6 +53,23 @@ def reads_numpy_floats(n):
   return scaled, above, QUARTER * k
 
 
+@ctx.batch
+def with_float_literals(n, x, y):
+  # A Python float beside an integer (TensorFlow's operators cast it to
+  # the integer dtype and fail), and float `//`, which TensorFlow takes
+  # as the floor of the rounded quotient (-0.9 // 0.3 is -3.0 there).
+  picked = n or 2.5
+  half = n if n > 1 else 0.5
+  return picked, half, n // 0.5, n % 0.5, x // y, divmod(x, y)
+
+
+@ctx.batch(per_member=True)
+def member_literals(n, x, y):
+  nan = x * np.nan
+  return (max(n, 1.5), min(n, 0.5, 2), n // 0.5, x // y, min(x, nan),
+          max(nan, x), min(nan, x), max([x, nan, y]))
+
+
 @ctx.batch(per_member=True)
 def member_mixed(x, n, v):
   return x * n + n / 3, x ** n, v.sum() * n
@@ -72,10 +89,14 @@ def _tf_runs(fn, args):
              np.array([1, 2, 3], np.int32))),
     (counting, (np.array([0.5, 1.5, 2.5]),)),
     (reads_numpy_floats, (np.array([1, 2, 3]),)),
+    (with_float_literals, (np.array([0, 3, -2]), np.array([-0.9, 1.0, 5.0]),
+                           np.array([0.3, 0.1, -np.inf]))),
+    (member_literals, (np.array([0, 3, -2]), np.array([-0.9, 1.0, 5.0]),
+                       np.array([0.3, 0.1, -np.inf]))),
     (member_mixed, (np.array([1.0, 2.0, 0.5]), np.array([1, 2, 3]),
                     np.ones((3, 4), np.float32))),
 ], ids=['float64_int64', 'float32_int32', 'bool_count', 'numpy_floats',
-     'per_member'])
+     'float_literals', 'member_literals', 'per_member'])
 def test_mixed_dtypes_promote_as_numpy_on_tensorflow(fn, args):
   want = ab.instructions.pattern_flatten(fn(*args))
   alone = ab.instructions.pattern_flatten(fn(*args, dry_run=True))
@@ -84,3 +105,21 @@ def test_mixed_dtypes_promote_as_numpy_on_tensorflow(fn, args):
       got = np.asarray(got)
       assert got.dtype == w.dtype == np.asarray(a).dtype, mode
       np.testing.assert_allclose(got, w, rtol=1e-6, err_msg=mode)
+
+
+def test_float_literals_floor_division_and_nan_extremes_are_pythons():
+  n = np.array([0, 3, -2])
+  x = np.array([-0.9, 1.0, 5.0])
+  y = np.array([0.3, 0.1, -np.inf])
+  got = with_float_literals(n, x, y)
+  np.testing.assert_allclose(got[0], [2.5, 3, -2])
+  np.testing.assert_allclose(got[4], [-4.0, 9.0, -1.0])   # Python's
+  np.testing.assert_allclose(got[5][0], got[4])
+  member = member_literals(n, x, y)
+  for b in range(3):
+    nb, xb, yb = int(n[b]), float(x[b]), float(y[b])
+    nan = float('nan')
+    want = (max(nb, 1.5), min(nb, 0.5, 2), nb // 0.5, xb // yb,
+            min(xb, nan), max(nan, xb), min(nan, xb), max([xb, nan, yb]))
+    for k, w in enumerate(want):
+      np.testing.assert_allclose(member[k][b], w, err_msg=str(k))
