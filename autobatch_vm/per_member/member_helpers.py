@@ -487,9 +487,42 @@ class _CallRewriter(ast.NodeTransformer):
       node.iter = self._iterated(node.iter)
     return node
 
+  def _item_written(self, node, target, value):
+    """`v = ops.helper_setitem(v, key[index], value)` for a helper's
+    `v[index] = value` of a local `v`: in place on NumPy, as Python
+    writes it; a new tensor on TensorFlow, whose tensors take no item
+    assignment."""
+    self.changed = True
+    ops = ast.Name(_OPS, ast.Load())
+    key = ast.Subscript(ast.Attribute(ops, 'key', ast.Load()), target.slice,
+                        ast.Load())
+    call = ast.Call(ast.Attribute(ops, 'helper_setitem', ast.Load()),
+                    [ast.Name(target.value.id, ast.Load()), key, value], [])
+    return _located(ast.Assign(
+        targets=[ast.Name(target.value.id, ast.Store())],
+        value=_located(call, node)), node)
+
+  @staticmethod
+  def _local_item(target):
+    return (isinstance(target, ast.Subscript) and
+            isinstance(target.value, ast.Name))
+
+  def visit_AugAssign(self, node):
+    node = self.generic_visit(node)
+    if self.decide is not member_call or not self._local_item(node.target):
+      return node
+    read = ast.Subscript(copy.deepcopy(node.target.value),
+                         copy.deepcopy(node.target.slice), ast.Load())
+    read = self.visit_Subscript(_located(read, node.target))
+    value = _located(ast.BinOp(read, node.op, node.value), node)
+    return self._item_written(node, node.target, value)
+
   def visit_Assign(self, node):
     node = self.generic_visit(node)
     target = node.targets[0]
+    if (self.decide is member_call and len(node.targets) == 1 and
+        self._local_item(target)):
+      return self._item_written(node, target, node.value)
     if (self.decide is member_call and len(node.targets) == 1 and
         isinstance(target, (ast.Tuple, ast.List)) and not any(
             isinstance(e, ast.Starred) for e in target.elts) and

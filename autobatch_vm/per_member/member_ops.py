@@ -1237,6 +1237,25 @@ def setitem(x, index, value):
   return _numpy_rules().setitem(x, index, value)
 
 
+def helper_setitem(x, index, value):
+  """A helper's `x[index] = value`, giving `x` as written: in place where
+  `x` takes item assignment (NumPy, as Python writes it: the caller's
+  array too, where it is an argument); a new tensor on TensorFlow.
+
+  Args:
+    x: One member's array (or tensor).
+    index: The index as Python gives it to `__setitem__`.
+    value: The value to write.
+
+  Returns:
+    `x` written.
+  """
+  if is_tf(x, value, *_parts(index)):
+    return setitem(x, index, value)
+  x[index] = value
+  return x
+
+
 def matmul(a, b):
   """One member's `a @ b`: on TensorFlow, where an operand is a vector,
   NumPy's product (`tf.matmul` refuses vectors), a NumPy operand taking

@@ -177,3 +177,43 @@ def test_a_helper_unpacking_a_members_vector_runs_on_tensorflow():
     return _product_of_coordinates(v) + 1.0
   run_everywhere(ctx.batch_uncurried(area, per_member=True),
                  [np.array([[1.0, 2.0], [3.0, 4.0], [0.5, 8.0]])])
+
+
+def _accelerations(x):
+  """A helper assigning items: n-body accelerations of 1-d positions."""
+  a = np.zeros_like(x)
+  for i in range(x.shape[0]):
+    for j in range(x.shape[0]):
+      if i != j:
+        d = x[j] - x[i]
+        a[i] += d / (abs(d) ** 3 + 0.1)
+  return a
+
+
+def _bumped(v):
+  v = v.copy()
+  v[0] = 5.0
+  v[1:3] *= 2.0
+  return v
+
+
+def test_a_helper_assigning_items_runs_on_tensorflow():
+  # Item assignment in a helper: on TensorFlow "'EagerTensor' object does
+  # not support item assignment", where the guide says it works on both.
+  from tests.python import run_everywhere  # pylint: disable=g-import-not-at-top
+  ctx = ab.Context()
+
+  def step(x, dt):
+    for _ in range(3):
+      x = x + dt * _accelerations(x)
+    return x, _bumped(x)
+  x = np.array([[0.0, 1.0, 3.0, 4.5], [1.0, -1.0, 2.0, 0.5],
+                [0.2, 0.4, 0.8, 1.6]])
+  dt = np.array([0.01, 0.02, 0.05])
+  fn = ctx.batch_uncurried(step, per_member=True)
+  got = fn(x, dt)
+  for b in range(3):
+    want = step(x[b], dt[b])
+    np.testing.assert_allclose(got[0][b], want[0], rtol=1e-12)
+    np.testing.assert_allclose(got[1][b], want[1], rtol=1e-12)
+  run_everywhere(fn, [x, dt])
