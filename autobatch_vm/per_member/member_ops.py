@@ -1228,6 +1228,10 @@ def setitem(x, index, value):
   if is_tf(*items) or builtins.any(_is_member_array(v) for v in items):
     # `stack[sp] = (r, c)`: a row of one member's values.
     value = asarray(value)
+  if ragged.is_ragged(value) and not ragged.is_ragged(x):
+    written = _ragged_write(x, index, value)
+    if written is not None:
+      return written
   if ragged.is_ragged(x, value):
     next(v for v in (x, value) if ragged.is_ragged(v)).refuse()
   if is_tf(x, value) or (is_tf(*_parts(index)) and not _is_member_array(x)):
@@ -1235,6 +1239,40 @@ def setitem(x, index, value):
     # under a mask a select, which pfor vectorizes.
     return ops.tf_setitem(x, index, value, read=getitem)
   return _numpy_rules().setitem(x, index, value)
+
+
+def _ragged_write(x, index, value):
+  """`x` with `x[index] = value` where `value` is a slice of per-member
+  bounds (`ragged.Ragged`) and `x[index]` one too (`a[i, k:] -= f *
+  a[k, k:]`, the elimination step): the value's items written where the
+  target's slice lies in each member, the rest of its axis as it was.
+  Slices of different lengths fail their members as Python fails them.
+  None where `x[index]` is no such slice, or the index is not integers
+  and slices."""
+  target = getitem(x, index)
+  if not ragged.is_ragged(target):
+    return None
+  parts = _parts(index)
+  axis, at = 0, None
+  for k, e in enumerate(parts):
+    if isinstance(e, slice):
+      if axis == target.axis:
+        at = k
+        break
+      axis += 1
+    elif e is None or e is Ellipsis or _rank(e) != 0:
+      return None
+  if at is None:
+    return None
+  items, data = target.aligned(value), target.data
+  if is_tf(data, items):
+    tf = _tf()
+    written = tf.where(target.mask(), tf.cast(items, data.dtype), data)
+  else:
+    written = np.where(target.mask(), items, data)
+  whole = tuple(parts[:at]) + (slice(None),) + tuple(parts[at + 1:])
+  return setitem(x, whole if isinstance(index, tuple) else whole[0],
+                 written)
 
 
 def helper_setitem(x, index, value):
@@ -1293,7 +1331,8 @@ def setitem_with(x, index, value, operation):
   `x[index] = x[index] op value`.
   """
   op = getattr(operator, operation)
-  if not (is_tf(x, value) or is_tf(*_parts(index))):
+  if not (is_tf(x, value) or is_tf(*_parts(index)) or
+          ragged.is_ragged(value)):
     written = _numpy_rules().setitem_with(x, index, value, op)
     if written is not None:
       return written

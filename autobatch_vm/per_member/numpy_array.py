@@ -305,8 +305,16 @@ def _operators():
     if ufunc is np.matmul:
       return (lambda self, other: RULES[np.matmul](self, other),
               lambda self, other: RULES[np.matmul](other, self))
-    return (lambda self, other: _ufunc_call(ufunc, (self, other), {}),
-            lambda self, other: _ufunc_call(ufunc, (other, self), {}))
+    def forward(self, other):
+      if type(other).__name__ == 'Ragged':
+        return NotImplemented   # a slice of per-member bounds: its own
+      return _ufunc_call(ufunc, (self, other), {})
+
+    def reflected(self, other):
+      if type(other).__name__ == 'Ragged':
+        return NotImplemented
+      return _ufunc_call(ufunc, (other, self), {})
+    return forward, reflected
   pairs = {'add': np.add, 'sub': np.subtract, 'mul': np.multiply,
            'truediv': np.true_divide, 'floordiv': np.floor_divide,
            'mod': np.remainder, 'pow': np.power, 'matmul': np.matmul,

@@ -302,3 +302,36 @@ def test_a_window_around_a_counter_kept_runs_everywhere():
   for k in range(2):
     np.testing.assert_allclose(got[k], [w[k] for w in want], rtol=1e-12)
   _quiet(run_everywhere, fn, [x, n])
+
+
+def textbook_lu_solve(a, b):
+  a = a.copy()
+  b = b.copy()
+  n = b.shape[0]
+  for k in range(n - 1):
+    p = k + np.argmax(np.abs(a[k:, k]))
+    if p != k:
+      a[[k, p]] = a[[p, k]]
+      b[[k, p]] = b[[p, k]]
+    for i in range(k + 1, n):
+      f = a[i, k] / a[k, k]
+      a[i, k:] -= f * a[k, k:]
+      b[i] -= f * b[k]
+  x = np.zeros(n)
+  for i in range(n - 1, -1, -1):
+    x[i] = (b[i] - a[i, i + 1:] @ x[i + 1:]) / a[i, i]
+  return x
+
+
+def test_a_slice_written_from_a_slice_of_the_same_bounds_runs_everywhere():
+  # `a[i, k:] -= f * a[k, k:]`, the textbook elimination step: refused
+  # on NumPy where members' k differ and under XLA always (the value
+  # was a slice used as an array of its own).
+  ctx = ab.Context()
+  rng = np.random.default_rng(3)
+  a = rng.normal(size=(B, 5, 5))
+  b = rng.normal(size=(B, 5))
+  fn = ctx.batch_uncurried(textbook_lu_solve, per_member=True)
+  np.testing.assert_allclose(fn(a, b), np.linalg.solve(a, b[..., None])[..., 0],
+                             rtol=1e-9)
+  _quiet(run_everywhere, fn, [a, b])
