@@ -114,7 +114,7 @@ class Context(shipping.ContextPickling):
     self._variants = {}       # variant name -> BatchedFunction (`variant`)
     self._module = None
     self._programs = {}       # main -> its untyped `Program` (`program`)
-    self._outside = {}        # main -> `externals.types` when typed
+    self._outside = {}        # cache key -> `externals.types` when made
     try:
       self._cache = caches.LRUCache(cache_size)
     except ValueError as e:
@@ -521,6 +521,12 @@ class Context(shipping.ContextPickling):
     self._programs[main] = program
     return program
 
+  def _made(self, key, program):
+    """Caches `program` under `key`, with the types of the values from
+    outside it that its primitives read now (`_check_outside`)."""
+    self._cache[key] = program
+    self._outside[key] = externals.types(program)
+
   def _check_outside(self, key, main):
     """Drops `main`'s typed programs where the arrays, numbers and tensors
     their primitives read from outside them have other types now than
@@ -532,14 +538,14 @@ class Context(shipping.ContextPickling):
     if key not in self._cache:
       return
     now = externals.types(self._cache[key])
-    seen = self._outside.setdefault(main, now)
-    if seen == now:
+    # (A program installed from another Context's state: as it is now.)
+    if self._outside.setdefault(key, now) == now:
       return
     for k in list(self._cache):
       if (isinstance(k, tuple) and len(k) > 2 and k[0] in _PROGRAM_KINDS
           and k[1] == main):
         del self._cache[k]
-    self._outside[main] = now
+        self._outside.pop(k, None)
 
   def program_compiled(self, main, sig=None, backend=None):
     """Compiles, types and allocates `main` for input types `sig`.
@@ -573,8 +579,8 @@ class Context(shipping.ContextPickling):
     self._check_outside(key, main)
     if key not in self._cache:
       try:
-        self._cache[key] = pipeline.typed(self.program(main), sig, backend,
-                                          verify=self._verify())
+        self._made(key, pipeline.typed(self.program(main), sig, backend,
+                                       verify=self._verify()))
       except errors.PrimitiveError as e:
         better = errors.explain_dtype_mismatch(e)
         if better is e:
@@ -600,8 +606,8 @@ class Context(shipping.ContextPickling):
     key = ('stackless', main, repr(sig), backend)
     self._check_outside(key, main)
     if key not in self._cache:
-      self._cache[key] = pipeline.stackless(
-          self.program_compiled(main, sig, backend), verify=self._verify())
+      self._made(key, pipeline.stackless(
+          self.program_compiled(main, sig, backend), verify=self._verify()))
     return self._cache[key]
 
   def chooses_stackless(self, main, sig=None, backend=None,
@@ -666,9 +672,9 @@ class Context(shipping.ContextPickling):
     if sig is not None:
       self._check_outside(key, main)
     if key not in self._cache:
-      self._cache[key] = pipeline.lowered(
+      self._made(key, pipeline.lowered(
           self.program_compiled(main, sig, backend), verify=self._verify(),
-          schedule=schedule, exits=exits)
+          schedule=schedule, exits=exits))
     return self._cache[key]
 
   def lowered_for_args(self, name, args, backend=None,
