@@ -544,6 +544,17 @@ def where(cond, x, y):
   return np.where(_expand_to(cond, rank), x, y)
 
 
+def as_written(fn):
+  """A user's lambda that reads the batched function's variables, run as
+  written: TensorFlow's AutoGraph (`tf.map_fn` converts the functions it
+  is given) would compare its closure, now the primitive's inputs, with
+  its source's and warn.  A lambda has no statements to convert."""
+  tf = sys.modules.get('tensorflow')
+  if tf is None:
+    return fn
+  return tf.autograph.experimental.do_not_convert(fn)
+
+
 def _with_number(x, number):
   """The dtype NumPy gives tensor `x` beside Python number `number` (a
   weak one: int32 beside 2 stays int32, beside 2.5 is float64); a bool

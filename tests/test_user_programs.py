@@ -1544,3 +1544,32 @@ def test_a_python_number_alone_is_int64_or_float64():
   tf = pytest.importorskip('tensorflow')
   out = damped_newton_sqrt(tf.constant([4.0, 9.0], tf.float64), 3, 1.0)
   assert out.dtype == tf.float64
+
+
+width = np.zeros(2)   # a global sharing the name of a function's variable
+
+
+def test_a_lambda_reads_the_functions_variables_not_a_global():
+  # A lambda passed to a call (np.apply_along_axis, tf.map_fn) read a
+  # global of the same name as the function's variable, silently, or
+  # failed with a NameError where there was none.
+  ctx = ab.Context()
+
+  @ctx.batch
+  def scaled(x, width):
+    return np.apply_along_axis(lambda r: r * width.shape[-1] + offset, 1, x)
+
+  offset = 0.5
+  x = np.array([[1.0, 2.0], [3.0, 4.0]])
+  w = np.ones((2, 3))
+  np.testing.assert_allclose(scaled(x, w), x * 3 + 0.5)
+  np.testing.assert_allclose(scaled(x, w, dry_run=True), x * 3 + 0.5)
+  tf = pytest.importorskip('tensorflow')
+  ctx = ab.Context()
+
+  @ctx.batch
+  def mapped(x, width):
+    return tf.map_fn(lambda r: r * tf.cast(tf.shape(width)[-1], r.dtype), x)
+
+  for run in (mapped, tf.function(mapped)):
+    np.testing.assert_allclose(run(tf.constant(x), tf.constant(w)), x * 3)

@@ -196,8 +196,17 @@ class PrimitiveRewriter(ast.NodeTransformer):
     Returns:
       Its replacement.
     """
-    # Lambda bodies are plain Python on whatever they are given.
-    return node
+    # Lambda bodies are plain Python on whatever they are given; the
+    # function's variables they read are the primitive's inputs, as
+    # Python's closure reads them (`tf.map_fn(lambda r: r * n, x)`).
+    reads = _LambdaReads(self, _bound_names(node))
+    node = reads.generic_visit(node)
+    if not reads.found:
+      return node
+    # Its closure is the primitive's now: TensorFlow's AutoGraph, which
+    # `tf.map_fn` runs it through, would find it differs from the
+    # source's and warn (it has no statements to convert).
+    return self._ops('as_written', [node], node, _OPS)
 
   def visit_BoolOp(self, node):
     """`and`/`or` become `ops.logical_and`/`ops.logical_or`.
@@ -464,6 +473,48 @@ _PROMOTED_OPERATORS = {
     ast.Pow: 'pow', ast.BitAnd: 'and_', ast.BitOr: 'or_', ast.BitXor: 'xor',
     ast.Lt: 'lt', ast.LtE: 'le', ast.Gt: 'gt', ast.GtE: 'ge', ast.Eq: 'eq',
     ast.NotEq: 'ne'}
+
+
+def _bound_names(node):
+  """The names a lambda or comprehension `node` binds (its parameters,
+  its targets)."""
+  if isinstance(node, ast.Lambda):
+    a = node.args
+    return {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs} | {
+        x.arg for x in (a.vararg, a.kwarg) if x is not None}
+  return {n.id for g in node.generators for n in ast.walk(g.target)
+          if isinstance(n, ast.Name)}
+
+
+class _LambdaReads(ast.NodeTransformer):
+  """The reads, in a user's lambda, of the batched function's variables
+  that the lambda does not bind, as the primitive's inputs
+  (`PrimitiveRewriter.visit_Name`); the rest as written.  `found` (shared
+  by nested scopes) holds the names so read."""
+
+  def __init__(self, rewriter, bound, found=None):
+    self.rewriter = rewriter
+    self.bound = bound
+    self.found = [] if found is None else found
+
+  def visit_Name(self, node):
+    if node.id in self.bound:
+      return node
+    new = self.rewriter.visit_Name(node)
+    if new is not node:
+      self.found.append(node.id)
+    return new
+
+  def _scope(self, node):
+    inner = _LambdaReads(self.rewriter, self.bound | _bound_names(node),
+                         self.found)
+    return inner.generic_visit(node)
+
+  visit_Lambda = _scope
+  visit_ListComp = _scope
+  visit_SetComp = _scope
+  visit_DictComp = _scope
+  visit_GeneratorExp = _scope
 
 
 class _FormRewriter(ast.NodeTransformer):
