@@ -502,10 +502,12 @@ class _CallRewriter(ast.NodeTransformer):
         targets=[ast.Name(target.value.id, ast.Store())],
         value=_located(call, node)), node)
 
-  @staticmethod
-  def _local_item(target):
+  def _local_item(self, target):
+    """Whether `target` is an item of one of the helper's own variables
+    (a global's or a closure's, `COUNTS[0] += 1`, is written as it is)."""
     return (isinstance(target, ast.Subscript) and
-            isinstance(target.value, ast.Name))
+            isinstance(target.value, ast.Name) and
+            target.value.id in self.local_names)
 
   def visit_AugAssign(self, node):
     node = self.generic_visit(node)
