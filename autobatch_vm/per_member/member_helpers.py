@@ -142,6 +142,8 @@ def member_call(obj, node):
     helper), or None where the call stays as written.
   """
   starred = any(isinstance(a, ast.Starred) for a in node.args)
+  if _draws_with_numpy(obj):
+    return 'random_draw'
   for table in (_BUILTINS, _ARRAYS):
     for fn, name in table.items():
       if obj is fn:
@@ -194,6 +196,17 @@ def tf_numpy_call(obj, node):
   return 'numpy_call' if is_helper(obj) else None
 
 
+def _draws_with_numpy(obj):
+  """Whether `obj` draws NumPy random numbers: a function of `np.random`
+  (`np.random.normal`, a method of its global `RandomState`) or a method
+  of a `Generator` or `RandomState` (`rng.normal`)."""
+  owner = getattr(obj, '__self__', None)
+  if isinstance(owner, (np.random.Generator, np.random.RandomState)):
+    return True
+  return (callable(obj) and not isinstance(obj, type) and
+          (getattr(obj, '__module__', None) or '').startswith('numpy.random'))
+
+
 def call_arguments(name, obj, node):
   """The arguments of the `member_ops` call that replaces call `node` of
   `obj`, for `member_call`'s `name`: the callee first for `'call'`, the
@@ -207,7 +220,7 @@ def call_arguments(name, obj, node):
   Returns:
     A list of AST nodes.
   """
-  if name in ('call', 'numpy_call'):
+  if name in ('call', 'numpy_call', 'random_draw'):
     return [node.func] + list(node.args)
   if name == 'math_fn':
     return [ast.Constant(MATH[obj])] + list(node.args)

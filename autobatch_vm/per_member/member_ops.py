@@ -1275,6 +1275,30 @@ def _ragged_write(x, index, value):
                  written)
 
 
+def random_draw(draw, *args, **kwargs):
+  """One member's NumPy random draw (`np.random.normal(size=3)`,
+  `rng.uniform()`): NumPy's on NumPy.  On TensorFlow a per-member
+  function is traced, so NumPy would draw once, when traced, and every
+  member and every trip would get that one draw: refused.
+
+  Raises:
+    PerMemberError: On TensorFlow.
+  """
+  if getattr(_local, 'checks', None) is not None or is_tf(
+      *leaves(builtins.list(args) + builtins.list(kwargs.values()))):
+    name = getattr(draw, '__name__', 'draw')
+    raise errors.PerMemberError(
+        f'NumPy\'s random {name}() in a function written for one member '
+        'runs once on TensorFlow, when the function is traced: every '
+        'member, and every trip of a loop, would get that one draw',
+        hint='On TensorFlow draw with TensorFlow: tf.random.stateless_'
+        'normal(shape, seed) with a per-member seed (an argument, and a '
+        'counter for loops), or draw the numbers outside and pass them in '
+        '(an array with a row per member).  On the NumPy backend '
+        'np.random draws anew for each member.')
+  return draw(*args, **kwargs)
+
+
 def helper_setitem(x, index, value):
   """A helper's `x[index] = value`, giving `x` as written: in place where
   `x` takes item assignment (NumPy, as Python writes it: the caller's

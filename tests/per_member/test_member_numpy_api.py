@@ -308,3 +308,30 @@ def test_advanced_indices_and_lists_run_on_every_backend():
     np.testing.assert_allclose(alone[2], a[:, [0, 2]])
     np.testing.assert_allclose(alone[3][1], a[1][perm[1], 0])
   python_tests.run_everywhere(advanced_indices, [a, perm, k, p], check)
+
+
+_RNG = np.random.default_rng(5)
+
+
+def test_numpy_random_draws_run_on_numpy_and_are_refused_on_tensorflow():
+  # Traced once on TensorFlow, NumPy drew once: every member's walk was
+  # the same vector times its steps, silently.
+  ctx_random = ab.Context()
+
+  @ctx_random.batch(per_member=True)
+  def walk(x, n):
+    k = 0
+    while k < n:
+      x = x + np.random.normal(size=x.shape) + _RNG.uniform()
+      k += 1
+    return x
+
+  n = np.array([1, 2, 3, 4])
+  out = walk(np.zeros((4, 2)), n)
+  ratio = out / n[:, None]
+  assert not np.allclose(ratio, ratio[0])   # members' own draws
+  tf = pytest.importorskip('tensorflow')
+  for run in (walk, tf.function(walk)):
+    with pytest.raises(ab.errors.PerMemberError, match='random normal') as e:
+      run(tf.zeros((4, 2), tf.float64), tf.constant(n))
+    assert e.value.loc is not None and e.value.loc.function == 'walk'
