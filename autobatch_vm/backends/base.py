@@ -417,7 +417,7 @@ class Backend:
     """
     raise NotImplementedError
 
-  def fail_members(self, flags, m, make_error):
+  def fail_members(self, flags, m, make_error, kind='index'):
     """Fails the members of `m` that a primitive flagged.
 
     Only a backend with `reports_out_of_range` gets flags.
@@ -427,6 +427,8 @@ class Backend:
       m: The mask of the members at the block.
       make_error: `make_error(members)` makes the error (members None:
         unknown, in a graph).
+      kind: What failed: `'index'` (an item index out of range) or one of
+        `member_math.FAILURES` (a math domain error, an empty reduction).
     """
     raise NotImplementedError
 

@@ -384,7 +384,7 @@ def reporting_member_errors(op, backend, m, call):
       by_kind.setdefault(kind, []).append(flags)
   for kind in sorted(by_kind, key=lambda k: (k != 'index', k)):
     backend.fail_members(by_kind[kind], m,
-                         functools.partial(member_error, kind, op))
+                         functools.partial(member_error, kind, op), kind)
   return result
 
 

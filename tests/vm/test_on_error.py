@@ -264,3 +264,20 @@ def test_status_on_numpy_in_stackless_mode():
 def test_bad_on_error_is_refused():
   with pytest.raises(errors.ArgumentError, match="on_error must be 'raise'"):
     walk(N, VALUES, on_error='nan')
+
+
+def test_a_per_member_math_failure_under_bare_xla_poisons_and_warns():
+  # `int(nan)` gave the failing member a plausible 0 under a bare
+  # jit_compile, with no warning (an assert there poisons and warns).
+  ctx = ab.Context()
+
+  @ctx.batch(per_member=True)
+  def truncated(x):
+    return int(x) + 1
+
+  x = tf.constant([1.5, np.nan, -2.5])
+  with pytest.warns(errors.XlaErrorsWarning):
+    out = _bare_xla(truncated)(x)
+  np.testing.assert_array_equal(out.numpy(), [2, np.iinfo(np.int64).min, -1])
+  out, ok = _bare_xla(truncated, on_error='status')(x)
+  np.testing.assert_array_equal(ok.numpy(), [True, False, True])

@@ -562,12 +562,16 @@ class TensorFlowBackend(base.Backend):
 
   reports_out_of_range = True
 
-  def fail_members(self, flags, m, make_error):
+  def fail_members(self, flags, m, make_error, kind='index'):
     # In the staged loop the flagged members are parked (their error
     # raised after the loop, or their status false), as for an overflow.
     step = tf_errors.current_step()
-    if step is not None and not step.sites.checks_indices:
-      return   # as XLA's own indexing: the item clamped into range
+    if (kind == 'index' and step is not None and
+        not step.sites.checks_indices):
+      # As XLA's own indexing: the item clamped into range.  A math
+      # failure (`int(nan)`) has no such value: its members are stopped,
+      # their outputs poisoned and the trace warns (`vm.failures`).
+      return
     bad = flags[0] if len(flags) == 1 else tf.reduce_any(
         tf.stack(flags), axis=0)
     if not m.full:
