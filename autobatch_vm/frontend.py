@@ -153,23 +153,31 @@ class Context(shipping.ContextPickling):
     if type_inference is not None and _decorated_bare(type_inference):
       return self.batch_uncurried(type_inference)
 
-    def decorator(fn=None, *more):
-      if more or not (callable(fn) and hasattr(fn, '__code__')):
-        # A call of the function itself: a bare `@ctx.batch` whose
-        # function's source could not be read took it for a
-        # `type_inference`.
+    def decorator(fn=None, *more, **keywords):
+      if more or keywords or not (callable(fn) and hasattr(fn, '__code__')):
+        # A call of the function itself: the function was given to
+        # `batch` (`ctx.batch(f)`, or a bare `@ctx.batch` whose source
+        # could not be read), which took it for a `type_inference`.
         name = getattr(type_inference, '__name__', None)
+        got = (f'{fn!r}' + (' and more arguments' if more or keywords
+                            else ''))
+        if name and _has_source(type_inference):
+          hint = (f'ctx.batch({name}) takes {name} for type_inference= '
+                  '(TFP\'s convention) and returns a decorator.  Batch a '
+                  f'function without the @ syntax with ctx.batch()({name}) '
+                  f'or ctx.batch_uncurried({name}), or decorate its def '
+                  'with @ctx.batch.')
+        elif name:
+          hint = (f'If {name!r} was decorated with a bare @ctx.batch, its '
+                  'source could not be read (exec, python -c, an '
+                  'interactive prompt), so the decorator took it for a '
+                  'type_inference= callable: define batched functions in a '
+                  'file (the library compiles their source).')
+        else:
+          hint = 'Decorate a function: @ctx.batch(...) then def f(...).'
         raise errors.ArgumentError(
-            f'Context.batch(...) returned a decorator, which got '
-            f'{fn!r}{" and more arguments" if more else ""} instead of a '
-            'function', hint=(
-                f'If {name!r} was decorated with a bare @ctx.batch, its '
-                'source could not be read (exec, python -c, an '
-                'interactive prompt), so the decorator took it for a '
-                'type_inference= callable: define batched functions in a '
-                'file (the library compiles their source).'
-                if name else 'Decorate a function: @ctx.batch(...) then '
-                'def f(...).'))
+            f'Context.batch(...) returned a decorator, which got {got} '
+            'instead of a function', hint=hint)
       return self.batch_uncurried(fn, type_inference, per_member)
     return decorator
 
@@ -832,6 +840,15 @@ class Context(shipping.ContextPickling):
           hint='Give the input_signature a batch size, or run the dry run '
           'eagerly.')
     return self._dry_runs.run(bf, args, batch, backend, given)
+
+
+def _has_source(fn):
+  """Whether Python can read `fn`'s source (a `def` in a file)."""
+  try:
+    inspect.getsource(fn)
+  except (OSError, TypeError):
+    return False
+  return True
 
 
 def _with_none_types(type_inference, params, static):

@@ -426,3 +426,22 @@ def test_dry_run_leaves_the_arguments_alone():
   assert_same(bump(a, dry_run=True), np.array([20, 30, 40]), 0)
   np.testing.assert_array_equal(a, [1, 2, 3])
   assert_same(bump(a), np.array([20, 30, 40]), 0)
+
+
+def _halved(n):
+  return n // 2
+
+
+def test_a_function_given_to_batch_positionally_is_told_apart():
+  # ctx.batch(f) takes f for type_inference= (TFP's convention): calling
+  # the decorator it returns with arrays said the source could not be
+  # read, and with dry_run= gave a bare TypeError.
+  ctx = ab.Context()
+  wrong = ctx.batch(_halved)
+  for kwargs in ({}, {'dry_run': True}):
+    with pytest.raises(ab.errors.ArgumentError,
+                       match=r'ctx.batch\(\)\(_halved\)') as e:
+      wrong(np.array([4, 7]), **kwargs)
+    assert 'could not be read' not in str(e.value)
+  np.testing.assert_array_equal(ctx.batch()(_halved)(np.array([4, 7])),
+                                [2, 3])
