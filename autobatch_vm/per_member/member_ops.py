@@ -1235,10 +1235,54 @@ def setitem(x, index, value):
   if ragged.is_ragged(x, value):
     next(v for v in (x, value) if ragged.is_ragged(v)).refuse()
   if is_tf(x, value) or (is_tf(*_parts(index)) and not _is_member_array(x)):
+    stepped = _tf_stepped_write(x, index, value)
+    if stepped is not None:
+      return stepped
     # A member's index of a tensor is a gather (`getitem`); a number
     # under a mask a select, which pfor vectorizes.
     return ops.tf_setitem(x, index, value, read=getitem)
   return _numpy_rules().setitem(x, index, value)
+
+
+def _tf_stepped_write(x, index, value):
+  """One member's `x[start:stop:step] = number` of a vector, the step a
+  member's (`is_prime[i * i::i] = False`, a sieve): a select of the
+  positions Python's slice picks, whatever their count.  None for any
+  other write (a step of 0, which Python refuses, picks nothing)."""
+  parts = _parts(index)
+  if builtins.len(parts) != 1 or not isinstance(parts[0], slice):
+    return None
+  e = parts[0]
+  if e.step is None or not is_tf(e.step) or _rank(value) != 0:
+    return None
+  tf = _tf()
+  x = tf.convert_to_tensor(x)
+  if x.shape.rank != 1 or x.shape[0] is None:
+    return None
+  n = x.shape[0]
+  step = tf.cast(e.step, tf.int64)
+  at = tf.range(n, dtype=tf.int64)
+  up = step > 0
+
+  def bound(b, default_up, default_down, low, high):
+    if b is None:
+      return tf.where(up, tf.constant(default_up, tf.int64),
+                      tf.constant(default_down, tf.int64))
+    b = tf.cast(b, tf.int64)
+    b = tf.where(b < 0, b + n, b)
+    return tf.where(up, tf.clip_by_value(b, 0, n),
+                    tf.clip_by_value(b, -1, n - 1))
+  start = bound(e.start, 0, n - 1, 0, n)
+  stop = bound(e.stop, n, -1, 0, n)
+  size = tf.where(tf.equal(step, 0), tf.ones_like(step), tf.abs(step))
+  inside = tf.where(up, tf.logical_and(at >= start, at < stop),
+                    tf.logical_and(at <= start, at > stop))
+  on_step = tf.equal(tf.math.floormod(tf.abs(at - start), size), 0)
+  picked = tf.logical_and(tf.logical_and(inside, on_step),
+                          tf.not_equal(step, 0))
+  value = (tf.cast(value, x.dtype) if is_tf(value)
+           else tf.constant(value, x.dtype))
+  return tf.where(picked, value, x)
 
 
 def _ragged_write(x, index, value):

@@ -172,3 +172,34 @@ def test_a_shape_unpacked_gives_sizes_known_when_compiled():
   python_tests.run_everywhere(fn, [np.ones((2, 3, 4))])
   with pytest.raises(errors.PrimitiveError, match='too many values to unpack'):
     fn(np.ones((2, 3, 4, 5)))
+
+
+def _sieve_and_marks(n, a, b, s):
+  is_prime = np.ones(32, dtype=bool)
+  is_prime[:2] = False
+  i = 2
+  while i * i < n:
+    if is_prime[i]:
+      is_prime[i * i::i] = False
+    i += 1
+  v = np.zeros(12)
+  v[a:b:s] = 1.0
+  w = np.zeros(12)
+  w[b::-s] = 2.0
+  return is_prime, v, w
+
+
+def test_a_stepped_slice_of_a_members_step_written_runs_everywhere():
+  # `is_prime[i * i::i] = False` on TensorFlow: a misleading "needs a
+  # single bool" PerMemberError.
+  from tests.python import run_everywhere  # pylint: disable=g-import-not-at-top
+  ctx = ab.Context()
+  fn = ctx.batch_uncurried(_sieve_and_marks, per_member=True)
+  args = [np.array([10, 30, 20, 5]), np.array([1, 0, 3, -5]),
+          np.array([9, 11, 4, -1]), np.array([2, 3, 1, 4])]
+  got = fn(*args)
+  for m in range(4):
+    want = _sieve_and_marks(*[a[m] for a in args])
+    for k in range(3):
+      np.testing.assert_array_equal(got[k][m], want[k])
+  run_everywhere(fn, args)
