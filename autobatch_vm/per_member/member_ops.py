@@ -1358,6 +1358,11 @@ def helper_setitem(x, index, value):
   """
   if is_tf(x, value, *_parts(index)):
     return setitem(x, index, value)
+  if not _is_member_array(x) and builtins.any(
+      _is_member_array(v) for v in (value,) + _parts(index)):
+    # A plain array (`g = np.zeros(2)`) given a member's values: one
+    # array per member now (NumPy's rules).
+    return setitem(x, index, value)
   x[index] = value
   return x
 

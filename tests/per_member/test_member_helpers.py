@@ -197,6 +197,17 @@ def _bumped(v):
   return v
 
 
+def _gradient(x):
+  """A hand-written gradient: a plain array filled with a member's
+  values (on NumPy, 'setting an array element with a sequence')."""
+  g = np.zeros(2)
+  g[0] = 2.0 * x[0]
+  g[1] = 4.0 * x[1]
+  padded = np.zeros(5)
+  padded[1:] = x
+  return g, padded
+
+
 def test_a_helper_assigning_items_runs_on_tensorflow():
   # Item assignment in a helper: on TensorFlow "'EagerTensor' object does
   # not support item assignment", where the guide says it works on both.
@@ -206,7 +217,7 @@ def test_a_helper_assigning_items_runs_on_tensorflow():
   def step(x, dt):
     for _ in range(3):
       x = x + dt * _accelerations(x)
-    return x, _bumped(x)
+    return x, _bumped(x), _gradient(x)[0], _gradient(x)[1]
   x = np.array([[0.0, 1.0, 3.0, 4.5], [1.0, -1.0, 2.0, 0.5],
                 [0.2, 0.4, 0.8, 1.6]])
   dt = np.array([0.01, 0.02, 0.05])
@@ -214,6 +225,6 @@ def test_a_helper_assigning_items_runs_on_tensorflow():
   got = fn(x, dt)
   for b in range(3):
     want = step(x[b], dt[b])
-    np.testing.assert_allclose(got[0][b], want[0], rtol=1e-12)
-    np.testing.assert_allclose(got[1][b], want[1], rtol=1e-12)
+    for k in range(4):
+      np.testing.assert_allclose(got[k][b], want[k], rtol=1e-12)
   run_everywhere(fn, [x, dt])
