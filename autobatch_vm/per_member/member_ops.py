@@ -677,8 +677,10 @@ def tf_interp(x, xp, fp, left=None, right=None, period=None):
   flat = tf.reshape(x, [-1])
   at = tf.clip_by_value(tf.searchsorted(xp, flat, side='right'), 1,
                         builtins.max(n - 1, 1))
-  x0, x1 = tf.gather(xp, at - 1), tf.gather(xp, at)
-  y0, y1 = tf.gather(fp, at - 1), tf.gather(fp, at)
+  # One point: its value everywhere (`at` 1 would be past it).
+  upper = tf.minimum(at, builtins.max(n - 1, 0))
+  x0, x1 = tf.gather(xp, at - 1), tf.gather(xp, upper)
+  y0, y1 = tf.gather(fp, at - 1), tf.gather(fp, upper)
   width = x1 - x0
   t = (flat - x0) / tf.where(width == 0, tf.ones_like(width), width)
   y = y0 + t * (y1 - y0)

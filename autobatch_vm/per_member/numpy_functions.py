@@ -391,9 +391,10 @@ def _interp(func, x, xp, fp, left=None, right=None, period=None):
   right_of = np.sum(flat[:, :, None] >= points[:, None, :], axis=-1)
   k = np.clip(right_of, 1, max(n - 1, 1))
   x0 = np.take_along_axis(points, k - 1, 1)
-  x1 = np.take_along_axis(points, k, 1)
+  upper = np.minimum(k, n - 1)   # one point: its value everywhere
+  x1 = np.take_along_axis(points, upper, 1)
   y0 = np.take_along_axis(values, k - 1, 1)
-  y1 = np.take_along_axis(values, k, 1)
+  y1 = np.take_along_axis(values, upper, 1)
   width = np.where(x1 == x0, 1.0, x1 - x0)
   y = y0 + (flat - x0) / width * (y1 - y0)
   below = values[:, :1] if left is None else left

@@ -158,7 +158,7 @@ def interpolated(x, xp, fp, v):
   # np.interp and np.polyval, which TensorFlow's NumPy API lacks.
   return (np.interp(x, xp, fp), np.interp(v, xp, fp),
           np.interp(x, xp, fp, left=-1.0, right=9.0), np.polyval(fp[:3], x),
-          np.polyval(fp, v))
+          np.polyval(fp, v), np.interp(v, xp[:1], fp[:1]))   # one point
 
 
 def test_interp_and_polyval_run_on_every_backend():
@@ -171,6 +171,7 @@ def test_interp_and_polyval_run_on_every_backend():
   def check(alone):
     np.testing.assert_allclose(
         alone[0], [np.interp(x[k], xp[k], fp[k]) for k in range(4)])
+    np.testing.assert_allclose(alone[5], np.broadcast_to(fp[:, :1], (4, 3)))
   python_tests.run_everywhere(interpolated, [x, xp, fp, v], check)
 
 
