@@ -285,8 +285,8 @@ def test_xla_loop_conditions_read_no_lone_scalar():
 
 
 def test_xla_blocks_fill_lanes_only_where_a_gradient_can_run():
-  # Under XLA a block fills the lanes of members not at it (floating
-  # registers) only for a gradient, which needs max_steps there.
+  # Under XLA a block fills the lanes of members not at it only for a
+  # gradient, which needs max_steps there.
   from autobatch_vm.backends.tf import loop  # pylint: disable=g-import-not-at-top
   from autobatch_vm.backends.tf import masks  # pylint: disable=g-import-not-at-top
   backend = ab.TensorFlowBackend()
@@ -301,6 +301,36 @@ def test_xla_blocks_fill_lanes_only_where_a_gradient_can_run():
     return x
   read(tf.ones([4, 2]), tf.constant([True, False, True, False]))
   assert left_as_is == {True: False, False: True}
+
+
+def test_an_integer_leftover_makes_no_nan_gradient_under_xla():
+  # `x * log(n)` for the members that branch: the lane of a member with
+  # n == 0 elsewhere computed -inf from its unfilled integer, and the
+  # copy of a live member's x took 0 * inf = NaN back to that member.
+  c = ab.Context()
+
+  @c.batch
+  def scaled(x, n):
+    if ab.truthy(n > 0):
+      y = x * tf.math.log(tf.cast(n, tf.float32))
+    else:
+      y = x
+    return y
+
+  x = tf.constant([1.0, 2.0, 3.0])
+  n = tf.constant([0, 2, 3])
+
+  def gradient():
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      y = scaled(x, n, max_steps=10)
+    return tape.gradient(y, x)
+  want = [1.0, np.log(2.0), np.log(3.0)]
+  np.testing.assert_allclose(gradient(), want, rtol=1e-6)
+  with warnings.catch_warnings():
+    warnings.simplefilter('ignore', ab.errors.XlaErrorsWarning)
+    got = tf.function(gradient, jit_compile=True)()
+  np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
 def test_basic_block_xla_device():

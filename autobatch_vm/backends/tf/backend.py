@@ -463,12 +463,13 @@ class TensorFlowBackend(base.Backend):
     (`tf.gather` checks indices on CPU), and a derivative that is inf there
     would make gradients NaN (0 * inf through the masked write).  With a
     live member's data, those lanes compute what it computes.  Under XLA,
-    which clamps indices and defines integer division by zero, only
-    floating registers are filled, and only in a loop that can be
-    differentiated (`loop.differentiable`: with `max_steps`); without, a
-    block costs a gather and a select less per register it reads, and XLA
-    compiles fewer kernels (docs/performance.md, "Lanes left unfilled under
-    XLA").
+    which clamps indices and defines integer division by zero, registers
+    are filled only in a loop that can be differentiated
+    (`loop.differentiable`: with `max_steps`), integers too (a leftover
+    `n = 0` in `x * log(n)` made the copied `x`'s gradient NaN); without,
+    a block costs a gather and a select less per register it reads, and
+    XLA compiles fewer kernels (docs/performance.md, "Lanes left unfilled
+    under XLA").
 
     Args:
       x: A register's value (a pending write included).
@@ -487,11 +488,9 @@ class TensorFlowBackend(base.Backend):
       # lanes are `new`, and the others' are filled from them anyway.
       x = x.for_members(m)
     dtype = getattr(x, 'dtype', None)   # None: a Python scalar, left as is
-    if dtype is not None and masks.in_xla_context():
-      dtype = tf.as_dtype(dtype)
-      if not (dtype.is_floating or dtype.is_complex) or (
-          not loop.differentiable()):
-        return x
+    if (dtype is not None and masks.in_xla_context() and
+        not loop.differentiable()):
+      return x
     if m.filled_rows is not None:
       filled = m.filled_rows(x)
       if filled is not None:
