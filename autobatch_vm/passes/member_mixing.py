@@ -199,7 +199,8 @@ def check_broadcasting(op, in_types, backend):
 
 # What NumPy's and TensorFlow's broadcasting errors say.
 _SHAPE_ERRORS = ('could not be broadcast', 'Incompatible shapes',
-                 'Dimensions must be equal', 'shape mismatch')
+                 'Dimensions must be equal', 'shape mismatch',
+                 'must be broadcastable')   # TensorFlow's select (where)
 
 
 def _check_runs_on_two(op, in_types, backend):

@@ -513,3 +513,24 @@ def test_a_reduction_over_the_batch_beside_a_counter_is_refused():
                        match='mixes batch members'):
       tf.function(newton, jit_compile=jit)(tf.constant(x), tf.constant(c))
   run_everywhere(newton_per_member, [x, c])
+
+
+def test_a_select_of_a_scalar_and_a_vector_is_refused_on_tensorflow():
+  # tf.where(mask [B, 3], v [B, 3], s [B]) lines s up with the last axis:
+  # at 3 members it ran, each member taking the others' s, silently.
+  # TensorFlow's select says 'must be broadcastable', which the check
+  # did not take for a broadcasting error.
+  tf = pytest.importorskip('tensorflow')
+  ctx = ab.Context()
+
+  @ctx.batch
+  def pick(mask, v, k):
+    s = tf.zeros_like(k, tf.float32)
+    for _ in range(k):
+      s = s + 1.0
+    return tf.where(mask, v, s)
+
+  mask = tf.constant([[True, False, False]] * 3)
+  with pytest.raises(errors.TypeInferenceError,
+                     match='runs on one member but not on'):
+    pick(mask, tf.zeros((3, 3)), tf.constant([1, 2, 3]))
