@@ -288,6 +288,8 @@ def choose(cond, x, y):
     other = y() if truth else x()
   except Exception:  # pylint: disable=broad-except
     return value     # Python would not run it
+  if _promotion_dtype(other) is None:
+    return value     # no number to join (`-1 if y is None else y`)
   return where(truth, value if truth else other, other if truth else value)
 
 

@@ -1573,3 +1573,18 @@ def test_a_lambda_reads_the_functions_variables_not_a_global():
 
   for run in (mapped, tf.function(mapped)):
     np.testing.assert_allclose(run(tf.constant(x), tf.constant(w)), x * 3)
+
+
+def test_a_none_local_tested_in_a_conditional_expression():
+  # `y = None; -1 if y is None else y`: the side Python does not run was
+  # run for the joint type, and None made an object array (refused).
+  ctx = ab.Context()
+
+  @ctx.batch
+  def default(x):
+    y = None
+    return (-1 if y is None else y) + x
+
+  np.testing.assert_array_equal(default(np.array([1, 2])), [0, 1])
+  np.testing.assert_array_equal(default(np.array([1, 2]), dry_run=True),
+                                [0, 1])
