@@ -75,8 +75,12 @@ _FLOAT1 = {
     'log2': False, 'log10': False, 'sin': False, 'cos': False, 'tan': False,
     'asin': False, 'acos': False, 'atan': False, 'sinh': True, 'cosh': True,
     'tanh': False, 'asinh': False, 'acosh': False, 'atanh': False,
-    'fabs': False, 'exp2': True, 'cbrt': False,
+    'fabs': False, 'exp2': True, 'cbrt': False, 'erf': False,
+    'erfc': False,
 }
+# Gamma functions: a pole (a non-positive integer) is a domain error, an
+# infinity elsewhere an overflow (`_check_gamma`).
+_GAMMA = {'gamma', 'lgamma'}
 _FLOAT2 = {'atan2': False, 'hypot': True, 'copysign': False, 'fmod': False,
            'pow': True}
 _PLAIN = {'degrees', 'radians'}      # no check: Python computes x * k
@@ -86,7 +90,7 @@ _BOOL = {'isnan', 'isinf', 'isfinite'}
 # Number theory of a member's integers (`_integer_function`).
 _INTEGER = {'gcd', 'lcm', 'comb', 'perm', 'isqrt'}
 NAMES = frozenset(n for n in (set(_FLOAT1) | set(_FLOAT2) | _PLAIN | _INT |
-                              _BOOL | _INTEGER |
+                              _BOOL | _INTEGER | _GAMMA |
                               {'log', 'isclose', 'factorial'})
                   if hasattr(math, n))
 # n! for the n whose factorial an int64 holds.
@@ -199,6 +203,8 @@ class _NpApi:
   @staticmethod
   def call(name, *xs):
     with np.errstate(all='ignore'):
+      if name in _NP_SPECIAL:
+        return _NP_SPECIAL[name](*xs)
       return getattr(np, _NP_NAMES.get(name, name))(*xs)
 
   @staticmethod
@@ -209,6 +215,75 @@ class _NpApi:
 _NP_NAMES = {'asin': 'arcsin', 'acos': 'arccos', 'atan': 'arctan',
              'asinh': 'arcsinh', 'acosh': 'arccosh', 'atanh': 'arctanh',
              'atan2': 'arctan2', 'pow': 'power'}
+
+
+def _np_erf_parts(x):
+  """For `|x|`: where it is below 2.5, erf by its series of positive
+  terms; above, erfc by its continued fraction (each to float64's
+  precision at the boundary)."""
+  a = np.abs(x)
+  small = np.minimum(a, 2.5)
+  term, total, twice = small, small, 2.0 * small * small
+  for n in range(1, 70):
+    term = term * twice / (2 * n + 1)
+    total = total + term
+  erf_small = 2.0 / math.sqrt(math.pi) * np.exp(-small * small) * total
+  big = np.maximum(a, 2.5)
+  fraction = big
+  for k in range(90, 0, -1):
+    fraction = big + (k / 2.0) / fraction
+  erfc_big = np.exp(-big * big) / (math.sqrt(math.pi) * fraction)
+  return a < 2.5, erf_small, erfc_big
+
+
+def _np_erf(x):
+  near, erf_small, erfc_big = _np_erf_parts(x)
+  return np.sign(x) * np.where(near, erf_small, 1.0 - erfc_big)
+
+
+def _np_erfc(x):
+  near, erf_small, erfc_big = _np_erf_parts(x)
+  above = np.where(near, 1.0 - erf_small, erfc_big)
+  return np.where(x >= 0, above, 2.0 - above)
+
+
+# Lanczos's approximation (g = 7, nine terms) of the gamma function.
+_LANCZOS = (0.99999999999980993, 676.5203681218851, -1259.1392167224028,
+            771.32342877765313, -176.61502916214059, 12.507343278686905,
+            -0.13857109526572012, 9.9843695780195716e-6,
+            1.5056327351493116e-7)
+
+
+def _lanczos_lgamma(x):
+  """log |Gamma(x)| for x >= 0.5."""
+  z = x - 1.0
+  series = _LANCZOS[0]
+  for i in range(1, len(_LANCZOS)):
+    series = series + _LANCZOS[i] / (z + i)
+  t = z + 7.5
+  return (0.5 * math.log(2 * math.pi) + (z + 0.5) * np.log(t) - t +
+          np.log(series))
+
+
+def _np_lgamma(x):
+  """log |Gamma(x)|, below 0.5 by the reflection formula."""
+  right = _lanczos_lgamma(np.maximum(x, 0.5))
+  left = np.minimum(x, 0.5)
+  reflected = (np.log(math.pi / np.abs(np.sin(math.pi * left))) -
+               _lanczos_lgamma(1.0 - left))
+  return np.where(x >= 0.5, right, reflected)
+
+
+def _np_gamma(x):
+  """Gamma(x): its sign (negative between an odd negative integer and the
+  even one above it) times exp of `_np_lgamma`."""
+  odd = np.logical_and(x < 0, np.mod(np.floor(x), 2) != 0)
+  return np.where(odd, -1.0, 1.0) * np.exp(_np_lgamma(x))
+
+
+# The functions of `math` that NumPy lacks.
+_NP_SPECIAL = {'erf': _np_erf, 'erfc': _np_erfc, 'lgamma': _np_lgamma,
+               'gamma': _np_gamma}
 
 
 class _TfApi:
@@ -249,6 +324,12 @@ class _TfApi:
       return tf.where(negative, -tf.abs(x), tf.abs(x))
     if name == 'pow':
       return tf.pow(*xs)
+    if name == 'gamma':
+      x = xs[0]
+      odd = tf.logical_and(x < 0, tf.not_equal(
+          tf.math.floormod(tf.floor(x), 2.0), 0.0))
+      return tf.where(odd, -tf.exp(tf.math.lgamma(x)),
+                      tf.exp(tf.math.lgamma(x)))
     return getattr(tf.math, name)(*xs)
 
   @staticmethod
@@ -370,6 +451,13 @@ def math_fn(note, name, *args, guard=None, rows=False, **keywords):
     return xs[0] * k
   if name == 'log':
     return _log(note, api, xs, guard)
+  if name in _GAMMA:
+    if len(xs) != 1:
+      raise TypeError(f'math.{name}() takes exactly one argument '
+                      f'({len(xs)} given)')
+    out = api.call(name, xs[0])
+    _check_gamma(note, api, xs[0], out, guard)
+    return out
   arity = 1 if name in _FLOAT1 else 2
   if len(xs) != arity:
     raise TypeError(f'math.{name}() takes exactly {arity} argument(s) '
@@ -379,6 +467,17 @@ def math_fn(note, name, *args, guard=None, rows=False, **keywords):
   _check_float(note, api, xs, out, overflows, guard,
                zero_power=(name == 'pow'))
   return out
+
+
+def _check_gamma(note, api, x, out, guard):
+  """Python's rule for `math.gamma` and `math.lgamma`: a pole (0, -1, -2,
+  ..., and -inf for gamma) a domain error, an infinity of another finite
+  argument an overflow."""
+  pole = api.logical_and(api.less_equal(x, 0.0), api.equal(api.floor(x), x))
+  note('domain', pole, guard)
+  note('range', api.logical_and(
+      api.logical_and(api.isinf(out), api.isfinite(x)),
+      api.logical_not(pole)), guard)
 
 
 def _check_float(note, api, xs, out, overflows, guard, zero_power=False):

@@ -30,7 +30,12 @@ def floats(x, y):
   d = (math.pow(x, 1.5) + math.fabs(y) + math.degrees(y) +
        math.radians(x) + math.exp2(y) + math.cbrt(y) + math.acosh(x + 1.0) +
        math.atanh(y / 10.0))
-  return a, b, c, d
+  # The normal CDF of Black-Scholes, and the gamma functions (NumPy has
+  # none of them).
+  e = (0.5 * (1.0 + math.erf(y / math.sqrt(2.0))) + math.erfc(x) +
+       math.erf(3.0 * y) + math.erfc(-2.0 * x) + math.lgamma(x) +
+       math.gamma(y) + math.lgamma(y) + math.gamma(x * 8.0))
+  return a, b, c, d, e
 
 
 @ctx.batch(per_member=True)
@@ -88,6 +93,11 @@ def truncated(x):
 @ctx.batch(per_member=True)
 def factorial(n):
   return math.factorial(n)
+
+
+@ctx.batch(per_member=True)
+def gamma(x):
+  return math.gamma(x)
 
 
 @ctx.batch(per_member=True)
@@ -195,8 +205,11 @@ def test_a_call_python_skips_for_a_member_does_not_fail_it():
     (factorial, [3, -2, 20, 4], [1],
      'ValueError.*factorial.. not defined for negative'),
     (factorial, [3, 21, 20, 4], [1], 'OverflowError.*int64'),
+    (gamma, [1.5, -2.0, 3.0, 0.5], [1], 'ValueError.*math domain error'),
+    (gamma, [1.5, 2.0, 180.0, 0.5], [2], 'OverflowError.*math range error'),
 ], ids=['sqrt', 'exp', 'int_nan', 'int_inf', 'floor_int64',
-        'factorial_negative', 'factorial_int64'])
+        'factorial_negative', 'factorial_int64', 'gamma_pole',
+        'gamma_overflow'])
 def test_members_for_which_python_raises_fail_with_its_error(
     fn, x, failing, kind):
   """Python's exception for the members that raise it, named: NumPy
