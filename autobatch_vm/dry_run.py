@@ -148,11 +148,25 @@ class DryRuns:
       types_ = None
     columns = list(zip(*leaves))
     merged = []
+    changed = []
     for k, column in enumerate(columns):
       t = types_[k] if types_ is not None else None
-      merged.append(backend.concat([
-          _member_rows(backend, x, t, one_member=bf.per_member)
-          for x in column]))
+      rows = [_member_rows(backend, x, t, one_member=bf.per_member)
+              for x in column]
+      if t is not None:
+        changed.extend(m for m, (x, row) in enumerate(zip(column, rows))
+                       if _cast_changed(x, row))
+      merged.append(backend.concat(rows))
+    if changed:
+      errors.TypeCastWarning.warn(
+          f'In the dry run of {bf.name}(), the result of members '
+          f'{sorted(set(changed))} changed when cast to the batched '
+          "run's type for it (declared by type_inference=, or inferred): "
+          'a float where that type is an integer, say.  The batched run '
+          'holds that type too, so it gives those members the cast '
+          'values.  Give the value its dtype in the function (float(x), '
+          'np.float64(0)), or declare the type it has.',
+          bf.context.function_loc(bf.name))
     return inst.pattern_unflatten(results[0], merged)
 
   def call(self, bf, args, kwargs):
@@ -449,3 +463,24 @@ def _keywords_after(fn, positional, keyword_only):
   def call(*args):
     return fn(*args[:positional], **dict(zip(keyword_only, args[positional:])))
   return call
+
+
+def _cast_changed(x, row):
+  """Whether one member's concrete result `x` changed value as `row`,
+  cast to the inferred dtype (`_member_rows`); False where either is
+  symbolic (inside a graph) or they do not line up."""
+  try:
+    before = np.asarray(x.numpy() if hasattr(x, 'numpy') else x)
+    after = np.asarray(row.numpy() if hasattr(row, 'numpy') else row)
+  except Exception:  # pylint: disable=broad-except
+    return False
+  if (before.dtype == after.dtype or before.size != after.size or
+      before.dtype.kind not in 'biufc' or after.dtype.kind not in 'biufc'):
+    return False
+  joint = np.complex128 if 'c' in (before.dtype.kind,
+                                   after.dtype.kind) else np.float64
+  with np.errstate(all='ignore'):
+    a = before.ravel().astype(joint)
+    b = after.ravel().astype(joint)
+  same = (a == b) | (np.isnan(a) & np.isnan(b))
+  return not bool(np.all(same))

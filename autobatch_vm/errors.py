@@ -22,6 +22,7 @@ __all__ = [
     'BackendError', 'StepLimitError', 'XlaErrorsWarning',
     'HelperAssertionError', 'XlaGradientWarning', 'FailedAssertion',
     'MemberMixingWarning', 'WorkerError', 'PerMemberError',
+    'ArgumentWriteWarning', 'TypeCastWarning',
 ]
 
 
@@ -183,6 +184,18 @@ class ArgumentWriteWarning(_LocatedWarning):
   own array), so the caller's array, or `a`, keeps its items.  The check
   cannot be exact (the write may never run), so it warns, naming the
   call or the write.
+  """
+
+
+class TypeCastWarning(_LocatedWarning):
+  """A dry run's member result changed value when cast to the inferred type.
+
+  The dry run gives each member's Python result the type type inference
+  found for the batched run (a batch holds one dtype); where a member's
+  value does not fit it (1.5 where the type is int64), the batched run
+  holds the cast value too.  That is a type the function's code leaves
+  open (a variable assigned an int and, later, a float), which the
+  warning names with its function.
   """
 
 

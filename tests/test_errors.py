@@ -1316,3 +1316,21 @@ def test_a_helper_updating_an_array_its_caller_reads_warns():
     warnings.simplefilter('error', errors.ArgumentWriteWarning)
     np.testing.assert_allclose(counted(np.ones(3), np.array([1, 2, 3])),
                                [3.0, 5.0, 7.0])
+
+
+def test_a_dry_run_result_changed_by_the_cast_to_its_type_warns():
+  # The dry run casts each member's Python result to the batched run's
+  # type: a float result of a function declared int64 became its
+  # integer part, silently, hiding the mistake the batched run makes too.
+  ctx = ab.Context()
+
+  @ctx.batch(type_inference=lambda t: [ab.TensorType(np.int64, ())])
+  def half(x):
+    return x / 2
+
+  with pytest.warns(ab.errors.TypeCastWarning, match=r'members \[0, 2\]'):
+    half(np.array([1, 4, 5]), dry_run=True)
+  with warnings.catch_warnings():
+    warnings.simplefilter('error', ab.errors.TypeCastWarning)
+    np.testing.assert_array_equal(half(np.array([2, 4]), dry_run=True),
+                                  [1, 2])
