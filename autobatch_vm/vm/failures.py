@@ -13,7 +13,10 @@ than `max_stack_depth` (`StackOverflowError`), a failed `assert`
   minimum for integers; the other members keep their values) and the
   trace warns (`XlaErrorsWarning`).  A boolean has no value to spare, so
   a run there that can fail and returns a boolean is refused while
-  tracing (`refuse_unmarkable`).
+  tracing (`refuse_unmarkable`), unless only a per-member primitive can
+  fail (`int(nan)`, the maximum of an empty slice: possible in most
+  per-member functions, which were never refused for it); the warning
+  then says a boolean keeps a value.
 - `'status'`: the call returns `(outputs, ok)`, `ok` a boolean per member,
   False for the members an error stopped, whose outputs are poisoned
   (booleans False); the others finish with their values.  Where a run
@@ -231,11 +234,16 @@ def warn_unreported(names):
       f'autobatch_vm under tf.function(jit_compile=True): XLA cannot raise '
       f'at run time, so a {" or ".join(names)} in this batched run poisons '
       'the outputs of the members it stops (NaN for floats, the minimum '
-      'for integers) instead of raising; the other members keep their '
+      'for integers; a boolean has no such value and keeps one) instead '
+      'of raising; the other members keep their '
       "values.  Pass on_error='status' to get (outputs, ok), or compile "
       'with autobatch_vm.xla.compile_nested_output(fn) to get the '
       'exception.', errors.XlaErrorsWarning,
       stacklevel=errors.user_stacklevel())
+
+
+# The errors of per-member primitives' failures (`vm.errors.member_error`).
+_MEMBER_MATH = frozenset({'PrimitiveError'})
 
 
 def settle(out, stats, on_error, backend, loc):
@@ -259,7 +267,12 @@ def settle(out, stats, on_error, backend, loc):
   """
   failed = stats.failed
   if stats.unreported:
-    refuse_unmarkable(out, backend, loc, stats.unreported)
+    if set(stats.unreported) - _MEMBER_MATH:
+      refuse_unmarkable(out, backend, loc, stats.unreported)
+    # A per-member function's math failures alone (`int(nan)`, the
+    # maximum of an empty slice) are possible in most such functions, a
+    # boolean beside them too: they are not refused, which they never
+    # were, and the warning says a boolean cannot be marked.
     warn_unreported(stats.unreported)
   if failed is not None:
     out = inst.pattern_map(lambda x: backend.poison_members(x, failed), out)
