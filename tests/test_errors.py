@@ -113,6 +113,12 @@ def swaps_in_a_helper(x):
   return x
 
 
+@unsupported('pow_modulus', 'pow() calls with a modulus',
+             'square-and-multiply')
+def modular_power(x):
+  return pow(x, 3, 7)  # ERR:pow_modulus
+
+
 @unsupported('yield', 'yield')
 def uses_yield(x):
   yield x  # ERR:yield

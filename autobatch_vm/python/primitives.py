@@ -428,6 +428,15 @@ class PrimitiveRewriter(ast.NodeTransformer):
       if len(node.args) != 1 or node.keywords:
         self.unsupported(node, 'truthy() with other than one argument')
       return self.visit(node.args[0])
+    if callee is builtins.pow and (len(node.args) == 3 or any(
+        k.arg == 'mod' for k in node.keywords)):
+      # NumPy's and TensorFlow's powers take no modulus (the error named
+      # the operator's internals).
+      self.unsupported(
+          node, 'pow() calls with a modulus',
+          "Write the square-and-multiply loop in the function: r = 1; "
+          "while e > 0: (if e % 2 == 1: r = r * b % m); b = b * b % m; "
+          "e = e // 2 (int64 holds the products while m < 3e9).")
     if (callee is builtins.divmod and len(node.args) == 2 and
         not node.keywords and
         not any(isinstance(a, ast.Starred) for a in node.args)):
