@@ -673,12 +673,14 @@ def tf_interp(x, xp, fp, left=None, right=None, period=None):
   tf = _tf()
   x, xp, fp = (tf.cast(tf.convert_to_tensor(v), tf.float64)
                for v in (x, xp, fp))
-  n = xp.shape[0]
+  # The points' count, known only when run where a slice of a member's
+  # bound gave them (`XS[:i + 1]` in a loop over the members).
+  n = xp.shape[0] if xp.shape[0] is not None else tf.shape(xp)[0]
   flat = tf.reshape(x, [-1])
   at = tf.clip_by_value(tf.searchsorted(xp, flat, side='right'), 1,
-                        builtins.max(n - 1, 1))
+                        tf.maximum(n - 1, 1))
   # One point: its value everywhere (`at` 1 would be past it).
-  upper = tf.minimum(at, builtins.max(n - 1, 0))
+  upper = tf.minimum(at, tf.maximum(n - 1, 0))
   x0, x1 = tf.gather(xp, at - 1), tf.gather(xp, upper)
   y0, y1 = tf.gather(fp, at - 1), tf.gather(fp, upper)
   width = x1 - x0

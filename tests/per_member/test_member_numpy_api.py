@@ -9,6 +9,8 @@ with `dry_run=True` and with NumPy's own results, on NumPy (stack VM and
 stackless) and TensorFlow (eagerly, `tf.function`, XLA).
 """
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -336,3 +338,29 @@ def test_numpy_random_draws_run_on_numpy_and_are_refused_on_tensorflow():
     with pytest.raises(ab.errors.PerMemberError, match='random normal') as e:
       run(tf.zeros((4, 2), tf.float64), tf.constant(n))
     assert e.value.loc is not None and e.value.loc.function == 'walk'
+
+
+_CURVE_TIMES = np.array([0.5, 1.0, 2.0, 3.0, 5.0])
+
+
+@ctx.batch(per_member=True)
+def bootstrapped(par):
+  # np.interp over the points so far (`[:i + 1]`, a loop counter's
+  # bound): the points' count is known only when run (TensorFlow, outside
+  # XLA, runs such a statement per member), where max() took None.
+  zs = par.copy()
+  for i in range(1, 5):
+    zs[i] = np.interp(0.75, _CURVE_TIMES[:i + 1], zs[:i + 1])
+  return zs
+
+
+def test_interp_over_points_of_a_counters_bound():
+  par = np.array([[1.0, 2, 3, 4, 5], [2.0, 4, 6, 8, 10], [0.0, 1, 0, 1, 0]])
+  want = bootstrapped(par, dry_run=True)
+  np.testing.assert_allclose(want[:, 1], [1.5, 3.0, 0.5])
+  np.testing.assert_allclose(bootstrapped(par), want)
+  tf = pytest.importorskip('tensorflow')
+  for run in (bootstrapped, tf.function(bootstrapped)):
+    with warnings.catch_warnings():
+      warnings.simplefilter('ignore')   # the per-member loop's fallback
+      np.testing.assert_allclose(run(tf.constant(par)), want)
