@@ -1384,6 +1384,17 @@ class _Compiler:
       value = self._static_value(node)
       if type(value) is int:  # pylint: disable=unidiomatic-typecheck
         return value
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and
+        node.func.id == 'len' and 'len' not in self.locals and
+        self._static_value(node.func) is len and len(node.args) == 1 and
+        not node.keywords):
+      # `len(TABLE)` of a global or closure tuple, list or array.
+      value = self._static_value(node.args[0]) if isinstance(
+          node.args[0], (ast.Name, ast.Attribute)) else _NOT_STATIC
+      if isinstance(value, (tuple, list)) or (
+          isinstance(value, np.ndarray) and value.ndim):
+        return len(value)
+      return None
     if isinstance(node, ast.BinOp) and type(node.op) in _INT_OPERATORS:
       left, right = self._static_int(node.left), self._static_int(node.right)
       if left is None or right is None or (

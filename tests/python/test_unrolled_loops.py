@@ -138,3 +138,30 @@ def test_loops_that_stay_loops():
     early(np.ones((4, 2)))
   printed = str(local.lowered_for_args('early', [np.ones((4, 1))]))
   assert 'v + k * v' in printed and 'v + 1 * v' not in printed
+
+
+_WEIGHTS = (2, -3, 5)
+_TABLE = np.array([0.5, 1.5, 2.5, 3.5])
+
+
+def test_a_range_of_a_global_tables_length_is_written_out():
+  # `for i in range(len(G))` stayed a loop, so `G[i]` indexed a tuple
+  # with a counter, one number per member: refused with a message about
+  # giving the literal a dtype.
+  ctx = ab.Context()
+
+  @ctx.batch
+  def weighted(x):
+    s = 0
+    for i in range(len(_WEIGHTS)):
+      s = s + _WEIGHTS[i] * x
+    t = 0.0
+    for j in range(len(_TABLE) - 1):
+      t = t + _TABLE[j + 1] * x
+    return s, t
+
+  x = np.array([1, 2, 4])
+  got = weighted(x)
+  np.testing.assert_array_equal(got[0], 4 * x)
+  np.testing.assert_allclose(got[1], 7.5 * x)
+  run_everywhere(weighted, [x])
