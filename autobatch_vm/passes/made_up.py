@@ -18,7 +18,12 @@ __all__ = ['MADE_UP', 'made_up']
 
 # The made-up inputs a primitive runs on to find its result type, in the
 # order tried: each kind where the ones before it raised.
-MADE_UP = ('zeros', 'ones', 'eye', 'uniform', 'count')
+MADE_UP = ('zeros', 'ones', 'eye', 'uniform', 'count', 'count_down')
+
+
+# Kind 'count_down' starts here: the count from the other end, for bounds
+# read in the other order (`v[lo:n]` where `n` comes first).
+_COUNT_DOWN = 4
 
 
 def made_up(tensor_type, kind, batch=1, position=0):
@@ -31,7 +36,8 @@ def made_up(tensor_type, kind, batch=1, position=0):
   + 1: `lo` 2 and `hi` 3 in `f(v, lo, hi)`, whose `v[lo:hi]` then has an
   item, where equal bounds make every slice empty and its maximum fail)
   and `position` added to each float input (`(v - lo) / (hi - lo)` then
-  divides by no zero).
+  divides by no zero); or the count from the other end, 4 down to 1
+  (`v[lo:n]` where `n` comes first in the primitive's inputs).
   Together they are valid inputs for the usual restricted domains:
   logarithms, roots, arc-cosines, divisions, solves, inverses, Cholesky
   factors and the extremes of slices.
@@ -54,10 +60,14 @@ def made_up(tensor_type, kind, batch=1, position=0):
     return np.broadcast_to(np.eye(shape[-1], dtype=dtype), shape).copy()
   if kind == 'count' and dtype.kind in 'iu':
     return np.full(shape, position + 1, dtype)
-  if kind in ('uniform', 'count') and dtype.kind in 'fc':
+  if kind == 'count_down' and dtype.kind in 'iu':
+    return np.full(shape, max(_COUNT_DOWN - position, 1), dtype)
+  if kind in ('uniform', 'count', 'count_down') and dtype.kind in 'fc':
     values = np.random.default_rng(0).uniform(0.25, 0.75, size=shape)
     if kind == 'count':   # inputs that differ (`(v - lo) / (hi - lo)`)
       values = values + position
+    elif kind == 'count_down':
+      values = values + max(_COUNT_DOWN - position, 1)
     return values.astype(dtype)
   return np.ones(shape, dtype)
 
@@ -126,7 +136,8 @@ def _made_up_error(op, in_types, failure):
   elif not same:
     hint = ('To find its result type, a primitive runs once on made-up '
             'inputs of batch size 1 (zeros, ones, identity matrices, '
-            'values in (0.25, 0.75), then integers counting up) and failed '
+            'values in (0.25, 0.75), then integers counting up and down) '
+            'and failed '
             'on each.  Declare the result with type_inference= so that it '
             'does not run, or guard the domain (e.g. np.maximum(x, tiny)).')
   elif op.per_member:

@@ -62,6 +62,8 @@ FAILURES = {
                         'of an empty slice)'),
     'empty_sequence': ('ValueError', 'max() or min() arg is an empty '
                        'sequence'),
+    'empty_points': ('ValueError', 'array of sample points is empty '
+                     '(np.interp of an empty slice)'),
     'slices_differ': ('ValueError',
                       'operands could not be broadcast together (slices '
                       'of different lengths, combined item by item)'),

@@ -670,6 +670,9 @@ def tf_interp(x, xp, fp, left=None, right=None, period=None):
   `fp[-1]` (or `right`) above, float64 as NumPy's."""
   if period is not None:
     raise TypeError('np.interp with period= is not supported on TensorFlow')
+  if ragged.is_ragged(xp, fp):
+    # Points of a member's bound, under XLA (`XS[:n]`): searched masked.
+    return ragged.interp(x, xp, fp, left, right)
   tf = _tf()
   x, xp, fp = (tf.cast(tf.convert_to_tensor(v), tf.float64)
                for v in (x, xp, fp))

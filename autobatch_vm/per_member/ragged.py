@@ -539,6 +539,102 @@ def cumulative(kind, r, axis=None):
   return r.with_data(out)
 
 
+def interp(x, xp, fp, left=None, right=None):
+  """`np.interp(x, xp, fp)` where the points `xp` and values `fp` are
+  1-D slices of one member's bounds (`np.interp(t, XS[:n], y[:n])`): the
+  points outside each member's slice are left out of the search (taken
+  as -inf before it and +inf after), so the result is NumPy's on the
+  slice.  An empty slice fails its members with NumPy's `ValueError`.
+
+  Args:
+    x: Where to interpolate: a member's number or array (not a slice).
+    xp: The points, a 1-D `Ragged`.
+    fp: The values, a 1-D `Ragged` of the same bounds, or an array of the
+      points' whole length.
+    left, right: As NumPy's, or None.
+
+  Returns:
+    The values, float64, shaped as `x`.
+  """
+  if not is_ragged(xp) or xp.ndim != 1 or is_ragged(x, left, right):
+    (xp if is_ragged(xp) else fp).refuse()
+  values = xp.aligned(fp) if is_ragged(fp) else fp
+  _note('empty_points', xp.count() <= 0)
+  if xp.on_tf:
+    return _tf_interp(x, xp, values, left, right)
+  return _np_interp(x, xp, values, left, right)
+
+
+def _tf_interp(x, xp, values, left, right):
+  tf = _tf()
+  n = xp.size()
+  start = tf.cast(xp.start, tf.int64)
+  stop = tf.maximum(tf.cast(xp.stop, tf.int64), start + 1)  # empty: failed
+  points = tf.cast(xp.data, tf.float64)
+  values = tf.cast(values, tf.float64)
+  at = tf.range(n, dtype=tf.int64)
+  inf = tf.constant(np.inf, tf.float64)
+  search = tf.where(at < start, -inf, tf.where(at >= stop, inf, points))
+  x = tf.cast(x, tf.float64)
+  flat = tf.reshape(x, [-1])
+  k = tf.cast(tf.searchsorted(search, flat, side='right'), tf.int64)
+  upper = tf.clip_by_value(k, start + 1, tf.maximum(stop - 1, start + 1))
+  lower = upper - 1
+  upper = tf.minimum(upper, stop - 1)   # one point: its value everywhere
+  x0, x1 = tf.gather(points, lower), tf.gather(points, upper)
+  y0, y1 = tf.gather(values, lower), tf.gather(values, upper)
+  width = x1 - x0
+  y = y0 + (flat - x0) / tf.where(width == 0, tf.ones_like(width),
+                                  width) * (y1 - y0)
+  first, last = tf.gather(points, start), tf.gather(points, stop - 1)
+  below = (tf.gather(values, start) if left is None
+           else tf.cast(left, tf.float64))
+  above = (tf.gather(values, stop - 1) if right is None
+           else tf.cast(right, tf.float64))
+  y = tf.where(flat < first, below, tf.where(flat > last, above, y))
+  return tf.reshape(y, tf.shape(x))
+
+
+def _np_interp(x, xp, values, left, right):
+  points = np.asarray(_batched(xp.data), np.float64)          # [B, n]
+  values = np.asarray(_batched(values), np.float64)
+  batch, n = points.shape
+  values = np.broadcast_to(values, (batch, n))
+  start = np.broadcast_to(np.asarray(_batched(xp.start), np.int64),
+                          (batch,))[:, None]
+  stop = np.maximum(np.broadcast_to(np.asarray(_batched(xp.stop), np.int64),
+                                    (batch,))[:, None], start + 1)
+  at = np.arange(n)[None, :]
+  search = np.where(at < start, -np.inf, np.where(at >= stop, np.inf,
+                                                  points))
+  x_rows = np.asarray(_batched(x), np.float64)
+  member = type(x) is not type(xp.data) or x_rows.ndim == 0  # pylint: disable=unidiomatic-typecheck
+  if member and x_rows.ndim == 0:
+    flat = np.broadcast_to(x_rows, (batch, 1))
+  elif type(x) is type(xp.data):  # pylint: disable=unidiomatic-typecheck
+    flat = x_rows.reshape(batch, -1)
+  else:   # one array, the same for every member
+    flat = np.broadcast_to(x_rows.reshape(1, -1), (batch, x_rows.size))
+  k = np.sum(search[:, None, :] <= flat[:, :, None], axis=-1)
+  upper = np.clip(k, start + 1, np.maximum(stop - 1, start + 1))
+  lower = upper - 1
+  upper = np.minimum(upper, stop - 1)
+  x0 = np.take_along_axis(points, lower, 1)
+  x1 = np.take_along_axis(points, upper, 1)
+  y0 = np.take_along_axis(values, lower, 1)
+  y1 = np.take_along_axis(values, upper, 1)
+  width = np.where(x1 == x0, 1.0, x1 - x0)
+  y = y0 + (flat - x0) / width * (y1 - y0)
+  first = np.take_along_axis(points, start, 1)
+  last = np.take_along_axis(points, stop - 1, 1)
+  below = np.take_along_axis(values, start, 1) if left is None else left
+  above = np.take_along_axis(values, stop - 1, 1) if right is None else right
+  y = np.where(flat < first, below, np.where(flat > last, above, y))
+  shape = (batch,) + np.shape(x_rows)[1:] if type(x) is type(xp.data) else (  # pylint: disable=unidiomatic-typecheck
+      (batch,) + np.shape(x_rows))
+  return type(xp.data)(y.reshape(shape))
+
+
 def product(func, a, b):
   """`np.dot(a, b)`, `a @ b`, `np.inner`, `np.vdot` where either is a
   `Ragged`: over a sliced axis of both (of the same bounds), the slices'
@@ -639,6 +735,9 @@ def call(func, args, kwargs):
     return cumulative(func.__name__, first, axis)
   if func in _PRODUCTS and len(args) == 2 and not kwargs:
     return product(func, *args)
+  if func is np.interp and len(args) == 3 and set(kwargs) <= {
+      'left', 'right'}:
+    return interp(*args, **kwargs)
   if func is np.linalg.norm and args and args[0] is first and len(args) <= 2:
     kw = dict(kwargs)
     if len(args) == 2:

@@ -303,6 +303,8 @@ _SLICE_HINTS = {
                        '-np.inf))).',
     'empty_sequence': 'Their slice has no items: guard the statement (if '
                       'hi > lo: ...), or give max() a default.',
+    'empty_points': 'Their slice of points has no items: guard the '
+                    'statement (if n > 0: ...).',
     'slices_differ': 'Slices combined item by item must have one length '
                      'in each member (v[lo:hi] * w[lo + 1:hi + 1]).',
 }

@@ -335,3 +335,33 @@ def test_a_slice_written_from_a_slice_of_the_same_bounds_runs_everywhere():
   np.testing.assert_allclose(fn(a, b), np.linalg.solve(a, b[..., None])[..., 0],
                              rtol=1e-9)
   _quiet(run_everywhere, fn, [a, b])
+
+
+_POINTS = np.array([0.5, 1.0, 2.0, 3.0, 5.0])
+_QUERIES = np.array([0.2, 0.75, 2.5, 9.0])
+
+
+def interpolated_on_slices(y, n, t, lo):
+  return (np.interp(t, _POINTS[:n], y[:n]),
+          np.interp(_QUERIES, _POINTS[lo:n], y[lo:n]),
+          np.interp(t, _POINTS[:n], y[:n], left=-1.0, right=99.0),
+          np.interp(np.array([t, t + 1.0]), _POINTS[lo:], y[lo:]))
+
+
+def test_interp_over_slices_of_members_own_bounds_runs_everywhere():
+  # np.interp(t, XS[:n], y[:n]): refused on NumPy where members' n differ
+  # and under XLA (a slice used as an array of its own).
+  ctx = ab.Context()
+  y = np.array([[1.0, 2, 3, 4, 5], [2.0, 4, 6, 8, 10], [0.0, 1, 0, 1, 0],
+                [5.0, 4, 3, 2, 1], [1.0, 1, 2, 3, 5]])
+  args = [y, np.array([2, 3, 5, 1, 4]), np.array([0.75, 0.1, 4.0, 2.0, 1.5]),
+          np.array([0, 1, 2, 0, 3])]
+  fn = ctx.batch_uncurried(interpolated_on_slices, per_member=True)
+  got = fn(*args)
+  for m in range(B):
+    want = interpolated_on_slices(*[a[m] for a in args])
+    for k in range(4):
+      np.testing.assert_allclose(got[k][m], want[k], rtol=1e-12)
+  _quiet(run_everywhere, fn, args)
+  with pytest.raises(errors.PrimitiveError, match=r'members \[1\].*empty'):
+    fn(y, np.array([2, 0, 3, 1, 2]), *args[2:])
