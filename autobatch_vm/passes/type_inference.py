@@ -33,6 +33,7 @@ cannot change dtype or shape.
 """
 
 import dataclasses
+import re
 import threading
 import warnings
 import weakref
@@ -512,26 +513,41 @@ class _Inference:
       self.promoted[key] = new
 
   def truncates_numpy_floats(self, fn, op):
-    """Whether batch-aware `op`, run by TensorFlow's operators, gives
-    integers or bools from integer inputs and NumPy floats it reads from
-    outside (`externals.reads_numpy_floats`), where a promoting form
-    exists: TensorFlow cast the floats to the integers' dtype."""
+    """Whether batch-aware `op`, run by TensorFlow's operators, departs in
+    kind from NumPy's reading of the same code, where it has integer or
+    boolean inputs and a promoting form: a boolean where NumPy gives a
+    number (TensorFlow's `*` of a boolean tensor is a logical and:
+    `(x > 0) * 2` was a boolean), or integers where NumPy gives floats
+    (TensorFlow casts a NumPy float to the tensor's integer dtype:
+    `n * np.float64(0.5)` reads 0.5 as 0); or integers or booleans from
+    NumPy floats it reads from outside (`externals.reads_numpy_floats`:
+    `n >= SCALE[1]` reads 1.5 as 1, a boolean either way)."""
     if op.per_member or id(op) in self.calls_numpy:
       return False
     in_types = [self.env[fn.name].get(v) for v in op.vars_in]
-    if any(t is None for t in in_types) or not any(
-        np.dtype(t.dtype).kind in 'iub'
-        for t in inst.pattern_flatten(in_types, inst.TensorType)):
+    if any(t is None for t in in_types):
       return False
-    if (self.promoting_form(op) is None or
-        not externals.reads_numpy_floats(op.function)):
+    if not any(np.dtype(t.dtype).kind in 'iub'
+               for t in inst.pattern_flatten(in_types, inst.TensorType)) and (
+                   not _MAKES_BOOLS_OR_FLOATS.search(op.text or '') or
+                   not _ARITHMETIC.search(op.text or '')):
+      return False   # no integer or boolean meets an operator
+    if self.promoting_form(op) is None:
       return False
     try:
       value = self.run_made_up(op, in_types)
     except Exception:  # pylint: disable=broad-except
       return False   # typed, and refused, as it is
-    return any(np.dtype(self.backend.dtype(leaf)).kind in 'iub'
-               for leaf in inst.pattern_flatten(value))
+    kinds = [np.dtype(self.backend.dtype(leaf)).kind
+             for leaf in inst.pattern_flatten(value)]
+    if any(k in 'iub' for k in kinds) and externals.reads_numpy_floats(
+        op.function):
+      return True   # `n >= SCALE[1]` is a boolean either way
+    numpy_kinds = _numpy_kinds(op, in_types)
+    if numpy_kinds is None or len(numpy_kinds) != len(kinds):
+      return False
+    return any((k == 'b' and n != 'b') or (k in 'iu' and n in 'fc')
+               for k, n in zip(kinds, numpy_kinds))
 
   def _prim(self, fn, op):
     env = self.env[fn.name]
@@ -1236,3 +1252,37 @@ def _has_empty_axis(value, backend):
   """Whether a leaf of `value` has an axis of length 0."""
   return any(0 in tuple(backend.shape(leaf))
              for leaf in inst.pattern_flatten(value))
+
+
+# A primitive's text that may make a boolean (a comparison) or a NumPy
+# float (`np.float64(0.5)`) from float inputs, and an arithmetic operator
+# that may meet it (`truncates_numpy_floats`).
+_MAKES_BOOLS_OR_FLOATS = re.compile(r'[<>]|==|!=|bool|float|complex')
+_ARITHMETIC = re.compile(r'[-+*/%]')
+
+
+def _numpy_kinds(op, in_types):
+  """The dtype kinds of batch-aware `op`'s result on NumPy arrays of
+  ones of `in_types` (weak scalars as Python numbers), or None where it
+  does not run on them."""
+  positions = iter(range(1 << 30))
+
+  def leaf(t):
+    position = next(positions)
+    if _is_literal(t):
+      return t.dtype.type(1).item()
+    return made_up(t, 'ones', 1, position)
+  try:
+    with np.errstate(all='ignore'), warnings.catch_warnings():
+      warnings.simplefilter('ignore')
+      value = op.function(*[inst.pattern_map(leaf, t, inst.TensorType)
+                            for t in in_types])
+    kinds = []
+    for x in inst.pattern_flatten(value):
+      dtype = getattr(x, 'dtype', None)
+      dtype = getattr(dtype, 'as_numpy_dtype', dtype)   # a tensor's
+      kinds.append(np.dtype(dtype if dtype is not None else
+                            np.asarray(x).dtype).kind)
+    return kinds
+  except Exception:  # pylint: disable=broad-except
+    return None

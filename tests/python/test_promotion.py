@@ -63,6 +63,14 @@ def with_float_literals(n, x, y):
   return picked, half, n // 0.5, n % 0.5, x // y, divmod(x, y)
 
 
+@ctx.batch
+def with_booleans(x, i):
+  # TensorFlow's `*` of a boolean tensor is a logical and ((x > 0) * 2
+  # was a boolean), and an inline NumPy float met an integer tensor's
+  # dtype (i * np.float64(0.5) was 0).
+  return (x > 0) * 2, x * (x > 0), (x > 1) * 1.5, i * np.float64(0.5)
+
+
 @ctx.batch(per_member=True)
 def member_literals(n, x, y):
   nan = x * np.nan
@@ -93,10 +101,12 @@ def _tf_runs(fn, args):
                            np.array([0.3, 0.1, -np.inf]))),
     (member_literals, (np.array([0, 3, -2]), np.array([-0.9, 1.0, 5.0]),
                        np.array([0.3, 0.1, -np.inf]))),
+    (with_booleans, (np.array([1.0, -2.0, 3.0]),
+                     np.array([1, 3, 5], np.int32))),
     (member_mixed, (np.array([1.0, 2.0, 0.5]), np.array([1, 2, 3]),
                     np.ones((3, 4), np.float32))),
 ], ids=['float64_int64', 'float32_int32', 'bool_count', 'numpy_floats',
-     'float_literals', 'member_literals', 'per_member'])
+     'float_literals', 'member_literals', 'booleans', 'per_member'])
 def test_mixed_dtypes_promote_as_numpy_on_tensorflow(fn, args):
   want = ab.instructions.pattern_flatten(fn(*args))
   alone = ab.instructions.pattern_flatten(fn(*args, dry_run=True))
