@@ -484,7 +484,7 @@ class _Inference:
           self.promoted[key] = new
           return
     if (self.on_tensorflow and key not in self.unpromoted and
-        self.truncates_numpy_floats(fn, op)):
+        self.departs_from_numpy(fn, op)):
       # TensorFlow's operators cast a NumPy float the code reads to an
       # integer tensor's dtype (`n * SCALE[1]` of an int64 `n` and a
       # float64 array: 1.5 read as 1), silently: NumPy's promotion.
@@ -512,7 +512,7 @@ class _Inference:
         raise first from None
       self.promoted[key] = new
 
-  def truncates_numpy_floats(self, fn, op):
+  def departs_from_numpy(self, fn, op):
     """Whether batch-aware `op`, run by TensorFlow's operators, departs in
     kind from NumPy's reading of the same code, where it has integer or
     boolean inputs and a promoting form: a boolean where NumPy gives a
@@ -1256,7 +1256,7 @@ def _has_empty_axis(value, backend):
 
 # A primitive's text that may make a boolean (a comparison) or a NumPy
 # float (`np.float64(0.5)`) from float inputs, and an arithmetic operator
-# that may meet it (`truncates_numpy_floats`).
+# that may meet it (`departs_from_numpy`).
 _MAKES_BOOLS_OR_FLOATS = re.compile(r'[<>]|==|!=|bool|float|complex')
 _ARITHMETIC = re.compile(r'[-+*/%]')
 
