@@ -12,6 +12,8 @@ either member's result follows the other member's values
 size (`check_batch_independent`).
 """
 
+import re
+
 import numpy as np
 
 from autobatch_vm import errors
@@ -23,7 +25,7 @@ from autobatch_vm.passes.made_up import MADE_UP
 from autobatch_vm.passes.made_up import made_up
 
 __all__ = ['check_batch_independent', 'check_broadcasting',
-           'check_members_apart']
+           'check_members_apart', 'check_rows_uncounted']
 
 
 def check_batch_independent(op, in_types, value, run_at):
@@ -46,7 +48,11 @@ def check_batch_independent(op, in_types, value, run_at):
     TypeInferenceError: If such an integer differs at batch size 2.
   """
   ints = [v for v in inst.pattern_flatten(value) if type(v) is int]
-  if not ints or all(_is_literal(t) for t in _leaves(in_types)):
+  if all(_is_literal(t) for t in _leaves(in_types)):
+    return
+  if not ints:
+    if _COUNTS_ROWS.search(op.text or ''):
+      _check_rows_independent(op, in_types, value, run_at)
     return
   try:
     again = run_at(2)
@@ -96,6 +102,94 @@ def check_batch_independent(op, in_types, value, run_at):
         op.loc)
     return
   raise errors.TypeInferenceError(message, loc=op.loc, hint=hint)
+
+
+# What counts a batch's rows in a batch-aware primitive's text.
+_COUNTS_ROWS = re.compile(r'\blen\(|\.shape\[0\]|\.size\b|\bnp\.size\(|'
+                          r'\bshape\(')
+
+
+def _first_rows(value):
+  """The first row of each array leaf of `value` (a scalar leaf, a
+  Python number for the batch, as it is)."""
+  rows = []
+  for leaf in inst.pattern_flatten(value):
+    a = np.asarray(getattr(leaf, 'numpy', lambda: leaf)())
+    if a.dtype == object:
+      raise TypeError('not a value')   # a symbolic tensor
+    rows.append(a[0] if a.ndim else a)
+  return rows
+
+
+def _on_numpy_ones(op, in_types):
+  """`batch -> op`'s result on NumPy arrays of ones of `in_types` (weak
+  scalars as Python numbers): what a symbolic trace cannot show."""
+  def run(batch):
+    positions = iter(range(1 << 30))
+
+    def leaf(t):
+      position = next(positions)
+      if _is_literal(t):
+        return t.dtype.type(1).item()
+      return made_up(t, 'ones', batch, position)
+    return op.function(*[inst.pattern_map(leaf, t, inst.TensorType)
+                         for t in in_types])
+  return run
+
+
+def _check_rows_independent(op, in_types, value, run_at):
+  """Raises where `op`'s array result, whose code counts rows (`s +
+  len(x)`), changes in the first member between batch sizes 1 and 2 on
+  the same made-up values per member (each run twice, so a random draw
+  is not taken for it): every member would get the batch size at run
+  time, silently, and 1 in a dry run.  On NumPy arrays of ones where
+  the code takes them, else by `run_at`."""
+  del value
+  # Ones (zeros would hide `x.sum(axis=-1) / len(x)`), on NumPy arrays;
+  # on the backend's made-up values where the code takes no NumPy array.
+  for run in (_on_numpy_ones(op, in_types), run_at):
+    if run is None:
+      return
+    try:
+      with np.errstate(all='ignore'):
+        one, two = _first_rows(run(1)), _first_rows(run(2))
+        one_again, two_again = _first_rows(run(1)), _first_rows(run(2))
+      break
+    except Exception:  # pylint: disable=broad-except
+      continue
+  else:
+    return
+  def same(a, b):
+    return a.shape == b.shape and bool(np.all(
+        (a == b) | (np.isnan(a) & np.isnan(b)) if a.dtype.kind in 'fc'
+        else a == b))
+  if len(one) != len(two) or not all(
+      same(a, b) for a, b in zip(one, one_again)) or not all(
+          same(a, b) for a, b in zip(two, two_again)):
+    return
+  if all(same(a, b) for a, b in zip(one, two)):
+    return
+  raise errors.TypeInferenceError(
+      f'`{op.text}` gives the first member another value at batch size 2 '
+      'than at batch size 1 on the same values: it counts the members '
+      '(len(x), x.shape[0] or x.size of a batched value is the batch '
+      'size, every member would get it at run time)', loc=op.loc,
+      hint='Axis 0 of every batched value is the batch: len(x), '
+      'x.shape[0] and x.size count members.  For a per-member length use '
+      'x.shape[-1] (or x.shape[1:]); reduce with axis=-1.')
+
+
+def check_rows_uncounted(op, in_types):
+  """`_check_rows_independent` of a batch-aware `op` typed on Python
+  numbers (weak inputs: `s + len(x)` of a counter `s`), which the checks
+  of its result's values do not reach: on NumPy arrays of ones.
+
+  Raises:
+    TypeInferenceError: If `op`'s code counts the batch's rows.
+  """
+  if _COUNTS_ROWS.search(op.text or '') and not all(
+      _is_literal(t) for t in _leaves(in_types)):
+    _check_rows_independent(op, in_types, None, None)
 
 
 def check_members_apart(op, in_types, backend):

@@ -570,6 +570,8 @@ class _Inference:
           self.check_member_shapes(op, in_types, None)
         self.prim_cache[key] = weak
         if batch_aware:
+          # A count of the batch's rows among them (`s + len(x)`).
+          member_mixing.check_rows_uncounted(op, in_types)
           # At run time those numbers are arrays, one per member.
           self.check_apart(op, in_types, member_mixing.check_broadcasting)
           # And a reduction over the batch axis among them

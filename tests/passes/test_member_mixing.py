@@ -534,3 +534,41 @@ def test_a_select_of_a_scalar_and_a_vector_is_refused_on_tensorflow():
   with pytest.raises(errors.TypeInferenceError,
                      match='runs on one member but not on'):
     pick(mask, tf.zeros((3, 3)), tf.constant([1, 2, 3]))
+
+
+def test_a_count_of_the_batch_inside_an_expression_is_refused():
+  # `s + len(x)` and `x.sum(axis=-1) / len(x)`: len(x) of a batched value
+  # is the batch size (the members at the block), so each member got it,
+  # silently, on NumPy and TensorFlow; only `n = len(x)` in a statement
+  # of its own was refused.
+  ctx = ab.Context()
+
+  @ctx.batch
+  def counted(x, n):
+    s = 0
+    i = 0
+    while i < n:
+      s = s + 1
+      i += 1
+    return s + len(x)
+
+  @ctx.batch
+  def averaged(x):
+    return x.sum(axis=-1) / len(x)
+
+  x = np.ones((4, 3))
+  with pytest.raises(errors.TypeInferenceError, match='counts the members'):
+    counted(x, np.array([1, 2, 3, 4]))
+  with pytest.raises(errors.TypeInferenceError, match='counts the members'):
+    averaged(x)
+  tf = pytest.importorskip('tensorflow')
+  with pytest.raises(errors.TypeInferenceError, match='counts the members'):
+    counted(tf.constant(x), tf.constant([1, 2, 3, 4]))
+
+  @ctx.batch
+  def indexed(x, j):
+    # The guide's NumPy idiom: each member's row, whatever the batch.
+    return x[np.arange(len(x)), j] + x.shape[-1]
+  np.testing.assert_allclose(indexed(np.arange(12.0).reshape(4, 3),
+                                     np.array([0, 2, 1, 0])),
+                             [3.0, 8.0, 10.0, 12.0])
