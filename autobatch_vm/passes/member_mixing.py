@@ -180,9 +180,15 @@ def _check_rows_independent(op, in_types, value, run_at):
 
 
 def check_rows_uncounted(op, in_types):
-  """`_check_rows_independent` of a batch-aware `op` typed on Python
-  numbers (weak inputs: `s + len(x)` of a counter `s`), which the checks
-  of its result's values do not reach: on NumPy arrays of ones.
+  """Raises where batch-aware `op`, typed on Python numbers, counts rows.
+
+  That is `_check_rows_independent` of an `op` typed on Python numbers
+  (weak inputs: `s + len(x)` of a counter `s`), which the checks of its
+  result's values do not reach: on NumPy arrays of ones.
+
+  Args:
+    op: The `PrimOp`.
+    in_types: The type pattern of each of its inputs.
 
   Raises:
     TypeInferenceError: If `op`'s code counts the batch's rows.
