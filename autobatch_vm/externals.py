@@ -46,8 +46,9 @@ _MAX_ITEMS = 1024
 _LIBRARIES = frozenset({
     'numpy', 'tensorflow', 'keras', 'tf_keras', 'jax', 'jaxlib', 'scipy',
     'autobatch_vm', 'absl', 'builtins', 'math', 'functools', 'typing'})
-# id(program) -> (a weak reference to it, the (namespace, name) and
-# closure cells its primitives read); programs need not be hashable.
+# id(owner) -> (a weak reference to it, the sources its code reads: see
+# `_Reader`), for a program or a primitive's function; programs need not
+# be hashable.
 _SOURCES = {}
 
 
@@ -61,12 +62,7 @@ def fingerprint(program):
   Returns:
     The tuple (empty where they read none).
   """
-  out = []
-  for name, value in _values(_sources_of(program)):
-    key = _value_key(value)
-    if key is not None:
-      out.append((name, key))
-  return tuple(out)
+  return _keyed(_program_sources(program), _value_key)
 
 
 def types(program):
@@ -80,12 +76,7 @@ def types(program):
   Returns:
     The tuple (empty where they read none).
   """
-  out = []
-  for name, value in _values(_sources_of(program)):
-    key = _type_key(value)
-    if key is not None:
-      out.append((name, key))
-  return tuple(out)
+  return _keyed(_program_sources(program), _type_key)
 
 
 def reads_numpy_floats(function):
@@ -99,17 +90,22 @@ def reads_numpy_floats(function):
   Returns:
     A bool.
   """
-  key = ('function', id(function))
-  entry = _SOURCES.get(key)
-  if entry is None or entry[0]() is not function:
-    try:
-      ref = weakref.ref(function, lambda _: _SOURCES.pop(key, None))
-    except TypeError:   # no weak references to it
-      return False
-    entry = (ref, _Reader().read(
-        [getattr(function, 'member_function', function)]))
-    _SOURCES[key] = entry
-  return any(_holds_numpy_floats(value) for _, value in _values(entry[1]))
+  try:
+    sources = _sources_of(function, lambda: [
+        getattr(function, 'member_function', function)])
+  except TypeError:   # no weak references to it
+    return False
+  return any(_holds_numpy_floats(value) for _, value in _values(sources))
+
+
+def _keyed(sources, key_of):
+  """`(name, key_of(value))` of each source's value now that has a key."""
+  out = []
+  for name, value in _values(sources):
+    key = key_of(value)
+    if key is not None:
+      out.append((name, key))
+  return tuple(out)
 
 
 def _holds_numpy_floats(value, depth=0):
@@ -122,15 +118,24 @@ def _holds_numpy_floats(value, depth=0):
   return False
 
 
-def _sources_of(program):
-  """`_sources(program)`, cached while `program` lives."""
-  key = id(program)
+def _sources_of(owner, functions):
+  """`_Reader().read` of `functions()`, cached while `owner` lives.
+
+  Raises:
+    TypeError: `owner` takes no weak reference.
+  """
+  key = id(owner)
   entry = _SOURCES.get(key)
-  if entry is None or entry[0]() is not program:
-    entry = (weakref.ref(program, lambda _: _SOURCES.pop(key, None)),
-             _sources(program))
+  if entry is None or entry[0]() is not owner:
+    ref = weakref.ref(owner, lambda _: _SOURCES.pop(key, None))
+    entry = (ref, _Reader().read(functions()))
     _SOURCES[key] = entry
   return entry[1]
+
+
+def _program_sources(program):
+  """The sources of `program`'s primitives (`_sources_of`)."""
+  return _sources_of(program, lambda: _primitive_functions(program))
 
 
 def _values(sources):
@@ -147,20 +152,14 @@ def _values(sources):
         continue
 
 
-def _sources(program):
-  """The globals (namespace, name), closure cells and objects' attributes
-  that `program`'s primitives' code reads, and the code of the plain
-  Python functions it calls."""
+def _primitive_functions(program):
+  """The Python functions of `program`'s primitives."""
   blocks = getattr(program, 'blocks', None)
   if blocks is None:   # a `Program`: its functions' blocks
     blocks = [b for fn in program.functions for b in fn.blocks]
-  functions = []
-  for block in blocks:
-    for op in block.instructions:
-      if isinstance(op, inst.PrimOp):
-        functions.append(getattr(op.function, 'member_function',
-                                 op.function))
-  return _Reader().read(functions)
+  return [getattr(op.function, 'member_function', op.function)
+          for block in blocks for op in block.instructions
+          if isinstance(op, inst.PrimOp)]
 
 
 class _Reader:
@@ -260,16 +259,7 @@ def _value_key(value, depth=0):
     # name is a new identity.
     return ('tensor', id(value))
   if isinstance(value, (list, tuple, dict)):
-    if len(value) > _MAX_ITEMS or depth > 4:
-      return ('container', id(value), len(value))
-    if isinstance(value, dict):
-      keys = tuple((repr(k), _value_key(v, depth + 1))
-                   for k, v in value.items())
-      found = any(k[1] is not None for k in keys)
-    else:
-      keys = tuple(_value_key(v, depth + 1) for v in value)
-      found = any(k is not None for k in keys)
-    return (type(value).__name__, keys) if found else None
+    return _container_key(value, depth, _value_key)
   return None
 
 
@@ -285,13 +275,23 @@ def _type_key(value, depth=0):
   if _is_eager_tensor(value):
     return ('tensor', tuple(value.shape), value.dtype.name)
   if isinstance(value, (list, tuple, dict)):
-    if len(value) > _MAX_ITEMS or depth > 4:
-      return ('container', id(value), len(value))
-    items = value.values() if isinstance(value, dict) else value
-    keys = tuple(_type_key(v, depth + 1) for v in items)
-    return (type(value).__name__, keys) if any(
-        k is not None for k in keys) else None
+    return _container_key(value, depth, _type_key, named=False)
   return None
+
+
+def _container_key(value, depth, key_of, named=True):
+  """A list's, tuple's or dict's key from `key_of` of its items (and, if
+  `named`, a dict's keys), or None where no item has one; beyond
+  `_MAX_ITEMS` items or nested deeper than 4, its identity and length."""
+  if len(value) > _MAX_ITEMS or depth > 4:
+    return ('container', id(value), len(value))
+  items = value.values() if isinstance(value, dict) else value
+  keys = [key_of(v, depth + 1) for v in items]
+  if all(k is None for k in keys):
+    return None
+  if named and isinstance(value, dict):
+    keys = zip(map(repr, value), keys)
+  return (type(value).__name__, tuple(keys))
 
 
 def _is_eager_tensor(value):
