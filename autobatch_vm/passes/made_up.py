@@ -13,7 +13,7 @@ import numpy as np
 from autobatch_vm import errors
 from autobatch_vm.ir import instructions as inst
 
-__all__ = ['MADE_UP', 'made_up']
+__all__ = ['MADE_UP', 'made_up', 'ones_arguments']
 
 
 # The made-up inputs a primitive runs on to find its result type, in the
@@ -70,6 +70,27 @@ def made_up(tensor_type, kind, batch=1, position=0):
       values = values + max(_COUNT_DOWN - position, 1)
     return values.astype(dtype)
   return np.ones(shape, dtype)
+
+
+def ones_arguments(in_types, batch=1):
+  """A primitive's arguments of `in_types`, as NumPy arrays of ones.
+
+  At batch size `batch` (`made_up` kind 'ones'), each weak scalar the
+  Python number 1: how NumPy reads the primitive, where the backend traces
+  it symbolically (TensorFlow).
+
+  Args:
+    in_types: The type pattern of each input.
+    batch: The leading (batch) dimension.
+
+  Returns:
+    The list of arguments.
+  """
+  def leaf(t):
+    if _is_literal(t):
+      return t.dtype.type(1).item()
+    return made_up(t, 'ones', batch)
+  return [inst.pattern_map(leaf, t, inst.TensorType) for t in in_types]
 
 
 def _is_literal(t):

@@ -23,6 +23,7 @@ from autobatch_vm.passes.made_up import _is_literal
 from autobatch_vm.passes.made_up import _leaves
 from autobatch_vm.passes.made_up import MADE_UP
 from autobatch_vm.passes.made_up import made_up
+from autobatch_vm.passes.made_up import ones_arguments
 
 __all__ = ['check_batch_independent', 'check_broadcasting',
            'check_members_apart', 'check_rows_uncounted']
@@ -122,19 +123,9 @@ def _first_rows(value):
 
 
 def _on_numpy_ones(op, in_types):
-  """`batch -> op`'s result on NumPy arrays of ones of `in_types` (weak
-  scalars as Python numbers): what a symbolic trace cannot show."""
-  def run(batch):
-    positions = iter(range(1 << 30))
-
-    def leaf(t):
-      position = next(positions)
-      if _is_literal(t):
-        return t.dtype.type(1).item()
-      return made_up(t, 'ones', batch, position)
-    return op.function(*[inst.pattern_map(leaf, t, inst.TensorType)
-                         for t in in_types])
-  return run
+  """`batch -> op`'s result on NumPy arrays of ones of `in_types`
+  (`made_up.ones_arguments`): what a symbolic trace cannot show."""
+  return lambda batch: op.function(*ones_arguments(in_types, batch))
 
 
 def _check_rows_independent(op, in_types, value, run_at):

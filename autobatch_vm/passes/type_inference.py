@@ -56,6 +56,7 @@ from autobatch_vm.passes.made_up import _leaves
 from autobatch_vm.passes.made_up import _made_up_error
 from autobatch_vm.passes.made_up import MADE_UP
 from autobatch_vm.passes.made_up import made_up
+from autobatch_vm.passes.made_up import ones_arguments
 
 __all__ = ['infer_types', 'join', 'type_of_value', 'normalize_declared']
 
@@ -464,11 +465,13 @@ class _Inference:
         self.calls_numpy.add(id(self.promoted[key]))
     op = self.promoted.get(key, op)
     if (self.on_tensorflow and key not in self.unpromoted and
-        (op.per_member or id(op) in self.calls_numpy)):
+        (op.per_member or id(op) in self.calls_numpy or
+         self.departs_from_numpy(fn, op))):
       # NumPy's math on TensorFlow: promoted as NumPy promotes from the
       # start, where TensorFlow's operators would cast a NumPy operand to
       # the tensor's dtype (`np.full(3, 0.5) + n` of an int64 `n` gave
-      # int64 ones) rather than fail.
+      # int64 ones; `n * SCALE[1]` read 1.5 as 1) or take `*` of booleans
+      # for a logical and, rather than fail.
       new = self.promoting_form(op)
       if new is not None:
         if id(op) in self.calls_numpy:
@@ -483,22 +486,6 @@ class _Inference:
         else:
           self.promoted[key] = new
           return
-    if (self.on_tensorflow and key not in self.unpromoted and
-        self.departs_from_numpy(fn, op)):
-      # TensorFlow's operators cast a NumPy float the code reads to an
-      # integer tensor's dtype (`n * SCALE[1]` of an int64 `n` and a
-      # float64 array: 1.5 read as 1), silently: NumPy's promotion.
-      new = self.promoting_form(op)
-      try:
-        self._prim(fn, new)
-      except errors.AutoBatchError as e:
-        if isinstance(e, (errors.TypeInferenceError,
-                          errors.PerMemberError)):
-          raise
-        self.unpromoted.add(key)
-      else:
-        self.promoted[key] = new
-        return
     try:
       self._prim(fn, op)
     except errors.PrimitiveError as first:
@@ -1267,18 +1254,10 @@ def _numpy_kinds(op, in_types):
   """The dtype kinds of batch-aware `op`'s result on NumPy arrays of
   ones of `in_types` (weak scalars as Python numbers), or None where it
   does not run on them."""
-  positions = iter(range(1 << 30))
-
-  def leaf(t):
-    position = next(positions)
-    if _is_literal(t):
-      return t.dtype.type(1).item()
-    return made_up(t, 'ones', 1, position)
   try:
     with np.errstate(all='ignore'), warnings.catch_warnings():
       warnings.simplefilter('ignore')
-      value = op.function(*[inst.pattern_map(leaf, t, inst.TensorType)
-                            for t in in_types])
+      value = op.function(*ones_arguments(in_types))
     kinds = []
     for x in inst.pattern_flatten(value):
       dtype = getattr(x, 'dtype', None)
