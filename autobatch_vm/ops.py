@@ -518,7 +518,7 @@ def where(cond, x, y):
       x, y = tf.constant(x, dtype), tf.constant(y, dtype)
     elif isinstance(x, scalars):
       y = tf.convert_to_tensor(y)
-      y = _cast_to(y, _with_number(y, x))
+      y = _cast_to(y, with_number(y, x))
       x = tf.convert_to_tensor(x, dtype=y.dtype)
     else:
       x = tf.convert_to_tensor(x)
@@ -527,7 +527,7 @@ def where(cond, x, y):
       else:
         # A Python number beside a tensor: NumPy's joint dtype (`x or
         # 2.5` of an int64 `x` is float64), the number weak.
-        x = _cast_to(x, _with_number(x, y))
+        x = _cast_to(x, with_number(x, y))
       if tf.is_tensor(y) and y.dtype == tf.bool != x.dtype:
         y = tf.cast(y, x.dtype)   # as NumPy and Python take a boolean
       elif x.dtype == tf.bool and tf.is_tensor(y) and y.dtype != tf.bool:
@@ -557,10 +557,19 @@ def as_written(fn):
   return tf.autograph.experimental.do_not_convert(fn)
 
 
-def _with_number(x, number):
-  """The dtype NumPy gives tensor `x` beside Python number `number` (a
-  weak one: int32 beside 2 stays int32, beside 2.5 is float64); a bool
-  tensor keeps its dtype beside a bool."""
+def with_number(x, number):
+  """The dtype NumPy gives tensor `x` beside a Python number.
+
+  The number is weak: int32 beside 2 stays int32, beside 2.5 is float64;
+  a bool tensor keeps its dtype beside a bool.
+
+  Args:
+    x: A tensor.
+    number: A Python bool, int or float.
+
+  Returns:
+    A NumPy dtype; `x`'s own where it is not numeric.
+  """
   dtype = np.dtype(x.dtype.as_numpy_dtype)
   if not (dtype.kind in 'biufc'):
     return dtype

@@ -679,19 +679,9 @@ def tf_interp(x, xp, fp, left=None, right=None, period=None):
   # The points' count, known only when run where a slice of a member's
   # bound gave them (`XS[:i + 1]` in a loop over the members).
   n = xp.shape[0] if xp.shape[0] is not None else tf.shape(xp)[0]
-  flat = tf.reshape(x, [-1])
-  at = tf.clip_by_value(tf.searchsorted(xp, flat, side='right'), 1,
-                        tf.maximum(n - 1, 1))
-  # One point: its value everywhere (`at` 1 would be past it).
-  upper = tf.minimum(at, tf.maximum(n - 1, 0))
-  x0, x1 = tf.gather(xp, at - 1), tf.gather(xp, upper)
-  y0, y1 = tf.gather(fp, at - 1), tf.gather(fp, upper)
-  width = x1 - x0
-  t = (flat - x0) / tf.where(width == 0, tf.ones_like(width), width)
-  y = y0 + t * (y1 - y0)
-  below = fp[0] if left is None else tf.cast(left, tf.float64)
-  above = fp[-1] if right is None else tf.cast(right, tf.float64)
-  y = tf.where(flat < xp[0], below, tf.where(flat > xp[-1], above, y))
+  y = ragged.tf_line(tf.reshape(x, [-1]), xp, xp, fp,
+                     tf.constant(0, tf.int64),
+                     tf.maximum(tf.cast(n, tf.int64), 1), left, right)
   return tf.reshape(y, tf.shape(x))
 
 
@@ -1271,7 +1261,8 @@ def _tf_stepped_write(x, index, value):
   at = tf.range(n, dtype=tf.int64)
   up = step > 0
 
-  def bound(b, default_up, default_down, low, high):
+  def bound(b, default_up, default_down):
+    # Python's slice.indices: clipped into the axis, for either direction.
     if b is None:
       return tf.where(up, tf.constant(default_up, tf.int64),
                       tf.constant(default_down, tf.int64))
@@ -1279,8 +1270,8 @@ def _tf_stepped_write(x, index, value):
     b = tf.where(b < 0, b + n, b)
     return tf.where(up, tf.clip_by_value(b, 0, n),
                     tf.clip_by_value(b, -1, n - 1))
-  start = bound(e.start, 0, n - 1, 0, n)
-  stop = bound(e.stop, n, -1, 0, n)
+  start = bound(e.start, 0, n - 1)
+  stop = bound(e.stop, n, -1)
   size = tf.where(tf.equal(step, 0), tf.ones_like(step), tf.abs(step))
   inside = tf.where(up, tf.logical_and(at >= start, at < stop),
                     tf.logical_and(at <= start, at > stop))
@@ -1454,7 +1445,7 @@ def _tf_pair(a, b):
     if isinstance(b, (builtins.int, builtins.float, builtins.bool)):
       # A Python number is weak, as NumPy takes it (an int64 beside 1.5:
       # float64).
-      joint = np.result_type(a.dtype.as_numpy_dtype, b)
+      joint = ops.with_number(a, b)
       if joint != a.dtype.as_numpy_dtype:
         a = tf.cast(a, joint)
     return a, tf.constant(b, a.dtype)

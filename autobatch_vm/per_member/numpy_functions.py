@@ -13,6 +13,7 @@ import numpy as np
 from autobatch_vm import errors
 from autobatch_vm.per_member import numpy_array as core
 from autobatch_vm.per_member import numpy_indexing
+from autobatch_vm.per_member import ragged
 from autobatch_vm.per_member.numpy_array import MemberArray
 
 __all__ = []
@@ -387,20 +388,9 @@ def _interp(func, x, xp, fp, left=None, right=None, period=None):
   values = core.full(fp, batch, 1).astype(np.float64)
   n = points.shape[1]
   at = np.asarray(core.full(x, batch), np.float64)
-  flat = at.reshape(batch, -1)
-  right_of = np.sum(flat[:, :, None] >= points[:, None, :], axis=-1)
-  k = np.clip(right_of, 1, max(n - 1, 1))
-  x0 = np.take_along_axis(points, k - 1, 1)
-  upper = np.minimum(k, n - 1)   # one point: its value everywhere
-  x1 = np.take_along_axis(points, upper, 1)
-  y0 = np.take_along_axis(values, k - 1, 1)
-  y1 = np.take_along_axis(values, upper, 1)
-  width = np.where(x1 == x0, 1.0, x1 - x0)
-  y = y0 + (flat - x0) / width * (y1 - y0)
-  below = values[:, :1] if left is None else left
-  above = values[:, -1:] if right is None else right
-  y = np.where(flat < points[:, :1], below,
-               np.where(flat > points[:, -1:], above, y))
+  y = ragged.np_lines(at.reshape(batch, -1), points, points, values,
+                      np.zeros((batch, 1), np.int64),
+                      np.full((batch, 1), max(n, 1)), left, right)
   return core.wrap(y.reshape(at.shape))
 
 

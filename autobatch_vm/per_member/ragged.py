@@ -571,12 +571,33 @@ def _tf_interp(x, xp, values, left, right):
   start = tf.cast(xp.start, tf.int64)
   stop = tf.maximum(tf.cast(xp.stop, tf.int64), start + 1)  # empty: failed
   points = tf.cast(xp.data, tf.float64)
-  values = tf.cast(values, tf.float64)
   at = tf.range(n, dtype=tf.int64)
   inf = tf.constant(np.inf, tf.float64)
   search = tf.where(at < start, -inf, tf.where(at >= stop, inf, points))
   x = tf.cast(x, tf.float64)
-  flat = tf.reshape(x, [-1])
+  y = tf_line(tf.reshape(x, [-1]), search, points,
+              tf.cast(values, tf.float64), start, stop, left, right)
+  return tf.reshape(y, tf.shape(x))
+
+
+def tf_line(flat, search, points, values, start, stop, left, right):
+  """One member's `np.interp` of `flat` (a vector, float64) between its
+  points `start` to `stop - 1` (at least one): linear, their first value
+  (or `left`) below and their last (or `right`) above.  `search` is
+  `points` with the points outside them -inf before and +inf after.
+
+  Args:
+    flat: Where to interpolate, a float64 vector.
+    search: The points to search, float64, ascending.
+    points: The points, float64.
+    values: Their values, float64.
+    start, stop: int64 scalars, the points taken.
+    left, right: As NumPy's, or None.
+
+  Returns:
+    The values, a float64 vector.
+  """
+  tf = _tf()
   k = tf.cast(tf.searchsorted(search, flat, side='right'), tf.int64)
   upper = tf.clip_by_value(k, start + 1, tf.maximum(stop - 1, start + 1))
   lower = upper - 1
@@ -591,8 +612,7 @@ def _tf_interp(x, xp, values, left, right):
            else tf.cast(left, tf.float64))
   above = (tf.gather(values, stop - 1) if right is None
            else tf.cast(right, tf.float64))
-  y = tf.where(flat < first, below, tf.where(flat > last, above, y))
-  return tf.reshape(y, tf.shape(x))
+  return tf.where(flat < first, below, tf.where(flat > last, above, y))
 
 
 def _np_interp(x, xp, values, left, right):
@@ -608,17 +628,36 @@ def _np_interp(x, xp, values, left, right):
   search = np.where(at < start, -np.inf, np.where(at >= stop, np.inf,
                                                   points))
   x_rows = np.asarray(_batched(x), np.float64)
-  member = type(x) is not type(xp.data) or x_rows.ndim == 0  # pylint: disable=unidiomatic-typecheck
-  if member and x_rows.ndim == 0:
-    flat = np.broadcast_to(x_rows, (batch, 1))
-  elif type(x) is type(xp.data):  # pylint: disable=unidiomatic-typecheck
+  if type(x) is type(xp.data):  # pylint: disable=unidiomatic-typecheck
     flat = x_rows.reshape(batch, -1)
-  else:   # one array, the same for every member
+    shape = (batch,) + np.shape(x_rows)[1:]
+  else:   # a number or an array, the same for every member
     flat = np.broadcast_to(x_rows.reshape(1, -1), (batch, x_rows.size))
+    shape = (batch,) + np.shape(x_rows)
+  y = np_lines(flat, search, points, values, start, stop, left, right)
+  return type(xp.data)(y.reshape(shape))
+
+
+def np_lines(flat, search, points, values, start, stop, left, right):
+  """`np.interp` of each member's row of `flat` (`[batch, m]`) between its
+  row of points `[batch, n]`, `start` to `stop - 1` (`[batch, 1]`, at
+  least one point): as `tf_line`, row by row.
+
+  Args:
+    flat: Where to interpolate, `[batch, m]` float64.
+    search: The points to search, `[batch, n]`, each row ascending.
+    points: The points, `[batch, n]` float64.
+    values: Their values, `[batch, n]` float64.
+    start, stop: `[batch, 1]` integers, the points taken.
+    left, right: As NumPy's, or None.
+
+  Returns:
+    The values, `[batch, m]` float64.
+  """
   k = np.sum(search[:, None, :] <= flat[:, :, None], axis=-1)
   upper = np.clip(k, start + 1, np.maximum(stop - 1, start + 1))
   lower = upper - 1
-  upper = np.minimum(upper, stop - 1)
+  upper = np.minimum(upper, stop - 1)   # one point: its value everywhere
   x0 = np.take_along_axis(points, lower, 1)
   x1 = np.take_along_axis(points, upper, 1)
   y0 = np.take_along_axis(values, lower, 1)
@@ -629,10 +668,7 @@ def _np_interp(x, xp, values, left, right):
   last = np.take_along_axis(points, stop - 1, 1)
   below = np.take_along_axis(values, start, 1) if left is None else left
   above = np.take_along_axis(values, stop - 1, 1) if right is None else right
-  y = np.where(flat < first, below, np.where(flat > last, above, y))
-  shape = (batch,) + np.shape(x_rows)[1:] if type(x) is type(xp.data) else (  # pylint: disable=unidiomatic-typecheck
-      (batch,) + np.shape(x_rows))
-  return type(xp.data)(y.reshape(shape))
+  return np.where(flat < first, below, np.where(flat > last, above, y))
 
 
 def product(func, a, b):
