@@ -113,7 +113,6 @@ class Context(shipping.ContextPickling):
     self._functions = {}      # name -> BatchedFunction, in definition order
     self._variants = {}       # variant name -> BatchedFunction (`variant`)
     self._module = None
-    self._programs = {}       # main -> its untyped `Program` (`program`)
     self._outside = {}        # cache key -> `externals.types` when made
     try:
       self._cache = caches.LRUCache(cache_size)
@@ -209,7 +208,6 @@ class Context(shipping.ContextPickling):
     self._functions[function.__name__] = wrapper
     self._variants = {}
     self._module = None
-    self._programs = {}
     self._cache.clear()
     return wrapper
 
@@ -279,7 +277,6 @@ class Context(shipping.ContextPickling):
         for n, (fn, type_inference, *per_member) in state.functions.items()}
     self._variants = {}
     self._module = None
-    self._programs = {}
     self._cache = caches.LRUCache(self._cache.maxsize, state.programs)
     return dict(self._functions)
 
@@ -513,8 +510,6 @@ class Context(shipping.ContextPickling):
       ArgumentError: If `main` is not a batched function of this Context.
     """
     main = self._name_of(main)
-    if self._module is not None and main in self._programs:
-      return self._programs[main]
     order, stack = [], [main]
     while stack:
       name = stack.pop(0)
@@ -525,9 +520,7 @@ class Context(shipping.ContextPickling):
         for op in b.instructions:
           if isinstance(op, inst.FunctionCallOp):
             stack.append(op.function)
-    program = inst.Program(tuple(self._function_ir(n) for n in order), main)
-    self._programs[main] = program
-    return program
+    return inst.Program(tuple(self._function_ir(n) for n in order), main)
 
   def _made(self, key, program):
     """Caches `program` under `key`, with the types of the values from
