@@ -1047,6 +1047,64 @@ def test_primitive_returning_other_rows_than_members(backend, stackless):
         'one row per member', function='_first_rows')
 
 
+_WEIGHTS = np.array([1.0, 2.0, 3.0])
+
+
+def _shared_rows(x, k):
+  pos = np.arange(x.shape[-1])[None, :]   # one row, every member's
+  w = _WEIGHTS[None] + np.zeros((1, x.shape[-1]))
+  s = x * 0.0
+  while k > 0:
+    s = s + w * pos
+    k = k - 1
+  return s.sum(axis=-1)
+
+
+def _batch_row(x):
+  m = x.sum(0, keepdims=True)  # ERR:batch_row
+  return (x - m).sum(axis=-1)
+
+
+@pytest.mark.parametrize('backend', ['numpy', 'eager', 'graph', 'xla'])
+@pytest.mark.parametrize('stackless', [False, True])
+def test_primitive_returning_a_row_every_member_shares(backend, stackless):
+  # A primitive of per-member inputs may compute one row that no member's
+  # values change (`np.arange(x.shape[-1])[None, :]`): NumPy broadcasts it
+  # against the members' rows, and so does the VM.  A row that does follow
+  # the members' values (`x.sum(0, keepdims=True)`) is still refused.
+  if backend != 'numpy':
+    tf = pytest.importorskip('tensorflow')
+  if stackless and backend in ('graph', 'xla'):
+    pytest.skip('stackless runs eagerly')
+  ctx = ab.Context()
+  shared = ctx.batch()(_shared_rows)
+  batch_row = ctx.batch()(_batch_row)
+  x = np.arange(12.0).reshape(4, 3)
+  k = np.array([0, 1, 3, 2])
+  want = k * (_WEIGHTS * np.arange(3.0)).sum()
+  np.testing.assert_allclose(shared(x, k, dry_run=True), want)
+  options = dict(stackless=stackless)
+  run, run_b = shared, batch_row
+  if backend != 'numpy':
+    options['backend'] = ab.TensorFlowBackend()
+    x, k = tf.constant(x), tf.constant(k)
+    if backend != 'eager':
+      jit = backend == 'xla'
+      run = tf.function(lambda a, b: shared(a, b, **options),
+                        jit_compile=jit)
+      run_b = tf.function(lambda a: batch_row(a, **options),
+                          jit_compile=jit)
+      options = {}
+  np.testing.assert_allclose(run(x, k, **options), want)
+  with pytest.raises(errors.PrimitiveError) as e:
+    run_b(x, **options)
+  check(e, errors.PrimitiveError, 'batch_row', '1 row for',
+        'one row per member', function='_batch_row')
+  if backend == 'numpy':
+    printed = str(ctx.lowered_for_args('_shared_rows', [x, k]))
+    assert 'prim[np.arange(x.shape[-1])[None, :]](_shared_rows.x) broadcast' in printed
+
+
 # -- Python number arguments ---------------------------------------------------
 # A Python number argument is a literal: it takes the dtype it meets.  Where
 # it cannot (a float joined with int32 data), the variable where they meet

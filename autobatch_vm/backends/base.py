@@ -134,6 +134,21 @@ class Backend:
     del fn, args
     return False
 
+  def reads_values(self, value, inputs):
+    """Whether `value`, a primitive's result traced on `inputs`, reads
+    their values (not only their shapes).
+
+    Args:
+      value: The result, as `trace` or a run in a graph gives it.
+      inputs: The arguments it was traced on.
+
+    Returns:
+      True, False, or None where the backend cannot tell (None by
+      default: nothing is traced).
+    """
+    del value, inputs
+    return None
+
   def traces_symbolically(self):
     """Whether `trace` finds a primitive's result type without values."""
     return False

@@ -224,6 +224,12 @@ class PrimOp:
   `per_member` marks a primitive of a per-member function: `function` is
   then a `per_member.primitive.PerMemberFunction`, written for one
   member, which the VM runs through its backend's `vectorize_member`.
+  `broadcast` marks a batch-aware primitive whose result may be one row
+  that every member shares (`np.arange(x.shape[-1])[None, :]`): type
+  inference found that no member's values change it
+  (`member_mixing.shares_one_row`), so the VM broadcasts it to the
+  members; elsewhere a result of one row for several members is refused
+  (`x[:1]` is the first member's row).
   """
   vars_in: Tuple[str, ...]
   vars_out: Any
@@ -233,10 +239,17 @@ class PrimOp:
   sync: bool = False
   casts: Tuple[Tuple[int, Any], ...] = ()
   per_member: bool = False
+  broadcast: bool = False
 
   def _key(self):
     return (self.vars_in, _freeze(self.vars_out), self.function, self.text,
-            self.sync, self.casts, self.per_member)
+            self.sync, self.casts, self.per_member, self.broadcast)
+
+  @property
+  def strict(self):
+    """Whether a result of another number of rows than the members is
+    refused (a primitive of per-member inputs that is not `broadcast`)."""
+    return bool(self.vars_in) and not self.broadcast
 
   def __eq__(self, other):
     return isinstance(other, PrimOp) and self._key() == other._key()
@@ -691,7 +704,9 @@ def op_str(op):
     casts = ''.join(f' cast({op.vars_in[i]}:{np.dtype(d).name})'
                     for i, d in op.casts)
     kind = 'member' if op.per_member else 'prim'
-    return f'{pattern_str(op.vars_out)} = {kind}[{text}]({ins}){sync}{casts}'
+    shared = ' broadcast' if op.broadcast else ''
+    return (f'{pattern_str(op.vars_out)} = {kind}[{text}]({ins}){sync}{casts}'
+            f'{shared}')
   if isinstance(op, FunctionCallOp):
     together = ' parallel' if op.parallel else ''
     return (f'{pattern_str(op.vars_out)} = call {op.function}'

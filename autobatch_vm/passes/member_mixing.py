@@ -12,6 +12,7 @@ either member's result follows the other member's values
 size (`check_batch_independent`).
 """
 
+import contextlib
 import re
 
 import numpy as np
@@ -26,7 +27,7 @@ from autobatch_vm.passes.made_up import made_up
 from autobatch_vm.passes.made_up import ones_arguments
 
 __all__ = ['check_batch_independent', 'check_broadcasting',
-           'check_members_apart', 'check_rows_uncounted']
+           'check_members_apart', 'check_rows_uncounted', 'shares_one_row']
 
 
 def check_batch_independent(op, in_types, value, run_at):
@@ -257,14 +258,86 @@ def check_members_apart(op, in_types, backend):
   raise errors.TypeInferenceError(message, loc=op.loc, hint=_MIXING_HINT)
 
 
+def shares_one_row(op, in_types, backend):
+  """Whether batch-aware `op`'s result is one row that every member shares.
+
+  That is a result with a leaf of one row at batch size 2 (where each
+  member would have a row of its own) that neither member's values
+  change: `np.arange(x.shape[-1])[None, :]`, `W[None]` of a constant
+  `W`, `np.zeros((1, x.shape[-1]))`.  NumPy's broadcasting lines such a
+  row up with every member's, and so does the VM, which broadcasts it to
+  the members (`PrimOp.broadcast`).  A row that follows a member's values
+  (`x[:1]`, the first member's; `x.sum(0, keepdims=True)`, the batch's)
+  is not shared: the VM refuses it at run time, where it has one row for
+  several members.  A result that differs from run to run (a random
+  draw) is not taken for shared either.
+
+  Args:
+    op: The `PrimOp`, whose inputs are batched.
+    in_types: The type pattern of each of its inputs.
+    backend: The backend that runs it.
+
+  Returns:
+    True where every leaf of one row is the same whatever either member's
+    values, on two runs.
+  """
+  if _unchecked_inputs(op, in_types):
+    return False
+  context = backend.eager_scope() if backend.in_graph() else (
+      contextlib.nullcontext())
+  with context, backend.error_context(), np.errstate(all='ignore'):
+    for kind in MADE_UP:
+      try:
+        first = _one_rows(op.function(*_member_pair(in_types, kind, None,
+                                                    backend)))
+      except Exception:  # pylint: disable=broad-except
+        continue
+      break
+    else:
+      return False
+    if not first:
+      return False
+    for changed, change in ((None, None), (1, 'up'), (0, 'up'),
+                            (1, 'down'), (0, 'down')):
+      try:
+        again = _one_rows(op.function(*_member_pair(
+            in_types, kind, change, backend,
+            1 if changed is None else changed)))
+      except Exception:  # pylint: disable=broad-except
+        return False
+      if again is None or not _rows_agree(first, again):
+        return False
+  return True
+
+
+def _one_rows(value):
+  """The leaves of one row of a primitive's result at batch size 2, as
+  NumPy arrays; None where a leaf is no value."""
+  rows = []
+  for leaf in inst.pattern_flatten(value):
+    try:
+      a = np.asarray(leaf)
+    except Exception:  # pylint: disable=broad-except
+      return None
+    if a.dtype.kind not in 'biufc':
+      return None
+    if a.ndim and a.shape[0] == 1:
+      rows.append(a)
+  return rows
+
+
+def _unchecked_inputs(op, in_types):
+  """Whether `op` is the compiler's own or reads literals only."""
+  module = getattr(op.function, '__module__', None) or ''
+  return (op.function is inst.identity or module.startswith('autobatch_vm.')
+          or all(_is_literal(t) for t in _leaves(in_types)))
+
+
 def _unchecked(op, in_types, backend):
   """Whether the checks of this module leave `op` alone: the compiler's
   own primitives (copies, loop counters), primitives of literals only,
   and any in a graph, where nothing runs on values."""
-  module = getattr(op.function, '__module__', None) or ''
-  return (op.function is inst.identity or module.startswith('autobatch_vm.')
-          or all(_is_literal(t) for t in _leaves(in_types))
-          or backend.in_graph())
+  return _unchecked_inputs(op, in_types) or backend.in_graph()
 
 
 def check_broadcasting(op, in_types, backend):

@@ -32,7 +32,9 @@ Limits: one signature per function (all call sites must agree); variables
 cannot change dtype or shape.
 """
 
+import ast
 import dataclasses
+import functools
 import re
 import threading
 import warnings
@@ -339,6 +341,11 @@ class _Inference:
     # id() of each op in its TensorFlow form: one that calls NumPy
     # (`check_apart`).
     self.calls_numpy = set()
+    # The prim keys (`_prim_key`) of batch-aware primitives whose result
+    # may be one row every member shares (`member_mixing.shares_one_row`).
+    self.shared_rows = set()
+    # The inputs that `run_made_up` last ran a primitive on.
+    self.made_up_inputs = None
     # id(op) of the ops whose promoting form failed where NumPy's math
     # takes it first (`prim`).
     self.unpromoted = set()
@@ -568,9 +575,10 @@ class _Inference:
       # The declared type is the result's: nothing runs on made-up data.
       self.prim_cache[key] = None
     if key not in self.prim_cache:
-      failed = False
+      failed, reads = False, None
       try:
         value = self.run_made_up(op, in_types)
+        reads = self.backend.reads_values(value, self.made_up_inputs)
       except errors.AutoBatchError:
         raise
       except AssertionError:
@@ -595,6 +603,9 @@ class _Inference:
                                           hint=e.hint) from None
       if self.prim_cache[key] is not None and batch_aware:
         self.check_apart(op, in_types)
+        if op.vars_in and not reads and not _keeps_rows(op.text) and (
+            member_mixing.shares_one_row(op, in_types, self.backend)):
+          self.shared_rows.add(key)
     result = self.prim_cache[key]
     if result is not None:
       self.bind(fn, op.vars_out, result, op.loc,
@@ -675,10 +686,13 @@ class _Inference:
     first kind's `AssertionError` is raised as it is, and any other error
     as `_FailedOnEveryKind`, holding every kind's.
     """
+    self.made_up_inputs = None
     if self.backend.traces_symbolically():
       try:
-        return self.backend.trace(op.function, self.dummies(
+        value = self.backend.trace(op.function, self.dummies(
             in_types, literals=False, batch=batch), batch)
+        self.made_up_inputs = getattr(self.backend, 'traced_inputs', None)
+        return value
       except errors.AutoBatchError:
         raise
       except Exception as e:  # pylint: disable=broad-except
@@ -701,9 +715,11 @@ class _Inference:
             warnings.catch_warnings()):
           # (`np.var` of no items warns, not through errstate.)
           warnings.simplefilter('ignore', RuntimeWarning)
-          return self.backend.call_for_types(
-              op.function, self.dummies(in_types, literals=False,
-                                        kind=kind, batch=batch), batch)
+          inputs = self.dummies(in_types, literals=False, kind=kind,
+                                batch=batch)
+          value = self.backend.call_for_types(op.function, inputs, batch)
+          self.made_up_inputs = inputs
+          return value
       except errors.AutoBatchError:
         raise
       except Exception as e:  # pylint: disable=broad-except
@@ -1012,6 +1028,7 @@ class _Inference:
         else:
           op = self.sizes.bound(fn, self.promoted.get(id(op), op))
         in_types = [env[v] for v in op.vars_in]
+        shared = _prim_key(op, in_types) in self.shared_rows
         try:
           casts = self.weak_casts(op, in_types, fn)
         except errors.TypeInferenceError as first:
@@ -1029,6 +1046,8 @@ class _Inference:
           op = promoted
         if casts:
           op = dataclasses.replace(op, casts=casts)
+        if shared:
+          op = dataclasses.replace(op, broadcast=True)
         if self.declares_result(fn, op):
           op = dataclasses.replace(op, function=checked_result(
               op.function, self.declared[fn.name][1], op, fn.name))
@@ -1084,6 +1103,24 @@ def _as_literal(v):
       and v.dtype in _LITERAL_DTYPES):
     return v.item()
   return v
+
+
+@functools.lru_cache(maxsize=4096)
+def _keeps_rows(text):
+  """Whether a primitive's source `text` is arithmetic, comparisons and
+  logic of names and numbers alone (`depth - 1`, `n > 0 and k < m`,
+  `a if c else b`): on inputs of one row per member, or numbers, it
+  gives one row per member, never one row for all."""
+  try:
+    tree = ast.parse(text or '', mode='eval')
+  except SyntaxError:
+    return False
+  return all(isinstance(node, _ROW_KEEPING) for node in ast.walk(tree))
+
+
+_ROW_KEEPING = (ast.Expression, ast.Name, ast.Load, ast.Constant, ast.BinOp,
+                ast.UnaryOp, ast.BoolOp, ast.Compare, ast.IfExp,
+                ast.operator, ast.unaryop, ast.boolop, ast.cmpop)
 
 
 def _prim_key(op, in_types):

@@ -265,7 +265,7 @@ class BlockCompiler:
     readers = [self.reader(v) for v in op.vars_in]
     for i, dtype in op.casts:   # weak variables: see PrimOp.casts
       readers[i] = _cast_reader(readers[i], self.be.cast, dtype)
-    bind = self.binder(op.vars_out, strict=bool(op.vars_in))
+    bind = self.binder(op.vars_out, strict=op.strict)
     fn = dispatch.primitive(op, self.be)
     be = self.be
     if self._after_exit:
@@ -307,7 +307,7 @@ class BlockCompiler:
                  for v in inst.pattern_flatten(op.vars_out)}
     types = [t for v in inst.pattern_flatten(op.vars_out)
              for t in inst.pattern_flatten(templates[v], inst.TensorType)]
-    coerces = [self.be.coercer(t, bool(op.vars_in)) for t in types]
+    coerces = [self.be.coercer(t, op.strict) for t in types]
     be = self.be
 
     def guarded(m, *args):

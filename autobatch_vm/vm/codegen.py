@@ -244,7 +244,7 @@ class _Gen:
     self.emit('try:')
     self.indent += 1
     start = len(self.lines)
-    self.write(op.vars_out, r, strict=bool(op.vars_in))
+    self.write(op.vars_out, r, strict=op.strict)
     if len(self.lines) == start:   # the result is not used
       self.emit('pass')
     self.indent -= 1

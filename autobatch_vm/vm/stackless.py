@@ -304,7 +304,7 @@ class _Executor:
           e, op, frame.backend, m,
           compacted=rows.local and rows.idx is not None) from e
     try:
-      rows.write(op.vars_out, result, strict=bool(op.vars_in))
+      rows.write(op.vars_out, result, strict=op.strict)
     except ValueError as e:
       raise run_errors.result_shape_error(e, op, frame.backend, m) from e
 

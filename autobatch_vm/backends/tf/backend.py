@@ -266,10 +266,37 @@ class TensorFlowBackend(base.Backend):
     def keep(*a):
       # What `fn` returns as Python sees it: a Python scalar stays one
       # (a weak literal), where the function's outputs would be tensors.
+      self.traced_inputs = a
       results.append(self.call_for_types(fn, a, batch))
       return results[-1]
     tf.function(keep, autograph=False).get_concrete_function(*specs)
     return results[0]
+
+  def reads_values(self, value, inputs):
+    """Whether graph tensors `value` read the values of graph tensors
+    `inputs`, through any op but those that take a shape (`Shape`,
+    `Size`, `Rank`).  None where a leaf is not a graph tensor."""
+    sources = {id(x.op) for x in tf.nest.flatten(list(inputs))
+               if tf.is_tensor(x) and hasattr(x, 'op')}
+    stack = []
+    for leaf in tf.nest.flatten(value):
+      if isinstance(leaf, (bool, int, float, complex, np.generic)):
+        continue
+      if not (tf.is_tensor(leaf) and hasattr(leaf, 'op')):
+        return None   # a value (eager), not a graph's tensor
+      stack.append(leaf.op)
+    seen = set()
+    while stack:
+      node = stack.pop()
+      if id(node) in seen:
+        continue
+      seen.add(id(node))
+      if id(node) in sources:
+        return True
+      if node.type in _SHAPE_OPS:
+        continue
+      stack.extend(t.op for t in node.inputs)
+    return False
 
   def eager_scope(self):
     """`tf.init_scope()`: ops run eagerly, outside the graph being traced.
@@ -699,6 +726,10 @@ def _as_tensor(x, np_dtype, dtype):
   if x.dtype != dtype:
     x = tf.cast(x, dtype)
   return x
+
+
+# Ops that read a tensor's shape, not its values (`reads_values`).
+_SHAPE_OPS = frozenset({'Shape', 'ShapeN', 'Size', 'Rank'})
 
 
 def _dynamic_coerce(np_dtype, dtype, batch, shape, strict=False):
