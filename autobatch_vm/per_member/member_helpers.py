@@ -54,8 +54,10 @@ TF_OWN = {np.searchsorted: 'searchsorted', np.arange: 'arange',
           np.percentile: 'percentile', np.quantile: 'quantile'}
 # NumPy's rounding functions, which `member_ops.tnp_call` computes on a
 # tensor by its own forms (TensorFlow's NumPy API lacks `trunc` and
-# `rint`, and its `round` needs NumPy behavior enabled).
-ROUNDING = frozenset((np.round, np.around, np.trunc, np.fix, np.rint))
+# `rint`, its `round` needs NumPy behavior enabled, and its `floor` and
+# `ceil` of integers give floats, where NumPy 2 keeps the integers).
+ROUNDING = frozenset((np.round, np.around, np.trunc, np.fix, np.rint,
+                      np.floor, np.ceil))
 # NumPy's creation functions that one member's tensor reaches (a size
 # `np.zeros(n)`, the value of `np.full(3, v)`), by TensorFlow's NumPy
 # API's function of the name.
@@ -102,12 +104,14 @@ LINALG = frozenset(getattr(np.linalg, n) for n in (
     'solve', 'inv', 'det', 'slogdet', 'cholesky', 'eigh', 'eigvalsh', 'qr',
     'pinv', 'norm', 'svd', 'matrix_power'))
 # Array methods that `member_ops.method` runs on one member's tensors too
-# (by `tf.experimental.numpy`'s function of the name, or a cast, a copy).
+# (as NumPy's function of the name, `member_ops.tnp_call`, or a cast, a
+# copy).
 METHODS = frozenset((
     'sum', 'prod', 'mean', 'std', 'var', 'max', 'min', 'argmax', 'argmin',
     'cumsum', 'cumprod', 'all', 'any', 'astype', 'copy', 'reshape',
     'flatten', 'ravel', 'transpose', 'dot', 'clip', 'round', 'argsort',
-    'nonzero', 'trace', 'diagonal', 'squeeze'))   # not `sort`: in place
+    'nonzero', 'trace', 'diagonal', 'squeeze', 'swapaxes', 'repeat', 'conj',
+    'conjugate'))   # not `sort`: in place
 # Python's `math` functions that `member_ops.math_fn` computes for one
 # member's numbers (`member_math`), by the function.
 MATH = {getattr(math, n): n for n in member_math.NAMES}

@@ -33,6 +33,8 @@ into an `IndexError` of the members at the block that raised it.
 
 import builtins
 import contextlib
+import functools
+import inspect
 import operator
 import sys
 import threading
@@ -963,12 +965,19 @@ def _slogdet_by_elimination(a):
 def _tf_round(a, decimals=0, out=None):
   """`np.round(a, decimals)` of a tensor: half to even, as NumPy's (scaled
   by 10 ** decimals where it is not 0), an integer unchanged where
-  `decimals >= 0`.  (TensorFlow's NumPy API's `round` calls `astype`,
-  which a tensor lacks without NumPy behavior enabled.)"""
+  `decimals >= 0`, a boolean NumPy's float16.  (TensorFlow's NumPy API's
+  `round` calls `astype`, which a tensor lacks without NumPy behavior
+  enabled.)"""
   _refuse_out('round', out)
   tf = _tf()
   a = tf.convert_to_tensor(a)
-  if a.dtype.is_integer or a.dtype == tf.bool:
+  decimals = builtins.int(decimals)
+  if a.dtype == tf.bool:
+    if decimals:
+      raise TypeError('np.round of booleans with decimals: NumPy cannot '
+                      'cast its float16 product back to bool')
+    return tf.cast(a, tf.float16)
+  if a.dtype.is_integer:
     if decimals >= 0:
       return a
     scale = 10 ** -decimals
@@ -994,39 +1003,79 @@ def _refuse_out(name, out):
     raise TypeError(f'np.{name} with out= is not supported on TensorFlow')
 
 
-def _tf_trunc(x, out=None):
-  """`np.trunc(x)` (and `np.fix`) of a tensor: toward zero."""
-  _refuse_out('trunc', out)
+def _tf_whole(func, x, out=None):
+  """`np.floor`, `np.ceil`, `np.trunc` or `np.fix` (`func`) of a tensor:
+  an integer or boolean one unchanged, of its dtype, as NumPy 2 gives it;
+  a float's rounded toward minus or plus infinity, or zero."""
+  _refuse_out(func.__name__, out)
   tf = _tf()
-  x = _floating(x)
+  x = tf.convert_to_tensor(x)
+  if x.dtype.is_integer or x.dtype == tf.bool:
+    return x
+  if func is np.floor:
+    return tf.math.floor(x)
+  if func is np.ceil:
+    return tf.math.ceil(x)
   return tf.where(x < 0, tf.math.ceil(x), tf.math.floor(x))
 
 
 def _tf_rint(x, out=None):
-  """`np.rint(x)` of a tensor: half to even, a float."""
+  """`np.rint(x)` of a tensor: half to even, of the float dtype NumPy
+  gives (float16 for a boolean or int8, float64 for an int64)."""
   _refuse_out('rint', out)
-  return _tf().math.round(_floating(x))
+  tf = _tf()
+  x = tf.convert_to_tensor(x)
+  if not x.dtype.is_floating:
+    x = tf.cast(x, np.rint(np.zeros((), x.dtype.as_numpy_dtype)).dtype)
+  return tf.math.round(x)
 
 
 # The forms of `member_helpers.ROUNDING`.
 _TF_ROUNDING = {np.round: _tf_round, np.around: _tf_round,
-                np.trunc: _tf_trunc, np.fix: _tf_trunc, np.rint: _tf_rint}
+                np.trunc: functools.partial(_tf_whole, np.trunc),
+                np.fix: functools.partial(_tf_whole, np.fix),
+                np.floor: functools.partial(_tf_whole, np.floor),
+                np.ceil: functools.partial(_tf_whole, np.ceil),
+                np.rint: _tf_rint}
 
 
 def tnp_call(func, args, kwargs):
   """NumPy function `func` by TensorFlow's NumPy API, on one member's
-  tensors: a ufunc's integer or boolean tensors first cast to the float
-  dtype NumPy gives it (`np.sqrt` of int32 is float64), which the API
-  does not do."""
+  tensors (or a batch-aware primitive's): a ufunc's integer or boolean
+  tensors first cast to the dtype NumPy gives it (`np.sqrt` of int32 is
+  float64, `np.square` of booleans int8), which the API does not do;
+  NumPy's arguments that the API lacks (`initial=`, `where=`,
+  `prepend=`, `pad`'s default mode) by forms of their own."""
   rounded = _TF_ROUNDING.get(func)
   if rounded is not None:
     return rounded(*args, **kwargs)
+  tensor = bool(args) and is_tf(args[0])
+  if tensor and func in _REDUCTIONS and ('where' in kwargs or
+                                         'initial' in kwargs):
+    return _tf_reduction(func, *args, **kwargs)
   extreme = _EXTREMES.get(func)
-  if extreme is not None and args and is_tf(args[0]):
+  if extreme is not None and tensor:
     return _tf_extreme(func, extreme, *args, **kwargs)
-  if func in (np.var, np.std) and kwargs.get('ddof') and args and is_tf(
-      args[0]):
+  if func in (np.var, np.std) and kwargs.get('ddof') and tensor:
     return _tf_spread(func, *args, **kwargs)
+  if func is np.diff and tensor and ('prepend' in kwargs or
+                                     'append' in kwargs):
+    return _tf_diff(*args, **kwargs)
+  if func is np.pad and tensor:
+    return _tf_pad(*args, **kwargs)
+  if func in _ACCUMULATIONS and tensor and kwargs.get('dtype') is None:
+    # A sum of booleans or narrow integers is NumPy's default integer.
+    a = _tf().convert_to_tensor(args[0])
+    kind = np.dtype(a.dtype.as_numpy_dtype).kind
+    if kind == 'b' or (kind in 'iu' and a.dtype.size < 8):
+      args = (_tf().cast(a, np.uint if kind == 'u' else np.int_),) + tuple(
+          args[1:])
+  if func in (np.sort, np.argsort) and tensor and args[0].dtype == (
+      _tf().bool):
+    # TensorFlow sorts no booleans: as integers.
+    out = getattr(_tnp(), func.__name__)(_tf().cast(args[0], _tf().int8),
+                                         *args[1:], **kwargs)
+    return _tf().cast(out, _tf().bool) if func is np.sort else out
   if isinstance(func, np.ufunc) and not kwargs:
     tf = _tf()
     dummies = [np.zeros((), x.dtype.as_numpy_dtype) if is_tf(x) else x
@@ -1041,7 +1090,177 @@ def tnp_call(func, args, kwargs):
       if dtype.kind in 'fc':
         args = [tf.cast(x, dtype) if is_tf(x) and np.dtype(
             x.dtype.as_numpy_dtype).kind in 'iub' else x for x in args]
+      elif dtype.kind in 'iu':
+        args = [tf.cast(x, dtype) if is_tf(x) and x.dtype == tf.bool else x
+                for x in args]
+      elif func in _SAME_FOR_BOOLEANS and len(args) == 1 and is_tf(
+          args[0]) and args[0].dtype == tf.bool:
+        return args[0]
   return getattr(_tnp(), func.__name__)(*args, **kwargs)
+
+
+# NumPy's ufuncs that give a boolean array itself (TensorFlow refuses
+# booleans).
+_SAME_FOR_BOOLEANS = frozenset((np.abs, np.absolute))
+# NumPy's sums and products, of NumPy's default integer for booleans
+# and narrower integers.
+_ACCUMULATIONS = frozenset((np.sum, np.prod, np.cumsum, np.cumprod,
+                            np.nansum, np.nanprod))
+# NumPy's reductions that `_tf_reduction` computes with `where=` or
+# `initial=`, by what they compute.
+_REDUCTIONS = {np.sum: 'sum', np.prod: 'prod', np.max: 'max',
+               np.amax: 'max', np.min: 'min', np.amin: 'min',
+               np.all: 'all', np.any: 'any', np.mean: 'mean', np.var: 'var',
+               np.std: 'std'}
+_NO_IDENTITY = ("reduction operation '{}' does not have an identity, so to "
+                "use a where mask one has to specify 'initial'")
+
+
+def _tf_reduction(func, *args, **kwargs):
+  """NumPy's reduction `func` (`_REDUCTIONS`) of a tensor with `where=`
+  (the values it masks out as the reduction's identity, or `initial`,
+  and out of a mean's count) or `initial=` (reduced with the result), of
+  the dtype NumPy gives."""
+  tf = _tf()
+  name = func.__name__
+  params = dict(inspect.signature(func).bind(*args, **kwargs).arguments)
+  a = tf.convert_to_tensor(params.pop('a'))
+  _refuse_out(name, params.pop('out', None))
+  where = params.pop('where', True)
+  initial = params.pop('initial', None)
+  axis = params.pop('axis', None)
+  keepdims = builtins.bool(params.pop('keepdims', False))
+  ddof = params.pop('ddof', 0)
+  dtype = params.pop('dtype', None)
+  if params or is_tf(axis, ddof, dtype):
+    raise TypeError(f'np.{name}() with {", ".join(params) or "a tensor"} '
+                    'and where= or initial= of a tensor')
+  kind = _REDUCTIONS[func]
+  if kind in ('max', 'min') and initial is None and where is not True:
+    raise ValueError(_NO_IDENTITY.format(
+        'maximum' if kind == 'max' else 'minimum'))
+  # NumPy's dtype for it, from a made-up array of the tensor's.
+  given = {'axis': axis, 'keepdims': keepdims}
+  if dtype is not None:
+    given['dtype'] = dtype
+  if ddof:
+    given['ddof'] = ddof
+  if initial is not None and not is_tf(initial):
+    given['initial'] = initial
+  with np.errstate(all='ignore'):
+    want = tf.as_dtype(np.asarray(func(np.ones(
+        (2,) * a.shape.rank, a.dtype.as_numpy_dtype), **given)).dtype)
+  if kind in ('var', 'std'):
+    x = a if a.dtype.is_floating or a.dtype.is_complex else tf.cast(a, want)
+  else:
+    x = tf.cast(a, want)
+  axis = builtins.list(axis) if isinstance(axis, (tuple, builtins.list)) else (
+      axis)
+  mask = None
+  if where is not True:
+    mask = tf.broadcast_to(tf.cast(where, tf.bool), tf.shape(x))
+  if initial is not None:
+    initial = tf.cast(initial, want)
+  if kind in ('sum', 'prod', 'all', 'any'):
+    identity = {'sum': 0, 'prod': 1, 'all': True, 'any': False}[kind]
+    if mask is not None:
+      x = tf.where(mask, x, tf.cast(identity, want))
+    reduce = {'sum': tf.reduce_sum, 'prod': tf.reduce_prod,
+              'all': tf.reduce_all, 'any': tf.reduce_any}[kind]
+    value = reduce(x, axis=axis, keepdims=keepdims)
+    if initial is not None:
+      value = (value + initial if kind == 'sum' else value * initial)
+    return value
+  if kind in ('max', 'min'):
+    if mask is not None:
+      x = tf.where(mask, x, tf.broadcast_to(initial, tf.shape(x)))
+    reduce = tf.reduce_max if kind == 'max' else tf.reduce_min
+    value = reduce(x, axis=axis, keepdims=keepdims)
+    if initial is not None:
+      value = (tf.maximum if kind == 'max' else tf.minimum)(value, initial)
+    if want.is_floating:   # NaN wins, as NumPy's (XLA's reductions skip it)
+      nan = tf.reduce_any(tf.math.is_nan(x), axis=axis, keepdims=keepdims)
+      if initial is not None:
+        nan = tf.logical_or(nan, tf.math.is_nan(initial))
+      value = tf.where(nan, tf.constant(np.nan, want), value)
+    return value
+  # mean, var, std: the values masked in over their count.
+  if mask is None:
+    mask = tf.ones_like(x, tf.bool)
+  count = tf.reduce_sum(tf.cast(mask, x.dtype), axis=axis, keepdims=True)
+  mean = tf.reduce_sum(tf.where(mask, x, tf.zeros_like(x)), axis=axis,
+                       keepdims=True) / count
+  if kind == 'mean':
+    return tf.cast(mean if keepdims else tf.squeeze(
+        mean, axis=axis), want)
+  squares = tf.square(tf.abs(x - mean))
+  squares = tf.where(mask, squares, tf.zeros_like(squares))
+  count = tf.cast(tf.math.real(count) if count.dtype.is_complex else count,
+                  squares.dtype)
+  var = tf.reduce_sum(squares, axis=axis, keepdims=True) / (count - ddof)
+  if not keepdims:
+    var = tf.squeeze(var, axis=axis)
+  return tf.cast(tf.sqrt(var) if kind == 'std' else var, want)
+
+
+_UNSET = object()
+
+
+def _tf_diff(a, n=1, axis=-1, prepend=_UNSET, append=_UNSET):
+  """`np.diff(a, n, axis, prepend, append)` of a tensor: the values
+  prepended and appended along `axis` first (a number's across the
+  other axes), in the dtype NumPy joins them in; TensorFlow's NumPy API
+  takes neither."""
+  tf = _tf()
+  a = tf.convert_to_tensor(a)
+  rank = a.shape.rank
+  at = builtins.int(axis) % rank
+  parts = [v if is_tf(v) else np.asarray(v)
+           for v in (prepend, a, append) if v is not _UNSET]
+  joint = tf.as_dtype(np.result_type(*[
+      v.dtype.as_numpy_dtype if is_tf(v) else v.dtype for v in parts]))
+  shape = tf.shape(a)
+  joined = []
+  for v in parts:
+    v = tf.cast(v, joint)
+    if v.shape.rank == 0:
+      v = tf.broadcast_to(v, tf.concat([shape[:at], [1], shape[at + 1:]],
+                                       0))
+    joined.append(v)
+  return _tnp().diff(tf.concat(joined, axis=at), n=n, axis=at)
+
+
+def _tf_pad(array, pad_width, mode='constant', **kwargs):
+  """`np.pad(array, pad_width, mode, ...)` of a tensor, `mode` NumPy's
+  default ('constant'): its `constant_values` (0, or a number or pair
+  per axis, cast to the array's dtype) around each axis, from the first
+  (a later axis's values in the corners, as NumPy's); other modes as
+  TensorFlow's NumPy API's `pad`."""
+  tf = _tf()
+  array = tf.convert_to_tensor(array)
+  values = kwargs.get('constant_values', 0)
+  if (mode != 'constant' or set(kwargs) - {'constant_values'} or
+      is_tf(pad_width) or (is_tf(values) and values.shape.rank)):
+    return _tnp().pad(array, pad_width, mode, **kwargs)
+  rank = array.shape.rank
+  widths = np.broadcast_to(np.asarray(pad_width), (rank, 2))
+  if widths.dtype.kind not in 'iu':
+    raise TypeError('`pad_width` must be of integral type.')
+  if (widths < 0).any():
+    raise ValueError("index can't contain negative values")
+  if is_tf(values) or np.ndim(values) == 0:
+    return tf.pad(array, widths.astype(np.int64),
+                  constant_values=tf.cast(values, array.dtype))
+  values = np.broadcast_to(np.asarray(values), (rank, 2))
+  for axis in builtins.range(rank):
+    for side, (width, value) in enumerate(zip(widths[axis], values[axis])):
+      if not width:
+        continue
+      around = np.zeros((rank, 2), np.int64)
+      around[axis, side] = width
+      array = tf.pad(array, around, constant_values=tf.cast(value,
+                                                            array.dtype))
+  return array
 
 
 # NumPy's extremes, which `_tf_extreme` computes as NumPy does.
@@ -1155,10 +1374,9 @@ def method(obj, name, *args, **kwargs):
     args = (args,)    # v.reshape(2, 3) is v.reshape((2, 3))
   if name == 'transpose' and args:
     args = (args[0] if len(args) == 1 else args,)
-  if name in _EXTREMES_BY_NAME:
-    return tnp_call(_EXTREMES_BY_NAME[name], (obj,) + args, kwargs)
-  if name in ('var', 'std'):
-    return tnp_call(getattr(np, name), (obj,) + args, kwargs)
+  func = _EXTREMES_BY_NAME.get(name) or getattr(np, name, None)
+  if callable(func):   # `v.round(2)` is `np.round(v, 2)`
+    return tnp_call(func, (obj,) + args, kwargs)
   return getattr(_tnp(), name)(obj, *args, **kwargs)
 
 

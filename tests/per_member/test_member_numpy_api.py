@@ -364,3 +364,161 @@ def test_interp_over_points_of_a_counters_bound():
     with warnings.catch_warnings():
       warnings.simplefilter('ignore')   # the per-member loop's fallback
       np.testing.assert_allclose(run(tf.constant(par)), want)
+
+
+# Batch-aware primitives (each statement on the whole batch, axis 0) on
+# TensorFlow run NumPy's calls by TensorFlow's NumPy API
+# (`per_member.tf_numpy`), whose functions lack arguments NumPy has, or
+# give other dtypes.
+
+_aware = ab.Context()
+
+
+@_aware.batch()
+def whole_numbers(n, b, x):
+  # NumPy 2 keeps an integer's (and a boolean's) dtype through floor,
+  # ceil, trunc and fix; rint and round of a boolean are float16.
+  return (np.floor(n), np.ceil(n), np.trunc(n), np.fix(n), np.rint(n),
+          np.floor(b), np.trunc(b), np.rint(b), np.round(b),
+          np.floor(n.astype(np.int8)), np.rint(n.astype(np.int8)),
+          x.round(2), np.round(x, decimals=1), x.round(-1), n.round(-1))
+
+
+def test_rounding_of_integers_and_decimals_run_on_every_backend():
+  rng = np.random.default_rng(10)
+  n = rng.integers(-50, 50, size=(4, 3))
+  b = rng.random((4, 3)) > 0.5
+  x = rng.normal(size=(4, 3)) * 40
+
+  def check(alone):
+    assert [a.dtype for a in alone[:5]] == [np.int64] * 4 + [np.float64]
+    assert [a.dtype for a in alone[5:11]] == [
+        np.bool_, np.bool_, np.float16, np.float16, np.int8, np.float16]
+    np.testing.assert_array_equal(alone[11], np.round(x, 2))
+  python_tests.run_everywhere(whole_numbers, [n, b, x], check)
+
+
+@_aware.batch()
+def padded(x, n):
+  # NumPy's default mode ('constant'), which TensorFlow's NumPy API's pad
+  # takes no default for; a constant per axis and side, one cast to the
+  # array's integers.
+  return (np.pad(x, ((0, 0), (1, 2))), np.pad(x, [(0, 0), (2, 0)],
+                                               constant_values=-1.5),
+          np.pad(x, ((0, 0), (2, 1)), constant_values=((0, 0), (7, 9))),
+          np.pad(n, ((0, 0), (1, 1)), constant_values=7.5),
+          np.pad(x[:, None], ((0, 0), (1, 0), (0, 2)),
+                 constant_values=((0, 0), (5, 6), (3, 4))),
+          np.pad(x, ((0, 0), (1, 1)), 'reflect'))
+
+
+def test_pad_of_numpys_default_mode_runs_on_every_backend():
+  rng = np.random.default_rng(11)
+  x, n = rng.normal(size=(4, 3)), rng.integers(-9, 9, size=(4, 3))
+
+  def check(alone):
+    assert alone[3].dtype == np.int64
+    np.testing.assert_array_equal(alone[3][:, 0], 7)
+    np.testing.assert_array_equal(alone[4][:, 0, -1], 4)   # a corner
+  python_tests.run_everywhere(padded, [x, n], check)
+
+
+@_aware.batch()
+def of_booleans(b, n):
+  # TensorFlow refuses booleans where NumPy sums them as its integers,
+  # or gives them back.
+  return (np.cumsum(b, axis=-1), np.cumprod(b, axis=-1), b.cumsum(axis=-1),
+          np.abs(b), np.square(b), np.sort(b, axis=-1), np.conj(b),
+          np.sum(n.astype(np.int8), axis=-1),
+          np.cumsum(n.astype(np.int16), axis=-1))
+
+
+def test_sums_of_booleans_and_narrow_integers_run_on_every_backend():
+  rng = np.random.default_rng(12)
+  b, n = rng.random((4, 5)) > 0.5, rng.integers(0, 100, size=(4, 5))
+
+  def check(alone):
+    assert [a.dtype for a in alone] == [
+        np.int64, np.int64, np.int64, np.bool_, np.int8, np.bool_, np.int8,
+        np.int64, np.int64]
+  python_tests.run_everywhere(of_booleans, [b, n], check)
+
+
+@_aware.batch()
+def masked_reductions(x, m, n):
+  # where=, initial= and keepdims=, which TensorFlow's NumPy API's
+  # reductions lack (or read otherwise), as functions and as methods.
+  y = np.where(x > 1.5, np.nan, x)
+  return (np.sum(x, axis=-1, where=m), x.sum(axis=(1,), where=m,
+                                             initial=2.0, keepdims=True),
+          np.prod(x, axis=-1, where=m), x.max(axis=-1, initial=0.0),
+          x.min(axis=-1, where=m, initial=100.0),
+          np.mean(x, axis=-1, where=m), np.var(x, axis=-1, where=m),
+          np.std(x, axis=-1, where=m, ddof=1, keepdims=True),
+          np.all(x > 0, axis=-1, where=m), np.any(x > 0, axis=-1, where=m),
+          np.max(y, axis=-1, initial=0.0), np.amin(y, axis=-1, initial=-9.0),
+          np.sum(n, axis=-1, initial=1.5), n.max(axis=-1, where=m, initial=3),
+          np.mean(n, axis=-1, where=m),
+          np.sum(x, axis=-1, where=np.array([True, False, True, True])))
+
+
+def test_reductions_with_where_and_initial_run_on_every_backend():
+  rng = np.random.default_rng(13)
+  x = rng.normal(size=(4, 4))
+  m = rng.random((4, 4)) > 0.3
+  m[:, :2] = True
+  n = rng.integers(-9, 9, size=(4, 4))
+
+  def check(alone):
+    np.testing.assert_allclose(alone[0], np.where(m, x, 0).sum(1))
+    np.testing.assert_allclose(alone[3], np.maximum(x.max(1), 0))
+    assert alone[12].dtype == np.int64 and alone[14].dtype == np.float64
+  python_tests.run_everywhere(masked_reductions, [x, m, n], check)
+
+
+@_aware.batch()
+def differences(n, x):
+  # np.diff's prepend= and append=, which TensorFlow's NumPy API lacks: a
+  # number across the other axes, in the dtype NumPy joins them in.
+  return (np.diff(n, prepend=0), np.diff(n, prepend=0.5),
+          np.diff(n, append=n[:, :1]), np.diff(x, n=2, prepend=1, append=2),
+          np.diff(x, axis=1, prepend=x[:, -1:]))
+
+
+def test_diff_with_prepend_and_append_runs_on_every_backend():
+  rng = np.random.default_rng(14)
+
+  def check(alone):
+    assert alone[0].dtype == np.int64 and alone[1].dtype == np.float64
+  python_tests.run_everywhere(differences, [
+      rng.integers(-9, 9, size=(4, 5)), rng.normal(size=(4, 5))], check)
+
+
+@_aware.batch()
+def rearranged(x):
+  # Array methods a tensor lacks.
+  return x.swapaxes(1, 2), x.repeat(2, axis=-1), x.conj()
+
+
+def test_array_methods_a_tensor_lacks_run_on_every_backend():
+  rng = np.random.default_rng(15)
+  python_tests.run_everywhere(rearranged, [rng.normal(size=(4, 3, 2))])
+
+
+@ctx.batch(per_member=True)
+def masked_member_reductions(x, m, n):
+  # The same on one member's values (a per-member primitive).
+  return (np.sum(x, where=m), x.max(initial=0.5), x.min(where=m, initial=9.0),
+          np.mean(x, where=m), np.std(x, where=m, ddof=1),
+          np.any(x > 0, where=m), np.diff(n, prepend=0.5),
+          np.diff(x, append=x[:1]), np.floor(n), x.round(1),
+          np.cumsum(m), x.repeat(2))
+
+
+def test_member_reductions_with_where_and_diff_run_on_every_backend():
+  rng = np.random.default_rng(16)
+  x = rng.normal(size=(4, 5))
+  m = rng.random((4, 5)) > 0.3
+  m[:, 0] = True
+  python_tests.run_everywhere(masked_member_reductions, [
+      x, m, rng.integers(-9, 9, size=(4, 5))])
