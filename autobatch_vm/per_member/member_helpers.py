@@ -112,6 +112,9 @@ METHODS = frozenset((
     'flatten', 'ravel', 'transpose', 'dot', 'clip', 'round', 'argsort',
     'nonzero', 'trace', 'diagonal', 'squeeze', 'swapaxes', 'repeat', 'conj',
     'conjugate'))   # not `sort`: in place
+# NumPy's array attributes that `member_ops.attribute` gives of a
+# tensor too (a TensorFlow tensor has none of them).
+ATTRIBUTES = frozenset(('T', 'mT', 'real', 'imag'))
 # Python's `math` functions that `member_ops.math_fn` computes for one
 # member's numbers (`member_math`), by the function.
 MATH = {getattr(math, n): n for n in member_math.NAMES}
@@ -556,8 +559,20 @@ class _CallRewriter(ast.NodeTransformer):
 
   def visit_Subscript(self, node):
     node = self.generic_visit(node)
-    if self.decide is not member_call or not isinstance(node.ctx, ast.Load):
+    if not isinstance(node.ctx, ast.Load):
       return node
+    if self.decide is not member_call:
+      # `x[:, ORDER]` of a constant array: `tf_numpy.getitem`.
+      if not any(isinstance(n, (ast.Name, ast.Attribute, ast.List))
+                 for n in ast.walk(node.slice)):
+        return node
+      self.changed = True
+      ops = ast.Name(_OPS, ast.Load())
+      key = ast.Subscript(ast.Attribute(ops, 'key', ast.Load()), node.slice,
+                          ast.Load())
+      return _located(ast.Call(
+          ast.Attribute(ops, 'getitem', ast.Load()), [node.value, key], []),
+                      node)
     self.changed = True
     ops = ast.Name(_OPS, ast.Load())
     key = ast.Subscript(ast.Attribute(ops, 'key', ast.Load()), node.slice,
@@ -568,14 +583,14 @@ class _CallRewriter(ast.NodeTransformer):
 
   def visit_Attribute(self, node):
     node = self.generic_visit(node)
-    if (self.decide is member_call and node.attr == 'T' and
-        isinstance(node.ctx, ast.Load)):
-      # A member's `v.T` (a tensor has no `.T`): `member_ops.attribute`.
+    if node.attr in ATTRIBUTES and isinstance(node.ctx, ast.Load):
+      # `v.T`, `v.real` (a tensor has neither): `member_ops.attribute`,
+      # `tf_numpy.attribute`.
       self.changed = True
       return _located(ast.Call(
           ast.Attribute(ast.Name(_OPS, ast.Load()), 'attribute',
-                        ast.Load()), [node.value, ast.Constant('T')], []),
-                      node)
+                        ast.Load()), [node.value, ast.Constant(node.attr)],
+          []), node)
     return node
 
   def visit_Call(self, node):

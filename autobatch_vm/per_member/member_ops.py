@@ -55,7 +55,7 @@ __all__ = ['key', 'getitem', 'setitem', 'asarray', 'min', 'max', 'sum', 'all',
            'round_rows', 'where', 'choose', 'all_of', 'any_of',
            'logical_and', 'logical_or', 'method', 'attribute',
            'logical_not', 'is_tf', 'note_failure', 'tnp_call', 'tf_like',
-           'tf_linalg', 'tf_searchsorted', 'leaves']
+           'tf_linalg', 'tf_searchsorted', 'leaves', 'constant_array_item']
 
 # pylint: disable=redefined-builtin
 
@@ -1381,8 +1381,10 @@ def method(obj, name, *args, **kwargs):
 
 
 def attribute(obj, name):
-  """One member's `obj.T` (`name`): a transpose of a TensorFlow tensor,
-  which has no such attribute; else the attribute itself.
+  """One member's `obj.T`, `obj.mT`, `obj.real` or `obj.imag` (`name`):
+  NumPy's transpose (all axes reversed), matrix transpose (the last two
+  swapped), real or imaginary part of a TensorFlow tensor, which has no
+  such attribute; else the attribute itself.
 
   Args:
     obj: The object.
@@ -1391,9 +1393,106 @@ def attribute(obj, name):
   Returns:
     The attribute's value for one member.
   """
-  if name == 'T' and is_tf(obj) and not isinstance(obj, _tf().Variable):
-    return _tf().transpose(obj)
-  return getattr(obj, name)
+  if name not in _TENSOR_ATTRIBUTES or not is_tf(obj) or isinstance(
+      obj, _tf().Variable):
+    return getattr(obj, name)
+  tf = _tf()
+  if name == 'T':
+    return tf.transpose(obj)
+  if name == 'mT':
+    rank = obj.shape.rank
+    if rank < 2:
+      raise ValueError('matrix transpose with ndim < 2 is undefined')
+    return tf.transpose(obj, builtins.list(builtins.range(rank - 2)) +
+                        [rank - 1, rank - 2])
+  if obj.dtype.is_complex:
+    return (tf.math.real if name == 'real' else tf.math.imag)(obj)
+  return obj if name == 'real' else tf.zeros_like(obj)
+
+
+_TENSOR_ATTRIBUTES = frozenset(('T', 'mT', 'real', 'imag'))
+
+
+def constant_array_item(x, parts):
+  """`x[parts]` of a tensor by NumPy's advanced indexing, where the
+  index's arrays are the user's constants (NumPy arrays and lists of
+  integers or booleans; a boolean one is the integer arrays of its true
+  items), with slices, integers and an ellipsis: the slices first, then
+  one gather of the arrays' and integers' broadcast, its axes where
+  NumPy places them (in place of the indexed axes where those are
+  adjacent, else first).  An index out of its axis is NumPy's
+  `IndexError`, when traced.
+
+  Args:
+    x: A tensor.
+    parts: The index's parts (a tuple).
+
+  Returns:
+    The items.
+  """
+  tf = _tf()
+  def boolean(p):
+    return isinstance(p, (builtins.list, np.ndarray)) and (
+        np.asarray(p).dtype.kind == 'b')
+  if builtins.any(p is Ellipsis for p in parts):
+    at = next(k for k, p in enumerate(parts) if p is Ellipsis)
+    used = builtins.sum(np.ndim(p) if boolean(p) else 1
+                        for p in parts if p is not Ellipsis)
+    parts = (tuple(parts[:at]) + (slice(None),) * (x.shape.rank - used) +
+             tuple(parts[at + 1:]))
+  rest = []
+  for p in parts:
+    if boolean(p):
+      p = np.asarray(p)
+      n = tuple(x.shape[builtins.len(rest):builtins.len(rest) + p.ndim])
+      if p.shape != n:
+        raise IndexError(
+            f'boolean index did not match indexed array along axis '
+            f'{builtins.len(rest)}; size of axis is {n} but size of '
+            f'corresponding boolean axis is {p.shape}')
+      rest.extend(p.nonzero())
+    elif isinstance(p, (builtins.list, np.ndarray)):
+      p = np.asarray(p)
+      if p.dtype.kind not in 'iu' and p.size:
+        raise IndexError('arrays used as indices must be of integer (or '
+                         'boolean) type')
+      rest.append(p.astype(np.int64))
+    elif isinstance(p, slice) or (isinstance(p, (
+        builtins.int, np.integer)) and not isinstance(p, builtins.bool)):
+      rest.append(p)
+    else:
+      raise TypeError(
+          f'an index of {type(p).__name__} with a constant array index of '
+          'a TensorFlow tensor: index it with slices, integers and '
+          'arrays alone')
+  if builtins.len(rest) > x.shape.rank:
+    raise IndexError(f'too many indices for array: array is '
+                     f'{x.shape.rank}-dimensional, but {builtins.len(rest)} '
+                     'were indexed')
+  rest.extend([slice(None)] * (x.shape.rank - builtins.len(rest)))
+  x = x[tuple(p if isinstance(p, slice) else slice(None) for p in rest)]
+  at = [k for k, p in enumerate(rest) if not isinstance(p, slice)]
+  indices = []
+  for k in at:
+    p, n = np.asarray(rest[k]), x.shape[k]
+    if n is not None and p.size and (p.max() >= n or p.min() < -n):
+      bad = next(builtins.int(i) for i in p.ravel() if i >= n or i < -n)
+      raise IndexError(f'index {bad} is out of bounds for axis {k} with '
+                       f'size {n}')
+    indices.append(p if n is None else np.where(p < 0, p + n, p))
+  indices = np.broadcast_arrays(*indices)
+  others = [k for k in builtins.range(x.shape.rank) if k not in at]
+  if builtins.len(at) == 1:
+    return tf.gather(x, indices[0], axis=at[0])
+  out = tf.gather_nd(tf.transpose(x, at + others),
+                     np.stack(indices, axis=-1))
+  if at != builtins.list(builtins.range(at[0], at[0] + builtins.len(at))):
+    return out   # not adjacent: the broadcast's axes first
+  rank = indices[0].ndim
+  order = builtins.list(builtins.range(rank, rank + at[0]))
+  order += builtins.list(builtins.range(rank)) + builtins.list(
+      builtins.range(rank + at[0], out.shape.rank))
+  return tf.transpose(out, order)
 
 
 def tf_like(func, a, *args, **kwargs):

@@ -18,7 +18,11 @@ import numpy as np
 from autobatch_vm.per_member import member_helpers
 from autobatch_vm.per_member import member_ops
 
-__all__ = ['numpy_call', 'numpy_method', 'matmul', 'table_item']
+__all__ = ['numpy_call', 'numpy_method', 'matmul', 'table_item',
+           'attribute', 'getitem']
+
+# `key[index]` is `index` (a helper's subscripts, `getitem(x, key[...])`).
+key = member_ops.key
 
 
 def numpy_call(func, *args, **kwargs):
@@ -118,3 +122,43 @@ def table_item(table, index):
   zero = sum(tf.zeros_like(p) for p in at)   # their broadcast shape
   at = tf.stack([p + zero for p in at], axis=-1)
   return tf.gather_nd(tf.constant(table), at)
+
+
+def attribute(obj, name):
+  """`obj.name` in a batch-aware primitive's TensorFlow form: NumPy's
+  array attributes that a TensorFlow tensor lacks (`member_ops.attribute`:
+  `.T`, `.mT`, `.real`, `.imag`); else the attribute.
+
+  Args:
+    obj: The object.
+    name: The attribute's name.
+
+  Returns:
+    Its value.
+  """
+  if not member_ops.is_tf(obj) or hasattr(obj, name):
+    return getattr(obj, name)
+  return member_ops.attribute(obj, name)
+
+
+def getitem(x, index):
+  """`x[index]` in a batch-aware primitive's TensorFlow form: where a
+  tensor's index holds a NumPy array or a list (`x[:, ORDER]` of the
+  user's constant integer array, `x[:, [2, 0]]`, a constant boolean
+  mask), NumPy's advanced indexing (`member_ops.constant_array_item`),
+  which TensorFlow's indexing refuses (and reads a list as a tuple);
+  else the item as TensorFlow indexes it.
+
+  Args:
+    x: The value indexed.
+    index: The index, as Python gives it to `__getitem__`.
+
+  Returns:
+    The item.
+  """
+  parts = index if isinstance(index, tuple) else (index,)
+  if member_ops.is_tf(x) and any(
+      isinstance(p, (list, np.ndarray)) and not member_ops.is_tf(
+          *member_ops.leaves(p)) for p in parts):
+    return member_ops.constant_array_item(x, parts)
+  return x[index]

@@ -522,3 +522,31 @@ def test_member_reductions_with_where_and_diff_run_on_every_backend():
   m[:, 0] = True
   python_tests.run_everywhere(masked_member_reductions, [
       x, m, rng.integers(-9, 9, size=(4, 5))])
+
+
+_ORDER = np.array([2, 0])
+_KEEP = np.array([True, False, True])
+
+
+def _picked(x, z):
+  # A helper's items at the user's constant arrays and lists (TensorFlow's
+  # indexing refuses an array and reads a list as a tuple), and array
+  # attributes a tensor lacks.
+  return (x[:, _ORDER], x[..., [1, 1]], x[:, _KEEP], x[:, [[1, 0], [2, 2]]],
+          x[:, 1, _ORDER], z.real, z.imag, z.mT, x.real, x.imag)
+
+
+@_aware.batch()
+def picked_in_a_helper(x, z):
+  return _picked(x, z)
+
+
+def test_a_helpers_constant_array_index_and_attributes_run_everywhere():
+  rng = np.random.default_rng(17)
+  x = rng.normal(size=(4, 3, 3))
+  z = rng.normal(size=(4, 3, 2)) + 1j * rng.normal(size=(4, 3, 2))
+
+  def check(alone):
+    np.testing.assert_array_equal(alone[0], x[:, [2, 0]])
+    np.testing.assert_array_equal(alone[7], np.swapaxes(z, 1, 2))
+  python_tests.run_everywhere(picked_in_a_helper, [x, z], check)
