@@ -135,8 +135,9 @@ class Backend:
     return False
 
   def reads_values(self, value, inputs):
-    """Whether `value`, a primitive's result traced on `inputs`, reads
-    their values (not only their shapes).
+    """Whether a primitive's traced result reads its inputs' values.
+
+    Not only their shapes: `value`, traced on `inputs`.
 
     Args:
       value: The result, as `trace` or a run in a graph gives it.

@@ -247,8 +247,10 @@ class PrimOp:
 
   @property
   def strict(self):
-    """Whether a result of another number of rows than the members is
-    refused (a primitive of per-member inputs that is not `broadcast`)."""
+    """Whether a result of other rows than the members' is refused.
+
+    That is a primitive of per-member inputs that is not `broadcast`.
+    """
     return bool(self.vars_in) and not self.broadcast
 
   def __eq__(self, other):

@@ -273,9 +273,18 @@ class TensorFlowBackend(base.Backend):
     return results[0]
 
   def reads_values(self, value, inputs):
-    """Whether graph tensors `value` read the values of graph tensors
-    `inputs`, through any op but those that take a shape (`Shape`,
-    `Size`, `Rank`).  None where a leaf is not a graph tensor."""
+    """Whether graph tensors `value` read the values of tensors `inputs`.
+
+    Through any op but those that take a shape (`Shape`, `Size`,
+    `Rank`).
+
+    Args:
+      value: A primitive's result, traced.
+      inputs: The tensors it was traced on.
+
+    Returns:
+      True or False; None where a leaf is not a graph tensor.
+    """
     sources = {id(x.op) for x in tf.nest.flatten(list(inputs))
                if tf.is_tensor(x) and hasattr(x, 'op')}
     stack = []
