@@ -180,10 +180,16 @@ class PrimitiveRewriter(ast.NodeTransformer):
     Returns:
       Its replacement.
     """
-    if (self.per_member and isinstance(node.ctx, ast.Load) and
-        node.attr == 'T' and self._reads_variables(node.value)):
+    if (isinstance(node.ctx, ast.Load) and
+        node.attr in member_helpers.ATTRIBUTES and
+        self._reads_variables(node.value)):
+      if not self.per_member:
+        # Marked for the primitive's TensorFlow form (`tf_numpy`).
+        node = self.generic_visit(node)
+        node.ab_tf_numpy = 'attribute'
+        return node
       value = self.visit(node.value)
-      return self._ops('attribute', [value, ast.Constant('T')], node,
+      return self._ops('attribute', [value, ast.Constant(node.attr)], node,
                        MEMBER_OPS)
     return self.generic_visit(node)
 
@@ -582,9 +588,37 @@ class _TfNumpy(_FormRewriter):
     self.changed = True
     return member_helpers.matmul_call(self.prefix + TF_NUMPY_OPS, node)
 
+  def visit_Attribute(self, node):
+    node = self.generic_visit(node)
+    if getattr(node, 'ab_tf_numpy', None) != 'attribute':
+      return node
+    # `x.mT`, `x.real`: `tf_numpy.attribute` (a tensor lacks them).
+    self.changed = True
+    fn = ast.Attribute(ast.Name(self.prefix + TF_NUMPY_OPS, ast.Load()),
+                       'attribute', ast.Load())
+    return ast.copy_location(ast.Call(
+        fn, [node.value, ast.Constant(node.attr)], []), node)
+
   def visit_Subscript(self, node):
     node = self.generic_visit(node)
     value = node.value
+    if (isinstance(node.ctx, ast.Load) and any(
+        input_position(n, self.prefix) is not None
+        for n in ast.walk(value)) and not any(
+            input_position(n, self.prefix) is not None
+            for n in ast.walk(node.slice)) and any(
+                isinstance(n, (ast.Name, ast.Attribute, ast.List))
+                for n in ast.walk(node.slice))):
+      # `x[:, ORDER]` at the user's constant array (or list):
+      # `tf_numpy.getitem`, NumPy's advanced indexing (TensorFlow's
+      # refuses an array, and reads a list as a tuple).
+      self.changed = True
+      key = ast.Subscript(ast.Attribute(ast.Name(self.prefix + _OPS,
+                                                 ast.Load()), 'key',
+                                        ast.Load()), node.slice, ast.Load())
+      fn = ast.Attribute(ast.Name(self.prefix + TF_NUMPY_OPS, ast.Load()),
+                         'getitem', ast.Load())
+      return ast.copy_location(ast.Call(fn, [value, key], []), node)
     if not (isinstance(node.ctx, ast.Load) and not any(
         input_position(n, self.prefix) is not None or
         (isinstance(n, ast.Name) and n.id == self.prefix + _OPS)

@@ -550,3 +550,17 @@ def test_a_helpers_constant_array_index_and_attributes_run_everywhere():
     np.testing.assert_array_equal(alone[0], x[:, [2, 0]])
     np.testing.assert_array_equal(alone[7], np.swapaxes(z, 1, 2))
   python_tests.run_everywhere(picked_in_a_helper, [x, z], check)
+
+
+@_aware.batch()
+def picked(x, z):
+  # The same in the primitive's own statements.
+  return (x[:, _ORDER], x[..., [1, 1]], x[:, _KEEP], x[:, 1, _ORDER],
+          z.real, z.imag, z.mT, x.mT.sum(axis=-1), np.conj(z).imag)
+
+
+def test_a_constant_array_index_and_attributes_run_everywhere():
+  rng = np.random.default_rng(18)
+  x = rng.normal(size=(4, 3, 3))
+  z = rng.normal(size=(4, 3, 2)) + 1j * rng.normal(size=(4, 3, 2))
+  python_tests.run_everywhere(picked, [x, z])
