@@ -1063,6 +1063,8 @@ def tnp_call(func, args, kwargs):
     return _tf_diff(*args, **kwargs)
   if func is np.pad and tensor:
     return _tf_pad(*args, **kwargs)
+  if func is np.take and tensor:
+    return _tf_take(*args, **kwargs)
   if func in _ACCUMULATIONS and tensor and kwargs.get('dtype') is None:
     # A sum of booleans or narrow integers is NumPy's default integer.
     a = _tf().convert_to_tensor(args[0])
@@ -1228,6 +1230,48 @@ def _tf_diff(a, n=1, axis=-1, prepend=_UNSET, append=_UNSET):
                                        0))
     joined.append(v)
   return _tnp().diff(tf.concat(joined, axis=at), n=n, axis=at)
+
+
+def _tf_take(a, indices, axis=None, out=None, mode='raise'):
+  """NumPy's `np.take` of tensor `a`: TensorFlow's NumPy API clips every
+  index, so `[0, -1]` took the first item twice.  Negative indices count
+  from the end; under `mode='raise'` (NumPy's default) an index out of
+  range raises NumPy's `IndexError` where it is known when tracing, and
+  fails its member where it is a member's value (`_check_range`), as a
+  read of `x[i]` does; `'wrap'` and `'clip'` are NumPy's."""
+  if out is not None:
+    raise TypeError('np.take(..., out=) writes into an array, which a '
+                    'TensorFlow tensor is not: assign its result')
+  tf = _tf()
+  a = tf.convert_to_tensor(a)
+  if axis is None:
+    a, axis = tf.reshape(a, [-1]), 0
+  axis = axis + a.shape.rank if axis < 0 else axis
+  n = a.shape[axis]
+  if n is None:
+    n = tf.shape(a, out_type=tf.int64)[axis]
+  if is_tf(indices):
+    i = tf.cast(indices, tf.int64)
+  else:
+    known = np.asarray(indices)
+    if known.dtype.kind not in 'iub' or (known.dtype.kind == 'b' and
+                                         known.ndim):
+      raise IndexError('arrays used as indices must be of integer type')
+    if mode == 'raise' and isinstance(n, builtins.int):
+      wrong = known[(known < -n) | (known >= n)]
+      if wrong.size:
+        raise IndexError(f'index {builtins.int(wrong.flat[0])} is out of '
+                         f'bounds for axis {axis} with size {n}')
+    i = tf.constant(known.astype(np.int64))
+  if mode == 'wrap':
+    i = tf.math.floormod(i, n)
+  elif mode == 'clip':
+    i = tf.clip_by_value(i, 0, n - 1)
+  else:
+    _check_range(i, n, None)
+    i = tf.where(i < 0, i + n, i)
+    i = tf.clip_by_value(i, 0, tf.maximum(tf.cast(n, tf.int64) - 1, 0))
+  return tf.gather(a, i, axis=axis)
 
 
 def _tf_pad(array, pad_width, mode='constant', **kwargs):

@@ -564,3 +564,41 @@ def test_a_constant_array_index_and_attributes_run_everywhere():
   x = rng.normal(size=(4, 3, 3))
   z = rng.normal(size=(4, 3, 2)) + 1j * rng.normal(size=(4, 3, 2))
   python_tests.run_everywhere(picked, [x, z])
+
+
+@_aware.batch()
+def taken(x):
+  return (np.take(x, [0, -1], axis=-1), np.take(x, [[2, -3], [1, 0]], axis=1),
+          np.take(x, [0, 4], axis=-1, mode='wrap'),
+          np.take(x, [-1, 7], axis=-1, mode='clip'))
+
+
+@ctx.batch(per_member=True)
+def member_taken(x, i):
+  return np.take(x, i - 2) + np.take(x, -1), np.take(x, [0, -1])
+
+
+def test_take_counts_negative_indices_from_the_end_on_every_backend():
+  # TensorFlow's NumPy API clips every index of `take`: `[0, -1]` took the
+  # first item twice, silently.
+  x = np.arange(12.0).reshape(4, 3)
+
+  def check(alone):
+    np.testing.assert_array_equal(alone[0], x[:, [0, 2]])
+    np.testing.assert_array_equal(alone[1], x[:, [[2, 0], [1, 0]]])
+    np.testing.assert_array_equal(alone[2], x[:, [0, 1]])
+    np.testing.assert_array_equal(alone[3], x[:, [0, 2]])
+  python_tests.run_everywhere(taken, [x], check)
+  i = np.array([1, 2, 4, 0])
+
+  def member_check(alone):
+    np.testing.assert_array_equal(
+        alone[0], x[np.arange(4), (i - 2) % 3] + x[:, -1])
+  python_tests.run_everywhere(member_taken, [x, i], member_check)
+
+
+def test_take_of_an_index_out_of_range_fails_on_tensorflow():
+  tf = pytest.importorskip('tensorflow')
+  x = np.arange(12.0).reshape(4, 3)
+  with pytest.raises(ab.errors.PrimitiveError, match="out of"):
+    member_taken(tf.constant(x), tf.constant([1, 2, 5, 0]))
