@@ -55,6 +55,8 @@ FAILURES = {
                            'factorial() not defined for negative values'),
     'negative_integer': ('ValueError', 'comb(), perm() and isqrt() take '
                          'nonnegative integers'),
+    'negative_power': ('ValueError', 'Integers to negative integer powers '
+                       'are not allowed.'),
     # A slice whose bounds differ between members (`per_member.ragged`).
     'empty_reduction': ('ValueError',
                         'zero-size array to reduction operation which has '

@@ -1726,6 +1726,40 @@ def helper_setitem(x, index, value):
   return x
 
 
+def power(a, b):
+  """One member's `a ** b`.  An integer to a negative integer power fails
+  the member, as NumPy's does (`note_failure`): TensorFlow's kernel fails
+  the whole run, and under XLA it gave 0.  On TensorFlow the operands
+  take NumPy's joint dtype (`ops.promoted`)."""
+  if ragged.is_ragged(a, b):
+    return a ** b
+  if _integer(a) and _integer(b):
+    note_failure('negative_power', b < 0)
+    if is_tf(b):
+      tf = _tf()
+      b = tf.where(b < 0, tf.zeros_like(b), b)   # where it fails anyway
+  if is_tf(a, b):
+    return ops.promoted('pow', a, b)
+  return a ** b
+
+
+def _integer(x):
+  """Whether `x` is an integer tensor, array or number."""
+  if isinstance(x, (builtins.bool, np.bool_)):
+    return False
+  if isinstance(x, (builtins.int, np.integer)):
+    return True
+  dtype = getattr(x, 'dtype', None)
+  if dtype is None:
+    return False
+  if is_tf(x):
+    return x.dtype.is_integer
+  try:
+    return np.dtype(dtype).kind in 'iu'
+  except TypeError:
+    return False
+
+
 def matmul(a, b):
   """One member's `a @ b`: on TensorFlow, where an operand is a vector,
   NumPy's product (`tf.matmul` refuses vectors), a NumPy operand taking

@@ -675,6 +675,15 @@ class _Rewrite:
       product = ast.copy_location(
           ast.BinOp(node.args[0], ast.MatMult(), node.args[1]), node)
       return self._matmul(product, product.left, product.right)
+    if helper == 'power' and len(node.args) == 2 and not node.keywords:
+      # `a ** b`: NumPy's operator, which raises where an integer meets a
+      # negative integer power; the rules then name the members
+      # (`member_ops.power`).
+      power = ast.copy_location(
+          ast.BinOp(node.args[0], ast.Pow(), node.args[1]), node)
+      vs, (power.left, power.right) = self._elementwise([power.left,
+                                                         power.right])
+      return self._kind(vs, power.op), power
     if helper == 'asarray':
       return self._array(node)
     if helper in ('int', 'round', 'math_fn'):

@@ -347,6 +347,11 @@ class PrimitiveRewriter(ast.NodeTransformer):
     if name is not None:
       return self._ops(name, [self.visit(node.left), self.visit(node.right)],
                        node)
+    if self.per_member and isinstance(node.op, ast.Pow):
+      # A member's integer to a negative integer power fails it, as
+      # NumPy's does (`member_ops.power`); XLA's would be 0.
+      return self._ops('power', [self.visit(node.left),
+                                 self.visit(node.right)], node)
     if self.per_member and isinstance(node.op, ast.MatMult):
       # A member's `a @ v` with a vector: NumPy's product, which
       # TensorFlow's `@` (`tf.matmul`) refuses (`member_ops.matmul`).

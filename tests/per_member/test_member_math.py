@@ -96,6 +96,11 @@ def factorial(n):
 
 
 @ctx.batch(per_member=True)
+def power_of_three(n):
+  return 3 ** n + n ** 2
+
+
+@ctx.batch(per_member=True)
 def gamma(x):
   return math.gamma(x)
 
@@ -207,9 +212,11 @@ def test_a_call_python_skips_for_a_member_does_not_fail_it():
     (factorial, [3, 21, 20, 4], [1], 'OverflowError.*int64'),
     (gamma, [1.5, -2.0, 3.0, 0.5], [1], 'ValueError.*math domain error'),
     (gamma, [1.5, 2.0, 180.0, 0.5], [2], 'OverflowError.*math range error'),
+    (power_of_three, [2, -1, 3, 0], [1],
+     'ValueError.*Integers to negative integer powers'),
 ], ids=['sqrt', 'exp', 'int_nan', 'int_inf', 'floor_int64',
         'factorial_negative', 'factorial_int64', 'gamma_pole',
-        'gamma_overflow'])
+        'gamma_overflow', 'negative_power'])
 def test_members_for_which_python_raises_fail_with_its_error(
     fn, x, failing, kind):
   """Python's exception for the members that raise it, named: NumPy
