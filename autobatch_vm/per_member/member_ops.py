@@ -161,6 +161,12 @@ def note_failure(kind, bad, guard=None):
     bad: Each member's flag.
     guard: The condition under which Python evaluates the call, or None.
   """
+  for condition in getattr(_local, 'guards', None) or ():
+    # An operand Python evaluates only under a member's condition
+    # (`choose`, `all_of`, `any_of`): that condition too.
+    held = condition()
+    guard = held if guard is None or (_plain(guard) and guard) else (
+        _logical_and(guard, held))
   if guard is not None and not _plain(guard):
     bad = _logical_and(bad, guard)
   elif guard is not None and not guard:
@@ -174,6 +180,23 @@ def note_failure(kind, bad, guard=None):
   if flags.any():
     raise member_math.MemberFailure(
         kind, np.flatnonzero(flags) if flags.ndim else None)
+
+
+@contextlib.contextmanager
+def _guarded_by(condition):
+  """Failures noted while the block runs (`note_failure`) count only
+  for the members where `condition()` holds: the block computes an
+  operand that Python evaluates only under it (`v[:k].max() if k > 0
+  else 0`), for every member.  `condition` runs only where a failure is
+  noted, once."""
+  held = getattr(_local, 'guards', None)
+  if held is None:
+    held = _local.guards = []
+  held.append(functools.lru_cache(maxsize=None)(condition))
+  try:
+    yield
+  finally:
+    held.pop()
 
 
 def out_of_range_reports():
@@ -1352,6 +1375,19 @@ def _tf_extreme(func, kind, a, axis=None, out=None, keepdims=False,
   else:
     flat = a if axis is not None else tf.reshape(a, [-1])
     at = builtins.int(axis) % rank if axis is not None else 0
+    if builtins.any(n is None for n in sizes) and (
+        flat.dtype.is_floating or flat.dtype.is_integer):
+      # An empty axis fails TensorFlow's kernel, also for a member that
+      # Python does not reduce (`np.argmax(v[:k]) if k else -1`): one
+      # item more at its end, the lowest (highest), which a tie leaves
+      # to the items before it.
+      shape = tf.shape(flat)
+      edge = ((-np.inf if kind == 'argmax' else np.inf)
+              if flat.dtype.is_floating else
+              (flat.dtype.min if kind == 'argmax' else flat.dtype.max))
+      flat = tf.concat([flat, tf.fill(tf.concat(
+          [shape[:at], [1], shape[at + 1:]], 0), tf.constant(
+              edge, flat.dtype))], axis=at)
     value = (tf.argmax if kind == 'argmax' else tf.argmin)(
         flat, axis=at, output_type=tf.int64)
   if not (a.dtype.is_floating or a.dtype.is_complex):
@@ -2275,8 +2311,13 @@ def choose(cond, a, b):
   if _shared(cond):
     return a() if cond else b()
   # A member's: a `MemberArray`, a tensor, or the batch's rows (a
-  # primitive of scalars run on them as it is, `is_elementwise`).
-  return where(cond, a(), b())
+  # primitive of scalars run on them as it is, `is_elementwise`).  Each
+  # side fails only the members Python computes it for.
+  with _guarded_by(lambda: _as_bool(cond)):
+    x = a()
+  with _guarded_by(lambda: logical_not(cond)):
+    y = b()
+  return where(cond, x, y)
 
 
 def _shared(x):
@@ -2317,8 +2358,28 @@ def any_of(*thunks):
 
 
 def _short_circuit(thunks, is_and):
+  # An operand after a member's one runs only where that one does not
+  # decide (Python's short circuit): its failures count only there.
+  before = []
+
+  def guarded(thunk):
+    def run():
+      members = [v for v in before if not _shared(v)]
+      if not members:
+        value = thunk()
+      else:
+        def condition(members=members):
+          held = [_as_bool(v) if is_and else logical_not(v)
+                  for v in members]
+          return held[0] if len(held) == 1 else _logical_and(*held)
+        with _guarded_by(condition):
+          value = thunk()
+      before.append(value)
+      return value
+    return run
   return ops.short_circuit(
-      thunks, is_and, lambda x: builtins.bool(x) if _shared(x) else None,
+      [guarded(t) for t in thunks], is_and,
+      lambda x: builtins.bool(x) if _shared(x) else None,
       _logical_and if is_and else _logical_or, where)
 
 

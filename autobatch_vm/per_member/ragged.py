@@ -74,14 +74,9 @@ def _is_tf(*xs):
 def _note(kind, bad):
   """The members for which Python raises `kind`
   (`member_math.FAILURES`): noted for the vectorizer on TensorFlow,
-  raised on NumPy."""
-  if _is_tf(bad):
-    _ops().note_failure(kind, bad)
-    return
-  flags = np.asarray(_batched(bad))
-  if flags.any():
-    raise member_math.MemberFailure(
-        kind, np.flatnonzero(flags) if flags.ndim else None)
+  raised on NumPy, where Python computes the slice
+  (`member_ops.note_failure`)."""
+  _ops().note_failure(kind, bad)
 
 
 class Ragged:

@@ -365,3 +365,34 @@ def test_interp_over_slices_of_members_own_bounds_runs_everywhere():
   _quiet(run_everywhere, fn, args)
   with pytest.raises(errors.PrimitiveError, match=r'members \[1\].*empty'):
     fn(y, np.array([2, 0, 3, 1, 2]), *args[2:])
+
+
+def guarded_extremes(v, k):
+  return (v[:k].max() if k > 0 else 0,
+          k > 0 and v[:k].max() > 4,
+          k == 0 or v[:k].min() < 3,
+          np.argmax(v[:k]) if k else -1)
+
+
+def unguarded_extreme(v, k):
+  return v[:k].max()
+
+
+def test_an_empty_slice_python_does_not_reduce_fails_no_member():
+  # `v[:k].max() if k > 0 else 0`: Python takes the maximum only where
+  # k > 0, so a member with k == 0 does not fail (it did, on every
+  # backend, and under XLA its result was poisoned).
+  ctx = ab.Context()
+  v = np.array([[5, 1, 7], [2, 9, 4], [3, 3, 3], [8, 0, 2], [1, 2, 3]])
+  k = np.array([0, 2, 3, 0, 1])
+  fn = ctx.batch_uncurried(guarded_extremes, per_member=True)
+  got = fn(v, k)
+  for m in range(B):
+    want = guarded_extremes(v[m], k[m])
+    for g, w in zip(got, want):
+      assert g[m] == w
+  _quiet(run_everywhere, fn, [v, k])
+  # Unguarded, an empty slice's maximum still fails its member.
+  bare = ctx.batch_uncurried(unguarded_extreme, per_member=True)
+  with pytest.raises(errors.PrimitiveError, match=r'members \[0, 3\].*empty'):
+    bare(v, k)
