@@ -184,8 +184,9 @@ def tf_numpy_call(obj, node):
   callee of call `node`): `'numpy_call'` (`tf_numpy.numpy_call(obj, ...)`)
   for a NumPy function that TensorFlow's NumPy API has by its name
   (`TF_NUMPY_BATCH`), `np.zeros_like` and its kin, NumPy's linear
-  algebra that `tf.linalg` has (`LINALG`), and a user's helper; else
-  None (the call stays as written).
+  algebra that `tf.linalg` has (`LINALG`), a user's helper, and NumPy's
+  other functions (called as written, with a tensor's dtype among their
+  arguments as NumPy's); else None (the call stays as written).
 
   Args:
     obj: The object the call's function refers to.
@@ -200,7 +201,14 @@ def tf_numpy_call(obj, node):
       return 'numpy_call'
   except TypeError:   # unhashable
     return None
-  return 'numpy_call' if is_helper(obj) else None
+  if is_helper(obj):
+    return 'numpy_call'
+  # Any other of NumPy's functions (`np.ones(3, dtype=v.dtype)`): as
+  # written, a tensor's dtype among its arguments made NumPy's.
+  module = getattr(obj, '__module__', None) or ''
+  return ('numpy_call' if callable(obj) and not isinstance(obj, type) and
+          (module == 'numpy' or module.startswith('numpy.')) and
+          not _draws_with_numpy(obj) else None)
 
 
 def _draws_with_numpy(obj):

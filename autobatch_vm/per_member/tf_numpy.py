@@ -46,6 +46,9 @@ def numpy_call(func, *args, **kwargs):
   if member_helpers.is_helper(func):
     return member_helpers.tf_numpy_helper(func, sys.modules[__name__])(
         *args, **kwargs)
+  # A tensor's dtype (`np.ones(3, dtype=v.dtype)`) as NumPy's.
+  args = [_numpy_dtype(a) for a in args]
+  kwargs = {k: _numpy_dtype(v) for k, v in kwargs.items()}
   if member_ops.is_tf(*member_ops.leaves(list(args) + list(kwargs.values()))):
     if func in member_helpers.LIKE:
       if args and member_ops.is_tf(args[0]):
@@ -87,9 +90,20 @@ def numpy_method(obj, name, *args, **kwargs):
   Returns:
     What the method gives.
   """
+  args = [_numpy_dtype(a) for a in args]
+  kwargs = {k: _numpy_dtype(v) for k, v in kwargs.items()}
   if not member_ops.is_tf(obj) or hasattr(obj, name):
     return getattr(obj, name)(*args, **kwargs)
   return member_ops.method(obj, name, *args, **kwargs)
+
+
+def _numpy_dtype(x):
+  """`x`, or NumPy's dtype for a TensorFlow `DType` (a tensor's `.dtype`,
+  which NumPy's functions cannot interpret)."""
+  tf = sys.modules.get('tensorflow')
+  if tf is not None and isinstance(x, tf.dtypes.DType):
+    return np.dtype(x.as_numpy_dtype)
+  return x
 
 
 def table_item(table, index):

@@ -602,3 +602,20 @@ def test_take_of_an_index_out_of_range_fails_on_tensorflow():
   x = np.arange(12.0).reshape(4, 3)
   with pytest.raises(ab.errors.PrimitiveError, match="out of"):
     member_taken(tf.constant(x), tf.constant([1, 2, 5, 0]))
+
+
+@_aware.batch()
+def made_in_their_dtype(v):
+  return (np.sum(v * np.ones(3, dtype=v.dtype), axis=-1),
+          np.full(3, 2, v.dtype) * v, np.eye(3, dtype=v.dtype) @ v[..., None])
+
+
+def test_numpys_constructors_take_a_tensors_dtype():
+  # `np.ones(3, dtype=v.dtype)` on TensorFlow: NumPy cannot interpret a
+  # tensor's dtype, so the constructor failed at type inference.
+  v = np.arange(6, dtype=np.float32).reshape(2, 3)
+
+  def check(alone):
+    assert all(a.dtype == np.float32 for a in alone)
+    np.testing.assert_allclose(alone[1], 2 * v)
+  python_tests.run_everywhere(made_in_their_dtype, [v], check)
