@@ -532,16 +532,21 @@ class _Inference:
       value = self.run_made_up(op, in_types)
     except Exception:  # pylint: disable=broad-except
       return False   # typed, and refused, as it is
-    kinds = [np.dtype(self.backend.dtype(leaf)).kind
-             for leaf in inst.pattern_flatten(value)]
+    dtypes = [np.dtype(self.backend.dtype(leaf))
+              for leaf in inst.pattern_flatten(value)]
+    kinds = [d.kind for d in dtypes]
     if any(k in 'iub' for k in kinds) and externals.reads_numpy_floats(
         op.function):
       return True   # `n >= SCALE[1]` is a boolean either way
-    numpy_kinds = _numpy_kinds(op, in_types)
-    if numpy_kinds is None or len(numpy_kinds) != len(kinds):
+    numpy_dtypes = _numpy_dtypes(op, in_types)
+    if numpy_dtypes is None or len(numpy_dtypes) != len(kinds):
       return False
-    return any((k == 'b' and n != 'b') or (k in 'iu' and n in 'fc')
-               for k, n in zip(kinds, numpy_kinds))
+    # Or narrower floats: TensorFlow divides int8 and int16 in float32,
+    # NumPy every integer in float64 (`n / 2`).
+    return any((k == 'b' and n.kind != 'b') or
+               (k in 'iu' and n.kind in 'fc') or
+               (k == 'f' and n.kind == 'f' and n.itemsize > d.itemsize)
+               for k, d, n in zip(kinds, dtypes, numpy_dtypes))
 
   def _prim(self, fn, op):
     env = self.env[fn.name]
@@ -1287,20 +1292,20 @@ _MAKES_BOOLS_OR_FLOATS = re.compile(r'[<>]|==|!=|bool|float|complex')
 _ARITHMETIC = re.compile(r'[-+*/%]')
 
 
-def _numpy_kinds(op, in_types):
-  """The dtype kinds of batch-aware `op`'s result on NumPy arrays of
-  ones of `in_types` (weak scalars as Python numbers), or None where it
-  does not run on them."""
+def _numpy_dtypes(op, in_types):
+  """The dtypes of batch-aware `op`'s result on NumPy arrays of ones of
+  `in_types` (weak scalars as Python numbers), or None where it does not
+  run on them."""
   try:
     with np.errstate(all='ignore'), warnings.catch_warnings():
       warnings.simplefilter('ignore')
       value = op.function(*ones_arguments(in_types))
-    kinds = []
+    dtypes = []
     for x in inst.pattern_flatten(value):
       dtype = getattr(x, 'dtype', None)
       dtype = getattr(dtype, 'as_numpy_dtype', dtype)   # a tensor's
-      kinds.append(np.dtype(dtype if dtype is not None else
-                            np.asarray(x).dtype).kind)
-    return kinds
+      dtypes.append(np.dtype(dtype if dtype is not None else
+                             np.asarray(x).dtype))
+    return dtypes
   except Exception:  # pylint: disable=broad-except
     return None

@@ -71,6 +71,15 @@ def with_booleans(x, i):
   return (x > 0) * 2, x * (x > 0), (x > 1) * 1.5, i * np.float64(0.5)
 
 
+@ctx.batch
+def narrow_quotients(n, m):
+  # TensorFlow divides int8 and int16 in float32; NumPy every integer in
+  # float64.
+  half = n / 2
+  third = m / 3
+  return half, third, n / m
+
+
 @ctx.batch(per_member=True)
 def member_literals(n, x, y):
   nan = x * np.nan
@@ -105,8 +114,11 @@ def _tf_runs(fn, args):
                      np.array([1, 3, 5], np.int32))),
     (member_mixed, (np.array([1.0, 2.0, 0.5]), np.array([1, 2, 3]),
                     np.ones((3, 4), np.float32))),
+    (narrow_quotients, (np.array([1, 3, 7], np.int8),
+                        np.array([3, 7, 9], np.uint16))),
 ], ids=['float64_int64', 'float32_int32', 'bool_count', 'numpy_floats',
-     'float_literals', 'member_literals', 'booleans', 'per_member'])
+     'float_literals', 'member_literals', 'booleans', 'per_member',
+     'narrow_quotients'])
 def test_mixed_dtypes_promote_as_numpy_on_tensorflow(fn, args):
   want = ab.instructions.pattern_flatten(fn(*args))
   alone = ab.instructions.pattern_flatten(fn(*args, dry_run=True))
