@@ -547,6 +547,10 @@ def getitem(x, index, guard=None):
     except (IndexError, KeyError):
       return _harmless_item(x, index)
   if is_tf(x, *values):
+    if builtins.any(is_tf(e) and e.dtype == _tf().bool and
+                    e.shape.rank == 0 for e in parts):
+      # TensorFlow reads it as 0 or 1.
+      raise member_helpers.boolean_scalar_index()
     if not is_tf(x):   # a constant array indexed per member
       x = _tf().convert_to_tensor(x)
     if guard is not None and not _plain(guard):
@@ -2044,13 +2048,20 @@ def sum(values, start=0):
   if ragged.is_ragged(values):
     return ragged.builtin('sum', values, start)
   if is_tf(values) and not isinstance(values, _tf().Variable):
-    return _tf().reduce_sum(values, axis=0) + start
+    tf = _tf()
+    if values.dtype == tf.bool:
+      # Python's sum of NumPy booleans counts in int64 (TensorFlow sums
+      # no booleans).
+      values = tf.cast(values, tf.int64)
+    return tf.reduce_sum(values, axis=0) + start
   if (_is_member_array(values) or isinstance(values, np.ndarray)) and (
       values.ndim):
     # The sum along the first axis, in the array's dtype: Python's sum of
     # no items is the int 0, which typed `sum(v[lo:hi])` of floats an
-    # int where type inference's slice was empty.
-    return np.sum(values, axis=0) + start
+    # int where type inference's slice was empty.  Integers too (Python
+    # adds a uint8's items in uint8), not in NumPy's default integer.
+    return np.sum(values, axis=0, dtype=values.dtype if (
+        values.dtype.kind in 'iu') else None) + start
   return builtins.sum(values, start)
 
 

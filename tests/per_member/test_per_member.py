@@ -204,6 +204,45 @@ def test_an_index_out_of_range_on_tensorflow_is_an_index_error():
 
 
 @_oob_ctx.batch(per_member=True)
+def _read_at_flag(x, c):
+  return x[c]
+
+
+def test_a_members_boolean_scalar_index_is_refused_on_every_backend():
+  # TensorFlow read `x[c]` of a member's boolean `c` as `x[0]` or `x[1]`.
+  tf = pytest.importorskip('tensorflow')
+  x = np.arange(8.0).reshape(2, 4)
+  c = np.array([True, False])
+  runs = [lambda: _read_at_flag(x, c),
+          lambda: _read_at_flag(tf.constant(x), tf.constant(c))]
+  runs += [lambda jit=jit: tf.function(_read_at_flag, jit_compile=jit)(
+      tf.constant(x), tf.constant(c)) for jit in (False, True)]
+  for run in runs:
+    with pytest.raises(errors.PerMemberError, match='boolean scalar'):
+      run()
+
+
+@_oob_ctx.batch(per_member=True)
+def _summed(flags, small):
+  return sum(flags), sum(small), sum(flags[1:], 2)
+
+
+def test_pythons_sum_of_booleans_and_narrow_integers_runs_everywhere():
+  # TensorFlow sums no booleans: `sum(row)` of a member's boolean row
+  # failed there; NumPy summed a uint8 row in uint64.
+  flags = np.array([[True, False, True], [False, False, False],
+                    [True, True, True]])
+  small = np.array([[100, 100, 100], [1, 2, 3], [0, 0, 255]], np.uint8)
+
+  def check(alone):
+    np.testing.assert_array_equal(alone[0], [2, 0, 3])
+    # Python adds a uint8's items in uint8.
+    assert alone[1].dtype == np.uint8
+    np.testing.assert_array_equal(alone[1], [44, 6, 255])
+  python_tests.run_everywhere(_summed, [flags, small], check)
+
+
+@_oob_ctx.batch(per_member=True)
 def _contains(x, t):
   i = 0
   while i < len(x):
