@@ -127,6 +127,11 @@ class _Gen:
     slots = self.layout.regs[var]
     template = self.template(var)
     leaves = [self.fresh() for _ in slots]
+    if not slots:   # a pattern of no tensors (`()`)
+      name = self.fresh()
+      self.emit(f'{name} = {self.unflatten(template)}([])')
+      self.local[var] = name
+      return name
     # A whole-batch read hands out the register's array: the run no longer
     # owns it (see vm.layout.Layout).  A masked one gathers a copy.
     self.emit('if full:')
@@ -165,6 +170,8 @@ class _Gen:
     (`strict`: a primitive's result on per-member inputs, whose rows are
     checked, see `numpy_backend.coercer`)."""
     if not isinstance(names, str):
+      if not names:
+        return   # an empty pattern: nothing to store
       parts = [self.fresh() for _ in names]
       unpack = self.const(dispatch.unpack, 'unpack')
       self.emit(f'{", ".join(parts)}, = {unpack}({value}, {len(parts)})')
@@ -181,9 +188,11 @@ class _Gen:
     single = isinstance(template, inst.TensorType)
     if single:
       leaves = [value]
-    else:
+    elif leaf_types:
       leaves = [self.fresh() for _ in leaf_types]
       self.emit(f'{", ".join(leaves)}, = {self.flatten(template)}({value})')
+    else:
+      leaves = []   # a pattern of no tensors (`()`)
     rows = []
     for leaf, t in zip(leaves, leaf_types):
       coerce = self.const(numpy_backend.coercer(t, strict),

@@ -154,3 +154,37 @@ def test_skipped_stores_never_change_results_across_runs():
                  stackless=False)
     np.testing.assert_allclose(out, encode(nodes, dry_run=True))
   assert len(cache) == 1
+
+
+_empty_ctx = ab.Context()
+
+
+@_empty_ctx.batch()
+def _nothing(x):
+  return ()
+
+
+@_empty_ctx.batch()
+def _plus_length(x, t):
+  return x + len(t)
+
+
+@_empty_ctx.batch()
+def _carried(x, t, n):
+  if n > 0:
+    return _carried(x + len(t), t, n - 1)
+  return x, t
+
+
+def test_patterns_of_no_tensors_compile_into_blocks():
+  # `return ()` and a read of `()` made blocks whose generated code did
+  # not compile (an empty unpacking; an `if` with no body).
+  x = np.array([1.0, 2.0])
+  n = np.array([2, 0])
+  for stackless in (False, True):
+    assert _nothing(x, stackless=stackless) == ()
+    np.testing.assert_array_equal(_plus_length(x, (), stackless=stackless),
+                                  x)
+    out, t = _carried(x, (), n, stackless=stackless)
+    np.testing.assert_array_equal(out, x)
+    assert t == ()
