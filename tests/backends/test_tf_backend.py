@@ -220,10 +220,20 @@ def test_xla_schedule_picks_the_block_numpy_picks(batch):
   cases = [np.full(batch, num_blocks), np.full(batch, num_blocks + 3),
            np.arange(batch) % num_blocks, np.arange(batch)[::-1] % 3 + 2]
   cases += [rng.integers(0, num_blocks + 2, size=batch) for _ in range(30)]
+  # With its count of members, which the loop carries for its statistics.
+  counted = tf.function(
+      lambda pc: loop.next_block_tensor(pc, num_blocks, 'most',
+                                        knobs.CPU.one_hot_max,
+                                        with_count=True),
+      jit_compile=True)
   for pc in cases:
     pc = pc.astype(np.int32)
     want = scheduler.Scheduler('most', num_blocks).next_block(pc)
     assert int(pick(tf.constant(pc))) == want, pc
+    block, count = counted(tf.constant(pc))
+    assert int(block) == want, pc
+    assert int(count) == (0 if want == num_blocks else
+                          int(np.sum(pc == want))), pc
 
 
 def _condition_variables(hlo):

@@ -223,10 +223,16 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
   # trace times every block (and XLA cannot inline the block's switch
   # for a constant index, which would make a different step).
   forced = FORCED_BLOCK[-1] if FORCED_BLOCK else None
+  # Under XLA the `'most'` schedule finds the next block's count of
+  # members with the block, and the loop carries it beside the block's
+  # index (`[block, count]`) for the step's statistics: no reduction of
+  # the mask at the top of every step.
+  carry_count = xla and schedule == 'most' and forced is None
 
   def next_block(pc):
     if forced is None:
-      return next_block_tensor(pc, num_blocks, schedule, knobs.one_hot_max)
+      return next_block_tensor(pc, num_blocks, schedule, knobs.one_hot_max,
+                               with_count=carry_count)
     return tf.identity(forced.read_value())
 
   def read_pc(carried):
@@ -235,7 +241,10 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
     return packing.read(carried, PC, None if xla else {})
 
   def carried_block(b):
-    # Under XLA the block index is carried as `[1]` (`loop_test`).
+    # Under XLA the block index is carried as `[1]` (`loop_test`), or as
+    # `[block, count]`.
+    if carry_count:
+      return tf.stack(b)
     return tf.reshape(b, [1]) if xla else b
 
   def cond(b, acc, *rest):
@@ -243,16 +252,20 @@ def staged_loop(backend, blocks, state, num_blocks, schedule, batch, sites,
     return loop_test(b, num_blocks, xla)
 
   def body(b, acc, *rest):
-    if xla:
+    count = None
+    if carry_count:
+      b, count = b[0], b[1]
+    elif xla:
       b = tf.reshape(b, [])
     extra, carried = list(rest[:num_extra]), rest[num_extra:]
     pc = read_pc(carried)
     with masks.tracing_axis(None if nominal is None else masks.BatchAxis(pc)):
-      return step(b, acc, extra, carried, pc)
+      return step(b, count, acc, extra, carried, pc)
 
-  def step(b, acc, extra, carried, pc):
+  def step(b, count, acc, extra, carried, pc):
     mask = tf.equal(pc, b)
-    count = tf.reduce_sum(tf.cast(mask, tf.int32))
+    if count is None:
+      count = tf.reduce_sum(tf.cast(mask, tf.int32))
     run = tf.stack([tf.constant(1, tf.int32), count])
     if xla:
       # A one-hot sum fuses into one loop; XLA makes the scatter a
@@ -630,10 +643,11 @@ def loop_test(b, num_blocks, xla):
   """
   if not xla:
     return b < num_blocks
-  return tf.reshape(b < num_blocks, [])
+  return tf.reshape(b[:1] < num_blocks, [])
 
 
-def next_block_tensor(pc, num_blocks, schedule, one_hot_max):
+def next_block_tensor(pc, num_blocks, schedule, one_hot_max,
+                      with_count=False):
   """`backends.scheduler.Scheduler`'s choice, as tensor ops in the staged loop.
 
   Args:
@@ -641,9 +655,12 @@ def next_block_tensor(pc, num_blocks, schedule, one_hot_max):
     num_blocks: The number of blocks (the exit PC).
     schedule: `'most'` or `'lowest'`.
     one_hot_max: The knob `one_hot_max`.
+    with_count: Under XLA with `'most'`, also return the members at the
+      block (0 where none is to run).
 
   Returns:
-    The block to run, a scalar int32 tensor (`num_blocks`: none).
+    The block to run, a scalar int32 tensor (`num_blocks`: none); with
+    `with_count`, `(block, count)`.
   """
   if schedule == 'most':
     xla = masks.in_xla_context()
@@ -661,7 +678,7 @@ def next_block_tensor(pc, num_blocks, schedule, one_hot_max):
       counts = tf.math.unsorted_segment_sum(
           tf.ones_like(pc), tf.minimum(pc, num_blocks), num_blocks + 1)
       counts = counts[:num_blocks]
-    return _most_by_key(counts, num_blocks, pc.shape[0])
+    return _most_by_key(counts, num_blocks, pc.shape[0], with_count)
   return tf.reduce_min(pc)
 
 
@@ -681,11 +698,12 @@ def _most_by_bincount(pc, num_blocks):
   return tf.argmax(counts * scale + last, output_type=tf.int32)
 
 
-def _most_by_key(counts, num_blocks, batch):
+def _most_by_key(counts, num_blocks, batch, with_count=False):
   """Under XLA, the lowest-numbered block with the most members (or
   `num_blocks` if none has any) by one max over `count * K + K - 1 - k`
   (K = num_blocks) instead of an argmax (a two-valued reduction) and a
-  max, which cost more per step (docs/performance.md)."""
+  max, which cost more per step (docs/performance.md); with
+  `with_count`, also its count, `top // K`."""
   k = num_blocks
   wide = batch is None or (batch + 1) * k >= 2**31
   dtype = tf.int64 if wide else tf.int32
@@ -693,7 +711,10 @@ def _most_by_key(counts, num_blocks, batch):
          tf.range(k - 1, -1, -1, dtype=dtype))
   top = tf.reduce_max(key)
   best = tf.cast((k - 1) - top % k, tf.int32)
-  return tf.where(top >= k, best, tf.constant(num_blocks, tf.int32))
+  block = tf.where(top >= k, best, tf.constant(num_blocks, tf.int32))
+  if not with_count:
+    return block
+  return block, tf.cast(top // k, tf.int32)
 
 
 def traceable(fn, name=None):
