@@ -28,6 +28,7 @@ import pytest
 
 import autobatch_vm as ab
 from autobatch_vm import errors
+from tests.python import run_everywhere
 
 N_NODES = 6                       # nodes of every member's graph
 LEAF, ADD, MUL, SUB = 0, 1, 2, 3  # expression tree node kinds
@@ -1588,3 +1589,41 @@ def test_a_none_local_tested_in_a_conditional_expression():
   np.testing.assert_array_equal(default(np.array([1, 2])), [0, 1])
   np.testing.assert_array_equal(default(np.array([1, 2]), dry_run=True),
                                 [0, 1])
+
+
+def _declared_first(x, c):
+  r = None
+  if c > 0:
+    r = x + 1
+  else:
+    r = x - 1
+  return r
+
+
+def _closest(v, t):
+  best_i = None  # ERR:none_sentinel
+  best = 0.0
+  for i in range(len(v)):
+    d = abs(v[i] - t)
+    if best_i is None or d < best:
+      best = d
+      best_i = i
+  return best_i
+
+
+@pytest.mark.parametrize('per_member', [False, True])
+def test_a_none_assigned_and_written_over_runs_and_one_read_is_refused(
+    per_member):
+  # `r = None` that both branches write over ran on NumPy and failed on
+  # TensorFlow ('None values not supported'); a None that is read
+  # (`best_i is None`) crashed the NumPy VM with a raw TypeError.
+  x, c = np.array([1.0, 2.0, 3.0]), np.array([1, -1, 0])
+  declared = ab.Context().batch(per_member=per_member)(_declared_first)
+  run_everywhere(declared, [x, c])
+  np.testing.assert_array_equal(declared(x, c), [2.0, 1.0, 2.0])
+  closest = ab.Context().batch(per_member=True)(_closest)
+  v = np.array([[0.1, 0.5, 0.9], [0.7, 0.2, 0.3]])
+  with pytest.raises(errors.TypeInferenceError) as e:
+    closest(v, np.array([0.45, 0.25]))
+  check_error(e, errors.TypeInferenceError, 'none_sentinel', '_closest',
+              "'best_i' is None here and int64 elsewhere", 'best_i = -1')

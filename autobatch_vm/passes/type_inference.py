@@ -45,6 +45,7 @@ import numpy as np
 from autobatch_vm import errors
 from autobatch_vm import externals
 from autobatch_vm.ir import instructions as inst
+from autobatch_vm.ir import liveness as ir_liveness
 from autobatch_vm.passes import member_indexing
 from autobatch_vm.passes import member_mixing
 from autobatch_vm.passes import size_folding
@@ -346,6 +347,10 @@ class _Inference:
     self.shared_rows = set()
     # The inputs that `run_made_up` last ran a primitive on.
     self.made_up_inputs = None
+    # The ids of primitives of no inputs that assign None (`best = None`).
+    self.none_values = set()
+    # Function name -> its `ir.liveness.Liveness`, for `none_read`.
+    self.liveness = {}
     # id(op) of the ops whose promoting form failed where NumPy's math
     # takes it first (`prim`).
     self.unpromoted = set()
@@ -598,6 +603,8 @@ class _Inference:
         self.check_member_shapes(op, in_types, value)
       if failed or (value is None and not op.vars_in):
         self.prim_cache[key] = None
+        if not failed:
+          self.none_values.add(id(op))   # `best = None`
       else:
         try:
           self.prim_cache[key] = type_of_value(
@@ -1023,7 +1030,11 @@ class _Inference:
     the shapes of the results that were declared, not run on made-up
     data (`checked_result`)."""
     ops = []
-    for op in block.instructions:
+    for index, op in enumerate(block.instructions):
+      if isinstance(op, inst.PrimOp) and id(op) in self.none_values:
+        if not self.none_read(fn, block, index, op):
+          continue   # `r = None` that every path writes over: no write
+        self.refuse_none(op, env)
       if isinstance(op, inst.PrimOp):
         bound = self.sizes.bound(fn, op)
         if id(bound) in self.promoted:
@@ -1061,6 +1072,34 @@ class _Inference:
     if ops == tuple(block.instructions):
       return block
     return dataclasses.replace(block, instructions=ops)
+
+  def none_read(self, fn, block, index, op):
+    """Whether the None that `op`, instruction `index` of `block`, assigns
+    can be read: a variable it writes is live after it."""
+    if fn.name not in self.liveness:
+      self.liveness[fn.name] = ir_liveness.analyze(fn)
+    after = dataclasses.replace(block,
+                                instructions=block.instructions[index + 1:])
+    live = ir_liveness.transfer(
+        after, fn, self.liveness[fn.name].live_out[block.label])
+    return any(v in live for v in inst.pattern_flatten(op.vars_out))
+
+  def refuse_none(self, op, env):
+    """Raises where `op` assigns None to a variable that holds an array
+    elsewhere (`best_i = None`, then `best_i = i`): a variable holds one
+    dtype and shape for every member, and None is no array."""
+    for var in inst.pattern_flatten(op.vars_out):
+      t = env.get(var)
+      if t is None:
+        continue
+      raise errors.TypeInferenceError(
+          f'{var.split(".")[-1]!r} is None here and '
+          f'{inst.type_str(_strip(t))} elsewhere: a batched variable holds an '
+          'array of one dtype for every member, and None is none',
+          loc=op.loc,
+          hint='Start it as a value of its type that marks "none yet" '
+          '(best_i = -1, best = np.inf), or keep a separate flag '
+          '(found = False).')
 
   def finish(self):
     self.sizes.settle()
