@@ -339,10 +339,47 @@ def promoted(name, a, b):
   da, db = _promotion_dtype(a), _promotion_dtype(b)
   if da is None or db is None:
     return op(a, b)
+  outside = _int_outside(da, db) or _int_outside(db, da)
+  if outside is not None:
+    number, dtype = outside
+    if name not in _COMPARISONS:
+      raise OverflowError(f'Python integer {number} out of bounds for '
+                          f'{dtype}')
+    # NumPy compares the number itself, which the integer dtype cannot
+    # hold (`n > -1` of a uint8 is true; TensorFlow wrapped -1 to 255).
+    wide = np.dtype(np.int64)
+    return op(_cast_to(a, wide) if _is_tf(a) else a,
+              _cast_to(b, wide) if _is_tf(b) else b)
   joint = np.result_type(da, db)
   if name == 'truediv' and joint.kind in 'iub':
     joint = np.dtype(np.float64)
   return op(_cast_to(a, joint), _cast_to(b, joint))
+
+
+_COMPARISONS = frozenset({'lt', 'le', 'gt', 'ge', 'eq', 'ne'})
+
+
+def int_outside(number, dtype):
+  """Whether Python integer `number` is outside integer `dtype`'s range.
+
+  Args:
+    number: A Python number, or anything else.
+    dtype: A NumPy dtype, or anything else.
+
+  Returns:
+    True only for a Python int (not a bool) and an integer dtype that
+    cannot hold it.
+  """
+  if type(number) is not int or not isinstance(dtype, np.dtype) or (
+      dtype.kind not in 'iu'):
+    return False
+  info = np.iinfo(dtype)
+  return not info.min <= number <= info.max
+
+
+def _int_outside(number, dtype):
+  """`(number, dtype)` where `int_outside(number, dtype)`, else None."""
+  return (number, dtype) if int_outside(number, dtype) else None
 
 
 class _Key:

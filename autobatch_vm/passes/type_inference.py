@@ -44,6 +44,7 @@ import numpy as np
 
 from autobatch_vm import errors
 from autobatch_vm import externals
+from autobatch_vm import ops
 from autobatch_vm.ir import instructions as inst
 from autobatch_vm.ir import liveness as ir_liveness
 from autobatch_vm.passes import member_indexing
@@ -492,8 +493,14 @@ class _Inference:
           self._prim(fn, new)
         except errors.AutoBatchError as e:
           if isinstance(e, (errors.TypeInferenceError,
-                            errors.PerMemberError)):
-            raise   # the user's code's, whatever its form
+                            errors.PerMemberError)) or (
+                                not op.per_member and _literal_outside(
+                                    op.text, [self.env[fn.name].get(v)
+                                              for v in op.vars_in])):
+            # The user's code's, whatever its form; or NumPy's refusal
+            # of an integer its dtype cannot hold (`n + 200` of an int8),
+            # which TensorFlow's form would wrap.
+            raise
           self.unpromoted.add(key)
         else:
           self.promoted[key] = new
@@ -533,6 +540,10 @@ class _Inference:
       return False   # no integer or boolean meets an operator
     if self.promoting_form(op) is None:
       return False
+    if _literal_outside(op.text, in_types):
+      # `n > -1` of a uint8: TensorFlow wraps the number into the dtype,
+      # NumPy compares the number itself (and refuses it in arithmetic).
+      return True
     try:
       value = self.run_made_up(op, in_types)
     except Exception:  # pylint: disable=broad-except
@@ -1329,6 +1340,56 @@ def _has_empty_axis(value, backend):
 # that may meet it (`departs_from_numpy`).
 _MAKES_BOOLS_OR_FLOATS = re.compile(r'[<>]|==|!=|bool|float|complex')
 _ARITHMETIC = re.compile(r'[-+*/%]')
+
+
+def _literal_outside(text, in_types):
+  """Whether primitive source `text` holds an integer written as a
+  constant (`-1`, `2**31`) that some integer input's dtype cannot hold."""
+  if any(t is None for t in in_types):
+    return False
+  dtypes = {np.dtype(t.dtype) for t in inst.pattern_flatten(
+      in_types, inst.TensorType) if np.dtype(t.dtype).kind in 'iu' and (
+          not t.weak)}
+  if not dtypes or not text:
+    return False
+  return any(ops.int_outside(n, d) for n in _constant_ints(text)
+             for d in dtypes)
+
+
+@functools.lru_cache(maxsize=4096)
+def _constant_ints(text):
+  """The Python integers the constant subexpressions of `text` make."""
+  try:
+    tree = ast.parse(text, mode='eval')
+  except SyntaxError:
+    return ()
+  found = []
+
+  def constant(node):
+    if isinstance(node, ast.Constant):
+      return type(node.value) in (int, float)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub,
+                                                              ast.UAdd)):
+      return constant(node.operand)
+    if isinstance(node, ast.BinOp) and isinstance(
+        node.op, (ast.Add, ast.Sub, ast.Mult, ast.Pow, ast.LShift)):
+      return constant(node.left) and constant(node.right)
+    return False
+
+  def walk(node):
+    if constant(node):
+      try:
+        value = eval(compile(ast.Expression(node), '<constant>', 'eval'),  # pylint: disable=eval-used
+                     {'__builtins__': {}})
+      except Exception:  # pylint: disable=broad-except
+        return
+      if type(value) is int and abs(value) < 2**200:
+        found.append(value)
+      return
+    for child in ast.iter_child_nodes(node):
+      walk(child)
+  walk(tree.body)
+  return tuple(found)
 
 
 def _numpy_dtypes(op, in_types):

@@ -1092,6 +1092,16 @@ def tnp_call(func, args, kwargs):
     return _tf_pad(*args, **kwargs)
   if func is np.take and tensor:
     return _tf_take(*args, **kwargs)
+  if func is np.clip and tensor and args[0].dtype.is_integer:
+    # A bound its integer dtype cannot hold is no bound there (NumPy's
+    # `np.clip(n, -5, 300)` of an int8); TensorFlow would wrap it.
+    info = np.iinfo(args[0].dtype.as_numpy_dtype)
+    args = (args[0],) + tuple(
+        builtins.min(builtins.max(b, info.min), info.max)
+        if type(b) is builtins.int else b for b in args[1:])
+    kwargs = {k: (builtins.min(builtins.max(b, info.min), info.max)
+                  if type(b) is builtins.int else b)
+              for k, b in kwargs.items()}
   if func in _ACCUMULATIONS and tensor and kwargs.get('dtype') is None:
     # A sum of booleans or narrow integers is NumPy's default integer.
     a = _tf().convert_to_tensor(args[0])

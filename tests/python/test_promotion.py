@@ -80,6 +80,27 @@ def narrow_quotients(n, m):
   return half, third, n / m
 
 
+@ctx.batch
+def outside_their_dtype(n, m):
+  # Numbers a uint8 or int8 cannot hold: TensorFlow wrapped them into
+  # the dtype (`n > -1` was false), NumPy compares the numbers.
+  positive = n > -1
+  below = n < 2**31
+  other = n != 256
+  return positive, below, other
+
+
+@ctx.batch
+def clipped(m):
+  # On NumPy 1.26 an int16 (value-based casting); NumPy 2 keeps int8.
+  return np.clip(m, -5, 300)
+
+
+@ctx.batch
+def overflowing(m):
+  return m + 200
+
+
 @ctx.batch(per_member=True)
 def member_literals(n, x, y):
   nan = x * np.nan
@@ -116,9 +137,11 @@ def _tf_runs(fn, args):
                     np.ones((3, 4), np.float32))),
     (narrow_quotients, (np.array([1, 3, 7], np.int8),
                         np.array([3, 7, 9], np.uint16))),
+    (outside_their_dtype, (np.array([0, 7, 255], np.uint8),
+                           np.array([0, -100, 100], np.int8))),
 ], ids=['float64_int64', 'float32_int32', 'bool_count', 'numpy_floats',
      'float_literals', 'member_literals', 'booleans', 'per_member',
-     'narrow_quotients'])
+     'narrow_quotients', 'outside_their_dtype'])
 def test_mixed_dtypes_promote_as_numpy_on_tensorflow(fn, args):
   want = ab.instructions.pattern_flatten(fn(*args))
   alone = ab.instructions.pattern_flatten(fn(*args, dry_run=True))
@@ -127,6 +150,22 @@ def test_mixed_dtypes_promote_as_numpy_on_tensorflow(fn, args):
       got = np.asarray(got)
       assert got.dtype == w.dtype == np.asarray(a).dtype, mode
       np.testing.assert_allclose(got, w, rtol=1e-6, err_msg=mode)
+
+
+def test_a_number_an_integer_dtype_cannot_hold_is_refused_in_arithmetic():
+  # NumPy 2 raises OverflowError for `m + 200` of an int8, as here on
+  # TensorFlow, which wrapped 200 to -56.
+  tf = pytest.importorskip('tensorflow')
+  m = tf.constant([1, 2], tf.int8)
+  with pytest.raises(ab.errors.PrimitiveError,
+                     match='Python integer 200 out of bounds for int8'):
+    overflowing(m)
+  assert all(np.asarray(x).all() for x in outside_their_dtype(
+      tf.constant([0, 255], tf.uint8), m))
+  for jit in (False, True):
+    got = tf.function(clipped, jit_compile=jit)(
+        tf.constant([0, -100, 100], tf.int8))
+    np.testing.assert_array_equal(got, [0, -5, 100])
 
 
 def test_float_literals_floor_division_and_nan_extremes_are_pythons():
