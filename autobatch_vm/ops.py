@@ -108,6 +108,34 @@ def logical_or(*xs):
   return result
 
 
+def contains(container, x):
+  """Python's `x in container` (the frontend's rewrite of `in`).
+
+  A tuple, list, set or range holds `x` where `x` equals one of its items:
+  per member, where `x` (or an item) is a member's array, tensor or
+  `MemberArray`, which Python's `in` cannot take (its `==` gives no
+  single bool).  Any other container: Python's `in`, as written.
+
+  Args:
+    container: What `in` looks in.
+    x: What it looks for.
+
+  Returns:
+    Python's bool, or a boolean per member.
+  """
+  if not isinstance(container, (tuple, list, set, frozenset, range)):
+    return x in container
+  items = list(container)
+  if all(_is_number(v) or isinstance(v, (str, bytes, type(None)))
+         for v in items + [x]):
+    return x in container
+  found = False
+  for item in items:
+    equal = promoted('eq', x, item) if _is_tf(x, item) else x == item
+    found = equal if found is False else found | equal
+  return found
+
+
 def logical_not(x):
   """Per-member `not` of a condition (the frontend's rewrite of `not`).
 

@@ -2442,6 +2442,30 @@ def _logical_or(*xs):
                   np.logical_or)
 
 
+def contains(container, x):
+  """One member's `x in container`: a tuple, list, set or range as
+  `ops.contains`; one member's array (or a constant one) holds `x` where
+  an item equals it (NumPy's `in`: `(container == x).any()`).
+
+  Args:
+    container: What `in` looks in.
+    x: What it looks for.
+
+  Returns:
+    The member's bool.
+  """
+  if ragged.is_ragged(container, x):
+    return any(container == x)
+  if is_tf(container) or (is_tf(x) and isinstance(container, np.ndarray)):
+    tf = _tf()
+    return tf.reduce_any(tf.convert_to_tensor(
+        ops.promoted('eq', container, x)))
+  if _is_member_array(container) or (
+      isinstance(container, np.ndarray) and container.ndim):
+    return np.any(container == x)
+  return ops.contains(container, x)
+
+
 def logical_not(x):
   """One member's `not x`.
 

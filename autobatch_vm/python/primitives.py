@@ -370,6 +370,14 @@ class PrimitiveRewriter(ast.NodeTransformer):
     """
     if len(node.ops) > 1:
       return self.visit(split_compare(node))
+    if isinstance(node.ops[0], (ast.In, ast.NotIn)):
+      # Python's `in` asks `==` for one bool, which a member's value
+      # (or the batch's) is not: `ops.contains`, `member_ops.contains`.
+      found = self._ops('contains', [self.visit(node.comparators[0]),
+                                     self.visit(node.left)], node)
+      if isinstance(node.ops[0], ast.NotIn):
+        return self._ops('logical_not', [found], node)
+      return found
     return self.generic_visit(node)
 
   def visit_comprehension(self, node):

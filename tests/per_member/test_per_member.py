@@ -1075,3 +1075,33 @@ def test_a_per_member_statement_failing_at_run_time_says_it_is_one_members():
     fn(bad)
   assert 'written for one member' in str(info.value)
   assert 'leftover' not in str(info.value)
+
+
+_ALLOWED = (2, 3, 5)
+
+
+def _membership(c, v):
+  near = c in (0, 3) or c in [c + 1] or c in range(10, 12)
+  return near, c not in _ALLOWED, c in v, (c - 1) not in v
+
+
+@pytest.mark.parametrize('per_member', [False, True])
+def test_pythons_in_of_a_members_value_runs_everywhere(per_member):
+  # `c in (0, 3)` asked `==` for one bool, which a member's value is not:
+  # refused on every backend.  Per member, `c in v` of a member's array
+  # is NumPy's `(v == c).any()`.
+  c = np.array([0, 1, 3, 4, 11])
+  v = np.array([[0, 2], [2, 2], [3, 3], [1, 1], [10, 12]])
+  fn = ab.Context().batch(per_member=per_member)(
+      _membership if per_member else _batch_membership)
+
+  def check(alone):
+    for m in range(len(c)):
+      want = (_membership if per_member else _batch_membership)(c[m], v[m])
+      for got, w in zip(alone, want):
+        assert bool(got[m]) == bool(w)
+  python_tests.run_everywhere(fn, [c, v], check)
+
+
+def _batch_membership(c, v):  # pylint: disable=unused-argument
+  return c in (0, 3), c not in _ALLOWED, c in [1, c]
