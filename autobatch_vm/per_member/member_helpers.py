@@ -31,7 +31,6 @@ import weakref
 
 import numpy as np
 
-from autobatch_vm import errors
 from autobatch_vm.per_member import member_math
 
 __all__ = ['member_call', 'member_helper', 'local_names', 'static_value',
@@ -178,18 +177,6 @@ def member_call(obj, node):
       isinstance(a, (ast.List, ast.Tuple)) for a in node.args):
     return 'call'
   return 'call' if is_helper(obj) else None
-
-
-def boolean_scalar_index():
-  """The `PerMemberError` for a member's boolean scalar used as an index.
-
-  Returns:
-    The error, to raise.
-  """
-  return errors.PerMemberError(
-      'A per-member boolean scalar used as an index (x[c]): it adds an axis '
-      'of length 1 or 0, which differs between members.',
-      hint='Write np.where(c, x, fill) instead.')
 
 
 def tf_numpy_call(obj, node):

@@ -37,8 +37,8 @@ import numpy as np
 
 from autobatch_vm import errors
 
-__all__ = ['NAMES', 'FAILURES', 'MemberFailure', 'math_fn', 'to_int',
-           'round_half_even']
+__all__ = ['NAMES', 'FAILURES', 'MemberFailure', 'boolean_scalar_index',
+           'math_fn', 'to_int', 'round_half_even']
 
 # Python's messages for what each failure kind stands for, by kind:
 # (the exception's type name, its message).
@@ -101,6 +101,18 @@ NAMES = frozenset(n for n in (set(_FLOAT1) | set(_FLOAT2) | _PLAIN | _INT |
 _FACTORIALS = np.array([math.factorial(k) for k in range(21)], np.int64)
 
 _INT64_LIMIT = 2.0 ** 63
+
+
+def boolean_scalar_index():
+  """The `PerMemberError` for a member's boolean scalar used as an index.
+
+  Returns:
+    The error, to raise.
+  """
+  return errors.PerMemberError(
+      'A per-member boolean scalar used as an index (x[c]): it adds an axis '
+      'of length 1 or 0, which differs between members.',
+      hint='Write np.where(c, x, fill) instead.')
 
 
 class MemberFailure(Exception):

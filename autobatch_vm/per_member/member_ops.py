@@ -550,7 +550,7 @@ def getitem(x, index, guard=None):
     if builtins.any(is_tf(e) and e.dtype == _tf().bool and
                     e.shape.rank == 0 for e in parts):
       # TensorFlow reads it as 0 or 1.
-      raise member_helpers.boolean_scalar_index()
+      raise member_math.boolean_scalar_index()
     if not is_tf(x):   # a constant array indexed per member
       x = _tf().convert_to_tensor(x)
     if guard is not None and not _plain(guard):

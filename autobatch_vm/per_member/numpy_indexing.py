@@ -23,7 +23,7 @@ import re
 import numpy as np
 
 from autobatch_vm import errors
-from autobatch_vm.per_member import member_helpers
+from autobatch_vm.per_member import member_math
 from autobatch_vm.per_member import numpy_array as core
 from autobatch_vm.per_member import ragged
 from autobatch_vm.per_member.numpy_array import MemberArray
@@ -158,7 +158,7 @@ def _member_mask_indices(mask):
   as `MemberArray`s; every member must select as many elements."""
   b = mask.batched
   if b.ndim == 1:
-    raise member_helpers.boolean_scalar_index()
+    raise member_math.boolean_scalar_index()
   counts = b.reshape(b.shape[0], -1).sum(axis=1)
   if counts.size and np.any(counts != counts[0]):
     raise errors.PerMemberError(
