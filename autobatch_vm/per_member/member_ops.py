@@ -1032,13 +1032,15 @@ def _refuse_out(name, out):
 
 def _tf_whole(func, x, out=None):
   """`np.floor`, `np.ceil`, `np.trunc` or `np.fix` (`func`) of a tensor:
-  an integer or boolean one unchanged, of its dtype, as NumPy 2 gives it;
-  a float's rounded toward minus or plus infinity, or zero."""
+  an integer or boolean one unchanged, in the dtype the installed NumPy
+  gives (its own from NumPy 2.1, a float before); a float's rounded
+  toward minus or plus infinity, or zero."""
   _refuse_out(func.__name__, out)
   tf = _tf()
   x = tf.convert_to_tensor(x)
   if x.dtype.is_integer or x.dtype == tf.bool:
-    return x
+    dtype = np.asarray(func(np.zeros((), x.dtype.as_numpy_dtype))).dtype
+    return x if dtype == x.dtype.as_numpy_dtype else tf.cast(x, dtype)
   if func is np.floor:
     return tf.math.floor(x)
   if func is np.ceil:

@@ -391,9 +391,12 @@ def test_rounding_of_integers_and_decimals_run_on_every_backend():
   x = rng.normal(size=(4, 3)) * 40
 
   def check(alone):
-    assert [a.dtype for a in alone[:5]] == [np.int64] * 4 + [np.float64]
+    # The installed NumPy's dtypes: an integer's own from NumPy 2.1 on.
+    whole = np.floor(n).dtype
+    assert [a.dtype for a in alone[:5]] == [whole] * 4 + [np.float64]
     assert [a.dtype for a in alone[5:11]] == [
-        np.bool_, np.bool_, np.float16, np.float16, np.int8, np.float16]
+        np.floor(b).dtype, np.floor(b).dtype, np.float16, np.float16,
+        np.floor(n.astype(np.int8)).dtype, np.float16]
     np.testing.assert_array_equal(alone[11], np.round(x, 2))
   python_tests.run_everywhere(whole_numbers, [n, b, x], check)
 
@@ -542,6 +545,8 @@ def picked_in_a_helper(x, z):
 
 
 def test_a_helpers_constant_array_index_and_attributes_run_everywhere():
+  if not hasattr(np.ndarray, 'mT'):
+    pytest.skip('NumPy before 2.0 has no .mT')
   rng = np.random.default_rng(17)
   x = rng.normal(size=(4, 3, 3))
   z = rng.normal(size=(4, 3, 2)) + 1j * rng.normal(size=(4, 3, 2))
@@ -560,6 +565,8 @@ def picked(x, z):
 
 
 def test_a_constant_array_index_and_attributes_run_everywhere():
+  if not hasattr(np.ndarray, 'mT'):
+    pytest.skip('NumPy before 2.0 has no .mT')
   rng = np.random.default_rng(18)
   x = rng.normal(size=(4, 3, 3))
   z = rng.normal(size=(4, 3, 2)) + 1j * rng.normal(size=(4, 3, 2))
