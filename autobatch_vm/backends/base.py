@@ -484,8 +484,9 @@ class Backend:
       failed: A boolean array `[batch]`.
 
     Returns:
-      NaN for floats, the dtype's minimum for integers, False for
-      booleans, in the failed members' rows.
+      NaN for floats, the dtype's minimum for signed integers (its
+      maximum for unsigned ones), False for booleans, in the failed
+      members' rows.
     """
     raise NotImplementedError
 

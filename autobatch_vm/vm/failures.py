@@ -10,7 +10,7 @@ than `max_stack_depth` (`StackOverflowError`), a failed `assert`
   call in `xla.compile_nested_output` (and `ab.stage(jit_compile=True)`).
   A bare `tf.function(jit_compile=True)` cannot raise at run time: there
   the failed members' outputs are poisoned (NaN for floats, the dtype's
-  minimum for integers; the other members keep their values) and the
+  minimum for signed integers, its maximum for unsigned ones; the other members keep their values) and the
   trace warns (`XlaErrorsWarning`).  A boolean has no value to spare, so
   a run there that can fail and returns a boolean is refused while
   tracing (`refuse_unmarkable`), unless only a per-member primitive can
