@@ -569,18 +569,12 @@ class _CallRewriter(ast.NodeTransformer):
     node = self.generic_visit(node)
     if not isinstance(node.ctx, ast.Load):
       return node
-    if self.decide is not member_call:
-      # `x[:, ORDER]` of a constant array: `tf_numpy.getitem`.
-      if not any(isinstance(n, (ast.Name, ast.Attribute, ast.List))
-                 for n in ast.walk(node.slice)):
-        return node
-      self.changed = True
-      ops = ast.Name(_OPS, ast.Load())
-      key = ast.Subscript(ast.Attribute(ops, 'key', ast.Load()), node.slice,
-                          ast.Load())
-      return _located(ast.Call(
-          ast.Attribute(ops, 'getitem', ast.Load()), [node.value, key], []),
-                      node)
+    if self.decide is not member_call and not any(
+        isinstance(n, (ast.Name, ast.Attribute, ast.List))
+        for n in ast.walk(node.slice)):
+      # Batch-aware, only `x[:, ORDER]` of a constant array goes to
+      # `tf_numpy.getitem`.
+      return node
     self.changed = True
     ops = ast.Name(_OPS, ast.Load())
     key = ast.Subscript(ast.Attribute(ops, 'key', ast.Load()), node.slice,

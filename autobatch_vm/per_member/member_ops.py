@@ -318,11 +318,7 @@ def _tf_getitem(x, index, guard=None):
     at = arrays[0]
     x = x[tuple(parts[:at]) + (slice(None),) + tuple(parts[at + 1:])]
     axis = builtins.sum(1 for e in parts[:at] if isinstance(e, slice))
-    n = x.shape[axis]
-    i = parts[at]
-    _check_range(i, n, guard)
-    i = tf.clip_by_value(tf.where(i < 0, i + n, i), 0, builtins.max(n - 1, 0))
-    return tf.gather(x, i, axis=axis)
+    return _checked_gather(x, parts[at], axis, guard)
   if builtins.any(e is Ellipsis or e is None for e in parts) or not (
       builtins.all(isinstance(e, (builtins.int, np.integer, slice)) or
                    (is_tf(e) and e.shape.rank == 0) for e in parts)):
@@ -350,21 +346,33 @@ def _tf_getitem(x, index, guard=None):
   x = x[tuple(static)] if builtins.any(
       not (isinstance(s, slice) and s == slice(None)) for s in static) else x
   for axis, i in reversed(gathers):
-    n = x.shape[axis]
     if isinstance(i, tuple):
       x = _window_gathered(x, axis, *i, guard)
       continue
     i = tf.cast(i, tf.int32) if i.dtype not in (tf.int32, tf.int64) else i
-    _check_range(i, n, guard)
-    i = tf.where(i < 0, i + n, i)
-    i = tf.clip_by_value(i, 0, builtins.max(n - 1, 0))
-    x = tf.gather(x, i, axis=axis)
+    x = _checked_gather(x, i, axis, guard)
   if masked is not None:
     # The axes before it that gathers dropped.
     masked_axis -= builtins.sum(1 for a, i in gathers
                                 if a < masked_axis and not isinstance(i, tuple))
     return _ragged_slice(x, masked_axis, masked)
   return x
+
+
+def _checked_gather(x, i, axis, guard=None):
+  """`tf.gather(x, i, axis=axis)` of one member's index tensor `i` as
+  Python reads it: negative indices from the end, one out of the axis
+  noted for the member where read (`_check_range`) and clipped into it."""
+  tf = _tf()
+  n = x.shape[axis]
+  if n is None:   # an axis of unknown size
+    n = tf.shape(x, out_type=i.dtype)[axis]
+    top = tf.maximum(n - 1, 0)
+  else:
+    top = builtins.max(n - 1, 0)
+  _check_range(i, n, guard)
+  i = tf.clip_by_value(tf.where(i < 0, i + n, i), 0, top)
+  return tf.gather(x, i, axis=axis)
 
 
 def _masked_slice(parts):
@@ -1307,9 +1315,7 @@ def _tf_take(a, indices, axis=None, out=None, mode='raise'):
   elif mode == 'clip':
     i = tf.clip_by_value(i, 0, n - 1)
   else:
-    _check_range(i, n, None)
-    i = tf.where(i < 0, i + n, i)
-    i = tf.clip_by_value(i, 0, tf.maximum(tf.cast(n, tf.int64) - 1, 0))
+    return _checked_gather(a, i, axis)
   return tf.gather(a, i, axis=axis)
 
 

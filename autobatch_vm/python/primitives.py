@@ -625,13 +625,7 @@ class _TfNumpy(_FormRewriter):
       # `x[:, ORDER]` at the user's constant array (or list):
       # `tf_numpy.getitem`, NumPy's advanced indexing (TensorFlow's
       # refuses an array, and reads a list as a tuple).
-      self.changed = True
-      key = ast.Subscript(ast.Attribute(ast.Name(self.prefix + _OPS,
-                                                 ast.Load()), 'key',
-                                        ast.Load()), node.slice, ast.Load())
-      fn = ast.Attribute(ast.Name(self.prefix + TF_NUMPY_OPS, ast.Load()),
-                         'getitem', ast.Load())
-      return ast.copy_location(ast.Call(fn, [value, key], []), node)
+      return self._keyed('getitem', node)
     if not (isinstance(node.ctx, ast.Load) and not any(
         input_position(n, self.prefix) is not None or
         (isinstance(n, ast.Name) and n.id == self.prefix + _OPS)
@@ -643,13 +637,17 @@ class _TfNumpy(_FormRewriter):
     # `np.array([1, 2, 5])` written in place) at a batch of indices:
     # `tf_numpy.table_item`, a gather (NumPy cannot take the symbolic
     # indices).
+    return self._keyed('table_item', node)
+
+  def _keyed(self, name, node):
+    """`tf_numpy.<name>(value, ops.key[index])` for subscript `node`."""
     self.changed = True
     key = ast.Subscript(ast.Attribute(ast.Name(self.prefix + _OPS,
                                                ast.Load()), 'key',
                                       ast.Load()), node.slice, ast.Load())
     fn = ast.Attribute(ast.Name(self.prefix + TF_NUMPY_OPS, ast.Load()),
-                       'table_item', ast.Load())
-    return ast.copy_location(ast.Call(fn, [value, key], []), node)
+                       name, ast.Load())
+    return ast.copy_location(ast.Call(fn, [node.value, key], []), node)
 
   def visit_Call(self, node):
     node = self.generic_visit(node)
