@@ -154,13 +154,15 @@ class Backend:
     """Whether `trace` finds a primitive's result type without values."""
     return False
 
-  def trace(self, fn, args, batch=1):
+  def trace(self, fn, args, batch=1, inputs=None):
     """`fn(*args)` traced symbolically (where `traces_symbolically()`).
 
     Args:
       fn: A primitive.
       args: Values like its arguments.
       batch: Their batch size.
+      inputs: None, or a list that gets the symbolic arguments `fn` was
+        traced on (for `reads_values`).
 
     Returns:
       Its result, with dtypes and shapes and no values computed.

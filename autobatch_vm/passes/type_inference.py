@@ -712,9 +712,10 @@ class _Inference:
     self.made_up_inputs = None
     if self.backend.traces_symbolically():
       try:
+        inputs = []
         value = self.backend.trace(op.function, self.dummies(
-            in_types, literals=False, batch=batch), batch)
-        self.made_up_inputs = getattr(self.backend, 'traced_inputs', None)
+            in_types, literals=False, batch=batch), batch, inputs)
+        self.made_up_inputs = inputs
         return value
       except errors.AutoBatchError:
         raise

@@ -240,7 +240,7 @@ class TensorFlowBackend(base.Backend):
     """
     return tf.executing_eagerly()
 
-  def trace(self, fn, args, batch=1):
+  def trace(self, fn, args, batch=1, inputs=None):
     """`fn(*args)` traced in a scratch graph on `tf.TensorSpec`s like `args`.
 
     Python scalars stay constants.
@@ -249,6 +249,8 @@ class TensorFlowBackend(base.Backend):
       fn: A primitive.
       args: Values like its arguments.
       batch: Their batch size.
+      inputs: None, or a list that gets the symbolic arguments `fn` was
+        traced on (for `reads_values`).
 
     Returns:
       Its result with symbolic tensors, of static dtypes and shapes, and
@@ -266,7 +268,8 @@ class TensorFlowBackend(base.Backend):
     def keep(*a):
       # What `fn` returns as Python sees it: a Python scalar stays one
       # (a weak literal), where the function's outputs would be tensors.
-      self.traced_inputs = a
+      if inputs is not None:
+        inputs[:] = a
       results.append(self.call_for_types(fn, a, batch))
       return results[-1]
     tf.function(keep, autograph=False).get_concrete_function(*specs)
