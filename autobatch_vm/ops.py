@@ -16,7 +16,8 @@ from autobatch_vm import errors
 
 __all__ = ['logical_and', 'logical_or', 'logical_not', 'where', 'mod',
            'floordiv', 'promoted', 'fail', 'sync_point', 'SYNC_ATTRIBUTE',
-           'truthy', 'key', 'batch_setitem', 'tf_setitem', 'static_item']
+           'truthy', 'key', 'batch_setitem', 'tf_setitem', 'static_item',
+           'optional_value']
 
 SYNC_ATTRIBUTE = '__autobatch_sync_point__'
 
@@ -791,6 +792,25 @@ def fail(message, compute=None, *inputs):
     errors.FailedAssertion: Always (an `AssertionError`).
   """
   raise errors.FailedAssertion(message, compute, inputs)
+
+
+def optional_value(x, flag):
+  """A read of a local that may hold None (`python.optional`): `x`.
+
+  The rewritten source calls this name; the frontend reads `x` itself in
+  a batch-aware function (whatever its array holds where `flag` is true),
+  and in a per-member one calls `member_ops.optional_value`, which fails
+  the members whose `flag` is true as Python does.
+
+  Args:
+    x: The local's array.
+    flag: Whether it is None, per member.
+
+  Returns:
+    `x`.
+  """
+  del flag
+  return x
 
 
 def truthy(x):

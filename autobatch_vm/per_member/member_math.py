@@ -66,6 +66,8 @@ FAILURES = {
                        'sequence'),
     'empty_points': ('ValueError', 'array of sample points is empty '
                      '(np.interp of an empty slice)'),
+    # A local read where it holds None (`python.optional`).
+    'none': ('TypeError', 'a local that holds None is used as a value'),
     'slices_differ': ('ValueError',
                       'operands could not be broadcast together (slices '
                       'of different lengths, combined item by item)'),

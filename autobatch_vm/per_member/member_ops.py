@@ -55,7 +55,8 @@ __all__ = ['key', 'getitem', 'setitem', 'asarray', 'min', 'max', 'sum', 'all',
            'round_rows', 'where', 'choose', 'all_of', 'any_of',
            'logical_and', 'logical_or', 'method', 'attribute',
            'logical_not', 'is_tf', 'note_failure', 'tnp_call', 'tf_like',
-           'tf_linalg', 'tf_searchsorted', 'leaves', 'constant_array_item']
+           'tf_linalg', 'tf_searchsorted', 'leaves', 'constant_array_item',
+           'optional_value']
 
 # pylint: disable=redefined-builtin
 
@@ -2321,6 +2322,25 @@ def where(cond, a, b):
     shape = tf.broadcast_static_shape(a.shape, b.shape)
     return tf.where(cond, tf.broadcast_to(a, shape), tf.broadcast_to(b, shape))
   return np.where(cond, a, b)
+
+
+def optional_value(x, flag, guard=None):
+  """One member's read of a local that may hold None (`python.optional`).
+
+  The members whose `flag` is true there fail with Python's `TypeError`
+  (None used as a value), where the guard holds (Python reads the local
+  only there: `best is None or v[i] < best`).
+
+  Args:
+    x: The local's value (what its array holds where it is None).
+    flag: Whether it is None: a member's bool.
+    guard: The condition under which Python reads it, or None.
+
+  Returns:
+    `x`.
+  """
+  note_failure('none', flag, guard)
+  return x
 
 
 def choose(cond, a, b):

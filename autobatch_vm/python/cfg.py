@@ -18,7 +18,7 @@ class FallOff(inst.ReturnOp):
   """Marks a block that reaches the end of the function without returning."""
 
 
-def prune_unreachable(blocks, name, params):
+def prune_unreachable(blocks, name, params, optional_flags=None):
   """Drops blocks no path reaches; rejects reachable fall-off ends.
 
   Args:
@@ -26,6 +26,9 @@ def prune_unreachable(blocks, name, params):
       labels.
     name: The function's name.
     params: Its parameter names.
+    optional_flags: Local -> its flag, for the locals that may hold None
+      (`python.optional`): a read of one reads its flag too, which is
+      checked instead (assigned where the local is, None included).
 
   Returns:
     The blocks a path reaches, in layout order, labelled `<name>.<i>`.
@@ -52,7 +55,7 @@ def prune_unreachable(blocks, name, params):
           'returning a value (Python would return None)',
           loc=b.terminator.loc,
           hint='Add a final `return <value>` (or an `else:` that returns).')
-  kept = _guard_unassigned_reads(kept, params)
+  kept = _guard_unassigned_reads(kept, params, optional_flags or {})
   # Renumber labels densely in order, so printed IR is stable and compact.
   rename = {b.label: f'{name}.{i}' for i, b in enumerate(kept)}
   return [_relabel(b, rename) for b in kept]
@@ -117,7 +120,7 @@ def _unassigned_reads(block, have):
   return out
 
 
-def _guard_unassigned_reads(blocks, params):
+def _guard_unassigned_reads(blocks, params, optional_flags):
   """Checks at run time a read of a variable that some path may leave
   unassigned.
 
@@ -133,7 +136,11 @@ def _guard_unassigned_reads(blocks, params):
   assigned_in = _assigned_in(blocks, params)
   reads = {b.label: _unassigned_reads(b, assigned_in[b.label])
            for b in blocks}
-  unbound = sorted({v for rs in reads.values() for _, v in rs})
+  unbound = sorted({v for rs in reads.values() for _, v in rs} -
+                   set(optional_flags))
+  named = {flag: v for v, flag in optional_flags.items()}
+  reads = {label: [(i, v) for i, v in rs if v not in optional_flags]
+           for label, rs in reads.items()}
   if not unbound:
     return blocks
   flags = {v: f'%assigned_{v}' for v in unbound}
@@ -148,8 +155,8 @@ def _guard_unassigned_reads(blocks, params):
       checks.setdefault(i, []).append(v)
     for i, op in enumerate(b.instructions + (b.terminator,)):
       for v in checks.get(i, ()):
-        label, ops, pieces = _check(out, label, ops, pieces, flags[v], v,
-                                    op.loc, b)
+        label, ops, pieces = _check(out, label, ops, pieces, flags[v],
+                                    named.get(v, v), op.loc, b)
       if op is b.terminator:
         break
       ops.append(op)

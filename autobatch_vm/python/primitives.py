@@ -18,6 +18,7 @@ import types
 from autobatch_vm import errors
 from autobatch_vm import ops as ops_module
 from autobatch_vm.per_member import member_helpers
+from autobatch_vm.python import optional
 
 __all__ = ['PrimitiveRewriter', 'make_function', 'closure_code',
            'expression_text',
@@ -443,6 +444,16 @@ class PrimitiveRewriter(ast.NodeTransformer):
           ast.keyword(v, ast.copy_location(ast.Name(v, ast.Load()), node))
           for v in free])
       ast.copy_location(node, node.func)
+    if callee is ops_module.optional_value:
+      # A read of a local that may hold None (`python.optional`): checked
+      # per member, where Python reads it.
+      value, flag = (self.visit(a) for a in node.args)
+      if not self.per_member:
+        return value
+      keywords = ([ast.keyword('guard', self._guard(node))] if self._guards
+                  else [])
+      return self._ops('optional_value', [value, flag], node, MEMBER_OPS,
+                       keywords)
     if callee is ops_module.truthy:
       if len(node.args) != 1 or node.keywords:
         self.unsupported(node, 'truthy() with other than one argument')
@@ -1053,7 +1064,7 @@ def expression_text(node):
   Returns:
     Its text, as a primitive prints.
   """
-  return shorten(ast.unparse(node))
+  return shorten(optional.unparse(node))
 
 
 def shorten(text):

@@ -49,6 +49,7 @@ from autobatch_vm.python import cfg as python_cfg
 from autobatch_vm.python import member_direct
 from autobatch_vm.python import member_sizes
 from autobatch_vm.python import nested as python_nested
+from autobatch_vm.python import optional as python_optional
 from autobatch_vm.python import primitives as python_primitives
 from autobatch_vm.python import source as python_source
 from autobatch_vm.python.source import dry_run_function
@@ -153,6 +154,16 @@ class _Compiler:
     # `p is None` of a parameter is known where it holds what it was
     # given: None (`static`, a variant's) or an array.
     node = python_source.fold_none_tests(node, static, self.params)
+    # Names of the generated primitives' own start with this.
+    self.prefix = python_source.generated_prefix(fn, node)
+    # Locals that hold None for some members (`best = None`): each with a
+    # flag (`python.optional`), its reads through `ops.optional_value`.
+    optional = python_optional.optional_locals(node, self.params)
+    self.optional_flags = python_optional.flag_names(node, optional)
+    if optional:
+      node = python_optional.rewrite(node, self.optional_flags,
+                                     self.prefix + 'optional_value',
+                                     asserts=not per_member)
     self.node = node
     self.locals = python_source.assigned_names(node) | set(self.params)
     self.closure = {}
@@ -167,8 +178,9 @@ class _Compiler:
     self.locals -= set(self.constants)
     for name, value in self.constants.items():
       self.closure[name] = types.CellType(value)
-    # Names of the generated primitives' own start with this.
-    self.prefix = python_source.generated_prefix(fn, node)
+    if optional:
+      self.closure[self.prefix + 'optional_value'] = types.CellType(
+          ops_module.optional_value)
     # Helpers defined in the body (`def f(x): ...`, `f = lambda x: ...`):
     # lifted out (`python.nested`), read from closure cells as a closure's
     # functions are, not variables.
@@ -259,7 +271,7 @@ class _Compiler:
       self.blocks.append(inst.Block(self.cur_label, tuple(self.cur_ops),
                                     python_cfg.FallOff(end), self.cur_loc))
     blocks = python_cfg.prune_unreachable(self.blocks, self.name,
-                                         self.params)
+                                         self.params, self.optional_flags)
     return inst.Function(
         name=self.name, vars_in=self.params, vars_out=RETURN_VAR,
         blocks=tuple(blocks), type_inference=self.type_inference,
@@ -360,7 +372,7 @@ class _Compiler:
     if not written:
       return
     raise errors.UnsupportedSyntaxError(
-        f'`{ast.unparse(value)}` calls {helper.__name__}(), which assigns '
+        f'`{python_optional.unparse(value)}` calls {helper.__name__}(), which assigns '
         f'items of its parameter {written[0]!r} (or updates it) in place, '
         'for its effect alone: a batched function\'s arrays are values, '
         'so the change would be lost', loc=self.src.loc(value),
@@ -393,7 +405,7 @@ class _Compiler:
                else s.value)
       if value is not s.value:
         # Printed as the user wrote it (`a, b = v`).
-        value.listing_text = python_primitives.shorten(ast.unparse(s))
+        value.listing_text = python_primitives.shorten(python_optional.unparse(s))
       self.expr(value, self._target_pattern(target))
       return
     var = self.expr(s.value)
@@ -426,7 +438,7 @@ class _Compiler:
           self._unpacked(target, copy.deepcopy(value)), ast.Constant(k),
           ast.Load()), value)
       ast.fix_missing_locations(item)
-      item.listing_text = python_primitives.shorten(ast.unparse(s))
+      item.listing_text = python_primitives.shorten(python_optional.unparse(s))
       self.expr(item, e.id)
     return True
 
@@ -520,7 +532,7 @@ class _Compiler:
     ast.copy_location(call, s)
     ast.fix_missing_locations(call)
     # Printed as the user wrote it (`cur[j] = ...`).
-    call.listing_text = python_primitives.shorten(ast.unparse(s))
+    call.listing_text = python_primitives.shorten(python_optional.unparse(s))
     self.expr(call, name)
 
   def _check_batch_index(self, target):
@@ -977,13 +989,13 @@ class _Compiler:
     fail = self.temp()
     if s.msg is None or isinstance(s.msg, ast.Constant):
       message = (str(s.msg.value) if s.msg is not None
-                 else f'assert {ast.unparse(s.test)}')
+                 else f'assert {python_optional.unparse(s.test)}')
       self.emit(inst.PrimOp((), fail, lambda: ops_module.fail(message),
                             f'fail {message!r}', loc))
     elif self._contains_batched_call(s.msg):
       # The call cannot run inside the failing primitive: the message
       # stays its source.
-      message = ast.unparse(s.msg)
+      message = python_optional.unparse(s.msg)
       self.emit(inst.PrimOp((), fail, lambda: ops_module.fail(message),
                             f'fail {message!r}', loc))
     else:
@@ -991,7 +1003,7 @@ class _Compiler:
       # them, and the VM computes the message for the failing members it
       # names, each from its own rows (`errors.FailedAssertion`).  Only
       # this block, which members reach when the assert fails, reads them.
-      message = ast.unparse(s.msg)
+      message = python_optional.unparse(s.msg)
       self._check_values(s.msg)
       self._check_pure(s.msg)
       rewritten, inputs = python_primitives.PrimitiveRewriter(

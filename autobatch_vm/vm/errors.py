@@ -329,7 +329,7 @@ def member_error(kind, op, members):
   if kind == 'index':
     return errors.PrimitiveError(
         f'IndexError in `{text}` for {who}: an item index is out of range '
-        'of the axis it indexes', loc=op.loc,
+        'of the axis it indexes', loc=op.loc, members=members,
         hint='Python raises IndexError here for these members (a dry run, '
         'dry_run=True, shows each alone).  An item is read only where '
         'Python reads it: in the right operand of `and` or `or`, or in a '
@@ -341,17 +341,26 @@ def member_error(kind, op, members):
         f'(v[j:j + 3]), and for {who} it does not lie within its axis: '
         'Python gives them a shorter slice there (or counts a negative '
         'start from the end), a length other members\' windows do not '
-        'have', loc=op.loc, hint='Keep each window within the array '
+        'have', loc=op.loc, members=members, hint='Keep each window within the array '
         '(np.clip the start to len(v) - 3), or pad the array by the '
         "window's length.")
   name, message = member_math.FAILURES[kind]
+  if kind == 'none':
+    return errors.PrimitiveError(
+        f'{name} in `{text}` for {who}: {message}', loc=op.loc, members=members,
+        hint=f'Python raises {name} here for these members (a dry run, '
+        'dry_run=True, shows each alone): a local they read was assigned '
+        'None (x = None) and no value after it on the path they took.  '
+        'Test `x is None` before using it (a read in the right operand '
+        'of `x is None or ...` is made only where it is not None), or '
+        'give it a value on every path.')
   if kind in _SLICE_HINTS:
     return errors.PrimitiveError(
-        f'{name} in `{text}` for {who}: {message}', loc=op.loc,
+        f'{name} in `{text}` for {who}: {message}', loc=op.loc, members=members,
         hint=f'Python raises {name} here for these members (a dry run, '
         'dry_run=True, shows each alone).  ' + _SLICE_HINTS[kind])
   return errors.PrimitiveError(
-      f'{name} in `{text}` for {who}: {message}', loc=op.loc,
+      f'{name} in `{text}` for {who}: {message}', loc=op.loc, members=members,
       hint=f'Python raises {name} here for these members (a dry run, '
       'dry_run=True, shows each alone): an argument outside the '
       'function\'s domain (math.sqrt or math.log of a negative number, '

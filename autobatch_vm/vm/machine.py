@@ -87,9 +87,12 @@ def execute(program, args, backend, batch_size, max_stack_depth=15,
   return failures.settle(out, stats, on_error, backend, loc), stats
 
 
-# The errors that stop members (`on_error`), naming them.
+# The errors that stop members (`on_error`), naming them: also a
+# primitive's failure for some members (`vm.errors.member_error`: Python
+# raises there, as for a failed `assert`).
 _STOPPING = (errors.AssertionFailedError, errors.StackOverflowError,
-             errors.StepLimitError)
+             errors.StepLimitError, errors.PrimitiveError,
+             errors.PerMemberError)
 
 
 def _execute(program, args, backend, batch_size, max_stack_depth, schedule,

@@ -329,18 +329,30 @@ class _Rows:
     self.idx = None if m.full else frame.indices(m)
     self._values = {}   # compacting: variable -> its rows in this block
 
+  def _env(self, var):
+    """The frame's array of `var`; zeros where no member has written it
+    (a local that holds None for every member there, `python.optional`,
+    whose reads those members do not use)."""
+    value = self.frame.env.get(var)
+    if value is None:
+      template, types, _, single = self.ex.coerce(self.fn, var)
+      zeros = [self.ex.be.zeros(t, self.frame.batch) for t in types]
+      value = self.frame.env[var] = zeros[0] if single else (
+          inst.pattern_unflatten(template, zeros, inst.TensorType))
+    return value
+
   def read(self, var, compact=False):
     if self.local:
       value = self._values.get(var)
       if value is None:
-        value = self.frame.env[var]
+        value = self._env(var)
         if self.idx is None:
           # Handed out whole: no longer written in place (see `write`).
           self.frame.owned.pop(var, None)
         else:
           value = self._values[var] = self._take(value)
       return value
-    value = self.frame.env[var]
+    value = self._env(var)
     return self._take(value) if compact and self.idx is not None else value
 
   def _take(self, value):
