@@ -1054,7 +1054,7 @@ class _Inference:
           # its own: `promoting_form`.)
           op = self.promoted[id(bound)]
         else:
-          op = self.sizes.bound(fn, self.promoted.get(id(op), op))
+          op = self.sizes.bound(fn, self.promoted.get(id(op), op), at=op)
         in_types = [env[v] for v in op.vars_in]
         shared = _prim_key(op, in_types) in self.shared_rows
         try:
