@@ -660,6 +660,64 @@ def test_bad_mode_arguments():
     f(X, schedule='random')
 
 
+def test_a_mode_takes_any_integer_and_names_what_it_takes():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def f(x):
+    return x
+
+  np.testing.assert_array_equal(f(X, max_stack_depth=np.int64(20)), X)
+  np.testing.assert_array_equal(f(X, max_stack_depth=np.int32(3),
+                                  stackless=True), X)
+  np.testing.assert_array_equal(f(X, max_steps=np.int64(50)), X)
+  for bad in (2.5, -1, True, np.float64(20.0), '20'):
+    with pytest.raises(errors.ArgumentError, match='max_stack_depth') as e:
+      f(X, max_stack_depth=bad)
+    assert e.value.function == 'f' and e.value.filename == __file__
+    assert 'any integer type' in str(e.value)
+  with pytest.raises(errors.ArgumentError, match='max_steps'):
+    f(X, max_steps=np.float32(50))
+
+
+@pytest.mark.parametrize('name', ['numpy', 'tensorflow', 'np', None])
+def test_a_backend_given_by_name_says_to_pass_the_backend_object(name):
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def f(x):
+    return x
+
+  backend = name or object()
+  for dry_run in (False, True):
+    with pytest.raises(errors.ArgumentError, match='backend must be') as e:
+      f(X, backend=backend, dry_run=dry_run)
+    assert 'ab.NumpyBackend()' in str(e.value)
+    assert 'ab.TensorFlowBackend()' in str(e.value)
+    assert e.value.function == 'f' and e.value.filename == __file__
+
+
+def test_star_parameters_are_refused_where_the_function_is_batched():
+  def star(x, *rest):  # ERR:star_params
+    return x
+
+  def star_star(x, **options):  # ERR:star_star_params
+    return x
+
+  def only_positional(x, /, y):  # ERR:positional_only
+    return x + y
+
+  for fn, tag, what in ((star, 'star_params', '*rest'),
+                        (star_star, 'star_star_params', '**options'),
+                        (only_positional, 'positional_only',
+                         'positional-only x')):
+    for per_member in (False, True):
+      with pytest.raises(errors.UnsupportedSyntaxError) as e:
+        ab.Context().batch(per_member=per_member)(fn)
+      check(e, errors.UnsupportedSyntaxError, tag, what,
+            'must take named parameters', function=fn.__name__)
+
+
 def test_step_limit_names_where_the_members_are():
   ctx = ab.Context()
 
