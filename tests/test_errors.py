@@ -171,6 +171,28 @@ def falls_off(x):
   y = x + 1  # ERR:falloff
 
 
+@unsupported('fill_diagonal', "`np.fill_diagonal(...)` writes 'd' in place",
+             'np.where(np.eye(d.shape[-1], dtype=bool), v, d)')
+def fills_a_diagonal(x):
+  d = x * 1.0
+  np.fill_diagonal(d, 0)  # ERR:fill_diagonal
+  return d
+
+
+@unsupported('copyto', "`np.copyto(...)` writes 'd' in place")
+def copies_into(x):
+  d = x * 0.0
+  np.copyto(d[0:1], x)  # ERR:copyto
+  return d
+
+
+@unsupported('out', "`np.add(...)` writes 'd' in place")
+def adds_into(x):
+  d = x * 0.0
+  r = np.add(x, 1.0, out=d)  # ERR:out
+  return d + r
+
+
 def maybe_unassigned(x):
   if x > 1:
     y = x
@@ -192,6 +214,39 @@ def test_unsupported_syntax(tag, snippets, fn):
     batched(X)
   check(e, errors.UnsupportedSyntaxError, tag, *snippets,
         function=fn.__name__)
+
+
+@pytest.mark.parametrize('tag,snippets,fn', [
+    u for u in UNSUPPORTED if u[0] in ('fill_diagonal', 'copyto', 'out')],
+                         ids=lambda u: getattr(u, '__name__', None))
+def test_an_in_place_numpy_write_is_refused_per_member_too(tag, snippets,
+                                                            fn):
+  ctx = ab.Context()
+  batched = ctx.batch(per_member=True)(fn)
+  with pytest.raises(errors.UnsupportedSyntaxError) as e:
+    batched(np.ones((2, 3, 3)))
+  check(e, errors.UnsupportedSyntaxError, tag, *snippets,
+        function=fn.__name__)
+
+
+def test_a_helper_may_fill_its_own_arrays_diagonal():
+  def zero_diagonal(d):
+    d = d.copy()
+    np.fill_diagonal(d, 0)
+    return d
+
+  ctx = ab.Context()
+
+  @ctx.batch(per_member=True)
+  def f(m):
+    return zero_diagonal(m * 2.0)
+
+  m = np.arange(18.0).reshape(2, 3, 3)
+  with warnings.catch_warnings():
+    warnings.simplefilter('ignore')   # the per-member fallback's
+    for stackless in (False, True):
+      np.testing.assert_array_equal(
+          f(m, stackless=stackless), [zero_diagonal(2.0 * r) for r in m])
 
 
 @pytest.mark.parametrize('tag,fn,variable', [
