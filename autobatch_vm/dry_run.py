@@ -133,6 +133,7 @@ class DryRuns:
       self._local.depth -= 1
       self._local.program = outer
       self._local.per_member = outer_mode
+    _check_classes(bf, results)
     if not results:
       if result_type is None:
         raise errors.ArgumentError(
@@ -331,6 +332,35 @@ class DryRuns:
             :code.co_argcount + code.co_kwonlyargcount], bf.static)
       self._functions[bf] = fn
     return fn
+
+
+def _classes(value):
+  """The namedtuple classes of a result's structure, nested as it is
+  (None for a plain tuple or list, and for a leaf)."""
+  if isinstance(value, (tuple, list)):
+    return (type(value) if inst.is_namedtuple(value) else None,
+            tuple(_classes(v) for v in value))
+  return None
+
+
+def _check_classes(bf, results):
+  """Raises where members' results hold namedtuples of different classes
+  at one place, which no batched result holds (the batched call refuses
+  it too, when typed)."""
+  if not results:
+    return
+  first = _classes(results[0])
+  for m, r in enumerate(results[1:], 1):
+    if _classes(r) != first:
+      names = [type(x).__name__ for x in (results[0], r)]
+      raise errors.TypeInferenceError(
+          f'the members of {bf.name}() return values of different '
+          f'classes or structures (member 0: {names[0]}, member {m}: '
+          f'{names[1]}): a batched result holds one class for every member',
+          loc=bf.context.function_loc(bf.name),
+          hint='Return one namedtuple class on every path (the same fields '
+          'in the same order), with a field that tells the kinds apart if '
+          'you need to.')
 
 
 def _with_none(fn, params, static):

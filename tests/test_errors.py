@@ -496,6 +496,64 @@ def test_branches_with_different_shapes():
   check(e, errors.TypeInferenceError, 'shapes', 'different shapes')
 
 
+_Left = collections.namedtuple('_Left', 'a b')
+_Right = collections.namedtuple('_Right', 'a b')
+
+
+def returns_two_classes(x):
+  if x > 1:
+    return _Left(x, x + 1)
+  return _Right(x, x - 1)  # ERR:classes
+
+
+def assigns_two_classes(x):
+  if x > 1:
+    r = _Left(x, x + 1)
+  else:
+    r = _Right(x, x - 1)  # ERR:classes_pm
+  return r
+
+
+@pytest.mark.parametrize('fn,tag,per_member', [
+    (returns_two_classes, 'classes', False),
+    (assigns_two_classes, 'classes_pm', True)])
+def test_branches_with_different_namedtuple_classes(fn, tag, per_member):
+  # One class for every member: the batched result would have had the
+  # first class for every member, where each member's is its own.
+  batched = ab.Context().batch(per_member=per_member)(fn)
+  for stackless in (False, True):
+    with pytest.raises(errors.TypeInferenceError) as e:
+      batched(X, stackless=stackless)
+    check(e, errors.TypeInferenceError, tag, '_Left vs _Right',
+          'different classes')
+  # The dry run refuses members whose classes differ, and runs members
+  # that agree.
+  with pytest.raises(errors.TypeInferenceError,
+                     match='different classes') as e:
+    batched(X, dry_run=True)
+  assert e.value.function == fn.__name__ and e.value.filename == __file__
+  got = batched(np.array([2, 3]), dry_run=True)
+  assert type(got) is _Left
+  np.testing.assert_array_equal(got.b, [3, 4])
+
+
+def test_a_namedtuple_of_one_class_on_every_path_still_runs():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def f(x):
+    if x > 1:
+      r = _Left(x, x + 1)
+    else:
+      r = _Left(x, x - 1)
+    return r
+
+  for stackless in (False, True):
+    got = f(X, stackless=stackless)
+    assert type(got) is _Left
+    np.testing.assert_array_equal(got.b, [0, 3, 4])
+
+
 def _check_declared(type_inference, exc_type, *snippets):
   ctx = ab.Context()
 

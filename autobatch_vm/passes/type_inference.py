@@ -118,6 +118,13 @@ def join(a, b):
   if a_leaf or b_leaf or len(a) != len(b):
     raise Mismatch(f'{inst.type_str(a)} vs {inst.type_str(b)} '
                    '(different structures)')
+  if type(a) is not type(b) and (inst.is_namedtuple(a) or
+                                 inst.is_namedtuple(b)):
+    # One class for every member: the batched result could not be each
+    # member's own, as Python (and the dry run) give it.
+    raise Mismatch(f'{type(a).__name__} vs {type(b).__name__} (different '
+                   'classes: a variable, and a function\'s result, hold '
+                   'values of one namedtuple class on every path)')
   items = [join(x, y) for x, y in zip(a, b)]
   return type(a)(*items) if inst.is_namedtuple(a) else type(a)(items)
 
