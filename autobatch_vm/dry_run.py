@@ -23,6 +23,7 @@ batch-aware function, or one calls it, the values cross as batches of
 one.  Its `x[i] = v` gives `x` a new value, as in the batched call.
 """
 
+import collections.abc
 import threading
 import weakref
 
@@ -344,9 +345,21 @@ def _classes(value):
 
 
 def _check_classes(bf, results):
-  """Raises where members' results hold namedtuples of different classes
-  at one place, which no batched result holds (the batched call refuses
-  it too, when typed)."""
+  """Raises where members' results hold a dict (or a set), or
+  namedtuples of different classes at one place, which no batched result
+  holds (the batched call refuses them too, when typed)."""
+  for m, r in enumerate(results):
+    for leaf in inst.pattern_flatten(r):
+      if isinstance(leaf, (collections.abc.Mapping, collections.abc.Set)):
+        raise errors.TypeInferenceError(
+            f'member {m} of {bf.name}() returns a '
+            f'{type(leaf).__name__}, not an array: a batched function '
+            'returns arrays, or tuples, lists or namedtuples of them (the '
+            'batched call refuses it too)',
+            loc=bf.context.function_loc(bf.name),
+            hint='Return a namedtuple for named results '
+            '(R = collections.namedtuple(\'R\', [\'a\', \'b\']), then '
+            'return R(a=x, b=y)), or a tuple.')
   if not results:
     return
   first = _classes(results[0])

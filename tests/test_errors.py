@@ -537,6 +537,24 @@ def test_branches_with_different_namedtuple_classes(fn, tag, per_member):
   np.testing.assert_array_equal(got.b, [3, 4])
 
 
+@pytest.mark.parametrize('per_member', [False, True])
+def test_a_dict_result_is_refused_batched_and_in_the_dry_run(per_member):
+  ctx = ab.Context()
+
+  def named(x):
+    return {'a': x, 'b': x * 2}  # ERR:dict_result
+
+  fn = ctx.batch(per_member=per_member)(named)
+  with pytest.raises(errors.TypeInferenceError) as e:
+    fn(X)
+  check(e, errors.TypeInferenceError, 'dict_result', 'produced a dict',
+        'namedtuple')
+  with pytest.raises(errors.TypeInferenceError, match='returns a dict') as e:
+    fn(X, dry_run=True)
+  assert e.value.function == 'named' and e.value.filename == __file__
+  assert 'namedtuple' in str(e.value)
+
+
 def test_a_namedtuple_of_one_class_on_every_path_still_runs():
   ctx = ab.Context()
 

@@ -193,11 +193,16 @@ def type_of_value(value, backend, batched, describe):
   def leaf(v):
     if type(v) in _PY_SCALARS:  # not np.float64, a float subclass
       return inst.TensorType(np.asarray(v).dtype, (), weak=True)
+    if (isinstance(v, np.ndarray) and v.dtype == object and v.size and
+        isinstance(v.flat[0], (dict, set))):
+      v = v.flat[0]   # one member's, as a per-member primitive stacked them
     if v is None or isinstance(v, (str, bytes, dict, set)):
       raise errors.TypeInferenceError(
           f'{describe()} produced a {type(v).__name__}, not an array',
           hint='Batched variables hold arrays (or tuples/namedtuples of '
-          'arrays).')
+          'arrays).' + ('  For named values use a namedtuple (R = '
+                        'collections.namedtuple(\'R\', [\'a\', \'b\']), '
+                        'then R(a=x, b=y)).' if isinstance(v, dict) else ''))
     try:
       dtype, shape = backend.dtype(v), backend.shape(v)
     except Exception as e:  # pylint: disable=broad-except
