@@ -862,9 +862,18 @@ class _Compiler:
             'array',
             'Write `for i in range(n)` (n may be batched) or a while loop; '
             'iterating over an array would iterate over the batch.')
+      live = (python_source.iterated_live(s, self.locals)
+              if known is None and source is it else None)
       if known is not None:
         lengths.append(ast.Constant(len(known)))
         static(target, known)
+      elif live is not None:
+        # The body writes the array's items: each trip reads its item from
+        # the variable as it is then, as Python's iterator does.
+        lengths.append(ast.Call(ast.Name('len', ast.Load()),
+                                [ast.Name(live, ast.Load())], []))
+        member(target, lambda i, live=live: ast.Subscript(
+            ast.Name(live, ast.Load()), ast.Name(i, ast.Load()), ast.Load()))
       else:
         item = self._sequence_copy(pre, source)
         lengths.append(ast.Call(ast.Name('len', ast.Load()),
