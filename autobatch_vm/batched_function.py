@@ -7,12 +7,14 @@ Python (`dry_run=True`, `Context._dry_run`).  `frontend` re-exports it.
 """
 
 import functools
+import numbers
 
 import numpy as np
 
 from autobatch_vm import errors
 from autobatch_vm.ir import instructions as inst
 from autobatch_vm import shipping
+from autobatch_vm.backends import base as backend_base
 from autobatch_vm.backends import scheduler
 from autobatch_vm.python import call_arguments
 from autobatch_vm.python.call_arguments import _PY_NUMBERS
@@ -152,7 +154,10 @@ class BatchedFunction(shipping.FunctionPickling):
       return dry_runs.call(self, args, kwargs)
     given = args
     args = self.bind_arguments(args, kwargs)
-    failures.check_on_error(on_error, self.context.function_loc(self.name))
+    loc = self.context.function_loc(self.name)
+    failures.check_on_error(on_error, loc)
+    max_stack_depth, max_steps = _checked_modes(max_stack_depth, max_steps,
+                                                backend, loc)
     # Arguments that are None run the variant with those parameters
     # fixed (`Context.variant`).
     target, args = self.context._with_nones_fixed(self, args)
@@ -258,3 +263,34 @@ class BatchedFunction(shipping.FunctionPickling):
           f'{self.name}() is missing argument(s) {", ".join(missing)}',
           loc=loc)
     return [bound[p] for p in params]
+
+
+def _checked_modes(max_stack_depth, max_steps, backend, loc):
+  """A call's `max_stack_depth` and `max_steps` as Python ints (any
+  integral number is taken: `np.int64(20)`), after checking them and
+  `backend`.
+
+  Raises:
+    ArgumentError: Naming the mode and what it takes, at the user's
+      function.
+  """
+  def count(name, value, what):
+    if not isinstance(value, numbers.Integral) or isinstance(
+        value, (bool, np.bool_)) or value < 1:
+      raise errors.ArgumentError(
+          f'{name} must be {what}, got {value!r}', loc=loc,
+          hint=f'Pass a whole number of at least 1 ({name}=64); any '
+          'integer type is taken (int, np.int64).')
+    return int(value)
+  max_stack_depth = count('max_stack_depth', max_stack_depth,
+                          'a positive int')
+  if max_steps is not None:
+    max_steps = count('max_steps', max_steps, 'None or a positive int')
+  if backend is not None and not isinstance(backend, backend_base.Backend):
+    raise errors.ArgumentError(
+        f'backend must be a backend object or None, got {backend!r}',
+        loc=loc, hint='Pass backend=ab.NumpyBackend() or '
+        'backend=ab.TensorFlowBackend() (not the name as a string), or '
+        'leave it out: the arguments\' type picks one (TensorFlow for '
+        'tensors, NumPy otherwise).')
+  return max_stack_depth, max_steps

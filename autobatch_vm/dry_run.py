@@ -23,6 +23,7 @@ batch-aware function, or one calls it, the values cross as batches of
 one.  Its `x[i] = v` gives `x` a new value, as in the batched call.
 """
 
+import collections.abc
 import threading
 import weakref
 
@@ -133,6 +134,7 @@ class DryRuns:
       self._local.depth -= 1
       self._local.program = outer
       self._local.per_member = outer_mode
+    _check_classes(bf, results)
     if not results:
       if result_type is None:
         raise errors.ArgumentError(
@@ -331,6 +333,47 @@ class DryRuns:
             :code.co_argcount + code.co_kwonlyargcount], bf.static)
       self._functions[bf] = fn
     return fn
+
+
+def _classes(value):
+  """The namedtuple classes of a result's structure, nested as it is
+  (None for a plain tuple or list, and for a leaf)."""
+  if isinstance(value, (tuple, list)):
+    return (type(value) if inst.is_namedtuple(value) else None,
+            tuple(_classes(v) for v in value))
+  return None
+
+
+def _check_classes(bf, results):
+  """Raises where members' results hold a dict (or a set), or
+  namedtuples of different classes at one place, which no batched result
+  holds (the batched call refuses them too, when typed)."""
+  for m, r in enumerate(results):
+    for leaf in inst.pattern_flatten(r):
+      if isinstance(leaf, (collections.abc.Mapping, collections.abc.Set)):
+        raise errors.TypeInferenceError(
+            f'member {m} of {bf.name}() returns a '
+            f'{type(leaf).__name__}, not an array: a batched function '
+            'returns arrays, or tuples, lists or namedtuples of them (the '
+            'batched call refuses it too)',
+            loc=bf.context.function_loc(bf.name),
+            hint='Return a namedtuple for named results '
+            '(R = collections.namedtuple(\'R\', [\'a\', \'b\']), then '
+            'return R(a=x, b=y)), or a tuple.')
+  if not results:
+    return
+  first = _classes(results[0])
+  for m, r in enumerate(results[1:], 1):
+    if _classes(r) != first:
+      names = [type(x).__name__ for x in (results[0], r)]
+      raise errors.TypeInferenceError(
+          f'the members of {bf.name}() return values of different '
+          f'classes or structures (member 0: {names[0]}, member {m}: '
+          f'{names[1]}): a batched result holds one class for every member',
+          loc=bf.context.function_loc(bf.name),
+          hint='Return one namedtuple class on every path (the same fields '
+          'in the same order), with a field that tells the kinds apart if '
+          'you need to.')
 
 
 def _with_none(fn, params, static):

@@ -201,6 +201,7 @@ class Context(shipping.ContextPickling):
     if not callable(function) or not hasattr(function, '__code__'):
       raise errors.ArgumentError(
           f'Context.batch expects a Python function, got {function!r}')
+    _check_parameters(function)
     if type_inference is not None:
       type_inference = _output_types(type_inference)
     wrapper = BatchedFunction(self, function, type_inference,
@@ -897,3 +898,42 @@ def _decorated_bare(fn):
     if name == 'batch':
       return True
   return False
+
+
+def _check_parameters(function):
+  """Raises where `function`'s signature has `*args`, `**kwargs` or
+  positional-only parameters, which a batched function cannot take (its
+  call binds each argument to a named parameter, and the compiled program
+  takes a fixed list of them)."""
+  kind = inspect.Parameter
+  kinds = [f'*{p.name}' if p.kind == kind.VAR_POSITIONAL else
+           f'**{p.name}' if p.kind == kind.VAR_KEYWORD else
+           f'positional-only {p.name}'
+           for p in inspect.signature(function).parameters.values()
+           if p.kind in (kind.VAR_POSITIONAL, kind.VAR_KEYWORD,
+                         kind.POSITIONAL_ONLY)]
+  if kinds:
+    raise errors.UnsupportedSyntaxError(
+        f'Batched function {function.__name__!r} must take named '
+        'parameters, positional or keyword-only, with or without default '
+        f'values; it takes {", ".join(kinds)}',
+        loc=_def_loc(function),
+        hint='Name each parameter (def f(x, y, z=None)); pass a varying '
+        'number of arrays as one tuple or list argument, or stack them '
+        'into one array.')
+
+
+def _def_loc(function):
+  """The `SourceLoc` of `function`'s `def` line (after its decorators),
+  with the line's text where the source can be read."""
+  code = function.__code__
+  try:
+    lines, first = inspect.getsourcelines(function)
+  except (OSError, TypeError):
+    return inst.SourceLoc(function.__name__, code.co_filename,
+                          code.co_firstlineno)
+  for i, text in enumerate(lines):
+    if text.lstrip().startswith(('def ', 'async def ')):
+      return inst.SourceLoc(function.__name__, code.co_filename, first + i,
+                            text.rstrip('\n'))
+  return inst.SourceLoc(function.__name__, code.co_filename, first)

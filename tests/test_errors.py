@@ -171,6 +171,28 @@ def falls_off(x):
   y = x + 1  # ERR:falloff
 
 
+@unsupported('fill_diagonal', "`np.fill_diagonal(...)` writes 'd' in place",
+             'np.where(np.eye(d.shape[-1], dtype=bool), v, d)')
+def fills_a_diagonal(x):
+  d = x * 1.0
+  np.fill_diagonal(d, 0)  # ERR:fill_diagonal
+  return d
+
+
+@unsupported('copyto', "`np.copyto(...)` writes 'd' in place")
+def copies_into(x):
+  d = x * 0.0
+  np.copyto(d[0:1], x)  # ERR:copyto
+  return d
+
+
+@unsupported('out', "`np.add(...)` writes 'd' in place")
+def adds_into(x):
+  d = x * 0.0
+  r = np.add(x, 1.0, out=d)  # ERR:out
+  return d + r
+
+
 def maybe_unassigned(x):
   if x > 1:
     y = x
@@ -192,6 +214,39 @@ def test_unsupported_syntax(tag, snippets, fn):
     batched(X)
   check(e, errors.UnsupportedSyntaxError, tag, *snippets,
         function=fn.__name__)
+
+
+@pytest.mark.parametrize('tag,snippets,fn', [
+    u for u in UNSUPPORTED if u[0] in ('fill_diagonal', 'copyto', 'out')],
+                         ids=lambda u: getattr(u, '__name__', None))
+def test_an_in_place_numpy_write_is_refused_per_member_too(tag, snippets,
+                                                            fn):
+  ctx = ab.Context()
+  batched = ctx.batch(per_member=True)(fn)
+  with pytest.raises(errors.UnsupportedSyntaxError) as e:
+    batched(np.ones((2, 3, 3)))
+  check(e, errors.UnsupportedSyntaxError, tag, *snippets,
+        function=fn.__name__)
+
+
+def test_a_helper_may_fill_its_own_arrays_diagonal():
+  def zero_diagonal(d):
+    d = d.copy()
+    np.fill_diagonal(d, 0)
+    return d
+
+  ctx = ab.Context()
+
+  @ctx.batch(per_member=True)
+  def f(m):
+    return zero_diagonal(m * 2.0)
+
+  m = np.arange(18.0).reshape(2, 3, 3)
+  with warnings.catch_warnings():
+    warnings.simplefilter('ignore')   # the per-member fallback's
+    for stackless in (False, True):
+      np.testing.assert_array_equal(
+          f(m, stackless=stackless), [zero_diagonal(2.0 * r) for r in m])
 
 
 @pytest.mark.parametrize('tag,fn,variable', [
@@ -441,6 +496,82 @@ def test_branches_with_different_shapes():
   check(e, errors.TypeInferenceError, 'shapes', 'different shapes')
 
 
+_Left = collections.namedtuple('_Left', 'a b')
+_Right = collections.namedtuple('_Right', 'a b')
+
+
+def returns_two_classes(x):
+  if x > 1:
+    return _Left(x, x + 1)
+  return _Right(x, x - 1)  # ERR:classes
+
+
+def assigns_two_classes(x):
+  if x > 1:
+    r = _Left(x, x + 1)
+  else:
+    r = _Right(x, x - 1)  # ERR:classes_pm
+  return r
+
+
+@pytest.mark.parametrize('fn,tag,per_member', [
+    (returns_two_classes, 'classes', False),
+    (assigns_two_classes, 'classes_pm', True)])
+def test_branches_with_different_namedtuple_classes(fn, tag, per_member):
+  # One class for every member: the batched result would have had the
+  # first class for every member, where each member's is its own.
+  batched = ab.Context().batch(per_member=per_member)(fn)
+  for stackless in (False, True):
+    with pytest.raises(errors.TypeInferenceError) as e:
+      batched(X, stackless=stackless)
+    check(e, errors.TypeInferenceError, tag, '_Left vs _Right',
+          'different classes')
+  # The dry run refuses members whose classes differ, and runs members
+  # that agree.
+  with pytest.raises(errors.TypeInferenceError,
+                     match='different classes') as e:
+    batched(X, dry_run=True)
+  assert e.value.function == fn.__name__ and e.value.filename == __file__
+  got = batched(np.array([2, 3]), dry_run=True)
+  assert type(got) is _Left
+  np.testing.assert_array_equal(got.b, [3, 4])
+
+
+@pytest.mark.parametrize('per_member', [False, True])
+def test_a_dict_result_is_refused_batched_and_in_the_dry_run(per_member):
+  ctx = ab.Context()
+
+  def named(x):
+    return {'a': x, 'b': x * 2}  # ERR:dict_result
+
+  fn = ctx.batch(per_member=per_member)(named)
+  with pytest.raises(errors.TypeInferenceError) as e:
+    fn(X)
+  check(e, errors.TypeInferenceError, 'dict_result', 'produced a dict',
+        'namedtuple')
+  with pytest.raises(errors.TypeInferenceError, match='returns a dict') as e:
+    fn(X, dry_run=True)
+  assert e.value.function == 'named' and e.value.filename == __file__
+  assert 'namedtuple' in str(e.value)
+
+
+def test_a_namedtuple_of_one_class_on_every_path_still_runs():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def f(x):
+    if x > 1:
+      r = _Left(x, x + 1)
+    else:
+      r = _Left(x, x - 1)
+    return r
+
+  for stackless in (False, True):
+    got = f(X, stackless=stackless)
+    assert type(got) is _Left
+    np.testing.assert_array_equal(got.b, [0, 3, 4])
+
+
 def _check_declared(type_inference, exc_type, *snippets):
   ctx = ab.Context()
 
@@ -658,6 +789,64 @@ def test_bad_mode_arguments():
     f(X, max_stack_depth=0)
   with pytest.raises(errors.ArgumentError, match='schedule'):
     f(X, schedule='random')
+
+
+def test_a_mode_takes_any_integer_and_names_what_it_takes():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def f(x):
+    return x
+
+  np.testing.assert_array_equal(f(X, max_stack_depth=np.int64(20)), X)
+  np.testing.assert_array_equal(f(X, max_stack_depth=np.int32(3),
+                                  stackless=True), X)
+  np.testing.assert_array_equal(f(X, max_steps=np.int64(50)), X)
+  for bad in (2.5, -1, True, np.float64(20.0), '20'):
+    with pytest.raises(errors.ArgumentError, match='max_stack_depth') as e:
+      f(X, max_stack_depth=bad)
+    assert e.value.function == 'f' and e.value.filename == __file__
+    assert 'any integer type' in str(e.value)
+  with pytest.raises(errors.ArgumentError, match='max_steps'):
+    f(X, max_steps=np.float32(50))
+
+
+@pytest.mark.parametrize('name', ['numpy', 'tensorflow', 'np', None])
+def test_a_backend_given_by_name_says_to_pass_the_backend_object(name):
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def f(x):
+    return x
+
+  backend = name or object()
+  for dry_run in (False, True):
+    with pytest.raises(errors.ArgumentError, match='backend must be') as e:
+      f(X, backend=backend, dry_run=dry_run)
+    assert 'ab.NumpyBackend()' in str(e.value)
+    assert 'ab.TensorFlowBackend()' in str(e.value)
+    assert e.value.function == 'f' and e.value.filename == __file__
+
+
+def test_star_parameters_are_refused_where_the_function_is_batched():
+  def star(x, *rest):  # ERR:star_params
+    return x
+
+  def star_star(x, **options):  # ERR:star_star_params
+    return x
+
+  def only_positional(x, /, y):  # ERR:positional_only
+    return x + y
+
+  for fn, tag, what in ((star, 'star_params', '*rest'),
+                        (star_star, 'star_star_params', '**options'),
+                        (only_positional, 'positional_only',
+                         'positional-only x')):
+    for per_member in (False, True):
+      with pytest.raises(errors.UnsupportedSyntaxError) as e:
+        ab.Context().batch(per_member=per_member)(fn)
+      check(e, errors.UnsupportedSyntaxError, tag, what,
+            'must take named parameters', function=fn.__name__)
 
 
 def test_step_limit_names_where_the_members_are():

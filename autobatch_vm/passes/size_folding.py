@@ -7,10 +7,15 @@ and every call.  Batched, `n` would be an array with a value per member,
 and `np.zeros(n)` could not know its shape; so type inference, which
 learns `x`'s type, folds `n` into a constant for the signature:
 
-- a variable written once in its function, by such a primitive whose
-  inputs are read only through their shapes or are constants themselves,
-  is a constant: the primitive is run once on one member's made-up
-  values of the inputs' types (a size reads no values);
+- a value written by such a primitive whose inputs are read only through
+  their shapes or are constants themselves is a constant: the primitive
+  is run once on one member's made-up values of the inputs' types (a
+  size reads no values);
+- a variable is a constant where an instruction reads it if every
+  assignment that reaches that instruction (reaching definitions over
+  the function's blocks) gives the same constant: `n = len(x)`,
+  `np.zeros(n)`, then `n -= 1` in a loop sizes the array with the value
+  `n` has at the call; the loop's `n` is one per member;
 - a parameter is a constant where every call of its function in the
   program passes a constant, the same one (`helper(len(x))`): one
   signature per function, so a size flows into a callee as it does into
@@ -41,6 +46,7 @@ import dataclasses
 import numpy as np
 
 from autobatch_vm.ir import instructions as inst
+from autobatch_vm.ir import liveness as ir_liveness
 
 __all__ = ['SizeFolding']
 
@@ -52,72 +58,112 @@ class SizeFolding:
     program: The untyped `Program`.
 
   Attributes:
-    constants: `(function name, variable)` -> its value, a Python int:
-      the variables a size primitive writes (parameters and calls'
-      results are derived from these, `constant`).
+    constants: `(function name, id of an instruction)` -> the value, a
+      Python int, that the size primitive writes (a variable's value where
+      it is read, a parameter's and a call's result are derived from
+      these: `constant`).
   """
 
   def __init__(self, program):
     self.constants = {}
-    self._written_once = {f.name: _written_once(f) for f in program.functions}
+    self._functions = {f.name: f for f in program.functions}
+    self._reaching = {}   # function -> its `_reaching_definitions`, made once
     # The entry's parameters are the user's arguments: never constants.
     self._params = {f.name: tuple(f.vars_in) for f in program.functions
                     if f.name != program.main_function.name}
-    # Callee -> `(caller, argument variables)` per call in the program;
-    # `(function, variable)` -> the callee whose result a call writes.
+    # Callee -> `(caller, call instruction)` per call in the program.
     self._calls = {f.name: [] for f in program.functions}
-    self._results = {}
+    # Function -> the instructions that write its result.
+    self._returns = {}
     for f in program.functions:
+      self._returns[f.name] = []
       for block in f.blocks:
         for op in block.instructions:
           if isinstance(op, inst.FunctionCallOp) and op.function in (
               self._calls):
-            self._calls[op.function].append((f.name, op.vars_in))
-            if isinstance(op.vars_out, str):
-              self._results[(f.name, op.vars_out)] = op.function
-    # `(function, variable)` -> the keys a learned constant was computed
-    # from (`value` inputs), checked again when settled.
+            self._calls[op.function].append((f.name, op))
+          if getattr(op, 'vars_out', None) == inst.RETURN_VAR:
+            self._returns[f.name].append(op)
+    # `(function, id of an instruction)` -> the `(function, variable,
+    # instruction)` a learned constant was computed from (`value`
+    # inputs), checked again when settled.
     self._reads = {}
     self._settled = False
     self._bound = {}
 
-  def constant(self, name, v, seen=frozenset()):
+  def constant(self, name, v, at, seen=frozenset()):
     """The Python int that variable `v` of function `name` holds for every
-    member, or None.
+    member where instruction `at` reads it, or None.
 
     Args:
       name: The function's name.
       v: The variable.
-      seen: Keys being derived (a cycle of calls gives None).
+      at: The instruction of that function that reads `v`, as the
+        frontend made it.
+      seen: Definitions being derived (a cycle gives None).
 
     Returns:
-      A learned size; a parameter's, where the calls of the function
-      pass the same constant (every call once settled, else every call
-      known so far); a call's result, where the callee's result is one.
+      The value every assignment of `v` that reaches `at` gives: a
+      learned size; a parameter's, where the calls of the function pass
+      the same constant (every call once settled, else every call known
+      so far); a call's result, where the callee's result is one.
     """
-    key = (name, v)
+    if name not in self._reaching:
+      self._reaching[name] = _reaching_definitions(self._functions[name])
+    defs = self._reaching[name].get(id(at), {}).get(v)
+    if not defs:
+      return None
+    values = set()
+    for d in defs:
+      value = self._defined(name, v, d, seen)
+      if value is None:
+        return None
+      values.add(value)
+    return values.pop() if len(values) == 1 else None
+
+  def _defined(self, name, v, d, seen):
+    """The constant that definition `d` (an instruction, or `_ENTRY`)
+    gives variable `v` of function `name`, or None."""
+    key = (name, v, id(d))
     if key in seen:
       return None
     seen = seen | {key}
-    if key in self.constants:
-      if self._settled and any(self.constant(*k, seen=seen) is None
-                               for k in self._reads.get(key, ())):
+    if d is _ENTRY:
+      return self._parameter(name, v, seen)
+    if isinstance(d, inst.FunctionCallOp):
+      if d.vars_out != v or d.function not in self._returns:
         return None
-      return self.constants[key]
-    if key in self._results:
-      if v not in self._written_once[name]:
-        return None
-      return self.constant(self._results[key], inst.RETURN_VAR, seen)
+      return self._result(d.function, seen)
+    known = (name, id(d))
+    if known not in self.constants:
+      return None
+    if self._settled and any(self.constant(*r, seen=seen) is None
+                             for r in self._reads.get(known, ())):
+      return None
+    return self.constants[known]
+
+  def _parameter(self, name, v, seen):
+    """A parameter's constant: the one its calls pass."""
     if v not in self._params.get(name, ()):
-      return None   # a variable not written once, or the entry's parameter
+      return None   # unassigned, or the entry's parameter
     position = self._params[name].index(v)
     values = set()
-    for caller, args in self._calls[name]:
-      value = self.constant(caller, args[position], seen)
+    for caller, call in self._calls[name]:
+      value = self.constant(caller, call.vars_in[position], call, seen)
       if value is None:
         if self._settled:
           return None
         continue
+      values.add(value)
+    return values.pop() if len(values) == 1 else None
+
+  def _result(self, name, seen):
+    """A function's constant result: the one every `return` gives."""
+    values = set()
+    for op in self._returns[name]:
+      value = self._defined(name, inst.RETURN_VAR, op, seen)
+      if value is None:
+        return None
       values.add(value)
     return values.pop() if len(values) == 1 else None
 
@@ -136,17 +182,17 @@ class SizeFolding:
     """
     if not (isinstance(op, inst.PrimOp) and op.per_member and
             getattr(op.function, 'sizes', None) is not None and
-            op.vars_out in self._written_once[fn.name] and
-            (fn.name, op.vars_out) not in self.constants):
+            isinstance(op.vars_out, str) and
+            (fn.name, id(op)) not in self.constants):
       return
     args, reads = [], []
     for v, t, role in zip(op.vars_in, in_types, op.function.sizes):
       if role == 'value':
-        value = self.constant(fn.name, v)
+        value = self.constant(fn.name, v, op)
         if value is None:
           return
         args.append(value)
-        reads.append((fn.name, v))
+        reads.append((fn.name, v, op))
       elif t is None:
         return
       else:
@@ -157,15 +203,17 @@ class SizeFolding:
     except Exception:  # pylint: disable=broad-except
       return   # not folded: run per member, as any other primitive
     if type(value) is int:  # pylint: disable=unidiomatic-typecheck
-      self.constants[(fn.name, op.vars_out)] = value
-      self._reads[(fn.name, op.vars_out)] = tuple(reads)
+      self.constants[(fn.name, id(op))] = value
+      self._reads[(fn.name, id(op))] = tuple(reads)
 
-  def bound(self, fn, op):
+  def bound(self, fn, op, at=None):
     """`op`, given the constants it reads.
 
     Args:
       fn: The `Function` holding `op`.
-      op: An instruction, as the frontend made it.
+      op: An instruction.
+      at: The instruction as the frontend made it, where `op` is a form
+        of it made since; None where `op` is.
 
     Returns:
       `op` itself, or for a per-member primitive that reads constants a
@@ -174,8 +222,9 @@ class SizeFolding:
     """
     if not (isinstance(op, inst.PrimOp) and op.per_member):
       return op
+    at = op if at is None else at
     given = tuple((k, value) for k, value in (
-        (k, self.constant(fn.name, v)) for k, v in enumerate(op.vars_in))
+        (k, self.constant(fn.name, v, at)) for k, v in enumerate(op.vars_in))
                   if value is not None)
     if not given:
       return op
@@ -186,16 +235,47 @@ class SizeFolding:
     return self._bound[key][1]
 
 
-def _written_once(fn):
-  """The variables of `fn` that one instruction writes, once, and that
-  are not its parameters."""
-  counts = {}
+# The definition of every variable on entry to a function: its argument
+# for a parameter, none for any other.
+_ENTRY = object()
+
+
+def _reaching_definitions(fn):
+  """The assignments that reach each instruction's inputs.
+
+  Args:
+    fn: A `Function` before lowering.
+
+  Returns:
+    `id(instruction)` -> {input variable -> frozenset of the
+    instructions that may have written its value there, with `_ENTRY`
+    where it may hold its value on entry}.
+  """
+  variables = set(fn.vars_in)
   for block in fn.blocks:
     for op in block.instructions:
-      outs = getattr(op, 'vars_out', None)
-      if outs is None:
-        continue
-      for v in inst.pattern_flatten(outs):
-        counts[v] = counts.get(v, 0) + 1
-  return {v for v, n in counts.items()
-          if n == 1 and v not in fn.vars_in}
+      variables |= ir_liveness.writes(op)
+  entry = {v: frozenset((_ENTRY,)) for v in variables}
+  state_in = {fn.blocks[0].label: entry} if fn.blocks else {}
+  result = {}
+  work = [b.label for b in fn.blocks[:1]]
+  blocks = {b.label: b for b in fn.blocks}
+  while work:
+    label = work.pop()
+    block = blocks[label]
+    state = dict(state_in[label])
+    for op in block.instructions:
+      if isinstance(op, (inst.PrimOp, inst.FunctionCallOp)):
+        result[id(op)] = {v: state.get(v, frozenset()) for v in op.vars_in}
+      for v in ir_liveness.writes(op):
+        state[v] = frozenset((op,))
+    for succ in ir_liveness.successors(block):
+      old = state_in.get(succ)
+      new = state if old is None else {
+          v: old.get(v, frozenset()) | state.get(v, frozenset())
+          for v in set(old) | set(state)}
+      if new != old:
+        state_in[succ] = new
+        if succ not in work:
+          work.append(succ)
+  return result

@@ -118,6 +118,13 @@ def join(a, b):
   if a_leaf or b_leaf or len(a) != len(b):
     raise Mismatch(f'{inst.type_str(a)} vs {inst.type_str(b)} '
                    '(different structures)')
+  if type(a) is not type(b) and (inst.is_namedtuple(a) or
+                                 inst.is_namedtuple(b)):
+    # One class for every member: the batched result could not be each
+    # member's own, as Python (and the dry run) give it.
+    raise Mismatch(f'{type(a).__name__} vs {type(b).__name__} (different '
+                   'classes: a variable, and a function\'s result, hold '
+                   'values of one namedtuple class on every path)')
   items = [join(x, y) for x, y in zip(a, b)]
   return type(a)(*items) if inst.is_namedtuple(a) else type(a)(items)
 
@@ -186,11 +193,16 @@ def type_of_value(value, backend, batched, describe):
   def leaf(v):
     if type(v) in _PY_SCALARS:  # not np.float64, a float subclass
       return inst.TensorType(np.asarray(v).dtype, (), weak=True)
+    if (isinstance(v, np.ndarray) and v.dtype == object and v.size and
+        isinstance(v.flat[0], (dict, set))):
+      v = v.flat[0]   # one member's, as a per-member primitive stacked them
     if v is None or isinstance(v, (str, bytes, dict, set)):
       raise errors.TypeInferenceError(
           f'{describe()} produced a {type(v).__name__}, not an array',
           hint='Batched variables hold arrays (or tuples/namedtuples of '
-          'arrays).')
+          'arrays).' + ('  For named values use a namedtuple (R = '
+                        'collections.namedtuple(\'R\', [\'a\', \'b\']), '
+                        'then R(a=x, b=y)).' if isinstance(v, dict) else ''))
     try:
       dtype, shape = backend.dtype(v), backend.shape(v)
     except Exception as e:  # pylint: disable=broad-except
@@ -337,6 +349,9 @@ class _Inference:
     self.changed = False
     self.origins = {}        # (fn, var) -> main's arguments its dtype is from
     self.arguments = {}      # main's parameter -> its type
+    # `_prim_key` -> the input types with empty axes grown that a
+    # primitive was typed on (`grown_empty_axes`).
+    self.grown = {}
     self.sizes = size_folding.SizeFolding(program)
     # id(op) -> the op with its promoting form (`promoted`).
     self.promoted = {}
@@ -750,7 +765,35 @@ class _Inference:
         failures.append(e)
     if isinstance(failures[0], AssertionError):
       raise failures[0]   # an `assert` failure block
+    grown = op.per_member and self.grown_empty_axes(failures, in_types)
+    if grown:
+      self.grown[_prim_key(op, in_types)] = grown
+      return self.run_made_up(op, grown, batch)
     raise _FailedOnEveryKind(failures)
+
+  def grown_empty_axes(self, failures, in_types):
+    """`in_types` with each axis of length 0 made 1, where a primitive
+    failed to index such an input on every kind of made-up values and an
+    argument of the user's call has such an axis; else None.
+
+    A member whose array has no items never runs code that indexes an
+    item (`for i in range(len(v))` does not run its body), so that code's
+    types are those it has where the axis has items: an item's type does
+    not depend on how many there are.  Where no argument has an empty
+    axis, the empty input's shape came from made-up values (`v[:n]` at
+    n = 0), and the failure is explained as such (`_made_up_error`).
+    """
+    if not all(isinstance(e, IndexError) for e in failures):
+      return None
+    if not any(0 in leaf.shape for leaf in _leaves(in_types)):
+      return None
+    if not any(0 in leaf.shape for leaf in _leaves(
+        list(self.arguments.values()))):
+      return None
+    def grow(t):
+      return dataclasses.replace(
+          t, shape=tuple(1 if n == 0 else n for n in t.shape))
+    return [inst.pattern_map(grow, t, inst.TensorType) for t in in_types]
 
   def dummies(self, in_types, literals=True, as_arrays=None, kind='zeros',
               batch=1, literal=0):
@@ -900,6 +943,16 @@ class _Inference:
       return False
 
     own = {i: in_types[i].dtype for i in weak}
+    grown = self.grown.get(_prim_key(typed or op, in_types))
+    if grown is None and op.per_member:
+      grown = self.grown_empty_axes([IndexError()], in_types)
+    if grown is not None and not gives_expected(own) and not (
+        gots or mistakes):
+      # It runs on no made-up values of its empty axes: where they have
+      # items, as it was typed (`grown_empty_axes`).
+      in_types = grown
+    gots.clear()
+    mistakes.clear()
     if gives_expected(own):
       return ()
     if only_weak and not mistakes and not gots:
@@ -1054,7 +1107,7 @@ class _Inference:
           # its own: `promoting_form`.)
           op = self.promoted[id(bound)]
         else:
-          op = self.sizes.bound(fn, self.promoted.get(id(op), op))
+          op = self.sizes.bound(fn, self.promoted.get(id(op), op), at=op)
         in_types = [env[v] for v in op.vars_in]
         shared = _prim_key(op, in_types) in self.shared_rows
         try:

@@ -18,8 +18,8 @@ from autobatch_vm import errors
 from autobatch_vm.ir import instructions as inst
 
 __all__ = ['Source', 'assigned_names', 'dry_run_function', 'fold_none_tests',
-           'generated_prefix', 'is_constant_value', 'literal_constants',
-           'range_bound']
+           'generated_prefix', 'is_constant_value', 'iterated_live',
+           'literal_constants', 'range_bound']
 
 
 class Source:
@@ -138,6 +138,66 @@ def _own_nodes(fn_node):
       continue
     yield node
     todo.extend(ast.iter_child_nodes(node))
+
+
+def iterated_live(for_node, local_names):
+  """Finds the array a loop iterates that its body writes in place.
+
+  That is `v` of `for x in v:` where the body writes `v`'s items
+  (`v[i + 1] += x`) or updates it (`v *= 2`) and never binds it anew.
+  Python's iterator over an array reads each item when it gets there, so
+  it sees those writes; a batched function's variables are values (each
+  write makes a new one), so such a loop reads `v[k]` from the variable
+  at each trip (a snapshot taken before the loop would miss them).  A
+  body that also binds `v` anew (`v = v.copy()`) iterates the array the
+  loop started with.
+
+  Args:
+    for_node: An `ast.For`.
+    local_names: The names of the function's variables.
+
+  Returns:
+    The name `v`, or None.
+  """
+  it = for_node.iter
+  if not (isinstance(it, ast.Name) and it.id in local_names):
+    return None
+  name = it.id
+  written = False
+  holder = ast.Module(body=list(for_node.body) + list(for_node.orelse),
+                      type_ignores=[])
+  bound_targets = [for_node.target]
+  for node in _own_nodes(holder):
+    if isinstance(node, ast.AugAssign) and isinstance(
+        node.target, ast.Name) and node.target.id == name:
+      written = True
+      continue
+    if isinstance(node, ast.AugAssign):
+      bound_targets.append(node.target)
+    elif isinstance(node, ast.Assign):
+      bound_targets.extend(node.targets)
+    elif isinstance(node, ast.AnnAssign):
+      bound_targets.append(node.target)
+    elif isinstance(node, (ast.For, ast.comprehension)):
+      bound_targets.append(node.target)
+    elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+      bound_targets.append(node.optional_vars)
+    elif isinstance(node, ast.NamedExpr):
+      bound_targets.append(node.target)
+    elif isinstance(node, ast.Delete):
+      bound_targets.extend(node.targets)
+  for t in bound_targets:
+    for n in ast.walk(t):
+      if isinstance(n, ast.Name) and n.id == name and not isinstance(
+          n.ctx, ast.Load):
+        return None
+      if isinstance(n, ast.Subscript) and not isinstance(n.ctx, ast.Load):
+        base = n.value
+        while isinstance(base, (ast.Subscript, ast.Attribute)):
+          base = base.value
+        if isinstance(base, ast.Name) and base.id == name:
+          written = True
+  return name if written else None
 
 
 def assigned_names(fn_node):
@@ -475,6 +535,7 @@ class _DryRunRewriter(ast.NodeTransformer):
     self.member_name = member_name
     self.items_name = items_name
     self.changed = False
+    self.trips = []   # the counters of loops over a live sequence
 
   def _item_assignment(self, node, target, value):
     """`x = <items_name>.setitem(x, <items_name>.key[index], value)` for
@@ -537,6 +598,25 @@ class _DryRunRewriter(ast.NodeTransformer):
     return [assign] + self._member_values(node, assign.targets)
 
   def visit_For(self, node):
+    live = (iterated_live(node, self.local_names)
+            if self.items_name is not None else None)
+    if live is not None:
+      # `for x in v:` whose body writes `v`'s items: each trip reads its
+      # item from `v` as it is then, as Python's iterator does and as the
+      # batched call does (`iterated_live`).
+      counter = f'{self.range_name}_trip{len(self.trips)}'
+      self.trips.append(counter)
+      item = ast.Assign([node.target], ast.Subscript(
+          ast.Name(live, ast.Load()), ast.Name(counter, ast.Load()),
+          ast.Load()))
+      node = ast.copy_location(ast.For(
+          target=ast.Name(counter, ast.Store()),
+          iter=ast.Call(ast.Name('range', ast.Load()), [ast.Call(
+              ast.Name('len', ast.Load()), [ast.Name(live, ast.Load())],
+              [])], []),
+          body=[ast.copy_location(item, node)] + list(node.body),
+          orelse=list(node.orelse), type_comment=None), node)
+      ast.fix_missing_locations(node)
     self.generic_visit(node)
     it = node.iter
     if (isinstance(it, ast.Call) and isinstance(it.func, ast.Name)

@@ -104,6 +104,37 @@ _IN_PLACE = frozenset((
     'resize', 'put', 'itemset', 'partition', 'setfield', 'byteswap'))
 
 
+# NumPy functions that write their first argument in place.
+_WRITES_FIRST_ARGUMENT = frozenset(
+    getattr(np, name) for name in ('fill_diagonal', 'copyto', 'put', 'place',
+                                   'putmask', 'put_along_axis')
+    if hasattr(np, name)) | frozenset((np.random.shuffle,))
+
+
+def _writes_in_place(func):
+  """Whether `func` is a NumPy function that writes its first argument."""
+  try:
+    return func in _WRITES_FIRST_ARGUMENT
+  except TypeError:   # unhashable
+    return False
+
+
+def _numpy_callable(func):
+  """Whether `func` is a ufunc or a function of NumPy (whose `out=` is
+  the array it writes)."""
+  return isinstance(func, np.ufunc) or (
+      callable(func) and
+      (getattr(func, '__module__', None) or '').split('.')[0] == 'numpy')
+
+
+def _root_name(node):
+  """The name an expression `d`, `d[i]` or `d.T` reads its array from,
+  or None."""
+  while isinstance(node, (ast.Subscript, ast.Attribute)):
+    node = node.value
+  return node.id if isinstance(node, ast.Name) else None
+
+
 # Augmented assignments an item's window takes where it lies
 # (`member_ops.setitem_with`): the `operator` function of each.
 _AUGMENTED = {ast.Add: 'add', ast.Sub: 'sub', ast.Mult: 'mul',
@@ -843,9 +874,18 @@ class _Compiler:
             'array',
             'Write `for i in range(n)` (n may be batched) or a while loop; '
             'iterating over an array would iterate over the batch.')
+      live = (python_source.iterated_live(s, self.locals)
+              if known is None and source is it else None)
       if known is not None:
         lengths.append(ast.Constant(len(known)))
         static(target, known)
+      elif live is not None:
+        # The body writes the array's items: each trip reads its item from
+        # the variable as it is then, as Python's iterator does.
+        lengths.append(ast.Call(ast.Name('len', ast.Load()),
+                                [ast.Name(live, ast.Load())], []))
+        member(target, lambda i, live=live: ast.Subscript(
+            ast.Name(live, ast.Load()), ast.Name(i, ast.Load()), ast.Load()))
       else:
         item = self._sequence_copy(pre, source)
         lengths.append(ast.Call(ast.Name('len', ast.Load()),
@@ -1134,6 +1174,31 @@ class _Compiler:
             '(x,)) where the count is the same for every member; for a '
             f'sort, {name} = np.sort({name}); for a fill, {name} = '
             f'np.full_like({name}, v).')
+
+    for n in ast.walk(node):
+      if not isinstance(n, ast.Call):
+        continue
+      func = self._static_value(n.func)
+      written = None
+      if _writes_in_place(func) and n.args:
+        written = n.args[0]
+      for k in n.keywords:
+        if k.arg == 'out' and _numpy_callable(func):
+          written = k.value
+      name = _root_name(written)
+      if name is None or name not in self.locals:
+        continue
+      what = ast.unparse(n.func)
+      raise errors.UnsupportedSyntaxError(
+          f'`{what}(...)` writes {name!r} in place, which a batched '
+          'function cannot do: its variables hold values, and a call '
+          'changes none of them (the change would be lost)',
+          loc=self.src.loc(n),
+          hint='Assign a new value instead: for np.fill_diagonal(d, v), '
+          'd = np.where(np.eye(d.shape[-1], dtype=bool), v, d); for '
+          'out=, assign the result (d = np.add(a, b)); for np.copyto(d, '
+          's), d = s * 1 (or np.where(mask, s, d)).  A helper function '
+          'the batched function calls may write its own arrays in place.')
 
   def _call(self, node, callee, target):
     for a in node.args:

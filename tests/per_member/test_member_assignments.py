@@ -40,6 +40,56 @@ def mixed_targets(v, w, k):
   return v, w, k
 
 
+@ctx.batch(per_member=True)
+def running_total(v):
+  """Iterates `v` while writing its items: each item is read as the loop
+  gets there, after the writes before it."""
+  i = 0
+  for x in v:
+    if i + 1 < len(v):
+      v[i + 1] += x
+    i += 1
+  return v
+
+
+@ctx.batch(per_member=True)
+def doubled_while_iterated(v):
+  """`v *= 2` updates the array in place: the items read later are
+  doubled, once per trip before them."""
+  total = v[0] * 0.0
+  for x in v:
+    total += x
+    v *= 2.0
+  return total, v
+
+
+@ctx.batch(per_member=True)
+def rebound_while_iterated(v):
+  """`v` bound anew in the body: the loop iterates the array it started
+  with, and the writes go to the new one."""
+  total = v[0] * 0.0
+  for x in v:
+    v = v * 2.0
+    v[0] += x
+    total += x
+  return total, v
+
+
+@pytest.mark.parametrize('fn', [running_total, doubled_while_iterated,
+                                rebound_while_iterated],
+                         ids=lambda f: f.name)
+def test_a_loop_over_an_array_sees_its_bodys_writes_as_python(fn):
+  v = np.arange(12.0).reshape(3, 4) - 3.0
+  expected = [fn.python_function(v[m].copy()) for m in range(3)]
+  def check(alone):
+    for m, want in enumerate(expected):
+      got = ab.instructions.pattern_map(lambda a, m=m: a[m], alone)
+      for g, w in zip(ab.instructions.pattern_flatten(got),
+                      ab.instructions.pattern_flatten(want)):
+        np.testing.assert_allclose(g, w, rtol=1e-12)
+  python_tests.run_everywhere(fn, [v], check)
+
+
 def test_a_swap_of_items_sorts_as_python():
   v = np.random.default_rng(0).integers(0, 10, size=(5, 6))
   def check(alone):

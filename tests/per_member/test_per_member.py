@@ -1105,3 +1105,44 @@ def test_pythons_in_of_a_members_value_runs_everywhere(per_member):
 
 def _batch_membership(c, v):  # pylint: disable=unused-argument
   return c in (0, 3), c not in _ALLOWED, c in [1, c]
+
+
+empty = ab.Context()
+
+
+@empty.batch(per_member=True)
+def empty_axis_sums(m):
+  """Loops over an axis that may be empty: their bodies index an item."""
+  s = m[:, :1].sum() * 0.0
+  for i in range(len(m[0])):
+    s = s + m[0, i]
+  for x in m[-1]:
+    s = s + x * 2.0
+  for j in range(m.shape[1]):
+    s = s + m[1, j] * m[0, j]
+  return s
+
+
+@pytest.mark.parametrize('width', [0, 3])
+def test_a_loop_over_an_empty_axis_does_not_run(width):
+  # Type inference ran each primitive of the loops' bodies on made-up
+  # values of the empty axis, and `m[0, i]` failed to index: a false
+  # alarm, as the bodies never run for such a member.
+  m = np.arange(2 * 2 * width, dtype=np.float64).reshape(2, 2, width)
+  want = np.array([empty_axis_sums.python_function(r) for r in m])
+  def check(alone):
+    np.testing.assert_allclose(alone, want)
+  python_tests.run_everywhere(empty_axis_sums, [m], check)
+
+
+def test_an_item_of_an_empty_axis_still_fails_its_members():
+  ctx = ab.Context()
+
+  @ctx.batch(per_member=True)
+  def first(v):
+    return v[0] * 2.0
+
+  with pytest.raises(errors.PrimitiveError, match='IndexError') as info:
+    first(np.ones((3, 0)))
+  assert info.value.function == 'first'
+  assert info.value.lineno == first.python_function.__code__.co_firstlineno + 2

@@ -62,13 +62,38 @@ def weighted_sum(m):
   return (weights.reshape(m.shape) * m).sum()
 
 
+def countdown(x):
+  """A buffer sized by `n`, which a loop then counts down: the size is
+  the value `n` has where the array is made."""
+  n = len(x)
+  out = np.zeros(n)
+  while n > 0:
+    out[n - 1] = x[n - 1] * n
+    n -= 1
+  return out + n
+
+
+def resized(x):
+  """A size assigned on both sides of a branch, the same on both, then
+  reassigned after the array it sizes."""
+  if x[0] > 0:
+    k = len(x) + 1
+  else:
+    k = x.shape[0] + 1
+  buf = np.ones(k) * x[0]
+  k = k * 2
+  return buf[:k - 1 - len(x)] + k
+
+
 PROGRAMS = {
+    'countdown': (countdown, lambda rng: (rng.normal(size=(B, 5)),)),
+    'resized': (resized, lambda rng: (rng.normal(size=(B, 3)),)),
     'running_means': (running_means, lambda rng: (rng.normal(size=(B, 5)),)),
     'padded_ramp': (padded_ramp, lambda rng: (rng.normal(size=(B, 3)),)),
     'last_row': (last_row, lambda rng: (rng.normal(size=(B, 2, 3)),)),
     'weighted_sum': (weighted_sum, lambda rng: (rng.normal(size=(B, 2, 3)),)),
 }
-TENSORFLOW = ['running_means', 'padded_ramp', 'last_row']
+TENSORFLOW = ['countdown', 'resized', 'running_means', 'padded_ramp', 'last_row']
 
 ctx = ab.Context()
 BATCHED = {name: ctx.batch_uncurried(fn, per_member=True)
@@ -228,7 +253,15 @@ def sized_by_the_data(x):
   return np.zeros(n) + x[1]
 
 
-@pytest.mark.parametrize('fn', [sized_by_an_argument, sized_by_the_data])
+def sized_after_a_loop(x):
+  n = len(x)
+  while n > 1:
+    n -= 1
+  return np.zeros(n) + x[1]
+
+
+@pytest.mark.parametrize('fn', [sized_by_an_argument, sized_by_the_data,
+                                sized_after_a_loop])
 def test_a_size_that_differs_between_members_is_refused(fn):
   batched = ab.Context().batch_uncurried(fn, per_member=True)
   args = [np.full((B, 2), 3.0)] + ([np.array([2, 3, 3, 1])]
@@ -236,8 +269,9 @@ def test_a_size_that_differs_between_members_is_refused(fn):
   with pytest.raises(errors.PerMemberError, match='one per member') as info:
     batched(*args)
   assert 'Pad to a fixed size' in str(info.value)
-  assert info.value.loc.line == fn.__code__.co_firstlineno + (
-      1 if fn is sized_by_an_argument else 2)
+  assert info.value.loc.line == fn.__code__.co_firstlineno + {
+      sized_by_an_argument: 1, sized_by_the_data: 2,
+      sized_after_a_loop: 4}[fn]
 
 
 def test_a_size_mixed_with_a_members_integer_and_a_float_runs_on_tensorflow():
