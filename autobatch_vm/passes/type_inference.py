@@ -879,7 +879,7 @@ class _Inference:
     mistakes = []
     gots = []
 
-    def gives_expected(as_arrays):
+    def gives_expected(as_arrays, near=False):
       for kind in MADE_UP:
         try:
           with self.backend.error_context():
@@ -893,7 +893,7 @@ class _Inference:
         except Exception:  # pylint: disable=broad-except
           continue
         gots.append(_strip(got))
-        if gots[-1] == expected:
+        if gots[-1] == expected or (near and _wider(gots[-1], expected)):
           return True
         # Another kind may give it: a slice around a counter
         # (`x[i - 1:i + 2]`) is empty at 0 only.
@@ -924,6 +924,9 @@ class _Inference:
     if chosen is None or not gives_expected(chosen):
       if mistakes:
         raise mistakes[0]
+      near = self.near_casts(weak, in_types, candidates, gives_expected)
+      if near is not None:
+        return near
       names = ', '.join(repr(op.vars_in[i]) for i in weak)
       if gots and _gains_the_batch(gots[0], expected):
         # Not a dtype: the number, one per member, indexes or gathers
@@ -956,6 +959,35 @@ class _Inference:
                 '`i = np.int32(0)`.'))
       error.arguments = tuple(sorted(origin))
       raise error
+    return tuple((i, np.dtype(d)) for i, d in sorted(chosen.items())
+                 if np.dtype(d) != np.dtype(in_types[i].dtype))
+
+  @staticmethod
+  def near_casts(weak, in_types, candidates, gives_expected):
+    """`PrimOp.casts` with which an op computes its inferred result in
+    wider dtypes of the same kinds, or None where none does.
+
+    A weak number's own arithmetic inside the op (`s + (1 if d == 0 else
+    -1)`, `v * k + math.sqrt(k)`) gives, per member, a Python number,
+    which takes the array's dtype where it meets it; at run time it is an
+    array of int64, float64 or complex128, whichever dtype the weak
+    inputs are cast to.  The VM casts each result to its variable's dtype
+    as it writes it (`Backend.coerce_fn`): the member's values, computed
+    in the wider dtype.  The inputs are cast to the arrays' dtypes where
+    that gives such a result, else kept in their own.
+    """
+    chosen = {}
+    for i in weak:
+      own = np.dtype(in_types[i].dtype)
+      # (Not to a kind that loses the number's: a float to an int.)
+      kept = [d for d in candidates
+              if np.dtype(d).kind in _WEAK_TO.get(own.kind, '')]
+      for dtype in kept + [own]:
+        if gives_expected({**chosen, i: dtype}, near=True):
+          chosen[i] = dtype
+          break
+      else:
+        return None
     return tuple((i, np.dtype(d)) for i, d in sorted(chosen.items())
                  if np.dtype(d) != np.dtype(in_types[i].dtype))
 
@@ -1181,6 +1213,21 @@ _ROW_KEEPING = (ast.Expression, ast.Name, ast.Load, ast.Constant, ast.BinOp,
 
 def _prim_key(op, in_types):
   return (id(op), tuple(inst.type_str(t) + repr(t) for t in in_types))
+
+
+def _wider(got, expected):
+  """Whether type pattern `got` is `expected` with some leaves' dtypes
+  wider ones of the same kind (int64 for int32, float64 for float32): one
+  structure and shapes."""
+  try:
+    leaves = list(zip(inst.pattern_flatten(got, inst.TensorType),
+                      inst.pattern_flatten(expected, inst.TensorType),
+                      strict=True))
+  except (ValueError, TypeError):
+    return False
+  return all(
+      x.shape == y.shape and x.dtype.kind == y.dtype.kind and
+      x.dtype.itemsize >= y.dtype.itemsize for x, y in leaves)
 
 
 def _strip(t):
