@@ -1104,6 +1104,18 @@ class _Inference:
           except errors.TypeInferenceError:
             raise first from None
           op = promoted
+        if self.on_tensorflow and _narrows(casts, in_types):
+          # A weak integer cast to a narrower one wraps there (`i <= n` of
+          # a counter `i = 128` and an int8 `n`); NumPy compares the
+          # number itself: the promoting form, in the joint dtype, where
+          # it gives the type without the cast.
+          promoted = self.promoting_form(op)
+          if promoted is not None:
+            try:
+              if not self.weak_casts(promoted, in_types, fn, typed=op):
+                op, casts = promoted, ()
+            except errors.TypeInferenceError:
+              pass
         if casts:
           op = dataclasses.replace(op, casts=casts)
         if shared:
@@ -1228,6 +1240,17 @@ def _wider(got, expected):
   return all(
       x.shape == y.shape and x.dtype.kind == y.dtype.kind and
       x.dtype.itemsize >= y.dtype.itemsize for x, y in leaves)
+
+
+def _narrows(casts, in_types):
+  """Whether `PrimOp.casts` `casts` cast an integer input to an integer
+  dtype that cannot hold all of its own."""
+  for i, dtype in casts:
+    own = np.dtype(in_types[i].dtype)
+    if (own.kind in 'iu' and dtype.kind in 'iu' and
+        np.result_type(own, dtype) != dtype):
+      return True
+  return False
 
 
 def _strip(t):

@@ -27,19 +27,20 @@ def _alone(fn, args):
                    for b in range(batch)])
 
 
-def run_everywhere(fn, args):
+def run_everywhere(fn, args, **kwargs):
   """`fn` batched everywhere against each member alone; Python numbers
   among `args` are passed as they are."""
   want = _alone(fn, args)
-  outs = {'dry run': fn(*args, dry_run=True)}
+  outs = {'dry run': fn(*args, dry_run=True, **kwargs)}
   for stackless in (False, True):
-    outs[f'numpy stackless={stackless}'] = fn(*args, stackless=stackless)
+    outs[f'numpy stackless={stackless}'] = fn(*args, stackless=stackless,
+                                              **kwargs)
   tf = pytest.importorskip('tensorflow')
   targs = [tf.constant(a) if isinstance(a, np.ndarray) else a for a in args]
-  outs['eager'] = fn(*targs)
+  outs['eager'] = fn(*targs, **kwargs)
   for jit in (False, True):
     outs[f'tf.function jit={jit}'] = tf.function(
-        lambda *a: fn(*a), jit_compile=jit, autograph=False)(*targs)
+        lambda *a: fn(*a, **kwargs), jit_compile=jit, autograph=False)(*targs)
   for mode, out in outs.items():
     got = np.asarray(out)
     assert got.dtype == want.dtype, (mode, got.dtype, want.dtype)
@@ -90,3 +91,42 @@ def test_a_math_function_of_a_python_number_is_a_python_float():
   v = np.linspace(1, 2, 6, dtype=np.float32).reshape(3, 2)
   run_everywhere(root_shift, [v, 4])
   run_everywhere(root_steps, [v])
+
+
+@ctx.batch()
+def count_from(n):
+  i = 128
+  c = n * 0
+  while i <= n:
+    c = c + 1
+    i += 1
+  return c
+
+
+@ctx.batch()
+def count_past(n):
+  i = 0
+  c = 0
+  while i <= n:
+    i += 1
+    c += 1
+  return c
+
+
+@ctx.batch()
+def odd_steps(n):
+  i = -1
+  c = 0
+  while i < n:
+    i += 2
+    c += 1
+  return c
+
+
+def test_a_counter_beyond_a_narrow_dtype_is_compared_as_itself():
+  # (max_steps: a counter wrapped into the dtype would loop for ever.)
+  int8 = np.array([5, 127, -3], np.int8)
+  run_everywhere(count_from, [int8], max_steps=2000)
+  run_everywhere(count_past, [int8], max_steps=2000)
+  run_everywhere(odd_steps, [np.array([5, 255, 0], np.uint8)],
+                 max_steps=2000)
