@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import autobatch_vm as ab
+from autobatch_vm import errors
 
 ctx = ab.Context()
 
@@ -130,3 +131,38 @@ def test_a_counter_beyond_a_narrow_dtype_is_compared_as_itself():
   run_everywhere(count_past, [int8], max_steps=2000)
   run_everywhere(odd_steps, [np.array([5, 255, 0], np.uint8)],
                  max_steps=2000)
+
+
+@ctx.batch()
+def shifted(x, c):
+  return x + c
+
+
+@ctx.batch()
+def shifted_by_counter(x, n):
+  i = 100
+  while i < n:
+    i += 50
+  return x + i
+
+
+def test_a_python_int_an_arrays_dtype_cannot_hold_is_refused():
+  x = np.array([1, 2, 3], np.int8)
+  run_everywhere(shifted, [x, 100])
+  run_everywhere(shifted_by_counter, [x, np.array([0, 0, 0], np.int32)])
+  message = 'Python integer 300 out of bounds for int8'
+  with pytest.raises(OverflowError, match=message):
+    shifted(x, 300, dry_run=True)
+  for stackless in (False, True):
+    with pytest.raises(errors.PrimitiveError, match=message) as info:
+      shifted(x, 300, stackless=stackless)
+    assert 'x + c' in str(info.value)
+  with pytest.raises(errors.PrimitiveError, match=message):
+    shifted_by_counter(x, np.array([0, 300, 0], np.int32), stackless=True)
+  tf = pytest.importorskip('tensorflow')
+  with pytest.raises(errors.PrimitiveError, match=message):
+    shifted(tf.constant(x), 300)
+  # Staged, the check stops the run (XLA has no such check).
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match='Python integer out of bounds for int8'):
+    tf.function(lambda a: shifted(a, 300), autograph=False)(tf.constant(x))
