@@ -914,7 +914,12 @@ class _Inference:
           'number first (np.float64(j)).')
     chosen = {}
     for i in weak:
-      for dtype in [in_types[i].dtype] + candidates:
+      # (Or the dtype NumPy gives the number next to an array's: a
+      # complex beside float32 is complex64.)
+      met = [np.result_type(d, in_types[i].dtype.type(0).item())
+             for d in candidates]
+      for dtype in [in_types[i].dtype] + candidates + [
+          d for d in met if d not in candidates]:
         if gives_expected({i: dtype}):
           chosen[i] = dtype
           break

@@ -166,3 +166,20 @@ def test_a_python_int_an_arrays_dtype_cannot_hold_is_refused():
   with pytest.raises(tf.errors.InvalidArgumentError,
                      match='Python integer out of bounds for int8'):
     tf.function(lambda a: shifted(a, 300), autograph=False)(tf.constant(x))
+
+
+@ctx.batch()
+def rotated(x, c):
+  return x * c
+
+
+@ctx.batch(per_member=True)
+def rotated_member(x, c):
+  return x * c + c
+
+
+def test_a_python_complex_argument_takes_the_arrays_precision():
+  x = np.linspace(1, 2, 3, dtype=np.float32)
+  run_everywhere(rotated, [x, 1j])
+  run_everywhere(rotated_member, [x, 0.5 + 2j])
+  run_everywhere(rotated, [x.astype(np.float64), 1j])
