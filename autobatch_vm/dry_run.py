@@ -30,6 +30,7 @@ import weakref
 import numpy as np
 
 from autobatch_vm import errors
+from autobatch_vm import ops
 from autobatch_vm.ir import instructions as inst
 from autobatch_vm.per_member import member_ops
 from autobatch_vm.python import call_arguments
@@ -125,8 +126,10 @@ class DryRuns:
                     else _one_member(a)
                     for a, g in zip(member, given or member)]
         elif params:
-          member = [g if (t is None and given is not None and
-                          type(g) in _PY_NUMBERS)
+          # A Python number that the dtype its uses take cannot hold
+          # stays one: the member's operators refuse it, as NumPy's do.
+          member = [g if (given is not None and type(g) in _PY_NUMBERS and
+                          (t is None or _int_outside(g, t)))
                     else _converted(backend, a, t, a)
                     for a, t, g in zip(member, params, given or params)]
         results.append(run(*member))
@@ -444,6 +447,13 @@ def _member_types(fn):
       t = inst.TensorType(next(iter(seen[v])), t.shape)
     out[v] = None if len(seen.get(v, ())) > 1 else t
   return out
+
+
+def _int_outside(number, tensor_type):
+  """Whether Python number `number` is an int that the dtype of
+  `tensor_type` (a type pattern) cannot hold."""
+  return isinstance(tensor_type, inst.TensorType) and ops.int_outside(
+      number, np.dtype(tensor_type.dtype))
 
 
 def _converted(backend, value, tensor_type, otherwise):

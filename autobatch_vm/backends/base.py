@@ -30,11 +30,32 @@ import contextlib
 
 import numpy as np
 
-__all__ = ['Backend', 'PC', 'PC_STACK', 'PC_SP']
+__all__ = ['Backend', 'PC', 'PC_STACK', 'PC_SP', 'ints_outside']
 
 # The state slots of the program counter, its stack and the stack's pointer.
 PC, PC_STACK, PC_SP = 0, 1, 2
 
+
+
+def ints_outside(x, dtype):
+  """The first value of integer array `x` that integer `dtype` cannot hold.
+
+  None where there is none, or where either is no integer.
+
+  Args:
+    x: A NumPy array.
+    dtype: A NumPy dtype.
+
+  Returns:
+    The value, a Python int, or None.
+  """
+  dtype = np.dtype(dtype)
+  if x.dtype.kind not in 'iu' or dtype.kind not in 'iu' or (
+      np.result_type(x.dtype, dtype) == dtype) or not x.size:
+    return None
+  info = np.iinfo(dtype)
+  outside = (x < info.min) | (x > info.max)
+  return int(x[outside].flat[0]) if outside.any() else None
 
 class Backend:
   """Base class of backends: the interface and its defaults.
@@ -244,6 +265,28 @@ class Backend:
       The cast array.
     """
     raise NotImplementedError
+
+  def cast_weak(self, x, dtype, where=''):
+    """A weak variable's values cast where a primitive meets arrays.
+
+    The values are Python numbers, one per member; `PrimOp.casts` casts
+    them to the dtype the number takes there.  An integer that integer `dtype` cannot hold raises OverflowError, as
+    NumPy 2 refuses a Python int out of bounds for the array's dtype
+    (`x + 300` of an int8 `x`), where a cast would wrap it.
+
+    Args:
+      x: An array: the members' values, in the variable's own dtype.
+      dtype: A NumPy dtype.
+      where: The primitive's text and place, for the message of a check
+        that a staged graph runs.
+
+    Returns:
+      The cast array.
+
+    Raises:
+      OverflowError: Where an integer is out of `dtype`'s bounds.
+    """
+    return self.cast(x, dtype)
 
   def dummy(self, tensor_type, batch):
     """Zeros of a type, for type inference to run a primitive on.

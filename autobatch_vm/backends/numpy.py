@@ -207,6 +207,14 @@ class NumpyBackend(base.Backend):
   def cast(self, x, dtype):
     return np.asarray(x).astype(dtype, copy=False)
 
+  def cast_weak(self, x, dtype, where=''):
+    x = np.asarray(x)
+    outside = base.ints_outside(x, dtype)
+    if outside is not None:
+      raise OverflowError(f'Python integer {outside} out of bounds for '
+                          f'{np.dtype(dtype)}')
+    return x.astype(dtype, copy=False)
+
   # No tracer (the default `traces_symbolically`): type inference runs
   # primitives on made-up values (`type_inference.MADE_UP`).
 

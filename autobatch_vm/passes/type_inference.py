@@ -922,7 +922,7 @@ class _Inference:
     mistakes = []
     gots = []
 
-    def gives_expected(as_arrays):
+    def gives_expected(as_arrays, near=False):
       for kind in MADE_UP:
         try:
           with self.backend.error_context():
@@ -936,7 +936,7 @@ class _Inference:
         except Exception:  # pylint: disable=broad-except
           continue
         gots.append(_strip(got))
-        if gots[-1] == expected:
+        if gots[-1] == expected or (near and _wider(gots[-1], expected)):
           return True
         # Another kind may give it: a slice around a counter
         # (`x[i - 1:i + 2]`) is empty at 0 only.
@@ -967,7 +967,12 @@ class _Inference:
           'number first (np.float64(j)).')
     chosen = {}
     for i in weak:
-      for dtype in [in_types[i].dtype] + candidates:
+      # (Or the dtype NumPy gives the number next to an array's: a
+      # complex beside float32 is complex64.)
+      met = [np.result_type(d, in_types[i].dtype.type(0).item())
+             for d in candidates]
+      for dtype in [in_types[i].dtype] + candidates + [
+          d for d in met if d not in candidates]:
         if gives_expected({i: dtype}):
           chosen[i] = dtype
           break
@@ -977,6 +982,9 @@ class _Inference:
     if chosen is None or not gives_expected(chosen):
       if mistakes:
         raise mistakes[0]
+      near = self.near_casts(weak, in_types, candidates, gives_expected)
+      if near is not None:
+        return near
       names = ', '.join(repr(op.vars_in[i]) for i in weak)
       if gots and _gains_the_batch(gots[0], expected):
         # Not a dtype: the number, one per member, indexes or gathers
@@ -1009,6 +1017,35 @@ class _Inference:
                 '`i = np.int32(0)`.'))
       error.arguments = tuple(sorted(origin))
       raise error
+    return tuple((i, np.dtype(d)) for i, d in sorted(chosen.items())
+                 if np.dtype(d) != np.dtype(in_types[i].dtype))
+
+  @staticmethod
+  def near_casts(weak, in_types, candidates, gives_expected):
+    """`PrimOp.casts` with which an op computes its inferred result in
+    wider dtypes of the same kinds, or None where none does.
+
+    A weak number's own arithmetic inside the op (`s + (1 if d == 0 else
+    -1)`, `v * k + math.sqrt(k)`) gives, per member, a Python number,
+    which takes the array's dtype where it meets it; at run time it is an
+    array of int64, float64 or complex128, whichever dtype the weak
+    inputs are cast to.  The VM casts each result to its variable's dtype
+    as it writes it (`Backend.coerce_fn`): the member's values, computed
+    in the wider dtype.  The inputs are cast to the arrays' dtypes where
+    that gives such a result, else kept in their own.
+    """
+    chosen = {}
+    for i in weak:
+      own = np.dtype(in_types[i].dtype)
+      # (Not to a kind that loses the number's: a float to an int.)
+      kept = [d for d in candidates
+              if np.dtype(d).kind in _WEAK_TO.get(own.kind, '')]
+      for dtype in kept + [own]:
+        if gives_expected({**chosen, i: dtype}, near=True):
+          chosen[i] = dtype
+          break
+      else:
+        return None
     return tuple((i, np.dtype(d)) for i, d in sorted(chosen.items())
                  if np.dtype(d) != np.dtype(in_types[i].dtype))
 
@@ -1125,6 +1162,18 @@ class _Inference:
           except errors.TypeInferenceError:
             raise first from None
           op = promoted
+        if self.on_tensorflow and _narrows(casts, in_types):
+          # A weak integer cast to a narrower one wraps there (`i <= n` of
+          # a counter `i = 128` and an int8 `n`); NumPy compares the
+          # number itself: the promoting form, in the joint dtype, where
+          # it gives the type without the cast.
+          promoted = self.promoting_form(op)
+          if promoted is not None:
+            try:
+              if not self.weak_casts(promoted, in_types, fn, typed=op):
+                op, casts = promoted, ()
+            except errors.TypeInferenceError:
+              pass
         if casts:
           op = dataclasses.replace(op, casts=casts)
         if shared:
@@ -1234,6 +1283,32 @@ _ROW_KEEPING = (ast.Expression, ast.Name, ast.Load, ast.Constant, ast.BinOp,
 
 def _prim_key(op, in_types):
   return (id(op), tuple(inst.type_str(t) + repr(t) for t in in_types))
+
+
+def _wider(got, expected):
+  """Whether type pattern `got` is `expected` with some leaves' dtypes
+  wider ones of the same kind (int64 for int32, float64 for float32): one
+  structure and shapes."""
+  try:
+    leaves = list(zip(inst.pattern_flatten(got, inst.TensorType),
+                      inst.pattern_flatten(expected, inst.TensorType),
+                      strict=True))
+  except (ValueError, TypeError):
+    return False
+  return all(
+      x.shape == y.shape and x.dtype.kind == y.dtype.kind and
+      x.dtype.itemsize >= y.dtype.itemsize for x, y in leaves)
+
+
+def _narrows(casts, in_types):
+  """Whether `PrimOp.casts` `casts` cast an integer input to an integer
+  dtype that cannot hold all of its own."""
+  for i, dtype in casts:
+    own = np.dtype(in_types[i].dtype)
+    if (own.kind in 'iu' and dtype.kind in 'iu' and
+        np.result_type(own, dtype) != dtype):
+      return True
+  return False
 
 
 def _strip(t):

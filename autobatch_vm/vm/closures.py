@@ -264,7 +264,8 @@ class BlockCompiler:
     """
     readers = [self.reader(v) for v in op.vars_in]
     for i, dtype in op.casts:   # weak variables: see PrimOp.casts
-      readers[i] = _cast_reader(readers[i], self.be.cast, dtype)
+      readers[i] = _cast_reader(readers[i], self.be.cast_weak, dtype,
+                                dispatch.weak_cast_place(op))
     bind = self.binder(op.vars_out, strict=op.strict)
     fn = dispatch.primitive(op, self.be)
     be = self.be
@@ -277,8 +278,10 @@ class BlockCompiler:
     checked = op.per_member and be.reports_out_of_range
 
     def run_prim(state, temps, m):
-      args = [r(state, temps, m) for r in readers]
       try:
+        # (In the `try`: a weak number's cast raises as NumPy's operator
+        # does, `Backend.cast_weak`.)
+        args = [r(state, temps, m) for r in readers]
         if checked:
           result = run_errors.reporting_member_errors(
               op, be, m, lambda: fn(m, *args) if guarded else fn(*args))
@@ -632,8 +635,8 @@ def _read_after(block, i):
       *[liveness.reads(op) for op in block.instructions[i:]])
 
 
-def _cast_reader(read, cast, dtype):
-  return lambda state, temps, m: cast(read(state, temps, m), dtype)
+def _cast_reader(read, cast, dtype, where):
+  return lambda state, temps, m: cast(read(state, temps, m), dtype, where)
 
 
 def _ignore_mask(coerce):

@@ -231,12 +231,17 @@ class _Gen:
 
   def prim(self, op):
     args = [self.read(v) for v in op.vars_in]
+    casts = []
     if op.casts:
-      cast = self.const(self.be.cast, 'cast')
+      # Inside the `try`: a weak number's cast raises as NumPy's operator
+      # does (`Backend.cast_weak`).
+      cast = self.const(self.be.cast_weak, 'cast')
       args = list(args)
       for i, dtype in op.casts:
         x = self.fresh()
-        self.emit(f'{x} = {cast}({args[i]}, {self.const(dtype, "dtype")})')
+        place = self.const(dispatch.weak_cast_place(op), 'place')
+        casts.append(f'  {x} = {cast}({args[i]}, '
+                     f'{self.const(dtype, "dtype")}, {place})')
         args[i] = x
     fn = self.const(dispatch.primitive(op, self.be), 'fn')
     opname = self.const(op, 'op')
@@ -245,6 +250,8 @@ class _Gen:
     r = self.fresh('r')
     arglist = ', '.join(args)
     self.emit('try:')
+    for line in casts:
+      self.emit(line)
     self.emit(f'  {r} = {fn}({arglist})')
     self.emit('except AutoBatchError:')
     self.emit('  raise')

@@ -93,8 +93,20 @@ def cast_args(op, args, backend):
     return args
   args = list(args)
   for i, dtype in op.casts:
-    args[i] = backend.cast(args[i], dtype)
+    args[i] = backend.cast_weak(args[i], dtype, weak_cast_place(op))
   return args
+
+
+def weak_cast_place(op):
+  """Where `op` casts a weak input, for `Backend.cast_weak`'s message.
+
+  Args:
+    op: A `PrimOp`.
+
+  Returns:
+    A string: ' in `text` (place)', or ''.
+  """
+  return f' in `{op.text}` ({op.loc})' if op.loc is not None else ''
 
 
 def flatten_like(template, value):

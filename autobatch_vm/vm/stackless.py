@@ -285,12 +285,14 @@ class _Executor:
       rows.write(c.vars_out, part, compact=True)
 
   def prim(self, frame, op, m, rows):
-    args = dispatch.cast_args(
-        op, [rows.read(v) for v in op.vars_in], self.be)
+    args = [rows.read(v) for v in op.vars_in]
     if self.sanitize is not None:   # see TensorFlowBackend.sanitize
       args = [inst.pattern_map(lambda x: self.sanitize(x, m), a)
               for a in args]
     try:
+      # (In the `try`: a weak number's cast raises as NumPy's operator
+      # does, `Backend.cast_weak`.)
+      args = dispatch.cast_args(op, args, self.be)
       fn = dispatch.primitive(op, self.be)
       if op.per_member and self.be.reports_out_of_range:
         result = run_errors.reporting_member_errors(

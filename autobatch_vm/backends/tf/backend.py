@@ -203,6 +203,31 @@ class TensorFlowBackend(base.Backend):
   def cast(self, x, dtype):
     return tf.cast(x, tf.as_dtype(np.dtype(dtype)))
 
+  def cast_weak(self, x, dtype, where=''):
+    dtype = np.dtype(dtype)
+    x = tf.convert_to_tensor(x)
+    own = np.dtype(x.dtype.as_numpy_dtype)
+    if own.kind not in 'iu' or dtype.kind not in 'iu' or (
+        np.result_type(own, dtype) == dtype):
+      return self.cast(x, dtype)
+    if tf.executing_eagerly():
+      outside = base.ints_outside(x.numpy(), dtype)
+      if outside is not None:
+        raise OverflowError(f'Python integer {outside} out of bounds for '
+                            f'{dtype}')
+      return self.cast(x, dtype)
+    # Staged: a failed check stops the run where it is executed (XLA
+    # drops the check).
+    info = np.iinfo(dtype)
+    wide = tf.cast(x, tf.int64) if own != np.uint64 else x
+    low = max(info.min, 0) if own == np.uint64 else info.min
+    check = tf.debugging.Assert(
+        tf.reduce_all((wide >= low) & (wide <= min(info.max, 2**63 - 1))),
+        [f'OverflowError: Python integer out of bounds for {dtype}{where}:',
+         x])
+    with tf.control_dependencies([check]):
+      return self.cast(tf.identity(x), dtype)
+
   def dummy(self, tensor_type, batch):
     return tf.zeros((batch,) + tuple(tensor_type.shape),
                     tf.as_dtype(tensor_type.dtype))

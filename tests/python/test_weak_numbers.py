@@ -1,0 +1,185 @@
+"""Python numbers are weak: they take the dtype of the arrays they meet.
+
+Per member, `1 if d == 0 else -1` of a loop counter `d` is a Python int,
+`math.sqrt(k)` of a Python int `k` a Python float, and a Python number
+passed as an argument stays one: next to an int32 or float32 array each
+takes the array's dtype (NumPy 2, NEP 50).  Each program runs batched
+against each member run alone as plain Python (values and dtypes): the
+dry run, NumPy (stack VM, stackless) and TensorFlow (eager,
+`tf.function`, XLA).
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+import autobatch_vm as ab
+from autobatch_vm import errors
+
+ctx = ab.Context()
+
+
+def _alone(fn, args):
+  """Each member's plain Python result, stacked."""
+  batch = next(len(a) for a in args if isinstance(a, np.ndarray))
+  return np.stack([np.asarray(fn.python_function(
+      *[a[b] if isinstance(a, np.ndarray) else a for a in args]))
+                   for b in range(batch)])
+
+
+def run_everywhere(fn, args, **kwargs):
+  """`fn` batched everywhere against each member alone; Python numbers
+  among `args` are passed as they are."""
+  want = _alone(fn, args)
+  outs = {'dry run': fn(*args, dry_run=True, **kwargs)}
+  for stackless in (False, True):
+    outs[f'numpy stackless={stackless}'] = fn(*args, stackless=stackless,
+                                              **kwargs)
+  tf = pytest.importorskip('tensorflow')
+  targs = [tf.constant(a) if isinstance(a, np.ndarray) else a for a in args]
+  outs['eager'] = fn(*targs, **kwargs)
+  for jit in (False, True):
+    outs[f'tf.function jit={jit}'] = tf.function(
+        lambda *a: fn(*a, **kwargs), jit_compile=jit, autograph=False)(*targs)
+  for mode, out in outs.items():
+    got = np.asarray(out)
+    assert got.dtype == want.dtype, (mode, got.dtype, want.dtype)
+    np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=mode)
+
+
+@ctx.batch()
+def signed_steps(n):
+  s = n * 0
+  d = 0
+  while d < 3:
+    s = s + (1 if d == 0 else -1)
+    d += 1
+  return s
+
+
+@ctx.batch()
+def chosen_scale(x, n):
+  y = x
+  k = 0
+  while k < n:
+    y = y * (2.0 if k % 2 == 0 else 0.5) + k
+    k += 1
+  return y
+
+
+def test_a_choice_between_python_numbers_takes_the_arrays_dtype():
+  run_everywhere(signed_steps, [np.arange(4, dtype=np.int32)])
+  run_everywhere(chosen_scale, [np.linspace(1, 2, 3, dtype=np.float32),
+                                np.array([0, 1, 4], np.int32)])
+
+
+@ctx.batch(per_member=True)
+def root_shift(v, k):
+  return v * k + math.sqrt(k)
+
+
+@ctx.batch(per_member=True)
+def root_steps(v):
+  k = 1
+  while k < 3:
+    v = v * k + math.sqrt(k)
+    k += 1
+  return v
+
+
+def test_a_math_function_of_a_python_number_is_a_python_float():
+  v = np.linspace(1, 2, 6, dtype=np.float32).reshape(3, 2)
+  run_everywhere(root_shift, [v, 4])
+  run_everywhere(root_steps, [v])
+
+
+@ctx.batch()
+def count_from(n):
+  i = 128
+  c = n * 0
+  while i <= n:
+    c = c + 1
+    i += 1
+  return c
+
+
+@ctx.batch()
+def count_past(n):
+  i = 0
+  c = 0
+  while i <= n:
+    i += 1
+    c += 1
+  return c
+
+
+@ctx.batch()
+def odd_steps(n):
+  i = -1
+  c = 0
+  while i < n:
+    i += 2
+    c += 1
+  return c
+
+
+def test_a_counter_beyond_a_narrow_dtype_is_compared_as_itself():
+  # (max_steps: a counter wrapped into the dtype would loop for ever.)
+  int8 = np.array([5, 127, -3], np.int8)
+  run_everywhere(count_from, [int8], max_steps=2000)
+  run_everywhere(count_past, [int8], max_steps=2000)
+  run_everywhere(odd_steps, [np.array([5, 255, 0], np.uint8)],
+                 max_steps=2000)
+
+
+@ctx.batch()
+def shifted(x, c):
+  return x + c
+
+
+@ctx.batch()
+def shifted_by_counter(x, n):
+  i = 100
+  while i < n:
+    i += 50
+  return x + i
+
+
+def test_a_python_int_an_arrays_dtype_cannot_hold_is_refused():
+  x = np.array([1, 2, 3], np.int8)
+  run_everywhere(shifted, [x, 100])
+  run_everywhere(shifted_by_counter, [x, np.array([0, 0, 0], np.int32)])
+  message = 'Python integer 300 out of bounds for int8'
+  with pytest.raises(OverflowError, match=message):
+    shifted(x, 300, dry_run=True)
+  for stackless in (False, True):
+    with pytest.raises(errors.PrimitiveError, match=message) as info:
+      shifted(x, 300, stackless=stackless)
+    assert 'x + c' in str(info.value)
+  with pytest.raises(errors.PrimitiveError, match=message):
+    shifted_by_counter(x, np.array([0, 300, 0], np.int32), stackless=True)
+  tf = pytest.importorskip('tensorflow')
+  with pytest.raises(errors.PrimitiveError, match=message):
+    shifted(tf.constant(x), 300)
+  # Staged, the check stops the run (XLA has no such check).
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match='Python integer out of bounds for int8'):
+    tf.function(lambda a: shifted(a, 300), autograph=False)(tf.constant(x))
+
+
+@ctx.batch()
+def rotated(x, c):
+  return x * c
+
+
+@ctx.batch(per_member=True)
+def rotated_member(x, c):
+  return x * c + c
+
+
+def test_a_python_complex_argument_takes_the_arrays_precision():
+  x = np.linspace(1, 2, 3, dtype=np.float32)
+  run_everywhere(rotated, [x, 1j])
+  run_everywhere(rotated_member, [x, 0.5 + 2j])
+  run_everywhere(rotated, [x.astype(np.float64), 1j])
