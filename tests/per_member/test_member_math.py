@@ -180,6 +180,26 @@ def test_round_is_half_to_even_as_python():
   np.testing.assert_allclose(out[1], [round(v, 2) for v in x])
 
 
+def test_round_of_a_float32_to_digits_is_numpys_float32():
+  # NumPy rounds a float32 in float32 (round(np.float32(2.675), 2) is
+  # 2.68, a float32); in float64 it gave 2.67.
+  from tests.python import run_everywhere  # pylint: disable=g-import-not-at-top
+  x = np.array([0.125, 2.675, 1.005, -3.14159, 0.335, 1234.5], np.float32)
+
+  def check(out):
+    want = [np.asarray(round(v, 2)) for v in x], [
+        np.asarray(round(v, -1)) for v in x]
+    for got, w in zip(out, want):
+      assert got.dtype == np.float32
+      np.testing.assert_array_equal(got, w)
+  run_everywhere(rounded_to_digits, [x], check=check)
+
+
+@ab.Context().batch(per_member=True)
+def rounded_to_digits(x):
+  return round(x, 2), round(x, -1)
+
+
 _round_ctx = ab.Context()
 
 
