@@ -340,6 +340,7 @@ def _expand_to(cond, rank):
 _BINARY = {'add': operator.add, 'sub': operator.sub, 'mul': operator.mul,
            'truediv': operator.truediv, 'pow': operator.pow,
            'and_': operator.and_, 'or_': operator.or_, 'xor': operator.xor,
+           'lshift': operator.lshift, 'rshift': operator.rshift,
            'lt': operator.lt, 'le': operator.le, 'gt': operator.gt,
            'ge': operator.ge, 'eq': operator.eq, 'ne': operator.ne}
 

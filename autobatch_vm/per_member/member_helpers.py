@@ -10,9 +10,12 @@ primitive calls through `member_ops.call`, and `member_helper` gives the
 helper with its own calls rewritten the same way (once per function,
 recursively through the helpers it calls).
 
-Only the calls change: the helper's statements, operators and indexing
-run as written (an `if` on one member's value inside it is still the
-`PerMemberError` that asks to move the test into the per-member function).
+The calls change, and the binary operators and comparisons go through
+`ops.promoted` (NumPy's dtypes where TensorFlow's operators do not
+promote; Python's operator on anything else); the helper's statements
+and indexing run as written (an `if` on one member's value inside it is
+still the `PerMemberError` that asks to move the test into the
+per-member function).
 A helper is a plain Python function whose source is outside installed
 libraries and this package, without decorators; any other function, and
 one whose source cannot be read, is called as it is.
@@ -131,6 +134,15 @@ _LIBRARIES = tuple(sorted({
 _NOT_PLAIN = (inspect.CO_GENERATOR | inspect.CO_COROUTINE |
               inspect.CO_ASYNC_GENERATOR)
 _OPS = '__ab_member_ops'
+
+# A helper's operators that go through `ops.promoted` (its `_BINARY`; a
+# power keeps Python's operator, whose failures `member_ops.power` notes
+# in the primitive itself).
+_PROMOTED = {
+    ast.Add: 'add', ast.Sub: 'sub', ast.Mult: 'mul', ast.Div: 'truediv',
+    ast.BitAnd: 'and_', ast.BitOr: 'or_', ast.BitXor: 'xor',
+    ast.LShift: 'lshift', ast.RShift: 'rshift', ast.Lt: 'lt',
+    ast.LtE: 'le', ast.Gt: 'gt', ast.GtE: 'ge', ast.Eq: 'eq', ast.NotEq: 'ne'}
 
 
 def member_call(obj, node):
@@ -488,11 +500,30 @@ class _CallRewriter(ast.NodeTransformer):
 
   def visit_BinOp(self, node):
     node = self.generic_visit(node)
+    if type(node.op) in _PROMOTED:
+      # TensorFlow's operators do not promote (an int64 times 0.5, a
+      # float32 times a float64 array): NumPy's dtypes, as the calling
+      # primitive's own operators get them (`ops.promoted`).
+      return self._promoted(_PROMOTED[type(node.op)], node.left, node.right,
+                            node)
     if not isinstance(node.op, ast.MatMult):
       return node
     # `a @ v` with a vector: `tf_numpy.matmul` or `member_ops.matmul`.
     self.changed = True
     return matmul_call(_OPS, node)
+
+  def visit_Compare(self, node):
+    node = self.generic_visit(node)
+    if len(node.ops) != 1 or type(node.ops[0]) not in _PROMOTED:
+      return node
+    return self._promoted(_PROMOTED[type(node.ops[0])], node.left,
+                          node.comparators[0], node)
+
+  def _promoted(self, name, left, right, like):
+    self.changed = True
+    fn = ast.Attribute(ast.Name(_OPS, ast.Load()), 'promoted', ast.Load())
+    return _located(ast.Call(fn, [ast.Constant(name), left, right], []),
+                    like)
 
   # In a per-member helper, a member's tensor is iterated and indexed as
   # in the per-member function itself: Python iterates no tensor inside

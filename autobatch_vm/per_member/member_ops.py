@@ -56,7 +56,7 @@ __all__ = ['key', 'getitem', 'setitem', 'asarray', 'min', 'max', 'sum', 'all',
            'logical_and', 'logical_or', 'method', 'attribute',
            'logical_not', 'is_tf', 'note_failure', 'tnp_call', 'tf_like',
            'tf_linalg', 'tf_searchsorted', 'leaves', 'constant_array_item',
-           'optional_value']
+           'optional_value', 'promoted']
 
 # pylint: disable=redefined-builtin
 
@@ -2322,6 +2322,21 @@ def where(cond, a, b):
     shape = tf.broadcast_static_shape(a.shape, b.shape)
     return tf.where(cond, tf.broadcast_to(a, shape), tf.broadcast_to(b, shape))
   return np.where(cond, a, b)
+
+
+def promoted(name, a, b):
+  """`a <op> b` in a helper a per-member primitive calls: `ops.promoted`
+  (NumPy's dtypes for TensorFlow's operands; others as Python's operator).
+
+  Args:
+    name: The operator's name (`'add'`, `'lt'` ...).
+    a: The left operand.
+    b: The right operand.
+
+  Returns:
+    The result.
+  """
+  return ops.promoted(name, a, b)
 
 
 def optional_value(x, flag, guard=None):

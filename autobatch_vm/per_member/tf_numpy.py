@@ -23,6 +23,8 @@ __all__ = ['numpy_call', 'numpy_method', 'matmul', 'table_item',
 
 # `key[index]` is `index` (a helper's subscripts, `getitem(x, key[...])`).
 key = member_ops.key
+# A helper's operators (`member_helpers`): NumPy's promotion.
+promoted = member_ops.promoted
 
 
 def numpy_call(func, *args, **kwargs):

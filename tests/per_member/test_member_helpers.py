@@ -15,6 +15,7 @@ import pytest
 
 import autobatch_vm as ab
 from autobatch_vm.per_member import member_helpers
+from autobatch_vm.per_member import member_ops
 
 B = 5
 
@@ -158,8 +159,16 @@ def test_only_a_users_plain_functions_are_helpers():
 
 def test_a_helper_without_such_calls_is_called_as_it_is():
   def plain(x):
-    return x * 2 + 1
+    return -x
   assert member_helpers.member_helper(plain, None) is plain
+
+
+def test_a_helpers_operators_go_through_numpys_promotion():
+  def arithmetic(x):
+    return x * 2 + 1
+  made = member_helpers.member_helper(arithmetic, member_ops)
+  assert made is not arithmetic
+  np.testing.assert_array_equal(made(np.array([1, 2])), [3, 5])
 
 
 def _product_of_coordinates(v):

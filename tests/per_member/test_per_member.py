@@ -1146,3 +1146,43 @@ def test_an_item_of_an_empty_axis_still_fails_its_members():
     first(np.ones((3, 0)))
   assert info.value.function == 'first'
   assert info.value.lineno == first.python_function.__code__.co_firstlineno + 2
+
+
+_W64 = np.array([0.1, 0.2, 0.3])
+
+
+def _midpoint(lo, hi):
+  return (lo + hi) * 0.5
+
+
+def _weighted(k, x):
+  return k * x + (x < k)
+
+
+def _scaled(x):
+  return x * _W64
+
+
+def test_a_helpers_operators_promote_as_numpys():
+  """A helper's `(lo + hi) * 0.5` of int64s, `k * x` of an int and a
+  float, `x * W` of float32 and a float64 array: NumPy's dtypes on every
+  backend (TensorFlow's operators do not promote: they failed, or kept
+  float32)."""
+  from tests.python import run_everywhere  # pylint: disable=g-import-not-at-top
+
+  @ab.Context().batch(per_member=True)
+  def helpers(lo, hi, x, v):
+    return _midpoint(lo, hi), _weighted(lo, x), _scaled(v)
+
+  lo, hi = np.array([1, 2, 3]), np.array([4, 8, 9])
+  x = np.array([0.5, 1.5, 2.5])
+  v = np.arange(9, dtype=np.float32).reshape(3, 3)
+
+  def check(out):
+    want = [(_midpoint(a, b), _weighted(a, c), _scaled(d))
+            for a, b, c, d in zip(lo, hi, x, v)]
+    for i, got in enumerate(out):
+      w = np.stack([np.asarray(row[i]) for row in want])
+      assert got.dtype == w.dtype, (i, got.dtype, w.dtype)
+      np.testing.assert_allclose(got, w, rtol=1e-12)
+  run_everywhere(helpers, [lo, hi, x, v], check=check)
