@@ -129,15 +129,23 @@ def join(a, b):
   return type(a)(*items) if inst.is_namedtuple(a) else type(a)(items)
 
 
+def _leaf_pairs(got, expected):
+  """The pairs of leaves (`TensorType`s) of two type patterns of one
+  structure, or None where their structures differ."""
+  try:
+    return list(zip(inst.pattern_flatten(got, inst.TensorType),
+                    inst.pattern_flatten(expected, inst.TensorType),
+                    strict=True))
+  except (ValueError, TypeError):
+    return None
+
+
 def _gains_the_batch(got, expected):
   """Whether type pattern `got` (run at batch size 1 with numbers as
   arrays) is `expected` with an axis of size 1 (the batch's) more in
   some leaf: one structure and dtypes."""
-  try:
-    leaves = list(zip(inst.pattern_flatten(got, inst.TensorType),
-                      inst.pattern_flatten(expected, inst.TensorType),
-                      strict=True))
-  except (ValueError, TypeError):
+  leaves = _leaf_pairs(got, expected)
+  if leaves is None:
     return False
 
   def one_more(x, y):
@@ -1289,13 +1297,8 @@ def _wider(got, expected):
   """Whether type pattern `got` is `expected` with some leaves' dtypes
   wider ones of the same kind (int64 for int32, float64 for float32): one
   structure and shapes."""
-  try:
-    leaves = list(zip(inst.pattern_flatten(got, inst.TensorType),
-                      inst.pattern_flatten(expected, inst.TensorType),
-                      strict=True))
-  except (ValueError, TypeError):
-    return False
-  return all(
+  leaves = _leaf_pairs(got, expected)
+  return leaves is not None and all(
       x.shape == y.shape and x.dtype.kind == y.dtype.kind and
       x.dtype.itemsize >= y.dtype.itemsize for x, y in leaves)
 

@@ -403,7 +403,8 @@ class _Compiler:
     if not written:
       return
     raise errors.UnsupportedSyntaxError(
-        f'`{python_optional.unparse(value)}` calls {helper.__name__}(), which assigns '
+        f'`{python_optional.unparse(value)}` calls {helper.__name__}(), '
+        'which assigns '
         f'items of its parameter {written[0]!r} (or updates it) in place, '
         'for its effect alone: a batched function\'s arrays are values, '
         'so the change would be lost', loc=self.src.loc(value),
@@ -436,7 +437,8 @@ class _Compiler:
                else s.value)
       if value is not s.value:
         # Printed as the user wrote it (`a, b = v`).
-        value.listing_text = python_primitives.shorten(python_optional.unparse(s))
+        value.listing_text = python_primitives.shorten(
+            python_optional.unparse(s))
       self.expr(value, self._target_pattern(target))
       return
     var = self.expr(s.value)

@@ -341,34 +341,35 @@ def member_error(kind, op, members):
         f'(v[j:j + 3]), and for {who} it does not lie within its axis: '
         'Python gives them a shorter slice there (or counts a negative '
         'start from the end), a length other members\' windows do not '
-        'have', loc=op.loc, members=members, hint='Keep each window within the array '
+        'have', loc=op.loc, members=members,
+        hint='Keep each window within the array '
         '(np.clip the start to len(v) - 3), or pad the array by the '
         "window's length.")
   name, message = member_math.FAILURES[kind]
-  if kind == 'none':
-    return errors.PrimitiveError(
-        f'{name} in `{text}` for {who}: {message}', loc=op.loc, members=members,
-        hint=f'Python raises {name} here for these members (a dry run, '
-        'dry_run=True, shows each alone): a local they read was assigned '
-        'None (x = None) and no value after it on the path they took.  '
-        'Test `x is None` before using it (a read in the right operand '
-        'of `x is None or ...` is made only where it is not None), or '
-        'give it a value on every path.')
-  if kind in _SLICE_HINTS:
-    return errors.PrimitiveError(
-        f'{name} in `{text}` for {who}: {message}', loc=op.loc, members=members,
-        hint=f'Python raises {name} here for these members (a dry run, '
-        'dry_run=True, shows each alone).  ' + _SLICE_HINTS[kind])
   return errors.PrimitiveError(
-      f'{name} in `{text}` for {who}: {message}', loc=op.loc, members=members,
+      f'{name} in `{text}` for {who}: {message}', loc=op.loc,
+      members=members,
       hint=f'Python raises {name} here for these members (a dry run, '
-      'dry_run=True, shows each alone): an argument outside the '
-      'function\'s domain (math.sqrt or math.log of a negative number, '
-      'math.log(0.0), math.acos(2.0)), a result too large for a float '
-      '(math.exp(1000.0)), or a NaN or an infinity made an integer.  A '
-      'call is checked only where Python makes it: in the right operand '
-      'of `and` or `or`, or in a side of `x if c else y`, only where the '
-      'condition lets Python evaluate it.')
+      'dry_run=True, shows each alone)' + _FAILURE_HINTS.get(
+          kind, _MATH_HINT))
+
+
+# Why Python raises, per kind of `member_math.FAILURES` (`member_error`).
+_FAILURE_HINTS = {
+    kind: '.  ' + hint for kind, hint in _SLICE_HINTS.items()}
+_FAILURE_HINTS['none'] = (
+    ': a local they read was assigned None (x = None) and no value after '
+    'it on the path they took.  Test `x is None` before using it (a read '
+    'in the right operand of `x is None or ...` is made only where it is '
+    'not None), or give it a value on every path.')
+_MATH_HINT = (
+    ': an argument outside the '
+    'function\'s domain (math.sqrt or math.log of a negative number, '
+    'math.log(0.0), math.acos(2.0)), a result too large for a float '
+    '(math.exp(1000.0)), or a NaN or an infinity made an integer.  A '
+    'call is checked only where Python makes it: in the right operand '
+    'of `and` or `or`, or in a side of `x if c else y`, only where the '
+    'condition lets Python evaluate it.')
 
 
 def reporting_member_errors(op, backend, m, call):
