@@ -208,12 +208,6 @@ def _as_float64(x):
   return np.float64(x) if np.ndim(x) == 0 else np.asarray(x, np.float64)
 
 
-def _float_width(x):
-  """The bits of float `x`'s dtype."""
-  dtype = x.dtype.as_numpy_dtype if _is_tf(x) else x.dtype
-  return np.dtype(dtype).itemsize * 8
-
-
 def _cast_like(value, x):
   """`value` in float `x`'s dtype."""
   if _is_tf(x):
@@ -732,7 +726,7 @@ def round_half_even(note, x, ndigits, guard, rows=False):
   integer = kind in 'iub'
   if integer and _plain(ndigits) and ndigits >= 0:
     return x   # Python: an int rounded to digits >= 0 is itself
-  if kind == 'f' and _plain(ndigits) and _float_width(x) < 64:
+  if kind == 'f' and _plain(ndigits) and _dtype(x).itemsize < 8:
     # A NumPy float32's `round(x, n)` is float32, scaled in float32 as
     # NumPy scales it; the integer it rounds to is scaled back in
     # float64, whose one rounding to float32 XLA does not rewrite.

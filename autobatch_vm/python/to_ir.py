@@ -1161,7 +1161,9 @@ class _Compiler:
             'alone as plain Python: print works there and shows that '
             'member\'s values.  Or return the values you want to see.')
     for n in ast.walk(node):
-      if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and
+      if not isinstance(n, ast.Call):
+        continue
+      if (isinstance(n.func, ast.Attribute) and
           n.func.attr in _IN_PLACE and isinstance(n.func.value, ast.Name) and
           n.func.value.id in self.locals):
         name = n.func.value.id
@@ -1176,10 +1178,6 @@ class _Compiler:
             '(x,)) where the count is the same for every member; for a '
             f'sort, {name} = np.sort({name}); for a fill, {name} = '
             f'np.full_like({name}, v).')
-
-    for n in ast.walk(node):
-      if not isinstance(n, ast.Call):
-        continue
       func = self._static_value(n.func)
       written = None
       if _writes_in_place(func) and n.args:
@@ -1190,7 +1188,7 @@ class _Compiler:
       name = _root_name(written)
       if name is None or name not in self.locals:
         continue
-      what = ast.unparse(n.func)
+      what = python_optional.unparse(n.func)
       raise errors.UnsupportedSyntaxError(
           f'`{what}(...)` writes {name!r} in place, which a batched '
           'function cannot do: its variables hold values, and a call '
