@@ -5,7 +5,9 @@ Every member has a program counter (PC); a member whose PC is
 has finished.  One step runs one block, for the members at it:
 
 - `'most'` (the default): the block with the most members, ties to the
-  lowest index;
+  lowest index, except that the exit of a loop waits while any member is
+  in the loop (`ir.loops.exit_waits`: `waits`), unless every block with
+  members waits;
 - `'lowest'`: the lowest-indexed block that has any member.
 
 When no block has a member, the run is over.  `Scheduler` applies this
@@ -22,7 +24,7 @@ import numpy as np
 from autobatch_vm import errors
 
 __all__ = ['SCHEDULES', 'DEFAULT_SCHEDULE', 'check_schedule', 'Scheduler',
-           'ProgramCounter', 'RowQueue']
+           'Schedule', 'eligible_counts', 'ProgramCounter', 'RowQueue']
 
 SCHEDULES = ('lowest', 'most')
 # Better on three of the four benchmark workloads (collatz, tree-RNN,
@@ -51,14 +53,21 @@ class Scheduler:
     schedule: `'most'` or `'lowest'` (see the module docstring).
     num_blocks: The number of blocks; a PC of `num_blocks` or more is a
       member that has finished.
+    waits: Under `'most'`, None or `ir.loops.exit_waits`'s bool array
+      `[num_blocks, num_blocks]`: block `x` does not run while a member
+      is at a block `y` with `waits[x, y]` (unless every block with
+      members waits).
   """
-  __slots__ = ('schedule', 'most', 'num_blocks', '_size')
+  __slots__ = ('schedule', 'most', 'num_blocks', '_size', '_waits')
 
-  def __init__(self, schedule, num_blocks):
+  def __init__(self, schedule, num_blocks, waits=None):
     self.schedule = schedule
     self.most = schedule == 'most'
     self.num_blocks = num_blocks
     self._size = num_blocks + 1
+    if waits is None:
+      waits = getattr(schedule, 'waits', None)
+    self._waits = waits if self.most else None
 
   def next_block(self, pc):
     """The block to run next.
@@ -72,8 +81,10 @@ class Scheduler:
     if self.most:
       # PCs past the exit (parked members) make `counts` longer: they
       # count nowhere among the blocks.
-      counts = np.bincount(pc, minlength=self._size)
-      b = int(counts[:self.num_blocks].argmax())
+      counts = np.bincount(pc, minlength=self._size)[:self.num_blocks]
+      if self._waits is not None:
+        counts = eligible_counts(counts, self._waits)
+      b = int(counts.argmax())
       return b if counts[b] else self.num_blocks
     return int(pc.min())
 
@@ -92,6 +103,45 @@ class Scheduler:
     if self.most:
       return max(sizes, key=lambda k: (sizes[k], -k))
     return min(sizes)
+
+
+class Schedule(str):
+  """A schedule's name (`'most'`) with its program's loop exits.
+
+  `waits` is `ir.loops.exit_waits`'s array.  The value is the name to
+  every comparison and cache key (the waits follow from the program,
+  which those keys hold), so it passes through the executors as the name
+  does, and `Scheduler` and the staged loop's schedule read `waits`.
+
+  Args:
+    name: The schedule's name.
+    waits: The bool array `[num_blocks, num_blocks]`.
+  """
+  __slots__ = ('waits',)
+
+  def __new__(cls, name, waits):
+    out = super().__new__(cls, name)
+    out.waits = waits
+    return out
+
+  def __reduce__(self):
+    return (Schedule, (str(self), self.waits))
+
+
+def eligible_counts(counts, waits):
+  """The counts the `'most'` schedule compares, loops' exits held.
+
+  Args:
+    counts: Members per block, an int array `[num_blocks]`.
+    waits: `Scheduler`'s `waits`.
+
+  Returns:
+    `counts` with 0 for the blocks that wait for a block with members;
+    `counts` as they are where every block with members waits.
+  """
+  held = (waits & (counts > 0)).any(axis=1)
+  out = np.where(held, 0, counts)
+  return out if out.any() else counts
 
 
 class ProgramCounter:

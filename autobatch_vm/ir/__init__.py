@@ -10,6 +10,8 @@
 - `interpreter`: the one-member reference interpreter, the tests' oracle.
 - `liveness`: which variables are live where (an analysis, used by the
   passes, the verifier and the executors).
+- `loops`: a lowered program's loops and the blocks that wait for them
+  (an analysis, for the `'most'` schedule).
 - `verifier`: each stage's invariants, checked between passes.
 - `dsl`, `dsl_tfp`, `dsl_function`: `ProgramBuilder`, for writing IR by
   hand (TFP's vocabulary and ours).

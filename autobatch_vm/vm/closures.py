@@ -17,8 +17,10 @@ import functools
 import numpy as np
 
 from autobatch_vm import errors
+from autobatch_vm.backends import scheduler
 from autobatch_vm.ir import instructions as inst
 from autobatch_vm.ir import liveness
+from autobatch_vm.ir import loops
 from autobatch_vm.vm import codegen
 from autobatch_vm.vm import dispatch
 from autobatch_vm.vm import errors as run_errors
@@ -672,6 +674,24 @@ class CompiledProgram:
     self.blocks = [bc.block(b) for b in program.blocks]
     self.inputs = [bc.writer(v) for v in program.vars_in]
     self.outputs = inst.pattern_map(bc.reader, program.vars_out)
+    self._schedules = {}
+
+  def schedule(self, name):
+    """The schedule `name` for this program's runs.
+
+    Args:
+      name: `'most'` or `'lowest'`.
+
+    Returns:
+      Under `'most'`, a `scheduler.Schedule` with the program's loops'
+      exits (`ir.loops`) where it has any; else `name`.
+    """
+    out = self._schedules.get(name)
+    if out is None:
+      waits = loops.exit_waits(self.program.blocks) if name == 'most' else None
+      out = self._schedules[name] = (
+          name if waits is None else scheduler.Schedule(name, waits))
+    return out
 
 
 def compile_blocks(program, backend, batch, depth, cache=None):

@@ -111,6 +111,7 @@ def _execute(program, args, backend, batch_size, max_stack_depth, schedule,
     stats.block_executions[b.label] = 0
     stats.block_active[b.label] = 0
     stats.block_loc[b.label] = b.loc
+  schedule = c.schedule(schedule)
   with backend.error_context():
     state = backend.run(c.blocks, state, len(program.blocks), schedule,
                         stats, [b.label for b in program.blocks],

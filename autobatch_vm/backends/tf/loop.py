@@ -663,9 +663,10 @@ def next_block_tensor(pc, num_blocks, schedule, one_hot_max,
     `with_count`, `(block, count)`.
   """
   if schedule == 'most':
+    waits = getattr(schedule, 'waits', None)
     xla = masks.in_xla_context()
     if not xla:
-      return _most_by_bincount(pc, num_blocks)
+      return _most_by_bincount(pc, num_blocks, waits)
     if (pc.shape[0] is not None and
         pc.shape[0] * num_blocks <= one_hot_max):
       # Compare-and-sum fuses into one loop; a segment sum is a scatter.
@@ -678,11 +679,24 @@ def next_block_tensor(pc, num_blocks, schedule, one_hot_max,
       counts = tf.math.unsorted_segment_sum(
           tf.ones_like(pc), tf.minimum(pc, num_blocks), num_blocks + 1)
       counts = counts[:num_blocks]
+    if waits is not None:
+      counts = _eligible(counts, waits)
     return _most_by_key(counts, num_blocks, pc.shape[0], with_count)
   return tf.reduce_min(pc)
 
 
-def _most_by_bincount(pc, num_blocks):
+def _eligible(counts, waits):
+  """`scheduler.eligible_counts` in tensor ops: `counts` (int32
+  `[num_blocks]`) with 0 for each block that waits for a block with
+  members (`waits`, a NumPy bool array), or as they are where every block
+  with members waits."""
+  held = tf.reduce_any(tf.logical_and(tf.constant(waits),
+                                      (counts > 0)[tf.newaxis]), axis=1)
+  out = tf.where(held, tf.zeros_like(counts), counts)
+  return tf.where(tf.reduce_any(out > 0), out, counts)
+
+
+def _most_by_bincount(pc, num_blocks, waits=None):
   """Outside XLA, the lowest-numbered block with the most members (or
   `num_blocks` if none has any): the members counted per block by one
   `Bincount` (no broadcast; finished and parked members, `pc >=
@@ -693,6 +707,9 @@ def _most_by_bincount(pc, num_blocks):
   "The `'most'` schedule's counts outside XLA")."""
   counts = tf.raw_ops.Bincount(arr=pc, size=tf.constant(num_blocks + 1),
                                weights=tf.zeros([0], tf.int32))
+  if waits is not None:   # loops' exits wait (`_eligible`)
+    counts = tf.concat([_eligible(counts[:num_blocks], waits),
+                        counts[num_blocks:]], 0)
   scale = tf.constant([2] * num_blocks + [0], tf.int32)
   last = tf.constant([0] * num_blocks + [1], tf.int32)
   return tf.argmax(counts * scale + last, output_type=tf.int32)
