@@ -1191,3 +1191,40 @@ def test_a_helpers_operators_promote_as_numpys():
       assert got.dtype == w.dtype, (i, got.dtype, w.dtype)
       np.testing.assert_allclose(got, w, rtol=1e-12)
   run_everywhere(helpers, [lo, hi, x, v], check=check)
+
+
+def _splitmix(z):
+  return z ^ (z >> np.uint64(3))
+
+
+def _numpy_scalars_first(z):
+  return ((np.uint64(5) ^ z) + (np.uint64(1) << (z & np.uint64(7))) +
+          (z << 2) - (np.uint64(7) >> (z & np.uint64(1))))
+
+
+def _float_scalars(x):
+  return np.float32(2.0) * x + x / np.float64(3.0) < np.float32(4)
+
+
+@pytest.mark.parametrize('per_member', [False, True])
+def test_a_helpers_operators_take_numpy_scalars(per_member):
+  """A helper's `z >> np.uint64(3)`, `np.uint64(5) ^ z`, `np.float32(2.0)
+  * x` on TensorFlow: NumPy's reflected operator would have read a
+  symbolic tensor's values (under `tf.function` and XLA)."""
+  from tests.python import run_everywhere  # pylint: disable=g-import-not-at-top
+
+  @ab.Context().batch(per_member=per_member)
+  def helpers(z, x):
+    return _splitmix(z), _numpy_scalars_first(z), _float_scalars(x)
+
+  z = np.array([1, 2, 3, 40], np.uint64)
+  x = np.array([0.5, 1.0, 2.5, 3.0], np.float32)
+
+  def check(out):
+    want = [(_splitmix(a), _numpy_scalars_first(a), _float_scalars(b))
+            for a, b in zip(z, x)]
+    for i, got in enumerate(out):
+      w = np.stack([np.asarray(row[i]) for row in want])
+      assert np.asarray(got).dtype == w.dtype, (i, got.dtype, w.dtype)
+      np.testing.assert_array_equal(got, w)
+  run_everywhere(helpers, [z, x], check=check)
