@@ -204,6 +204,14 @@ def type_of_value(value, backend, batched, describe):
     if (isinstance(v, np.ndarray) and v.dtype == object and v.size and
         isinstance(v.flat[0], (dict, set))):
       v = v.flat[0]   # one member's, as a per-member primitive stacked them
+    one = (v.flat[0] if isinstance(v, np.ndarray) and v.dtype == object and
+           v.size else v)
+    if isinstance(one, errors.RANDOM_GENERATORS):
+      raise errors.TypeInferenceError(
+          f'{describe()} produced a random generator '
+          f'({type(one).__name__}), not an array: an object that holds its '
+          'stream\'s state, which a batched variable cannot hold',
+          hint=errors.RANDOM_GENERATOR_HINT)
     if v is None or isinstance(v, (str, bytes, dict, set)):
       raise errors.TypeInferenceError(
           f'{describe()} produced a {type(v).__name__}, not an array',

@@ -34,10 +34,12 @@ import weakref
 
 import numpy as np
 
+from autobatch_vm import errors
 from autobatch_vm.per_member import member_math
 
 __all__ = ['member_call', 'member_helper', 'local_names', 'static_value',
-           'tf_numpy_call', 'tf_numpy_helper', 'matmul_call']
+           'tf_numpy_call', 'tf_numpy_helper', 'matmul_call',
+           'makes_generator']
 
 # Builtins that mean for one member's arrays and tensors, as `member_ops`'s
 # functions of the same name, what they mean for numbers.
@@ -161,6 +163,8 @@ def member_call(obj, node):
     helper), or None where the call stays as written.
   """
   starred = any(isinstance(a, ast.Starred) for a in node.args)
+  if makes_generator(obj):
+    return 'random_generator'
   if _draws_with_numpy(obj):
     return 'random_draw'
   for table in (_BUILTINS, _ARRAYS):
@@ -223,6 +227,16 @@ def tf_numpy_call(obj, node):
           not _draws_with_numpy(obj) else None)
 
 
+def makes_generator(obj):
+  """Whether calling `obj` makes a random generator, an object that
+  holds a stream's state: NumPy's `np.random.default_rng`, `Generator`,
+  `RandomState`, `SeedSequence` or a bit generator (`PCG64`), or
+  Python's `random.Random`."""
+  if obj is np.random.default_rng:
+    return True
+  return isinstance(obj, type) and issubclass(obj, errors.RANDOM_GENERATORS)
+
+
 def _draws_with_numpy(obj):
   """Whether `obj` draws NumPy random numbers: a function of `np.random`
   (`np.random.normal`, a method of its global `RandomState`) or a method
@@ -247,7 +261,7 @@ def call_arguments(name, obj, node):
   Returns:
     A list of AST nodes.
   """
-  if name in ('call', 'numpy_call', 'random_draw'):
+  if name in ('call', 'numpy_call', 'random_draw', 'random_generator'):
     return [node.func] + list(node.args)
   if name == 'math_fn':
     return [ast.Constant(MATH[obj])] + list(node.args)

@@ -1228,3 +1228,58 @@ def test_a_helpers_operators_take_numpy_scalars(per_member):
       assert np.asarray(got).dtype == w.dtype, (i, got.dtype, w.dtype)
       np.testing.assert_array_equal(got, w)
   run_everywhere(helpers, [z, x], check=check)
+
+
+def test_a_generator_of_a_members_seed_is_refused_with_what_to_write():
+  """`np.random.default_rng(seed)` of a member's seed: no batch holds a
+  generator per member, so it is refused at the user's line with the
+  counter-based generator to write instead (the message spoke of
+  `MemberArray`s); the dry run, plain Python, runs."""
+  ctx = ab.Context()
+
+  @ctx.batch(per_member=True)
+  def walk(seed, n):
+    rng = np.random.default_rng(seed)
+    x = 0.0
+    for _ in range(n):
+      x = x + rng.normal()
+    return x
+
+  @ctx.batch(per_member=True)
+  def legacy(seed):
+    return np.random.RandomState(seed).normal()
+
+  seed, n = np.array([1, 2, 3]), np.array([2, 3, 4])
+  np.testing.assert_allclose(
+      walk(seed, n, dry_run=True),
+      [np.random.default_rng(s).normal(size=k).sum()
+       for s, k in zip(seed, n)])
+  tf = pytest.importorskip('tensorflow')
+  for fn, args in ((walk, (seed, n)), (legacy, (seed,))):
+    for call in (lambda: fn(*args),
+                 lambda: fn(*[tf.constant(a) for a in args])):
+      with pytest.raises(errors.PerMemberError) as info:
+        call()
+      assert info.value.function == fn.__name__
+      assert info.value.lineno == (
+          fn.python_function.__code__.co_firstlineno + 2)
+      text = str(info.value)
+      assert 'cannot be batched' in text and 'MemberArray' not in text
+      assert 'counter-based' in text and 'splitmix64' in text
+
+
+def test_a_generator_held_in_a_variable_is_refused_as_one():
+  """A primitive whose value is a random generator (`rng =
+  np.random.default_rng(0)`): it says so, and what to write instead (it
+  said 'an array of dtype object')."""
+  @ab.Context().batch()
+  def draws(x):
+    rng = np.random.default_rng(0)
+    return x + rng.normal(size=x.shape)
+
+  with pytest.raises(errors.TypeInferenceError) as info:
+    draws(np.zeros(3))
+  assert info.value.function == 'draws'
+  assert info.value.lineno == draws.python_function.__code__.co_firstlineno + 2
+  assert 'random generator' in str(info.value)
+  assert 'counter-based' in str(info.value)
