@@ -268,6 +268,51 @@ def test_a_boolean_of_item_reads_runs_under_a_bare_xla_function():
   np.testing.assert_array_equal(out.numpy(), _contains(x, t, dry_run=True))
 
 
+@_oob_ctx.batch(per_member=True)
+def _first_at_least(v, t):
+  i = 0
+  while v[i] < t:
+    i += 1
+  return i, v[i] * 2.0, i > 0
+
+
+def test_a_loop_that_reads_past_the_end_stops_under_a_bare_xla_function():
+  """`while v[i] < t: i += 1` where a member's `v` has no item `t`: under
+  a bare `tf.function(jit_compile=True)` its read past the end stops it
+  (its outputs poisoned: the integer minimum, NaN, False), where a
+  clamped index read the last item for ever; the other members finish,
+  and nothing warns."""
+  import threading  # pylint: disable=g-import-not-at-top
+  tf = pytest.importorskip('tensorflow')
+  v = np.array([[1., 2., 3.], [1., 5., 9.], [4., 5., 6.]])
+  t = np.array([2.5, 10., 5.5])
+  done = {}
+
+  def run():
+    with warnings.catch_warnings():
+      warnings.simplefilter('error')
+      try:
+        done['out'] = tf.function(_first_at_least, jit_compile=True)(
+            tf.constant(v), tf.constant(t))
+      except Exception as e:  # pylint: disable=broad-except
+        done['error'] = e
+  thread = threading.Thread(target=run, daemon=True)
+  thread.start()
+  thread.join(timeout=120)
+  assert not thread.is_alive(), 'the XLA run did not end'
+  assert 'error' not in done, done.get('error')
+  i, x, positive = (np.asarray(o) for o in done['out'])
+  ok = np.array([0, 2])
+  want = _first_at_least(v[ok], t[ok], dry_run=True)
+  np.testing.assert_array_equal(i[ok], want[0])
+  np.testing.assert_array_equal(x[ok], want[1])
+  np.testing.assert_array_equal(positive[ok], want[2])
+  assert i[1] == np.iinfo(np.int64).min
+  assert np.isnan(x[1]) and not positive[1]
+  with pytest.raises(errors.PrimitiveError, match='IndexError'):
+    _first_at_least(v, t)
+
+
 @pytest.fixture(scope='module')
 def tf_programs():
   pytest.importorskip('tensorflow')
