@@ -346,6 +346,13 @@ def tensorflow_form(function):
   except (KeyError, TypeError):
     pass
   make = _TENSORFLOW_FORM.get(function)
+  unbound = getattr(function, 'unbound', None)
+  if make is None and unbound is not None:
+    # A primitive given the sizes it reads (`size_folding`): its
+    # TensorFlow form given them too.
+    form = tensorflow_form(unbound)
+    make = None if form is unbound else functools.partial(
+        size_folding.given_constants, form, function.constants)
   if make is None:
     return function
   made = make()
@@ -679,7 +686,7 @@ class _Inference:
     make = _PROMOTING.get(function)
     alt = make() if make is not None else None
     if alt is not None and constants:
-      alt = alt.with_constants(constants)
+      alt = size_folding.given_constants(alt, constants)
     return None if alt is None else dataclasses.replace(op, function=alt)
 
   def check_apart(self, op, in_types, check=None):

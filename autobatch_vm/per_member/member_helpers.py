@@ -200,7 +200,8 @@ def tf_numpy_call(obj, node):
   callee of call `node`): `'numpy_call'` (`tf_numpy.numpy_call(obj, ...)`)
   for a NumPy function that TensorFlow's NumPy API has by its name
   (`TF_NUMPY_BATCH`), `np.zeros_like` and its kin, NumPy's linear
-  algebra that `tf.linalg` has (`LINALG`), a user's helper, and NumPy's
+  algebra that `tf.linalg` has (`LINALG`), `len` (which a symbolic
+  tensor refuses), a user's helper, and NumPy's
   other functions (called as written, with a tensor's dtype among their
   arguments as NumPy's); else None (the call stays as written).
 
@@ -213,7 +214,8 @@ def tf_numpy_call(obj, node):
   """
   del node
   try:
-    if obj in TF_NUMPY_BATCH or obj in LIKE or obj in LINALG:
+    if (obj in TF_NUMPY_BATCH or obj in LIKE or obj in LINALG or
+        obj is builtins.len):
       return 'numpy_call'
   except TypeError:   # unhashable
     return None

@@ -1611,6 +1611,13 @@ class _Compiler:
       self.emit(inst.PrimOp(tuple(inputs), out, function, text, loc,
                             per_member=True))
       return out
+    # A size (`n = x.shape[1]`), which type inference folds into a
+    # constant where its value does not follow the batch size
+    # (`passes.size_folding`).
+    sizes = member_sizes.batch_size_roles(rewritten, self.prefix,
+                                          len(inputs), self._static_value)
+    if sizes is not None:
+      fn.sizes = sizes
     # A variable indexed by a variable (`x[:, j]`): type inference checks
     # that the index is not a per-member array (`member_indexing`).
     member_indexing.note(fn, python_primitives.subscript_parts(
