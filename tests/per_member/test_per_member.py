@@ -1198,6 +1198,61 @@ def test_an_item_of_an_empty_axis_still_fails_its_members():
   assert info.value.lineno == first.python_function.__code__.co_firstlineno + 2
 
 
+@empty.batch()
+def empty_axis_sums_batched(m):
+  """`empty_axis_sums` written batch-aware: each member's item at its
+  counter is a gather."""
+  s = m[:, 0, :1].sum(axis=-1) * 0.0
+  for i in range(m.shape[2]):
+    s = s + np.take_along_axis(m[:, 0], np.expand_dims(i, -1), axis=1)[:, 0]
+  j = 0
+  while j < m.shape[-1]:
+    k = np.expand_dims(j, -1)
+    s = s + (np.take_along_axis(m[:, 1], k, axis=1) *
+             np.take_along_axis(m[:, 0], k, axis=1))[:, 0]
+    j += 1
+  return s
+
+
+def _empty_axis_sums_batched_plain(m):
+  s = 0.0
+  for i in range(m.shape[1]):
+    s = s + m[0, i]
+  for j in range(m.shape[1]):
+    s = s + m[1, j] * m[0, j]
+  return s
+
+
+@pytest.mark.parametrize('width', [0, 3])
+def test_a_batch_aware_loop_over_an_empty_axis_does_not_run(width):
+  # As per member: type inference ran the gathers of the loops' bodies
+  # on made-up values of the empty axis, and they failed to index.
+  if width == 0:
+    tf = pytest.importorskip('tensorflow')
+    if tuple(int(v) for v in tf.__version__.split('.')[:2]) < (2, 18):
+      pytest.skip('TensorFlow 2.16 fails a gather on the empty axis: '
+                  'a known gap')
+  m = np.arange(2 * 2 * width, dtype=np.float64).reshape(2, 2, width)
+  want = np.array([_empty_axis_sums_batched_plain(r) for r in m])
+  def check(alone):
+    np.testing.assert_allclose(alone, want)
+  python_tests.run_everywhere(empty_axis_sums_batched, [m], check)
+
+
+def test_a_batch_aware_item_of_an_empty_axis_still_fails():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def first(v):
+    return np.take_along_axis(v, np.zeros((len(v), 1), np.int64),
+                              axis=1)[:, 0] * 2.0
+
+  with pytest.raises(errors.PrimitiveError, match='IndexError') as info:
+    first(np.ones((3, 0)))
+  assert info.value.function == 'first'
+  assert info.value.lineno == first.python_function.__code__.co_firstlineno + 2
+
+
 _W64 = np.array([0.1, 0.2, 0.3])
 
 
