@@ -427,15 +427,22 @@ def _member_types(fn):
   Python computes it (a Python number, which each use promotes as the
   batched call's cast does).
 
+  A size that a primitive gets as a Python int (`n = x.shape[1]`, then
+  `np.zeros((len(x), n))`: `passes.size_folding`) is None too: the
+  member's Python int, as the primitive gets it.
+
   Returns:
     A dict: variable name -> pattern of `TensorType`, or None.
   """
   seen = {}
+  sizes = set()
   for block in fn.blocks:
     for op in block.instructions:
       if not isinstance(op, inst.PrimOp) or op.function is inst.identity:
         continue
       casts = dict(op.casts)
+      sizes.update(op.vars_in[k] for k in getattr(op.function, 'constants',
+                                                  None) or ())
       for i, v in enumerate(op.vars_in):
         t = fn.var_defs[v].tensors
         if isinstance(t, inst.TensorType):
@@ -445,7 +452,7 @@ def _member_types(fn):
     t = d.tensors
     if isinstance(t, inst.TensorType) and len(seen.get(v, ())) == 1:
       t = inst.TensorType(next(iter(seen[v])), t.shape)
-    out[v] = None if len(seen.get(v, ())) > 1 else t
+    out[v] = None if len(seen.get(v, ())) > 1 or v in sizes else t
   return out
 
 

@@ -7,6 +7,7 @@ what to do.  `InternalError` is a bug in autobatch_vm itself.
 
 import contextlib
 import os
+import random
 import re
 import sys
 import warnings
@@ -46,6 +47,22 @@ PAD_HINT = (
     'the same shape.  Pad to a fixed size and carry the length: keep '
     'fixed-size arrays with a per-member count (np.where(np.arange(W) < n, '
     'x, 0)) instead of selecting or building arrays of per-member size.')
+
+# Random generators: objects that hold a stream's state, which no batch
+# holds one of per member.
+RANDOM_GENERATORS = (np.random.Generator, np.random.RandomState,
+                     np.random.SeedSequence, np.random.BitGenerator,
+                     random.Random)
+
+# What to write instead of a random generator made of a member's value.
+RANDOM_GENERATOR_HINT = (
+    'Use a counter-based generator: a pure function of a per-member seed '
+    'and a counter you pass along and increment (splitmix64(seed, '
+    'counter) in examples/nuts.py; docs/guide.md, section 5, '
+    '"Randomness"), on TensorFlow also tf.random.stateless_normal(shape, '
+    'seed) with such a seed; or draw the numbers outside and pass them in '
+    '(an array with a row per member).  A generator made outside the '
+    'function and closed over is one stream that every member draws from.')
 
 
 class AutoBatchError(Exception):

@@ -352,8 +352,10 @@ def promoted(name, a, b):
   The form of a primitive that fails on TensorFlow for mixed dtypes
   (`x * n` of a float64 and an int64): both operands take their joint
   dtype, NumPy's (a Python number stays weak), and a true division of
-  integers is float64.  Operands that are not both numeric, or not
-  TensorFlow's, go to the operator as they are.
+  integers is float64; a NumPy operand becomes a tensor, and `<<` and
+  `>>` are `tf.bitwise`'s shifts (a tensor has no such operator).
+  Operands that are not both numeric, or not TensorFlow's, go to the
+  operator as they are.
 
   Args:
     name: The operator's name (a key of `_BINARY`).
@@ -383,7 +385,18 @@ def promoted(name, a, b):
   joint = np.result_type(da, db)
   if name == 'truediv' and joint.kind in 'iub':
     joint = np.dtype(np.float64)
-  return op(_cast_to(a, joint), _cast_to(b, joint))
+  # A NumPy operand becomes a tensor: NumPy's reflected operator
+  # (`np.uint64(3) ^ z`, `z >> np.uint64(3)`) would read the tensor's
+  # values, which a graph's have none of.
+  a, b = (x if type(x) in (bool, int, float, complex) or _is_tf(x) else
+          _tf().convert_to_tensor(x) for x in (
+              _cast_to(a, joint), _cast_to(b, joint)))
+  if name in _SHIFTS:
+    return _shift(op, _SHIFTS[name], a, b)
+  return op(a, b)
+
+
+_SHIFTS = {'lshift': 'left_shift', 'rshift': 'right_shift'}
 
 
 _COMPARISONS = frozenset({'lt', 'le', 'gt', 'ge', 'eq', 'ne'})

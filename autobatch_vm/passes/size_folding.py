@@ -37,18 +37,28 @@ value read from the data, a parameter that calls pass different sizes or
 a per-member value) is not folded; an array of that size is refused at
 its line, with the advice to pad (`per_member.numpy_rules`).
 
+A batch-aware function's shapes past the batch axis are fixed for a
+signature too: its size primitives (`n = x.shape[1]`,
+`python.member_sizes.batch_size_roles`) are run on made-up batches of one
+and of two members, and folded where both give one Python int (`len(x)`,
+`x.shape[0]` count members, and are not); the batch-aware primitives
+that read such a constant get it as a Python int (`given_constants`), as
+the function does when one member runs alone, and so does the dry run
+(`dry_run._member_types`).
+
 `SizeFolding` keeps what type inference has learned; the program it
 returns holds the rewritten primitives.
 """
 
 import dataclasses
+import functools
 
 import numpy as np
 
 from autobatch_vm.ir import instructions as inst
 from autobatch_vm.ir import liveness as ir_liveness
 
-__all__ = ['SizeFolding']
+__all__ = ['SizeFolding', 'given_constants']
 
 
 class SizeFolding:
@@ -180,30 +190,43 @@ class SizeFolding:
       op: An instruction, as the frontend made it.
       in_types: The types of its inputs so far (None where unknown).
     """
-    if not (isinstance(op, inst.PrimOp) and op.per_member and
+    if not (isinstance(op, inst.PrimOp) and
             getattr(op.function, 'sizes', None) is not None and
             isinstance(op.vars_out, str) and
             (fn.name, id(op)) not in self.constants):
       return
-    args, reads = [], []
+    # One member's made-up values; batch-aware, batches of one and two.
+    batches = (None,) if op.per_member else (1, 2)
+    calls = [[] for _ in batches]
+    reads = []
     for v, t, role in zip(op.vars_in, in_types, op.function.sizes):
       if role == 'value':
         value = self.constant(fn.name, v, op)
         if value is None:
           return
-        args.append(value)
+        for args in calls:
+          args.append(value)
         reads.append((fn.name, v, op))
       elif t is None:
         return
       else:
-        args.append(inst.pattern_map(
-            lambda l: np.zeros(l.shape, l.dtype), t, inst.TensorType))
-    try:
-      value = op.function.member_function(*args)
-    except Exception:  # pylint: disable=broad-except
-      return   # not folded: run per member, as any other primitive
-    if type(value) is int:  # pylint: disable=unidiomatic-typecheck
-      self.constants[(fn.name, id(op))] = value
+        for args, batch in zip(calls, batches):
+          args.append(inst.pattern_map(
+              lambda l, b=batch: np.zeros(
+                  (() if b is None else (b,)) + tuple(l.shape), l.dtype),
+              t, inst.TensorType))
+    run = op.function.member_function if op.per_member else op.function
+    values = set()
+    for args in calls:
+      try:
+        value = run(*args)
+      except Exception:  # pylint: disable=broad-except
+        return   # not folded: run per member, as any other primitive
+      if type(value) is not int:  # pylint: disable=unidiomatic-typecheck
+        return
+      values.add(value)
+    if len(values) == 1:   # (a count of members is not a size)
+      self.constants[(fn.name, id(op))] = values.pop()
       self._reads[(fn.name, id(op))] = tuple(reads)
 
   def bound(self, fn, op, at=None):
@@ -216,11 +239,12 @@ class SizeFolding:
         of it made since; None where `op` is.
 
     Returns:
-      `op` itself, or for a per-member primitive that reads constants a
-      `PrimOp` whose function gets them as Python ints (the same object
-      while the constants are the same).
+      `op` itself, or for a primitive that reads constants a `PrimOp`
+      whose function gets them as Python ints (the same object while the
+      constants are the same).
     """
-    if not (isinstance(op, inst.PrimOp) and op.per_member):
+    if not (isinstance(op, inst.PrimOp) and op.vars_in and
+            op.function not in (inst.identity, inst.parallel_copy)):
       return op
     at = op if at is None else at
     given = tuple((k, value) for k, value in (
@@ -231,8 +255,38 @@ class SizeFolding:
     key = (id(op), given)
     if key not in self._bound:
       self._bound[key] = (op, dataclasses.replace(
-          op, function=op.function.with_constants(dict(given))))
+          op, function=given_constants(op.function, dict(given))))
     return self._bound[key][1]
+
+
+def given_constants(function, constants):
+  """Primitive function `function`, given some inputs as Python ints.
+
+  Args:
+    function: A `PrimOp`'s function: a `PerMemberFunction` (its
+      `with_constants`), or a batch-aware primitive's.
+    constants: Input position -> its value, a Python int.
+
+  Returns:
+    A function of the same arguments that passes those values in place
+    of the batched inputs at their positions; its `unbound` is the
+    function as the frontend made it, its `constants` the values given.
+  """
+  with_constants = getattr(function, 'with_constants', None)
+  if with_constants is not None:
+    return with_constants(constants)
+  unbound = getattr(function, 'unbound', None) or function
+  constants = {**getattr(function, 'constants', {}), **constants}
+
+  @functools.wraps(unbound)
+  def bound(*args):
+    args = list(args)
+    for k, value in constants.items():
+      args[k] = value
+    return unbound(*args)
+  bound.unbound = unbound
+  bound.constants = constants
+  return bound
 
 
 # The definition of every variable on entry to a function: its argument

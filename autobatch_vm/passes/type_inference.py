@@ -204,6 +204,14 @@ def type_of_value(value, backend, batched, describe):
     if (isinstance(v, np.ndarray) and v.dtype == object and v.size and
         isinstance(v.flat[0], (dict, set))):
       v = v.flat[0]   # one member's, as a per-member primitive stacked them
+    one = (v.flat[0] if isinstance(v, np.ndarray) and v.dtype == object and
+           v.size else v)
+    if isinstance(one, errors.RANDOM_GENERATORS):
+      raise errors.TypeInferenceError(
+          f'{describe()} produced a random generator '
+          f'({type(one).__name__}), not an array: an object that holds its '
+          'stream\'s state, which a batched variable cannot hold',
+          hint=errors.RANDOM_GENERATOR_HINT)
     if v is None or isinstance(v, (str, bytes, dict, set)):
       raise errors.TypeInferenceError(
           f'{describe()} produced a {type(v).__name__}, not an array',
@@ -338,6 +346,13 @@ def tensorflow_form(function):
   except (KeyError, TypeError):
     pass
   make = _TENSORFLOW_FORM.get(function)
+  unbound = getattr(function, 'unbound', None)
+  if make is None and unbound is not None:
+    # A primitive given the sizes it reads (`size_folding`): its
+    # TensorFlow form given them too.
+    form = tensorflow_form(unbound)
+    make = None if form is unbound else functools.partial(
+        size_folding.given_constants, form, function.constants)
   if make is None:
     return function
   made = make()
@@ -608,13 +623,16 @@ class _Inference:
           self.check_member_shapes(op, in_types, None)
         self.prim_cache[key] = weak
         if batch_aware:
+          # (Where it was typed with its empty axes grown, it is checked
+          # so too: `grown_empty_axes`.)
+          checked = self.grown.get(key, in_types)
           # A count of the batch's rows among them (`s + len(x)`).
-          member_mixing.check_rows_uncounted(op, in_types)
+          member_mixing.check_rows_uncounted(op, checked)
           # At run time those numbers are arrays, one per member.
-          self.check_apart(op, in_types, member_mixing.check_broadcasting)
+          self.check_apart(op, checked, member_mixing.check_broadcasting)
           # And a reduction over the batch axis among them
           # (`np.any(x > c) and k < n`) still mixes members.
-          self.check_apart(op, in_types)
+          self.check_apart(op, checked)
     if key not in self.prim_cache and self.declares_result(fn, op):
       # The declared type is the result's: nothing runs on made-up data.
       self.prim_cache[key] = None
@@ -629,10 +647,11 @@ class _Inference:
         value, failed = None, True  # an `assert` failure block: no result
       except _FailedOnEveryKind as failure:
         raise _made_up_error(op, in_types, failure) from failure.first
+      checked = self.grown.get(key, in_types)
       if value is not None and op.vars_in and batch_aware:
         member_mixing.check_batch_independent(
-            op, in_types, value,
-            lambda batch: self.run_made_up(op, in_types, batch=batch))
+            op, checked, value,
+            lambda batch: self.run_made_up(op, checked, batch=batch))
       if value is not None and op.per_member:
         self.check_member_shapes(op, in_types, value)
       if failed or (value is None and not op.vars_in):
@@ -648,9 +667,9 @@ class _Inference:
           raise errors.TypeInferenceError(e.message, loc=op.loc,
                                           hint=e.hint) from None
       if self.prim_cache[key] is not None and batch_aware:
-        self.check_apart(op, in_types)
+        self.check_apart(op, checked)
         if op.vars_in and not reads and not _keeps_rows(op.text) and (
-            member_mixing.shares_one_row(op, in_types, self.backend)):
+            member_mixing.shares_one_row(op, checked, self.backend)):
           self.shared_rows.add(key)
     result = self.prim_cache[key]
     if result is not None:
@@ -671,7 +690,7 @@ class _Inference:
     make = _PROMOTING.get(function)
     alt = make() if make is not None else None
     if alt is not None and constants:
-      alt = alt.with_constants(constants)
+      alt = size_folding.given_constants(alt, constants)
     return None if alt is None else dataclasses.replace(op, function=alt)
 
   def check_apart(self, op, in_types, check=None):
@@ -773,7 +792,7 @@ class _Inference:
         failures.append(e)
     if isinstance(failures[0], AssertionError):
       raise failures[0]   # an `assert` failure block
-    grown = op.per_member and self.grown_empty_axes(failures, in_types)
+    grown = self.grown_empty_axes(failures, in_types)
     if grown:
       self.grown[_prim_key(op, in_types)] = grown
       return self.run_made_up(op, grown, batch)
@@ -791,7 +810,7 @@ class _Inference:
     axis, the empty input's shape came from made-up values (`v[:n]` at
     n = 0), and the failure is explained as such (`_made_up_error`).
     """
-    if not all(isinstance(e, IndexError) for e in failures):
+    if not all(_out_of_range(e) for e in failures):
       return None
     if not any(0 in leaf.shape for leaf in _leaves(in_types)):
       return None
@@ -952,7 +971,7 @@ class _Inference:
 
     own = {i: in_types[i].dtype for i in weak}
     grown = self.grown.get(_prim_key(typed or op, in_types))
-    if grown is None and op.per_member:
+    if grown is None:
       grown = self.grown_empty_axes([IndexError()], in_types)
     if grown is not None and not gives_expected(own) and not (
         gots or mistakes):
@@ -1287,6 +1306,17 @@ def _keeps_rows(text):
 _ROW_KEEPING = (ast.Expression, ast.Name, ast.Load, ast.Constant, ast.BinOp,
                 ast.UnaryOp, ast.BoolOp, ast.Compare, ast.IfExp,
                 ast.operator, ast.unaryop, ast.boolop, ast.cmpop)
+
+
+def _out_of_range(e):
+  """Whether exception `e` is an index out of an axis's range: Python's
+  `IndexError`, or TensorFlow's refusal of one (eagerly an
+  `InvalidArgumentError`, traced a `ValueError`: 'slice index 0 of
+  dimension 1 out of bounds')."""
+  if isinstance(e, IndexError):
+    return True
+  return (type(e).__name__ in ('InvalidArgumentError', 'ValueError') and
+          ('out of bounds' in str(e) or 'out of range' in str(e)))
 
 
 def _prim_key(op, in_types):

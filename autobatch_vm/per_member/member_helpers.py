@@ -34,10 +34,12 @@ import weakref
 
 import numpy as np
 
+from autobatch_vm import errors
 from autobatch_vm.per_member import member_math
 
 __all__ = ['member_call', 'member_helper', 'local_names', 'static_value',
-           'tf_numpy_call', 'tf_numpy_helper', 'matmul_call']
+           'tf_numpy_call', 'tf_numpy_helper', 'matmul_call',
+           'makes_generator']
 
 # Builtins that mean for one member's arrays and tensors, as `member_ops`'s
 # functions of the same name, what they mean for numbers.
@@ -161,6 +163,8 @@ def member_call(obj, node):
     helper), or None where the call stays as written.
   """
   starred = any(isinstance(a, ast.Starred) for a in node.args)
+  if makes_generator(obj):
+    return 'random_generator'
   if _draws_with_numpy(obj):
     return 'random_draw'
   for table in (_BUILTINS, _ARRAYS):
@@ -196,7 +200,8 @@ def tf_numpy_call(obj, node):
   callee of call `node`): `'numpy_call'` (`tf_numpy.numpy_call(obj, ...)`)
   for a NumPy function that TensorFlow's NumPy API has by its name
   (`TF_NUMPY_BATCH`), `np.zeros_like` and its kin, NumPy's linear
-  algebra that `tf.linalg` has (`LINALG`), a user's helper, and NumPy's
+  algebra that `tf.linalg` has (`LINALG`), `len` (which a symbolic
+  tensor refuses), a user's helper, and NumPy's
   other functions (called as written, with a tensor's dtype among their
   arguments as NumPy's); else None (the call stays as written).
 
@@ -209,7 +214,8 @@ def tf_numpy_call(obj, node):
   """
   del node
   try:
-    if obj in TF_NUMPY_BATCH or obj in LIKE or obj in LINALG:
+    if (obj in TF_NUMPY_BATCH or obj in LIKE or obj in LINALG or
+        obj is builtins.len):
       return 'numpy_call'
   except TypeError:   # unhashable
     return None
@@ -221,6 +227,16 @@ def tf_numpy_call(obj, node):
   return ('numpy_call' if callable(obj) and not isinstance(obj, type) and
           (module == 'numpy' or module.startswith('numpy.')) and
           not _draws_with_numpy(obj) else None)
+
+
+def makes_generator(obj):
+  """Whether calling `obj` makes a random generator, an object that
+  holds a stream's state: NumPy's `np.random.default_rng`, `Generator`,
+  `RandomState`, `SeedSequence` or a bit generator (`PCG64`), or
+  Python's `random.Random`."""
+  if obj is np.random.default_rng:
+    return True
+  return isinstance(obj, type) and issubclass(obj, errors.RANDOM_GENERATORS)
 
 
 def _draws_with_numpy(obj):
@@ -247,7 +263,7 @@ def call_arguments(name, obj, node):
   Returns:
     A list of AST nodes.
   """
-  if name in ('call', 'numpy_call', 'random_draw'):
+  if name in ('call', 'numpy_call', 'random_draw', 'random_generator'):
     return [node.func] + list(node.args)
   if name == 'math_fn':
     return [ast.Constant(MATH[obj])] + list(node.args)

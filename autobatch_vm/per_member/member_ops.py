@@ -36,6 +36,7 @@ import contextlib
 import functools
 import inspect
 import operator
+import random
 import sys
 import threading
 import types
@@ -1735,6 +1736,32 @@ def _ragged_write(x, index, value):
   whole = tuple(parts[:at]) + (slice(None),) + tuple(parts[at + 1:])
   return setitem(x, whole if isinstance(index, tuple) else whole[0],
                  written)
+
+
+def random_generator(make, *args, **kwargs):
+  """A random generator made in a function written for one member
+  (`np.random.default_rng(seed)`, `member_helpers.makes_generator`): as
+  written from values every member shares; from a member's own values
+  (its seed) refused, as no batch holds one generator per member.
+
+  Raises:
+    PerMemberError: Where an argument is a member's value.
+  """
+  if builtins.any(_is_member_array(x) or is_tf(x) or ragged.is_ragged(x)
+                  for x in leaves(builtins.list(args) +
+                                  builtins.list(kwargs.values()))):
+    name = getattr(make, '__qualname__', None) or getattr(
+        make, '__name__', 'generator')
+    module = 'random' if make is random.Random or (
+        isinstance(make, type) and issubclass(make, random.Random)) else (
+            'np.random')
+    raise errors.PerMemberError(
+        f'{module}.{name}() of a member\'s value makes a random generator '
+        'for each member, an object that holds its stream\'s state: '
+        'NumPy\'s and Python\'s stateful generators cannot be batched '
+        '(a batched variable holds arrays, one row per member)',
+        hint=errors.RANDOM_GENERATOR_HINT)
+  return make(*args, **kwargs)
 
 
 def random_draw(draw, *args, **kwargs):

@@ -11,6 +11,7 @@ TensorFlow's NumPy API's function of the same name
 NumPy's as written otherwise.
 """
 
+import builtins
 import sys
 
 import numpy as np
@@ -34,7 +35,8 @@ def numpy_call(func, *args, **kwargs):
   a graph, runs as TensorFlow's NumPy API's function of its name
   (`tf.experimental.numpy`; `member_helpers.TF_NUMPY_BATCH`), as do
   `np.zeros_like` and its kin, and `np.linalg`'s functions by
-  `tf.linalg`'s (`member_helpers.LINALG`); a user's helper runs with its
+  `tf.linalg`'s (`member_helpers.LINALG`); `len` of a tensor is its first
+  axis; a user's helper runs with its
   own such calls rewritten (`member_helpers.tf_numpy_helper`).  Anything
   else runs as written.
 
@@ -48,6 +50,9 @@ def numpy_call(func, *args, **kwargs):
   if member_helpers.is_helper(func):
     return member_helpers.tf_numpy_helper(func, sys.modules[__name__])(
         *args, **kwargs)
+  if func is builtins.len and len(args) == 1 and not kwargs and (
+      member_ops.is_tf(args[0])):
+    return _length(args[0])
   # A tensor's dtype (`np.ones(3, dtype=v.dtype)`) as NumPy's.
   args = [_numpy_dtype(a) for a in args]
   kwargs = {k: _numpy_dtype(v) for k, v in kwargs.items()}
@@ -97,6 +102,17 @@ def numpy_method(obj, name, *args, **kwargs):
   if not member_ops.is_tf(obj) or hasattr(obj, name):
     return getattr(obj, name)(*args, **kwargs)
   return member_ops.method(obj, name, *args, **kwargs)
+
+
+def _length(x):
+  """`len(x)` of a tensor: its first axis, known when traced (a symbolic
+  tensor has no `len`), else the tensor's count."""
+  tf = sys.modules['tensorflow']
+  if x.shape.rank == 0:
+    return len(x)   # Python's TypeError, as for an array
+  if x.shape.rank is not None and x.shape[0] is not None:
+    return int(x.shape[0])
+  return tf.shape(x)[0]
 
 
 def _numpy_dtype(x):

@@ -1,4 +1,4 @@
-"""Which per-member primitives compute a size: a value fixed by shapes.
+"""Which primitives compute a size: a value fixed by shapes.
 
 A per-member function's shapes are fixed for a signature, so `len(x)`,
 `x.shape[0]`, `x.ndim` and `x.size`, and integer arithmetic on them and on
@@ -9,13 +9,19 @@ shape (`'shape'`) or as a value (`'value'`, which must itself be such a
 size).  Type inference folds such values into constants
 (`passes.size_folding`), so that a size computed in one statement can
 make an array in a later one (`n = len(x)`, then `np.zeros(n)`).
+
+A batch-aware function's shapes past the batch axis are fixed too:
+`batch_size_roles` tells the same of its primitives (`n = x.shape[1]`,
+`x.ndim`, `len(x[0])`), and type inference folds those whose value does
+not follow the batch size (`len(x)` counts members: not a size).
 """
 
 import ast
+import builtins
 
 from autobatch_vm.python import primitives as python_primitives
 
-__all__ = ['size_roles']
+__all__ = ['size_roles', 'batch_size_roles']
 
 _SHAPE_ATTRIBUTES = frozenset(('shape', 'ndim', 'size'))
 _HELPERS = frozenset(('len', 'min', 'max', 'abs', 'int'))
@@ -125,3 +131,110 @@ def _shaped(node, prefix, roles):
     elif not _size(p, prefix, roles):
       return False
   return _shaped(node.args[0], prefix, roles)
+
+
+# Python's builtins that make a size of sizes in a batch-aware primitive.
+_BATCH_BUILTINS = frozenset((builtins.min, builtins.max, builtins.abs,
+                             builtins.int))
+
+
+def batch_size_roles(body, prefix, arity, static):
+  """`size_roles` of a batch-aware primitive's expression: whether it
+  computes a Python int from its inputs' shapes (`x.shape[1]`, `x.ndim`,
+  `len(x[0])`), Python ints of the user's and integer arithmetic on them
+  and on sizes (its `'value'` inputs), and how it reads each input.
+
+  Args:
+    body: The primitive's expression, as `PrimitiveRewriter` rewrote it.
+    prefix: The prefix of generated names.
+    arity: Its number of inputs.
+    static: The object a name or attribute chain of the user's refers to
+      (anything else where it is not one).
+
+  Returns:
+    As `size_roles` (an empty tuple for an expression without inputs,
+    `W.shape[1]` of a global `W`); None where it computes anything else,
+    is an input itself, or is a number written in place.
+  """
+  if (isinstance(body, ast.Constant) or
+      python_primitives.input_position(body, prefix) is not None):
+    return None
+  roles = [None] * arity
+  if not _BatchSizes(prefix, roles, static).size(body):
+    return None
+  return tuple(r or 'value' for r in roles)
+
+
+class _BatchSizes:
+  """`batch_size_roles`'s walk, noting how each input is read in
+  `roles`."""
+
+  def __init__(self, prefix, roles, static):
+    self.prefix = prefix
+    self.roles = roles
+    self.static = static
+
+  def size(self, node):
+    """Whether `node` computes a Python int from sizes."""
+    k = python_primitives.input_position(node, self.prefix)
+    if k is not None:
+      _note(self.roles, k, 'value')
+      return True
+    if isinstance(node, ast.Constant):
+      return type(node.value) is int
+    if isinstance(node, (ast.Name, ast.Attribute)) and (
+        type(self.static(node)) is int):
+      return True   # the user's global or closure int
+    if isinstance(node, ast.Attribute):
+      return node.attr in ('ndim', 'size') and self.shaped(node.value)
+    if isinstance(node, ast.Subscript):
+      # `x.shape[1]`: an item of a shape at a size (a slice of it is a
+      # tuple, not a size).
+      return (isinstance(node.value, ast.Attribute) and
+              node.value.attr == 'shape' and self.shaped(node.value.value)
+              and not isinstance(node.slice, (ast.Slice, ast.Tuple)) and
+              self.size(node.slice))
+    if isinstance(node, ast.BinOp):
+      return (isinstance(node.op, _OPERATORS) and self.size(node.left) and
+              self.size(node.right))
+    if isinstance(node, ast.UnaryOp):
+      return isinstance(node.op, _OPERATORS) and self.size(node.operand)
+    if not isinstance(node, ast.Call) or node.keywords or any(
+        isinstance(a, ast.Starred) for a in node.args):
+      return False
+    if python_primitives.helper_name(node, self.prefix, 'ops') in (
+        'mod', 'floordiv'):
+      return all(self.size(a) for a in node.args)
+    callee = self.static(node.func)
+    if callee is builtins.len:
+      return len(node.args) == 1 and self.shaped(node.args[0])
+    try:
+      known = callee in _BATCH_BUILTINS
+    except TypeError:   # unhashable
+      return False
+    return known and bool(node.args) and all(self.size(a)
+                                             for a in node.args)
+
+  def shaped(self, node):
+    """Whether `node` is an array whose shape only the shapes of inputs
+    and sizes decide: an input, the user's array, or items of one at
+    sizes and slices of sizes (`x[0]`, `x[:, 1:]`)."""
+    k = python_primitives.input_position(node, self.prefix)
+    if k is not None:
+      _note(self.roles, k, 'shape')
+      return True
+    if isinstance(node, (ast.Name, ast.Attribute)):
+      return hasattr(self.static(node), 'shape')
+    if not isinstance(node, ast.Subscript):
+      return False
+    index = node.slice
+    parts = index.elts if isinstance(index, ast.Tuple) else [index]
+    for p in parts:
+      if isinstance(p, ast.Slice):
+        if not all(b is None or self.size(b)
+                   for b in (p.lower, p.upper, p.step)):
+          return False
+      elif not (isinstance(p, ast.Constant) and p.value in (None, ...) or
+                self.size(p)):
+        return False
+    return self.shaped(node.value)

@@ -140,10 +140,11 @@ def _own_nodes(fn_node):
     todo.extend(ast.iter_child_nodes(node))
 
 
-def iterated_live(for_node, local_names):
+def iterated_live(for_node, local_names, source=None):
   """Finds the array a loop iterates that its body writes in place.
 
-  That is `v` of `for x in v:` where the body writes `v`'s items
+  That is `v` of `for x in v:` (or of `enumerate(v)`, `zip(v, w)`,
+  `reversed(v)`: `source`) where the body writes `v`'s items
   (`v[i + 1] += x`) or updates it (`v *= 2`) and never binds it anew.
   Python's iterator over an array reads each item when it gets there, so
   it sees those writes; a batched function's variables are values (each
@@ -155,11 +156,13 @@ def iterated_live(for_node, local_names):
   Args:
     for_node: An `ast.For`.
     local_names: The names of the function's variables.
+    source: The sequence iterated, where not `for_node.iter` itself (an
+      argument of the `enumerate`, `zip` or `reversed` it calls).
 
   Returns:
     The name `v`, or None.
   """
-  it = for_node.iter
+  it = for_node.iter if source is None else source
   if not (isinstance(it, ast.Name) and it.id in local_names):
     return None
   name = it.id
@@ -617,6 +620,10 @@ class _DryRunRewriter(ast.NodeTransformer):
           body=[ast.copy_location(item, node)] + list(node.body),
           orelse=list(node.orelse), type_comment=None), node)
       ast.fix_missing_locations(node)
+    elif self.items_name is not None:
+      # Of `enumerate(v)`, `zip(v, w)`, `reversed(v)`: each such `v` a
+      # generator that reads its item from `v` as it is at that trip.
+      node.iter = self._live_items(node, node.iter)
     self.generic_visit(node)
     it = node.iter
     if (isinstance(it, ast.Call) and isinstance(it.func, ast.Name)
@@ -631,6 +638,51 @@ class _DryRunRewriter(ast.NodeTransformer):
       self.changed = True
       node.body = self._member_values(node, [node.target]) + node.body
     return node
+
+
+  def _live_items(self, for_node, it):
+    """`it`, the sequence of `for_node`, with each array it takes
+    through `enumerate`, `zip` or `reversed` that the body writes in
+    place (`iterated_live`) a generator of its items read at each trip:
+    `(v[k] for k in range(len(v)))`, backwards `v[-1 - k]`."""
+    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and
+            it.func.id in ('enumerate', 'zip', 'reversed') and
+            it.func.id not in self.local_names and it.args and
+            not any(isinstance(a, ast.Starred) for a in it.args)):
+      return it
+    args = list(it.args)
+    for k, a in enumerate(args[:1] if it.func.id == 'enumerate' else args):
+      if it.func.id == 'reversed':
+        live = iterated_live(for_node, self.local_names, a)
+        if live is not None and len(args) == 1 and not it.keywords:
+          self.changed = True
+          return ast.copy_location(self._items_of(live, backwards=True), it)
+        return it
+      live = iterated_live(for_node, self.local_names, a)
+      if live is not None:
+        self.changed = True
+        args[k] = ast.copy_location(self._items_of(live), a)
+      else:
+        args[k] = self._live_items(for_node, a)
+    new = ast.copy_location(ast.Call(it.func, args, it.keywords), it)
+    ast.fix_missing_locations(new)
+    return new
+
+  def _items_of(self, name, backwards=False):
+    """`(name[k] for k in range(len(name)))` (`name[-1 - k]`
+    `backwards`)."""
+    k = f'{self.range_name}_item'
+    index = ast.Name(k, ast.Load())
+    if backwards:
+      index = ast.BinOp(ast.Constant(-1), ast.Sub(), index)
+    made = ast.GeneratorExp(
+        ast.Subscript(ast.Name(name, ast.Load()), index, ast.Load()),
+        [ast.comprehension(
+            ast.Name(k, ast.Store()),
+            ast.Call(ast.Name('range', ast.Load()), [ast.Call(
+                ast.Name('len', ast.Load()), [ast.Name(name, ast.Load())],
+                [])], []), [], 0)])
+    return made
 
 
 def dry_run_function(fn, member_value=None, items=None):

@@ -863,6 +863,12 @@ class _Compiler:
     for source, target in zip(sources, targets):
       known = self._static_sequence(source)
       inner = self._reversed_of(source)
+      # The body writes the array's items: each trip reads its item from
+      # the variable as it is then, as Python's iterator does (of
+      # `enumerate`, `zip` and `reversed` too).
+      live = (python_source.iterated_live(
+          s, self.locals, source if inner is None else inner)
+              if known is None and self.per_member else None)
       if known is None and inner is not None and self.per_member:
         # A member's array backwards: its items from the last.
         source = ast.copy_location(ast.Subscript(
@@ -876,18 +882,16 @@ class _Compiler:
             'array',
             'Write `for i in range(n)` (n may be batched) or a while loop; '
             'iterating over an array would iterate over the batch.')
-      live = (python_source.iterated_live(s, self.locals)
-              if known is None and source is it else None)
       if known is not None:
         lengths.append(ast.Constant(len(known)))
         static(target, known)
       elif live is not None:
-        # The body writes the array's items: each trip reads its item from
-        # the variable as it is then, as Python's iterator does.
         lengths.append(ast.Call(ast.Name('len', ast.Load()),
                                 [ast.Name(live, ast.Load())], []))
-        member(target, lambda i, live=live: ast.Subscript(
-            ast.Name(live, ast.Load()), ast.Name(i, ast.Load()), ast.Load()))
+        member(target, lambda i, live=live, back=inner is not None: (
+            ast.Subscript(ast.Name(live, ast.Load()), ast.BinOp(
+                ast.Constant(-1), ast.Sub(), ast.Name(i, ast.Load()))
+                          if back else ast.Name(i, ast.Load()), ast.Load())))
       else:
         item = self._sequence_copy(pre, source)
         lengths.append(ast.Call(ast.Name('len', ast.Load()),
@@ -1611,6 +1615,13 @@ class _Compiler:
       self.emit(inst.PrimOp(tuple(inputs), out, function, text, loc,
                             per_member=True))
       return out
+    # A size (`n = x.shape[1]`), which type inference folds into a
+    # constant where its value does not follow the batch size
+    # (`passes.size_folding`).
+    sizes = member_sizes.batch_size_roles(rewritten, self.prefix,
+                                          len(inputs), self._static_value)
+    if sizes is not None:
+      fn.sizes = sizes
     # A variable indexed by a variable (`x[:, j]`): type inference checks
     # that the index is not a per-member array (`member_indexing`).
     member_indexing.note(fn, python_primitives.subscript_parts(

@@ -75,8 +75,64 @@ def rebound_while_iterated(v):
   return total, v
 
 
+@ctx.batch(per_member=True)
+def enumerated_running_total(v):
+  """`enumerate(v)` reads each item as the loop gets there too."""
+  for i, x in enumerate(v):
+    if i + 1 < len(v):
+      v[i + 1] += x
+  return v
+
+
+@ctx.batch(per_member=True)
+def zipped_while_written(v):
+  """Of `zip(v, w)`, the written `v`'s items as they are then; `w`'s as
+  it was."""
+  w = v * 0.5
+  for x, y in zip(v, w):
+    v[-1] += x * y
+    w = w + 1.0
+  return v, w
+
+
+@ctx.batch(per_member=True)
+def reversed_running_total(v):
+  """`reversed(v)` reads from the last item, each as it is then."""
+  k = len(v) - 1
+  for x in reversed(v):
+    if k > 0:
+      v[k - 1] += x
+    k -= 1
+  return v
+
+
+@ctx.batch(per_member=True)
+def enumerated_zip_written(v):
+  """`enumerate(zip(w, v))`, `v` written: its items as they are then."""
+  w = v + 1.0
+  for i, (x, y) in enumerate(zip(w, v), 1):
+    if i < len(v):
+      v[i] = v[i] + x * y
+  return v
+
+
+@ctx.batch(per_member=True)
+def enumerated_and_rebound(v):
+  """`v` bound anew in the body: `enumerate(v)` iterates the array it
+  started with."""
+  for i, x in enumerate(v):
+    v = v.copy()
+    if i + 1 < len(v):
+      v[i + 1] += x
+  return v
+
+
 @pytest.mark.parametrize('fn', [running_total, doubled_while_iterated,
-                                rebound_while_iterated],
+                                rebound_while_iterated,
+                                enumerated_running_total,
+                                zipped_while_written, reversed_running_total,
+                                enumerated_zip_written,
+                                enumerated_and_rebound],
                          ids=lambda f: f.name)
 def test_a_loop_over_an_array_sees_its_bodys_writes_as_python(fn):
   v = np.arange(12.0).reshape(3, 4) - 3.0

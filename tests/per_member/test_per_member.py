@@ -268,6 +268,51 @@ def test_a_boolean_of_item_reads_runs_under_a_bare_xla_function():
   np.testing.assert_array_equal(out.numpy(), _contains(x, t, dry_run=True))
 
 
+@_oob_ctx.batch(per_member=True)
+def _first_at_least(v, t):
+  i = 0
+  while v[i] < t:
+    i += 1
+  return i, v[i] * 2.0, i > 0
+
+
+def test_a_loop_that_reads_past_the_end_stops_under_a_bare_xla_function():
+  """`while v[i] < t: i += 1` where a member's `v` has no item `t`: under
+  a bare `tf.function(jit_compile=True)` its read past the end stops it
+  (its outputs poisoned: the integer minimum, NaN, False), where a
+  clamped index read the last item for ever; the other members finish,
+  and nothing warns."""
+  import threading  # pylint: disable=g-import-not-at-top
+  tf = pytest.importorskip('tensorflow')
+  v = np.array([[1., 2., 3.], [1., 5., 9.], [4., 5., 6.]])
+  t = np.array([2.5, 10., 5.5])
+  done = {}
+
+  def run():
+    with warnings.catch_warnings():
+      warnings.simplefilter('error')
+      try:
+        done['out'] = tf.function(_first_at_least, jit_compile=True)(
+            tf.constant(v), tf.constant(t))
+      except Exception as e:  # pylint: disable=broad-except
+        done['error'] = e
+  thread = threading.Thread(target=run, daemon=True)
+  thread.start()
+  thread.join(timeout=120)
+  assert not thread.is_alive(), 'the XLA run did not end'
+  assert 'error' not in done, done.get('error')
+  i, x, positive = (np.asarray(o) for o in done['out'])
+  ok = np.array([0, 2])
+  want = _first_at_least(v[ok], t[ok], dry_run=True)
+  np.testing.assert_array_equal(i[ok], want[0])
+  np.testing.assert_array_equal(x[ok], want[1])
+  np.testing.assert_array_equal(positive[ok], want[2])
+  assert i[1] == np.iinfo(np.int64).min
+  assert np.isnan(x[1]) and not positive[1]
+  with pytest.raises(errors.PrimitiveError, match='IndexError'):
+    _first_at_least(v, t)
+
+
 @pytest.fixture(scope='module')
 def tf_programs():
   pytest.importorskip('tensorflow')
@@ -1153,6 +1198,61 @@ def test_an_item_of_an_empty_axis_still_fails_its_members():
   assert info.value.lineno == first.python_function.__code__.co_firstlineno + 2
 
 
+@empty.batch()
+def empty_axis_sums_batched(m):
+  """`empty_axis_sums` written batch-aware: each member's item at its
+  counter is a gather."""
+  s = m[:, 0, :1].sum(axis=-1) * 0.0
+  for i in range(m.shape[2]):
+    s = s + np.take_along_axis(m[:, 0], np.expand_dims(i, -1), axis=1)[:, 0]
+  j = 0
+  while j < m.shape[-1]:
+    k = np.expand_dims(j, -1)
+    s = s + (np.take_along_axis(m[:, 1], k, axis=1) *
+             np.take_along_axis(m[:, 0], k, axis=1))[:, 0]
+    j += 1
+  return s
+
+
+def _empty_axis_sums_batched_plain(m):
+  s = 0.0
+  for i in range(m.shape[1]):
+    s = s + m[0, i]
+  for j in range(m.shape[1]):
+    s = s + m[1, j] * m[0, j]
+  return s
+
+
+@pytest.mark.parametrize('width', [0, 3])
+def test_a_batch_aware_loop_over_an_empty_axis_does_not_run(width):
+  # As per member: type inference ran the gathers of the loops' bodies
+  # on made-up values of the empty axis, and they failed to index.
+  if width == 0:
+    tf = pytest.importorskip('tensorflow')
+    if tuple(int(v) for v in tf.__version__.split('.')[:2]) < (2, 18):
+      pytest.skip('TensorFlow 2.16 fails a gather on the empty axis: '
+                  'a known gap')
+  m = np.arange(2 * 2 * width, dtype=np.float64).reshape(2, 2, width)
+  want = np.array([_empty_axis_sums_batched_plain(r) for r in m])
+  def check(alone):
+    np.testing.assert_allclose(alone, want)
+  python_tests.run_everywhere(empty_axis_sums_batched, [m], check)
+
+
+def test_a_batch_aware_item_of_an_empty_axis_still_fails():
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def first(v):
+    return np.take_along_axis(v, np.zeros((len(v), 1), np.int64),
+                              axis=1)[:, 0] * 2.0
+
+  with pytest.raises(errors.PrimitiveError, match='IndexError') as info:
+    first(np.ones((3, 0)))
+  assert info.value.function == 'first'
+  assert info.value.lineno == first.python_function.__code__.co_firstlineno + 2
+
+
 _W64 = np.array([0.1, 0.2, 0.3])
 
 
@@ -1191,3 +1291,95 @@ def test_a_helpers_operators_promote_as_numpys():
       assert got.dtype == w.dtype, (i, got.dtype, w.dtype)
       np.testing.assert_allclose(got, w, rtol=1e-12)
   run_everywhere(helpers, [lo, hi, x, v], check=check)
+
+
+def _splitmix(z):
+  return z ^ (z >> np.uint64(3))
+
+
+def _numpy_scalars_first(z):
+  return ((np.uint64(5) ^ z) + (np.uint64(1) << (z & np.uint64(7))) +
+          (z << 2) - (np.uint64(7) >> (z & np.uint64(1))))
+
+
+def _float_scalars(x):
+  return np.float32(2.0) * x + x / np.float64(3.0) < np.float32(4)
+
+
+@pytest.mark.parametrize('per_member', [False, True])
+def test_a_helpers_operators_take_numpy_scalars(per_member):
+  """A helper's `z >> np.uint64(3)`, `np.uint64(5) ^ z`, `np.float32(2.0)
+  * x` on TensorFlow: NumPy's reflected operator would have read a
+  symbolic tensor's values (under `tf.function` and XLA)."""
+  from tests.python import run_everywhere  # pylint: disable=g-import-not-at-top
+
+  @ab.Context().batch(per_member=per_member)
+  def helpers(z, x):
+    return _splitmix(z), _numpy_scalars_first(z), _float_scalars(x)
+
+  z = np.array([1, 2, 3, 40], np.uint64)
+  x = np.array([0.5, 1.0, 2.5, 3.0], np.float32)
+
+  def check(out):
+    want = [(_splitmix(a), _numpy_scalars_first(a), _float_scalars(b))
+            for a, b in zip(z, x)]
+    for i, got in enumerate(out):
+      w = np.stack([np.asarray(row[i]) for row in want])
+      assert np.asarray(got).dtype == w.dtype, (i, got.dtype, w.dtype)
+      np.testing.assert_array_equal(got, w)
+  run_everywhere(helpers, [z, x], check=check)
+
+
+def test_a_generator_of_a_members_seed_is_refused_with_what_to_write():
+  """`np.random.default_rng(seed)` of a member's seed: no batch holds a
+  generator per member, so it is refused at the user's line with the
+  counter-based generator to write instead (the message spoke of
+  `MemberArray`s); the dry run, plain Python, runs."""
+  ctx = ab.Context()
+
+  @ctx.batch(per_member=True)
+  def walk(seed, n):
+    rng = np.random.default_rng(seed)
+    x = 0.0
+    for _ in range(n):
+      x = x + rng.normal()
+    return x
+
+  @ctx.batch(per_member=True)
+  def legacy(seed):
+    return np.random.RandomState(seed).normal()
+
+  seed, n = np.array([1, 2, 3]), np.array([2, 3, 4])
+  np.testing.assert_allclose(
+      walk(seed, n, dry_run=True),
+      [np.random.default_rng(s).normal(size=k).sum()
+       for s, k in zip(seed, n)])
+  tf = pytest.importorskip('tensorflow')
+  for fn, args in ((walk, (seed, n)), (legacy, (seed,))):
+    for call in (lambda: fn(*args),
+                 lambda: fn(*[tf.constant(a) for a in args])):
+      with pytest.raises(errors.PerMemberError) as info:
+        call()
+      assert info.value.function == fn.__name__
+      assert info.value.lineno == (
+          fn.python_function.__code__.co_firstlineno + 2)
+      text = str(info.value)
+      assert 'cannot be batched' in text and 'MemberArray' not in text
+      assert 'counter-based' in text and 'splitmix64' in text
+
+
+def test_a_generator_held_in_a_variable_is_refused_as_one():
+  """A primitive whose value is a random generator (`rng =
+  np.random.default_rng(0)`): it says so, and what to write instead (it
+  said 'an array of dtype object')."""
+  @ab.Context().batch()
+  def draws(x):
+    rng = np.random.default_rng(0)
+    return x + rng.normal(size=x.shape)
+
+  with pytest.raises(errors.TypeInferenceError) as info:
+    draws(np.zeros(3))
+  assert info.value.function == 'draws'
+  assert info.value.lineno == draws.python_function.__code__.co_firstlineno + 2
+  assert 'random generator' in str(info.value)
+  assert 'counter-based' in str(info.value)

@@ -629,26 +629,25 @@ class TensorFlowBackend(base.Backend):
     # In the staged loop the flagged members are parked (their error
     # raised after the loop, or their status false), as for an overflow.
     step = tf_errors.current_step()
-    if (kind == 'index' and step is not None and
-        not step.sites.checks_indices):
-      # As XLA's own indexing: the item clamped into range.  A math
-      # failure (`int(nan)`) has no such value: its members are stopped,
-      # their outputs poisoned and the trace warns (`vm.failures`).
-      return
     bad = flags[0] if len(flags) == 1 else tf.reduce_any(
         tf.stack(flags), axis=0)
     if not m.full:
       bad = tf.logical_and(m.mask, bad)
-    self._stop(bad, make_error)
+    # Where nothing reports an index out of range, its members stop
+    # quietly (`errors.Sites.reports_indices`); a math failure
+    # (`int(nan)`) stops them too, and the trace warns (`vm.failures`).
+    self._stop(bad, make_error, quiet=(
+        kind == 'index' and step is not None and
+        not step.sites.reports_indices))
 
   def _check_overflow(self, over, overflow_error):
     self._stop(over, tf_errors.overflow_maker(overflow_error))
 
-  def _stop(self, failed, make_error):
+  def _stop(self, failed, make_error, quiet=False):
     """Stops the members in `failed` with `make_error(members)`'s error:
     raised at once eagerly; in the staged loop they are parked (the error
-    raised after the loop, or their status false); elsewhere in a graph
-    an assertion fails."""
+    raised after the loop, or their status false; at a `quiet` site,
+    `errors.Sites.add`); elsewhere in a graph an assertion fails."""
     if tf.executing_eagerly():
       if bool(tf.reduce_any(failed)):
         raise make_error(np.flatnonzero(failed.numpy()))
@@ -658,7 +657,7 @@ class TensorFlowBackend(base.Backend):
       tf.debugging.Assert(tf.logical_not(tf.reduce_any(failed)),
                           [tf_errors.without_members(make_error(None))])
       return
-    step.park.append((failed, step.sites.add(make_error)))
+    step.park.append((failed, step.sites.add(make_error, quiet)))
 
   def pop(self, stacks, sp, values, m):
     out = self.peek(stacks, sp, values, m)
@@ -730,7 +729,7 @@ class TensorFlowBackend(base.Backend):
       return loop.run_eagerly(self, blocks, state, num_blocks, schedule,
                               stats, labels, limit, on_error)
     sites = tf_errors.Sites(num_blocks)
-    sites.checks_indices = not (masks.in_xla_context() and
+    sites.reports_indices = not (masks.in_xla_context() and
                                 on_error != 'status' and
                                 not tf_errors.collecting())
     with loop.differentiable_loop(not masks.in_xla_context() or

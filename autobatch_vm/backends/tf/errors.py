@@ -28,24 +28,32 @@ class Sites:
   def __init__(self, num_blocks):
     self.base = num_blocks + 1
     self.makers = []      # site -> function(members) -> AutoBatchError
-    # Whether an item index out of range (a per-member read, which XLA's
-    # own indexing clamps) stops its members: not where nothing could
-    # report it (under a bare `jit_compile=True` without
-    # `on_error='status'`), so that no correct program is refused there
-    # for returning a boolean (`vm.failures.refuse_unmarkable`).
-    self.checks_indices = True
+    self.quiet = set()    # the sites `error_names` leaves out
+    # Whether an item index out of range (a per-member read) is reported:
+    # not where nothing could report it (under a bare `jit_compile=True`
+    # without `on_error='status'`).  There its members are stopped
+    # quietly, their outputs poisoned (XLA's own indexing would clamp the
+    # index, and a loop such as `while v[i] < t: i += 1` would never
+    # end), with no warning when traced, and no correct program is
+    # refused for returning a boolean (`vm.failures.refuse_unmarkable`).
+    self.reports_indices = True
 
-  def add(self, make_error):
+  def add(self, make_error, quiet=False):
     """Adds a site.
 
     Args:
       make_error: `make_error(members)` builds the site's error.
+      quiet: Whether the site stops its members without its error being
+        named where nothing reports it (`error_names`).
 
     Returns:
       The site's error code.
     """
     self.makers.append(make_error)
-    return self.base + len(self.makers) - 1
+    code = self.base + len(self.makers) - 1
+    if quiet:
+      self.quiet.add(code)
+    return code
 
   def error(self, code, members):
     """The error of the site with `code`.
@@ -205,9 +213,12 @@ def report_to_collector(code, failed, sites):
 
 
 def error_names(sites):
-  """The names of the errors a run's sites raise, sorted."""
-  return tuple(sorted({type(sites.error(sites.base + k, [])).__name__
-                       for k in range(len(sites.makers))}))
+  """The names of the errors a run's sites raise, sorted; not those of
+  quiet sites (`Sites.add`)."""
+  return tuple(sorted({type(sites.error(code, [])).__name__
+                       for code in range(sites.base,
+                                         sites.base + len(sites.makers))
+                       if code not in sites.quiet}))
 
 
 def poison(x, bad):
