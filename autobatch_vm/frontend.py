@@ -113,6 +113,9 @@ class Context(shipping.ContextPickling):
     self._functions = {}      # name -> BatchedFunction, in definition order
     self._variants = {}       # variant name -> BatchedFunction (`variant`)
     self._module = None
+    # name -> (its Python function, the globals and closure values
+    # compiling it read: `python_to_ir.compile_function`'s `static_reads`).
+    self._static_reads = {}
     self._outside = {}        # cache key -> `externals.types` when made
     try:
       self._cache = caches.LRUCache(cache_size)
@@ -209,6 +212,7 @@ class Context(shipping.ContextPickling):
     self._functions[function.__name__] = wrapper
     self._variants = {}
     self._module = None
+    self._static_reads = {}
     self._cache.clear()
     return wrapper
 
@@ -278,6 +282,7 @@ class Context(shipping.ContextPickling):
         for n, (fn, type_inference, *per_member) in state.functions.items()}
     self._variants = {}
     self._module = None
+    self._static_reads = {}
     self._cache = caches.LRUCache(self._cache.maxsize, state.programs)
     return dict(self._functions)
 
@@ -479,12 +484,15 @@ class Context(shipping.ContextPickling):
       self._module = {}
     if name not in self._module:
       bf = self._entry(name)
+      reads = []
       self._module[name] = python_to_ir.compile_function(
           bf.python_function, self._resolve, self._params_of,
           bf.type_inference, defaults_of=self._defaults_of,
           per_member=bf.per_member, positional_of=self._positional_of,
           variant_of=self._variant_name, static=bf.static, name=bf.name,
-          writes_of=self._writes_of)
+          writes_of=self._writes_of, static_reads=reads)
+      if reads:
+        self._static_reads[name] = (bf.python_function, tuple(reads))
     return self._module[name]
 
   def module(self):
@@ -536,7 +544,13 @@ class Context(shipping.ContextPickling):
     shape since is typed anew (`x * SCALE[1]` had kept writing an int64
     register after `SCALE` became a float array).  Checked on the cached
     program `key` names, so a Context given programs by `install_state`
-    compiles nothing to check them."""
+    compiles nothing to check them.
+
+    A function whose compiled code holds a global or closure value as it
+    was (a loop written out over `range(K)`, a table) compiles anew, and
+    every program is made anew, once that value is another
+    (`_check_static_reads`)."""
+    self._check_static_reads()
     if key not in self._cache:
       return
     now = externals.types(self._cache[key])
@@ -546,6 +560,19 @@ class Context(shipping.ContextPickling):
     for k in list(self._cache):
       if (isinstance(k, tuple) and len(k) > 2 and k[0] in _PROGRAM_KINDS
           and k[1] == main):
+        del self._cache[k]
+        self._outside.pop(k, None)
+
+  def _check_static_reads(self):
+    """Drops the compiled functions and programs where a global or
+    closure value that compiling a function read is another now."""
+    if not any(python_to_ir.static_reads_changed(fn, reads)
+               for fn, reads in self._static_reads.values()):
+      return
+    self._module = None
+    self._static_reads = {}
+    for k in list(self._cache):
+      if isinstance(k, tuple) and k and k[0] in _PROGRAM_KINDS + ('untyped',):
         del self._cache[k]
         self._outside.pop(k, None)
 
@@ -572,6 +599,7 @@ class Context(shipping.ContextPickling):
     main = self._name_of(main)
     if sig is None:
       key = ('untyped', main)
+      self._check_static_reads()
       if key not in self._cache:
         self._cache[key] = pipeline.untyped(self.program(main),
                                             verify=self._verify())

@@ -178,6 +178,9 @@ class _Compiler:
     self.cur_loc = None
     self.loops = []           # (continue_label, break_label)
     self.returns = 0
+    # (name chain, `_snapshot`) of each global or closure value that the
+    # compiled code holds as it was when compiling (`_read_static`).
+    self.static_reads = []
     node = self.src.node
     self._check_signature(node)
     self.params = tuple(a.arg for a in node.args.args + node.args.kwonlyargs
@@ -995,7 +998,7 @@ class _Compiler:
     if inner is not None:
       known = self._static_sequence(inner)
       return None if known is None else known[::-1]
-    value = self._static_value(node)
+    value = self._read_static(node)
     if value is _NOT_STATIC:
       try:
         value = ast.literal_eval(node)
@@ -1084,6 +1087,17 @@ class _Compiler:
     """The Python object a Name/Attribute chain of non-locals refers to."""
     return member_helpers.static_value(node, self.locals, self.closure,
                                        self.fn.__globals__, _NOT_STATIC)
+
+  def _read_static(self, node):
+    """`_static_value(node)`, where the compiled code keeps the value
+    (a loop's trips, a table): noted in `static_reads`, so a call after
+    the user rebinds or changes it compiles the function anew."""
+    value = self._static_value(node)
+    chain = _name_chain(node)
+    if (value is not _NOT_STATIC and chain is not None and
+        chain[0] not in self.constants and chain[0] not in self.nested):
+      self.static_reads.append((chain, _snapshot(value)))
+    return value
 
   def _contains_batched_call(self, node):
     return any(self._batched_callee(n) is not None for n in ast.walk(node))
@@ -1371,7 +1385,7 @@ class _Compiler:
     each item is Python's value, not one per member."""
     if self.per_member or self._reads_locals(s.iter):
       return None
-    value = self._static_value(s.iter)
+    value = self._read_static(s.iter)
     if value is _NOT_STATIC:
       try:
         value = ast.literal_eval(s.iter)
@@ -1462,7 +1476,7 @@ class _Compiler:
     if value is not None:
       return value
     if isinstance(node, (ast.Name, ast.Attribute)):
-      value = self._static_value(node)
+      value = self._read_static(node)
       if type(value) is int:  # pylint: disable=unidiomatic-typecheck
         return value
     if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and
@@ -1470,7 +1484,7 @@ class _Compiler:
         self._static_value(node.func) is len and len(node.args) == 1 and
         not node.keywords):
       # `len(TABLE)` of a global or closure tuple, list or array.
-      value = self._static_value(node.args[0]) if isinstance(
+      value = self._read_static(node.args[0]) if isinstance(
           node.args[0], (ast.Name, ast.Attribute)) else _NOT_STATIC
       if isinstance(value, (tuple, list)) or (
           isinstance(value, np.ndarray) and value.ndim):
@@ -1744,6 +1758,76 @@ def _bind_target(target, item):
   return None
 
 
+# Items of a list or tuple that `_snapshot` compares one by one, at most
+# (a longer one: by identity and length).
+_MAX_SNAPSHOT_ITEMS = 1024
+_SNAPSHOT_SCALARS = (int, float, complex, str, bytes, type(None), np.generic)
+
+
+def _name_chain(node):
+  """`('cfg', 'scale')` of `cfg.scale` (a Name/Attribute chain), else
+  None."""
+  if isinstance(node, ast.Name):
+    return (node.id,)
+  if isinstance(node, ast.Attribute):
+    base = _name_chain(node.value)
+    return None if base is None else base + (node.attr,)
+  return None
+
+
+def _snapshot(value):
+  """What identifies a value the compiled code holds: numbers and strings
+  by value, lists and tuples item by item, an array (which the code holds
+  itself, so sees written in place) by identity, shape and dtype, anything
+  else by identity."""
+  if isinstance(value, _SNAPSHOT_SCALARS):
+    return (type(value), value)
+  if isinstance(value, (list, tuple)):
+    if len(value) > _MAX_SNAPSHOT_ITEMS:
+      return (type(value), id(value), len(value))
+    return (type(value), tuple(_snapshot(v) for v in value))
+  if isinstance(value, np.ndarray):
+    return (np.ndarray, id(value), value.shape, value.dtype.str)
+  return (type(value), id(value))
+
+
+def _chain_value(fn, chain):
+  """The value name chain `chain` of `fn`'s non-locals refers to now, or
+  `_NOT_STATIC`."""
+  name = chain[0]
+  code = getattr(fn, '__code__', None)
+  cells = dict(zip(code.co_freevars, fn.__closure__ or ())) if code else {}
+  if name in cells:
+    try:
+      value = cells[name].cell_contents
+    except ValueError:   # an empty cell
+      return _NOT_STATIC
+  elif name in fn.__globals__:
+    value = fn.__globals__[name]
+  else:
+    value = getattr(builtins, name, _NOT_STATIC)
+  for attr in chain[1:]:
+    if value is _NOT_STATIC:
+      break
+    value = getattr(value, attr, _NOT_STATIC)
+  return value
+
+
+def static_reads_changed(fn, reads):
+  """Whether a global or closure value that compiling Python function
+  `fn` read (`compile_function`'s `static_reads`) is another now.
+
+  Args:
+    fn: The user's Python function.
+    reads: The `(name chain, snapshot)` pairs compiling it noted.
+
+  Returns:
+    True if any value differs from its snapshot.
+  """
+  return any(_snapshot(_chain_value(fn, chain)) != snap
+             for chain, snap in reads)
+
+
 def _int_literal(node):
   """The value of an integer literal (`3`, `-3`), else None."""
   if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
@@ -1861,7 +1945,8 @@ def item_written_params(fn):
 
 def compile_function(fn, resolve_batched, params_of, type_inference=None,
                      defaults_of=None, per_member=False, positional_of=None,
-                     variant_of=None, static=(), name=None, writes_of=None):
+                     variant_of=None, static=(), name=None, writes_of=None,
+                     static_reads=None):
   """Compiles Python function `fn` to an IR `Function`.
 
   Args:
@@ -1886,6 +1971,11 @@ def compile_function(fn, resolve_batched, params_of, type_inference=None,
     writes_of: Batched function name -> the parameters whose items it
       assigns (`item_written_params`); a call passing a variable there
       that the caller reads afterwards warns (`ArgumentWriteWarning`).
+    static_reads: Optional list, given the `(name chain, snapshot)` of
+      each global or closure value the compiled code holds as it is now (a
+      loop written out over `range(K)` or `for w in W`, a table):
+      `static_reads_changed` tells whether the function must compile
+      anew.
 
   Returns:
     The untyped IR `Function`.
@@ -1897,6 +1987,10 @@ def compile_function(fn, resolve_batched, params_of, type_inference=None,
     ArgumentError: If `fn` calls a batched function with arguments that
       do not fit its parameters.
   """
-  return _Compiler(fn, resolve_batched, params_of, type_inference,
-                   defaults_of, per_member, positional_of, variant_of,
-                   tuple(static), name, writes_of).compile()
+  compiler = _Compiler(fn, resolve_batched, params_of, type_inference,
+                       defaults_of, per_member, positional_of, variant_of,
+                       tuple(static), name, writes_of)
+  function = compiler.compile()
+  if static_reads is not None:
+    static_reads.extend(compiler.static_reads)
+  return function

@@ -165,3 +165,67 @@ def test_a_range_of_a_global_tables_length_is_written_out():
   np.testing.assert_array_equal(got[0], 4 * x)
   np.testing.assert_allclose(got[1], 7.5 * x)
   run_everywhere(weighted, [x])
+
+
+_TRIPS = 3
+_COEFFS = [1.0, 2.0, 3.0]
+_ROWS = [(1.0, 0.5), (2.0, 0.25)]
+_LONG = [float(k) for k in range(12)]
+
+
+def test_written_out_loops_follow_globals_changed_since_compiling():
+  # The trips of `range(K)`, `for w in W` and `range(len(W))` were written
+  # out with the globals' values when compiling, and the cached program
+  # kept them: a rebound `K` or an item of `W` written since gave the old
+  # values, silently, on every backend (the dry run reads them anew).
+  global _TRIPS, _COEFFS, _ROWS, _LONG
+  ctx = ab.Context()
+
+  @ctx.batch
+  def series(x):
+    s = x * 0.0
+    for i in range(_TRIPS):
+      s = s + x ** i
+    h = x * 0.0
+    for w in _COEFFS:
+      h = h * x + w
+    for a, b in _ROWS:
+      h = h + a * x - b
+    for i in range(len(_COEFFS) - 1):
+      h = h + i
+    for v in _LONG:
+      h = h + v
+    return s, h
+
+  @ctx.batch(per_member=True)
+  def member_series(x):
+    h = 0.0
+    for w in _COEFFS:
+      h = h * x + w
+    return h + _TRIPS
+
+  saved = _TRIPS, list(_COEFFS), list(_ROWS), list(_LONG)
+  x = np.array([0.5, 2.0])
+
+  def check():
+    for fn in (series, member_series):
+      run_everywhere(fn, [x])
+      want = [fn.python_function(v) for v in x]
+      got = fn(x)
+      for k in range(len(x)):
+        np.testing.assert_allclose([np.asarray(g)[k] for g in got]
+                                   if isinstance(got, tuple) else got[k],
+                                   want[k])
+  try:
+    check()
+    _TRIPS = 5
+    _COEFFS[0] = 10.0
+    _ROWS[1] = (3.0, 1.0)
+    _LONG[3] = 100.0
+    check()
+    _COEFFS = (1.0, 1.0)
+    _LONG = [1.0] * 9
+    check()
+  finally:
+    _TRIPS = saved[0]
+    _COEFFS, _ROWS, _LONG = saved[1:]
