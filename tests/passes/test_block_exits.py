@@ -263,3 +263,43 @@ def test_a_failure_after_an_exit_names_the_members_that_stayed(backend):
   i = np.array([0, 5, 1, 3])   # members 1 and 3 stay, and fail
   with pytest.raises(errors.PrimitiveError, match=r'block: \[1, 3\]'):
     failing(tf.constant(i) if backend == 'tf' else i)
+
+
+@CTX.batch(per_member=True)
+def sum_above(v, n):
+  """A member's item read at a member's index after an exit: the
+  vectorized read reports the members it fails for."""
+  s = 0.0
+  i = 0
+  while i < n:
+    if v[i] > 3:
+      s += v[i]
+    i += 1
+  return s
+
+
+@pytest.mark.parametrize('mode', ['eager', 'graph', 'xla'])
+def test_member_index_reads_after_an_exit(mode):
+  # Under tf.function the read's flags of members out of range, made
+  # inside the cond that runs the rest of the block, were read outside
+  # it: TensorFlow's InaccessibleTensorError.
+  v = np.arange(20.).reshape(4, 5)
+  n = np.array([4, 0, 2, 5])
+  want = sum_above(v, n, dry_run=True)
+  np.testing.assert_array_equal(want, [0.0, 0.0, 21.0, 85.0])
+  for stackless in (False, True):
+    np.testing.assert_array_equal(sum_above(v, n, stackless=stackless), want)
+  np.testing.assert_array_equal(_on_tf(sum_above, [v, n], mode), want)
+
+
+def test_a_member_index_out_of_range_after_an_exit_in_a_graph():
+  v = np.arange(20.).reshape(4, 5)
+  n = np.array([4, 0, 6, 5])   # member 2 reads v[5]
+  with pytest.raises(IndexError):
+    sum_above(v, n, dry_run=True)
+  run = tf.function(lambda a, b: sum_above(a, b, on_error='status'))
+  _, ok = run(tf.constant(v), tf.constant(n))
+  np.testing.assert_array_equal(ok, [True, True, False, True])
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"IndexError in `v\[i\] > 3`.*sum_above"):
+    tf.function(sum_above)(tf.constant(v), tf.constant(n))

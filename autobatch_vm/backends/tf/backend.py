@@ -77,6 +77,7 @@ from autobatch_vm.backends.tf import masks
 from autobatch_vm.backends.tf import ops
 from autobatch_vm.backends.tf import randomness
 from autobatch_vm.backends.tf import work
+from autobatch_vm.per_member import member_ops
 
 __all__ = ['TensorFlowBackend']
 
@@ -471,14 +472,41 @@ class TensorFlowBackend(base.Backend):
     if m.count is not None or (masks.in_xla_context() and
                                not loop.differentiable()):
       return run()
+    # The members it fails for, as flags computed inside the cond (what
+    # vectorized primitives report, `member_ops.report_failures`, and the
+    # members `_stop` parks), leave it as outputs, false where it skips.
+    step = tf_errors.current_step()
+    start = len(step.park) if step is not None else 0
+    escaped = []   # ('report', kind) or ('park', code), one per flag
+
+    def run_and_report():
+      with member_ops.out_of_range_reports() as reports:
+        out = list(run())
+      flags = [(('report', kind), flag) for report in reports
+               for kind, flag in report.items()]
+      if step is not None:
+        flags += [(('park', code), where)
+                  for where, code in step.park[start:]]
+        del step.park[start:]
+      escaped[:] = [what for what, _ in flags]
+      return out + [flag for _, flag in flags]
 
     def zeros():
       batch = m.batch
       return [tf.zeros(tf.concat([tf.reshape(batch, [1]),
                                   tf.constant(list(t.shape), tf.int32)], 0)
                        if tf.is_tensor(batch) else [batch] + list(t.shape),
-                       tf.as_dtype(t.dtype)) for t in types]
-    return tf.cond(tf.reduce_any(m.mask), run, zeros)
+                       tf.as_dtype(t.dtype)) for t in types] + [
+                           tf.zeros_like(m.mask) for _ in escaped]
+    out = tf.cond(tf.reduce_any(m.mask), run_and_report, zeros)
+    out = list(out) if isinstance(out, (list, tuple)) else [out]
+    flags = out[len(types):]
+    for (how, what), flag in zip(escaped, flags):
+      if how == 'report':
+        member_ops.report_failures({what: flag})
+      else:
+        step.park.append((flag, what))
+    return out[:len(types)]
 
   def submask(self, m, cond, negate=False):
     if negate:
