@@ -1416,12 +1416,13 @@ def _tf_extreme(func, kind, a, axis=None, out=None, keepdims=False,
         flat, axis=at, output_type=tf.int64)
   if not (a.dtype.is_floating or a.dtype.is_complex):
     return value
-  nan = tf.math.is_nan(tf.math.real(a) if a.dtype.is_complex else a)
   if kind in reduce:
+    nan = tf.math.is_nan(tf.math.real(a) if a.dtype.is_complex else a)
     return tf.where(tf.reduce_any(nan, axis=axis, keepdims=keepdims),
                     tf.constant(np.nan, a.dtype), value)
-  if axis is None:
-    nan = tf.reshape(nan, [-1])
+  # Of `flat`, which holds the item added at the end of an empty axis.
+  nan = tf.math.is_nan(tf.math.real(flat) if flat.dtype.is_complex
+                       else flat)
   first = tf.argmax(tf.cast(nan, tf.int32), axis=at, output_type=tf.int64)
   return tf.where(tf.reduce_any(nan, axis=at), first, value)
 

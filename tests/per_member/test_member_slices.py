@@ -378,6 +378,29 @@ def unguarded_extreme(v, k):
   return v[:k].max()
 
 
+def guarded_float_args(v, k):
+  return (np.argmax(v[:k]) if k > 0 else -1,
+          np.argmin(v[:k]) if k > 0 else -1)
+
+
+def test_an_empty_float_slice_python_does_not_arg_reduce_fails_no_member():
+  # Of floats, the position of a NaN was looked for in the slice itself,
+  # empty for a member with k == 0: TensorFlow's 'Reduction axis 0 is
+  # empty' (eagerly and under tf.function) for a member Python does not
+  # reduce.
+  ctx = ab.Context()
+  v = np.array([[5.0, 1.0, 7.0], [2.0, np.nan, 4.0], [3.0, 3.0, 3.0],
+                [8.0, 0.0, 2.0], [1.0, 2.0, -1.0]])
+  k = np.array([0, 2, 3, 0, 3])
+  fn = ctx.batch_uncurried(guarded_float_args, per_member=True)
+  got = fn(v, k)
+  for m in range(B):
+    want = guarded_float_args(v[m], k[m])
+    for g, w in zip(got, want):
+      assert g[m] == w
+  _quiet(run_everywhere, fn, [v, k])
+
+
 def test_an_empty_slice_python_does_not_reduce_fails_no_member():
   # `v[:k].max() if k > 0 else 0`: Python takes the maximum only where
   # k > 0, so a member with k == 0 does not fail (it did, on every
