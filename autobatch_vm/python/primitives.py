@@ -467,6 +467,12 @@ class PrimitiveRewriter(ast.NodeTransformer):
           "Write the square-and-multiply loop in the function: r = 1; "
           "while e > 0: (if e % 2 == 1: r = r * b % m); b = b * b % m; "
           "e = e // 2 (int64 holds the products while m < 3e9).")
+    if callee is builtins.pow:
+      operands = _pow_operands(node)
+      if operands is not None:
+        # `base ** exp`, with the operator's promotion of dtypes.
+        return self.visit(ast.copy_location(
+            ast.BinOp(operands[0], ast.Pow(), operands[1]), node))
     if (callee is builtins.divmod and len(node.args) == 2 and
         not node.keywords and
         not any(isinstance(a, ast.Starred) for a in node.args)):
@@ -505,6 +511,22 @@ class PrimitiveRewriter(ast.NodeTransformer):
     elif member_helpers.tf_numpy_call(callee, node):
       node.ab_tf_numpy = 'numpy_call'
     return node
+
+
+def _pow_operands(node):
+  """`(base, exp)` of a call `pow(base, exp)` (by position or keyword),
+  else None."""
+  if any(isinstance(a, ast.Starred) for a in node.args) or any(
+      k.arg is None for k in node.keywords):
+    return None
+  given = dict(zip(('base', 'exp'), node.args))
+  for k in node.keywords:
+    if k.arg in given or k.arg not in ('base', 'exp'):
+      return None
+    given[k.arg] = k.value
+  if len(node.args) > 2 or set(given) != {'base', 'exp'}:
+    return None
+  return given['base'], given['exp']
 
 
 _PROMOTED_OPERATORS = {

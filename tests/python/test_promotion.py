@@ -113,6 +113,16 @@ def member_mixed(x, n, v):
   return x * n + n / 3, x ** n, v.sum() * n
 
 
+@ctx.batch
+def builtin_pow(x, n):
+  return pow(x, n), pow(base=n, exp=2), pow(x, exp=n)
+
+
+@ctx.batch(per_member=True)
+def member_builtin_pow(x, n):
+  return pow(x, n), pow(base=n, exp=2), pow(x, exp=n)
+
+
 def _tf_runs(fn, args):
   tf = pytest.importorskip('tensorflow')
   targs = [tf.constant(a) for a in args]
@@ -139,9 +149,15 @@ def _tf_runs(fn, args):
                         np.array([3, 7, 9], np.uint16))),
     (outside_their_dtype, (np.array([0, 7, 255], np.uint8),
                            np.array([0, -100, 100], np.int8))),
+    # pow(x, n) as x ** n: Pow of a float32 and an int64 had failed.
+    (builtin_pow, (np.array([2.0, 3.0, 1.5], np.float32),
+                   np.array([3, 0, 2]))),
+    (member_builtin_pow, (np.array([2.0, 3.0, 1.5], np.float32),
+                          np.array([3, 0, 2]))),
 ], ids=['float64_int64', 'float32_int32', 'bool_count', 'numpy_floats',
      'float_literals', 'member_literals', 'booleans', 'per_member',
-     'narrow_quotients', 'outside_their_dtype'])
+     'narrow_quotients', 'outside_their_dtype', 'builtin_pow',
+     'member_builtin_pow'])
 def test_mixed_dtypes_promote_as_numpy_on_tensorflow(fn, args):
   want = ab.instructions.pattern_flatten(fn(*args))
   alone = ab.instructions.pattern_flatten(fn(*args, dry_run=True))
