@@ -181,6 +181,8 @@ def member_call(obj, node):
     return None
   if isinstance(obj, type) and issubclass(obj, np.generic):
     return 'call'
+  if obj is np.finfo or obj is np.iinfo:
+    return None if starred else 'call'
   # The rules load with the first per-member function, not at start-up.
   from autobatch_vm.per_member import numpy_rules  # pylint: disable=g-import-not-at-top
   try:
@@ -223,6 +225,8 @@ def tf_numpy_call(obj, node):
     return 'numpy_call'
   # Any other of NumPy's functions (`np.ones(3, dtype=v.dtype)`): as
   # written, a tensor's dtype among its arguments made NumPy's.
+  if obj is np.finfo or obj is np.iinfo:   # of a tensor's dtype too
+    return 'numpy_call'
   module = getattr(obj, '__module__', None) or ''
   return ('numpy_call' if callable(obj) and not isinstance(obj, type) and
           (module == 'numpy' or module.startswith('numpy.')) and

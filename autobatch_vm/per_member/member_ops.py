@@ -596,6 +596,29 @@ def _harmless_item(x, index):
     return 0
 
 
+def numpy_dtype(x):
+  """`x`, or NumPy's dtype where it is a TensorFlow `DType` (a tensor's
+  `.dtype`) or a tensor (as NumPy's `np.finfo(a)` reads an array's)."""
+  tf = sys.modules.get('tensorflow')
+  if tf is None:
+    return x
+  if isinstance(x, tf.dtypes.DType):
+    return np.dtype(x.as_numpy_dtype)
+  if is_tf(x):
+    return np.dtype(x.dtype.as_numpy_dtype)
+  return x
+
+
+# NumPy's facts of a dtype, given a tensor's (`np.finfo(x.dtype).eps`).
+DTYPE_INFO = (np.finfo, np.iinfo)
+
+
+def dtype_info(func, *args, **kwargs):
+  """`np.finfo` or `np.iinfo` (`func`) of a dtype, a tensor's included."""
+  return func(*[numpy_dtype(a) for a in args],
+              **{k: numpy_dtype(v) for k, v in kwargs.items()})
+
+
 def asarray(value, dtype=None):
   """One member's `np.array(value, dtype)` / `np.asarray`: nested lists of
   one member's values and numbers stacked.
@@ -617,6 +640,8 @@ def asarray(value, dtype=None):
       return tf.convert_to_tensor(v)
     result = stack(value)
     return result if dtype is None else tf.cast(result, dtype)
+  if dtype is not None and not isinstance(dtype, str):
+    dtype = numpy_dtype(dtype)
   return _numpy_rules().asarray(value, dtype)
 
 
@@ -643,6 +668,8 @@ def call(func, *args, **kwargs):
   if member_helpers.is_helper(func):
     return member_helpers.member_helper(func, sys.modules[__name__])(
         *args, **kwargs)
+  if func in DTYPE_INFO:
+    return dtype_info(func, *args, **kwargs)
   values = leaves(list(args)) + leaves(list(kwargs.values()))
   if ragged.is_ragged(*values):
     if not ragged.is_ragged(*args, *kwargs.values()):

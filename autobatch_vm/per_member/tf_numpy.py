@@ -53,6 +53,8 @@ def numpy_call(func, *args, **kwargs):
   if func is builtins.len and len(args) == 1 and not kwargs and (
       member_ops.is_tf(args[0])):
     return _length(args[0])
+  if func in member_ops.DTYPE_INFO:
+    return member_ops.dtype_info(func, *args, **kwargs)
   # A tensor's dtype (`np.ones(3, dtype=v.dtype)`) as NumPy's.
   args = [_numpy_dtype(a) for a in args]
   kwargs = {k: _numpy_dtype(v) for k, v in kwargs.items()}

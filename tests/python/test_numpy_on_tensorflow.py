@@ -248,3 +248,42 @@ def test_matmul_with_vectors_and_methods_of_a_users_object():
     for got, want in zip(out, alone):
       assert got.dtype == tf.float32
       np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def _tolerance(x):
+  return x + 4 * np.finfo(x.dtype).eps, x - np.finfo(dtype=x.dtype).eps
+
+
+def _half(x):
+  return (np.array(0.5, dtype=x.dtype) * x,
+          np.asarray([1, 2], dtype=x.dtype).sum() * x)
+
+
+def _clamped(v):
+  return min(v.astype(np.int64) * 3, np.iinfo(v.dtype).max)
+
+
+def _clamped_batch(v):
+  return np.minimum(v.astype(np.int64) * 3, np.iinfo(v.dtype).max)
+
+
+@pytest.mark.parametrize('fn,per_member,arg', [
+    (_tolerance, True, np.array([1.0, 2.0], np.float32)),
+    (_tolerance, False, np.array([1.0, 2.0], np.float32)),
+    (_half, True, np.array([1.0, 2.0], np.float32)),
+    (_half, False, np.array([1.0, 2.0], np.float32)),
+    (_clamped, True, np.array([100, 20000], np.int16)),
+    (_clamped_batch, False, np.array([100, 20000], np.int16)),
+])
+def test_a_tensors_dtype_is_numpys_in_finfo_iinfo_and_array(fn, per_member,
+                                                           arg):
+  # On TensorFlow `x.dtype` is a tf.DType, which np.finfo, np.iinfo and
+  # np.array(..., dtype=) could not interpret: type inference failed.
+  f = ab.Context().batch(per_member=per_member)(fn)
+  want = [fn(a) for a in arg]
+  got = f(arg)
+  for k, w in enumerate(want):
+    for g, x in zip(ab.instructions.pattern_flatten(got),
+                    ab.instructions.pattern_flatten(w)):
+      np.testing.assert_allclose(np.asarray(g)[k], x, rtol=1e-6)
+  run_everywhere(f, [arg])
