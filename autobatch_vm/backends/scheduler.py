@@ -53,21 +53,19 @@ class Scheduler:
     schedule: `'most'` or `'lowest'` (see the module docstring).
     num_blocks: The number of blocks; a PC of `num_blocks` or more is a
       member that has finished.
-    waits: Under `'most'`, None or `ir.loops.exit_waits`'s bool array
-      `[num_blocks, num_blocks]`: block `x` does not run while a member
-      is at a block `y` with `waits[x, y]` (unless every block with
-      members waits).
+
+  Under `'most'` a `Schedule` (the name with its program's `waits`) also
+  holds back loops' exits: block `x` does not run while a member is at a
+  block `y` with `waits[x, y]` (unless every block with members waits).
   """
   __slots__ = ('schedule', 'most', 'num_blocks', '_size', '_waits')
 
-  def __init__(self, schedule, num_blocks, waits=None):
+  def __init__(self, schedule, num_blocks):
     self.schedule = schedule
     self.most = schedule == 'most'
     self.num_blocks = num_blocks
     self._size = num_blocks + 1
-    if waits is None:
-      waits = getattr(schedule, 'waits', None)
-    self._waits = waits if self.most else None
+    self._waits = getattr(schedule, 'waits', None) if self.most else None
 
   def next_block(self, pc):
     """The block to run next.
@@ -133,7 +131,7 @@ def eligible_counts(counts, waits):
 
   Args:
     counts: Members per block, an int array `[num_blocks]`.
-    waits: `Scheduler`'s `waits`.
+    waits: A `Schedule`'s `waits`.
 
   Returns:
     `counts` with 0 for the blocks that wait for a block with members;

@@ -388,33 +388,32 @@ def test_an_empty_float_slice_python_does_not_arg_reduce_fails_no_member():
   # empty for a member with k == 0: TensorFlow's 'Reduction axis 0 is
   # empty' (eagerly and under tf.function) for a member Python does not
   # reduce.
-  ctx = ab.Context()
   v = np.array([[5.0, 1.0, 7.0], [2.0, np.nan, 4.0], [3.0, 3.0, 3.0],
                 [8.0, 0.0, 2.0], [1.0, 2.0, -1.0]])
-  k = np.array([0, 2, 3, 0, 3])
-  fn = ctx.batch_uncurried(guarded_float_args, per_member=True)
+  _check_guarded(guarded_float_args, v, np.array([0, 2, 3, 0, 3]))
+
+
+def _check_guarded(python_fn, v, k):
+  """`python_fn` batched per member equals it on each member alone, and
+  runs everywhere; returns its Context."""
+  ctx = ab.Context()
+  fn = ctx.batch_uncurried(python_fn, per_member=True)
   got = fn(v, k)
   for m in range(B):
-    want = guarded_float_args(v[m], k[m])
+    want = python_fn(v[m], k[m])
     for g, w in zip(got, want):
       assert g[m] == w
   _quiet(run_everywhere, fn, [v, k])
+  return ctx
 
 
 def test_an_empty_slice_python_does_not_reduce_fails_no_member():
   # `v[:k].max() if k > 0 else 0`: Python takes the maximum only where
   # k > 0, so a member with k == 0 does not fail (it did, on every
   # backend, and under XLA its result was poisoned).
-  ctx = ab.Context()
   v = np.array([[5, 1, 7], [2, 9, 4], [3, 3, 3], [8, 0, 2], [1, 2, 3]])
   k = np.array([0, 2, 3, 0, 1])
-  fn = ctx.batch_uncurried(guarded_extremes, per_member=True)
-  got = fn(v, k)
-  for m in range(B):
-    want = guarded_extremes(v[m], k[m])
-    for g, w in zip(got, want):
-      assert g[m] == w
-  _quiet(run_everywhere, fn, [v, k])
+  ctx = _check_guarded(guarded_extremes, v, k)
   # Unguarded, an empty slice's maximum still fails its member.
   bare = ctx.batch_uncurried(unguarded_extreme, per_member=True)
   with pytest.raises(errors.PrimitiveError, match=r'members \[0, 3\].*empty'):

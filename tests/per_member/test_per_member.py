@@ -1173,16 +1173,23 @@ def test_a_loop_over_an_empty_axis_does_not_run(width):
   # Type inference ran each primitive of the loops' bodies on made-up
   # values of the empty axis, and `m[0, i]` failed to index: a false
   # alarm, as the bodies never run for such a member.
+  _run_over_empty_axis(empty_axis_sums, empty_axis_sums.python_function,
+                       width)
+
+
+def _run_over_empty_axis(fn, plain, width):
+  """Runs batched `fn` everywhere on members with an axis of `width`
+  items, against `plain` on each member alone."""
   if width == 0:
     tf = pytest.importorskip('tensorflow')
     if tuple(int(v) for v in tf.__version__.split('.')[:2]) < (2, 18):
       pytest.skip('TensorFlow 2.16 fails a gather on the empty axis: '
                   'a known gap')
   m = np.arange(2 * 2 * width, dtype=np.float64).reshape(2, 2, width)
-  want = np.array([empty_axis_sums.python_function(r) for r in m])
+  want = np.array([plain(r) for r in m])
   def check(alone):
     np.testing.assert_allclose(alone, want)
-  python_tests.run_everywhere(empty_axis_sums, [m], check)
+  python_tests.run_everywhere(fn, [m], check)
 
 
 def test_an_item_of_an_empty_axis_still_fails_its_members():
@@ -1227,16 +1234,8 @@ def _empty_axis_sums_batched_plain(m):
 def test_a_batch_aware_loop_over_an_empty_axis_does_not_run(width):
   # As per member: type inference ran the gathers of the loops' bodies
   # on made-up values of the empty axis, and they failed to index.
-  if width == 0:
-    tf = pytest.importorskip('tensorflow')
-    if tuple(int(v) for v in tf.__version__.split('.')[:2]) < (2, 18):
-      pytest.skip('TensorFlow 2.16 fails a gather on the empty axis: '
-                  'a known gap')
-  m = np.arange(2 * 2 * width, dtype=np.float64).reshape(2, 2, width)
-  want = np.array([_empty_axis_sums_batched_plain(r) for r in m])
-  def check(alone):
-    np.testing.assert_allclose(alone, want)
-  python_tests.run_everywhere(empty_axis_sums_batched, [m], check)
+  _run_over_empty_axis(empty_axis_sums_batched,
+                       _empty_axis_sums_batched_plain, width)
 
 
 def test_a_batch_aware_item_of_an_empty_axis_still_fails():
