@@ -1298,7 +1298,7 @@ def _splitmix(z):
 
 def _numpy_scalars_first(z):
   return ((np.uint64(5) ^ z) + (np.uint64(1) << (z & np.uint64(7))) +
-          (z << 2) - (np.uint64(7) >> (z & np.uint64(1))))
+          (z << np.uint64(2)) - (np.uint64(7) >> (z & np.uint64(1))))
 
 
 def _float_scalars(x):

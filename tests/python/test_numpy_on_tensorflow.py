@@ -251,7 +251,8 @@ def test_matmul_with_vectors_and_methods_of_a_users_object():
 
 
 def _tolerance(x):
-  return x + 4 * np.finfo(x.dtype).eps, x - np.finfo(dtype=x.dtype).eps
+  # `eps * x`, not `4 * eps`: NumPy 1 makes `4 * eps` a float64.
+  return x + np.finfo(x.dtype).eps * x, x - np.finfo(dtype=x.dtype).eps
 
 
 def _half(x):
