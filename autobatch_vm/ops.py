@@ -525,7 +525,7 @@ def tf_setitem(x, index, value, read=None):
   return tf.reshape(flat, shape)
 
 
-def static_item(table, index):
+def static_item(table, index, weak=True):
   """`table[index]`, a `tf.gather` where `index` is a TensorFlow tensor.
 
   The items of an array the same for every member at each member's
@@ -533,7 +533,12 @@ def static_item(table, index):
 
   Args:
     table: A NumPy array.
-    index: The members' integer indices (an array or tensor).
+    index: The members' integer indices (an array or tensor), or one
+      Python int for every member (as type inference passes a counter).
+    weak: Whether the items are Python numbers (a tuple or list of them
+      made `table`), which take the dtype of the arrays they meet.
+      Else they are NumPy scalars, whose dtype is theirs: at one Python
+      int they are an array of one member, not a Python number.
 
   Returns:
     The items, with the batch axis of `index`.
@@ -541,6 +546,8 @@ def static_item(table, index):
   if _is_tf(index):
     tf = _tf()
     return tf.gather(tf.constant(table), index)
+  if not weak and type(index) is int:  # pylint: disable=unidiomatic-typecheck
+    return table[[index]]
   return table[index]
 
 

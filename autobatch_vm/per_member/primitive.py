@@ -12,7 +12,8 @@ Arguments that are the same for every member (Python numbers, which type
 inference passes for literals) are not batched: the member function gets
 them as they are.  A primitive whose arguments are all such values
 computes one member's value; where it has arguments, that value gets a
-batch axis of one (a Python number stays one, a literal).
+batch axis of one (a Python number stays one, a literal, and so does an
+item of a table of Python numbers: `_with_batch_axis`).
 
 A user's mistake inside the member function (`errors.PerMemberError`, or
 a tensor used where Python needs one bool) is raised at the primitive's
@@ -33,6 +34,8 @@ from autobatch_vm.per_member import member_ops
 __all__ = ['PerMemberFunction']
 
 _NUMBERS = (int, float, bool, complex)
+# NumPy's dtypes of Python numbers.
+_LITERAL_DTYPES = frozenset(np.dtype(t) for t in _NUMBERS)
 
 
 class PerMemberFunction:
@@ -283,12 +286,18 @@ def _is_constant(x):
 
 
 def _with_batch_axis(value, expand):
-  """Each leaf of `value` but Python numbers, with a batch axis of one."""
+  """Each leaf of `value` but numbers, with a batch axis of one.
+
+  A number is a Python number or a NumPy scalar of the dtype NumPy gives
+  one (`np.int64`, `np.float64`, `np.bool_`, `np.complex128`: an item of
+  a table of Python numbers), which type inference takes as a literal.
+  """
   if isinstance(value, tuple) and hasattr(value, '_fields'):
     return type(value)(*[_with_batch_axis(v, expand) for v in value])
   if isinstance(value, (tuple, list)):
     return type(value)(_with_batch_axis(v, expand) for v in value)
-  if isinstance(value, _NUMBERS):
+  if isinstance(value, _NUMBERS) or (isinstance(value, np.generic) and
+                                     value.dtype in _LITERAL_DTYPES):
     return value
   return expand(value)
 

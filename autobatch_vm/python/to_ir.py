@@ -803,7 +803,10 @@ class _Compiler:
     tuple, a literal) is made an array (`np.asarray`).  In a batch-aware
     function only such a sequence is iterated (an array there holds the
     batch), its item read by `ops.static_item` (every member's at its own
-    counter).
+    counter).  The items of a sequence of Python numbers are Python
+    numbers, weak as literals are (`for c in (1.0, 0.5)` next to float32
+    data is float32); those of a NumPy array or of NumPy scalars keep
+    their dtype.
     """
     it = s.iter
     if self._display_written_out(s):
@@ -829,9 +832,10 @@ class _Compiler:
       sources, targets = [it], [target]
     pre, assigned, lengths = [], [], []
 
-    def static(target, table):
+    def static(target, table, weak):
       """(target, item) pairs of `table`'s items, a tuple target taking
-      the columns of a table of rows."""
+      the columns of a table of rows; `weak`: the items are Python
+      numbers."""
       if isinstance(target, (ast.Tuple, ast.List)) and not any(
           isinstance(e, ast.Starred) for e in target.elts):
         if table.ndim < 2 or table.shape[1] != len(target.elts):
@@ -839,18 +843,26 @@ class _Compiler:
               target, f'unpacking items of shape {table.shape[1:]} into '
               f'{len(target.elts)} names')
         for k, e in enumerate(target.elts):
-          static(e, table[:, k])
+          static(e, table[:, k], weak)
         return
       name = self._generated(f'table{self.temp_count}')
       self.temp_count += 1
       self.closure[name] = types.CellType(table)
-      if self.per_member:
+      if self.per_member and weak:
+        # At one Python int (as type inference passes a counter) the item
+        # is one member's Python number: weak.
+        assigned.append((target, lambda i, name=name: ast.Subscript(
+            ast.Name(name, ast.Load()), ast.Name(i, ast.Load()),
+            ast.Load())))
+      elif self.per_member:
+        # A variable's items: one member's NumPy scalars.
         member(target, self._sequence_copy(pre, ast.Name(name, ast.Load())))
       else:
         assigned.append((target, lambda i, name=name: ast.Call(
             ast.Attribute(ast.Name(self.prefix + 'ops', ast.Load()),
                           'static_item', ast.Load()),
-            [ast.Name(name, ast.Load()), ast.Name(i, ast.Load())], [])))
+            [ast.Name(name, ast.Load()), ast.Name(i, ast.Load())],
+            [] if weak else [ast.keyword('weak', ast.Constant(False))])))
 
     def member(target, item):
       """(target, item) pairs of a member's items `item(counter)`, a tuple
@@ -864,7 +876,7 @@ class _Compiler:
       assigned.append((target, item))
 
     for source, target in zip(sources, targets):
-      known = self._static_sequence(source)
+      known, weak = self._static_sequence(source)
       inner = self._reversed_of(source)
       # The body writes the array's items: each trip reads its item from
       # the variable as it is then, as Python's iterator does (of
@@ -887,7 +899,7 @@ class _Compiler:
             'iterating over an array would iterate over the batch.')
       if known is not None:
         lengths.append(ast.Constant(len(known)))
-        static(target, known)
+        static(target, known, weak)
       elif live is not None:
         lengths.append(ast.Call(ast.Name('len', ast.Load()),
                                 [ast.Name(live, ast.Load())], []))
@@ -989,31 +1001,33 @@ class _Compiler:
     return None
 
   def _static_sequence(self, node):
-    """The array of a sequence that is the same for every member (a
+    """`(array, weak)` of a sequence that is the same for every member (a
     global's or closure's list, tuple or array, a literal, `reversed` of
-    one), or None."""
+    one), `weak` whether its items are Python numbers (a list or tuple of
+    `bool`, `int`, `float`, `complex`, or of tuples of them), or `(None,
+    False)`."""
     if self._reads_locals(node):
-      return None
+      return None, False
     inner = self._reversed_of(node)
     if inner is not None:
-      known = self._static_sequence(inner)
-      return None if known is None else known[::-1]
+      known, weak = self._static_sequence(inner)
+      return (None, False) if known is None else (known[::-1], weak)
     value = self._read_static(node)
     if value is _NOT_STATIC:
       try:
         value = ast.literal_eval(node)
       except (ValueError, TypeError, SyntaxError, MemoryError,
               RecursionError):
-        return None
+        return None, False
     if not isinstance(value, (list, tuple, np.ndarray)):
-      return None
+      return None, False
     try:
       table = np.asarray(value)
     except (ValueError, TypeError):
-      return None
+      return None, False
     if table.ndim == 0 or table.dtype == object:
-      return None
-    return table
+      return None, False
+    return table, _python_numbers(value)
 
   def _reads_locals(self, node):
     return any(isinstance(n, ast.Name) and n.id in self.locals
@@ -1739,6 +1753,16 @@ _MAX_UNROLLED = 8
 # The arithmetic of range bounds known when compiling (`_static_int`).
 _INT_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub,
                   ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
+
+
+def _python_numbers(value):
+  """Whether `value` is a list or tuple of Python numbers (`bool`, `int`,
+  `float`, `complex`, not NumPy's scalars) or of lists and tuples of
+  them."""
+  if type(value) not in (list, tuple):
+    return False
+  return all(type(v) in (bool, int, float, complex) or _python_numbers(v)
+             for v in value)
 
 
 def _bind_target(target, item):

@@ -189,3 +189,68 @@ def test_a_python_complex_argument_takes_the_arrays_precision():
   run_everywhere(rotated, [x, 1j])
   run_everywhere(rotated_member, [x, 0.5 + 2j])
   run_everywhere(rotated, [x.astype(np.float64), 1j])
+
+
+# NumPy's float64 scalars, which keep their dtype (NEP 50).
+STRONG_TABLE = np.array([1.0, 0.5, 0.25])
+
+
+@ctx.batch(per_member=True)
+def horner(x):
+  s = 0.0
+  for c in (1.0, 0.5, 0.25):
+    s = s * x + c
+  return s
+
+
+@ctx.batch(per_member=True)
+def int_horner(n):
+  s = 0
+  for c in (1, 2, 3):
+    s = s * n + c
+  return s
+
+
+@ctx.batch(per_member=True)
+def paired_steps(x):
+  s = x * 0
+  for k, (a, w) in enumerate(zip((1, 2, 3), (0.5, 0.25, 2.0))):
+    s = s * x + a * w + k
+  return s
+
+
+@ctx.batch()
+def horner_until(x):
+  s = x * 0
+  for c in (1.0, 0.5, 0.25, 2.0):
+    if c > 1.5:
+      break   # (a loop, not written out)
+    s = s * x + c
+  return s
+
+
+@ctx.batch()
+def strong_horner(x):
+  s = x * 0
+  for c in STRONG_TABLE:
+    s = s * x + c
+  return s
+
+
+@ctx.batch(per_member=True)
+def strong_horner_member(x):
+  s = x * 0
+  for c in STRONG_TABLE:
+    s = s * x + c
+  return s
+
+
+def test_the_items_of_a_tuple_of_python_numbers_are_python_numbers():
+  x = np.array([0.0, 0.5, -1.0], np.float32)
+  run_everywhere(horner, [x])
+  run_everywhere(paired_steps, [x])
+  run_everywhere(horner_until, [x])
+  run_everywhere(int_horner, [np.array([1, 2, 3], np.int32)])
+  # A NumPy array's items are float64, in both kinds of function.
+  run_everywhere(strong_horner, [x])
+  run_everywhere(strong_horner_member, [x])
