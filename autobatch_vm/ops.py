@@ -391,6 +391,16 @@ def promoted(name, a, b):
   a, b = (x if type(x) in (bool, int, float, complex) or _is_tf(x) else
           _tf().convert_to_tensor(x) for x in (
               _cast_to(a, joint), _cast_to(b, joint)))
+  if joint.kind == 'b' and name in _OF_BOOLEANS:
+    # TensorFlow has no sum, power or order of booleans: NumPy's `+` is
+    # a logical or, `*` a logical and, `**` an int8 power, and `<` ...
+    # compare False and True as 0 and 1.
+    tf = _tf()
+    if name == 'add':
+      return tf.logical_or(a, b)
+    if name == 'mul':
+      return tf.logical_and(a, b)
+    return op(tf.cast(a, tf.int8), tf.cast(b, tf.int8))
   if name in _SHIFTS:
     return _shift(op, _SHIFTS[name], a, b)
   return op(a, b)
@@ -400,6 +410,9 @@ _SHIFTS = {'lshift': 'left_shift', 'rshift': 'right_shift'}
 
 
 _COMPARISONS = frozenset({'lt', 'le', 'gt', 'ge', 'eq', 'ne'})
+# The operators whose NumPy forms take booleans and TensorFlow's do not
+# (`promoted`).
+_OF_BOOLEANS = frozenset({'add', 'mul', 'pow', 'lt', 'le', 'gt', 'ge'})
 
 
 def int_outside(number, dtype):

@@ -137,11 +137,12 @@ _NOT_PLAIN = (inspect.CO_GENERATOR | inspect.CO_COROUTINE |
               inspect.CO_ASYNC_GENERATOR)
 _OPS = '__ab_member_ops'
 
-# A helper's operators that go through `ops.promoted` (its `_BINARY`; a
-# power keeps Python's operator, whose failures `member_ops.power` notes
-# in the primitive itself).
+# A helper's operators that go through `ops.promoted` (its `_BINARY`; an
+# integer to a negative power fails as TensorFlow's kernel fails it, where
+# `member_ops.power` notes the members in the primitive itself).
 _PROMOTED = {
     ast.Add: 'add', ast.Sub: 'sub', ast.Mult: 'mul', ast.Div: 'truediv',
+    ast.Pow: 'pow',
     ast.BitAnd: 'and_', ast.BitOr: 'or_', ast.BitXor: 'xor',
     ast.LShift: 'lshift', ast.RShift: 'rshift', ast.Lt: 'lt',
     ast.LtE: 'le', ast.Gt: 'gt', ast.GtE: 'ge', ast.Eq: 'eq', ast.NotEq: 'ne'}

@@ -200,3 +200,45 @@ def test_float_literals_floor_division_and_nan_extremes_are_pythons():
             min(xb, nan), max(nan, xb), min(nan, xb), max([xb, nan, yb]))
     for k, w in enumerate(want):
       np.testing.assert_allclose(member[k][b], w, err_msg=str(k))
+
+
+def _boolean_helper(a, b):
+  return a + b, a * b, a ** b
+
+
+@ctx.batch
+def boolean_arithmetic(a, b):
+  c = a
+  c += b
+  return (a + b, a * b, a ** b, a < b, a >= b, c, a + True, False * b,
+          _boolean_helper(a, b))
+
+
+@ctx.batch(per_member=True)
+def member_boolean_arithmetic(a, b):
+  c = a
+  c *= b
+  return (a + b, a * b, a ** b, a < b, a >= b, c, a + True, False * b,
+          _boolean_helper(a, b))
+
+
+@pytest.mark.parametrize('fn,shape', [
+    (boolean_arithmetic, (4,)), (member_boolean_arithmetic, (4,)),
+    (member_boolean_arithmetic, (3, 2))])
+def test_booleans_add_and_multiply_as_numpys_on_tensorflow(fn, shape):
+  # NumPy's `+` of booleans is a logical or, `*` a logical and, `**` an
+  # int8 power, `<` compares False < True; TensorFlow has no such kernels.
+  rng = np.random.default_rng(0)
+  a, b = rng.random(shape) < 0.5, rng.random(shape) < 0.5
+  alone = [fn.python_function(a[i], b[i]) for i in range(shape[0])]
+  want = [np.stack([np.asarray(leaf) for leaf in leaves])
+          for leaves in zip(*[ab.instructions.pattern_flatten(r)
+                              for r in alone])]
+  runs = [('numpy', fn(a, b)), ('dry run', fn(a, b, dry_run=True))]
+  for mode, out in runs + list(_tf_runs(fn, (a, b))):
+    got = ab.instructions.pattern_flatten(out)
+    assert len(got) == len(want), mode
+    for g, w in zip(got, want):
+      g = np.asarray(g)
+      assert g.dtype == w.dtype, (mode, g.dtype, w.dtype)
+      np.testing.assert_array_equal(g, w, err_msg=mode)
