@@ -130,10 +130,27 @@ def odd_steps(n):
   return c
 
 
+def _at_most(a, b):
+  return a <= b
+
+
+@ctx.batch()
+def count_from_helper(n):
+  i = 120
+  c = n * 0
+  while _at_most(i, n):
+    c = c + 1
+    i += 1
+  return c
+
+
 def test_a_counter_beyond_a_narrow_dtype_is_compared_as_itself():
   # (max_steps: a counter wrapped into the dtype would loop for ever.)
   int8 = np.array([5, 127, -3], np.int8)
   run_everywhere(count_from, [int8], max_steps=2000)
+  # In a helper (its operators promote as NumPy's on TensorFlow), the
+  # counter passes 127.
+  run_everywhere(count_from_helper, [int8], max_steps=2000)
   run_everywhere(count_past, [int8], max_steps=2000)
   run_everywhere(odd_steps, [np.array([5, 255, 0], np.uint8)],
                  max_steps=2000)
