@@ -425,7 +425,9 @@ def _member_types(fn):
   data and dividing float64 data), no one array is what every use gets:
   the type is None, and the dry run leaves the value as the member's
   Python computes it (a Python number, which each use promotes as the
-  batched call's cast does).
+  batched call's cast does).  So it does where a use takes the number
+  uncast, as NumPy takes a Python number (`PrimOp.numbers`: `s + (k if d
+  else 0)`).
 
   A size that a primitive gets as a Python int (`n = x.shape[1]`, then
   `np.zeros((len(x), n))`: `passes.size_folding`) is None too: the
@@ -446,13 +448,15 @@ def _member_types(fn):
       for i, v in enumerate(op.vars_in):
         t = fn.var_defs[v].tensors
         if isinstance(t, inst.TensorType):
-          seen.setdefault(v, set()).add(np.dtype(casts.get(i, t.dtype)))
+          seen.setdefault(v, set()).add(
+              None if i in op.numbers else np.dtype(casts.get(i, t.dtype)))
   out = {}
   for v, d in fn.var_defs.items():
     t = d.tensors
-    if isinstance(t, inst.TensorType) and len(seen.get(v, ())) == 1:
-      t = inst.TensorType(next(iter(seen[v])), t.shape)
-    out[v] = None if len(seen.get(v, ())) > 1 or v in sizes else t
+    uses = seen.get(v, set())
+    if isinstance(t, inst.TensorType) and len(uses) == 1 and None not in uses:
+      t = inst.TensorType(next(iter(uses)), t.shape)
+    out[v] = None if len(uses) > 1 or None in uses or v in sizes else t
   return out
 
 

@@ -9,6 +9,7 @@ import TensorFlow only when they are given a tensor.
 import functools
 import operator
 import sys
+import threading
 
 import numpy as np
 
@@ -17,7 +18,7 @@ from autobatch_vm import errors
 __all__ = ['logical_and', 'logical_or', 'logical_not', 'where', 'mod',
            'floordiv', 'promoted', 'fail', 'sync_point', 'SYNC_ATTRIBUTE',
            'truthy', 'key', 'batch_setitem', 'tf_setitem', 'static_item',
-           'optional_value']
+           'optional_value', 'weak_operator', 'weak_dtype']
 
 SYNC_ATTRIBUTE = '__autobatch_sync_point__'
 
@@ -206,8 +207,61 @@ def any_of(*thunks):
 
 
 def _short_circuit(thunks, is_and):
-  return short_circuit(thunks, is_and, _shared_truth,
+  ran = []   # the members' operands that ran so far
+
+  def guarded(thunk):
+    def run():
+      # An operand counts for the members whose operands before it did
+      # not decide (`_guards`).
+      guards = _guards()
+      guards.append((tuple(ran), is_and))
+      try:
+        value = thunk()
+      finally:
+        guards.pop()
+      if _shared_truth(value) is None:
+        ran.append(value)
+      return value
+    return run
+  return short_circuit([guarded(t) for t in thunks], is_and, _shared_truth,
                        logical_and if is_and else logical_or, where)
+
+
+_local = threading.local()
+
+
+def _guards():
+  """The conditions of the operands being computed, in this thread.
+
+  Each is `(values, truth)`: the members for which every one of the
+  members' values `values` has truth `truth` are those for which Python
+  computes the operand (a side of `a if c else b`, an operand of `and`
+  after the first); the checks of `weak_operator` count only for them
+  (`_held`).
+  """
+  guards = getattr(_local, 'guards', None)
+  if guards is None:
+    guards = _local.guards = []
+  return guards
+
+
+def _held(like):
+  """Where the conditions of the operands being computed hold
+  (`_guards`), shaped to broadcast against `like` (a member's condition
+  over its vector's items holds for the member where any item's does), or
+  None where there are none."""
+  held = [_as_bool(v) if truth else logical_not(v)
+          for values, truth in _guards() for v in values]
+  if not held:
+    return None
+  held = logical_and(*held)
+  rank = len(like.shape)
+  extra = len(held.shape) - rank
+  if extra > 0:
+    axes = tuple(range(rank, len(held.shape)))
+    held = (_tf().reduce_any(held, axis=axes) if _is_tf(held)
+            else np.any(held, axis=axes))
+  return _expand_to(held, rank)
 
 
 def short_circuit(thunks, is_and, shared_truth, logical, select):
@@ -307,7 +361,19 @@ def choose(cond, x, y):
   """
   truth = _shared_truth(cond)
   if truth is None:
-    return where(cond, x(), y())
+    # Each side counts for the members that take it (`_guards`).
+    guards = _guards()
+    guards.append(((cond,), True))
+    try:
+      a = x()
+    finally:
+      guards.pop()
+    guards.append(((cond,), False))
+    try:
+      b = y()
+    finally:
+      guards.pop()
+    return where(cond, a, b)
   value = x() if truth else y()
   if _rank(value) != 0:
     return value
@@ -413,6 +479,159 @@ _COMPARISONS = frozenset({'lt', 'le', 'gt', 'ge', 'eq', 'ne'})
 # The operators whose NumPy forms take booleans and TensorFlow's do not
 # (`promoted`).
 _OF_BOOLEANS = frozenset({'add', 'mul', 'pow', 'lt', 'le', 'gt', 'ge'})
+
+
+_PYTHON_NUMBERS = (bool, int, float, complex)
+# NumPy's kinds in the order of promotion: a Python number of a kind no
+# higher than an array's takes the array's dtype (NEP 50).
+_KIND_ORDER = {'b': 0, 'i': 1, 'u': 1, 'f': 2, 'c': 3}
+_KIND_DEFAULT = {'b': np.bool_, 'i': np.int64, 'u': np.int64,
+                 'f': np.float64, 'c': np.complex128}
+
+
+def weak_dtype(kind, dtype):
+  """The dtype NumPy 2 gives a Python number beside an array (NEP 50).
+
+  Args:
+    kind: The number's kind, NumPy's (`'b'`, `'i'`, `'f'`, `'c'`).
+    dtype: The array's dtype.
+
+  Returns:
+    The array's dtype where its kind is as high (an int beside uint8:
+    uint8; a float beside float32: float32); a complex beside a float
+    the complex dtype of its precision (complex64 beside float32); else
+    NumPy's dtype for the number (an int beside booleans: int64; a float
+    beside int8: float64).
+  """
+  dtype = np.dtype(dtype)
+  if _KIND_ORDER[kind] <= _KIND_ORDER[dtype.kind]:
+    return dtype
+  if kind == 'c' and dtype.kind == 'f':
+    return np.result_type(dtype, np.complex64)
+  return np.dtype(_KIND_DEFAULT[kind])
+
+
+def weak_target(name, number, other):
+  """The dtype `weak_operator` casts `number` to beside `other`, or None
+  where it is taken as it is: where either is a Python number (NumPy's
+  and `promoted`'s operators take it so), or not numeric, and for a true
+  division of integers (float64, as NumPy's)."""
+  if type(number) in _PYTHON_NUMBERS or type(other) in _PYTHON_NUMBERS:
+    return None
+  own, dtype = _operand_dtype(number), _operand_dtype(other)
+  if not (isinstance(own, np.dtype) and isinstance(dtype, np.dtype) and
+          own.kind in _KIND_ORDER and dtype.kind in _KIND_ORDER):
+    return None
+  target = weak_dtype(own.kind, dtype)
+  if name == 'truediv' and target.kind in 'iub':
+    return None
+  return target
+
+
+def narrowing_bounds(own, dtype):
+  """`(low, high)`: the bounds of integer `dtype` that values of integer
+  dtype `own` can pass (None for a bound they cannot), or None where
+  `dtype` holds every value of `own` or either is no integer."""
+  own, dtype = np.dtype(own), np.dtype(dtype)
+  if own.kind not in 'iu' or dtype.kind not in 'iu' or (
+      np.result_type(own, dtype) == dtype):
+    return None
+  mine, info = np.iinfo(own), np.iinfo(dtype)
+  return (info.min if info.min > mine.min else None,
+          info.max if info.max < mine.max else None)
+
+
+def _checked_weak_cast(x, dtype, where):
+  """`x`, the members' computed Python integers, cast to integer `dtype`;
+  one that `dtype` cannot hold raises OverflowError as NumPy 2 does
+  (staged on TensorFlow, a failed check stops the run, its message
+  naming the primitive, `where`)."""
+  own = _operand_dtype(x)
+  bounds = narrowing_bounds(own, dtype)
+  if bounds is None:
+    return _cast_to(x, dtype)
+  low, high = bounds
+  held = _held(x)
+  if _is_tf(x):
+    tf = _tf()
+    if not tf.executing_eagerly():
+      outside = tf.zeros_like(x, tf.bool)
+      if low is not None:
+        outside = outside | (x < low)
+      if high is not None:
+        outside = outside | (x > high)
+      if held is not None:
+        outside = outside & tf.cast(held, tf.bool)
+      check = tf.debugging.Assert(
+          tf.logical_not(tf.reduce_any(outside)),
+          [f'OverflowError: Python integer out of bounds for {dtype}'
+           f'{where}:', x])
+      with tf.control_dependencies([check]):
+        return _cast_to(tf.identity(x), dtype)
+    values = x.numpy()
+    held = None if held is None else np.asarray(held)
+  else:
+    values = np.asarray(x)
+  outside = np.zeros(values.shape, bool)
+  if low is not None:
+    outside |= values < low
+  if high is not None:
+    outside |= values > high
+  if held is not None:
+    outside &= np.broadcast_to(np.asarray(held, bool), outside.shape)
+  if outside.any():
+    raise OverflowError(f'Python integer {int(values[outside].flat[0])} '
+                        f'out of bounds for {dtype}')
+  return _cast_to(x, dtype)
+
+
+def weak_operator(name, a, b, side, where=''):
+  """`a <op> b` where one operand is a Python number each member computes.
+
+  Operand `side` (0: `a`, 1: `b`) is such a number (`300 if d else 0`,
+  `k * 2` of a loop counter `k`), an array of NumPy's dtype for it at run
+  time, and the other an array or tensor: as NumPy 2 reads the member's
+  Python number (NEP 50), it takes the dtype `weak_dtype` gives it beside
+  the other's, and an integer that the other's integer dtype cannot hold
+  raises OverflowError (`s + 300` of an int8 `s`; staged on TensorFlow a
+  failed check stops the run, and XLA drops the check).  The frontend's
+  form of such an operator (`python.primitives.weak_operands`).
+
+  Args:
+    name: The operator: a key of `_BINARY` that is no comparison, or
+      `'mod'`, `'floordiv'`, `'lshift'`, `'rshift'`.
+    a: The left operand.
+    b: The right operand.
+    side: Which is the number.
+    where: The primitive's text and place, for the message of a staged
+      check.
+
+  Returns:
+    The result, as `promoted` (or the helper of the name) gives it.
+  """
+  number, other = (a, b) if side == 0 else (b, a)
+  target = weak_target(name, number, other)
+  if target is not None:
+    number = (_checked_weak_cast(number, target, where)
+              if target.kind in 'iu' else _cast_to(number, target))
+  a, b = (number, other) if side == 0 else (other, number)
+  return operate(name, a, b)
+
+
+def operate(name, a, b):
+  """`a <op> b`: `promoted`, or the helper of `%`, `//`, `<<`, `>>`.
+
+  Args:
+    name: A key of `_BINARY`, or `'mod'`, `'floordiv'`, `'lshift'`,
+      `'rshift'`.
+    a: The left operand.
+    b: The right operand.
+
+  Returns:
+    The result.
+  """
+  helper = _WEAK_HELPERS.get(name)
+  return helper(a, b) if helper is not None else promoted(name, a, b)
 
 
 def int_outside(number, dtype):
@@ -577,6 +796,18 @@ def _promotion_dtype(x):
     return np.dtype(dtype.as_numpy_dtype)
   dtype = getattr(x, 'dtype', None)
   return np.dtype(dtype) if isinstance(x, (np.ndarray, np.generic)) else None
+
+
+def _operand_dtype(x):
+  """The NumPy dtype of an array, tensor, NumPy scalar or array-like
+  operand (a per-member value), or None."""
+  dtype = _promotion_dtype(x)
+  if dtype is None and not _is_tf(x) and getattr(x, 'dtype', None) is not None:
+    try:
+      dtype = np.dtype(x.dtype)
+    except TypeError:
+      return None
+  return dtype if isinstance(dtype, np.dtype) else None
 
 
 def _cast_to(x, dtype):
@@ -808,6 +1039,11 @@ def rshift(a, b):
     arithmetic for signed integers as Python's and NumPy's).
   """
   return _shift(operator.rshift, 'right_shift', a, b)
+
+
+# The operators that `weak_operator` runs by a helper of theirs.
+_WEAK_HELPERS = {'mod': mod, 'floordiv': floordiv, 'lshift': lshift,
+                 'rshift': rshift}
 
 
 def fail(message, compute=None, *inputs):

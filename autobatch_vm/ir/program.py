@@ -229,7 +229,11 @@ class PrimOp:
   inference found that no member's values change it
   (`member_mixing.shares_one_row`), so the VM broadcasts it to the
   members; elsewhere a result of one row for several members is refused
-  (`x[:1]` is the first member's row).
+  (`x[:1]` is the first member's row).  `numbers` are the positions of
+  inputs that hold Python literals which the primitive's operators take
+  as NumPy 2 takes a Python number, uncast (its weak form:
+  `ops.weak_operator`, `s + (k if d else 0)`); the dry run keeps them
+  Python numbers.
   """
   vars_in: Tuple[str, ...]
   vars_out: Any
@@ -240,10 +244,12 @@ class PrimOp:
   casts: Tuple[Tuple[int, Any], ...] = ()
   per_member: bool = False
   broadcast: bool = False
+  numbers: Tuple[int, ...] = ()
 
   def _key(self):
     return (self.vars_in, _freeze(self.vars_out), self.function, self.text,
-            self.sync, self.casts, self.per_member, self.broadcast)
+            self.sync, self.casts, self.per_member, self.broadcast,
+            self.numbers)
 
   @property
   def strict(self):
@@ -704,7 +710,8 @@ def op_str(op):
     text = op.text or getattr(op.function, '__name__', 'prim')
     sync = ' sync' if op.sync else ''
     casts = ''.join(f' cast({op.vars_in[i]}:{np.dtype(d).name})'
-                    for i, d in op.casts)
+                    for i, d in op.casts) + ''.join(
+                        f' number({op.vars_in[i]})' for i in op.numbers)
     kind = 'member' if op.per_member else 'prim'
     shared = ' broadcast' if op.broadcast else ''
     return (f'{pattern_str(op.vars_out)} = {kind}[{text}]({ins}){sync}{casts}'

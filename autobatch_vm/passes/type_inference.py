@@ -338,6 +338,50 @@ def register_tensorflow_form(function, make):
   _TENSORFLOW_FORM[function] = make
 
 
+# A primitive's function -> what makes its forms where Python numbers that
+# the members compute meet arrays (`register_weak_form`), and those made,
+# by the positions of the weak inputs.  Held beside the function, as
+# `_PROMOTING` is.
+_WEAK_FORM = weakref.WeakKeyDictionary()
+_WEAK_MADE = weakref.WeakKeyDictionary()
+
+
+def register_weak_form(function, make):
+  """Registers what makes a primitive's weak forms.
+
+  Per member a Python number that the member computes (`300 if d else
+  0`, `k * 2` of a loop counter `k`) takes the dtype of
+  the array it meets, as NumPy 2 takes Python numbers (NEP 50); batched
+  it is an array.  `make(weak_inputs)`, given the positions of the inputs
+  that hold Python numbers (weak variables), gives `(form, numbers)`:
+  the primitive's function with such operators casting the number as
+  NumPy does (`ops.weak_operator`), or None where it has none; and which
+  of the primitive's values are such numbers (True or False, a tuple of
+  those for a tuple), whose types are weak (`_Inference.prim`).
+
+  Args:
+    function: A `PrimOp`'s function.
+    make: As above.
+  """
+  _WEAK_FORM[function] = make
+
+
+def weak_form(function, weak_inputs):
+  """`(form, numbers)` of `function` for weak inputs at `weak_inputs` (a
+  frozenset), made once (`register_weak_form`); `(None, False)` where it
+  has none registered."""
+  try:
+    make = _WEAK_FORM.get(function)
+  except TypeError:
+    return None, False
+  if make is None:
+    return None, False
+  made = _WEAK_MADE.setdefault(function, {})
+  if weak_inputs not in made:
+    made[weak_inputs] = make(weak_inputs)
+  return made[weak_inputs]
+
+
 def tensorflow_form(function):
   """`function`'s form on TensorFlow (`register_tensorflow_form`), made
   once; `function` itself where it has none."""
@@ -393,6 +437,9 @@ class _Inference:
     # id(op) of the ops whose promoting form failed where NumPy's math
     # takes it first (`prim`).
     self.unpromoted = set()
+    # (id(op), weak input positions) -> `(op in its weak form, which of
+    # its values are Python numbers the members compute)` (`weak_form`).
+    self.weak_forms = {}
     self.on_tensorflow = getattr(backend, 'name', None) == 'tensorflow'
 
   # -- where dtypes come from --------------------------------------------------
@@ -493,6 +540,32 @@ class _Inference:
 
   # -- ops -------------------------------------------------------------------
 
+  def weak_form(self, fn, op):
+    """`(op, numbers)`: `op` in its form for the weak inputs it has
+    (`register_weak_form`; `op` itself where it needs none, or its input
+    types are not all known), and which of its values are Python numbers
+    that the members compute (None: none)."""
+    in_types = [self.env[fn.name].get(v) for v in op.vars_in]
+    if any(t is None for t in in_types):
+      return op, None
+    weak = frozenset(i for i, t in enumerate(in_types)
+                     if isinstance(t, inst.TensorType) and _is_literal(t))
+    key = (id(op), weak)
+    if key not in self.weak_forms:
+      function, constants = op.function, None
+      form, numbers = weak_form(function, weak)
+      unbound = getattr(function, 'unbound', None)
+      if form is None and not numbers and unbound is not None:
+        # A primitive given the sizes it reads (`size_folding`).
+        form, numbers = weak_form(unbound, weak)
+        constants = function.constants
+      if form is not None and constants:
+        form = size_folding.given_constants(form, constants)
+      new = op if form is None else dataclasses.replace(op, function=form)
+      # (`op` too: its id stays its own while the entry lives.)
+      self.weak_forms[key] = (new, numbers or None, op)
+    return self.weak_forms[key][:2]
+
   def prim(self, fn, op):
     """Types primitive `op` of `fn`, in the form that runs on the backend.
 
@@ -504,10 +577,15 @@ class _Inference:
     `python.primitives.promoting`) is typed, and run, in that form if it
     works there; otherwise its own error stands.
 
+    Where Python numbers that the members compute meet arrays, it is
+    typed, and runs, in its weak form (`register_weak_form`), and the
+    values that are such numbers get weak types.
+
     Args:
       fn: The function.
       op: The `PrimOp`.
     """
+    op, numbers = self.weak_form(fn, op)
     key = id(op)
     if self.on_tensorflow and key not in self.promoted:
       form = tensorflow_form(op.function)
@@ -528,7 +606,7 @@ class _Inference:
         if id(op) in self.calls_numpy:
           self.calls_numpy.add(id(new))
         try:
-          self._prim(fn, new)
+          self._prim(fn, new, numbers)
         except errors.AutoBatchError as e:
           if isinstance(e, (errors.TypeInferenceError,
                             errors.PerMemberError)) or (
@@ -544,14 +622,14 @@ class _Inference:
           self.promoted[key] = new
           return
     try:
-      self._prim(fn, op)
+      self._prim(fn, op, numbers)
     except errors.PrimitiveError as first:
       # (A promoting form has none of its own: it is taken once.)
       new = self.promoting_form(op)
       if new is None:
         raise
       try:
-        self._prim(fn, new)
+        self._prim(fn, new, numbers)
       except errors.AutoBatchError:
         raise first from None
       self.promoted[key] = new
@@ -602,7 +680,7 @@ class _Inference:
                (k == 'f' and n.kind == 'f' and n.itemsize > d.itemsize)
                for k, d, n in zip(kinds, dtypes, numpy_dtypes))
 
-  def _prim(self, fn, op):
+  def _prim(self, fn, op, numbers=None):
     env = self.env[fn.name]
     in_types = [env.get(v) for v in op.vars_in]
     if any(t is None for t in in_types):
@@ -673,6 +751,8 @@ class _Inference:
           self.shared_rows.add(key)
     result = self.prim_cache[key]
     if result is not None:
+      if numbers is not None:
+        result = _as_numbers(result, numbers)
       self.bind(fn, op.vars_out, result, op.loc,
                 self.result_origin(fn, op.vars_in, result))
 
@@ -1052,14 +1132,16 @@ class _Inference:
     """`PrimOp.casts` with which an op computes its inferred result in
     wider dtypes of the same kinds, or None where none does.
 
-    A weak number's own arithmetic inside the op (`s + (1 if d == 0 else
-    -1)`, `v * k + math.sqrt(k)`) gives, per member, a Python number,
-    which takes the array's dtype where it meets it; at run time it is an
-    array of int64, float64 or complex128, whichever dtype the weak
-    inputs are cast to.  The VM casts each result to its variable's dtype
-    as it writes it (`Backend.coerce_fn`): the member's values, computed
-    in the wider dtype.  The inputs are cast to the arrays' dtypes where
-    that gives such a result, else kept in their own.
+    A weak number's own arithmetic inside the op gives, per member, a
+    Python number, which takes the array's dtype where it meets it; where
+    it meets it in an operator the op's weak form casts it there
+    (`register_weak_form`), but where it meets it in a function
+    (`np.maximum(s, d * 2)`) it is, at run time, an array of int64,
+    float64 or complex128, whichever dtype the weak inputs are cast to.
+    The VM casts each result to its variable's dtype as it writes it
+    (`Backend.coerce_fn`): the member's values, computed in the wider
+    dtype.  The inputs are cast to the arrays' dtypes where that gives
+    such a result, else kept in their own.
     """
     chosen = {}
     for i in weak:
@@ -1166,10 +1248,18 @@ class _Inference:
         self.refuse_none(op, env)
       if isinstance(op, inst.PrimOp):
         bound = self.sizes.bound(fn, op)
-        if id(bound) in self.promoted:
+        weak, _ = self.weak_form(fn, bound)
+        numbers = ()
+        if weak is not bound:
+          numbers = tuple(
+              i for i, v in enumerate(bound.vars_in)
+              if isinstance(env[v], inst.TensorType) and _is_literal(env[v]))
+        if id(weak) in self.promoted:
           # (A per-member primitive given its sizes, typed in a form of
-          # its own: `promoting_form`.)
-          op = self.promoted[id(bound)]
+          # its own: `promoting_form`; or a weak form, `weak_form`.)
+          op = self.promoted[id(weak)]
+        elif weak is not bound:
+          op = weak
         else:
           op = self.sizes.bound(fn, self.promoted.get(id(op), op), at=op)
         in_types = [env[v] for v in op.vars_in]
@@ -1203,6 +1293,9 @@ class _Inference:
               pass
         if casts:
           op = dataclasses.replace(op, casts=casts)
+        numbers = tuple(i for i in numbers if i not in dict(casts))
+        if numbers:
+          op = dataclasses.replace(op, numbers=numbers)
         if shared:
           op = dataclasses.replace(op, broadcast=True)
         if self.declares_result(fn, op):
@@ -1280,6 +1373,21 @@ class _Inference:
 
 
 _LITERAL_DTYPES = frozenset(np.dtype(t) for t in (bool, int, float, complex))
+
+
+def _as_numbers(t, numbers):
+  """Type pattern `t` with the leaves that `numbers` marks (True, or a
+  tuple of marks for a tuple) weak: scalars of NumPy's dtypes for Python
+  numbers, which a primitive gives one per member."""
+  if numbers is True:
+    if (isinstance(t, inst.TensorType) and not t.shape and
+        t.dtype in _LITERAL_DTYPES):
+      return dataclasses.replace(t, weak=True)
+    return t
+  if (isinstance(numbers, tuple) and type(t) is tuple and  # pylint: disable=unidiomatic-typecheck
+      len(t) == len(numbers)):
+    return tuple(_as_numbers(a, b) for a, b in zip(t, numbers))
+  return t
 
 
 def _as_literal(v):

@@ -72,6 +72,14 @@ FAILURES = {
                       'operands could not be broadcast together (slices '
                       'of different lengths, combined item by item)'),
 }
+# A Python int that the integer dtype it meets cannot hold, as NumPy 2
+# refuses it (`member_ops.weak_operator`): `int_bounds_int8` ...
+FAILURES.update({
+    f'int_bounds_{np.dtype(t).name}': (
+        'OverflowError', f'Python integer out of bounds for '
+        f'{np.dtype(t).name}')
+    for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
+              np.uint32, np.uint64)})
 
 # name -> (number of arguments, what it returns, whether a finite argument
 # giving an infinity is an overflow (OverflowError) rather than a domain

@@ -1857,6 +1857,51 @@ def power(a, b):
   return a ** b
 
 
+def weak_operator(name, a, b, side):
+  """One member's `a <op> b` where operand `side` is a Python number the
+  member computes (`300 if d else 0`, `k * 2` of a counter `k`):
+  `ops.weak_operator`,
+  except that an integer the other's integer dtype cannot hold fails the
+  member with NumPy's OverflowError (`note_failure`).
+
+  Args:
+    name: The operator (`ops.weak_operator`'s, or `'power'`: `power`).
+    a: The left operand.
+    b: The right operand.
+    side: Which is the number (0: `a`).
+
+  Returns:
+    The result.
+  """
+  number, other = (a, b) if side == 0 else (b, a)
+  target = ops.weak_target(name, number, other)
+  if target is not None:
+    own = np.dtype(number.dtype) if not is_tf(number) else np.dtype(
+        number.dtype.as_numpy_dtype)
+    bounds = ops.narrowing_bounds(own, target)
+    if bounds is not None:
+      low, high = bounds
+      flags = [f for f in (None if low is None else number < low,
+                           None if high is None else number > high)
+               if f is not None]
+      note_failure(f'int_bounds_{target.name}',
+                   flags[0] if len(flags) == 1 else _logical_or(*flags))
+    number = _as_dtype(number, target)
+  a, b = (number, other) if side == 0 else (other, number)
+  if name == 'power':
+    return power(a, b)
+  return ops.operate(name, a, b)
+
+
+def _as_dtype(x, dtype):
+  """One member's value (a tensor, a `MemberArray`, an array) as `dtype`."""
+  if is_tf(x):
+    return _tf().cast(x, dtype)
+  if _is_member_array(x):
+    return x.astype(dtype)
+  return np.asarray(x).astype(dtype)
+
+
 def _integer(x):
   """Whether `x` is an integer tensor, array or number."""
   if isinstance(x, (builtins.bool, np.bool_)):

@@ -100,6 +100,13 @@ _INTEGER_OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod,
                       ast.USub, ast.UAdd, ast.Invert, ast.BitAnd, ast.BitOr,
                       ast.BitXor, ast.LShift, ast.RShift)
 _COMPARISONS = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+# The operators of `member_ops.weak_operator`, by its names for them.
+_WEAK_OPERATORS = {
+    'add': ast.Add(), 'sub': ast.Sub(), 'mul': ast.Mult(),
+    'truediv': ast.Div(), 'pow': ast.Pow(), 'power': ast.Pow(),
+    'and_': ast.BitAnd(), 'or_': ast.BitOr(), 'xor': ast.BitXor(),
+    'mod': ast.Mod(), 'floordiv': ast.FloorDiv(), 'lshift': ast.LShift(),
+    'rshift': ast.RShift()}
 
 
 def direct_forms(body, arity, prefix, static_value):
@@ -684,6 +691,14 @@ class _Rewrite:
       vs, (power.left, power.right) = self._elementwise([power.left,
                                                          power.right])
       return self._kind(vs, power.op), power
+    if helper == 'weak_operator' and len(node.args) == 4 and (
+        not node.keywords):
+      # An operator of a Python number that the member computes and an
+      # array (`member_ops.weak_operator`): on the rows, where an integer
+      # out of the array's bounds raises, and the rules then name the
+      # members.
+      vs, node.args[1:3] = self._elementwise(node.args[1:3])
+      return self._kind(vs, _WEAK_OPERATORS.get(node.args[0].value)), node
     if helper == 'asarray':
       return self._array(node)
     if helper in ('int', 'round', 'math_fn'):

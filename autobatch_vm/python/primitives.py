@@ -24,7 +24,7 @@ __all__ = ['PrimitiveRewriter', 'make_function', 'closure_code',
            'expression_text',
            'helper_name', 'input_position', 'shorten', 'split_compare',
            'subscript_parts', 'tf_numpy', 'promotable', 'promoting',
-           'batch_key']
+           'batch_key', 'weak_operands']
 
 # The names the generated code binds are `prefix + suffix`, with a prefix
 # that no identifier of the user's function starts with
@@ -621,6 +621,176 @@ class _Promoting(_FormRewriter):
     return self._promoted(node.ops[0], node.left, node.comparators[0], node)
 
 
+# What an expression of a primitive is for one member (`_Weak`): an array
+# or NumPy scalar, a Python number written in it (or computed from such
+# numbers alone), or a Python number that each member computes.
+_STRONG, _WRITTEN, _NUMBER = 0, 1, 2
+# The operators, and the helpers `PrimitiveRewriter` makes of operators,
+# that take a Python number as NumPy 2 takes it (`ops.weak_operator`).
+_WEAK_OPERATORS = {
+    ast.Add: 'add', ast.Sub: 'sub', ast.Mult: 'mul', ast.Div: 'truediv',
+    ast.Pow: 'pow', ast.BitAnd: 'and_', ast.BitOr: 'or_', ast.BitXor: 'xor'}
+_WEAK_HELPER_OPERATORS = {'mod': 'mod', 'floordiv': 'floordiv',
+                          'lshift': 'lshift', 'rshift': 'rshift',
+                          'power': 'power'}
+# Per member, the helpers whose value is a Python number where all their
+# arguments are.
+_NUMBER_WHERE_ALL = frozenset(('min', 'max', 'abs', 'round'))
+
+
+class _Weak(_FormRewriter):
+  """An operator of an array and a Python number that each member
+  computes (a weak value: an array at run time) as `weak_operator`;
+  `kind(node)` says what an expression of the result is (`_STRONG` ...).
+
+  The numbers a member computes are the weak inputs (their positions
+  `weak_inputs`) and what Python's operators, `a if c else b`, and, per
+  member, `round`, `min`, `max` and `abs` make of them or of numbers
+  written in the primitive.  An operand
+  that is a weak input itself is left as it is: the primitive's `casts`
+  cast it (`PrimOp.casts`), and a number written in the primitive is one
+  as it runs.
+  """
+
+  def __init__(self, prefix, weak_inputs, per_member, where):
+    super().__init__(prefix)
+    self.weak_inputs = frozenset(weak_inputs)
+    self.per_member = per_member
+    self.where = where
+    self.kinds = {}
+
+  def kind(self, node):
+    """`_STRONG`, `_WRITTEN` or `_NUMBER` for expression `node` of the
+    rewritten copy."""
+    return self.kinds.get(id(node), _STRONG)
+
+  def visit(self, node):
+    new = super().visit(node)
+    if isinstance(new, ast.expr) and id(new) not in self.kinds:
+      self.kinds[id(new)] = self._kind_of(new)
+    return new
+
+  def _joined(self, nodes):
+    kinds = [self.kind(n) for n in nodes]
+    return _STRONG if _STRONG in kinds or not kinds else max(kinds)
+
+  def _helper(self, node):
+    for module in (MEMBER_OPS, _OPS):
+      name = helper_name(node, self.prefix, module)
+      if name is not None:
+        return module, name
+    return None, None
+
+  def _kind_of(self, node):
+    if isinstance(node, ast.Constant):
+      return (_WRITTEN if type(node.value) in (bool, int, float, complex)
+              else _STRONG)
+    position = input_position(node, self.prefix)
+    if position is not None:
+      return _NUMBER if position in self.weak_inputs else _STRONG
+    if isinstance(node, ast.UnaryOp) and isinstance(
+        node.op, (ast.USub, ast.UAdd, ast.Invert)):
+      return self.kind(node.operand)
+    if isinstance(node, ast.BinOp) and type(node.op) in _WEAK_OPERATORS:
+      return self._joined([node.left, node.right])
+    if isinstance(node, ast.Compare):
+      return self._joined([node.left] + node.comparators)
+    if not isinstance(node, ast.Call):
+      return _STRONG
+    module, name = self._helper(node)
+    if name == 'choose' and len(node.args) == 3 and all(
+        isinstance(t, ast.Lambda) for t in node.args[1:]):
+      # A member's condition: the side it takes, one number per member.
+      return _NUMBER if self._joined(
+          [t.body for t in node.args[1:]]) != _STRONG else _STRONG
+    if name in _WEAK_HELPER_OPERATORS and len(node.args) == 2:
+      return self._joined(node.args)
+    if not self.per_member or module != MEMBER_OPS:
+      return _STRONG
+    if name in _NUMBER_WHERE_ALL:
+      return self._joined(node.args)
+    return _STRONG
+
+  def _weak_side(self, left, right):
+    """0 or 1: the operand that is a member's computed Python number where
+    the other is an array; else None."""
+    kinds = (self.kind(left), self.kind(right))
+    for side in (0, 1):
+      node = (left, right)[side]
+      if (kinds[side] == _NUMBER and kinds[1 - side] == _STRONG and
+          input_position(node, self.prefix) is None):
+        return side
+    return None
+
+  def _weak_call(self, name, left, right, side, like):
+    self.changed = True
+    module = MEMBER_OPS if self.per_member else _OPS
+    fn = ast.Attribute(ast.Name(self.prefix + module, ast.Load()),
+                       'weak_operator', ast.Load())
+    args = [ast.Constant(name), left, right, ast.Constant(side)]
+    if not self.per_member:
+      args.append(ast.Constant(self.where))
+    new = ast.copy_location(ast.Call(fn, args, []), like)
+    self.kinds[id(new)] = _STRONG
+    return new
+
+  def visit_BinOp(self, node):
+    node = self.generic_visit(node)
+    name = _WEAK_OPERATORS.get(type(node.op))
+    side = None if name is None else self._weak_side(node.left, node.right)
+    if side is None:
+      return node
+    return self._weak_call(name, node.left, node.right, side, node)
+
+  def visit_Call(self, node):
+    node = self.generic_visit(node)
+    _, name = self._helper(node)
+    if name not in _WEAK_HELPER_OPERATORS or len(node.args) != 2 or (
+        node.keywords):
+      return node
+    side = self._weak_side(*node.args)
+    if side is None:
+      return node
+    return self._weak_call(_WEAK_HELPER_OPERATORS[name], *node.args, side,
+                           node)
+
+
+def weak_operands(body, prefix, weak_inputs, per_member, where=''):
+  """`body` reading the Python numbers each member computes as NumPy 2.
+
+  Per member, `300 if d else 0` and `k * 2` of a Python number `k` are
+  Python numbers, which take the dtype of the array they meet in an
+  operator (NEP 50): `s + (300 if d else 0)` of an int8 `s` raises
+  OverflowError, `x * (k * 0.5)` of a float32 `x` is float32.
+  Batched they are arrays (int64, float64): such an operator becomes
+  `ops.weak_operator` (per member `member_ops.weak_operator`), which
+  casts the number to that dtype first (`_Weak`).
+
+  Args:
+    body: The expression, as `PrimitiveRewriter` rewrote it.
+    prefix: The prefix of generated names.
+    weak_inputs: The positions of the inputs that hold Python numbers
+      (weak variables).
+    per_member: Whether `body` is a per-member primitive's.
+    where: The primitive's text and place, for the message of a check
+      that a staged graph runs (batch-aware: `ops.weak_operator`).
+
+  Returns:
+    `(new, numbers)`: the new expression, or None where no operator
+    changed; and which of the values are Python numbers each member
+    computes, True or False for the value, a tuple of those for a tuple
+    display.
+  """
+  rewriter = _Weak(prefix, weak_inputs, per_member, where)
+  new = rewriter.visit(copy.deepcopy(body))
+
+  def numbers(node):
+    if isinstance(node, ast.Tuple):
+      return tuple(numbers(e) for e in node.elts)
+    return rewriter.kind(node) == _NUMBER
+  return (new if rewriter.changed else None), numbers(new)
+
+
 class _TfNumpy(_FormRewriter):
   """The calls `PrimitiveRewriter` marked (`ab_tf_numpy`) as calls of
   `per_member.tf_numpy`'s `numpy_call` and `numpy_method` (bound to
@@ -812,7 +982,7 @@ _ELEMENTWISE_NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Compare,
 # elementwise expressions).
 _ELEMENTWISE_HELPERS = {(MEMBER_OPS, n) for n in (
     'min', 'max', 'abs', 'where', 'choose', 'logical_and', 'logical_or',
-    'logical_not', 'all_of', 'any_of')} | {
+    'logical_not', 'all_of', 'any_of', 'weak_operator')} | {
         (_OPS, n) for n in _OPERATOR_HELPERS.values()}
 
 

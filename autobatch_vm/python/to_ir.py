@@ -30,6 +30,7 @@ import ast
 import builtins
 import collections
 import copy
+import dataclasses
 import functools
 import operator
 import types
@@ -1600,65 +1601,37 @@ class _Compiler:
     rewritten, inputs = rewriter.rewrite(node)
     text = (getattr(node, 'listing_text', None) or
             python_primitives.expression_text(node))
-    fn = python_primitives.make_function(
-        rewritten, len(inputs), loc, text, self.closure, self.fn.__globals__,
-        self.src.name, self.prefix, helpers=self._helpers())
-    # Its form with NumPy's promotion on TensorFlow, which type inference
-    # makes and takes where this one fails for mixed dtypes there
-    # (`type_inference.register_promoting`).
-    promoting = None
-    if python_primitives.promotable(rewritten):
-      promoting = functools.partial(
-          _promoting_function, rewritten, len(inputs), loc, text,
-          self.closure, self.fn.__globals__, self.src.name, self.prefix,
-          self._helpers())
-      if not self.per_member:
-        type_inference.register_promoting(fn, promoting)
-    if not self.per_member and python_primitives.tf_numpy(
-        rewritten, self.prefix) is not None:
-      # Its form on TensorFlow, NumPy's functions by TensorFlow's NumPy
-      # API, which type inference takes there
-      # (`type_inference.register_tensorflow_form`).
-      type_inference.register_tensorflow_form(fn, functools.partial(
-          _tf_numpy_function, rewritten, len(inputs), loc, text,
-          self.closure, self.fn.__globals__, self.src.name, self.prefix,
-          self._helpers()))
     out = target if target is not None else self.temp()
     if self.per_member and isinstance(node, ast.Name) and inputs:
       # A copy means the same for one member as for the batch.
       self.emit(inst.PrimOp(tuple(inputs), out, inst.identity, text, loc))
       return out
-    if self.per_member and inputs:
-      # (Without inputs a value is the same for every member, and the
-      # batch-aware primitive broadcasts it.)
-      sizes = member_sizes.size_roles(rewritten, self.prefix, len(inputs))
-      function = member_primitive.PerMemberFunction(
-          fn, loc, text, python_primitives.is_elementwise(
-              rewritten, self.prefix, self._static_value),
-          member_direct.direct_forms(rewritten, len(inputs), self.prefix,
-                                     self._static_value), sizes)
-      if promoting is not None:   # its TensorFlow form only: no NumPy form
-        type_inference.register_promoting(function, functools.partial(
-            _per_member_promoting, promoting, loc, text, sizes))
+    # (Without inputs a value is the same for every member, and the
+    # batch-aware primitive broadcasts it.)
+    per_member = self.per_member and bool(inputs)
+    subscripts = () if per_member else python_primitives.subscript_parts(
+        rewriter, len(inputs), loc, self.closure, self.fn.__globals__,
+        self.src.name)
+    maker = _PrimitiveMaker(
+        self.closure, self.fn.__globals__, self.src.name, self.prefix,
+        self._helpers(), self.per_member, functools.partial(
+            _static_value, frozenset(self.locals), self.closure,
+            self.fn.__globals__))
+    function = maker.make(rewritten, len(inputs), loc, text, per_member,
+                          subscripts)
+    # Its form where Python numbers that the members compute meet arrays
+    # (`python_primitives.weak_operands`), which type inference takes.
+    type_inference.register_weak_form(function, functools.partial(
+        _weak_form, maker, rewritten, len(inputs), loc, text, per_member,
+        subscripts))
+    if per_member:
       self.emit(inst.PrimOp(tuple(inputs), out, function, text, loc,
                             per_member=True))
       return out
-    # A size (`n = x.shape[1]`), which type inference folds into a
-    # constant where its value does not follow the batch size
-    # (`passes.size_folding`).
-    sizes = member_sizes.batch_size_roles(rewritten, self.prefix,
-                                          len(inputs), self._static_value)
-    if sizes is not None:
-      fn.sizes = sizes
-    # A variable indexed by a variable (`x[:, j]`): type inference checks
-    # that the index is not a per-member array (`member_indexing`).
-    member_indexing.note(fn, python_primitives.subscript_parts(
-        rewriter, len(inputs), loc, self.closure, self.fn.__globals__,
-        self.src.name))
     sync = any(getattr(self._static_value(n.func), ops_module.SYNC_ATTRIBUTE,
                        False)
                is True for n in ast.walk(node) if isinstance(n, ast.Call))
-    self.emit(inst.PrimOp(tuple(inputs), out, fn, text, loc, sync))
+    self.emit(inst.PrimOp(tuple(inputs), out, function, text, loc, sync))
     return out
 
   def _helpers(self):
@@ -1946,6 +1919,98 @@ def _tf_numpy_function(body, arity, loc, text, closure, fn_globals, name,
         _promoting_function, body, arity, loc, text, closure, fn_globals,
         name, prefix, helpers))
   return fn
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _PrimitiveMaker:
+  """What makes a primitive's functions of one function's expressions.
+
+  Attributes:
+    closure, fn_globals, name, prefix, helpers: As `make_function` takes
+      them (`python_primitives.make_function`).
+    per_member: Whether the function is a per-member one.
+    static_value: AST node -> the object a name or attribute chain of
+      the user's refers to, where the expression is.
+  """
+  closure: dict
+  fn_globals: dict
+  name: str
+  prefix: str
+  helpers: object
+  per_member: bool
+  static_value: object
+
+  def make(self, rewritten, arity, loc, text, per_member, subscripts):
+    """The function of a `PrimOp` of rewritten expression `rewritten`
+    (`per_member`: a `PerMemberFunction`), its other forms registered for
+    type inference; `subscripts` (`python_primitives.subscript_parts`)
+    noted for `member_indexing`'s checks."""
+    fn = python_primitives.make_function(
+        rewritten, arity, loc, text, self.closure, self.fn_globals,
+        self.name, self.prefix, helpers=self.helpers)
+    # Its form with NumPy's promotion on TensorFlow, which type inference
+    # makes and takes where this one fails for mixed dtypes there
+    # (`type_inference.register_promoting`).
+    promoting = None
+    if python_primitives.promotable(rewritten):
+      promoting = functools.partial(
+          _promoting_function, rewritten, arity, loc, text,
+          self.closure, self.fn_globals, self.name, self.prefix,
+          self.helpers)
+      if not self.per_member:
+        type_inference.register_promoting(fn, promoting)
+    if not self.per_member and python_primitives.tf_numpy(
+        rewritten, self.prefix) is not None:
+      # Its form on TensorFlow, NumPy's functions by TensorFlow's NumPy
+      # API, which type inference takes there
+      # (`type_inference.register_tensorflow_form`).
+      type_inference.register_tensorflow_form(fn, functools.partial(
+          _tf_numpy_function, rewritten, arity, loc, text,
+          self.closure, self.fn_globals, self.name, self.prefix,
+          self.helpers))
+    if per_member:
+      sizes = member_sizes.size_roles(rewritten, self.prefix, arity)
+      function = member_primitive.PerMemberFunction(
+          fn, loc, text, python_primitives.is_elementwise(
+              rewritten, self.prefix, self.static_value),
+          member_direct.direct_forms(rewritten, arity, self.prefix,
+                                     self.static_value), sizes)
+      if promoting is not None:   # its TensorFlow form only: no NumPy form
+        type_inference.register_promoting(function, functools.partial(
+            _per_member_promoting, promoting, loc, text, sizes))
+      return function
+    # A size (`n = x.shape[1]`), which type inference folds into a
+    # constant where its value does not follow the batch size
+    # (`passes.size_folding`).
+    sizes = member_sizes.batch_size_roles(rewritten, self.prefix, arity,
+                                          self.static_value)
+    if sizes is not None:
+      fn.sizes = sizes
+    # A variable indexed by a variable (`x[:, j]`): type inference checks
+    # that the index is not a per-member array (`member_indexing`).
+    member_indexing.note(fn, subscripts)
+    return fn
+
+
+def _static_value(names, cells, fn_globals, node):
+  """`member_helpers.static_value` of `node` (`_PrimitiveMaker`)."""
+  return member_helpers.static_value(node, names, cells, fn_globals,
+                                     _NOT_STATIC)
+
+
+def _weak_form(maker, rewritten, arity, loc, text, per_member, subscripts,
+               weak_inputs):
+  """A primitive's form where its weak inputs are at `weak_inputs`
+  (`type_inference.register_weak_form`): `(function, numbers)`, the
+  function None where it is the primitive's own (no operator takes a
+  Python number that the members compute), and which of its values are
+  such numbers (`python_primitives.weak_operands`)."""
+  body, numbers = python_primitives.weak_operands(
+      rewritten, maker.prefix, weak_inputs, per_member,
+      f' in `{text}` ({loc})' if loc is not None else '')
+  if body is None:
+    return None, numbers
+  return maker.make(body, arity, loc, text, per_member, subscripts), numbers
 
 
 def _per_member_promoting(make, loc, text, sizes):

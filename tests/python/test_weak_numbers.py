@@ -27,18 +27,22 @@ ctx = ab.Context()
 
 
 def _alone(fn, args):
-  """Each member's plain Python result, stacked."""
+  """Each member's plain Python result, stacked (a list of leaves)."""
   batch = next(len(a) for a in args if isinstance(a, np.ndarray))
-  return np.stack([np.asarray(fn.python_function(
-      *[a[b] if isinstance(a, np.ndarray) else a for a in args]))
-                   for b in range(batch)])
+  with np.errstate(over='ignore'):   # int8 scalars wrap, as arrays do
+    results = [ab.instructions.pattern_flatten(fn.python_function(
+        *[a[b] if isinstance(a, np.ndarray) else a for a in args]))
+               for b in range(batch)]
+  return [np.stack([np.asarray(leaf) for leaf in leaves])
+          for leaves in zip(*results)]
 
 
 def run_everywhere(fn, args, **kwargs):
   """`fn` batched everywhere against each member alone; Python numbers
   among `args` are passed as they are."""
   want = _alone(fn, args)
-  outs = {'dry run': fn(*args, dry_run=True, **kwargs)}
+  with np.errstate(over='ignore'):   # as `_alone`
+    outs = {'dry run': fn(*args, dry_run=True, **kwargs)}
   for stackless in (False, True):
     outs[f'numpy stackless={stackless}'] = fn(*args, stackless=stackless,
                                               **kwargs)
@@ -49,9 +53,12 @@ def run_everywhere(fn, args, **kwargs):
     outs[f'tf.function jit={jit}'] = tf.function(
         lambda *a: fn(*a, **kwargs), jit_compile=jit, autograph=False)(*targs)
   for mode, out in outs.items():
-    got = np.asarray(out)
-    assert got.dtype == want.dtype, (mode, got.dtype, want.dtype)
-    np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=mode)
+    leaves = ab.instructions.pattern_flatten(out)
+    assert len(leaves) == len(want), mode
+    for got, w in zip(leaves, want):
+      got = np.asarray(got)
+      assert got.dtype == w.dtype, (mode, got.dtype, w.dtype)
+      np.testing.assert_allclose(got, w, rtol=1e-6, err_msg=mode)
 
 
 @ctx.batch()
@@ -271,3 +278,91 @@ def test_the_items_of_a_tuple_of_python_numbers_are_python_numbers():
   # A NumPy array's items are float64, in both kinds of function.
   run_everywhere(strong_horner, [x])
   run_everywhere(strong_horner_member, [x])
+
+
+@ctx.batch()
+def stepped(s, k):
+  d = 0
+  while d < 2:
+    s = s + (k if d == 1 else 0)
+    d += 1
+  return s
+
+
+@ctx.batch(per_member=True)
+def stepped_member(s, k):
+  d = 0
+  while d < 2:
+    s = s + (k if d == 1 else 0)
+    d += 1
+  return s
+
+
+@ctx.batch()
+def counted(s, n):
+  d = 0
+  while d < n:
+    s = s + d * 100
+    d += 1
+  return s
+
+
+@ctx.batch(per_member=True)
+def chosen_sum(s, x):
+  return (s + (300 if x > 1 else 1), s / (300 if x > 0 else 1),
+          s < (300 if x > 0 else 0))
+
+
+@ctx.batch()
+def guarded(s, x):
+  k = 0
+  while k < 3:
+    k += 1
+  return ((s + k * 100) if x > 0 else s, x > 0 and s + k * 100 > 0,
+          x <= 0 or s - k * 100 < 0)
+
+
+@ctx.batch(per_member=True)
+def guarded_member(s, x):
+  k = 0
+  while k < 3:
+    k += 1
+  return ((s + k * 100) if x > 0 else s, x > 0 and s + k * 100 > 0,
+          x <= 0 or s - k * 100 < 0)
+
+
+def test_a_computed_python_int_beyond_its_dtype_is_refused():
+  s = np.array([1, 100, -100], np.int8)
+  # Only where Python computes it: here for no member.
+  run_everywhere(guarded, [s, np.array([-1.0, -2.0, 0.0])])
+  run_everywhere(guarded_member, [s, np.array([-1.0, -2.0, 0.0])])
+  # In bounds, as NumPy 2: 100 + 100 wraps to -56.
+  run_everywhere(stepped, [s, 100])
+  run_everywhere(stepped_member, [s, 100])
+  run_everywhere(counted, [s, np.array([1, 2, 0], np.int32)])
+  run_everywhere(chosen_sum, [s, np.array([0.5, 1.0, -27.9])])
+  tf = pytest.importorskip('tensorflow')
+  calls = [(stepped, (s, 300)), (stepped_member, (s, 300)),
+           (counted, (s, np.array([1, 3, 0], np.int32))),
+           (chosen_sum, (s, np.array([0.5, 1.5, 0.0]))),
+           (guarded, (s, np.array([-1.0, 2.0, 0.0]))),
+           (guarded_member, (s, np.array([-1.0, 2.0, 0.0])))]
+  for fn, args in calls:
+    with pytest.raises(OverflowError,
+                       match=r'Python integer [23]00 out of bounds for int8'):
+      fn(*args, dry_run=True)
+    targs = [tf.constant(a) if isinstance(a, np.ndarray) else a
+             for a in args]
+    for run in (lambda: fn(*args), lambda: fn(*args, stackless=True),
+                lambda: fn(*targs)):
+      with pytest.raises(errors.PrimitiveError,
+                         match='out of bounds for int8') as info:
+        run()
+      assert 'line' in str(info.value)
+    # Staged, the check stops the run (XLA has no such check).
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match='out of bounds for int8'):
+      tf.function(lambda *a: fn(*a), autograph=False)(*targs)
+  # Per member only the members for which Python raises fail.
+  with pytest.raises(errors.PrimitiveError, match=r'members \[1\]'):
+    chosen_sum(s, np.array([0.5, 1.5, 0.0]))
