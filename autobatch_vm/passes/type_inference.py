@@ -350,7 +350,7 @@ def register_weak_form(function, make):
   """Registers what makes a primitive's weak forms.
 
   Per member a Python number that the member computes (`300 if d else
-  0`, `k * 2` of a loop counter `k`) takes the dtype of
+  0`, `math.exp(-z)`, `k * 2` of a loop counter `k`) takes the dtype of
   the array it meets, as NumPy 2 takes Python numbers (NEP 50); batched
   it is an array.  `make(weak_inputs)`, given the positions of the inputs
   that hold Python numbers (weak variables), gives `(form, numbers)`:

@@ -1859,8 +1859,7 @@ def power(a, b):
 
 def weak_operator(name, a, b, side):
   """One member's `a <op> b` where operand `side` is a Python number the
-  member computes (`300 if d else 0`, `k * 2` of a counter `k`):
-  `ops.weak_operator`,
+  member computes (`math.exp(-z)`, `300 if d else 0`): `ops.weak_operator`,
   except that an integer the other's integer dtype cannot hold fails the
   member with NumPy's OverflowError (`note_failure`).
 

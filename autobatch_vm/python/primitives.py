@@ -633,8 +633,10 @@ _WEAK_OPERATORS = {
 _WEAK_HELPER_OPERATORS = {'mod': 'mod', 'floordiv': 'floordiv',
                           'lshift': 'lshift', 'rshift': 'rshift',
                           'power': 'power'}
-# Per member, the helpers whose value is a Python number where all their
-# arguments are.
+# Per member, the helpers whose value is a Python number whatever their
+# arguments (`math.exp(x)`, `float(x)`, `int(x)`; `round(x)` of one
+# argument), and those whose value is one where all their arguments are.
+_NUMBER_HELPERS = frozenset(('math_fn', 'float', 'int'))
 _NUMBER_WHERE_ALL = frozenset(('min', 'max', 'abs', 'round'))
 
 
@@ -645,8 +647,8 @@ class _Weak(_FormRewriter):
 
   The numbers a member computes are the weak inputs (their positions
   `weak_inputs`) and what Python's operators, `a if c else b`, and, per
-  member, `round`, `min`, `max` and `abs` make of them or of numbers
-  written in the primitive.  An operand
+  member, `math`'s functions, `float`, `int`, `round`, `min`, `max` and
+  `abs` make of them or of numbers written in the primitive.  An operand
   that is a weak input itself is left as it is: the primitive's `casts`
   cast it (`PrimOp.casts`), and a number written in the primitive is one
   as it runs.
@@ -707,6 +709,10 @@ class _Weak(_FormRewriter):
       return self._joined(node.args)
     if not self.per_member or module != MEMBER_OPS:
       return _STRONG
+    if name in _NUMBER_HELPERS or (name == 'round' and len(node.args) == 1
+                                   and all(k.arg == 'guard'
+                                           for k in node.keywords)):
+      return _NUMBER
     if name in _NUMBER_WHERE_ALL:
       return self._joined(node.args)
     return _STRONG
@@ -758,10 +764,10 @@ class _Weak(_FormRewriter):
 def weak_operands(body, prefix, weak_inputs, per_member, where=''):
   """`body` reading the Python numbers each member computes as NumPy 2.
 
-  Per member, `300 if d else 0` and `k * 2` of a Python number `k` are
-  Python numbers, which take the dtype of the array they meet in an
-  operator (NEP 50): `s + (300 if d else 0)` of an int8 `s` raises
-  OverflowError, `x * (k * 0.5)` of a float32 `x` is float32.
+  Per member, `300 if d else 0`, `math.exp(-z)` and `k * 2` of a Python
+  number `k` are Python numbers, which take the dtype of the array they
+  meet in an operator (NEP 50): `s + (300 if d else 0)` of an int8 `s`
+  raises OverflowError, `z * math.exp(-z)` of a float32 `z` is float32.
   Batched they are arrays (int64, float64): such an operator becomes
   `ops.weak_operator` (per member `member_ops.weak_operator`), which
   casts the number to that dtype first (`_Weak`).

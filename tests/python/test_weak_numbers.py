@@ -280,6 +280,34 @@ def test_the_items_of_a_tuple_of_python_numbers_are_python_numbers():
   run_everywhere(strong_horner_member, [x])
 
 
+@ctx.batch(per_member=True)
+def damped(z, v):
+  y = math.exp(-z)
+  return (z * math.exp(-z), y, z * y, v * float(v[0]), v * round(v[1]),
+          v + math.floor(v[1]), -math.sqrt(v[0]) * v)
+
+
+@ctx.batch(per_member=True)
+def truncated_sum(s, x):
+  return s + int(x)
+
+
+def test_pythons_math_functions_float_and_int_give_python_numbers():
+  # Per member each is a Python number: float32 beside float32 data,
+  # float64 alone.
+  z = np.array([0.3, 1.5, -2.0], np.float32)
+  v = np.array([[4.0, 2.5], [9.0, 7.7], [1.0, -3.2]], np.float32)
+  run_everywhere(damped, [z, v])
+  s = np.array([1, 100, -100], np.int8)
+  run_everywhere(truncated_sum, [s, np.array([1.5, 20.2, -27.9])])
+  beyond = np.array([1.5, 300.2, 0.0])
+  with pytest.raises(OverflowError,
+                     match='Python integer 300 out of bounds for int8'):
+    truncated_sum(s, beyond, dry_run=True)
+  with pytest.raises(errors.PrimitiveError, match=r'members \[1\]'):
+    truncated_sum(s, beyond)
+
+
 @ctx.batch()
 def stepped(s, k):
   d = 0
