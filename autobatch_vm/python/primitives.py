@@ -784,8 +784,9 @@ def weak_operands(body, prefix, weak_inputs, per_member, where=''):
   Returns:
     `(new, numbers)`: the new expression, or None where no operator
     changed; and which of the values are Python numbers each member
-    computes, True or False for the value, a tuple of those for a tuple
-    display.
+    computes (per member also those written in a tuple display: `lo, hi
+    = 0.0, c`), True or False for the value, a tuple of those for a
+    tuple display.
   """
   rewriter = _Weak(prefix, weak_inputs, per_member, where)
   new = rewriter.visit(copy.deepcopy(body))
@@ -793,7 +794,11 @@ def weak_operands(body, prefix, weak_inputs, per_member, where=''):
   def numbers(node):
     if isinstance(node, ast.Tuple):
       return tuple(numbers(e) for e in node.elts)
-    return rewriter.kind(node) == _NUMBER
+    kind = rewriter.kind(node)
+    # Per member a number written in a tuple display (`lo, hi = 0.0, c`,
+    # `return n, 1`) is a Python number too, which the batched primitive
+    # gives as an array.
+    return kind == _NUMBER or (per_member and kind == _WRITTEN)
   return (new if rewriter.changed else None), numbers(new)
 
 

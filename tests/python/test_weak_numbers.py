@@ -280,6 +280,71 @@ def test_the_items_of_a_tuple_of_python_numbers_are_python_numbers():
   run_everywhere(strong_horner_member, [x])
 
 
+
+@ctx.batch(per_member=True)
+def bisected_sqrt(c):
+  lo, hi = 0.0, c   # a bracket beside float32 data stays float32
+  for _ in range(30):
+    mid = 0.5 * (lo + hi)
+    if mid * mid < c:
+      lo = mid
+    else:
+      hi = mid
+  return lo
+
+
+@ctx.batch(per_member=True)
+def paired_or_zero(x):
+  if x > 0:
+    return x, x
+  return x, 0.0
+
+
+@ctx.batch(per_member=True)
+def itself_or_zero(x):
+  if x > 0:
+    return x
+  return 0.0
+
+
+@ctx.batch(per_member=True)
+def counted_product(n):
+  if n == 0:
+    return n, 1
+  k, p = counted_product(n - 1)
+  return k + 1, p * n
+
+
+def test_a_number_written_in_a_tuple_is_a_python_number():
+  # Per member `lo, hi = 0.0, c`, `return x, 0.0` and `return n, 1` hold
+  # Python numbers, which take the dtype of the data they meet.
+  c = np.array([2.0, 9.0, 0.25], np.float32)
+  run_everywhere(bisected_sqrt, [c])
+  # A member's Python float beside another's float32 is float32, in a
+  # tuple as alone (NEP 50's promotion; stacking each member's result
+  # would make it float64).
+  x = np.array([1.5, -1.0, 0.0], np.float32)
+  for mode in ({}, {'dry_run': True}, {'stackless': True}):
+    alone = itself_or_zero(x, **mode)
+    paired = paired_or_zero(x, **mode)
+    assert alone.dtype == paired[1].dtype == np.float32, mode
+    np.testing.assert_array_equal(paired[1], [1.5, 0.0, 0.0])
+    np.testing.assert_array_equal(alone, paired[1])
+  n = np.array([3, 0, 5], np.int32)
+  tf = pytest.importorskip('tensorflow')
+  outs = {'dry run': counted_product(n, dry_run=True),
+          'numpy': counted_product(n),
+          'stackless': counted_product(n, stackless=True),
+          'eager': counted_product(tf.constant(n))}
+  for jit in (False, True):
+    outs[f'jit={jit}'] = tf.function(counted_product, jit_compile=jit,
+                                     autograph=False)(tf.constant(n))
+  for mode, (k, p) in outs.items():
+    # One member alone: (np.int32(n), 1 * n * ... ), int32 throughout.
+    assert np.asarray(k).dtype == np.asarray(p).dtype == np.int32, mode
+    np.testing.assert_array_equal(k, n, err_msg=mode)
+    np.testing.assert_array_equal(p, [6, 1, 120], err_msg=mode)
+
 @ctx.batch(per_member=True)
 def damped(z, v):
   y = math.exp(-z)
