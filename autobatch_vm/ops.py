@@ -145,8 +145,12 @@ def logical_not(x):
     x: A condition: an array, a tensor or a Python value; nonzero is true.
 
   Returns:
-    A boolean array (or tensor, if `x` is one) true where `x` is false.
+    A boolean array (or tensor, if `x` is one) true where `x` is false;
+    Python's bool where `x` is a Python value (`not ('a' == 'b' and c)`
+    of a written-out loop's item, every member's).
   """
+  if x is None or type(x) in (bool, int, float, complex, str, bytes):
+    return not x
   x = _as_bool(x)
   if _is_tf(x):
     return _tf().logical_not(x)

@@ -1397,8 +1397,10 @@ class _Compiler:
     None, tuples of them) as its trips written out, each with the names
     its item's values: the statements, or None.  So a table's rows may mix
     strings and numbers (`for name, w in (('a', 1.0), ('b', 2.0))`), and
-    each item is Python's value, not one per member."""
-    if self.per_member or self._reads_locals(s.iter):
+    each item is Python's value, not one per member.  Per member only a
+    table holding values no array holds (strings, None) is written out:
+    a loop over numbers reads its items at the counter."""
+    if self._reads_locals(s.iter):
       return None
     value = self._read_static(s.iter)
     if value is _NOT_STATIC:
@@ -1410,13 +1412,29 @@ class _Compiler:
     if not isinstance(value, (tuple, list)) or not all(
         python_source.is_constant_value(v) for v in value):
       return None
+    words = _holds_non_numbers(value)
+    if self.per_member and not words:
+      return None
     trips = []
     for item in value:
       trip = _bind_target(s.target, item)
       if trip is None:
         return None
       trips.append(trip)
-    return self._written_out(s, trips)
+    out = self._written_out(s, trips)
+    if out is None and words:
+      # No array holds its strings: written out or not at all.
+      self.unsupported(
+          s, 'A loop over a table holding strings or None that cannot be '
+          'written out', hint=(
+              f'such a loop runs as its trips written out, which takes at '
+              f'most {_MAX_UNROLLED} items and a body that does not leave '
+              'early (break, continue, return), call a batched function, '
+              'define a function or rebind the loop\'s names, and whose '
+              'names are not read after the loop.  Skip a trip with an if '
+              '(`if name != "b": ...`) in place of continue, or loop over '
+              'numbers (an index into the table)'))
+    return out
 
   def _written_out(self, s, trips):
     """Loop `s`'s body once per trip (a dict: target name -> its value),
@@ -1736,6 +1754,14 @@ def _python_numbers(value):
     return False
   return all(type(v) in (bool, int, float, complex) or _python_numbers(v)
              for v in value)
+
+
+def _holds_non_numbers(value):
+  """Whether constant `value` (`is_constant_value`) holds a value that
+  is no number (a string, bytes, None), which no array holds."""
+  if isinstance(value, (tuple, list)):
+    return any(_holds_non_numbers(v) for v in value)
+  return type(value) not in (bool, int, float, complex)
 
 
 def _bind_target(target, item):

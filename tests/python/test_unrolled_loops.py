@@ -104,6 +104,44 @@ def triangle(x):
   return out
 
 
+
+def _skipped_terms(x, which):
+  total = x * 0.0
+  for name, p in TERMS:
+    if not (name == 'cube' and which == 0):
+      total = total + x ** p
+  return total
+
+
+def _skipped_with_continue(x, which):
+  total = x * 0.0
+  for name, p in TERMS:
+    if name == 'cube' and which == 0:
+      continue
+    total = total + x ** p
+  return total
+
+
+@pytest.mark.parametrize('per_member', [False, True])
+def test_a_table_of_strings_is_written_out_in_both_kinds(per_member):
+  # `not ('square' == 'cube' and ...)` of a trip's item is Python's bool
+  # (it was an array of no batch axis), and per member a table holding
+  # strings is written out as batch-aware (it was read as an array of
+  # strings).
+  fn = ab.Context().batch(per_member=per_member)(_skipped_terms)
+  x = np.array([1.0, 2.0, 0.5])
+  which = np.array([0, 1, 0])
+  want = [_skipped_terms(a, w) for a, w in zip(x, which)]
+  np.testing.assert_allclose(fn(x, which), want)
+  run_everywhere(fn, [x, which])
+  # With `continue` it cannot be: a clear refusal at the loop.
+  refused = ab.Context().batch(per_member=per_member)(_skipped_with_continue)
+  with pytest.raises(errors.UnsupportedSyntaxError,
+                     match='table holding strings') as e:
+    refused(x, which)
+  assert 'continue' in str(e.value) and 'for name, p in TERMS' in str(
+      e.value)
+
 @pytest.mark.parametrize('batch', [2, 3, 4])
 def test_written_out_trips_against_the_dry_run(batch):
   # Two and three members: a counter held as [batch] would broadcast
