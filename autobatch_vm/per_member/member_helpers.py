@@ -38,7 +38,8 @@ from autobatch_vm import errors
 from autobatch_vm.per_member import member_math
 
 __all__ = ['member_call', 'member_helper', 'local_names', 'static_value',
-           'tf_numpy_call', 'tf_numpy_helper', 'matmul_call',
+           'tf_numpy_call', 'tf_numpy_helper', 'helper_arguments',
+           'matmul_call',
            'makes_generator']
 
 # Builtins that mean for one member's arrays and tensors, as `member_ops`'s
@@ -328,6 +329,19 @@ def tf_numpy_helper(fn, ops):
     As for `member_helper`.
   """
   return _rewritten(fn, ops, tf_numpy_call, _TF_NUMPY_REWRITTEN)
+
+
+def helper_arguments(args, kwargs, rewrite):
+  """`(args, kwargs)` of a helper's call with each argument that is a
+  helper itself rewritten by `rewrite` (`member_helper` or
+  `tf_numpy_helper`, given the function): a function passed to the helper
+  that calls it (`integrate(g, a, b)`) runs on the same values as the
+  helper, and needs its calls rewritten the same way."""
+  if not any(map(is_helper, args)) and not any(
+      map(is_helper, kwargs.values())):
+    return args, kwargs
+  return ([rewrite(a) if is_helper(a) else a for a in args],
+          {k: rewrite(v) if is_helper(v) else v for k, v in kwargs.items()})
 
 
 def _rewritten(fn, ops, decide, cache):

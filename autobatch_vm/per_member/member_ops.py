@@ -666,8 +666,10 @@ def call(func, *args, **kwargs):
     What `func` gives for one member.
   """
   if member_helpers.is_helper(func):
-    return member_helpers.member_helper(func, sys.modules[__name__])(
-        *args, **kwargs)
+    ops = sys.modules[__name__]
+    args, kwargs = member_helpers.helper_arguments(
+        args, kwargs, lambda f: member_helpers.member_helper(f, ops))
+    return member_helpers.member_helper(func, ops)(*args, **kwargs)
   if func in DTYPE_INFO:
     return dtype_info(func, *args, **kwargs)
   values = leaves(list(args)) + leaves(list(kwargs.values()))

@@ -48,8 +48,10 @@ def numpy_call(func, *args, **kwargs):
     What it gives for the batch.
   """
   if member_helpers.is_helper(func):
-    return member_helpers.tf_numpy_helper(func, sys.modules[__name__])(
-        *args, **kwargs)
+    ops = sys.modules[__name__]
+    args, kwargs = member_helpers.helper_arguments(
+        args, kwargs, lambda f: member_helpers.tf_numpy_helper(f, ops))
+    return member_helpers.tf_numpy_helper(func, ops)(*args, **kwargs)
   if func is builtins.len and len(args) == 1 and not kwargs and (
       member_ops.is_tf(args[0])):
     return _length(args[0])

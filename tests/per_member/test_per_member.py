@@ -12,6 +12,7 @@ errors a user's mistake gets at the user's line.
 """
 
 import logging
+import math
 import warnings
 
 import numpy as np
@@ -1291,6 +1292,49 @@ def test_a_helpers_operators_promote_as_numpys():
       np.testing.assert_allclose(got, w, rtol=1e-12)
   run_everywhere(helpers, [lo, hi, x, v], check=check)
 
+
+
+def _bumpy_math(x):
+  return math.sqrt(abs(x)) * math.cos(x)
+
+
+def _bumpy_numpy(x):
+  return np.sqrt(np.abs(x)) * np.cos(x)
+
+
+def _midpoint_rule(g, a, b, points=4):
+  h = (b - a) / points
+  total = 0.0 * a
+  for k in range(points):
+    total = total + g(a + (k + 0.5) * h)
+  return h * total
+
+
+def _integrals_math(a, b):
+  return _midpoint_rule(_bumpy_math, a, b)
+
+
+def _integrals_numpy(a, b):
+  return _midpoint_rule(g=_bumpy_numpy, a=a, b=b)
+
+
+@pytest.mark.parametrize('fn,per_member', [
+    (_integrals_math, True), (_integrals_numpy, True),
+    (_integrals_numpy, False)])
+def test_a_function_passed_to_a_helper_is_rewritten_as_the_helper(
+    fn, per_member):
+  """`integrate(g, a, b)`: `g`, reached through the helper's argument,
+  runs on the helper's values (one member's tensors, a batch's symbolic
+  ones), so its math and NumPy calls are rewritten as the helper's."""
+  from tests.python import run_everywhere  # pylint: disable=g-import-not-at-top
+  f = ab.Context().batch(per_member=per_member)(fn)
+  a = np.array([0.0, 1.0, -2.0])
+  b = np.array([1.0, 3.0, 2.0])
+
+  def check(out):
+    np.testing.assert_allclose(out, [fn(x, y) for x, y in zip(a, b)],
+                               rtol=1e-12)
+  run_everywhere(f, [a, b], check=check)
 
 def _splitmix(z):
   return z ^ (z >> np.uint64(3))
