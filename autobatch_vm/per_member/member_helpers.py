@@ -87,7 +87,8 @@ TF_NUMPY = frozenset(getattr(np, n) for n in (
     'array_equal', 'nonzero', 'triu', 'tril', 'kron', 'ptp', 'average',
     'vander', 'nanmean', 'nansum') if hasattr(np, n))
 # More of them, which a batch-aware primitive's TensorFlow form calls by
-# TensorFlow's NumPy API (`tf_numpy_call`).
+# TensorFlow's NumPy API (`tf_numpy_call`), and `member_ops.call` on one
+# member's tensors too.
 TF_NUMPY_BATCH = TF_NUMPY | frozenset(getattr(np, n) for n in (
     'add', 'subtract', 'multiply', 'divide', 'true_divide', 'floor_divide',
     'mod', 'remainder', 'negative', 'positive', 'reciprocal', 'equal',
@@ -188,8 +189,9 @@ def member_call(obj, node):
   # The rules load with the first per-member function, not at start-up.
   from autobatch_vm.per_member import numpy_rules  # pylint: disable=g-import-not-at-top
   try:
-    if (obj in numpy_rules.CREATION or obj in LIKE or obj in TF_NUMPY or
-        obj in LINALG or obj in TF_OWN or obj in ROUNDING):
+    if (obj in numpy_rules.CREATION or obj in LIKE or
+        obj in TF_NUMPY_BATCH or obj in LINALG or obj in TF_OWN or
+        obj in ROUNDING):
       return 'call'
   except TypeError:   # unhashable
     return None

@@ -683,7 +683,8 @@ def call(func, *args, **kwargs):
       return _tf().cast(args[0], func)
     if func in member_helpers.LIKE and args and is_tf(args[0]):
       return tf_like(func, *args, **kwargs)
-    if func in member_helpers.TF_NUMPY or func in member_helpers.ROUNDING:
+    if (func in member_helpers.TF_NUMPY_BATCH or
+        func in member_helpers.ROUNDING):
       return tnp_call(func, args, kwargs)
     if func in member_helpers.TF_CREATION:
       return getattr(_tnp(), func.__name__)(*args, **kwargs)
@@ -2182,7 +2183,14 @@ def sum(values, start=0):
     # adds a uint8's items in uint8), not in NumPy's default integer.
     return np.sum(values, axis=0, dtype=values.dtype if (
         values.dtype.kind in 'iu') else None) + start
-  return builtins.sum(values, start)
+  items = list(values)
+  if is_tf(*items):
+    # Python adds NumPy's booleans as int64 (`sum([x > 0, y > 0])`, a
+    # count); TensorFlow adds no booleans.
+    tf = _tf()
+    items = [tf.cast(v, tf.int64) if is_tf(v) and v.dtype == tf.bool
+             else v for v in items]
+  return builtins.sum(items, start)
 
 
 def all(values):

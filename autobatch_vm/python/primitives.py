@@ -252,7 +252,8 @@ class PrimitiveRewriter(ast.NodeTransformer):
     not of a module or of an object the same for every member."""
     f = node.func
     return (isinstance(f, ast.Attribute) and f.attr in member_helpers.METHODS
-            and self._reads_variables(f.value) and
+            and (self._reads_variables(f.value) or
+                 self._reads_comprehension_target(f.value)) and
             not any(isinstance(a, ast.Starred) for a in node.args) and
             all(k.arg is not None for k in node.keywords))
 
@@ -297,6 +298,14 @@ class PrimitiveRewriter(ast.NodeTransformer):
   visit_SetComp = _comprehension_scope
   visit_DictComp = _comprehension_scope
   visit_GeneratorExp = _comprehension_scope
+
+  def _reads_comprehension_target(self, node):
+    """Whether expression `node` reads a name that a comprehension being
+    visited binds (`r.max() for r in rows`: an item of a member's value,
+    `member_ops.method`'s on a tensor, as written on anything else)."""
+    return any(isinstance(n, ast.Name) and
+               any(n.id in names for names in self._shadowed)
+               for n in ast.walk(node))
 
   def _reads_variables(self, node):
     """Whether expression `node` (not yet rewritten) reads a variable."""

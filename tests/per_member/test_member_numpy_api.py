@@ -626,3 +626,60 @@ def test_numpys_constructors_take_a_tensors_dtype():
     assert all(a.dtype == np.float32 for a in alone)
     np.testing.assert_allclose(alone[1], 2 * v)
   python_tests.run_everywhere(made_in_their_dtype, [v], check)
+
+
+@ctx.batch(per_member=True)
+def ufunc_forms(x, mu, v, n):
+  logp = np.logaddexp(-0.5 * (x - mu) ** 2, -0.5 * (x + mu) ** 2)
+  arith = (np.add(x, mu) * np.multiply(x, 2.0) - np.negative(mu) +
+           np.reciprocal(2.0 + x * x) + np.cbrt(x) + np.sinc(x) +
+           np.heaviside(x, 0.5) + np.greater(x, mu))
+  ints = (np.mod(n, 3) + np.remainder(n - 7, 4) + np.floor_divide(n, 2) +
+          np.squeeze(np.expand_dims(n, 0)))
+  shaped = (np.append(v, x).sum() + np.pad(v, 1).sum() +
+            np.full_like(v, 1.5).sum() + np.ones_like(v).sum())
+  return logp, arith, ints, shaped
+
+
+def test_numpys_ufuncs_and_shaping_functions_run_per_member_everywhere():
+  # The NumPy functions that TensorFlow's NumPy API has by name run on
+  # one member's tensors as a batch-aware primitive's (they were refused
+  # per member as a TensorFlow value passed to NumPy).
+  x = np.array([0.0, 1.0, -3.0])
+  mu = np.array([0.5, 2.0, 3.0])
+  v = np.arange(9.0).reshape(3, 3)
+  n = np.array([5, 8, -4])
+
+  def check(alone):
+    want = [ufunc_forms.python_function(*a) for a in zip(x, mu, v, n)]
+    for k, got in enumerate(alone):
+      w = np.stack([np.asarray(row[k]) for row in want])
+      assert np.asarray(got).dtype == w.dtype, (k, got.dtype, w.dtype)
+      np.testing.assert_allclose(got, w, rtol=1e-12)
+  python_tests.run_everywhere(ufunc_forms, [x, mu, v, n], check)
+
+
+@ctx.batch(per_member=True)
+def counts_and_row_peaks(x, y, v):
+  count = sum([x > 0, y > 0, x + y > 1])
+  rows = v.reshape(2, 3)
+  peaks = sum(r.max() for r in rows) + max([r.sum() for r in rows])
+  return count, peaks
+
+
+def test_a_sum_of_conditions_and_methods_of_a_comprehensions_items():
+  # `sum([x > 0, ...])` counts as Python's int64 on TensorFlow (which adds
+  # no booleans), and `r.max()` of a comprehension's item is an array
+  # method on a member's tensor too (it was an AttributeError there).
+  x = np.array([1.0, -1.0, 2.0])
+  y = np.array([1.0, 3.0, -2.0])
+  v = np.array([[1., -2, 3, 4, -5, 6], [0, 5, 0, 5, 0, 7],
+                [-1, -1, -1, -2, -2, -2]])
+
+  def check(alone):
+    want = [counts_and_row_peaks.python_function(*a) for a in zip(x, y, v)]
+    for k, got in enumerate(alone):
+      w = np.stack([np.asarray(row[k]) for row in want])
+      assert np.asarray(got).dtype == w.dtype, (k, got.dtype, w.dtype)
+      np.testing.assert_array_equal(got, w)
+  python_tests.run_everywhere(counts_and_row_peaks, [x, y, v], check)
