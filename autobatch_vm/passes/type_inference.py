@@ -630,7 +630,10 @@ class _Inference:
         raise
       try:
         self._prim(fn, new, numbers)
-      except errors.AutoBatchError:
+      except errors.AutoBatchError as e:
+        if isinstance(e.__cause__, (ops.InPlaceCastError,
+                                    ops.InPlaceShapeError)):
+          raise   # `x op= v` refused as NumPy refuses it, past the dtypes
         raise first from None
       self.promoted[key] = new
 

@@ -57,7 +57,7 @@ __all__ = ['key', 'getitem', 'setitem', 'asarray', 'min', 'max', 'sum', 'all',
            'logical_and', 'logical_or', 'method', 'attribute',
            'logical_not', 'is_tf', 'note_failure', 'tnp_call', 'tf_like',
            'tf_linalg', 'tf_searchsorted', 'leaves', 'constant_array_item',
-           'optional_value', 'promoted']
+           'optional_value', 'promoted', 'in_place']
 
 # pylint: disable=redefined-builtin
 
@@ -1955,12 +1955,52 @@ def setitem_with(x, index, value, operation):
   `x[index] = x[index] op value`.
   """
   op = getattr(operator, operation)
+  _check_in_place_dtype(x, value, op)
   if not (is_tf(x, value) or is_tf(*_parts(index)) or
           ragged.is_ragged(value)):
     written = _numpy_rules().setitem_with(x, index, value, op)
     if written is not None:
       return written
-  return setitem(x, index, op(getitem(x, index), value))
+  read = getitem(x, index)
+  # TensorFlow's operators do not promote (a float32 window plus a
+  # float64): NumPy's dtypes, as the operator's own primitive takes them.
+  result = (getattr(ops, operation)(read, value)
+            if operation in ('mod', 'floordiv') else
+            ops.promoted(operation, read, value))
+  return setitem(x, index, result)
+
+
+def _check_in_place_dtype(x, value, op):
+  """Refuses `x[window] op= value` where NumPy's in-place operator
+  cannot cast `x[window] op value` to `x`'s dtype (a window is an array,
+  `ops.in_place`); the dtypes are found on arrays of one item."""
+  dtype = ops.dtype_of(x)
+  if dtype is None or ragged.is_ragged(value):
+    return
+  if isinstance(value, (builtins.bool, builtins.int, builtins.float,
+                        builtins.complex)):
+    other = type(value)(1)
+  else:
+    other_dtype = ops.dtype_of(value)
+    if other_dtype is None:
+      return
+    other = np.ones(1, other_dtype)
+  with np.errstate(all='ignore'):
+    try:
+      result = op(np.ones(1, dtype), other)
+    except Exception:  # pylint: disable=broad-except
+      return   # the operation itself fails, as it will below
+  ops.in_place(np.ones(1, dtype), result)
+
+
+def in_place(read, result):
+  """One member's `x op= v`, `result` being `read op v` (`read` is `x` or
+  the items written): an array keeps its dtype and shape, or is refused
+  where NumPy's in-place operator refuses the cast; a number is rebound
+  (`ops.in_place`)."""
+  if ragged.is_ragged(read) or ragged.is_ragged(result):
+    return result
+  return ops.in_place(read, result)
 
 
 # -- builtins -------------------------------------------------------------
