@@ -71,6 +71,8 @@ FAILURES = {
     'slices_differ': ('ValueError',
                       'operands could not be broadcast together (slices '
                       'of different lengths, combined item by item)'),
+    # An item index out of range (`vm.errors.member_error` words it).
+    'index': ('IndexError', 'index out of range'),
 }
 # A Python int that the integer dtype it meets cannot hold, as NumPy 2
 # refuses it (`member_ops.weak_operator`): `int_bounds_int8` ...
