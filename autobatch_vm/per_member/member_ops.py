@@ -384,7 +384,7 @@ def _masked_slice(parts):
   slice of such a length; else None (outside XLA a statement reducing it
   runs in a loop over the members, `tf_vectorize`)."""
   found = [e for e in parts if isinstance(e, slice) and
-           is_tf(e.start, e.stop) and e.step in (None, 1) and
+           is_tf(e.start, e.stop) and _constant_step(e) and
            _window(e) is None]
   if builtins.len(found) != 1 or getattr(_local, 'exact', False) or (
       not _in_xla_context()):
@@ -392,21 +392,48 @@ def _masked_slice(parts):
   return found[0]
 
 
+def _constant_step(e):
+  """Whether slice `e` has no step or a nonzero Python integer one."""
+  return e.step is None or (isinstance(e.step, (builtins.int, np.integer))
+                            and not isinstance(e.step, builtins.bool) and
+                            e.step != 0)
+
+
 def _ragged_slice(x, axis, e):
-  """One member's `x[..., start:stop]` along `axis` (slice `e`, step 1),
-  held masked: a `ragged.Ragged` of `x` with Python's bounds."""
+  """One member's `x[..., start:stop:step]` along `axis` (slice `e`, a
+  constant step), held masked: a `ragged.Ragged` of `x` with Python's
+  bounds; with a step other than 1, of the items it takes gathered to
+  the front (as many as the longest slice of the axis can have, those
+  past the member's own count clipped into the axis), from 0 to that
+  count."""
   tf = _tf()
   n = x.shape[axis]
+  step = 1 if e.step is None else builtins.int(e.step)
 
-  def bound(b, default):
+  def bound(b, default, low, high):
     if b is None:
       return tf.constant(default, tf.int64)
     b = tf.cast(b, tf.int64)
-    return tf.clip_by_value(tf.where(b < 0, b + n, b), 0, n)
-  start = bound(e.start, 0)
-  stop = tf.maximum(bound(e.stop, n), start)
-  return ragged.Ragged(x, axis, start, stop, ragged.xla_refusal,
-                       bounds=(e.start, e.stop))
+    return tf.clip_by_value(tf.where(b < 0, b + n, b), low, high)
+  if step == 1:
+    start = bound(e.start, 0, 0, n)
+    stop = tf.maximum(bound(e.stop, n, 0, n), start)
+    return ragged.Ragged(x, axis, start, stop, ragged.xla_refusal,
+                         bounds=(e.start, e.stop))
+  # Python's `slice.indices`: a negative step counts down from n - 1.
+  if step > 0:
+    start, stop = bound(e.start, 0, 0, n), bound(e.stop, n, 0, n)
+  else:
+    start = bound(e.start, n - 1, -1, n - 1)
+    stop = bound(e.stop, -1, -1, n - 1)
+  size = builtins.abs(step)
+  count = tf.maximum((stop - start + step - (1 if step > 0 else -1))
+                     // step, 0)
+  longest = -(-n // size)
+  at = tf.clip_by_value(start + step * tf.range(longest, dtype=tf.int64),
+                        0, builtins.max(n - 1, 0))
+  return ragged.Ragged(tf.gather(x, at, axis=axis), axis,
+                       tf.constant(0, tf.int64), count, ragged.xla_refusal)
 
 
 @contextlib.contextmanager

@@ -368,6 +368,20 @@ def _member_windows(x, key):
             MemberArray(y), axis, MemberArray(start),
             MemberArray(start + length),
             lambda length=length: _differing_lengths(length))
+      if len(sliced) == 1 and length.size and np.any(length != length[0]):
+        # A step (`v[lo:hi:2]`): each member's items gathered to the
+        # front, as many as the longest window has (the positions past
+        # a member's own length clipped into the axis), held masked.
+        count = int(length.max())
+        taken = np.clip(start[:, None] + step[:, None] * np.arange(count),
+                        0, y.shape[axis + 1] - 1)
+        shape = [batch] + [1] * (y.ndim - 1)
+        shape[axis + 1] = count
+        y = np.take_along_axis(y, taken.reshape(shape), axis=axis + 1)
+        return ragged.Ragged(
+            MemberArray(y), axis, MemberArray(np.zeros_like(length)),
+            MemberArray(length),
+            lambda length=length: _differing_lengths(length))
       taken = _positions(window, _differing_lengths)
       shape = [batch] + [1] * (y.ndim - 1)
       shape[axis + 1] = taken.shape[1]
