@@ -45,7 +45,7 @@ __all__ = ['member_call', 'member_helper', 'local_names', 'static_value',
 # functions of the same name, what they mean for numbers.
 _BUILTINS = {getattr(builtins, n): n for n in
              ('min', 'max', 'abs', 'len', 'int', 'float', 'round', 'sum',
-              'all', 'any', 'sorted')}
+              'all', 'any', 'sorted', 'bool', 'complex')}
 # NumPy's arrays like another, which `member_ops.call` makes of one
 # member's tensor too (TensorFlow's symbolic tensors reach no NumPy
 # function).

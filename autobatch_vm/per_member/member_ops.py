@@ -57,7 +57,7 @@ __all__ = ['key', 'getitem', 'setitem', 'asarray', 'min', 'max', 'sum', 'all',
            'logical_and', 'logical_or', 'method', 'attribute',
            'logical_not', 'is_tf', 'note_failure', 'tnp_call', 'tf_like',
            'tf_linalg', 'tf_searchsorted', 'leaves', 'constant_array_item',
-           'optional_value', 'promoted', 'in_place']
+           'optional_value', 'promoted', 'in_place', 'bool', 'complex']
 
 # pylint: disable=redefined-builtin
 
@@ -1015,7 +1015,7 @@ def _in_xla_context():
   from tensorflow.python.ops import control_flow_util  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
   graph = _tf().compat.v1.get_default_graph()
   return (not _tf().executing_eagerly() and
-          bool(control_flow_util.GraphOrParentsInXlaContext(graph)))
+          builtins.bool(control_flow_util.GraphOrParentsInXlaContext(graph)))
 
 
 def _slogdet_by_elimination(a):
@@ -1142,7 +1142,7 @@ def tnp_call(func, args, kwargs):
   rounded = _TF_ROUNDING.get(func)
   if rounded is not None:
     return rounded(*args, **kwargs)
-  tensor = bool(args) and is_tf(args[0])
+  tensor = builtins.bool(args) and is_tf(args[0])
   if tensor and func in _REDUCTIONS and ('where' in kwargs or
                                          'initial' in kwargs):
     return _tf_reduction(func, *args, **kwargs)
@@ -2437,6 +2437,77 @@ def float(x=0.0):
     A Python float for a Python number, else a float64 scalar.
   """
   return _convert(x, builtins.float, np.float64)
+
+
+def bool(x=False):
+  """One member's `bool(x)`, as a bool value (`float` and `int` alike).
+
+  Args:
+    x: A number or a member's value.
+
+  Returns:
+    A Python bool for a Python number, else a bool scalar.
+
+  Raises:
+    ValueError: For a member's array of more than one item, as NumPy's.
+  """
+  if not (is_tf(x) or _is_member_array(x)):
+    return builtins.bool(x)
+  shape = _member_shape(x)
+  if shape:
+    if builtins.int(np.prod(shape)) != 1:
+      raise ValueError(
+          'The truth value of an array with more than one element is '
+          'ambiguous. Use a.any() or a.all()')
+    x = _tf().reshape(x, []) if is_tf(x) else x.reshape(())
+  return _as_bool(x)
+
+
+def complex(real=0, imag=0):
+  """One member's `complex(real, imag)` of its numbers, as a complex128
+  value (Python's complex of floats: the parts exactly, an infinite
+  imaginary part too).
+
+  Args:
+    real: A number or a member's scalar.
+    imag: A number or a member's scalar.
+
+  Returns:
+    A Python complex of Python numbers, else a complex128 scalar.
+
+  Raises:
+    TypeError: For a member's array of one or more axes (Python's complex()
+      takes numbers), or a part that is not a real number.
+  """
+  parts = (real, imag)
+  if not builtins.any(is_tf(p) or _is_member_array(p) for p in parts):
+    return builtins.complex(real, imag)
+  for p in parts:
+    if not (is_tf(p) or _is_member_array(p)):
+      continue
+    if _member_shape(p):
+      raise TypeError('complex() of a member\'s array of shape '
+                      f'{_member_shape(p)}: only a number converts')
+    dtype = ops.dtype_of(p)
+    if dtype is not None and dtype.kind not in 'biuf':
+      raise TypeError(f'complex() of a member\'s {dtype} value: '
+                      'only real parts are supported')
+  if is_tf(real, imag):
+    tf = _tf()
+    return tf.complex(tf.cast(real, tf.float64), tf.cast(imag, tf.float64))
+  re, im = (p.batched if _is_member_array(p) else np.asarray(p)
+            for p in parts)
+  re, im = np.broadcast_arrays(re, im)
+  out = np.empty(re.shape, np.complex128)
+  out.real, out.imag = re, im
+  return type(real if _is_member_array(real) else imag)(out)
+
+
+def _member_shape(x):
+  """One member's shape of a tensor or a member's array."""
+  if is_tf(x):
+    return tuple(_tf().convert_to_tensor(x).shape.as_list())
+  return tuple(x.shape)
 
 
 def _convert(x, python_type, dtype):
