@@ -1131,7 +1131,7 @@ _WEAK_HELPERS = {'mod': mod, 'floordiv': floordiv, 'lshift': lshift,
                  'rshift': rshift}
 
 
-def fail(message, compute=None, *inputs):
+def fail(message, compute=None, *inputs, one_member=False):
   """Fails a user's `assert`; the VM attaches the members and the line.
 
   Args:
@@ -1142,11 +1142,13 @@ def fail(message, compute=None, *inputs):
       they are known (a message is text, which no primitive can return
       per member).
     *inputs: The batched values `compute` reads.
+    one_member: Whether `compute` is written for one member's values
+      (`per_member=True`), without the batch axis.
 
   Raises:
     errors.FailedAssertion: Always (an `AssertionError`).
   """
-  raise errors.FailedAssertion(message, compute, inputs)
+  raise errors.FailedAssertion(message, compute, inputs, one_member)
 
 
 def optional_value(x, flag):

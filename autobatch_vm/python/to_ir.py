@@ -1099,9 +1099,11 @@ class _Compiler:
           rewritten, len(inputs), self.src.loc(s.msg),
           python_primitives.expression_text(s.msg), self.closure,
           self.fn.__globals__, self.src.name, self.prefix)
+      one_member = self.per_member
       self.emit(inst.PrimOp(
           tuple(inputs), fail,
-          lambda *values: ops_module.fail(message, compute, *values),
+          lambda *values: ops_module.fail(message, compute, *values,
+                                          one_member=one_member),
           f'fail {python_primitives.shorten(message)}', loc))
     self.terminate(inst.GotoOp(ok))
     self.start(ok, s)
