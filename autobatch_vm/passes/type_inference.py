@@ -842,8 +842,8 @@ class _Inference:
             in_types, literals=False, batch=batch), batch, inputs)
         self.made_up_inputs = inputs
         return value
-      except errors.AutoBatchError:
-        raise
+      except errors.AutoBatchError as e:
+        raise _at_line(e, op) from e.__cause__
       except Exception as e:  # pylint: disable=broad-except
         if (self.promoting_form(op) is not None and
             errors.mixes_dtypes(e)):
@@ -869,8 +869,8 @@ class _Inference:
           value = self.backend.call_for_types(op.function, inputs, batch)
           self.made_up_inputs = inputs
           return value
-      except errors.AutoBatchError:
-        raise
+      except errors.AutoBatchError as e:
+        raise _at_line(e, op) from e.__cause__
       except Exception as e:  # pylint: disable=broad-except
         failures.append(e)
     if isinstance(failures[0], AssertionError):
@@ -1449,6 +1449,15 @@ def _out_of_range(e):
     return True
   return (type(e).__name__ in ('InvalidArgumentError', 'ValueError') and
           ('out of bounds' in str(e) or 'out of range' in str(e)))
+
+
+def _at_line(e, op):
+  """User error `e` that a library helper raised inside primitive `op`
+  without a line (`member_ops.random_generator` in a batch-aware
+  primitive), at `op`'s line; else `e`."""
+  if e.loc is not None or op.loc is None:
+    return e
+  return type(e)(e.message, loc=op.loc, hint=e.hint, members=e.members)
 
 
 # NumPy's refusals of an array where Python needs one number (`math.*`,

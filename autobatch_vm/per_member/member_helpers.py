@@ -228,6 +228,8 @@ def tf_numpy_call(obj, node):
   # written, a tensor's dtype among its arguments made NumPy's.
   if obj is np.finfo or obj is np.iinfo:   # of a tensor's dtype too
     return 'numpy_call'
+  if makes_generator(obj):   # refused of a tensor (`tf_numpy.numpy_call`)
+    return 'numpy_call'
   module = getattr(obj, '__module__', None) or ''
   return ('numpy_call' if callable(obj) and not isinstance(obj, type) and
           (module == 'numpy' or module.startswith('numpy.')) and

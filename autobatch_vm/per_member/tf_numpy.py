@@ -55,6 +55,10 @@ def numpy_call(func, *args, **kwargs):
     return _length(args[0])
   if func in member_ops.DTYPE_INFO:
     return member_ops.dtype_info(func, *args, **kwargs)
+  if member_helpers.makes_generator(func):
+    # `np.random.default_rng(seed)` of the members' seeds: refused as in
+    # a per-member function (NumPy's own TypeError said nothing of it).
+    return member_ops.random_generator(func, *args, **kwargs)
   # A tensor's dtype (`np.ones(3, dtype=v.dtype)`) as NumPy's.
   args = [_numpy_dtype(a) for a in args]
   kwargs = {k: _numpy_dtype(v) for k, v in kwargs.items()}

@@ -1398,6 +1398,32 @@ def test_a_generator_of_a_members_seed_is_refused_with_what_to_write():
       assert 'counter-based' in text and 'splitmix64' in text
 
 
+def test_a_batch_aware_generator_of_the_seeds_is_refused_on_tensorflow():
+  """Batch-aware `np.random.default_rng(seed)` of the members' seeds on
+  TensorFlow showed NumPy's raw TypeError ("SeedSequence expects int or
+  sequence of ints"); it is refused at the user's line as a per-member
+  one is, with what to write instead."""
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def draws(seed):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=seed.shape)
+
+  tf = pytest.importorskip('tensorflow')
+  seed = tf.constant([1, 2, 3])
+  for call in (lambda: draws(seed), lambda: tf.function(draws)(seed),
+               lambda: tf.function(draws, jit_compile=True)(seed)):
+    with pytest.raises(errors.PerMemberError) as info:
+      call()
+    assert info.value.function == 'draws'
+    assert info.value.lineno == (
+        draws.python_function.__code__.co_firstlineno + 2)
+    text = str(info.value)
+    assert 'cannot be batched' in text and 'SeedSequence' not in text
+    assert 'counter-based' in text and 'splitmix64' in text
+
+
 def test_a_generator_held_in_a_variable_is_refused_as_one():
   """A primitive whose value is a random generator (`rng =
   np.random.default_rng(0)`): it says so, and what to write instead (it
