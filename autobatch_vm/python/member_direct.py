@@ -678,6 +678,13 @@ class _Rewrite:
       return self._getitem(node)
     if helper == 'setitem' and len(node.args) == 3 and not node.keywords:
       return self._setitem(node)
+    if helper == 'in_place' and len(node.args) == 2 and not node.keywords:
+      # `x op= v` (`member_ops.in_place`): a member's number is rebound,
+      # the operation as it is; an array keeps its dtype (the rules').
+      read, _ = self.any_value(copy.deepcopy(node.args[0]))
+      if not (isinstance(read, _Value) and read.rank == 0):
+        raise _NotDirect
+      return self.value(node.args[1])
     if helper == 'matmul' and len(node.args) == 2 and not node.keywords:
       product = ast.copy_location(
           ast.BinOp(node.args[0], ast.MatMult(), node.args[1]), node)
