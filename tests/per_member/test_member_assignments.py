@@ -368,6 +368,9 @@ def test_in_place_operators_keep_a_members_arrays_dtype_as_numpy():
     python_tests.refused_everywhere(fn, args, errors.PrimitiveError,
                                     r"int64.*float64.*'same_kind'")
   f32 = v.astype(np.float32)
+  # Sums and products float32 holds exactly: NumPy 1 computes them in
+  # float32 (a float64 number beside a float32 array), NumPy 2 in float64.
+  d = np.array([0.5, 1.75])
   assert _plain_loop(scaled_in_place, [f32, d])[0].dtype == np.float32
   for fn, args in ((scaled_in_place, [f32, d]), (added_into_slice, [f32, d]),
                    (added_into_window, [f32, d, n]),
