@@ -125,7 +125,7 @@ def _member_index_error(e):
 
 def _index_failure(e, x, index, guard=None):
   """The error of NumPy's IndexError `e` for one member's `x[index]`: a
-  `MemberFailure` naming the members whose integer index lies outside
+  `MemberIndexError` naming the members whose integer index lies outside
   its axis (where the `guard` holds), for the VM to fail those alone as
   Python would (`vm.errors.member_error`, `on_error='status'`); else
   `e` without the batched array's axis number."""
@@ -137,9 +137,10 @@ def _index_failure(e, x, index, guard=None):
     held = (guard.batched if isinstance(guard, MemberArray) else
             np.asarray(guard))
     rows = rows & (np.broadcast_to(held, rows.shape) != 0)
+  e = _member_index_error(e)
   if rows is None or not rows.any():
-    return _member_index_error(e)
-  return member_math.MemberFailure('index', np.flatnonzero(rows))
+    return e
+  return member_math.MemberIndexError(str(e), np.flatnonzero(rows))
 
 
 def _out_of_range(x, index):
