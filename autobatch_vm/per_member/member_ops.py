@@ -385,11 +385,25 @@ def _masked_slice(parts):
   runs in a loop over the members, `tf_vectorize`)."""
   found = [e for e in parts if isinstance(e, slice) and
            is_tf(e.start, e.stop) and _constant_step(e) and
-           _window(e) is None]
+           (e.step in (None, 1) or not getattr(_local, 'writing', False))
+           and _window(e) is None]
   if builtins.len(found) != 1 or getattr(_local, 'exact', False) or (
       not _in_xla_context()):
     return None
   return found[0]
+
+
+@contextlib.contextmanager
+def _reading_to_write():
+  """Inside the block, a strided slice of member bounds read is never
+  held masked (`_masked_slice`): its items gathered to the front have no
+  place in the array they would be written back into."""
+  old = getattr(_local, 'writing', False)
+  _local.writing = True
+  try:
+    yield
+  finally:
+    _local.writing = old
 
 
 def _constant_step(e):
@@ -1697,6 +1711,13 @@ def setitem(x, index, value):
   Returns:
     A new array; `x` is unchanged.
   """
+  # The positions written are read as they lie (a strided window never
+  # gathered to the front, `_reading_to_write`).
+  with _reading_to_write():
+    return _setitem(x, index, value)
+
+
+def _setitem(x, index, value):
   items = leaves(value) if isinstance(value, (list, tuple)) else ()
   if is_tf(*items) or builtins.any(_is_member_array(v) for v in items):
     # `stack[sp] = (r, c)`: a row of one member's values.
@@ -1767,7 +1788,8 @@ def _ragged_write(x, index, value):
   Slices of different lengths fail their members as Python fails them.
   None where `x[index]` is no such slice, or the index is not integers
   and slices."""
-  target = getitem(x, index)
+  with _reading_to_write():
+    target = getitem(x, index)
   if not ragged.is_ragged(target):
     return None
   parts = _parts(index)
@@ -1988,7 +2010,8 @@ def setitem_with(x, index, value, operation):
     written = _numpy_rules().setitem_with(x, index, value, op)
     if written is not None:
       return written
-  read = getitem(x, index)
+  with _reading_to_write():
+    read = getitem(x, index)
   # TensorFlow's operators do not promote (a float32 window plus a
   # float64): NumPy's dtypes, as the operator's own primitive takes them.
   result = (getattr(ops, operation)(read, value)
