@@ -241,22 +241,27 @@ class FailedAssertion(AssertionError):
     message: None for a constant message; else the function computing the
       message from one member's rows (batches of one) of `inputs`.
     inputs: The batched values `message` reads, one row per input row.
+    one_member: Whether the function is written for one member
+      (`per_member=True`): `message` then gets the member's values
+      without the batch axis, as NumPy values.
 
   Attributes:
-    text, message, inputs: As given.
+    text, message, inputs, one_member: As given.
   """
 
-  def __init__(self, text, message=None, inputs=()):
+  def __init__(self, text, message=None, inputs=(), one_member=False):
     super().__init__(text)
     self.text = text
     self.message = message
     self.inputs = inputs
+    self.one_member = one_member
 
   def member_message(self, row):
     """The message as input row `row`'s member computes it alone.
 
-    The member sees its values as batches of one, as in a dry run, so the
-    text is the one Python's own `assert` gives there.
+    The member sees its values as a dry run gives them, batches of one
+    (a per-member function's: the member's values, NumPy's), so the text
+    is the one Python's own `assert` gives there.
 
     Args:
       row: The row of `inputs` holding the member.
@@ -268,7 +273,13 @@ class FailedAssertion(AssertionError):
       return self.text
     def one_row(x):
       shape = getattr(x, 'shape', None)
-      return x[row:row + 1] if shape is not None and len(shape) else x
+      if shape is None or not len(shape):
+        return x
+      if not self.one_member:
+        return x[row:row + 1]
+      if not isinstance(x, np.ndarray) and hasattr(x, 'numpy'):
+        x = x.numpy()   # a tensor: as the member's NumPy value
+      return x[row]
     try:
       return str(self.message(*patterns.pattern_map(one_row,
                                                     list(self.inputs))))

@@ -817,10 +817,15 @@ class Context(shipping.ContextPickling):
       except stackless_lib.Fallback:
         stackless = False
       except (errors.AssertionFailedError, errors.StackOverflowError,
-              errors.StepLimitError):
+              errors.StepLimitError, errors.PrimitiveError,
+              errors.PerMemberError) as e:
         # Stackless mode raises any error: chosen for the call, it hands
-        # a run that reports errors to the VM, which stops the members.
-        if not (auto and on_error == 'status'):
+        # a run that reports errors to the VM, which stops the members
+        # (a primitive's error, where it names the members Python fails:
+        # an item index out of range, a math domain error).
+        if not (auto and on_error == 'status') or (
+            isinstance(e, (errors.PrimitiveError, errors.PerMemberError))
+            and e.members is None):
           raise
         stackless = False
       else:

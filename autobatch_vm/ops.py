@@ -18,7 +18,8 @@ from autobatch_vm import errors
 __all__ = ['logical_and', 'logical_or', 'logical_not', 'where', 'mod',
            'floordiv', 'promoted', 'fail', 'sync_point', 'SYNC_ATTRIBUTE',
            'truthy', 'key', 'batch_setitem', 'tf_setitem', 'static_item',
-           'optional_value', 'weak_operator', 'weak_dtype']
+           'optional_value', 'weak_operator', 'weak_dtype', 'in_place',
+           'dtype_of']
 
 SYNC_ATTRIBUTE = '__autobatch_sync_point__'
 
@@ -716,6 +717,90 @@ def batch_setitem(x, index, value):
   return x
 
 
+def dtype_of(x):
+  """The NumPy dtype of an array, a tensor or one member's array, or
+  None (a Python number, a list)."""
+  if isinstance(x, (bool, int, float, complex)):
+    return None
+  dtype = getattr(x, 'dtype', None)
+  if dtype is None:
+    return None
+  if _is_tf(x):
+    return np.dtype(_tf().as_dtype(dtype).as_numpy_dtype)
+  try:
+    return np.dtype(dtype)
+  except TypeError:
+    return None
+
+
+def _static_shape(x):
+  shape = getattr(x, 'shape', None)
+  if shape is None:
+    return None
+  if _is_tf(x):
+    return None if shape.rank is None else tuple(shape.as_list())
+  return tuple(shape)
+
+
+class InPlaceCastError(TypeError):
+  """NumPy's refusal of `x op= v` whose result its dtype cannot hold
+  (NumPy's `UFuncTypeError` is a TypeError too)."""
+
+
+class InPlaceShapeError(ValueError):
+  """NumPy's refusal of `x op= v` whose result has another shape."""
+
+
+def in_place(read, result):
+  """What `x op= v` leaves in `x`, where `read` is `x` (or the items
+  `x[i]` written) and `result` is `read op v`, as NumPy's in-place
+  operator writes it into an array.
+
+  An array (rank 1 or more) keeps its dtype and shape: `result` is cast
+  to its dtype, where NumPy's `same_kind` rule allows (an int64 beside a
+  float64 result does not: NumPy raises, and so does this), and a
+  result of another shape is refused, as NumPy refuses to broadcast the
+  array written.  A number (rank 0: one member's `x[i]` of a vector,
+  `s += 0.5`) is rebound, as Python rebinds it: `result` as it is.
+
+  Args:
+    read: The value written (an array, a tensor, one member's array, a
+      number).
+    result: `read op v`.
+
+  Returns:
+    `result`, or it cast to `read`'s dtype.
+
+  Raises:
+    InPlaceCastError: Where NumPy cannot cast the result to the array's
+      dtype.
+    InPlaceShapeError: Where the result's shape is not the array's.
+  """
+  dtype, out = dtype_of(read), dtype_of(result)
+  if dtype is None or out is None or _rank(read) == 0:
+    return result
+  if not np.can_cast(out, dtype, 'same_kind'):
+    raise InPlaceCastError(
+        f'x op= v of an array x of dtype {dtype} gives {out}, which NumPy '
+        f'cannot write into x (its in-place operator raises '
+        f'UFuncTypeError: cannot cast {out} to {dtype} with casting rule '
+        "'same_kind'); the batched call refuses it too")
+  shape, got = _static_shape(read), _static_shape(result)
+  if shape is not None and got is not None and (
+      len(shape) != len(got) or any(
+          a is not None and b is not None and a != b
+          for a, b in zip(shape, got))):
+    raise InPlaceShapeError(
+        f'x op= v of an array x of shape {shape} gives shape {got}: NumPy\'s '
+        'in-place operator cannot broadcast x ("non-broadcastable output '
+        'operand")')
+  if out == dtype:
+    return result
+  if _is_tf(result):
+    return _tf().cast(result, dtype)
+  return result.astype(dtype)
+
+
 def tf_setitem(x, index, value, read=None):
   """`x` with `x[index] = value`, as a new tensor.
 
@@ -1050,7 +1135,7 @@ _WEAK_HELPERS = {'mod': mod, 'floordiv': floordiv, 'lshift': lshift,
                  'rshift': rshift}
 
 
-def fail(message, compute=None, *inputs):
+def fail(message, compute=None, *inputs, one_member=False):
   """Fails a user's `assert`; the VM attaches the members and the line.
 
   Args:
@@ -1061,11 +1146,13 @@ def fail(message, compute=None, *inputs):
       they are known (a message is text, which no primitive can return
       per member).
     *inputs: The batched values `compute` reads.
+    one_member: Whether `compute` is written for one member's values
+      (`per_member=True`), without the batch axis.
 
   Raises:
     errors.FailedAssertion: Always (an `AssertionError`).
   """
-  raise errors.FailedAssertion(message, compute, inputs)
+  raise errors.FailedAssertion(message, compute, inputs, one_member)
 
 
 def optional_value(x, flag):

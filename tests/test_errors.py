@@ -6,6 +6,7 @@ that the error names this file, that line, and shows its source.
 
 import collections
 import functools
+import math
 import warnings
 
 import numpy as np
@@ -450,6 +451,32 @@ def test_literal_variable_that_no_dtype_can_represent():
     f(np.array([1.0, 2.0], np.float32))
   check(e, errors.TypeInferenceError, 'literal', "'k', which holds a Python "
         'literal', 'np.int32(0)')
+
+
+def test_a_counter_given_to_a_scalar_only_function_names_the_batch():
+  # `math.factorial(i)` of a `for` counter in a batch-aware function was
+  # refused as a literal's dtype ("Give the literal a dtype ..., e.g.
+  # `i = np.int32(0)`"), which a `for` target has no place for.
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def series(x, n):
+    s = x * 0
+    for i in range(n):
+      s = s + x ** i / math.factorial(i)  # ERR:factorial
+    return s
+
+  args = [np.array([0.5, 1.0]), np.array([3, 4])]
+  calls = [lambda: series(*args)]
+  tf = pytest.importorskip('tensorflow')
+  calls.append(lambda: series(*[tf.constant(a) for a in args]))
+  for call in calls:
+    with pytest.raises(errors.TypeInferenceError) as e:
+      call()
+    check(e, errors.TypeInferenceError, 'factorial',
+          "needs one Python number where 'i' holds a number for each "
+          'member', 'per_member=True')
+    assert 'np.int32(0)' not in str(e.value)
 
 
 def test_literal_variables_are_cast_where_they_meet_arrays():

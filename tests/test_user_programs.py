@@ -1092,6 +1092,32 @@ def test_an_fstring_assert_in_a_recursion_shows_each_members_value(stackless):
                           1) == '[4] digits'
 
 
+@_mistakes.batch(per_member=True)
+def checked_member_sqrt(a, v):
+  assert a >= 0, f'negative input {a}: {v} {v[1]} {int(a)}'  # ERR:member
+  return a ** 0.5
+
+
+def test_an_fstring_assert_of_a_per_member_function_shows_its_values():
+  # The message read each member's values as a batch of one (`[-1.]`),
+  # and indexing them failed (`v[1]`): a per-member function's values
+  # have no batch axis, as in its dry run and in plain Python.
+  args = (np.array([4.0, -1.0, -2.5]), np.array([[1, 2], [3, 4], [5, 6]]))
+  want = [_dry_run_message(checked_member_sqrt, args, m) for m in (1, 2)]
+  assert want[0] == 'negative input -1.0: [3 4] 4 -1'   # Python's
+  calls = [lambda s=s: checked_member_sqrt(*args, stackless=s)
+           for s in (False, True)]
+  tf = pytest.importorskip('tensorflow')
+  calls.append(lambda: checked_member_sqrt(*[tf.constant(a) for a in args]))
+  for call in calls:
+    with pytest.raises(errors.AssertionFailedError) as e:
+      call()
+    check_error(e, errors.AssertionFailedError, 'member',
+                'checked_member_sqrt', 'batch members [1, 2]: ')
+    assert (e.value.message.endswith(
+        f'member 1: {want[0]}; member 2: {want[1]}')), e.value.message
+
+
 def test_a_message_that_fails_to_format_says_so():
   with pytest.raises(TypeError):   # Python's own, in a dry run
     formats_an_array(np.array([5.0]), dry_run=True)

@@ -11,6 +11,7 @@ import re
 import numpy as np
 
 from autobatch_vm import errors
+from autobatch_vm import ops
 from autobatch_vm.ir import instructions as inst
 
 __all__ = ['MADE_UP', 'made_up', 'ones_arguments']
@@ -148,6 +149,11 @@ def _made_up_error(op, in_types, failure):
             'its size follows the member\'s data (v[:n] or v[k:] with a per-member n '
             'or k, v[v > 0], np.arange(n)), and type inference ran on '
             'made-up values (n = 0).  ' + errors.PAD_HINT)
+  elif isinstance(e, (ops.InPlaceCastError, ops.InPlaceShapeError)):
+    hint = ('An augmented assignment writes into the array, as NumPy\'s '
+            'does, so the array keeps its dtype and shape: cast what you '
+            'add (x += v.astype(x.dtype)), or make a new array of the '
+            'result\'s dtype (x = x + v).')
   elif symbolic:
     hint = ('Inside tf.function (or XLA) primitives get symbolic tensors, '
             'which a NumPy function that TensorFlow\'s NumPy API '

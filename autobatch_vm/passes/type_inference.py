@@ -630,7 +630,10 @@ class _Inference:
         raise
       try:
         self._prim(fn, new, numbers)
-      except errors.AutoBatchError:
+      except errors.AutoBatchError as e:
+        if isinstance(e.__cause__, (ops.InPlaceCastError,
+                                    ops.InPlaceShapeError)):
+          raise   # `x op= v` refused as NumPy refuses it, past the dtypes
         raise first from None
       self.promoted[key] = new
 
@@ -839,8 +842,8 @@ class _Inference:
             in_types, literals=False, batch=batch), batch, inputs)
         self.made_up_inputs = inputs
         return value
-      except errors.AutoBatchError:
-        raise
+      except errors.AutoBatchError as e:
+        raise _at_line(e, op) from e.__cause__
       except Exception as e:  # pylint: disable=broad-except
         if (self.promoting_form(op) is not None and
             errors.mixes_dtypes(e)):
@@ -866,8 +869,8 @@ class _Inference:
           value = self.backend.call_for_types(op.function, inputs, batch)
           self.made_up_inputs = inputs
           return value
-      except errors.AutoBatchError:
-        raise
+      except errors.AutoBatchError as e:
+        raise _at_line(e, op) from e.__cause__
       except Exception as e:  # pylint: disable=broad-except
         failures.append(e)
     if isinstance(failures[0], AssertionError):
@@ -1028,6 +1031,8 @@ class _Inference:
     # no dtype for the literal avoids: that is the error to report.
     mistakes = []
     gots = []
+    # What the runs that gave no value raised.
+    failures = []
 
     def gives_expected(as_arrays, near=False):
       for kind in MADE_UP:
@@ -1040,7 +1045,8 @@ class _Inference:
         except errors.PerMemberError as e:
           mistakes.append(e)
           continue
-        except Exception:  # pylint: disable=broad-except
+        except Exception as e:  # pylint: disable=broad-except
+          failures.append(errors.scalar_conversion_error(e))
           continue
         gots.append(_strip(got))
         if gots[-1] == expected or (near and _wider(gots[-1], expected)):
@@ -1108,6 +1114,24 @@ class _Inference:
             'np.expand_dims(i, -1), axis=1)[:, 0] or tf.gather(x, i, '
             'batch_dims=1); or write the function for one member '
             '(per_member=True), where x[i] is the member\'s.')
+      if not gots and any(
+          isinstance(e, TypeError) and _SCALAR_ONLY.search(str(e))
+          for e in failures):
+        # No dtype is the cause: the op needs one Python number (math.*,
+        # float()) where the counter or number is one per member (the
+        # dtypes that got that far failed there; on TensorFlow others
+        # fail before, at an operator that does not mix dtypes).
+        raise errors.TypeInferenceError(
+            f'`{op.text}` needs one Python number where {names} holds a '
+            'number for each member (an array [batch], as the VM holds a '
+            'loop counter or a number that changes): '
+            f'{failures[0]}', loc=op.loc,
+            hint='In a batch-aware function Python\'s math.*, float(), '
+            'int() and round() take no batch: use NumPy on arrays '
+            '(np.sqrt, np.exp; a factorial as scipy.special.factorial or '
+            'a running product carried through the loop), or write the '
+            'function for one member (per_member=True), where such a '
+            'counter is one member\'s number.')
       origin = frozenset().union(*(self.origin(fn, op.vars_in[i])
                                    for i in weak))
       main = self.program.main_function.name
@@ -1425,6 +1449,22 @@ def _out_of_range(e):
     return True
   return (type(e).__name__ in ('InvalidArgumentError', 'ValueError') and
           ('out of bounds' in str(e) or 'out of range' in str(e)))
+
+
+def _at_line(e, op):
+  """User error `e` that a library helper raised inside primitive `op`
+  without a line (`member_ops.random_generator` in a batch-aware
+  primitive), at `op`'s line; else `e`."""
+  if e.loc is not None or op.loc is None:
+    return e
+  return type(e)(e.message, loc=op.loc, hint=e.hint, members=e.members)
+
+
+# NumPy's refusals of an array where Python needs one number (`math.*`,
+# `float()`, an index).
+_SCALAR_ONLY = re.compile(
+    r'can be converted to (a scalar index|Python scalars)|'
+    r'cannot be interpreted as an integer')
 
 
 def _prim_key(op, in_types):

@@ -46,7 +46,7 @@ __all__ = ['member_call', 'member_helper', 'local_names', 'static_value',
 # functions of the same name, what they mean for numbers.
 _BUILTINS = {getattr(builtins, n): n for n in
              ('min', 'max', 'abs', 'len', 'int', 'float', 'round', 'sum',
-              'all', 'any', 'sorted')}
+              'all', 'any', 'sorted', 'bool', 'complex')}
 # NumPy's arrays like another, which `member_ops.call` makes of one
 # member's tensor too (TensorFlow's symbolic tensors reach no NumPy
 # function).
@@ -230,6 +230,8 @@ def tf_numpy_call(obj, node):
   # Any other of NumPy's functions (`np.ones(3, dtype=v.dtype)`): as
   # written, a tensor's dtype among its arguments made NumPy's.
   if obj is np.finfo or obj is np.iinfo:   # of a tensor's dtype too
+    return 'numpy_call'
+  if makes_generator(obj):   # refused of a tensor (`tf_numpy.numpy_call`)
     return 'numpy_call'
   module = getattr(obj, '__module__', None) or ''
   return ('numpy_call' if callable(obj) and not isinstance(obj, type) and

@@ -37,7 +37,8 @@ import numpy as np
 
 from autobatch_vm import errors
 
-__all__ = ['NAMES', 'FAILURES', 'MemberFailure', 'boolean_scalar_index',
+__all__ = ['NAMES', 'FAILURES', 'MemberFailure', 'MemberIndexError',
+           'boolean_scalar_index',
            'math_fn', 'to_int', 'round_half_even']
 
 # Python's messages for what each failure kind stands for, by kind:
@@ -142,6 +143,25 @@ class MemberFailure(Exception):
     self.kind = kind
     self.rows = rows
     self.python_name = name
+    self.python_message = message
+
+
+class MemberIndexError(MemberFailure, IndexError):
+  """NumPy's `IndexError` of one member's item index out of range, raised
+  by a per-member primitive on NumPy for the members whose index lies
+  outside its axis (kind `'index'`); an `IndexError` to anything that
+  takes it as NumPy's.
+
+  Args:
+    message: NumPy's message.
+    rows: The failing rows of the arrays the primitive got.
+  """
+
+  def __init__(self, message, rows):  # pylint: disable=super-init-not-called
+    IndexError.__init__(self, message)
+    self.kind = 'index'
+    self.rows = rows
+    self.python_name = 'IndexError'
     self.python_message = message
 
 

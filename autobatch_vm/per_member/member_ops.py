@@ -57,7 +57,7 @@ __all__ = ['key', 'getitem', 'setitem', 'asarray', 'min', 'max', 'sum', 'all',
            'logical_and', 'logical_or', 'method', 'attribute',
            'logical_not', 'is_tf', 'note_failure', 'tnp_call', 'tf_like',
            'tf_linalg', 'tf_searchsorted', 'leaves', 'constant_array_item',
-           'optional_value', 'promoted']
+           'optional_value', 'promoted', 'in_place', 'bool', 'complex']
 
 # pylint: disable=redefined-builtin
 
@@ -384,29 +384,70 @@ def _masked_slice(parts):
   slice of such a length; else None (outside XLA a statement reducing it
   runs in a loop over the members, `tf_vectorize`)."""
   found = [e for e in parts if isinstance(e, slice) and
-           is_tf(e.start, e.stop) and e.step in (None, 1) and
-           _window(e) is None]
+           is_tf(e.start, e.stop) and _constant_step(e) and
+           (e.step in (None, 1) or not getattr(_local, 'writing', False))
+           and _window(e) is None]
   if builtins.len(found) != 1 or getattr(_local, 'exact', False) or (
       not _in_xla_context()):
     return None
   return found[0]
 
 
+@contextlib.contextmanager
+def _reading_to_write():
+  """Inside the block, a strided slice of member bounds read is never
+  held masked (`_masked_slice`): its items gathered to the front have no
+  place in the array they would be written back into."""
+  old = getattr(_local, 'writing', False)
+  _local.writing = True
+  try:
+    yield
+  finally:
+    _local.writing = old
+
+
+def _constant_step(e):
+  """Whether slice `e` has no step or a nonzero Python integer one."""
+  return e.step is None or (isinstance(e.step, (builtins.int, np.integer))
+                            and not isinstance(e.step, builtins.bool) and
+                            e.step != 0)
+
+
 def _ragged_slice(x, axis, e):
-  """One member's `x[..., start:stop]` along `axis` (slice `e`, step 1),
-  held masked: a `ragged.Ragged` of `x` with Python's bounds."""
+  """One member's `x[..., start:stop:step]` along `axis` (slice `e`, a
+  constant step), held masked: a `ragged.Ragged` of `x` with Python's
+  bounds; with a step other than 1, of the items it takes gathered to
+  the front (as many as the longest slice of the axis can have, those
+  past the member's own count clipped into the axis), from 0 to that
+  count."""
   tf = _tf()
   n = x.shape[axis]
+  step = 1 if e.step is None else builtins.int(e.step)
 
-  def bound(b, default):
+  def bound(b, default, low, high):
     if b is None:
       return tf.constant(default, tf.int64)
     b = tf.cast(b, tf.int64)
-    return tf.clip_by_value(tf.where(b < 0, b + n, b), 0, n)
-  start = bound(e.start, 0)
-  stop = tf.maximum(bound(e.stop, n), start)
-  return ragged.Ragged(x, axis, start, stop, ragged.xla_refusal,
-                       bounds=(e.start, e.stop))
+    return tf.clip_by_value(tf.where(b < 0, b + n, b), low, high)
+  if step == 1:
+    start = bound(e.start, 0, 0, n)
+    stop = tf.maximum(bound(e.stop, n, 0, n), start)
+    return ragged.Ragged(x, axis, start, stop, ragged.xla_refusal,
+                         bounds=(e.start, e.stop))
+  # Python's `slice.indices`: a negative step counts down from n - 1.
+  if step > 0:
+    start, stop = bound(e.start, 0, 0, n), bound(e.stop, n, 0, n)
+  else:
+    start = bound(e.start, n - 1, -1, n - 1)
+    stop = bound(e.stop, -1, -1, n - 1)
+  size = builtins.abs(step)
+  count = tf.maximum((stop - start + step - (1 if step > 0 else -1))
+                     // step, 0)
+  longest = -(-n // size)
+  at = tf.clip_by_value(start + step * tf.range(longest, dtype=tf.int64),
+                        0, builtins.max(n - 1, 0))
+  return ragged.Ragged(tf.gather(x, at, axis=axis), axis,
+                       tf.constant(0, tf.int64), count, ragged.xla_refusal)
 
 
 @contextlib.contextmanager
@@ -991,7 +1032,7 @@ def _in_xla_context():
   from tensorflow.python.ops import control_flow_util  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
   graph = _tf().compat.v1.get_default_graph()
   return (not _tf().executing_eagerly() and
-          bool(control_flow_util.GraphOrParentsInXlaContext(graph)))
+          builtins.bool(control_flow_util.GraphOrParentsInXlaContext(graph)))
 
 
 def _slogdet_by_elimination(a):
@@ -1118,7 +1159,7 @@ def tnp_call(func, args, kwargs):
   rounded = _TF_ROUNDING.get(func)
   if rounded is not None:
     return rounded(*args, **kwargs)
-  tensor = bool(args) and is_tf(args[0])
+  tensor = builtins.bool(args) and is_tf(args[0])
   if tensor and func in _REDUCTIONS and ('where' in kwargs or
                                          'initial' in kwargs):
     return _tf_reduction(func, *args, **kwargs)
@@ -1673,6 +1714,13 @@ def setitem(x, index, value):
   Returns:
     A new array; `x` is unchanged.
   """
+  # The positions written are read as they lie (a strided window never
+  # gathered to the front, `_reading_to_write`).
+  with _reading_to_write():
+    return _setitem(x, index, value)
+
+
+def _setitem(x, index, value):
   items = leaves(value) if isinstance(value, (list, tuple)) else ()
   if is_tf(*items) or builtins.any(_is_member_array(v) for v in items):
     # `stack[sp] = (r, c)`: a row of one member's values.
@@ -1743,7 +1791,8 @@ def _ragged_write(x, index, value):
   Slices of different lengths fail their members as Python fails them.
   None where `x[index]` is no such slice, or the index is not integers
   and slices."""
-  target = getitem(x, index)
+  with _reading_to_write():
+    target = getitem(x, index)
   if not ragged.is_ragged(target):
     return None
   parts = _parts(index)
@@ -1958,12 +2007,53 @@ def setitem_with(x, index, value, operation):
   `x[index] = x[index] op value`.
   """
   op = getattr(operator, operation)
+  _check_in_place_dtype(x, value, op)
   if not (is_tf(x, value) or is_tf(*_parts(index)) or
           ragged.is_ragged(value)):
     written = _numpy_rules().setitem_with(x, index, value, op)
     if written is not None:
       return written
-  return setitem(x, index, op(getitem(x, index), value))
+  with _reading_to_write():
+    read = getitem(x, index)
+  # TensorFlow's operators do not promote (a float32 window plus a
+  # float64): NumPy's dtypes, as the operator's own primitive takes them.
+  result = (getattr(ops, operation)(read, value)
+            if operation in ('mod', 'floordiv') else
+            ops.promoted(operation, read, value))
+  return setitem(x, index, result)
+
+
+def _check_in_place_dtype(x, value, op):
+  """Refuses `x[window] op= value` where NumPy's in-place operator
+  cannot cast `x[window] op value` to `x`'s dtype (a window is an array,
+  `ops.in_place`); the dtypes are found on arrays of one item."""
+  dtype = ops.dtype_of(x)
+  if dtype is None or ragged.is_ragged(value):
+    return
+  if isinstance(value, (builtins.bool, builtins.int, builtins.float,
+                        builtins.complex)):
+    other = type(value)(1)
+  else:
+    other_dtype = ops.dtype_of(value)
+    if other_dtype is None:
+      return
+    other = np.ones(1, other_dtype)
+  with np.errstate(all='ignore'):
+    try:
+      result = op(np.ones(1, dtype), other)
+    except Exception:  # pylint: disable=broad-except
+      return   # the operation itself fails, as it will below
+  ops.in_place(np.ones(1, dtype), result)
+
+
+def in_place(read, result):
+  """One member's `x op= v`, `result` being `read op v` (`read` is `x` or
+  the items written): an array keeps its dtype and shape, or is refused
+  where NumPy's in-place operator refuses the cast; a number is rebound
+  (`ops.in_place`)."""
+  if ragged.is_ragged(read) or ragged.is_ragged(result):
+    return result
+  return ops.in_place(read, result)
 
 
 # -- builtins -------------------------------------------------------------
@@ -2380,6 +2470,77 @@ def float(x=0.0):
     A Python float for a Python number, else a float64 scalar.
   """
   return _convert(x, builtins.float, np.float64)
+
+
+def bool(x=False):
+  """One member's `bool(x)`, as a bool value (`float` and `int` alike).
+
+  Args:
+    x: A number or a member's value.
+
+  Returns:
+    A Python bool for a Python number, else a bool scalar.
+
+  Raises:
+    ValueError: For a member's array of more than one item, as NumPy's.
+  """
+  if not (is_tf(x) or _is_member_array(x)):
+    return builtins.bool(x)
+  shape = _member_shape(x)
+  if shape:
+    if builtins.int(np.prod(shape)) != 1:
+      raise ValueError(
+          'The truth value of an array with more than one element is '
+          'ambiguous. Use a.any() or a.all()')
+    x = _tf().reshape(x, []) if is_tf(x) else x.reshape(())
+  return _as_bool(x)
+
+
+def complex(real=0, imag=0):
+  """One member's `complex(real, imag)` of its numbers, as a complex128
+  value (Python's complex of floats: the parts exactly, an infinite
+  imaginary part too).
+
+  Args:
+    real: A number or a member's scalar.
+    imag: A number or a member's scalar.
+
+  Returns:
+    A Python complex of Python numbers, else a complex128 scalar.
+
+  Raises:
+    TypeError: For a member's array of one or more axes (Python's complex()
+      takes numbers), or a part that is not a real number.
+  """
+  parts = (real, imag)
+  if not builtins.any(is_tf(p) or _is_member_array(p) for p in parts):
+    return builtins.complex(real, imag)
+  for p in parts:
+    if not (is_tf(p) or _is_member_array(p)):
+      continue
+    if _member_shape(p):
+      raise TypeError('complex() of a member\'s array of shape '
+                      f'{_member_shape(p)}: only a number converts')
+    dtype = ops.dtype_of(p)
+    if dtype is not None and dtype.kind not in 'biuf':
+      raise TypeError(f'complex() of a member\'s {dtype} value: '
+                      'only real parts are supported')
+  if is_tf(real, imag):
+    tf = _tf()
+    return tf.complex(tf.cast(real, tf.float64), tf.cast(imag, tf.float64))
+  re, im = (p.batched if _is_member_array(p) else np.asarray(p)
+            for p in parts)
+  re, im = np.broadcast_arrays(re, im)
+  out = np.empty(re.shape, np.complex128)
+  out.real, out.imag = re, im
+  return type(real if _is_member_array(real) else imag)(out)
+
+
+def _member_shape(x):
+  """One member's shape of a tensor or a member's array."""
+  if is_tf(x):
+    return tuple(_tf().convert_to_tensor(x).shape.as_list())
+  return tuple(x.shape)
 
 
 def _convert(x, python_type, dtype):

@@ -123,6 +123,52 @@ def _member_index_error(e):
                            str(e)))
 
 
+def _index_failure(e, x, index, guard=None):
+  """The error of NumPy's IndexError `e` for one member's `x[index]`: a
+  `MemberIndexError` naming the members whose integer index lies outside
+  its axis (where the `guard` holds), for the VM to fail those alone as
+  Python would (`vm.errors.member_error`, `on_error='status'`); else
+  `e` without the batched array's axis number."""
+  try:
+    rows = _out_of_range(x, index)
+  except Exception:  # pylint: disable=broad-except
+    rows = None   # an index these checks do not follow: NumPy's error
+  if rows is not None and guard is not None:
+    held = (guard.batched if isinstance(guard, MemberArray) else
+            np.asarray(guard))
+    rows = rows & (np.broadcast_to(held, rows.shape) != 0)
+  e = _member_index_error(e)
+  if rows is None or not rows.any():
+    return e
+  return member_math.MemberIndexError(str(e), np.flatnonzero(rows))
+
+
+def _out_of_range(x, index):
+  """Each member's flag: whether an integer of `index` (a per-member one,
+  or a plain one: then every member's) lies outside the axis of `x` it
+  indexes; None where `index` has no per-member value."""
+  key = index if isinstance(index, tuple) else (index,)
+  batch = core.batch_of((x,) + key)
+  if batch is None or _has_member_bounds(key):
+    return None
+  shape = core.member_shape(x)
+  bad = np.zeros(batch, np.bool_)
+  axis = 0
+  for k in _expanded_key(key, len(shape)):
+    if k is None:
+      continue
+    if not isinstance(k, slice):
+      v = k.batched if isinstance(k, MemberArray) else np.asarray(k)
+      if v.dtype.kind in 'iu':
+        outside = (v < -shape[axis]) | (v >= shape[axis])
+        if isinstance(k, MemberArray):
+          bad |= outside.reshape(batch, -1).any(axis=1)
+        elif outside.any():
+          bad[:] = True
+    axis += 1
+  return bad
+
+
 @functools.lru_cache(maxsize=64)
 def _batch_index(batch, rank):
   """`arange(batch)` with `rank` axes of length 1 behind, read-only."""
@@ -192,7 +238,7 @@ def getitem(x, index, guard=None):
         raise
       return _guarded_getitem(x, index, guard)
   except IndexError as e:
-    raise _member_index_error(e) from None
+    raise _index_failure(e, x, index, guard) from None
 
 
 def _guarded_getitem(x, index, guard):
@@ -322,6 +368,20 @@ def _member_windows(x, key):
         return ragged.Ragged(
             MemberArray(y), axis, MemberArray(start),
             MemberArray(start + length),
+            lambda length=length: _differing_lengths(length))
+      if len(sliced) == 1 and length.size and np.any(length != length[0]):
+        # A step (`v[lo:hi:2]`): each member's items gathered to the
+        # front, as many as the longest window has (the positions past
+        # a member's own length clipped into the axis), held masked.
+        count = int(length.max())
+        taken = np.clip(start[:, None] + step[:, None] * np.arange(count),
+                        0, y.shape[axis + 1] - 1)
+        shape = [batch] + [1] * (y.ndim - 1)
+        shape[axis + 1] = count
+        y = np.take_along_axis(y, taken.reshape(shape), axis=axis + 1)
+        return ragged.Ragged(
+            MemberArray(y), axis, MemberArray(np.zeros_like(length)),
+            MemberArray(length),
             lambda length=length: _differing_lengths(length))
       taken = _positions(window, _differing_lengths)
       shape = [batch] + [1] * (y.ndim - 1)
@@ -493,7 +553,7 @@ def setitem(x, index, value):
   try:
     return _setitem(x, index, value)
   except IndexError as e:
-    raise _member_index_error(e) from None
+    raise _index_failure(e, x, index) from None
 
 
 def _setitem(x, index, value):

@@ -33,6 +33,7 @@ import sys
 import numpy as np
 
 from autobatch_vm import errors
+from autobatch_vm import ops
 from autobatch_vm.per_member import member_math
 
 # pylint: disable=protected-access
@@ -224,18 +225,24 @@ def _operator(fn):
   return forward, reflected
 
 
-for _name, _fn in (('add', operator.add), ('sub', operator.sub),
-                   ('mul', operator.mul), ('truediv', operator.truediv),
+def _promoted(name):
+  """Operator `name` of `ops.promoted`: NumPy's dtypes for tensors
+  (TensorFlow's operators do not promote: a float32 slice times a
+  float64)."""
+  return lambda a, b: ops.promoted(name, a, b)
+
+
+for _name, _fn in (('add', _promoted('add')), ('sub', _promoted('sub')),
+                   ('mul', _promoted('mul')),
+                   ('truediv', _promoted('truediv')),
                    ('floordiv', operator.floordiv), ('mod', operator.mod),
-                   ('pow', operator.pow), ('and', operator.and_),
-                   ('or', operator.or_), ('xor', operator.xor)):
+                   ('pow', _promoted('pow')), ('and', _promoted('and_')),
+                   ('or', _promoted('or_')), ('xor', _promoted('xor'))):
   _f, _r = _operator(_fn)
   setattr(Ragged, f'__{_name}__', _f)
   setattr(Ragged, f'__r{_name}__', _r)
-for _name, _fn in (('lt', operator.lt), ('le', operator.le),
-                   ('gt', operator.gt), ('ge', operator.ge),
-                   ('eq', operator.eq), ('ne', operator.ne)):
-  setattr(Ragged, f'__{_name}__', _operator(_fn)[0])
+for _name in ('lt', 'le', 'gt', 'ge', 'eq', 'ne'):
+  setattr(Ragged, f'__{_name}__', _operator(_promoted(_name))[0])
 for _name, _fn in (('neg', operator.neg), ('pos', operator.pos),
                    ('abs', operator.abs), ('invert', operator.invert)):
   setattr(Ragged, f'__{_name}__',

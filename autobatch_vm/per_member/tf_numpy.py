@@ -57,6 +57,10 @@ def numpy_call(func, *args, **kwargs):
     return _length(args[0])
   if func in member_ops.DTYPE_INFO:
     return member_ops.dtype_info(func, *args, **kwargs)
+  if member_helpers.makes_generator(func):
+    # `np.random.default_rng(seed)` of the members' seeds: refused as in
+    # a per-member function (NumPy's own TypeError said nothing of it).
+    return member_ops.random_generator(func, *args, **kwargs)
   # A tensor's dtype (`np.ones(3, dtype=v.dtype)`) as NumPy's.
   args = [_numpy_dtype(a) for a in args]
   kwargs = {k: _numpy_dtype(v) for k, v in kwargs.items()}
@@ -131,10 +135,13 @@ def _numpy_dtype(x):
 def table_item(table, index):
   """`table[index]` in a batch-aware primitive's TensorFlow form, of the
   user's constant `table` (a NumPy array) at indices that are tensors
-  (`ITEMS[i]`, `COST[i, j]`, an index per member): NumPy cannot take
-  symbolic tensors, so integer indices (tensors and numbers) are one
-  gather, negative ones counting from the end as NumPy's do; any other
-  index is the table's own.
+  (`ITEMS[i]`, `COST[i, j]`, `M[:, j]`, an index per member): NumPy
+  cannot take symbolic tensors, so the slices (`:`, `1:3`) are taken
+  from the table first and the integer indices (tensors and numbers,
+  negative ones counting from the end as NumPy's do) are then one
+  gather, their broadcast axes placed where NumPy's advanced indexing
+  places them (where the integer indices are adjacent, else first); any
+  other index is the table's own.
 
   Args:
     table: The value indexed.
@@ -146,18 +153,37 @@ def table_item(table, index):
   parts = index if isinstance(index, tuple) else (index,)
   if not (isinstance(table, np.ndarray) and member_ops.is_tf(*parts) and
           len(parts) <= table.ndim and all(
+              isinstance(p, slice) or
               (member_ops.is_tf(p) and p.dtype.is_integer) or
               (isinstance(p, (int, np.integer)) and not isinstance(p, bool))
               for p in parts)):
     return table[index]
   tf = sys.modules['tensorflow']
+  parts = parts + (slice(None),) * (table.ndim - len(parts))
+  # The slices first, on the table itself (their bounds are numbers).
+  table = table[tuple(p if isinstance(p, slice) else slice(None)
+                      for p in parts)]
+  gathered = [k for k, p in enumerate(parts) if not isinstance(p, slice)]
+  kept = [k for k, p in enumerate(parts) if isinstance(p, slice)]
   at = []
-  for p, n in zip(parts, table.shape):
-    p = tf.cast(p, tf.int64)
-    at.append(tf.where(p < 0, p + n, p))
+  for k in gathered:
+    p = tf.cast(parts[k], tf.int64)
+    at.append(tf.where(p < 0, p + table.shape[k], p))
   zero = sum(tf.zeros_like(p) for p in at)   # their broadcast shape
   at = tf.stack([p + zero for p in at], axis=-1)
-  return tf.gather_nd(tf.constant(table), at)
+  # The gathered axes first, the kept ones after, in their order.
+  items = tf.gather_nd(tf.constant(np.transpose(table, gathered + kept)),
+                       at)
+  adjacent = gathered == list(range(gathered[0], gathered[-1] + 1))
+  before = sum(1 for k in kept if k < gathered[0])
+  if not adjacent or not before:
+    return items
+  # Adjacent integer indices after a kept axis: NumPy puts their axes
+  # where they stand (`M[:, j]` is `M.T[j].T` for a vector j).
+  rank = zero.shape.rank
+  perm = (list(range(rank, rank + before)) + list(range(rank)) +
+          list(range(rank + before, rank + len(kept))))
+  return tf.transpose(items, perm)
 
 
 def attribute(obj, name):

@@ -678,6 +678,18 @@ class _Rewrite:
       return self._getitem(node)
     if helper == 'setitem' and len(node.args) == 3 and not node.keywords:
       return self._setitem(node)
+    if helper == 'in_place' and len(node.args) == 2 and not node.keywords:
+      # `x op= v` (`member_ops.in_place`): a member's number is rebound,
+      # the operation as it is; a member's array keeps its dtype and
+      # shape, checked on the members' rows as on one member's.
+      read, x = self.value(node.args[0])
+      v, value = self.value(node.args[1])
+      if read.rank == 0:
+        return v, value
+      if not (read.member and v.member and v.rank == read.rank):
+        raise _NotDirect
+      return (_Value(True, read.rank, read.kind),
+              self._pm_call('in_place', [x, value]))
     if helper == 'matmul' and len(node.args) == 2 and not node.keywords:
       product = ast.copy_location(
           ast.BinOp(node.args[0], ast.MatMult(), node.args[1]), node)

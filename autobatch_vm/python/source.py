@@ -556,6 +556,16 @@ class _DryRunRewriter(ast.NodeTransformer):
     return ast.copy_location(
         ast.Assign([ast.Name(name, ast.Store())], call), node)
 
+  def _in_place(self, read, value):
+    """In a per-member function, `<items_name>.in_place(read, value)`:
+    what NumPy's `x op= v` leaves, `value` being `read op v`, as the
+    batched call computes it; else `value`."""
+    if self.items_name is None:
+      return value
+    return ast.copy_location(ast.Call(
+        ast.Attribute(ast.Name(self.items_name, ast.Load()), 'in_place',
+                      ast.Load()), [read, value], []), value)
+
   def _member_values(self, node, targets):
     """`x = <member_name>('x', x)` for each name that assignment `targets`
     bind, placed at `node`."""
@@ -590,12 +600,14 @@ class _DryRunRewriter(ast.NodeTransformer):
       read = copy.deepcopy(node.target)
       read.ctx = ast.Load()
       value = ast.copy_location(ast.BinOp(read, node.op, node.value), node)
-      return self._item_assignment(node, node.target, value) or node
+      return self._item_assignment(
+          node, node.target, self._in_place(copy.deepcopy(read), value)) or node
     if not isinstance(node.target, ast.Name):
       return node
     self.changed = True
     value = ast.copy_location(ast.BinOp(
         ast.Name(node.target.id, ast.Load()), node.op, node.value), node)
+    value = self._in_place(ast.Name(node.target.id, ast.Load()), value)
     assign = ast.copy_location(ast.Assign(
         [ast.Name(node.target.id, ast.Store())], value), node)
     return [assign] + self._member_values(node, assign.targets)

@@ -527,6 +527,10 @@ class _Compiler:
                            copy.deepcopy(s.target.slice), ast.Load())
       value = ast.copy_location(ast.BinOp(left=read, op=s.op,
                                           right=s.value), s)
+      # The items written keep their dtype where they are an array, as
+      # NumPy's in-place operator keeps it, or are refused where NumPy
+      # refuses the cast (`ops.in_place`).
+      value = self._in_place(copy.deepcopy(read), value, s)
       ast.fix_missing_locations(value)
       self._item_assignment(s, s.target, value)
       return
@@ -536,8 +540,26 @@ class _Compiler:
     value = ast.BinOp(left=ast.Name(s.target.id, ast.Load()), op=s.op,
                       right=s.value)
     ast.copy_location(value, s)
+    if self.per_member:
+      # One member's array updated in place keeps its dtype and shape, as
+      # NumPy's; a number is rebound, as Python rebinds it.  (A
+      # batch-aware variable is a value: `x = x op v`, as its dry run.)
+      value = self._in_place(ast.Name(s.target.id, ast.Load()), value, s)
+      # Printed as the user wrote it (`w *= d`).
+      value.listing_text = python_primitives.shorten(
+          python_optional.unparse(s))
     ast.fix_missing_locations(value)
     self.expr(value, s.target.id)
+
+  def _in_place(self, read, value, s):
+    """`<ops>.in_place(read, value)`: what NumPy's `x op= v` leaves, where
+    `value` is `read op v` (`in_place` of `ops`, or of the per-member
+    helpers in a per-member function)."""
+    module = (self.prefix + python_primitives.MEMBER_OPS if self.per_member
+              else self.prefix + 'ops')
+    return ast.copy_location(ast.Call(
+        ast.Attribute(ast.Name(module, ast.Load()), 'in_place', ast.Load()),
+        [read, value], []), s)
 
   def _item_assignment(self, s, target, value, helper=('setitem', None)):
     """`x[index] = value` in a per-member function: `x` becomes a new
@@ -1077,9 +1099,11 @@ class _Compiler:
           rewritten, len(inputs), self.src.loc(s.msg),
           python_primitives.expression_text(s.msg), self.closure,
           self.fn.__globals__, self.src.name, self.prefix)
+      one_member = self.per_member
       self.emit(inst.PrimOp(
           tuple(inputs), fail,
-          lambda *values: ops_module.fail(message, compute, *values),
+          lambda *values: ops_module.fail(message, compute, *values,
+                                          one_member=one_member),
           f'fail {python_primitives.shorten(message)}', loc))
     self.terminate(inst.GotoOp(ok))
     self.start(ok, s)

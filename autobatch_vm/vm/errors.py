@@ -133,7 +133,8 @@ def primitive_failure(error, op, backend, m, compacted=False):
   if isinstance(error, member_math.MemberFailure):
     failing = _failing_members(error.rows, backend, m)
     return member_error(error.kind, op,
-                        failing if failing is not None else members)
+                        failing if failing is not None else members,
+                        str(error) if error.kind == 'index' else None)
   messages = None
   if (isinstance(error, errors.FailedAssertion) and
       error.message is not None and members is not None):
@@ -310,7 +311,7 @@ _SLICE_HINTS = {
 }
 
 
-def member_error(kind, op, members):
+def member_error(kind, op, members, detail=None):
   """The error of members for which per-member primitive `op` fails as
   Python would for them: an item index out of range (`'index'`), or a
   failure of `member_math.FAILURES` (a math domain error ...).
@@ -319,6 +320,7 @@ def member_error(kind, op, members):
     kind: `'index'` or a key of `member_math.FAILURES`.
     op: The `PrimOp`.
     members: The members, or None where unknown (in a graph).
+    detail: For `'index'`, NumPy's message where known, or None.
 
   Returns:
     A `PrimitiveError`.
@@ -328,8 +330,9 @@ def member_error(kind, op, members):
   text = op.text or getattr(op.function, '__name__', '?')
   if kind == 'index':
     return errors.PrimitiveError(
-        f'IndexError in `{text}` for {who}: an item index is out of range '
-        'of the axis it indexes', loc=op.loc, members=members,
+        f'IndexError in `{text}` for {who}: ' + (
+            detail or 'an item index is out of range of the axis it '
+            'indexes'), loc=op.loc, members=members,
         hint='Python raises IndexError here for these members (a dry run, '
         'dry_run=True, shows each alone).  An item is read only where '
         'Python reads it: in the right operand of `and` or `or`, or in a '

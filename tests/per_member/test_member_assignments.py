@@ -309,3 +309,88 @@ def test_a_stepped_slice_of_a_members_step_written_runs_everywhere():
     for k in range(3):
       np.testing.assert_array_equal(got[k][m], want[k])
   run_everywhere(fn, args)
+
+
+_in_place_ctx = ab.Context()
+
+
+@_in_place_ctx.batch(per_member=True)
+def scaled_in_place(v, d):
+  w = v.copy()
+  w *= d
+  return w
+
+
+@_in_place_ctx.batch(per_member=True)
+def added_into_slice(v, d):
+  w = v.copy()
+  w[1:3] += d
+  return w
+
+
+@_in_place_ctx.batch(per_member=True)
+def added_into_window(v, d, n):
+  w = v.copy()
+  w[:n] += d
+  return w
+
+
+@_in_place_ctx.batch(per_member=True)
+def numbers_rebound(v, d, n):
+  w = v.copy()
+  w[n] += d        # an item of a vector is a number: cast when written
+  s = 0
+  s += d           # a number rebound: a float
+  s *= v[0]
+  return w, s
+
+
+def _plain_loop(fn, args):
+  outs = [fn.python_function(*[np.copy(a[k]) for a in args])
+          for k in range(len(args[0]))]
+  return outs
+
+
+def test_in_place_operators_keep_a_members_arrays_dtype_as_numpy():
+  # A member's `w *= d` on an int array and a float was `w = w * d`, a
+  # float64 array (NumPy raises); `w[1:3] += d` and `w[:n] += d`
+  # truncated the sums silently (NumPy raises).  A float32 array times a
+  # float64 became float64 (NumPy's in-place operator keeps float32).
+  v = np.array([[1, 2, 3, 4], [5, 6, 7, 8]])
+  d = np.array([0.5, 1.7])
+  n = np.array([2, 3])
+  for fn, args in ((scaled_in_place, [v, d]), (added_into_slice, [v, d]),
+                   (added_into_window, [v, d, n])):
+    with pytest.raises(TypeError, match='same_kind'):
+      _plain_loop(fn, args)
+    with pytest.raises(TypeError, match='same_kind'):
+      fn(*args, dry_run=True)
+    python_tests.refused_everywhere(fn, args, errors.PrimitiveError,
+                                    r"int64.*float64.*'same_kind'")
+  f32 = v.astype(np.float32)
+  # Sums and products float32 holds exactly: NumPy 1 computes them in
+  # float32 (a float64 number beside a float32 array), NumPy 2 in float64.
+  d = np.array([0.5, 1.75])
+  assert _plain_loop(scaled_in_place, [f32, d])[0].dtype == np.float32
+  for fn, args in ((scaled_in_place, [f32, d]), (added_into_slice, [f32, d]),
+                   (added_into_window, [f32, d, n]),
+                   (added_into_window, [v, n, n])):
+    want = np.stack(_plain_loop(fn, args))
+    python_tests.run_everywhere(
+        fn, args, check=lambda alone, want=want: (
+            np.testing.assert_array_equal(alone, want),
+            np.testing.assert_equal(alone.dtype, want.dtype)))
+
+
+def test_in_place_operators_rebind_a_members_numbers_as_python():
+  v = np.array([[1, 2, 3, 4], [5, 6, 7, 8]])
+  d = np.array([0.5, 1.7])
+  n = np.array([1, 3])
+  outs = _plain_loop(numbers_rebound, [v, d, n])
+  want = (np.stack([w for w, _ in outs]), np.array([s for _, s in outs]))
+
+  def check(alone):
+    for got, expected in zip(alone, want):
+      np.testing.assert_allclose(got, expected, rtol=1e-12)
+      assert got.dtype == expected.dtype
+  python_tests.run_everywhere(numbers_rebound, [v, d, n], check=check)

@@ -195,6 +195,47 @@ def test_round_of_a_float32_to_digits_is_numpys_float32():
   run_everywhere(rounded_to_digits, [x], check=check)
 
 
+_conversions_ctx = ab.Context()
+
+
+@_conversions_ctx.batch(per_member=True)
+def conversions(x, k, n):
+  flag = bool(x > k)
+  some = bool(n) and bool(x)
+  z = complex(x, k) ** 0.5 + complex(n, 1.5) + complex(2.0, x)
+  return flag, some, float(flag) + int(x > k), z, complex(x, math.inf)
+
+
+@_conversions_ctx.batch(per_member=True)
+def complex_of_vector(v):
+  return complex(v, 1.0)
+
+
+def test_bool_and_complex_of_a_members_numbers_as_python():
+  # `bool(x > k)` and `complex(re, im)` of a member's numbers were refused
+  # ("bool() (an if, while, and, or, not or a comparison chain)"; on
+  # TensorFlow complex() raised a raw TypeError), where float() and int()
+  # take them.
+  from tests.python import run_everywhere  # pylint: disable=g-import-not-at-top
+  args = [np.array([1.5, -2.0, 0.0]), np.array([0.0, -3.0, 2.5]),
+          np.array([0, 3, -1])]
+  want = [conversions.python_function(*[a[b] for a in args])
+          for b in range(3)]
+
+  def check(out):
+    for k, got in enumerate(out):
+      expected = np.array([w[k] for w in want])
+      np.testing.assert_array_equal(got, expected)
+      assert got.dtype == expected.dtype
+  run_everywhere(conversions, args, check=check)
+  v = np.ones((2, 3))
+  with pytest.raises(TypeError):
+    complex_of_vector(v, dry_run=True)
+  with pytest.raises(errors.PrimitiveError,
+                     match=r'complex\(\) of a member.s array of shape'):
+    complex_of_vector(v)
+
+
 @ab.Context().batch(per_member=True)
 def rounded_to_digits(x):
   return round(x, 2), round(x, -1)

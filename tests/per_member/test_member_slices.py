@@ -145,6 +145,27 @@ def test_reductions_of_slices_of_members_own_lengths_run_everywhere():
          [m, np.array([0, 1, 3, 5, 2])])
 
 
+def strided(v, lo, hi):
+  return (np.sum(v[lo:hi:2]), np.max(v[hi:lo:-3]), np.sum(v[lo::3] * 2.0),
+          np.sum(v[:hi:2] * v[1:hi + 1:2]), len(v[lo:hi:2]))
+
+
+def test_reductions_of_strided_slices_of_members_own_lengths_run_everywhere():
+  # `np.sum(v[lo:hi:2])`: NumPy and XLA refused the slice as "used as an
+  # array of its own" (it is reduced in its statement; step 1 was held
+  # masked), TensorFlow ran the statement in a loop over the members.
+  ctx = ab.Context()
+  v = np.arange(14.0).reshape(2, 7) ** 1.5
+  lo, hi = np.array([0, 1]), np.array([6, 4])
+  fn = ctx.batch_uncurried(strided, per_member=True)
+  want = [strided(v[b], lo[b], hi[b]) for b in range(2)]
+
+  def check(alone):
+    for k, leaf in enumerate(alone):
+      np.testing.assert_allclose(leaf, [w[k] for w in want], rtol=1e-12)
+  _quiet(run_everywhere, fn, [v, lo, hi], check=check)
+
+
 def test_a_slice_of_members_own_lengths_kept_is_refused_at_its_line():
   tf = pytest.importorskip('tensorflow')
   ctx = ab.Context()

@@ -186,7 +186,7 @@ def test_an_index_out_of_range_on_tensorflow_is_an_index_error():
   with pytest.raises(IndexError):
     _read_past(x[1], i[1], dry_run=True)
   with pytest.raises(errors.PrimitiveError,
-                     match=r'IndexError.*block: \[1\]'):
+                     match=r'IndexError.*batch members \[1\]'):
     _read_past(x, i)
   args = (tf.constant(x), tf.constant(i))
   for stackless in (False, True):
@@ -202,6 +202,37 @@ def test_an_index_out_of_range_on_tensorflow_is_an_index_error():
     np.testing.assert_array_equal(out.numpy()[[0, 2]], [1.0, 38.0])
   with pytest.raises(errors.PrimitiveError, match='IndexError'):
     ab.stage(_read_past, jit_compile=True)(*args)
+
+
+@_oob_ctx.batch(per_member=True)
+def _write_past(x, i):
+  y = x.copy()
+  y[i] = -1.0     # member 1 writes y[5]: an IndexError in Python
+  return y
+
+
+@pytest.mark.parametrize('fn', [_read_past, _write_past])
+def test_status_stops_a_member_whose_index_is_out_of_range_on_numpy_too(fn):
+  """With on_error='status', NumPy raised one member's out-of-range item
+  index as every member's error; now, as on TensorFlow, that member
+  alone is stopped and the call returns (outputs, ok)."""
+  x = np.arange(12.0).reshape(3, 4)
+  i = np.array([2, 5, 3])
+  want = fn(x[[0, 2]], i[[0, 2]], dry_run=True)
+  outs = {f'numpy stackless={s}': fn(x, i, stackless=s, on_error='status')
+          for s in (False, None)}
+  tf = pytest.importorskip('tensorflow')
+  args = (tf.constant(x), tf.constant(i))
+  outs['eager'] = fn(*args, on_error='status')
+  for jit in (False, True):
+    outs[f'jit={jit}'] = tf.function(
+        lambda a, b: fn(a, b, on_error='status'), jit_compile=jit)(*args)
+  for mode, (out, ok) in outs.items():
+    np.testing.assert_array_equal(np.asarray(ok), [True, False, True],
+                                  err_msg=mode)
+    np.testing.assert_array_equal(np.asarray(out)[[0, 2]], want,
+                                  err_msg=mode)
+    assert np.isnan(np.asarray(out)[1]).all(), mode
 
 
 @_oob_ctx.batch(per_member=True)
@@ -1409,6 +1440,32 @@ def test_a_generator_of_a_members_seed_is_refused_with_what_to_write():
       text = str(info.value)
       assert 'cannot be batched' in text and 'MemberArray' not in text
       assert 'counter-based' in text and 'splitmix64' in text
+
+
+def test_a_batch_aware_generator_of_the_seeds_is_refused_on_tensorflow():
+  """Batch-aware `np.random.default_rng(seed)` of the members' seeds on
+  TensorFlow showed NumPy's raw TypeError ("SeedSequence expects int or
+  sequence of ints"); it is refused at the user's line as a per-member
+  one is, with what to write instead."""
+  ctx = ab.Context()
+
+  @ctx.batch()
+  def draws(seed):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=seed.shape)
+
+  tf = pytest.importorskip('tensorflow')
+  seed = tf.constant([1, 2, 3])
+  for call in (lambda: draws(seed), lambda: tf.function(draws)(seed),
+               lambda: tf.function(draws, jit_compile=True)(seed)):
+    with pytest.raises(errors.PerMemberError) as info:
+      call()
+    assert info.value.function == 'draws'
+    assert info.value.lineno == (
+        draws.python_function.__code__.co_firstlineno + 2)
+    text = str(info.value)
+    assert 'cannot be batched' in text and 'SeedSequence' not in text
+    assert 'counter-based' in text and 'splitmix64' in text
 
 
 def test_a_generator_held_in_a_variable_is_refused_as_one():

@@ -74,6 +74,22 @@ def run_everywhere(fn, args, check=None, **kwargs):
       np.testing.assert_allclose(got, want, rtol=1e-12, err_msg=mode)
 
 
+def refused_everywhere(fn, args, error, match):
+  """`fn(*args)` refused with `error` (its message matching `match`, its
+  `loc` in the file that defines `fn`) on NumPy (stack VM, stackless) and
+  TensorFlow (eager, `tf.function`, XLA)."""
+  calls = [lambda s=s: fn(*args, stackless=s) for s in (False, True)]
+  tf = pytest.importorskip('tensorflow')
+  targs = [tf.constant(a) for a in args]
+  calls.append(lambda: fn(*targs))
+  calls += [lambda jit=jit: tf.function(fn, jit_compile=jit)(*targs)
+            for jit in (False, True)]
+  for call in calls:
+    with pytest.raises(error, match=match) as info:
+      call()
+    assert info.value.loc.filename == fn.python_function.__code__.co_filename
+
+
 def call_on(backend, fn, *args):
   """`fn(*args)` on NumPy, or on TensorFlow eagerly or under XLA, as
   NumPy values."""

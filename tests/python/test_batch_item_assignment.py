@@ -17,6 +17,7 @@ import pytest
 
 import autobatch_vm as ab
 from autobatch_vm import errors
+from tests.python import refused_everywhere
 from tests.python import run_everywhere
 
 ctx = ab.Context()
@@ -135,3 +136,28 @@ def test_a_number_under_a_members_mask():
   rng = np.random.default_rng(2)
   run_everywhere(member_relu_steps, [rng.normal(size=(5, 4)),
                                      rng.integers(0, 4, 5)])
+
+
+_aug_ctx = ab.Context()
+
+
+@_aug_ctx.batch
+def added_into_items(v, d):
+  w = v.copy()
+  w[:, 1:3] += d[:, None]
+  return w
+
+
+def test_a_float_added_into_an_int_arrays_items_is_refused_as_numpy_does():
+  # NumPy's in-place `+=` refuses to write a float64 sum into int64
+  # items (its dry run raised UFuncTypeError); the batched modes
+  # truncated the sum silently.
+  v = np.array([[1, 2, 3, 4], [5, 6, 7, 8]])
+  d = np.array([0.5, 1.7])
+  with pytest.raises(TypeError, match='same_kind'):
+    added_into_items(v, d, dry_run=True)
+  refused_everywhere(added_into_items, [v, d], errors.PrimitiveError,
+                     r"int64.*float64.*'same_kind'")
+  # What NumPy's in-place operator can cast keeps the array's dtype.
+  run_everywhere(added_into_items, [v.astype(np.int32), v[:, 0]])
+  run_everywhere(added_into_items, [v.astype(np.float32), d])

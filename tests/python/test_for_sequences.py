@@ -279,6 +279,31 @@ def test_a_constant_table_read_at_a_batch_of_indices_runs_in_a_graph():
                   np.array([10.0, 10.0, 10.0])])
 
 
+CUBE = np.arange(24.0).reshape(2, 3, 4)
+
+
+def table_columns(i, j):
+  # Slices beside per-member indices: NumPy's advanced indexing puts the
+  # indices' axis where they stand when they are adjacent, else first.
+  return (COST[:, j].T, COST[1:, j].T, CUBE[i, :, j], CUBE[-1, :, j],
+          CUBE[0, i + 1, 1:], CUBE[:, i, j].T, CUBE[::-1, i, :2][:, :, 1].T)
+
+
+def test_a_constant_table_sliced_beside_a_batch_of_indices_runs_in_a_graph():
+  # `COST[:, j]` of a global array in a batch-aware function: NumPy's
+  # indexing got symbolic tensors under tf.function and XLA ("Cannot
+  # convert a symbolic tf.Tensor to a numpy array").
+  ctx = ab.Context()
+  i, j = np.array([0, 1, 1]), np.array([3, 0, 2])
+  fn = ctx.batch_uncurried(table_columns)
+
+  def check(alone):
+    want = table_columns(i, j)
+    for got, expected in zip(alone, want):
+      np.testing.assert_array_equal(got, expected)
+  run_everywhere(fn, [i, j], check=check)
+
+
 def filtered_counts(a):
   evens = sum(1 for x in a if x % 2 == 0)
   positive = sum(x for x in a if x > 0)
