@@ -1735,10 +1735,34 @@ def _setitem(x, index, value):
     stepped = _tf_stepped_write(x, index, value)
     if stepped is not None:
       return stepped
+    filled = _tf_window_fill(x, index, value)
+    if filled is not None:
+      return filled
     # A member's index of a tensor is a gather (`getitem`); a number
     # under a mask a select, which pfor vectorizes.
     return ops.tf_setitem(x, index, value, read=getitem)
   return _numpy_rules().setitem(x, index, value)
+
+
+def _tf_window_fill(x, index, value):
+  """One member's `x[lo:hi] = number` (`w[:n] = 0`) where the window
+  read is a slice of the members' own lengths (`ragged.Ragged`, under
+  XLA): the number written where the window lies in each member, as
+  `w[lo:hi] += d` is.  None for any other write."""
+  if _rank(value) != 0 or isinstance(value, (list, tuple)) or not (
+      builtins.any(isinstance(e, slice) and is_tf(e.start, e.stop, e.step)
+                   for e in _parts(index))):
+    return None
+  with _reading_to_write():
+    read = getitem(x, index)
+  if not ragged.is_ragged(read):
+    return None
+  tf = _tf()
+  data = tf.convert_to_tensor(read.data)
+  number = (tf.cast(value, data.dtype) if is_tf(value) else
+            tf.constant(value, data.dtype))
+  return _ragged_write(x, index, read.with_data(
+      tf.broadcast_to(number, tf.shape(data))))
 
 
 def _tf_stepped_write(x, index, value):

@@ -439,3 +439,26 @@ def test_an_empty_slice_python_does_not_reduce_fails_no_member():
   bare = ctx.batch_uncurried(unguarded_extreme, per_member=True)
   with pytest.raises(errors.PrimitiveError, match=r'members \[0, 3\].*empty'):
     bare(v, k)
+
+
+def _marked(v, lo, hi, n):
+  w = np.zeros_like(v)
+  w[lo:hi] = 1.0
+  u = v.copy()
+  u[:n] = v[0]
+  return w, u
+
+
+def test_a_number_written_into_a_window_of_members_own_bounds_runs_everywhere():
+  # `w[lo:hi] = 1.0` and `u[:n] = v[0]`: under XLA the window is written
+  # where it lies in each member, as `w[lo:hi] += d` is (it was refused
+  # as a slice used as an array of its own).
+  f = ab.Context().batch(per_member=True)(_marked)
+  v = np.arange(18.0).reshape(3, 6)
+  lo, hi, n = np.array([0, 2, 5]), np.array([6, 4, 6]), np.array([0, 3, 6])
+
+  def check(alone):
+    want = [_marked(*a) for a in zip(v, lo, hi, n)]
+    for k, got in enumerate(alone):
+      np.testing.assert_array_equal(got, np.stack([w[k] for w in want]))
+  run_everywhere(f, [v, lo, hi, n], check=check)
