@@ -1192,6 +1192,13 @@ def tnp_call(func, args, kwargs):
     if kind == 'b' or (kind in 'iu' and a.dtype.size < 8):
       args = (_tf().cast(a, np.uint if kind == 'u' else np.int_),) + tuple(
           args[1:])
+  if func in _SCANS and tensor:
+    a = _tf().convert_to_tensor(args[0])
+    dtype = inspect.signature(func).bind(*args, **kwargs).arguments.get(
+        'dtype')
+    if (a.dtype.is_unsigned if dtype is None else
+        np.dtype(getattr(dtype, 'as_numpy_dtype', dtype)).kind == 'u'):
+      return _tf_unsigned_scan(func, *args, **kwargs)
   if func in (np.sort, np.argsort) and tensor and args[0].dtype == (
       _tf().bool):
     # TensorFlow sorts no booleans: as integers.
@@ -1228,6 +1235,32 @@ _SAME_FOR_BOOLEANS = frozenset((np.abs, np.absolute))
 # and narrower integers.
 _ACCUMULATIONS = frozenset((np.sum, np.prod, np.cumsum, np.cumprod,
                             np.nansum, np.nanprod))
+# NumPy's running sums and products.
+_SCANS = {np.cumsum: 'cumsum', np.cumprod: 'cumprod'}
+
+
+def _tf_unsigned_scan(func, a, axis=None, dtype=None, out=None):
+  """`np.cumsum` / `np.cumprod` of a tensor into an unsigned dtype (an
+  unsigned tensor's is uint64 unless `dtype` says otherwise), as NumPy
+  gives it: TensorFlow's NumPy API makes uint64 float64, and XLA has no
+  unsigned running sum or product, so it runs in the signed integer of
+  the same width, bit for bit (two's complement sums and products wrap
+  as unsigned ones do, modulo 2**bits)."""
+  tf = _tf()
+  _refuse_out(func.__name__, out)
+  a = tf.convert_to_tensor(a)
+  want = tf.uint64 if dtype is None else tf.as_dtype(np.dtype(
+      getattr(dtype, 'as_numpy_dtype', dtype)))
+  a = tf.cast(a, want)
+  if axis is None:
+    a = tf.reshape(a, [-1])
+    axis = 0
+  signed = {tf.uint8: tf.int8, tf.uint16: tf.int16, tf.uint32: tf.int32,
+            tf.uint64: tf.int64}[want]
+  scan = tf.math.cumsum if _SCANS[func] == 'cumsum' else tf.math.cumprod
+  return tf.bitcast(scan(tf.bitcast(a, signed), axis=axis), want)
+
+
 # NumPy's reductions that `_tf_reduction` computes with `where=` or
 # `initial=`, by what they compute.
 _REDUCTIONS = {np.sum: 'sum', np.prod: 'prod', np.max: 'max',

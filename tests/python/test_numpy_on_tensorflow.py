@@ -288,3 +288,46 @@ def test_a_tensors_dtype_is_numpys_in_finfo_iinfo_and_array(fn, per_member,
                     ab.instructions.pattern_flatten(w)):
       np.testing.assert_allclose(np.asarray(g)[k], x, rtol=1e-6)
   run_everywhere(f, [arg])
+
+
+def _prefix_batch(v):
+  return (np.cumsum(v, axis=-1), np.cumprod(v, axis=-1), v.cumsum(axis=-1),
+          np.cumsum(v, axis=-1, dtype=np.uint32))
+
+
+def _prefix_member(v):
+  return np.cumsum(v), np.cumprod(v), v.cumprod(), np.cumsum(v[::-1])
+
+
+def _exactly_everywhere(f, arg, want):
+  # run_everywhere's allclose reads uint64 as float64: compare bits too.
+  tf = pytest.importorskip('tensorflow')
+  outs = [f(arg), f(arg, stackless=True), f(tf.constant(arg))] + [
+      tf.function(lambda a: f(a), jit_compile=jit)(tf.constant(arg))
+      for jit in (False, True)]
+  for out in outs:
+    for g, w in zip(ab.instructions.pattern_flatten(out), want):
+      g = np.asarray(g)
+      assert g.dtype == w.dtype
+      np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize('dtype', [np.uint8, np.uint16, np.uint32, np.uint64])
+@pytest.mark.parametrize('per_member', [False, True])
+def test_running_sums_and_products_of_unsigned_ints_are_numpys(dtype,
+                                                               per_member):
+  # On TensorFlow np.cumsum / np.cumprod / .cumsum() of unsigned integers
+  # gave float64 (NumPy: uint64), rounding uint64 values and not wrapping
+  # a product as NumPy does.
+  top = np.iinfo(dtype).max
+  v = np.array([[top - 3, top - 1, 5, 7], [1, 2, 3, 4]], dtype)
+  if dtype == np.uint64:
+    v[0, :2] = [2**60 + 1, 2**60 + 3]
+  fn = _prefix_member if per_member else _prefix_batch
+  f = ab.Context().batch(per_member=per_member)(fn)
+  with np.errstate(over='ignore'):
+    want = (fn(v) if not per_member else
+            [np.stack(w) for w in zip(*[fn(r) for r in v])])
+  assert want[0].dtype == np.uint64
+  _exactly_everywhere(f, v, want)
+  run_everywhere(f, [v])
