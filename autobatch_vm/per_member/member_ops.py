@@ -845,15 +845,10 @@ def tf_median(a, axis=None, keepdims=False):
 
 def tf_polyval(p, x):
   """One member's `np.polyval(p, x)` on TensorFlow (Horner's rule over
-  the coefficients, highest power first)."""
-  tf = _tf()
-  p, x = tf.convert_to_tensor(p), tf.convert_to_tensor(x)
-  dtype = np.result_type(p.dtype.as_numpy_dtype, x.dtype.as_numpy_dtype)
-  p, x = tf.cast(p, dtype), tf.cast(x, dtype)
-  y = tf.zeros_like(x)
-  for c in tf.unstack(p):
-    y = y * x + c
-  return y
+  the coefficients, highest power first), in NumPy's dtype: a list of
+  Python numbers is NumPy's array of them (int64, float64), not
+  TensorFlow's (int32, float32)."""
+  return _tf_polyval(p, x)
 
 
 def tf_arange(start, stop=None, step=1, dtype=None):
@@ -1185,7 +1180,11 @@ def tnp_call(func, args, kwargs):
     kwargs = {k: (builtins.min(builtins.max(b, info.min), info.max)
                   if type(b) is builtins.int else b)
               for k, b in kwargs.items()}
-  if func in _ACCUMULATIONS and tensor and kwargs.get('dtype') is None:
+  if func is np.polyval and is_tf(*leaves(list(args) + list(
+      kwargs.values()))):
+    return _tf_polyval(*args, **kwargs)
+  if func in _ACCUMULATIONS and tensor and inspect.signature(func).bind(
+      *args, **kwargs).arguments.get('dtype') is None:
     # A sum of booleans or narrow integers is NumPy's default integer.
     a = _tf().convert_to_tensor(args[0])
     kind = np.dtype(a.dtype.as_numpy_dtype).kind
@@ -1234,7 +1233,31 @@ _SAME_FOR_BOOLEANS = frozenset((np.abs, np.absolute))
 # NumPy's sums and products, of NumPy's default integer for booleans
 # and narrower integers.
 _ACCUMULATIONS = frozenset((np.sum, np.prod, np.cumsum, np.cumprod,
-                            np.nansum, np.nanprod))
+                            np.nansum, np.nanprod, np.trace))
+def _tf_polyval(p, x):
+  """`np.polyval(p, x)` with a tensor among `p` and `x`: Horner's rule
+  over `p`'s first axis, as NumPy's, in the dtype NumPy gives for arrays
+  of theirs (TensorFlow's NumPy API makes a list of Python ints int32
+  and a batch of int8s times them int8, which overflows)."""
+  tf = _tf()
+  def dummy(v):
+    if is_tf(v):
+      v = tf.convert_to_tensor(v)
+      return np.ones((1,) * v.shape.rank, v.dtype.as_numpy_dtype)
+    return np.asarray(v)
+  with np.errstate(all='ignore'):
+    want = tf.as_dtype(np.asarray(np.polyval(dummy(p), dummy(x))).dtype)
+  p = tf.cast(p if is_tf(p) else np.asarray(p), want)
+  x = tf.cast(x if is_tf(x) else np.asarray(x), want)
+  if p.shape.rank is None or p.shape.rank == 0 or p.shape[0] is None:
+    raise TypeError('np.polyval() on TensorFlow takes coefficients of a '
+                    'length known when traced')
+  y = tf.zeros_like(x)
+  for pv in tf.unstack(p):
+    y = y * x + pv
+  return y
+
+
 # NumPy's running sums and products.
 _SCANS = {np.cumsum: 'cumsum', np.cumprod: 'cumprod'}
 

@@ -331,3 +331,56 @@ def test_running_sums_and_products_of_unsigned_ints_are_numpys(dtype,
   assert want[0].dtype == np.uint64
   _exactly_everywhere(f, v, want)
   run_everywhere(f, [v])
+
+
+def _traces_member(v):
+  m = np.stack([v, v[::-1], v, v])
+  return np.trace(m), m.trace(), np.trace(m, offset=1)
+
+
+def _traces_batch(m):
+  return np.trace(m, axis1=-2, axis2=-1), np.trace(m, offset=1, axis1=1,
+                                                   axis2=2)
+
+
+@pytest.mark.parametrize('dtype', [np.int8, np.int16, np.uint8, np.uint32,
+                                   np.bool_])
+def test_a_trace_of_narrow_integers_accumulates_as_numpys_sum(dtype):
+  # On TensorFlow np.trace of int8 / int16 / uint8 / uint32 kept the
+  # input's dtype and overflowed: NumPy sums a trace in int64 / uint64.
+  top = 1 if dtype == np.bool_ else np.iinfo(dtype).max
+  v = np.array([[top, top - top // 3, 1, 1], [1, 0, top, top // 2]], dtype)
+  f = ab.Context().batch(per_member=True)(_traces_member)
+  want = [np.stack(w) for w in zip(*[_traces_member(r) for r in v])]
+  assert want[0].dtype == (np.uint64 if np.dtype(dtype).kind == 'u' else
+                           np.int64)
+  _exactly_everywhere(f, v, want)
+  run_everywhere(f, [v])
+  m = np.stack([np.diag(r) + np.eye(4, k=1, dtype=dtype) * r[0] for r in v])
+  g = ab.Context().batch()(_traces_batch)
+  _exactly_everywhere(g, m, _traces_batch(m))
+  run_everywhere(g, [m])
+
+
+P8 = np.array([1, 2, 3], np.int8)
+
+
+def _polynomials(x):
+  return (np.polyval([1, 2, 3], x), np.polyval([1.5, 2], x),
+          np.polyval(P8, x), np.polyval(P8.astype(np.int16), x))
+
+
+@pytest.mark.parametrize('per_member', [False, True])
+def test_polyval_of_narrow_integers_has_numpys_dtype(per_member):
+  # On TensorFlow np.polyval of a list of Python ints at int8 gave int32
+  # per member (NumPy: int64) and int8 batch-aware, overflowing; a list
+  # of Python floats float32 per member (NumPy: float64).
+  x = np.array([3, 100, -7], np.int8)
+  f = ab.Context().batch(per_member=per_member)(_polynomials)
+  with np.errstate(over='ignore'):
+    want = (_polynomials(x) if not per_member else
+            [np.stack(w) for w in zip(*[_polynomials(r) for r in x])])
+  if np.__version__ >= '2':   # NumPy 1 keeps int8 batch-aware, by value
+    assert want[0].dtype == np.int64 and want[1].dtype == np.float64
+  _exactly_everywhere(f, x, want)
+  run_everywhere(f, [x])
