@@ -602,6 +602,7 @@ def getitem(x, index, guard=None):
                     e.shape.rank == 0 for e in parts):
       # TensorFlow reads it as 0 or 1.
       raise member_math.boolean_scalar_index()
+    _refuse_inexact_index(parts)
     if not is_tf(x):   # a constant array indexed per member
       x = _tf().convert_to_tensor(x)
     if guard is not None and not _plain(guard):
@@ -614,6 +615,30 @@ def getitem(x, index, guard=None):
   if guard is not None and not _as_bool(guard):
     return _harmless_item(x, index)
   return x[index]
+
+
+_INVALID_INDEX = ('only integers, slices (`:`), ellipsis (`...`), '
+                  'numpy.newaxis (`None`) and integer or boolean arrays are '
+                  'valid indices')
+_INVALID_SLICE = ('slice indices must be integers or None or have an '
+                  '__index__ method')
+
+
+def _refuse_inexact_index(parts):
+  """NumPy's IndexError (TypeError for a slice's bound) where a member's
+  index is a float or complex tensor (`v[n / 2]`), which TensorFlow would
+  truncate: its dtype is known when its type is inferred, so it fails
+  there, on every backend, as NumPy's does."""
+  def inexact(e):
+    if isinstance(e, (builtins.float, builtins.complex, np.inexact)):
+      return True   # `v[1.0]`: TensorFlow's TypeError otherwise
+    return is_tf(e) and (e.dtype.is_floating or e.dtype.is_complex)
+  for e in parts:
+    if isinstance(e, slice):
+      if builtins.any(inexact(b) for b in (e.start, e.stop, e.step)):
+        raise TypeError(_INVALID_SLICE)
+    elif inexact(e):
+      raise IndexError(_INVALID_INDEX)
 
 
 def _harmless_item(x, index):
