@@ -602,6 +602,7 @@ def getitem(x, index, guard=None):
                     e.shape.rank == 0 for e in parts):
       # TensorFlow reads it as 0 or 1.
       raise member_math.boolean_scalar_index()
+    _refuse_inexact_index(parts)
     if not is_tf(x):   # a constant array indexed per member
       x = _tf().convert_to_tensor(x)
     if guard is not None and not _plain(guard):
@@ -614,6 +615,30 @@ def getitem(x, index, guard=None):
   if guard is not None and not _as_bool(guard):
     return _harmless_item(x, index)
   return x[index]
+
+
+_INVALID_INDEX = ('only integers, slices (`:`), ellipsis (`...`), '
+                  'numpy.newaxis (`None`) and integer or boolean arrays are '
+                  'valid indices')
+_INVALID_SLICE = ('slice indices must be integers or None or have an '
+                  '__index__ method')
+
+
+def _refuse_inexact_index(parts):
+  """NumPy's IndexError (TypeError for a slice's bound) where a member's
+  index is a float or complex tensor (`v[n / 2]`), which TensorFlow would
+  truncate: its dtype is known when its type is inferred, so it fails
+  there, on every backend, as NumPy's does."""
+  def inexact(e):
+    if isinstance(e, (builtins.float, builtins.complex, np.inexact)):
+      return True   # `v[1.0]`: TensorFlow's TypeError otherwise
+    return is_tf(e) and (e.dtype.is_floating or e.dtype.is_complex)
+  for e in parts:
+    if isinstance(e, slice):
+      if builtins.any(inexact(b) for b in (e.start, e.stop, e.step)):
+        raise TypeError(_INVALID_SLICE)
+    elif inexact(e):
+      raise IndexError(_INVALID_INDEX)
 
 
 def _harmless_item(x, index):
@@ -845,15 +870,10 @@ def tf_median(a, axis=None, keepdims=False):
 
 def tf_polyval(p, x):
   """One member's `np.polyval(p, x)` on TensorFlow (Horner's rule over
-  the coefficients, highest power first)."""
-  tf = _tf()
-  p, x = tf.convert_to_tensor(p), tf.convert_to_tensor(x)
-  dtype = np.result_type(p.dtype.as_numpy_dtype, x.dtype.as_numpy_dtype)
-  p, x = tf.cast(p, dtype), tf.cast(x, dtype)
-  y = tf.zeros_like(x)
-  for c in tf.unstack(p):
-    y = y * x + c
-  return y
+  the coefficients, highest power first), in NumPy's dtype: a list of
+  Python numbers is NumPy's array of them (int64, float64), not
+  TensorFlow's (int32, float32)."""
+  return _tf_polyval(p, x)
 
 
 def tf_arange(start, stop=None, step=1, dtype=None):
@@ -1185,13 +1205,24 @@ def tnp_call(func, args, kwargs):
     kwargs = {k: (builtins.min(builtins.max(b, info.min), info.max)
                   if type(b) is builtins.int else b)
               for k, b in kwargs.items()}
-  if func in _ACCUMULATIONS and tensor and kwargs.get('dtype') is None:
+  if func is np.polyval and is_tf(*leaves(list(args) + list(
+      kwargs.values()))):
+    return _tf_polyval(*args, **kwargs)
+  if func in _ACCUMULATIONS and tensor and inspect.signature(func).bind(
+      *args, **kwargs).arguments.get('dtype') is None:
     # A sum of booleans or narrow integers is NumPy's default integer.
     a = _tf().convert_to_tensor(args[0])
     kind = np.dtype(a.dtype.as_numpy_dtype).kind
     if kind == 'b' or (kind in 'iu' and a.dtype.size < 8):
       args = (_tf().cast(a, np.uint if kind == 'u' else np.int_),) + tuple(
           args[1:])
+  if func in _SCANS and tensor:
+    a = _tf().convert_to_tensor(args[0])
+    dtype = inspect.signature(func).bind(*args, **kwargs).arguments.get(
+        'dtype')
+    if (a.dtype.is_unsigned if dtype is None else
+        np.dtype(getattr(dtype, 'as_numpy_dtype', dtype)).kind == 'u'):
+      return _tf_unsigned_scan(func, *args, **kwargs)
   if func in (np.sort, np.argsort) and tensor and args[0].dtype == (
       _tf().bool):
     # TensorFlow sorts no booleans: as integers.
@@ -1227,7 +1258,57 @@ _SAME_FOR_BOOLEANS = frozenset((np.abs, np.absolute))
 # NumPy's sums and products, of NumPy's default integer for booleans
 # and narrower integers.
 _ACCUMULATIONS = frozenset((np.sum, np.prod, np.cumsum, np.cumprod,
-                            np.nansum, np.nanprod))
+                            np.nansum, np.nanprod, np.trace))
+def _tf_polyval(p, x):
+  """`np.polyval(p, x)` with a tensor among `p` and `x`: Horner's rule
+  over `p`'s first axis, as NumPy's, in the dtype NumPy gives for arrays
+  of theirs (TensorFlow's NumPy API makes a list of Python ints int32
+  and a batch of int8s times them int8, which overflows)."""
+  tf = _tf()
+  def dummy(v):
+    if is_tf(v):
+      v = tf.convert_to_tensor(v)
+      return np.ones((1,) * v.shape.rank, v.dtype.as_numpy_dtype)
+    return np.asarray(v)
+  with np.errstate(all='ignore'):
+    want = tf.as_dtype(np.asarray(np.polyval(dummy(p), dummy(x))).dtype)
+  p = tf.cast(p if is_tf(p) else np.asarray(p), want)
+  x = tf.cast(x if is_tf(x) else np.asarray(x), want)
+  if p.shape.rank is None or p.shape.rank == 0 or p.shape[0] is None:
+    raise TypeError('np.polyval() on TensorFlow takes coefficients of a '
+                    'length known when traced')
+  y = tf.zeros_like(x)
+  for pv in tf.unstack(p):
+    y = y * x + pv
+  return y
+
+
+# NumPy's running sums and products.
+_SCANS = {np.cumsum: 'cumsum', np.cumprod: 'cumprod'}
+
+
+def _tf_unsigned_scan(func, a, axis=None, dtype=None, out=None):
+  """`np.cumsum` / `np.cumprod` of a tensor into an unsigned dtype (an
+  unsigned tensor's is uint64 unless `dtype` says otherwise), as NumPy
+  gives it: TensorFlow's NumPy API makes uint64 float64, and XLA has no
+  unsigned running sum or product, so it runs in the signed integer of
+  the same width, bit for bit (two's complement sums and products wrap
+  as unsigned ones do, modulo 2**bits)."""
+  tf = _tf()
+  _refuse_out(func.__name__, out)
+  a = tf.convert_to_tensor(a)
+  want = tf.uint64 if dtype is None else tf.as_dtype(np.dtype(
+      getattr(dtype, 'as_numpy_dtype', dtype)))
+  a = tf.cast(a, want)
+  if axis is None:
+    a = tf.reshape(a, [-1])
+    axis = 0
+  signed = {tf.uint8: tf.int8, tf.uint16: tf.int16, tf.uint32: tf.int32,
+            tf.uint64: tf.int64}[want]
+  scan = tf.math.cumsum if _SCANS[func] == 'cumsum' else tf.math.cumprod
+  return tf.bitcast(scan(tf.bitcast(a, signed), axis=axis), want)
+
+
 # NumPy's reductions that `_tf_reduction` computes with `where=` or
 # `initial=`, by what they compute.
 _REDUCTIONS = {np.sum: 'sum', np.prod: 'prod', np.max: 'max',

@@ -651,7 +651,16 @@ def _added_rules():
   tf = _tf()
   return {'MatrixDeterminant': _batched_matrices(tf.linalg.det),
           'LogMatrixDeterminant': _batched_matrices(tf.linalg.slogdet),
-          'Svd': _svd}
+          'Svd': _svd, 'Bitcast': _bitcast}
+
+
+def _bitcast(pfor_input):
+  """pfor's missing rule for Bitcast (an unsigned running sum's signed
+  twin, `member_ops._tf_unsigned_scan`): the members' stacked values
+  bitcast, which keeps their leading axis."""
+  from tensorflow.python.ops.parallel_for import pfor as pfor_lib  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+  return pfor_lib.wrap(_tf().bitcast(pfor_input.stacked_input(0),
+                                     pfor_input.get_attr('type')), True)
 
 
 def _svd(pfor_input):

@@ -683,3 +683,60 @@ def test_a_sum_of_conditions_and_methods_of_a_comprehensions_items():
       assert np.asarray(got).dtype == w.dtype, (k, got.dtype, w.dtype)
       np.testing.assert_array_equal(got, w)
   python_tests.run_everywhere(counts_and_row_peaks, [x, y, v], check)
+
+
+def _float_item(v, n):
+  return v[n / 2]           # n // 2 meant
+
+
+def _float_bound(v, n):
+  return np.sum(v[:n / 2])
+
+
+def _float_write(v, n):
+  w = v.copy()
+  w[n / 2] = 1.0
+  return w
+
+
+def _float_number(v, n):
+  return v[1.0] + n
+
+
+def _integer_items(v, n):
+  return v[n // 2] + v[np.int32(n) - 1] + np.sum(v[:n // 2]) + v[int(n / 2)]
+
+
+@pytest.mark.parametrize('fn,error', [
+    (_float_item, IndexError), (_float_bound, TypeError),
+    (_float_write, IndexError), (_float_number, IndexError)])
+def test_a_float_index_fails_as_numpys_on_every_backend(fn, error):
+  # A member's float index (`v[n / 2]`) silently truncated on TensorFlow
+  # eagerly, under tf.function and XLA; NumPy and the dry run refuse it.
+  tf = pytest.importorskip('tensorflow')
+  f = ab.Context().batch(per_member=True)(fn)
+  v = np.arange(10.0).reshape(2, 5)
+  n = np.array([3, 5])
+  with pytest.raises(error, match='indices'):
+    fn(v[0], n[0])
+  with pytest.raises(error, match='indices'):
+    f(v, n, dry_run=True)
+  runs = [lambda: f(v, n), lambda: f(v, n, stackless=True),
+          lambda: f(tf.constant(v), tf.constant(n))] + [
+              lambda jit=jit: tf.function(lambda a, b: f(a, b),
+                                          jit_compile=jit)(
+                                              tf.constant(v), tf.constant(n))
+              for jit in (False, True)]
+  for run in runs:
+    with pytest.raises(ab.errors.PrimitiveError,
+                       match=f'^{error.__name__} while inferring the type'
+                       ) as info:
+      run()
+    assert f"in function '{fn.__name__}'" in str(info.value)
+
+
+def test_integer_indices_beside_float_ones_still_run():
+  v = np.arange(10.0).reshape(2, 5)
+  python_tests.run_everywhere(
+      ab.Context().batch(per_member=True)(_integer_items),
+      [v, np.array([4, 5])])

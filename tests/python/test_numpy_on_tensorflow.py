@@ -288,3 +288,99 @@ def test_a_tensors_dtype_is_numpys_in_finfo_iinfo_and_array(fn, per_member,
                     ab.instructions.pattern_flatten(w)):
       np.testing.assert_allclose(np.asarray(g)[k], x, rtol=1e-6)
   run_everywhere(f, [arg])
+
+
+def _prefix_batch(v):
+  return (np.cumsum(v, axis=-1), np.cumprod(v, axis=-1), v.cumsum(axis=-1),
+          np.cumsum(v, axis=-1, dtype=np.uint32))
+
+
+def _prefix_member(v):
+  return np.cumsum(v), np.cumprod(v), v.cumprod(), np.cumsum(v[::-1])
+
+
+def _exactly_everywhere(f, arg, want):
+  # run_everywhere's allclose reads uint64 as float64: compare bits too.
+  tf = pytest.importorskip('tensorflow')
+  outs = [f(arg), f(arg, stackless=True), f(tf.constant(arg))] + [
+      tf.function(lambda a: f(a), jit_compile=jit)(tf.constant(arg))
+      for jit in (False, True)]
+  for out in outs:
+    for g, w in zip(ab.instructions.pattern_flatten(out), want):
+      g = np.asarray(g)
+      assert g.dtype == w.dtype
+      np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize('dtype', [np.uint8, np.uint16, np.uint32, np.uint64])
+@pytest.mark.parametrize('per_member', [False, True])
+def test_running_sums_and_products_of_unsigned_ints_are_numpys(dtype,
+                                                               per_member):
+  # On TensorFlow np.cumsum / np.cumprod / .cumsum() of unsigned integers
+  # gave float64 (NumPy: uint64), rounding uint64 values and not wrapping
+  # a product as NumPy does.
+  top = np.iinfo(dtype).max
+  v = np.array([[top - 3, top - 1, 5, 7], [1, 2, 3, 4]], dtype)
+  if dtype == np.uint64:
+    v[0, :2] = [2**60 + 1, 2**60 + 3]
+  fn = _prefix_member if per_member else _prefix_batch
+  f = ab.Context().batch(per_member=per_member)(fn)
+  with np.errstate(over='ignore'):
+    want = (fn(v) if not per_member else
+            [np.stack(w) for w in zip(*[fn(r) for r in v])])
+  assert want[0].dtype == np.uint64
+  _exactly_everywhere(f, v, want)
+  run_everywhere(f, [v])
+
+
+def _traces_member(v):
+  m = np.stack([v, v[::-1], v, v])
+  return np.trace(m), m.trace(), np.trace(m, offset=1)
+
+
+def _traces_batch(m):
+  return np.trace(m, axis1=-2, axis2=-1), np.trace(m, offset=1, axis1=1,
+                                                   axis2=2)
+
+
+@pytest.mark.parametrize('dtype', [np.int8, np.int16, np.uint8, np.uint32,
+                                   np.bool_])
+def test_a_trace_of_narrow_integers_accumulates_as_numpys_sum(dtype):
+  # On TensorFlow np.trace of int8 / int16 / uint8 / uint32 kept the
+  # input's dtype and overflowed: NumPy sums a trace in int64 / uint64.
+  top = 1 if dtype == np.bool_ else np.iinfo(dtype).max
+  v = np.array([[top, top - top // 3, 1, 1], [1, 0, top, top // 2]], dtype)
+  f = ab.Context().batch(per_member=True)(_traces_member)
+  want = [np.stack(w) for w in zip(*[_traces_member(r) for r in v])]
+  assert want[0].dtype == (np.uint64 if np.dtype(dtype).kind == 'u' else
+                           np.int64)
+  _exactly_everywhere(f, v, want)
+  run_everywhere(f, [v])
+  m = np.stack([np.diag(r) + np.eye(4, k=1, dtype=dtype) * r[0] for r in v])
+  g = ab.Context().batch()(_traces_batch)
+  _exactly_everywhere(g, m, _traces_batch(m))
+  run_everywhere(g, [m])
+
+
+P8 = np.array([1, 2, 3], np.int8)
+
+
+def _polynomials(x):
+  return (np.polyval([1, 2, 3], x), np.polyval([1.5, 2], x),
+          np.polyval(P8, x), np.polyval(P8.astype(np.int16), x))
+
+
+@pytest.mark.parametrize('per_member', [False, True])
+def test_polyval_of_narrow_integers_has_numpys_dtype(per_member):
+  # On TensorFlow np.polyval of a list of Python ints at int8 gave int32
+  # per member (NumPy: int64) and int8 batch-aware, overflowing; a list
+  # of Python floats float32 per member (NumPy: float64).
+  x = np.array([3, 100, -7], np.int8)
+  f = ab.Context().batch(per_member=per_member)(_polynomials)
+  with np.errstate(over='ignore'):
+    want = (_polynomials(x) if not per_member else
+            [np.stack(w) for w in zip(*[_polynomials(r) for r in x])])
+  if np.__version__ >= '2':   # NumPy 1 keeps int8 batch-aware, by value
+    assert want[0].dtype == np.int64 and want[1].dtype == np.float64
+  _exactly_everywhere(f, x, want)
+  run_everywhere(f, [x])
