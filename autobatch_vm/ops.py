@@ -718,8 +718,14 @@ def batch_setitem(x, index, value):
 
 
 def dtype_of(x):
-  """The NumPy dtype of an array, a tensor or one member's array, or
-  None (a Python number, a list)."""
+  """The NumPy dtype of an array, a tensor or one member's array.
+
+  Args:
+    x: Any value.
+
+  Returns:
+    The dtype, or None where `x` has none (a Python number, a list).
+  """
   if isinstance(x, (bool, int, float, complex)):
     return None
   dtype = getattr(x, 'dtype', None)
@@ -743,8 +749,10 @@ def _static_shape(x):
 
 
 class InPlaceCastError(TypeError):
-  """NumPy's refusal of `x op= v` whose result its dtype cannot hold
-  (NumPy's `UFuncTypeError` is a TypeError too)."""
+  """NumPy's refusal of `x op= v` whose result x's dtype cannot hold.
+
+  NumPy's own `UFuncTypeError` is a TypeError too.
+  """
 
 
 class InPlaceShapeError(ValueError):
@@ -752,9 +760,10 @@ class InPlaceShapeError(ValueError):
 
 
 def in_place(read, result):
-  """What `x op= v` leaves in `x`, where `read` is `x` (or the items
-  `x[i]` written) and `result` is `read op v`, as NumPy's in-place
-  operator writes it into an array.
+  """What `x op= v` leaves in `x`, as NumPy's in-place operator writes.
+
+  `read` is `x` (or the items `x[i]` written) and `result` is `read op
+  v`.
 
   An array (rank 1 or more) keeps its dtype and shape: `result` is cast
   to its dtype, where NumPy's `same_kind` rule allows (an int64 beside a
