@@ -394,16 +394,21 @@ def _masked_slice(parts):
 
 
 @contextlib.contextmanager
+def _flag(name):
+  """Inside the block, thread-local flag `name` of this module is set."""
+  old = getattr(_local, name, False)
+  setattr(_local, name, True)
+  try:
+    yield
+  finally:
+    setattr(_local, name, old)
+
+
 def _reading_to_write():
   """Inside the block, a strided slice of member bounds read is never
   held masked (`_masked_slice`): its items gathered to the front have no
   place in the array they would be written back into."""
-  old = getattr(_local, 'writing', False)
-  _local.writing = True
-  try:
-    yield
-  finally:
-    _local.writing = old
+  return _flag('writing')
 
 
 def _constant_step(e):
@@ -450,18 +455,12 @@ def _ragged_slice(x, axis, e):
                        tf.constant(0, tf.int64), count, ragged.xla_refusal)
 
 
-@contextlib.contextmanager
 def exact_slices():
   """Inside the block, a slice of member bounds is the slice itself,
   never a window's gather (`_window`): for a member function run in a
   loop over the members, where each member's slice may have a length of
   its own."""
-  old = getattr(_local, 'exact', False)
-  _local.exact = True
-  try:
-    yield
-  finally:
-    _local.exact = old
+  return _flag('exact')
 
 
 def _window(e):
