@@ -19,7 +19,7 @@ __all__ = ['logical_and', 'logical_or', 'logical_not', 'where', 'mod',
            'floordiv', 'promoted', 'fail', 'sync_point', 'SYNC_ATTRIBUTE',
            'truthy', 'key', 'batch_setitem', 'tf_setitem', 'static_item',
            'optional_value', 'weak_operator', 'weak_dtype', 'in_place',
-           'dtype_of']
+           'dtype_of', 'negative', 'tf_in_int64', 'tf_unsigned_gap']
 
 SYNC_ATTRIBUTE = '__autobatch_sync_point__'
 
@@ -474,7 +474,70 @@ def promoted(name, a, b):
     return op(tf.cast(a, tf.int8), tf.cast(b, tf.int8))
   if name in _SHIFTS:
     return _shift(op, _SHIFTS[name], a, b)
+  if name == 'pow' and joint.kind == 'u':
+    # TensorFlow has no unsigned power: in int64, wrapping as NumPy's.
+    return tf_in_int64(op, (a, b), joint)
   return op(a, b)
+
+
+def negative(x):
+  """`-x` (the promoting form of a primitive's unary minus): of an
+  unsigned tensor NumPy's wrapped value (TensorFlow has no unsigned
+  negation), in the signed integer of its width, bit for bit."""
+  if _is_tf(x) and _tf().as_dtype(x.dtype).is_unsigned:
+    return tf_unsigned_gap(np.negative, x)
+  return -x
+
+
+# The signed integer of each unsigned one's width.
+_SIGNED_TWIN = {np.dtype(np.uint8): np.int8, np.dtype(np.uint16): np.int16,
+                np.dtype(np.uint32): np.int32, np.dtype(np.uint64): np.int64}
+
+
+def tf_in_int64(fn, args, want):
+  """`fn(*args)` of integer or boolean operands (tensors, arrays, Python
+  numbers) whose TensorFlow kernels lack their dtype (a product of int8,
+  uint8 or uint64 matrices, a power of unsigned integers), as NumPy
+  computes it in `want`: the operands as int64 (uint64's bits as
+  int64's) and the result back in `want`.  Exact, wrapping as NumPy's:
+  two's complement sums and products agree with NumPy's modulo 2**64,
+  hence modulo 2**bits of the narrower dtype that the cast back keeps; a
+  boolean result is whether the int64 one is not 0 (NumPy's sum of
+  booleans is a logical or)."""
+  tf = _tf()
+  want = np.dtype(want)
+  def wide(x):
+    if type(x) in (bool, int):
+      return x
+    if not _is_tf(x):
+      if not isinstance(x, (np.ndarray, np.generic)) or (
+          np.dtype(x.dtype).kind not in 'iub'):
+        return x
+      x = tf.convert_to_tensor(x)
+    if x.dtype == tf.uint64:
+      return tf.bitcast(x, tf.int64)
+    return tf.cast(x, tf.int64) if x.dtype != tf.int64 else x
+  out = fn(*[wide(x) for x in args])
+  if want.kind == 'b':
+    return tf.not_equal(out, tf.zeros_like(out))
+  if want == np.uint64:
+    return tf.bitcast(tf.cast(out, tf.int64), tf.uint64)
+  return tf.cast(out, want)
+
+
+def tf_unsigned_gap(func, x):
+  """NumPy's ufunc `func` (`np.abs`, `np.absolute`, `np.sign`,
+  `np.negative`) of an unsigned tensor `x`, which TensorFlow has no
+  kernel for: the value itself, 0 or 1, the negation in the signed
+  integer of `x`'s width (bit for bit, wrapping as NumPy's)."""
+  tf = _tf()
+  dtype = np.dtype(tf.as_dtype(x.dtype).as_numpy_dtype)
+  if func in (np.abs, np.absolute):
+    return x
+  if func is np.sign:
+    return tf.cast(tf.not_equal(x, tf.zeros_like(x)), x.dtype)
+  signed = _SIGNED_TWIN[dtype]
+  return tf.bitcast(-tf.bitcast(x, signed), x.dtype)
 
 
 _SHIFTS = {'lshift': 'left_shift', 'rshift': 'right_shift'}

@@ -50,6 +50,7 @@ from autobatch_vm.ir import liveness as ir_liveness
 from autobatch_vm.passes import member_indexing
 from autobatch_vm.passes import member_mixing
 from autobatch_vm.passes import size_folding
+from autobatch_vm.per_member import member_ops
 from autobatch_vm.passes.declared_types import _PY_SCALARS
 from autobatch_vm.passes.declared_types import checked_result
 from autobatch_vm.passes.declared_types import declared_type_error
@@ -610,6 +611,8 @@ class _Inference:
         except errors.AutoBatchError as e:
           if isinstance(e, (errors.TypeInferenceError,
                             errors.PerMemberError)) or (
+                                member_ops.refuses_in_every_form(
+                                    e.__cause__)) or (
                                 not op.per_member and _literal_outside(
                                     op.text, [self.env[fn.name].get(v)
                                               for v in op.vars_in])):

@@ -32,6 +32,7 @@ Each means what Python's does for one member:
 import builtins
 import math
 import sys
+import types
 
 import numpy as np
 
@@ -39,7 +40,7 @@ from autobatch_vm import errors
 
 __all__ = ['NAMES', 'FAILURES', 'MemberFailure', 'MemberIndexError',
            'boolean_scalar_index',
-           'math_fn', 'to_int', 'round_half_even']
+           'math_fn', 'to_int', 'round_half_even', 'pow_mod']
 
 # Python's messages for what each failure kind stands for, by kind:
 # (the exception's type name, its message).
@@ -72,6 +73,14 @@ FAILURES = {
     'slices_differ': ('ValueError',
                       'operands could not be broadcast together (slices '
                       'of different lengths, combined item by item)'),
+    # `pow(a, e, m)` of a member's integers (`pow_mod`).
+    'pow_mod_zero': ('ValueError', 'pow() 3rd argument cannot be 0'),
+    'pow_mod_inverse': ('ValueError', 'base is not invertible for the '
+                        'given modulus'),
+    'pow_mod_range': ('OverflowError',
+                      'pow() with a modulus beyond 2**52 in absolute value '
+                      '(a batch computes it in int64 and float64, exactly '
+                      'below that bound)'),
 }
 # A Python int that the integer dtype it meets cannot hold, as NumPy 2
 # refuses it (`member_ops.weak_operator`): `int_bounds_int8` ...
@@ -771,3 +780,109 @@ def round_half_even(note, x, ndigits, guard, rows=False):
   with np.errstate(all='ignore'):
     rounded = _api(f).round_half_even(f * scale) / scale
   return to_int(note, rounded, guard, True) if integer else rounded
+
+
+# The largest modulus `pow_mod` computes exactly: its products are
+# reduced through a float64 quotient, off by at most one below it.
+POW_MOD_LIMIT = 2**52
+# Steps of Euclid's algorithm that integers below `POW_MOD_LIMIT` take at
+# most (consecutive Fibonacci numbers are the slowest pair).
+_EUCLID_STEPS = 78
+
+
+def pow_mod(note, base, exp, mod, guard=None):
+  """Python's `pow(base, exp, mod)` of a member's integers, as an int64:
+  square and multiply over the exponent's 63 bits, for every member at
+  once; a negative exponent by the modular inverse of the base
+  (Euclid's algorithm over a fixed number of steps).  Each product is
+  reduced exactly (`_mul_mod`) while `|mod| <= 2**52`; beyond it the
+  member fails with an OverflowError (`pow_mod_range`), a modulus of 0
+  and a base with no inverse for a negative exponent as Python's
+  ValueErrors.  The result has the sign of `mod`, as Python's.
+
+  Args:
+    note: `member_ops.note_failure`.
+    base, exp, mod: A member's integers (Python ints, arrays, tensors).
+    guard: The condition under which Python evaluates the call, or None.
+
+  Returns:
+    The member's int64 (a Python int where all three are).
+  """
+  if _plain(base, exp, mod) and not builtins.any(
+      isinstance(x, builtins.float) for x in (base, exp, mod)):
+    return builtins.pow(base, exp, mod)
+  for x in (base, exp, mod):
+    if _kind(x) not in 'iub':
+      raise TypeError('pow() 3rd argument not allowed unless all '
+                      'arguments are integers')
+  if _is_tf(base, exp, mod):
+    tf = _tf()
+    a, e, m = (tf.cast(x, tf.int64) for x in (base, exp, mod))
+    wrap = lambda v: v  # pylint: disable=unnecessary-lambda-assignment
+  else:
+    a, e, m = (np.asarray(x.batched if _is_member(x) else x, np.int64)
+               for x in (base, exp, mod))
+    wrap = (lambda v: _rules().MemberArray(v)) if builtins.any(
+        _is_member(x) for x in (base, exp, mod)) else (lambda v: v)
+  api = _pow_api(a)
+  zero = m == 0
+  note('pow_mod_zero', wrap(zero), guard)
+  n = api.where(zero, api.ones_like(m), api.abs(m))
+  big = n > POW_MOD_LIMIT
+  note('pow_mod_range', wrap(big), guard)
+  n = api.where(big, api.ones_like(n), n)
+  a = a % n
+  negative = e < 0
+  inverse, divisor = _inverse_mod(api, a, n)
+  note('pow_mod_inverse', wrap(negative & (divisor != 1) & ~zero & ~big),
+       guard)
+  a = api.where(negative, inverse, a)
+  e = api.where(negative, -e, e)
+  r = api.ones_like(a * e * n) % n
+  for _ in range(63):
+    r = api.where(e % 2 == 1, _mul_mod(api, r, a, n), r)
+    a = _mul_mod(api, a, a, n)
+    e = e // 2
+  r = api.where((m < 0) & (r != 0), r + m, r)   # the sign of `mod`
+  return wrap(r)
+
+
+def _pow_api(x):
+  """The array functions `pow_mod` uses, TensorFlow's or NumPy's."""
+  if _is_tf(x):
+    tf = _tf()
+    return types.SimpleNamespace(
+        where=tf.where, abs=tf.abs, floor=tf.floor, ones_like=tf.ones_like,
+        zeros_like=tf.zeros_like,
+        float64=lambda v: tf.cast(v, tf.float64),
+        int64=lambda v: tf.cast(v, tf.int64))
+  return types.SimpleNamespace(
+      where=np.where, abs=np.abs, floor=np.floor, ones_like=np.ones_like,
+      zeros_like=np.zeros_like,
+      float64=lambda v: np.asarray(v, np.float64),
+      int64=lambda v: np.asarray(v).astype(np.int64))
+
+
+def _mul_mod(api, x, y, n):
+  """`x * y % n` of int64s `0 <= x, y < n <= 2**52`, exact: the quotient
+  from float64s is off by at most one, and the remainder from it is
+  exact in int64's wrapping arithmetic (it lies in (-n, 2n))."""
+  q = api.floor(api.float64(x) * api.float64(y) / api.float64(n))
+  with np.errstate(over='ignore'):
+    r = x * y - api.int64(q) * n
+  r = api.where(r < 0, r + n, r)
+  return api.where(r >= n, r - n, r)
+
+
+def _inverse_mod(api, a, n):
+  """`(inverse, divisor)`: `a`'s inverse modulo `n` (in [0, n)) and the
+  greatest common divisor of `a` and `n` (the inverse is one only where
+  it is 1), by Euclid's extended algorithm, `_EUCLID_STEPS` steps."""
+  r0, r1 = n, a
+  s0, s1 = api.zeros_like(a), api.ones_like(a)
+  for _ in range(_EUCLID_STEPS):
+    live = r1 != 0
+    q = api.where(live, r0 // api.where(live, r1, api.ones_like(r1)), 0)
+    r0, r1 = api.where(live, r1, r0), api.where(live, r0 - q * r1, r1)
+    s0, s1 = api.where(live, s1, s0), api.where(live, s0 - q * s1, s1)
+  return s0 % n, r0

@@ -57,7 +57,8 @@ __all__ = ['key', 'getitem', 'setitem', 'asarray', 'min', 'max', 'sum', 'all',
            'logical_and', 'logical_or', 'method', 'attribute',
            'logical_not', 'is_tf', 'note_failure', 'tnp_call', 'tf_like',
            'tf_linalg', 'tf_searchsorted', 'leaves', 'constant_array_item',
-           'optional_value', 'promoted', 'in_place', 'bool', 'complex']
+           'optional_value', 'promoted', 'in_place', 'bool', 'complex',
+           'nan_free', 'pow_mod']
 
 # pylint: disable=redefined-builtin
 
@@ -635,9 +636,24 @@ def _refuse_inexact_index(parts):
   for e in parts:
     if isinstance(e, slice):
       if builtins.any(inexact(b) for b in (e.start, e.stop, e.step)):
-        raise TypeError(_INVALID_SLICE)
+        raise _standing(TypeError(_INVALID_SLICE))
     elif inexact(e):
-      raise IndexError(_INVALID_INDEX)
+      raise _standing(IndexError(_INVALID_INDEX))
+
+
+def _standing(error):
+  """`error`, marked as NumPy's refusal of the user's code whatever form
+  of the primitive runs (`refuses_in_every_form`): type inference tries
+  the primitive's promoting form first, and that it fails there is the
+  answer (`T[n * 0.5]`: the plain form fails earlier, in `n * 0.5`)."""
+  error.refuses_in_every_form = True
+  return error
+
+
+def refuses_in_every_form(error):
+  """Whether `error` is NumPy's refusal of the user's code in any form of
+  the primitive (`_standing`)."""
+  return builtins.bool(getattr(error, 'refuses_in_every_form', False))
 
 
 def _harmless_item(x, index):
@@ -743,6 +759,7 @@ def call(func, *args, **kwargs):
       next(v for v in values if ragged.is_ragged(v)).refuse()
     return ragged.call(func, args, kwargs)
   if is_tf(*values):
+    func = nan_free(func, args)
     if (isinstance(func, type) and issubclass(func, np.generic)
         and len(args) == 1 and not kwargs):
       return _tf().cast(args[0], func)
@@ -959,16 +976,22 @@ def tf_linalg(func, *args, **kwargs):
     return u, s, tf.linalg.adjoint(v)
   if (name == 'matrix_power' and builtins.len(args) == 2 and not kwargs and
       isinstance(args[1], (builtins.int, np.integer)) and args[1] >= 0):
-    # By squaring, as NumPy computes it (a power known when traced).
-    n, power = builtins.int(args[1]), tf.eye(a.shape[-1], dtype=a.dtype)
-    square = a
-    while n:
-      if n & 1:
-        power = tf.linalg.matmul(power, square)
-      n >>= 1
-      if n:
-        square = tf.linalg.matmul(square, square)
-    return power
+    # By squaring, as NumPy computes it (a power known when traced); of
+    # integers TensorFlow's products lack in int64 (`ops.tf_in_int64`).
+    def by_squaring(a):
+      n, power = builtins.int(args[1]), tf.eye(a.shape[-1], dtype=a.dtype)
+      square = a
+      while n:
+        if n & 1:
+          power = tf.linalg.matmul(power, square)
+        n >>= 1
+        if n:
+          square = tf.linalg.matmul(square, square)
+      return power
+    dtype = np.dtype(a.dtype.as_numpy_dtype)
+    if dtype.kind in 'iub' and dtype not in _NATIVE_PRODUCTS:
+      return ops.tf_in_int64(by_squaring, (a,), dtype)
+    return by_squaring(a)
   if builtins.len(args) == 1 and not kwargs and name != 'norm':
     if a.dtype.is_integer:
       a = tf.cast(a, tf.float64)
@@ -1178,7 +1201,11 @@ def tnp_call(func, args, kwargs):
   rounded = _TF_ROUNDING.get(func)
   if rounded is not None:
     return rounded(*args, **kwargs)
+  func = nan_free(func, args)
   tensor = builtins.bool(args) and is_tf(args[0])
+  narrow = _tf_narrow_integers(func, args, kwargs)
+  if narrow is not None:
+    return narrow
   if tensor and func in _REDUCTIONS and ('where' in kwargs or
                                          'initial' in kwargs):
     return _tf_reduction(func, *args, **kwargs)
@@ -1248,7 +1275,95 @@ def tnp_call(func, args, kwargs):
       elif func in _SAME_FOR_BOOLEANS and len(args) == 1 and is_tf(
           args[0]) and args[0].dtype == tf.bool:
         return args[0]
-  return getattr(_tnp(), func.__name__)(*args, **kwargs)
+  return getattr(_tnp(), _TNP_NAMES.get(func, func.__name__))(*args,
+                                                              **kwargs)
+
+
+# NumPy's functions that TensorFlow's NumPy API has by another of their
+# names (`np.invert` is `np.bitwise_not`).
+_TNP_NAMES = {np.invert: 'bitwise_not'}
+
+
+# NumPy's NaN-skipping functions, by the function they are of integers
+# and booleans (which hold no NaN).
+_NAN_FREE = {getattr(np, n): getattr(np, n[3:]) for n in (
+    'nansum', 'nanprod', 'nanmean', 'nanmax', 'nanmin', 'nanargmax',
+    'nanargmin', 'nancumsum', 'nancumprod', 'nanvar', 'nanstd',
+    'nanmedian', 'nanpercentile', 'nanquantile') if hasattr(np, n)}
+
+
+def nan_free(func, args):
+  """`func`, or for a NaN-skipping one (`np.nansum`) of an integer or
+  boolean tensor the plain one, which NumPy computes there: TensorFlow's
+  NumPy API's `nansum` of integers calls `astype`, which a tensor lacks,
+  and it has no `nanmax`."""
+  plain = _NAN_FREE.get(func)
+  if plain is None or not args or not is_tf(args[0]):
+    return func
+  dtype = _tf().as_dtype(args[0].dtype)
+  return plain if dtype.is_integer or dtype.is_bool else func
+
+
+# NumPy's products, whose TensorFlow kernels lack integers but int32 and
+# int64 (and booleans), computed in int64 (`ops.tf_in_int64`).
+_PRODUCTS = frozenset((np.dot, np.matmul, np.einsum, np.inner, np.outer,
+                       np.vdot, np.tensordot, np.kron))
+# NumPy's ufuncs that TensorFlow lacks for unsigned integers
+# (`ops.tf_unsigned_gap`).
+_UNSIGNED_GAPS = frozenset((np.abs, np.absolute, np.sign, np.negative))
+# The integer dtypes whose products every TensorFlow kernel has.
+_NATIVE_PRODUCTS = frozenset((np.dtype(np.int32), np.dtype(np.int64)))
+
+
+def _tf_narrow_integers(func, args, kwargs):
+  """NumPy's `func(*args, **kwargs)` where TensorFlow has no kernel for
+  its tensors' integer (or boolean) dtype, or None where it has: a
+  product (`np.dot`, `@`, `np.einsum` ...) of int8, int16 or unsigned
+  integers, or of booleans, in int64 and cast back to NumPy's dtype,
+  wrapping as NumPy's; `np.abs`, `np.sign`, `np.negative` and
+  `np.power` of unsigned integers; `np.average` of integers (as
+  float64); a sort of uint16 (which XLA lacks) by int32 keys; `np.tile`
+  of uint16 by its int16 bits."""
+  tf = _tf()
+  values = [a for a in builtins.list(args) + builtins.list(kwargs.values())
+            if is_tf(a) or isinstance(a, (np.ndarray, np.generic))]
+  if not values or not is_tf(*values):
+    return None
+  dtypes = [np.dtype(tf.as_dtype(a.dtype).as_numpy_dtype) if is_tf(a)
+            else np.dtype(a.dtype) for a in values]
+  if builtins.any(d.kind not in 'iub' for d in dtypes):
+    return None
+  want = np.result_type(*dtypes)
+  if func in _PRODUCTS and want not in _NATIVE_PRODUCTS:
+    tnp = _tnp()
+    return ops.tf_in_int64(
+        lambda *a: getattr(tnp, func.__name__)(*a, **kwargs), args, want)
+  if func is np.power and want.kind == 'u' and not kwargs:
+    return ops.tf_in_int64(_tnp().power, args, want)
+  if func in (np.gcd, np.lcm) and want.kind in 'iu' and (
+      want not in _NATIVE_PRODUCTS) and not kwargs:
+    if want == np.uint64:
+      raise TypeError(f'np.{func.__name__} of uint64 on TensorFlow: it '
+                      'has no unsigned gcd, and int64 cannot hold every '
+                      'uint64; cast to int64 first where the values fit')
+    return ops.tf_in_int64(getattr(_tnp(), func.__name__), args, want)
+  first = args[0] if args else None
+  if not is_tf(first):
+    return None
+  dtype = np.dtype(tf.as_dtype(first.dtype).as_numpy_dtype)
+  if func in _UNSIGNED_GAPS and dtype.kind == 'u' and builtins.len(
+      args) == 1 and not kwargs:
+    return ops.tf_unsigned_gap(func, first)
+  if func is np.average:
+    return _tnp().average(tf.cast(first, tf.float64), *args[1:], **kwargs)
+  if func in (np.sort, np.argsort) and dtype == np.uint16:
+    out = getattr(_tnp(), func.__name__)(tf.cast(first, tf.int32),
+                                         *args[1:], **kwargs)
+    return tf.cast(out, first.dtype) if func is np.sort else out
+  if func is np.tile and dtype == np.uint16:
+    return tf.bitcast(_tnp().tile(tf.bitcast(first, tf.int16), *args[1:],
+                                  **kwargs), tf.uint16)
+  return None
 
 
 # NumPy's ufuncs that give a boolean array itself (TensorFlow refuses
@@ -2445,7 +2560,11 @@ def abs(x):
     return builtins.abs(x)
   if ragged.is_ragged(x):
     return x.with_data(abs(x.data))
-  return _tf().abs(x) if is_tf(x) else np.abs(x)
+  if is_tf(x):
+    if _tf().as_dtype(x.dtype).is_unsigned:
+      return x   # TensorFlow has no unsigned `abs`
+    return _tf().abs(x)
+  return np.abs(x)
 
 
 def len(x):
@@ -2546,6 +2665,22 @@ def math_fn(name, *args, guard=None, **keywords):
   """
   return member_math.math_fn(note_failure, name, *args, guard=guard,
                              **keywords)
+
+
+def pow_mod(base, exp, mod, guard=None):
+  """One member's `pow(base, exp, mod)` of integers
+  (`member_math.pow_mod`).
+
+  Args:
+    base, exp, mod: Its arguments.
+    guard: The condition under which Python evaluates the call, or None.
+
+  Returns:
+    Its value, an int64 (of `mod`'s sign).
+  """
+  if ragged.is_ragged(base, exp, mod):
+    next(v for v in (base, exp, mod) if ragged.is_ragged(v)).refuse()
+  return member_math.pow_mod(note_failure, base, exp, mod, guard)
 
 
 def math_rows(name, *args, guard=None, **keywords):

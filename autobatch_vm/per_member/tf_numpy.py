@@ -65,6 +65,7 @@ def numpy_call(func, *args, **kwargs):
   args = [_numpy_dtype(a) for a in args]
   kwargs = {k: _numpy_dtype(v) for k, v in kwargs.items()}
   if member_ops.is_tf(*member_ops.leaves(list(args) + list(kwargs.values()))):
+    func = member_ops.nan_free(func, args)
     if func in member_helpers.LIKE:
       if args and member_ops.is_tf(args[0]):
         return member_ops.tf_like(func, *args, **kwargs)

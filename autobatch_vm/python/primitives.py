@@ -469,11 +469,22 @@ class PrimitiveRewriter(ast.NodeTransformer):
       return self.visit(node.args[0])
     if callee is builtins.pow and (len(node.args) == 3 or any(
         k.arg == 'mod' for k in node.keywords)):
+      operands = _pow_mod_operands(node)
+      if self.per_member and operands is not None:
+        # A member's `pow(a, e, m)` of integers: `member_ops.pow_mod`.
+        keywords = ([ast.keyword('guard', self._guard(node))]
+                    if self._guards else [])
+        return self._ops('pow_mod', [self.visit(x) for x in operands],
+                         node, MEMBER_OPS, keywords)
       # NumPy's and TensorFlow's powers take no modulus (the error named
       # the operator's internals).
       self.unsupported(
-          node, 'pow() calls with a modulus',
-          "Write the square-and-multiply loop in the function: r = 1; "
+          node, 'pow() calls with a modulus in a batch-aware function' if (
+              not self.per_member) else 'pow() calls with a modulus '
+          'written with * or ** arguments',
+          "NumPy has no modular power: write the function per member "
+          "(Context().batch(per_member=True)), where pow(a, e, m) of "
+          "integers runs, or the square-and-multiply loop: r = 1; "
           "while e > 0: (if e % 2 == 1: r = r * b % m); b = b * b % m; "
           "e = e // 2 (int64 holds the products while m < 3e9).")
     if callee is builtins.pow:
@@ -606,6 +617,22 @@ class _FormRewriter(ast.NodeTransformer):
     return self.generic_visit(node)
 
 
+def _pow_mod_operands(node):
+  """`(base, exp, mod)` of a `pow()` call with a modulus, written by
+  position or by Python's keywords; None for `*` or `**` arguments."""
+  if any(isinstance(a, ast.Starred) for a in node.args) or any(
+      k.arg is None for k in node.keywords):
+    return None
+  given = dict(zip(('base', 'exp', 'mod'), node.args))
+  for k in node.keywords:
+    if k.arg in given or k.arg not in ('base', 'exp', 'mod'):
+      return None   # Python's TypeError, as written
+    given[k.arg] = k.value
+  if len(given) != 3:
+    return None
+  return given['base'], given['exp'], given['mod']
+
+
 class _Promoting(_FormRewriter):
   """Python's arithmetic and comparison operators as `ops.promoted`."""
 
@@ -622,6 +649,18 @@ class _Promoting(_FormRewriter):
     if type(node.op) not in _PROMOTED_OPERATORS:
       return node
     return self._promoted(node.op, node.left, node.right, node)
+
+  def visit_UnaryOp(self, node):
+    node = self.generic_visit(node)
+    if not isinstance(node.op, ast.USub) or isinstance(node.operand,
+                                                       ast.Constant):
+      return node
+    # `-v` of unsigned integers: `ops.negative` (TensorFlow has no
+    # unsigned negation).
+    self.changed = True
+    fn = ast.Attribute(ast.Name(self.prefix + _OPS, ast.Load()), 'negative',
+                       ast.Load())
+    return ast.copy_location(ast.Call(fn, [node.operand], []), node)
 
   def visit_Compare(self, node):
     node = self.generic_visit(node)
@@ -917,6 +956,8 @@ def promotable(body):
   return any((isinstance(n, ast.BinOp) and type(n.op) in _PROMOTED_OPERATORS)
              or (isinstance(n, ast.Compare) and len(n.ops) == 1 and
                  type(n.ops[0]) in _PROMOTED_OPERATORS)
+             or (isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub)
+                 and not isinstance(n.operand, ast.Constant))
              for n in ast.walk(body))
 
 

@@ -349,6 +349,13 @@ def member_error(kind, op, members, detail=None):
         '(np.clip the start to len(v) - 3), or pad the array by the '
         "window's length.")
   name, message = member_math.FAILURES[kind]
+  if kind == 'pow_mod_range':
+    return errors.PrimitiveError(
+        f'{name} in `{text}` for {who}: {message}', loc=op.loc,
+        members=members,
+        hint='Python computes it with its unbounded ints; a batch holds '
+        'int64s and is exact for moduli up to 2**52.  Compute these '
+        'members outside the batched function, or reduce the modulus.')
   return errors.PrimitiveError(
       f'{name} in `{text}` for {who}: {message}', loc=op.loc,
       members=members,
