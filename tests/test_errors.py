@@ -115,6 +115,7 @@ def swaps_in_a_helper(x):
 
 
 @unsupported('pow_modulus', 'pow() calls with a modulus',
+             'in a batch-aware function', 'per_member=True',
              'square-and-multiply')
 def modular_power(x):
   return pow(x, 3, 7)  # ERR:pow_modulus

@@ -2202,7 +2202,9 @@ def matmul(a, b):
     joint = tf.as_dtype(np.result_type(a.dtype.as_numpy_dtype,
                                        b.dtype.as_numpy_dtype))
     a, b = tf.cast(a, joint), tf.cast(b, joint)
-  if is_tf(a, b) and 1 in (_rank(a), _rank(b)):
+  if is_tf(a, b) and (1 in (_rank(a), _rank(b)) or builtins.any(
+      is_tf(x) and _narrow_product(x) for x in (a, b))):
+    # (A product of integers TensorFlow's kernels lack, in int64 too.)
     tf = _tf()
     if not is_tf(a):
       a = tf.convert_to_tensor(a, dtype_hint=b.dtype)
@@ -2210,6 +2212,13 @@ def matmul(a, b):
       b = tf.convert_to_tensor(b, dtype_hint=a.dtype)
     return tnp_call(np.matmul, (a, b), {})
   return a @ b
+
+
+def _narrow_product(x):
+  """Whether tensor `x`'s dtype is an integer (or boolean) one that
+  TensorFlow's products lack."""
+  dtype = np.dtype(_tf().as_dtype(x.dtype).as_numpy_dtype)
+  return dtype.kind in 'iub' and dtype not in _NATIVE_PRODUCTS
 
 
 def _rank(x):

@@ -703,13 +703,21 @@ def _float_number(v, n):
   return v[1.0] + n
 
 
+TABLE = np.arange(10.0) * 3
+
+
+def _float_table_item(v, n):
+  return TABLE[n * 0.5] + v[0]     # n // 2 meant
+
+
 def _integer_items(v, n):
   return v[n // 2] + v[np.int32(n) - 1] + np.sum(v[:n // 2]) + v[int(n / 2)]
 
 
 @pytest.mark.parametrize('fn,error', [
     (_float_item, IndexError), (_float_bound, TypeError),
-    (_float_write, IndexError), (_float_number, IndexError)])
+    (_float_write, IndexError), (_float_number, IndexError),
+    (_float_table_item, IndexError)])
 def test_a_float_index_fails_as_numpys_on_every_backend(fn, error):
   # A member's float index (`v[n / 2]`) silently truncated on TensorFlow
   # eagerly, under tf.function and XLA; NumPy and the dry run refuse it.
@@ -740,3 +748,55 @@ def test_integer_indices_beside_float_ones_still_run():
   python_tests.run_everywhere(
       ab.Context().batch(per_member=True)(_integer_items),
       [v, np.array([4, 5])])
+
+
+def _outer_of_booleans(a, b):
+  return np.outer(a, b), np.dot(a, b), np.einsum('i,j->ij', a, b)
+
+
+def test_products_of_booleans_are_numpys():
+  # TensorFlow 2.16's np.outer of booleans multiplied them (no kernel);
+  # NumPy's products of booleans are booleans (a logical or of ands).
+  a = np.array([[True, False, True], [False, False, True]])
+  b = a[::-1].copy()
+  python_tests.run_everywhere(
+      ab.Context().batch(per_member=True)(_outer_of_booleans), [a, b])
+
+
+def _modular_power(a, e, m):
+  return pow(int(a), int(e), int(m)), pow(int(a), 2, mod=int(m))
+
+
+def test_pow_with_a_modulus_of_a_members_integers():
+  # pow(a, e, m) was refused; Python computes it for ints (a negative
+  # exponent by the inverse of the base), with the sign of the modulus.
+  a = np.array([3, 7, 123456, -5, 10, 2**40 + 3, 0])
+  e = np.array([5, 0, 65537, 3, -1, 2**50 + 7, 0])
+  m = np.array([7, 13, 2**31 - 1, 11, -17, 2**52 - 1, 1])
+  f = ab.Context().batch(per_member=True)(_modular_power)
+  want = [np.array(w) for w in zip(*[
+      _modular_power(*x) for x in zip(a.tolist(), e.tolist(), m.tolist())])]
+  for got, w in zip(f(a, e, m, dry_run=True), want):
+    np.testing.assert_array_equal(got, w)
+  python_tests.run_everywhere(f, [a, e, m], check=None)
+
+
+@pytest.mark.parametrize('a,e,m,error,match', [
+    (2, 3, 0, ValueError, 'cannot be 0'),
+    (2, -1, 4, ValueError, 'not invertible'),
+    (2, 3, 2**53, OverflowError, r'beyond 2\*\*52')])
+def test_pow_with_a_modulus_fails_the_members_python_fails(a, e, m, error,
+                                                          match):
+  f = ab.Context().batch(per_member=True)(_modular_power)
+  args = [np.array([3, a]), np.array([4, e]), np.array([5, m])]
+  if error is ValueError:   # Python's own error
+    with pytest.raises(error, match=match):
+      f(*args, dry_run=True)
+  tf = pytest.importorskip('tensorflow')
+  for run in (lambda: f(*args), lambda: f(*args, stackless=True),
+              lambda: f(*[tf.constant(x) for x in args])):
+    with pytest.raises(ab.errors.PrimitiveError,
+                       match=f'{error.__name__}.*members \\[1\\]') as info:
+      run()
+    assert match.replace('\\', '') in str(info.value) or (
+        error is OverflowError)
