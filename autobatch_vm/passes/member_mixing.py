@@ -27,7 +27,8 @@ from autobatch_vm.passes.made_up import made_up
 from autobatch_vm.passes.made_up import ones_arguments
 
 __all__ = ['check_batch_independent', 'check_broadcasting',
-           'check_members_apart', 'check_rows_uncounted', 'shares_one_row']
+           'check_members_apart', 'check_rows_uncounted', 'shares_one_row',
+           'unchecked_inputs']
 
 
 def check_batch_independent(op, in_types, value, run_at):
@@ -281,7 +282,7 @@ def shares_one_row(op, in_types, backend):
     True where every leaf of one row is the same whatever either member's
     values, on two runs.
   """
-  if _unchecked_inputs(op, in_types):
+  if unchecked_inputs(op, in_types):
     return False
   context = backend.eager_scope() if backend.in_graph() else (
       contextlib.nullcontext())
@@ -326,7 +327,7 @@ def _one_rows(value):
   return rows
 
 
-def _unchecked_inputs(op, in_types):
+def unchecked_inputs(op, in_types):
   """Whether `op` is the compiler's own or reads literals only."""
   module = getattr(op.function, '__module__', None) or ''
   return (op.function is inst.identity or module.startswith('autobatch_vm.')
@@ -337,7 +338,7 @@ def _unchecked(op, in_types, backend):
   """Whether the checks of this module leave `op` alone: the compiler's
   own primitives (copies, loop counters), primitives of literals only,
   and any in a graph, where nothing runs on values."""
-  return _unchecked_inputs(op, in_types) or backend.in_graph()
+  return unchecked_inputs(op, in_types) or backend.in_graph()
 
 
 def check_broadcasting(op, in_types, backend):
@@ -445,7 +446,8 @@ def _mixes(op, in_types, backend, pin=None):
   """The made-up kind on which `op` mixes members, or None.
 
   The primitive runs on two members that are made-up inputs of one kind
-  (`MADE_UP`, the first where it runs), then with one member's changed
+  (`MADE_UP`, the first where it runs, then `_GENERIC` where that one
+  shows nothing and it runs there), then with one member's changed
   (`_other_member`: up, then down where up changes nothing): the second
   (a reduction over the batch, `x - x.sum()`), then the first (a read of
   the batch's first row, `x + y[0]`, which the first member's own
@@ -465,26 +467,36 @@ def _mixes(op, in_types, backend, pin=None):
   Returns:
     The kind in `MADE_UP`, or None where nothing shows mixing.
   """
-  def call(change, changed=1):
+  def call(kind, change, changed=1):
     if pin is not None:
       pin.reset()
     return op.function(*_member_pair(in_types, kind, change, backend,
                                      changed))
+  tried = 0
   for kind in MADE_UP:
+    if tried and kind != _GENERIC:
+      continue
     try:
-      unchanged = call(None)
+      unchanged = call(kind, None)
     except Exception:  # pylint: disable=broad-except
       continue
-    break
-  else:
-    return None
-  for changed in (1, 0):
-    watched = 1 - changed
-    if _mixes_when_changed(
-        lambda change: _rows(call(change, changed), watched),  # pylint: disable=cell-var-from-loop
-        _rows(unchanged, watched)):
-      return kind
+    tried += 1
+    for changed in (1, 0):
+      watched = 1 - changed
+      if _mixes_when_changed(
+          lambda change: _rows(call(kind, change, changed), watched),  # pylint: disable=cell-var-from-loop
+          _rows(unchanged, watched)):
+        return kind
+    if kind == _GENERIC:
+      break
   return None
+
+
+# The made-up kind `_mixes` also runs on where the first kind that runs
+# shows nothing: values that differ per element and are neither 0 nor 1,
+# since zeros and ones hide a product with another member's values (`x *
+# x[-1]` of zeros is zeros whatever the last member's `x`).
+_GENERIC = 'uniform'
 
 
 def _mixes_when_changed(run, first):

@@ -781,17 +781,30 @@ class _Inference:
 
   def check_apart(self, op, in_types, check=None):
     """`check` (`member_mixing.check_members_apart` by default) of
-    batch-aware `op`.  Where the backend stages a graph, a primitive that
-    calls NumPy (`np.any(x > c)`, run in its TensorFlow form) is checked
-    on made-up values out of the graph (`Backend.eager_scope`); one of
-    TensorFlow's ops alone is not checked there."""
+    batch-aware `op`.  Where the backend stages a graph (the user's
+    `tf.function`, XLA), the primitive is checked as it is eagerly, on
+    made-up values out of the graph (`Backend.eager_scope`): types give
+    the made-up values' shapes and dtypes, and the graph's symbolic
+    tensors would show nothing.  There a primitive whose ops draw at
+    random or keep state (`Backend.draws_at_random`, which traces it) is
+    not run: run eagerly while tracing, it would advance a generator or
+    update a variable of the user's, and the check says nothing of such a
+    primitive anyway."""
     check = check or member_mixing.check_members_apart
     if not self.backend.in_graph():
       check(op, in_types, self.backend)
       return
-    if id(op) in self.calls_numpy:
-      with self.backend.eager_scope():
-        check(op, in_types, self.backend)
+    if member_mixing.unchecked_inputs(op, in_types):
+      return
+    with self.backend.eager_scope():
+      try:
+        draws = self.backend.draws_at_random(
+            op.function, self.dummies(in_types, batch=2))
+      except Exception:  # pylint: disable=broad-except
+        draws = None
+      if draws:
+        return
+      check(op, in_types, self.backend)
 
   def check_member_shapes(self, op, in_types, value):
     """Refuses a per-member `op` whose result's shape follows its inputs'

@@ -572,3 +572,107 @@ def test_a_count_of_the_batch_inside_an_expression_is_refused():
   np.testing.assert_allclose(indexed(np.arange(12.0).reshape(4, 3),
                                      np.array([0, 2, 1, 0])),
                              [3.0, 8.0, 10.0, 12.0])
+
+
+# -- another member's value read by index or product, in every mode ------------
+
+
+def times_last(x):
+  return x * x[-1]  # MIX:last
+
+
+def times_dot(x):
+  return x * (x @ x)  # MIX:dot
+
+
+def times_first_row(v):
+  return v * v[0]  # MIX:row
+
+
+def minus_first(x):
+  return x - x[0]  # MIX:first
+
+
+def reversed_members(x):
+  return x[::-1] + 0.0  # MIX:reversed
+
+
+def scaled_by_a_counter(v, k):
+  s = 0.0
+  for _ in range(k):
+    s = s + 1.0
+  return s * v  # MIX:trap
+
+
+def _refused_in_every_mode(fn, args, tag, match):
+  """`fn` (batch-aware, in a fresh Context) refused with a
+  TypeInferenceError at its line tagged `tag`: NumPy (stack VM,
+  stackless), TensorFlow eagerly, under tf.function and under XLA."""
+  calls = [lambda s=s: ab.Context().batch()(fn)(*args, stackless=s)
+           for s in (False, True)]
+  tf = _tf()
+  targs = [tf.constant(a) for a in args]
+  calls.append(lambda: ab.Context().batch()(fn)(*targs))
+  calls += [lambda jit=jit: tf.function(ab.Context().batch()(fn),
+                                        jit_compile=jit)(*targs)
+            for jit in (False, True)]
+  for call in calls:
+    with pytest.raises(errors.TypeInferenceError, match=match) as info:
+      call()
+    assert info.value.lineno == _line_of(tag)
+    assert info.value.loc.filename == __file__
+    assert info.value.function == fn.__name__
+
+
+@pytest.mark.parametrize('fn, tag', [
+    (times_last, 'last'), (times_dot, 'dot'), (minus_first, 'first'),
+    (reversed_members, 'reversed')])
+def test_a_members_scalar_times_another_members_is_refused_everywhere(
+    fn, tag):
+  # `x[-1]` is the last member's value and `x @ x` the batch's dot product;
+  # on made-up members of zeros the product with them hid it (0 * anything),
+  # and inside a graph nothing ran: each member got others' values, silently.
+  x = np.array([1.0, 4.0, 2.0, 3.0])
+  _refused_in_every_mode(fn, [x], tag, 'mixes batch members')
+
+
+def test_a_members_vector_times_the_first_members_is_refused_everywhere():
+  # `v[0]` of v [batch, 3] is the first member's vector (meant: v[:, :1]).
+  v = np.arange(12.0).reshape(4, 3) + 1
+  _refused_in_every_mode(times_first_row, [v], 'row', 'mixes batch members')
+
+
+def test_a_counters_scalar_against_a_vector_is_refused_in_a_graph_too():
+  # `s * v` of a loop's per-member s [B] and v [B, n] with n == B ran
+  # under tf.function and XLA, each member taking the other's s.
+  v = np.array([[1.0, 2.0], [3.0, 4.0]])
+  _refused_in_every_mode(scaled_by_a_counter, [v, np.array([1, 2])], 'trap',
+                         'runs on one member but not on')
+
+
+_TABLE = np.array([0.5, 2.0, 3.0, -1.0])
+_MATRIX = np.array([[1.0, 2.0, 0.0], [0.5, -1.0, 3.0], [0.0, 1.0, 1.0]])
+_WEIGHTS = np.array([0.25, -0.5, 2.0])
+
+
+def tables_and_constants(x, v, j):
+  # Lookalikes of the mistakes above that read no other member.
+  a = x * _TABLE[-1] + x * _TABLE[0]
+  b = v * v[:, :1] + v[:, -1:] * v
+  c = v[:, 0] * x
+  d = _TABLE[j] * x
+  e = v @ _MATRIX
+  f = (v @ _WEIGHTS) * x
+  g = np.sum(v * v, axis=-1) * x
+  h = np.einsum('bi,bi->b', v, v) + x * x
+  return a, b, c, d, e + _MATRIX[1], f + g + h + _WEIGHTS @ _WEIGHTS
+
+
+def test_lookalikes_that_read_constants_or_their_own_member_run_everywhere():
+  x = np.array([1.0, 4.0, 2.0])
+  v = np.arange(9.0).reshape(3, 3) + 1
+  j = np.array([3, 0, 2])
+  for batch in (2, 3):
+    fn = ab.Context().batch()(tables_and_constants)
+    _no_mixing_alarm(lambda: run_everywhere(  # pylint: disable=cell-var-from-loop
+        fn, [x[:batch], v[:batch], j[:batch]]))
