@@ -113,7 +113,8 @@ class BatchedFunction(shipping.FunctionPickling):
       *args, **kwargs: The function's own arguments, each an array (or a
         tuple, list or namedtuple of arrays) whose axis 0 is the batch; a
         scalar or a batch of one is broadcast to the batch.  Defaulted
-        parameters may be left out.
+        parameters may be left out: the default is the same value for
+        every member (an array default is not a batch).
       dry_run: Whether to run each member alone as plain Python (the
         reference), stacking the results as a batched call does.
       stackless: True: Python's stack handles calls, and independent calls
