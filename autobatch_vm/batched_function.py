@@ -113,7 +113,8 @@ class BatchedFunction(shipping.FunctionPickling):
       *args, **kwargs: The function's own arguments, each an array (or a
         tuple, list or namedtuple of arrays) whose axis 0 is the batch; a
         scalar or a batch of one is broadcast to the batch.  Defaulted
-        parameters may be left out.
+        parameters may be left out: the default is the same value for
+        every member (an array default is not a batch).
       dry_run: Whether to run each member alone as plain Python (the
         reference), stacking the results as a batched call does.
       stackless: True: Python's stack handles calls, and independent calls
@@ -153,7 +154,7 @@ class BatchedFunction(shipping.FunctionPickling):
     if dry_runs.active():  # inside a dry run: plain Python
       return dry_runs.call(self, args, kwargs)
     given = args
-    args = self.bind_arguments(args, kwargs)
+    args = self.bind_arguments(args, kwargs, batched=True)
     loc = self.context.function_loc(self.name)
     failures.check_on_error(on_error, loc)
     max_stack_depth, max_steps = _checked_modes(max_stack_depth, max_steps,
@@ -215,16 +216,20 @@ class BatchedFunction(shipping.FunctionPickling):
         'float64 where it meets none.  Give the default the dtype you mean '
         f'(`{example}`) or pass the argument.')
 
-  def bind_arguments(self, args, kwargs):
+  def bind_arguments(self, args, kwargs, batched=False):
     """Binds a call's arguments to the parameters, as a call does.
 
-    Defaulted parameters left out get their defaults (converted later as
-    passed arguments are).
+    Defaulted parameters left out get their defaults.
 
     Args:
       args: The call's positional arguments.
       kwargs: The call's keyword arguments (the function's own, not its
         call modes).
+      batched: Whether the arguments are a whole batch (a call from
+        outside): a default is then the same value for every member, a
+        batch of one (`call_arguments.shared_default`), which conversion
+        broadcasts to the batch.  False: the default value itself (a call
+        within a dry run).
 
     Returns:
       The list of arguments, one per parameter, in the parameters' order.
@@ -256,7 +261,8 @@ class BatchedFunction(shipping.FunctionPickling):
     defaults = self.context._defaults_of(self.name)
     for p in params:
       if p not in bound and p in defaults:
-        bound[p] = defaults[p]  # converted as a passed argument is
+        bound[p] = (call_arguments.shared_default(defaults[p]) if batched
+                    else defaults[p])
     missing = [p for p in params if p not in bound]
     if missing:
       raise errors.ArgumentError(

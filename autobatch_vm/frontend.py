@@ -725,7 +725,8 @@ class Context(shipping.ContextPickling):
       ArgumentError: If the arguments do not fit the function.
     """
     bf = self._entry(self._name_of(name))
-    bf, args = self._with_nones_fixed(bf, bf.bind_arguments(list(args), {}))
+    args = bf.bind_arguments(list(args), {}, batched=True)
+    bf, args = self._with_nones_fixed(bf, args)
     name = bf.name
     backend = backend or call_arguments.default_backend(args)
     scalars = call_arguments.python_scalars(args)

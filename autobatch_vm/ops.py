@@ -17,7 +17,8 @@ from autobatch_vm import errors
 
 __all__ = ['logical_and', 'logical_or', 'logical_not', 'where', 'mod',
            'floordiv', 'promoted', 'fail', 'sync_point', 'SYNC_ATTRIBUTE',
-           'truthy', 'key', 'batch_setitem', 'tf_setitem', 'static_item',
+           'truthy', 'key', 'batch_setitem', 'list_setitem', 'tf_setitem',
+           'static_item',
            'optional_value', 'weak_operator', 'weak_dtype', 'in_place',
            'dtype_of', 'negative', 'tf_in_int64', 'tf_unsigned_gap']
 
@@ -753,6 +754,8 @@ def batch_setitem(x, index, value):
   Returns:
     The new array; `x` is unchanged.
   """
+  if isinstance(x, (list, tuple)):
+    return list_setitem(x, index, value)
   parts = index if isinstance(index, tuple) else (index,)
   ndim = len(x.shape)
   if parts and parts[0] is Ellipsis:
@@ -778,6 +781,84 @@ def batch_setitem(x, index, value):
   x = np.array(x, copy=True)
   x[index] = value
   return x
+
+
+def _list_index(index):
+  """`index` as a Python int where it is one index the same for every
+  member (a Python or NumPy integer, or a 0-d NumPy integer array), else
+  None."""
+  if isinstance(index, (bool, np.bool_)):
+    return None
+  if isinstance(index, (int, np.integer)):
+    return int(index)
+  if (type(index) is np.ndarray and index.ndim == 0 and
+      index.dtype.kind in 'iu'):
+    return int(index)
+  return None
+
+
+def list_setitem(x, index, value):
+  """`x[index] = value` of a variable that holds a Python list: a new list,
+  `x`'s items with item `index` replaced by `value`.
+
+  A list of values is structure, the same for every member (its length,
+  its items' types), so the item written is chosen by an index the same
+  for every member (`parts[0] = parts[0] + x`); each member's value of
+  the item is written.  Both styles (and their dry runs) call it.
+
+  Args:
+    x: The list (of arrays, tensors, one member's values, numbers or
+      structures).
+    index: The index (`key[...]`'s value).
+    value: The new item.
+
+  Returns:
+    The new list; `x` is unchanged.
+
+  Raises:
+    UnsupportedSyntaxError: If `x` is a tuple (Python cannot assign its
+      items), the index is a slice, or it is one index per member.
+    IndexError: If the index is out of the list's range, as Python's.
+  """
+  if isinstance(x, tuple):
+    rebuilt = ('`t = t._replace(name=v)`' if hasattr(x, '_fields') else
+               '`t = (v, t[1])` or `t = t[:k] + (v,) + t[k + 1:]`')
+    raise errors.UnsupportedSyntaxError(
+        f'item assignment to a {type(x).__name__} (Python cannot assign '
+        'items of a tuple: TypeError) is not supported in batched '
+        'functions', hint=f'Build a new tuple and assign it: {rebuilt}.')
+  if isinstance(index, tuple) or index is Ellipsis:
+    raise errors.UnsupportedSyntaxError(
+        'item assignment to a Python list at an index of several parts '
+        '(`v[i, j] = ...`, `v[...] = ...`) is not supported: a list takes '
+        'one index', hint='Assign an item at a constant index (`v[0] = '
+        'a`); for an item of an array in the list, take it into a '
+        'variable, assign its item, and put it back (`a = v[0]`, '
+        '`a[..., j] = b`, `v[0] = a`).')
+  if isinstance(index, slice):
+    raise errors.UnsupportedSyntaxError(
+        'slice assignment to a Python list (`v[i:j] = ...`) is not '
+        'supported in batched functions: a list is structure, of one '
+        'length for every member',
+        hint='Assign its items one by one at constant indices '
+        '(`v[0] = a`), or build the new list (`v = [a, b] + v[2:]`).')
+  k = _list_index(index)
+  if k is None:
+    raise errors.UnsupportedSyntaxError(
+        'item assignment to a Python list at an index that is a '
+        'per-member value (a variable\'s, `v[i] = a`) is not supported '
+        'in batched functions: a list is structure, the same for every '
+        'member, and its item is picked by a constant index (`v[0] = a`)',
+        hint='Write the index as a constant (`v[0] = a`, `v[-1] = b`), or '
+        'keep the values in an array instead of a list (`v = np.stack([a, '
+        'b], axis=-1)`: per member `v[i] = a` then writes member i\'s item; '
+        'batch-aware, select with np.where(np.arange(2) == i[:, None], '
+        'a[:, None], v)).')
+  if not -len(x) <= k < len(x):
+    raise IndexError('list assignment index out of range')
+  out = list(x)
+  out[k] = value
+  return out
 
 
 def dtype_of(x):

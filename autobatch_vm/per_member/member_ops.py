@@ -1902,13 +1902,16 @@ def setitem(x, index, value):
   """One member's `x` with `x[index] = value`, as a new value.
 
   Args:
-    x: One member's array (or tensor).
+    x: One member's array (or tensor), or a list of values (structure:
+      `ops.list_setitem`).
     index: The index as Python gives it to `__setitem__`.
     value: The value to write (broadcast to the items).
 
   Returns:
-    A new array; `x` is unchanged.
+    A new array (list); `x` is unchanged.
   """
+  if isinstance(x, (list, tuple)):   # a list of values: structure
+    return ops.list_setitem(x, index, value)
   # The positions written are read as they lie (a strided window never
   # gathered to the front, `_reading_to_write`).
   with _reading_to_write():
@@ -2234,6 +2237,8 @@ def setitem_with(x, index, value, operation):
   in each member's window, whatever its length; otherwise it is
   `x[index] = x[index] op value`.
   """
+  if isinstance(x, (list, tuple)):   # structure: refused as a slice
+    return ops.list_setitem(x, index, value)
   op = getattr(operator, operation)
   _check_in_place_dtype(x, value, op)
   if not (is_tf(x, value) or is_tf(*_parts(index)) or

@@ -24,7 +24,7 @@ from autobatch_vm.ir import instructions as inst
 
 __all__ = ['argument_types', 'batch_size', 'convert_arguments',
            'default_backend', 'map_arguments', 'name_argument_values',
-           'python_scalars']
+           'python_scalars', 'shared_default']
 
 _PY_NUMBERS = (bool, int, float, complex)
 
@@ -124,6 +124,36 @@ def convert_arguments(name, params, args, backend, loc):
         lambda v: backend.take_rows(v, rows)
         if backend.shape(v)[0] == 1 else v, a) for a in out]
   return out
+
+
+def shared_default(value):
+  """A parameter's default, taken by a call from outside, as a call argument.
+
+  A default is the same value for every member, as each member called
+  alone in plain Python takes it: each array leaf gets a leading batch
+  axis of 1, which conversion broadcasts to the batch (a `[3]` weight
+  vector is `[3]` per member, not a batch of 3 scalars).  Python numbers
+  stay literals (already a scalar per member), `None` stays `None` (the
+  variant without the parameter).
+
+  Args:
+    value: The parameter's default.
+
+  Returns:
+    `value` with each array leaf (`map_arguments`) a batch of one.
+  """
+  def leaf(x):
+    if x is None or type(x) in _PY_NUMBERS or isinstance(
+        x, (str, bytes, dict, set)):
+      return x
+    if _is_number_list(x):
+      return [x]
+    if isinstance(x, (np.ndarray, np.generic)):
+      return np.expand_dims(x, 0)
+    if hasattr(x, 'shape') and hasattr(x, '__getitem__'):
+      return x[None]   # a tensor
+    return x
+  return map_arguments(leaf, value)
 
 
 def python_scalars(args):

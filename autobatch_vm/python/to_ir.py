@@ -152,6 +152,36 @@ def _has_variable_slice(index):
       b is not None and not isinstance(b, ast.Constant)
       for b in (p.lower, p.upper, p.step)) for p in parts)
 
+
+def _list_locals(node):
+  """Names that function `node` assigns a Python list (or tuple): a
+  display (`[a, b]`, `(a, b)`), a list comprehension, `list(...)`, or a
+  sum or repetition of those (`[v] + rest`, `[a] * 3`).  Their items are
+  assigned as a list's (`ops.list_setitem`), which refuses a tuple's."""
+  def is_list(v):
+    if isinstance(v, (ast.List, ast.ListComp, ast.Tuple)):
+      return True
+    if (isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and
+        v.func.id == 'list'):
+      return True
+    if isinstance(v, ast.BinOp) and isinstance(v.op, (ast.Add, ast.Mult)):
+      # `[v] + rest`, `[a] * 3` or `3 * [a]`, not `x * y` of arrays.
+      return is_list(v.left) or (isinstance(v.op, ast.Mult) and isinstance(
+          v.left, ast.Constant) and is_list(v.right))
+    return False
+  out = set()
+  for n in ast.walk(node):
+    if isinstance(n, ast.Assign):
+      targets, value = n.targets, n.value
+    elif isinstance(n, ast.AnnAssign) and n.value is not None:
+      targets, value = [n.target], n.value
+    else:
+      continue
+    if is_list(value):
+      out.update(t.id for t in targets if isinstance(t, ast.Name))
+  return out
+
+
 class _Compiler:
   """Walks one function's AST and builds its blocks."""
 
@@ -211,6 +241,10 @@ class _Compiler:
       if name not in self.locals:   # never assigned: None throughout
         self.constants[name] = None
     self.locals -= set(self.constants)
+    # Locals assigned a list display (`parts = [a, b]`): their items are
+    # assigned as a list's (`ops.list_setitem`), not a batched array's
+    # (batch-aware; per member `member_ops.setitem` tells them apart).
+    self.list_locals = _list_locals(node) & self.locals
     for name, value in self.constants.items():
       self.closure[name] = types.CellType(value)
     if optional:
@@ -581,7 +615,8 @@ class _Compiler:
            python_primitives.member_key(self.prefix, target.slice, target),
            value] + ([ast.Constant(operation)] if operation else []), [])
     else:
-      self._check_batch_index(target)
+      if name not in self.list_locals:
+        self._check_batch_index(target)
       call = ast.Call(
           ast.Attribute(ast.Name(self.prefix + 'ops', ast.Load()),
                         'batch_setitem', ast.Load()),
@@ -628,7 +663,9 @@ class _Compiler:
         '(or `x[..., i] = v`) for each member\'s item i, `x[mask] = v` '
         'with a mask of the whole array, or write the function for one '
         'member (per_member=True), where `x[i] = v` is one member\'s '
-        'item.')
+        'item.  (A Python list that the function builds, `x = [a, b]`, '
+        'takes `x[0] = v`; a list it is given or gets from a call: build '
+        'the new list, `x = [v] + x[1:]`.)')
 
   def _assign_from(self, s, target, var):
     """Assigns variable `var` to `target`, a name, an item of a variable

@@ -170,7 +170,7 @@ class ShardedFunction:
                 self.fn.name))
     # As an unsharded call binds them: defaults filled in, and what is
     # wrong said by the batched function.
-    return self.fn.bind_arguments(args, kwargs)
+    return self.fn.bind_arguments(args, kwargs, batched=True)
 
   def split_batch(self, args, batch, available):
     """Splits a call's batch into the members of each shard.

@@ -17,6 +17,7 @@ import autobatch_vm as ab
 from autobatch_vm import errors
 from autobatch_vm.per_member import primitive
 from tests import python as python_tests
+from tests.python import test_batch_item_assignment as batch_items
 
 ctx = ab.Context()
 
@@ -394,3 +395,16 @@ def test_in_place_operators_rebind_a_members_numbers_as_python():
       np.testing.assert_allclose(got, expected, rtol=1e-12)
       assert got.dtype == expected.dtype
   python_tests.run_everywhere(numbers_rebound, [v, d, n], check=check)
+
+
+def test_items_of_a_list_written_at_constant_indices():
+  # A Python list of values is structure: `parts[0] = v` rebuilds it with
+  # that item replaced (`ops.list_setitem`), as the batch-aware programs.
+  c = ab.Context()
+  batched = [c.batch(per_member=True)(fn)
+             for fn in batch_items.LIST_PROGRAMS]
+  batch_items.check_list_programs(batched)
+
+
+def test_list_item_writes_it_cannot_take_are_refused_as_a_lists():
+  batch_items.check_list_refusals(per_member=True)

@@ -161,3 +161,101 @@ def test_a_float_added_into_an_int_arrays_items_is_refused_as_numpy_does():
   # What NumPy's in-place operator can cast keeps the array's dtype.
   run_everywhere(added_into_items, [v.astype(np.int32), v[:, 0]])
   run_everywhere(added_into_items, [v.astype(np.float32), d])
+
+
+# A Python list of values is structure: `parts[0] = v` at a constant index
+# rebuilds the list with that item replaced, in both styles (the per-member
+# programs are in tests/per_member/test_member_assignments.py).
+def list_accumulated(x, n):
+  parts = [x * 0, x * 0 + 1]
+  for _ in range(n):
+    parts[0] = parts[0] + x
+    parts[1] = parts[1] * 2
+  return parts[0], parts[1]
+
+
+def list_written_in_branches(x, n):
+  acc = [x * 0, n * 0, x]
+  while n > 0:
+    if n % 2 == 0:
+      acc[0] += x
+    else:
+      acc[-1] = acc[-1] * 0.5
+    acc[1] = acc[1] + 1        # an int64 item among float64 ones
+    n -= 1
+  return acc[0], acc[1], acc[2]
+
+
+LIST_PROGRAMS = (list_accumulated, list_written_in_branches)
+_list_ctx = ab.Context()
+_list_batched = [_list_ctx.batch()(fn) for fn in LIST_PROGRAMS]
+
+
+def expected_of_each_member(fn, x, n):
+  """`fn` called on each member alone, as plain Python, stacked."""
+  outs = [fn(x[b], n[b]) for b in range(len(x))]
+  return tuple(np.stack([np.asarray(o[k]) for o in outs])
+               for k in range(len(outs[0])))
+
+
+def check_list_programs(batched):
+  x, n = np.array([1.0, 2.0, 0.5]), np.array([3, 0, 5])
+  for fn in batched:
+    expected = expected_of_each_member(fn.python_function, x, n)
+    def check(alone, expected=expected):
+      for got, want in zip(alone, expected):
+        np.testing.assert_allclose(got, want)
+        assert got.dtype == want.dtype
+    run_everywhere(fn, [x, n], check)
+
+
+def test_items_of_a_list_written_at_constant_indices():
+  check_list_programs(_list_batched)
+
+
+def list_at_a_members_index(x, n):
+  parts = [x * 0, x * 0]
+  parts[n % 2] = x
+  return parts[0]
+
+
+def list_slice_written(x, n):
+  parts = [x, x, x]
+  parts[0:2] = [x, x]
+  return parts[0]
+
+
+def tuple_item_written(x, n):
+  parts = (x, x)
+  parts[0] = x + 1
+  return parts[0]
+
+
+LIST_REFUSALS = ((list_at_a_members_index, 'Python list at an index that '
+                  'is a per-member value'),
+                 (list_slice_written, 'slice assignment to a Python list'),
+                 (tuple_item_written, 'item assignment to a tuple'))
+
+
+def check_list_refusals(per_member):
+  c = ab.Context()
+  for fn, match in LIST_REFUSALS:
+    refused_everywhere(c.batch(per_member=per_member)(fn),
+                       [np.array([1.0, 2.0]), np.array([1, 2])],
+                       errors.UnsupportedSyntaxError, match)
+
+
+def test_list_item_writes_it_cannot_take_are_refused_as_a_lists():
+  check_list_refusals(per_member=False)
+
+
+def test_a_list_it_is_given_is_refused_with_a_hint_for_lists():
+  c = ab.Context()
+
+  @c.batch
+  def given(x, parts):
+    parts[0] = parts[0] + x
+    return parts[0]
+  error = _refused(given, [np.ones(2), [np.ones(2), np.ones(2)]],
+                   errors.UnsupportedSyntaxError, 'keep axis 0')
+  assert 'x = [v] + x[1:]' in error.hint

@@ -176,12 +176,20 @@ def power(x, k=3):
   return x ** k
 
 
+@_defaults_ctx.batch(per_member=True)
+def weighted_sum(v, w=np.array([1.0, 0.5])):  # pylint: disable=dangerous-default-value
+  return np.dot(v, w)
+
+
 def test_shard_fills_in_default_arguments():
   x = np.arange(7.0)
+  v = np.arange(14.0).reshape(7, 2)
   with concurrent.futures.ThreadPoolExecutor(2) as pool:
     sharded = ab.shard(power, executor=pool)
     assert_same(sharded(x), power(x))
     assert_same(sharded(x, k=2), power(x, k=2))
+    # An array default is the same for every member of every shard.
+    assert_same(ab.shard(weighted_sum, executor=pool)(v), v @ [1.0, 0.5])
 
 
 def test_shard_status_is_the_unsharded_calls():
