@@ -17,8 +17,9 @@ and indexing run as written (an `if` on one member's value inside it is
 still the `PerMemberError` that asks to move the test into the
 per-member function).
 A helper is a plain Python function whose source is outside installed
-libraries and this package, without decorators; any other function, and
-one whose source cannot be read, is called as it is.
+libraries and this package, without decorators (a lambda too, where its
+source line holds no other lambda of its parameters); any other
+function, and one whose source cannot be read, is called as it is.
 """
 
 import ast
@@ -295,8 +296,7 @@ def is_helper(obj):
   if type(obj) is not types.FunctionType:  # pylint: disable=unidiomatic-typecheck
     return False
   code = obj.__code__
-  if code.co_flags & _NOT_PLAIN or code.co_name == '<lambda>' or (
-      code.co_filename.startswith('<')):
+  if code.co_flags & _NOT_PLAIN or code.co_filename.startswith('<'):
     return False
   return not os.path.abspath(code.co_filename).startswith(_LIBRARIES)
 
@@ -371,6 +371,10 @@ def _rewrite(fn, ops, decide):
   # A helper lifted out of a batched function (`python.nested`) carries
   # its definition: its source lacks the parameters it was given.
   definition = copy.deepcopy(getattr(fn, '__ab_definition__', None))
+  if definition is None and code.co_name == '<lambda>':
+    definition = _lambda_definition(fn)
+    if definition is None:
+      return fn
   if definition is None:
     tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
     if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef):
@@ -403,6 +407,38 @@ def _rewrite(fn, ops, decide):
   made.__qualname__ = fn.__qualname__
   made.__doc__ = fn.__doc__
   return made
+
+
+def _lambda_definition(fn):
+  """Lambda `fn` as an `ast.FunctionDef` of its name returning its body,
+  its lines its source file's less `fn`'s first line (as `_rewrite` reads
+  a `def`), or None where its line holds no one lambda of its
+  parameters (or the line is not a statement of its own)."""
+  code = fn.__code__
+  lines, _ = inspect.getsourcelines(fn)
+  try:
+    tree = ast.parse(textwrap.dedent(''.join(lines)))
+  except SyntaxError:
+    return None
+  params = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+  found = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda) and
+           n.lineno == 1 and
+           tuple(a.arg for a in n.args.posonlyargs + n.args.args +
+                 n.args.kwonlyargs) == params and
+           (n.args.vararg is None) == (not code.co_flags &
+                                       inspect.CO_VARARGS) and
+           (n.args.kwarg is None) == (not code.co_flags &
+                                      inspect.CO_VARKEYWORDS)]
+  if len(found) != 1:
+    return None
+  node = found[0]
+  definition = ast.FunctionDef(
+      name=fn.__name__, args=node.args,
+      body=[ast.copy_location(ast.Return(node.body), node.body)],
+      decorator_list=[], returns=None, type_comment=None)
+  ast.copy_location(definition, node)
+  ast.fix_missing_locations(definition)
+  return definition
 
 
 def inner_code(definition, names, filename, line_offset=0):

@@ -1349,6 +1349,41 @@ def _integrals_numpy(a, b):
   return _midpoint_rule(g=_bumpy_numpy, a=a, b=b)
 
 
+
+_contraction = lambda z: np.cos(z) * 0.9 + np.sqrt(np.abs(z)) * 0.1  # pylint: disable=g-long-lambda,unnecessary-lambda-assignment
+_damped = lambda z, c=0.5: c * math.tanh(z) + (1 - c) * z  # pylint: disable=unnecessary-lambda-assignment
+
+
+def _iterated_lambda(x, k):
+  i = 0
+  while i < k:
+    x = _contraction(x)
+    i += 1
+  return x
+
+
+def _lambda_through_helper(a, b):
+  return _midpoint_rule(_damped, a, b)
+
+
+@pytest.mark.parametrize('fn,per_member', [
+    (_iterated_lambda, False), (_iterated_lambda, True),
+    (_lambda_through_helper, True)])
+def test_a_lambda_helper_is_rewritten_as_a_def_one(fn, per_member):
+  """A module-level lambda called as a helper, or passed to one, runs
+  on TensorFlow as a `def` does (under `tf.function` and XLA its NumPy
+  and math calls reached symbolic tensors)."""
+  from tests.python import run_everywhere  # pylint: disable=g-import-not-at-top
+  f = ab.Context().batch(per_member=per_member)(fn)
+  a = np.array([0.0, 1.0, -2.0])
+  b = np.array([3, 10, 0]) if fn is _iterated_lambda else np.array(
+      [1.0, 3.0, 2.0])
+
+  def check(out):
+    np.testing.assert_allclose(out, [fn(x, y) for x, y in zip(a, b)],
+                               rtol=1e-12)
+  run_everywhere(f, [a, b], check=check)
+
 @pytest.mark.parametrize('fn,per_member', [
     (_integrals_math, True), (_integrals_numpy, True),
     (_integrals_numpy, False)])
