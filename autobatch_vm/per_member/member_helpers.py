@@ -432,6 +432,16 @@ def _lambda_definition(fn):
   if len(found) != 1:
     return None
   node = found[0]
+  # The names its body reads are those its code reads (a lambda of code
+  # made from another source, a primitive's, reads names of its own).
+  bound = set(params) | {a.arg for a in (node.args.vararg,
+                                         node.args.kwarg) if a}
+  read = {n.id for n in ast.walk(node.body)
+          if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+  outside = set(code.co_freevars) | set(code.co_names)
+  if not set(code.co_freevars) <= read or not (read - bound) <= (
+      outside | set(code.co_varnames)):
+    return None
   definition = ast.FunctionDef(
       name=fn.__name__, args=node.args,
       body=[ast.copy_location(ast.Return(node.body), node.body)],

@@ -1366,9 +1366,19 @@ def _lambda_through_helper(a, b):
   return _midpoint_rule(_damped, a, b)
 
 
+kk = 100.0   # not the parameter the inline lambda below reads
+
+
+def _inline_lambda_through_helper(a, b, kk):  # pylint: disable=redefined-outer-name
+  y = _midpoint_rule(lambda t: t * kk, a, b)
+  return y
+
+
 @pytest.mark.parametrize('fn,per_member', [
     (_iterated_lambda, False), (_iterated_lambda, True),
-    (_lambda_through_helper, True)])
+    (_lambda_through_helper, True),
+    (_inline_lambda_through_helper, True),
+    (_inline_lambda_through_helper, False)])
 def test_a_lambda_helper_is_rewritten_as_a_def_one(fn, per_member):
   """A module-level lambda called as a helper, or passed to one, runs
   on TensorFlow as a `def` does (under `tf.function` and XLA its NumPy
@@ -1378,11 +1388,15 @@ def test_a_lambda_helper_is_rewritten_as_a_def_one(fn, per_member):
   a = np.array([0.0, 1.0, -2.0])
   b = np.array([3, 10, 0]) if fn is _iterated_lambda else np.array(
       [1.0, 3.0, 2.0])
+  args = [a, b]
+  if fn is _inline_lambda_through_helper:
+    args.append(np.array([2.0, 3.0, -1.0]))
 
   def check(out):
-    np.testing.assert_allclose(out, [fn(x, y) for x, y in zip(a, b)],
+    np.testing.assert_allclose(out, [fn(*x) for x in zip(*args)],
                                rtol=1e-12)
-  run_everywhere(f, [a, b], check=check)
+  run_everywhere(f, args, check=check)
+
 
 @pytest.mark.parametrize('fn,per_member', [
     (_integrals_math, True), (_integrals_numpy, True),
@@ -1401,6 +1415,7 @@ def test_a_function_passed_to_a_helper_is_rewritten_as_the_helper(
     np.testing.assert_allclose(out, [fn(x, y) for x, y in zip(a, b)],
                                rtol=1e-12)
   run_everywhere(f, [a, b], check=check)
+
 
 def _splitmix(z):
   return z ^ (z >> np.uint64(3))
