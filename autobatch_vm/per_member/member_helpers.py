@@ -18,7 +18,7 @@ still the `PerMemberError` that asks to move the test into the
 per-member function).
 A helper is a plain Python function whose source is outside installed
 libraries and this package, without decorators (a lambda too, where its
-source line holds no other lambda of its parameters); any other
+source tells which lambda it is: `_lambda_definition`); any other
 function, and one whose source cannot be read, is called as it is.
 """
 
@@ -412,23 +412,35 @@ def _rewrite(fn, ops, decide):
 def _lambda_definition(fn):
   """Lambda `fn` as an `ast.FunctionDef` of its name returning its body,
   its lines its source file's less `fn`'s first line (as `_rewrite` reads
-  a `def`), or None where its line holds no one lambda of its
-  parameters (or the line is not a statement of its own)."""
+  a `def`), or None where its source does not tell which lambda it is.
+
+  The lambda is found in the parsed file (a lambda inside a call or a
+  literal spanning lines, in a default argument, a class body or a
+  decorator), among those of its parameters that start on its first
+  line; several there are told apart by the columns of its code (Python
+  >= 3.11).  Any failure to read or parse the source gives None: the
+  lambda is called as written.
+  """
   code = fn.__code__
-  lines, _ = inspect.getsourcelines(fn)
   try:
-    tree = ast.parse(textwrap.dedent(''.join(lines)))
-  except SyntaxError:
-    return None
+    lines = inspect.findsource(fn)[0]
+    by_line = _lambdas_by_line(code.co_filename, ''.join(lines))
+  except Exception:  # pylint: disable=broad-except
+    return None   # (inspect and tokenize raise many kinds)
   params = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
-  found = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda) and
-           n.lineno == 1 and
+  positions = getattr(code, 'co_positions', lambda: ())()
+  spans = [(p[0], p[2], p[1], p[3]) for p in positions
+           if None not in p and (p[2], p[3]) != (0, 0)]
+  found = [n for n in by_line.get(code.co_firstlineno, ()) if
            tuple(a.arg for a in n.args.posonlyargs + n.args.args +
                  n.args.kwonlyargs) == params and
            (n.args.vararg is None) == (not code.co_flags &
                                        inspect.CO_VARARGS) and
            (n.args.kwarg is None) == (not code.co_flags &
-                                      inspect.CO_VARKEYWORDS)]
+                                      inspect.CO_VARKEYWORDS) and
+           all((n.lineno, n.col_offset) <= (l, c) and
+               (el, ec) <= (n.end_lineno, n.end_col_offset)
+               for l, c, el, ec in spans)]
   if len(found) != 1:
     return None
   node = found[0]
@@ -438,17 +450,45 @@ def _lambda_definition(fn):
                                          node.args.kwarg) if a}
   read = {n.id for n in ast.walk(node.body)
           if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-  outside = set(code.co_freevars) | set(code.co_names)
   if not set(code.co_freevars) <= read or not (read - bound) <= (
-      outside | set(code.co_varnames)):
+      _names_read(code)):
     return None
+  body = copy.deepcopy(node.body)   # the parsed file's, shared
   definition = ast.FunctionDef(
-      name=fn.__name__, args=node.args,
-      body=[ast.copy_location(ast.Return(node.body), node.body)],
+      name=fn.__name__, args=copy.deepcopy(node.args),
+      body=[ast.copy_location(ast.Return(body), body)],
       decorator_list=[], returns=None, type_comment=None)
   ast.copy_location(definition, node)
   ast.fix_missing_locations(definition)
+  ast.increment_lineno(definition, 1 - code.co_firstlineno)
   return definition
+
+
+def _names_read(code):
+  """The names code object `code` and those nested in it (a lambda's or
+  comprehension's) may read."""
+  names = set(code.co_freevars) | set(code.co_names) | set(code.co_varnames)
+  for c in code.co_consts:
+    if isinstance(c, types.CodeType):
+      names |= _names_read(c)
+  return names
+
+
+_LAMBDAS = {}   # file name -> (its source, line -> its lambdas)
+
+
+def _lambdas_by_line(filename, source):
+  """line -> the `ast.Lambda` nodes starting there, of file `filename`
+  whose text is `source` (parsed once while the text is the same)."""
+  held = _LAMBDAS.get(filename)
+  if held is not None and held[0] == source:
+    return held[1]
+  by_line = {}
+  for node in ast.walk(ast.parse(source)):
+    if isinstance(node, ast.Lambda):
+      by_line.setdefault(node.lineno, []).append(node)
+  _LAMBDAS[filename] = (source, by_line)
+  return by_line
 
 
 def inner_code(definition, names, filename, line_offset=0):

@@ -2080,7 +2080,7 @@ def item_written_params(fn):
     return ()
   try:
     node = python_source.Source(fn).node
-  except errors.UnsupportedSyntaxError:
+  except (errors.UnsupportedSyntaxError, SyntaxError):
     return ()
   return python_source.item_written_params(node)
 
