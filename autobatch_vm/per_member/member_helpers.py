@@ -17,8 +17,9 @@ and indexing run as written (an `if` on one member's value inside it is
 still the `PerMemberError` that asks to move the test into the
 per-member function).
 A helper is a plain Python function whose source is outside installed
-libraries and this package, without decorators; any other function, and
-one whose source cannot be read, is called as it is.
+libraries and this package, without decorators (a lambda too, where its
+source tells which lambda it is: `_lambda_definition`); any other
+function, and one whose source cannot be read, is called as it is.
 """
 
 import ast
@@ -295,8 +296,7 @@ def is_helper(obj):
   if type(obj) is not types.FunctionType:  # pylint: disable=unidiomatic-typecheck
     return False
   code = obj.__code__
-  if code.co_flags & _NOT_PLAIN or code.co_name == '<lambda>' or (
-      code.co_filename.startswith('<')):
+  if code.co_flags & _NOT_PLAIN or code.co_filename.startswith('<'):
     return False
   return not os.path.abspath(code.co_filename).startswith(_LIBRARIES)
 
@@ -371,6 +371,10 @@ def _rewrite(fn, ops, decide):
   # A helper lifted out of a batched function (`python.nested`) carries
   # its definition: its source lacks the parameters it was given.
   definition = copy.deepcopy(getattr(fn, '__ab_definition__', None))
+  if definition is None and code.co_name == '<lambda>':
+    definition = _lambda_definition(fn)
+    if definition is None:
+      return fn
   if definition is None:
     tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
     if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef):
@@ -403,6 +407,88 @@ def _rewrite(fn, ops, decide):
   made.__qualname__ = fn.__qualname__
   made.__doc__ = fn.__doc__
   return made
+
+
+def _lambda_definition(fn):
+  """Lambda `fn` as an `ast.FunctionDef` of its name returning its body,
+  its lines its source file's less `fn`'s first line (as `_rewrite` reads
+  a `def`), or None where its source does not tell which lambda it is.
+
+  The lambda is found in the parsed file (a lambda inside a call or a
+  literal spanning lines, in a default argument, a class body or a
+  decorator), among those of its parameters that start on its first
+  line; several there are told apart by the columns of its code (Python
+  >= 3.11).  Any failure to read or parse the source gives None: the
+  lambda is called as written.
+  """
+  code = fn.__code__
+  try:
+    lines = inspect.findsource(fn)[0]
+    by_line = _lambdas_by_line(code.co_filename, ''.join(lines))
+  except Exception:  # pylint: disable=broad-except
+    return None   # (inspect and tokenize raise many kinds)
+  params = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+  positions = getattr(code, 'co_positions', lambda: ())()
+  spans = [(p[0], p[2], p[1], p[3]) for p in positions
+           if None not in p and (p[2], p[3]) != (0, 0)]
+  found = [n for n in by_line.get(code.co_firstlineno, ()) if
+           tuple(a.arg for a in n.args.posonlyargs + n.args.args +
+                 n.args.kwonlyargs) == params and
+           (n.args.vararg is None) == (not code.co_flags &
+                                       inspect.CO_VARARGS) and
+           (n.args.kwarg is None) == (not code.co_flags &
+                                      inspect.CO_VARKEYWORDS) and
+           all((n.lineno, n.col_offset) <= (l, c) and
+               (el, ec) <= (n.end_lineno, n.end_col_offset)
+               for l, c, el, ec in spans)]
+  if len(found) != 1:
+    return None
+  node = found[0]
+  # The names its body reads are those its code reads (a lambda of code
+  # made from another source, a primitive's, reads names of its own).
+  bound = set(params) | {a.arg for a in (node.args.vararg,
+                                         node.args.kwarg) if a}
+  read = {n.id for n in ast.walk(node.body)
+          if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+  if not set(code.co_freevars) <= read or not (read - bound) <= (
+      _names_read(code)):
+    return None
+  body = copy.deepcopy(node.body)   # the parsed file's, shared
+  definition = ast.FunctionDef(
+      name=fn.__name__, args=copy.deepcopy(node.args),
+      body=[ast.copy_location(ast.Return(body), body)],
+      decorator_list=[], returns=None, type_comment=None)
+  ast.copy_location(definition, node)
+  ast.fix_missing_locations(definition)
+  ast.increment_lineno(definition, 1 - code.co_firstlineno)
+  return definition
+
+
+def _names_read(code):
+  """The names code object `code` and those nested in it (a lambda's or
+  comprehension's) may read."""
+  names = set(code.co_freevars) | set(code.co_names) | set(code.co_varnames)
+  for c in code.co_consts:
+    if isinstance(c, types.CodeType):
+      names |= _names_read(c)
+  return names
+
+
+_LAMBDAS = {}   # file name -> (its source, line -> its lambdas)
+
+
+def _lambdas_by_line(filename, source):
+  """line -> the `ast.Lambda` nodes starting there, of file `filename`
+  whose text is `source` (parsed once while the text is the same)."""
+  held = _LAMBDAS.get(filename)
+  if held is not None and held[0] == source:
+    return held[1]
+  by_line = {}
+  for node in ast.walk(ast.parse(source)):
+    if isinstance(node, ast.Lambda):
+      by_line.setdefault(node.lineno, []).append(node)
+  _LAMBDAS[filename] = (source, by_line)
+  return by_line
 
 
 def inner_code(definition, names, filename, line_offset=0):

@@ -2111,10 +2111,13 @@ def _per_member_promoting(make, loc, text, sizes):
 def item_written_params(fn):
   """The parameters of Python function `fn` whose items it assigns and
   that it never assigns whole (`python.source.item_written_params`); ()
-  where its source cannot be read."""
+  where its source cannot be read, and for a lambda (an expression, which
+  assigns nothing)."""
+  if fn.__code__.co_name == '<lambda>':
+    return ()
   try:
     node = python_source.Source(fn).node
-  except errors.UnsupportedSyntaxError:
+  except (errors.UnsupportedSyntaxError, SyntaxError):
     return ()
   return python_source.item_written_params(node)
 

@@ -13,6 +13,7 @@ errors a user's mistake gets at the user's line.
 
 import logging
 import math
+import types
 import warnings
 
 import numpy as np
@@ -1349,6 +1350,115 @@ def _integrals_numpy(a, b):
   return _midpoint_rule(g=_bumpy_numpy, a=a, b=b)
 
 
+
+_contraction = lambda z: np.cos(z) * 0.9 + np.sqrt(np.abs(z)) * 0.1  # pylint: disable=g-long-lambda,unnecessary-lambda-assignment
+_damped = lambda z, c=0.5: c * math.tanh(z) + (1 - c) * z  # pylint: disable=unnecessary-lambda-assignment
+
+
+def _iterated_lambda(x, k):
+  i = 0
+  while i < k:
+    x = _contraction(x)
+    i += 1
+  return x
+
+
+def _lambda_through_helper(a, b):
+  return _midpoint_rule(_damped, a, b)
+
+
+kk = 100.0   # not the parameter the inline lambda below reads
+
+
+def _inline_lambda_through_helper(a, b, kk):  # pylint: disable=redefined-outer-name
+  y = _midpoint_rule(lambda t: t * kk, a, b)
+  return y
+
+
+@pytest.mark.parametrize('fn,per_member', [
+    (_iterated_lambda, False), (_iterated_lambda, True),
+    (_lambda_through_helper, True),
+    (_inline_lambda_through_helper, True),
+    (_inline_lambda_through_helper, False)])
+def test_a_lambda_helper_is_rewritten_as_a_def_one(fn, per_member):
+  """A module-level lambda called as a helper, or passed to one, runs
+  on TensorFlow as a `def` does (under `tf.function` and XLA its NumPy
+  and math calls reached symbolic tensors)."""
+  from tests.python import run_everywhere  # pylint: disable=g-import-not-at-top
+  f = ab.Context().batch(per_member=per_member)(fn)
+  a = np.array([0.0, 1.0, -2.0])
+  b = np.array([3, 10, 0]) if fn is _iterated_lambda else np.array(
+      [1.0, 3.0, 2.0])
+  args = [a, b]
+  if fn is _inline_lambda_through_helper:
+    args.append(np.array([2.0, 3.0, -1.0]))
+
+  def check(out):
+    np.testing.assert_allclose(out, [fn(*x) for x in zip(*args)],
+                               rtol=1e-12)
+  run_everywhere(f, args, check=check)
+
+
+# Lambdas whose source line is not a statement of their own, or holds
+# more than one lambda: found in the parsed file, told apart by columns.
+_cos_step, _sin_step = lambda z: np.cos(z) * 0.5, lambda z: np.sin(z) * 0.5  # pylint: disable=unnecessary-lambda-assignment
+_steps = types.SimpleNamespace(
+    grow=lambda b: np.sqrt(np.abs(b)) + 1.0,
+    damp=lambda b: np.exp(-b * b) * math.cos(0.0))
+_twice = lambda z: (lambda w: np.tanh(w) * 2.0)(z) + 1.0  # pylint: disable=unnecessary-lambda-assignment
+
+
+class _Model:
+  scale = 2.0
+  apply = lambda self, x: np.sin(x) * self.scale  # pylint: disable=unnecessary-lambda-assignment
+
+
+_model = _Model()
+
+
+def _lambdas_of_many_kinds(x, k):
+  i = 0
+  while i < k:
+    x = _cos_step(x) + _sin_step(x) + _steps.grow(x) * _steps.damp(x)
+    x = _twice(x) * 0.1 + _model.apply(x)
+    i += 1
+  return x
+
+
+@pytest.mark.parametrize('per_member', [False, True])
+def test_lambdas_beside_others_or_inside_expressions_are_helpers(per_member):
+  """Two lambdas on a line, lambdas inside a call spanning lines, a
+  lambda in a lambda and one in a class body run on TensorFlow as a
+  `def` does (under `tf.function` and XLA their NumPy calls reached
+  symbolic tensors)."""
+  from tests.python import run_everywhere  # pylint: disable=g-import-not-at-top
+  f = ab.Context().batch(per_member=per_member)(_lambdas_of_many_kinds)
+  x, k = np.array([0.0, 1.0, -2.0]), np.array([3, 1, 0])
+
+  def check(out):
+    np.testing.assert_allclose(
+        out, [_lambdas_of_many_kinds(*a) for a in zip(x, k)], rtol=1e-12)
+  run_everywhere(f, [x, k], check=check)
+
+
+def test_a_lambda_whose_source_cannot_be_read_is_called_as_written(
+    tmp_path):
+  """A lambda whose file is gone, or no longer parses, is called as
+  written: reading its source raises nothing."""
+  from autobatch_vm.per_member import member_helpers  # pylint: disable=g-import-not-at-top
+  from autobatch_vm.per_member import member_ops  # pylint: disable=g-import-not-at-top
+  text = 'g = lambda t: np.cos(t) * 2.0\n'
+  broken = tmp_path / 'broken.py'
+  broken.write_text('g = lambda t: np.cos(t) * (\n')
+  for name in (str(tmp_path / 'gone.py'), str(broken)):
+    space = {'np': np}
+    exec(compile(text, name, 'exec'), space)  # pylint: disable=exec-used
+    g = space['g']
+    assert member_helpers.is_helper(g)
+    assert member_helpers.member_helper(g, member_ops) is g
+    assert g(0.0) == 2.0
+
+
 @pytest.mark.parametrize('fn,per_member', [
     (_integrals_math, True), (_integrals_numpy, True),
     (_integrals_numpy, False)])
@@ -1366,6 +1476,7 @@ def test_a_function_passed_to_a_helper_is_rewritten_as_the_helper(
     np.testing.assert_allclose(out, [fn(x, y) for x, y in zip(a, b)],
                                rtol=1e-12)
   run_everywhere(f, [a, b], check=check)
+
 
 def _splitmix(z):
   return z ^ (z >> np.uint64(3))
