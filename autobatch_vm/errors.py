@@ -48,6 +48,18 @@ PAD_HINT = (
     'fixed-size arrays with a per-member count (np.where(np.arange(W) < n, '
     'x, 0)) instead of selecting or building arrays of per-member size.')
 
+# One member's value where Python needs one integer (`range(n)`,
+# `[0] * n` with a per-member `n`).
+PYTHON_INTEGER = (
+    'A per-member value used as one Python integer (a length, shape, range '
+    'bound or index of a Python list): it holds an integer for each member.')
+# What to write instead: a loop, or a reduction of a slice.
+PYTHON_INTEGER_HINT = (
+    'A `for i in range(n)` statement runs per member; a reduction over a '
+    'member\'s first n items reduces a slice (np.any(v[:n] > t), '
+    'np.sum(v[:n]), np.argmin(v[:n])) instead of a generator or list over '
+    'range(n).  ' + PAD_HINT)
+
 # Random generators: objects that hold a stream's state, which no batch
 # holds one of per member.
 RANDOM_GENERATORS = (np.random.Generator, np.random.RandomState,

@@ -141,10 +141,7 @@ class MemberArray:
     self._refuse_scalar('complex()')
 
   def __index__(self):
-    raise errors.PerMemberError(
-        'A per-member value used as one Python integer (a length, shape, '
-        'range bound or index of a Python list): it holds an integer for '
-        'each member.', hint=PAD_HINT)
+    raise errors.PerMemberError(errors.PYTHON_INTEGER, hint=errors.PYTHON_INTEGER_HINT)
 
   def item(self, *args):
     """Refused: a per-member value is not one Python number.

@@ -210,6 +210,13 @@ class PerMemberFunction:
             e.message + self._helper_line(e.__traceback__), loc=self.loc,
             hint=e.hint) from None
       except (TypeError, NotImplementedError) as e:
+        if ('Tensor' in str(e) and
+            'cannot be interpreted as an integer' in str(e)):
+          # `range(n)` of one member's `n`: TensorFlow's words for what
+          # a per-member value's `__index__` refuses on NumPy.
+          raise errors.PerMemberError(
+              errors.PYTHON_INTEGER + self._helper_line(e.__traceback__),
+              loc=self.loc, hint=errors.PYTHON_INTEGER_HINT) from e
         if 'symbolic' in str(e) and 'numpy' in str(e).lower():
           raise errors.PerMemberError(
               f'`{self.text}` passes one member\'s TensorFlow value to a '

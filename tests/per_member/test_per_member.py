@@ -636,6 +636,24 @@ def test_a_shape_that_differs_between_members_points_to_padding():
   assert info.value.lineno == _line_of(ramp, 'np.arange(n)')
 
 
+_range_ctx = ab.Context()
+
+
+@_range_ctx.batch(per_member=True)
+def _any_over_a_members_range(v, n):
+  return any(v[i] > 1.0 for i in range(n))
+
+
+def test_a_generator_over_a_members_range_is_refused_alike_everywhere():
+  # TensorFlow's own TypeError ("'SymbolicTensor' object cannot be
+  # interpreted as an integer") was raw; it is NumPy's refusal, which
+  # says to loop or reduce a slice.
+  python_tests.refused_everywhere(
+      _any_over_a_members_range,
+      [np.array([[0.5, 2.0, 0.1], [3.0, 0.2, 0.1]]), np.array([2, 0])],
+      errors.PerMemberError, r'(?s)one Python integer.*np\.any\(v\[:n\]')
+
+
 def casts_and_lists(x, n):
   """NumPy calls that its protocols do not dispatch: a scalar type's cast,
   a list display of one member's values, a creation function."""
