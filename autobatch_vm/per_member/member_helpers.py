@@ -55,7 +55,8 @@ LIKE = frozenset((np.zeros_like, np.ones_like, np.empty_like, np.full_like))
 # NumPy functions TensorFlow's NumPy API lacks, which `member_ops`
 # computes on one member's tensors by TensorFlow's own op
 # (`member_ops.tf_<name>`).
-TF_OWN = {np.searchsorted: 'searchsorted', np.arange: 'arange',
+TF_OWN = {np.searchsorted: 'searchsorted', np.digitize: 'digitize',
+          np.arange: 'arange',
           np.eye: 'eye', np.identity: 'eye', np.interp: 'interp',
           np.polyval: 'polyval', np.median: 'median',
           np.percentile: 'percentile', np.quantile: 'quantile'}

@@ -68,6 +68,8 @@ FAILURES = {
                        'sequence'),
     'empty_points': ('ValueError', 'array of sample points is empty '
                      '(np.interp of an empty slice)'),
+    'digitize_bins': ('ValueError', 'bins must be monotonically '
+                      'increasing or decreasing'),
     # A local read where it holds None (`python.optional`).
     'none': ('TypeError', 'a local that holds None is used as a value'),
     'slices_differ': ('ValueError',

@@ -56,9 +56,9 @@ __all__ = ['key', 'getitem', 'setitem', 'asarray', 'min', 'max', 'sum', 'all',
            'round_rows', 'where', 'choose', 'all_of', 'any_of',
            'logical_and', 'logical_or', 'method', 'attribute',
            'logical_not', 'is_tf', 'note_failure', 'tnp_call', 'tf_like',
-           'tf_linalg', 'tf_searchsorted', 'leaves', 'constant_array_item',
-           'optional_value', 'promoted', 'in_place', 'bool', 'complex',
-           'nan_free', 'pow_mod']
+           'tf_linalg', 'tf_searchsorted', 'tf_digitize', 'leaves',
+           'constant_array_item', 'optional_value', 'promoted', 'in_place',
+           'bool', 'complex', 'nan_free', 'pow_mod']
 
 # pylint: disable=redefined-builtin
 
@@ -813,6 +813,63 @@ def tf_searchsorted(a, v, side='left', sorter=None):
   out = tf.searchsorted(a, tf.reshape(v, [-1]), side=side,
                         out_type=tf.int64)
   return tf.reshape(out, tf.shape(v))
+
+
+def tf_digitize(x, bins, right=False):
+  """`np.digitize(x, bins, right)` on TensorFlow: int64 bin indices of
+  `x`'s shape, as NumPy's.
+
+  Bins known when traced (a table, `np.linspace` of numbers) search by
+  `tf.searchsorted`, on the side NumPy's `right` names, from the end for
+  decreasing bins.  Bins of a member's values count the edges below `x`
+  (increasing bins) or above it (decreasing), each member's direction
+  read from its bins; a member whose bins are neither fails with NumPy's
+  `ValueError` (`note_failure`).
+
+  Args:
+    x: A value or an array of values to place.
+    bins: A vector of increasing or decreasing bin edges.
+    right: Whether each bin holds its right edge, as NumPy's.
+
+  Returns:
+    The bin indices.
+  """
+  tf = _tf()
+  static = tf.get_static_value(bins) if is_tf(bins) else np.asarray(bins)
+  rank = static.ndim if static is not None else bins.shape.rank
+  if rank != 1:
+    raise ValueError('object too deep for desired array' if rank else
+                     'object of too small depth for desired array')
+  if (static is not None and np.iscomplexobj(static)) or (
+      is_tf(x) and x.dtype.is_complex) or np.iscomplexobj(
+          x if not is_tf(x) else 0):
+    raise TypeError('x may not be complex')
+  side = 'left' if right else 'right'
+  if static is not None:
+    steps = np.diff(static)
+    if np.all(steps >= 0):
+      return tf_searchsorted(static, x, side=side)
+    if np.all(steps <= 0):
+      return tf.cast(len(static), tf.int64) - tf_searchsorted(
+          static[::-1].copy(), x, side=side)
+    raise ValueError('bins must be monotonically increasing or decreasing')
+  x = tf.convert_to_tensor(x)
+  if x.dtype != bins.dtype:
+    joint = tf.as_dtype(np.result_type(x.dtype.as_numpy_dtype,
+                                       bins.dtype.as_numpy_dtype))
+    x, bins = tf.cast(x, joint), tf.cast(bins, joint)
+  steps = bins[1:] - bins[:-1]
+  rising = tf.reduce_all(steps >= 0)
+  falling = tf.reduce_all(steps <= 0)
+  note_failure('digitize_bins', tf.logical_not(tf.logical_or(rising,
+                                                             falling)))
+  edges = tf.reshape(bins, [1] * x.shape.rank + [-1])
+  at = x[..., None]
+  below = (edges < at) if right else (edges <= at)
+  above = (edges >= at) if right else (edges > at)
+  def count(flags):
+    return tf.reduce_sum(tf.cast(flags, tf.int64), axis=-1)
+  return tf.where(rising, count(below), count(above))
 
 
 def tf_interp(x, xp, fp, left=None, right=None, period=None):

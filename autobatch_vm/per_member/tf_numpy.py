@@ -73,6 +73,8 @@ def numpy_call(func, *args, **kwargs):
       return member_ops.tnp_call(func, args, kwargs)
     elif func in member_helpers.LINALG:
       return member_ops.tf_linalg(func, *args, **kwargs)
+    elif func is np.digitize:
+      return member_ops.tf_digitize(*args, **kwargs)
   return func(*args, **kwargs)
 
 

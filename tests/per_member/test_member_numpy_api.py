@@ -89,6 +89,46 @@ def test_searchsorted_of_a_members_vector():
                                             rng.normal(size=4)])
 
 
+_EDGES = np.array([-1.0, -0.25, 0.0, 0.5, 1.5])
+
+
+@_search_ctx.batch(per_member=True)
+def _binned(x, edges):
+  fixed = np.linspace(-1.0, 1.0, 5)
+  return (np.digitize(x, fixed), np.digitize(x, _EDGES, right=True),
+          np.digitize(x[0], _EDGES[::-1]), np.digitize(x, fixed[::-1], True),
+          np.digitize(x, [0.0, 0.0, 1.0]), np.digitize(x, edges),
+          np.digitize(x, edges[::-1], right=True))
+
+
+def test_digitize_runs_on_every_backend():
+  # TensorFlow has no digitize: tf.searchsorted for bins known when
+  # traced, and for a member's own bins a count of the edges below (or
+  # above, decreasing) each value.
+  rng = np.random.default_rng(8)
+  x = rng.normal(size=(4, 7))
+  x[:, 0] = 0.0   # on an edge: right= decides
+  edges = np.sort(rng.normal(size=(4, 4)), axis=-1)
+  x[:, 1] = edges[:, 2]
+  python_tests.run_everywhere(_binned, [x, edges])
+
+
+@_search_ctx.batch(per_member=True)
+def _binned_by(x, edges):
+  return np.digitize(x, edges)
+
+
+def test_digitize_of_a_members_unordered_bins_fails_that_member():
+  tf = pytest.importorskip('tensorflow')
+  x = np.array([[0.5, 1.5], [0.2, 3.0]])
+  edges = np.array([[0.0, 1.0, 2.0], [0.0, 2.0, 1.0]])
+  with pytest.raises(ValueError, match='monotonically'):
+    _binned_by(x, edges, dry_run=True)
+  with pytest.raises(ab.errors.PrimitiveError,
+                     match=r'(?s)members \[1\].*monotonically'):
+    _binned_by(tf.constant(x), tf.constant(edges))
+
+
 _SHARED = np.arange(12.0).reshape(4, 3) / 5
 
 

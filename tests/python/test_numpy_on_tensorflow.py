@@ -117,6 +117,23 @@ def test_take_along_axis_in_a_search():
   run_everywhere(lookup, [arr, arr[:, 3].copy()])
 
 
+_BIN_EDGES = np.array([-2.0, -0.5, 0.0, 0.5, 2.0])
+
+
+@ctx.batch
+def histogram(x):
+  d = np.digitize(x, _BIN_EDGES)
+  onehot = (d[..., None] == np.arange(len(_BIN_EDGES) + 1)).astype(np.int64)
+  return np.sum(onehot, axis=1), np.digitize(x, _BIN_EDGES[::-1], right=True)
+
+
+def test_digitize_by_tf_searchsorted():
+  # Under tf.function it was NumPy's own, which cannot take the tensor.
+  x = np.random.default_rng(4).normal(size=(4, 9))
+  x[:, 0] = 0.5
+  run_everywhere(histogram, [x])
+
+
 def test_a_numpy_function_tensorflow_lacks_asks_for_tensorflow_ops():
   tf = pytest.importorskip('tensorflow')
   c = ab.Context()
