@@ -176,7 +176,8 @@ def member_call(obj, node):
     for fn, name in table.items():
       if obj is fn:
         if starred or (node.keywords and
-                       name not in ('asarray', 'round', 'sorted')):
+                       name not in ('asarray', 'round', 'sorted', 'min',
+                                    'max')):
           return None
         return name
   try:

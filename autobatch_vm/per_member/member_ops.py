@@ -2392,28 +2392,38 @@ def _tf_pair(a, b):
   return a, b
 
 
-def min(*xs):
-  """One member's `min(a, b, ...)`, or `min(x)` over one array's items.
+_NO_DEFAULT = object()
+
+
+def min(*xs, key=None, default=_NO_DEFAULT):
+  """One member's `min(a, b, ...)`, or `min(x)` over one array's items;
+  with `key=`, the first item of least key (`min(range(n), key=lambda i:
+  d[i])`: the index of the first least `d[i]`).
 
   Args:
     *xs: Values, or one array.
+    key: As Python's.
+    default: As Python's: the result for no items.
 
   Returns:
     The least.
   """
-  return _extreme('min', xs)
+  return _extreme('min', xs, key, default)
 
 
-def max(*xs):
-  """One member's `max(a, b, ...)`, or `max(x)` over one array's items.
+def max(*xs, key=None, default=_NO_DEFAULT):
+  """One member's `max(a, b, ...)`, or `max(x)` over one array's items;
+  with `key=`, the first item of greatest key.
 
   Args:
     *xs: Values, or one array.
+    key: As Python's.
+    default: As Python's: the result for no items.
 
   Returns:
     The greatest.
   """
-  return _extreme('max', xs)
+  return _extreme('max', xs, key, default)
 
 
 def sorted(values, key=None, reverse=False):
@@ -2442,13 +2452,29 @@ def sorted(values, key=None, reverse=False):
   return builtins.sorted(values, key=key, reverse=reverse)
 
 
-def _extreme(name, xs):
+def _extreme(name, xs, key=None, default=_NO_DEFAULT):
   """Python's `min` or `max` (`name`) of one member's values `xs`: of
   several values, folded pairwise; of one array, its least or greatest
   item; of a generator or list of values (`max(a[i] for i in
-  range(n))`), its items folded pairwise, as Python compares them."""
+  range(n))`), its items folded pairwise, as Python compares them; with
+  `key`, the items of a range, list, tuple or generator (or the values)
+  folded by their keys."""
   python = getattr(builtins, name)
   better = operator.lt if name == 'min' else operator.gt
+  extra = {} if default is _NO_DEFAULT else {'default': default}
+  if key is not None:
+    if builtins.len(xs) != 1:
+      items = builtins.list(xs)
+    elif isinstance(xs[0], (builtins.range, list, tuple,
+                            types.GeneratorType)):
+      items = builtins.list(xs[0])
+    else:
+      return python(*xs, key=key, **extra)
+    if not items:
+      return python(items, key=key, **extra)
+    return _fold_by_key(items, key, python, better)
+  if extra and not (builtins.len(xs) == 1 and _iterable_of_values(xs[0])):
+    return python(*xs, **extra)
   if builtins.len(xs) != 1:
     return _fold_extreme(xs, python, better)
   x = xs[0]
@@ -2457,11 +2483,52 @@ def _extreme(name, xs):
   if _iterable_of_values(x):
     items = builtins.list(x)
     if not items:
+      if extra:
+        return default
       raise ValueError(f'{name}() arg is an empty sequence')
     return _fold_extreme(items, python, better)
   if is_tf(x):
     return getattr(_tf(), f'reduce_{name}')(x)
   return getattr(np, name)(x)
+
+
+def _fold_by_key(items, key, python, better):
+  """Python's `min` or `max` of `items` by `key`: the first item whose
+  key compares `better` than every earlier one's, member by member (a
+  later item of an equal key does not replace it, a NaN key is passed
+  over but first, as Python's builtin compares)."""
+  keys = [key(item) for item in items]
+  if _plain(*keys) and _plain(*leaves(items)):
+    return python(items, key=key)
+  best, best_key = items[0], keys[0]
+  for item, k in zip(items[1:], keys[1:]):
+    take = better(k, best_key)
+    best_key = _select(take, k, best_key)
+    best = _select(take, item, best)
+  return best
+
+
+def _select(take, a, b):
+  """`a` where one member's `take` holds, else `b`: of tuples (and lists)
+  item by item, of numbers and arrays by `tf.where` or `np.where`."""
+  if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+    if builtins.len(a) != builtins.len(b):
+      raise TypeError('min() or max() with key= of items of different '
+                      'lengths (per member, the result must have one '
+                      'structure)')
+    return type(a)(_select(take, x, y) for x, y in zip(a, b))
+  if _plain(take):
+    return a if take else b
+  if is_tf(take, a, b):
+    tf = _tf()
+    if not is_tf(a) and not is_tf(b):
+      a = tf.constant(np.asarray(a))
+    a, b = _tf_pair(a, b)
+    return tf.where(tf.convert_to_tensor(take), a, b)
+  result = np.where(take, a, b)
+  if isinstance(result, np.ndarray) and result.ndim == 0:
+    result = result[()]
+  return result
 
 
 def _fold_extreme(xs, python, better):

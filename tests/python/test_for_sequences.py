@@ -15,6 +15,7 @@ import pytest
 
 import autobatch_vm as ab
 from autobatch_vm import errors
+from tests import python as python_tests
 from tests.python import run_everywhere
 
 ctx = ab.Context()
@@ -167,6 +168,38 @@ def test_builtins_and_comprehensions_over_a_members_array():
   # On TensorFlow Python iterates no tensor inside a graph: a
   # comprehension takes the items of `tf.unstack`, `sum` a reduction.
   run_everywhere(spread, [_data(1).normal(size=(4, 5))])
+
+
+@ctx.batch(per_member=True)
+def nearest(v, t):
+  best = min(range(len(v)), key=lambda i: abs(v[i] - t))
+  worst = max(range(len(v)), key=lambda i: abs(v[i] - t))
+  first = min(range(3), key=lambda i: v[i])
+  pair = max([(v[0], 0), (v[1], 1), (v[2], 2)], key=lambda p: p[0])
+  return best, worst, first, pair, min(v[0], v[1], key=abs)
+
+
+def test_min_and_max_with_a_key_over_a_range_are_pythons():
+  # The argmin written the Python way: the first item of least (greatest)
+  # key, a NaN key passed over but first, member by member; it was a
+  # PerMemberError about a bool() the user never wrote.
+  v = np.array([[1.0, 2.0, 3.0, 2.0], [0.5, 0.5, 0.5, 0.1],
+                [1.0, -1.0, 2.0, -1.0], [np.nan, 3.0, 1.0, 1.0]])
+  run_everywhere(nearest, [v, np.array([2.1, 0.0, -0.9, 1.0])])
+
+
+_argmin_ctx = ab.Context()
+
+
+@_argmin_ctx.batch(per_member=True)
+def _nearest_of_first(v, n):
+  return min(range(n), key=lambda i: v[i])
+
+
+def test_min_with_a_key_over_a_members_range_says_to_use_argmin():
+  python_tests.refused_everywhere(
+      _nearest_of_first, [np.ones((2, 3)), np.array([2, 3])],
+      errors.PerMemberError, r'(?s)one Python integer.*np\.argmin\(v\[:n\]')
 
 
 @ctx.batch(per_member=True)
