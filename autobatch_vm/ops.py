@@ -482,9 +482,18 @@ def promoted(name, a, b):
 
 
 def negative(x):
-  """`-x` (the promoting form of a primitive's unary minus): of an
-  unsigned tensor NumPy's wrapped value (TensorFlow has no unsigned
-  negation), in the signed integer of its width, bit for bit."""
+  """`-x`, the promoting form of a primitive's unary minus.
+
+  Of an unsigned tensor it is NumPy's wrapped value (TensorFlow has no
+  unsigned negation), computed in the signed integer of its width, bit
+  for bit.
+
+  Args:
+    x: The operand.
+
+  Returns:
+    `-x`.
+  """
   if _is_tf(x) and _tf().as_dtype(x.dtype).is_unsigned:
     return tf_unsigned_gap(np.negative, x)
   return -x
@@ -496,15 +505,25 @@ _SIGNED_TWIN = {np.dtype(np.uint8): np.int8, np.dtype(np.uint16): np.int16,
 
 
 def tf_in_int64(fn, args, want):
-  """`fn(*args)` of integer or boolean operands (tensors, arrays, Python
-  numbers) whose TensorFlow kernels lack their dtype (a product of int8,
-  uint8 or uint64 matrices, a power of unsigned integers), as NumPy
-  computes it in `want`: the operands as int64 (uint64's bits as
-  int64's) and the result back in `want`.  Exact, wrapping as NumPy's:
-  two's complement sums and products agree with NumPy's modulo 2**64,
-  hence modulo 2**bits of the narrower dtype that the cast back keeps; a
-  boolean result is whether the int64 one is not 0 (NumPy's sum of
-  booleans is a logical or)."""
+  """`fn(*args)` of integers TensorFlow has no kernel for, computed in int64.
+
+  For integer or boolean operands (tensors, arrays, Python numbers)
+  whose TensorFlow kernels lack their dtype (a product of int8, uint8 or
+  uint64 matrices, a power of unsigned integers), as NumPy computes it in
+  `want`: the operands as int64 (uint64's bits as int64's) and the result
+  back in `want`.  Exact, wrapping as NumPy's: two's complement sums and
+  products agree with NumPy's modulo 2**64, hence modulo 2**bits of the
+  narrower dtype that the cast back keeps; a boolean result is whether
+  the int64 one is not 0 (NumPy's sum of booleans is a logical or).
+
+  Args:
+    fn: The TensorFlow function.
+    args: Its operands.
+    want: NumPy's result dtype.
+
+  Returns:
+    The result, a tensor of dtype `want`.
+  """
   tf = _tf()
   want = np.dtype(want)
   def wide(x):
@@ -527,10 +546,19 @@ def tf_in_int64(fn, args, want):
 
 
 def tf_unsigned_gap(func, x):
-  """NumPy's ufunc `func` (`np.abs`, `np.absolute`, `np.sign`,
-  `np.negative`) of an unsigned tensor `x`, which TensorFlow has no
-  kernel for: the value itself, 0 or 1, the negation in the signed
-  integer of `x`'s width (bit for bit, wrapping as NumPy's)."""
+  """NumPy's ufunc `func` of an unsigned tensor `x`, which TF has no kernel for.
+
+  `func` is `np.abs`, `np.absolute`, `np.sign` or `np.negative`: the
+  value itself, 0 or 1, the negation in the signed integer of `x`'s
+  width (bit for bit, wrapping as NumPy's).
+
+  Args:
+    func: The NumPy ufunc.
+    x: The unsigned tensor.
+
+  Returns:
+    `func(x)` as NumPy computes it, a tensor.
+  """
   tf = _tf()
   dtype = np.dtype(tf.as_dtype(x.dtype).as_numpy_dtype)
   if func in (np.abs, np.absolute):
@@ -798,8 +826,9 @@ def _list_index(index):
 
 
 def list_setitem(x, index, value):
-  """`x[index] = value` of a variable that holds a Python list: a new list,
-  `x`'s items with item `index` replaced by `value`.
+  """`x[index] = value` of a variable that holds a Python list, as a new list.
+
+  The new list holds `x`'s items with item `index` replaced by `value`.
 
   A list of values is structure, the same for every member (its length,
   its items' types), so the item written is chosen by an index the same

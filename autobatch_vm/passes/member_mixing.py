@@ -328,7 +328,15 @@ def _one_rows(value):
 
 
 def unchecked_inputs(op, in_types):
-  """Whether `op` is the compiler's own or reads literals only."""
+  """Whether `op` is the compiler's own or reads literals only.
+
+  Args:
+    op: The primitive instruction.
+    in_types: Its inputs' types.
+
+  Returns:
+    True where the checks of this module have nothing to check in `op`.
+  """
   module = getattr(op.function, '__module__', None) or ''
   return (op.function is inst.identity or module.startswith('autobatch_vm.')
           or all(_is_literal(t) for t in _leaves(in_types)))
