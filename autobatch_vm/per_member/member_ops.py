@@ -604,7 +604,7 @@ def getitem(x, index, guard=None):
       raise member_math.boolean_scalar_index()
     _refuse_inexact_index(parts)
     if not is_tf(x):   # a constant array indexed per member
-      x = _tf().convert_to_tensor(x)
+      x = _constant_table(x)
     if guard is not None and not _plain(guard):
       # Unguarded members may hold any index: clip integers too.
       index = tuple(_tf().constant(e) if isinstance(
@@ -615,6 +615,21 @@ def getitem(x, index, guard=None):
   if guard is not None and not _as_bool(guard):
     return _harmless_item(x, index)
   return x[index]
+
+
+def _constant_table(x):
+  """A constant (a NumPy array, or a tuple or list of Python numbers such
+  as `TRANS = ((1, 0, 2), ...)`) as a tensor of the dtype NumPy gives it:
+  TensorFlow's own conversion makes Python ints int32 and floats float32,
+  where NumPy, and so the dry run, makes them int64 and float64."""
+  if isinstance(x, (builtins.list, tuple)) and not is_tf(*leaves(x)):
+    try:
+      array = np.asarray(x)
+    except ValueError:   # ragged: TensorFlow's own error follows
+      array = None
+    if array is not None and array.dtype != object:
+      return _tf().constant(array)
+  return _tf().convert_to_tensor(x)
 
 
 _INVALID_INDEX = ('only integers, slices (`:`), ellipsis (`...`), '

@@ -195,6 +195,35 @@ def test_rounding_and_a_tables_window_run_on_every_backend():
   python_tests.run_everywhere(rounded, [x, i], check)
 
 
+_TRANSITIONS = ((1, 0, 2), (1, 2, 0), (2, 2, 2))
+_SCALES = (5, 7, 9)
+_WEIGHTS = [0.5, 1.5, 2.5]
+_FLAGS = (True, False, True)
+
+
+@ctx.batch(per_member=True)
+def table_reads(tokens, k):
+  # Python numbers in a tuple or list read at a member's index: NumPy's
+  # dtypes (int64, float64), so `* 10**9` does not wrap around in int32.
+  state = 0
+  for t in tokens:
+    state = _TRANSITIONS[state][t]
+  return (state, _SCALES[k] * 1000000000, (5, 7, 9)[k] * 1000000000,
+          _WEIGHTS[k] + 1, _WEIGHTS[k] * 1e300, _FLAGS[k],
+          [1, 2.5, 3][k] * 1e300)
+
+
+def test_a_tuple_of_python_numbers_read_per_member_has_numpys_dtype():
+  tokens = np.array([[0, 1, 2], [2, 2, 2], [1, 1, 0]])
+  k = np.array([0, 1, 2])
+
+  def check(alone):
+    assert alone[0].dtype == alone[1].dtype == np.int64
+    np.testing.assert_array_equal(alone[1], [5e9, 7e9, 9e9])
+    assert alone[3].dtype == np.float64 and alone[5].dtype == np.bool_
+  python_tests.run_everywhere(table_reads, [tokens, k], check)
+
+
 @ctx.batch(per_member=True)
 def interpolated(x, xp, fp, v):
   # np.interp and np.polyval, which TensorFlow's NumPy API lacks.
