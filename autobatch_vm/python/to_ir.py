@@ -1507,7 +1507,7 @@ class _Compiler:
     each name read as its value, then the `else` part (only that where
     there is no trip); or None where the loop stays a loop: more trips
     than `_MAX_UNROLLED`; a body that
-    leaves early (`break`, `continue`, `return`), calls a batched
+    leaves early (its own `break` or `continue`, `return`), calls a batched
     function, binds a target name or rebinds it in an inner scope; a
     body that reads none of the names; or a name read or bound elsewhere
     in the function (after the loop: the dry run gives a loop's variable
@@ -1530,8 +1530,10 @@ class _Compiler:
     names = set(trips[0])
     body = list(s.body)
     reads = False
+    if _leaves_loop(body):
+      return None   # (an inner loop's `break` leaves only that loop)
     for node in ast.walk(ast.Module(body=body, type_ignores=[])):
-      if isinstance(node, (ast.Break, ast.Continue, ast.Return,
+      if isinstance(node, (ast.Return,
                            ast.FunctionDef, ast.AsyncFunctionDef,
                            ast.ClassDef, ast.Lambda, ast.comprehension,
                            ast.Global, ast.Nonlocal, ast.Try)):
