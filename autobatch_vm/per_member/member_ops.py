@@ -3032,6 +3032,20 @@ def contains(container, x):
   return ops.contains(container, x)
 
 
+def in_range(x, *bounds):
+  """One member's `x in range(*bounds)`: `ops.in_range` (a member's
+  bounds make no Python `range`).
+
+  Args:
+    x: What `in` looks for.
+    *bounds: `range`'s arguments.
+
+  Returns:
+    The member's bool.
+  """
+  return ops.in_range(x, *bounds)
+
+
 def logical_not(x):
   """One member's `not x`.
 

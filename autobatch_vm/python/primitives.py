@@ -378,9 +378,19 @@ class PrimitiveRewriter(ast.NodeTransformer):
       return self.visit(split_compare(node))
     if isinstance(node.ops[0], (ast.In, ast.NotIn)):
       # Python's `in` asks `==` for one bool, which a member's value
-      # (or the batch's) is not: `ops.contains`, `member_ops.contains`.
-      found = self._ops('contains', [self.visit(node.comparators[0]),
-                                     self.visit(node.left)], node)
+      # (or the batch's) is not: `ops.contains`, `member_ops.contains`;
+      # `x in range(lo, hi)` of a member's bounds, which make no Python
+      # range, `ops.in_range`.
+      where = node.comparators[0]
+      if (isinstance(where, ast.Call) and not where.keywords and
+          1 <= len(where.args) <= 3 and not any(
+              isinstance(a, ast.Starred) for a in where.args) and
+          self._is_range(where.func)):
+        found = self._ops('in_range', [self.visit(node.left)] + [
+            self.visit(a) for a in where.args], node)
+      else:
+        found = self._ops('contains', [self.visit(where),
+                                       self.visit(node.left)], node)
       if isinstance(node.ops[0], ast.NotIn):
         return self._ops('logical_not', [found], node)
       return found
@@ -418,6 +428,13 @@ class PrimitiveRewriter(ast.NodeTransformer):
                  else a for k, a in enumerate(it.args)]
       return it
     return self._ops('iterate', [it], it, MEMBER_OPS)
+
+  def _is_range(self, func):
+    """Whether `func` is Python's `range`."""
+    try:
+      return self.static_value(func) is range
+    except TypeError:
+      return False
 
   def _zip_or_enumerate(self, func):
     """Whether `func` is Python's `zip` or `enumerate`."""

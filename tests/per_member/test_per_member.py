@@ -1185,6 +1185,31 @@ def _batch_membership(c, v):  # pylint: disable=unused-argument
   return c in (0, 3), c not in _ALLOWED, c in [1, c]
 
 
+def _in_ranges(i, lo, hi, step):
+  return (i in range(lo, hi), i not in range(hi), i in range(lo, hi, 2),
+          i in range(hi, lo, -3), i in range(lo, hi, step),
+          i + 0.5 in range(lo, hi))
+
+
+@pytest.mark.parametrize('per_member', [False, True])
+def test_in_a_range_of_a_members_bounds_runs_everywhere(per_member):
+  # A member's bounds make no Python range (refused per member, a raw
+  # TypeError on TensorFlow and batch-aware, the dry run too): `x in
+  # range(lo, hi[, step])` is `lo <= x < hi` on the step, as Python's.
+  i = np.array([1, 5, 3, 4, -2, 0, 6])
+  lo = np.array([0, 0, 3, 0, -5, 2, 0])
+  hi = np.array([2, 5, 4, 9, 3, -4, 8])
+  step = np.array([1, 2, -1, 2, 3, -2, -3])
+  fn = ab.Context().batch(per_member=per_member)(_in_ranges)
+
+  def check(alone):
+    for m in range(len(i)):
+      want = _in_ranges(int(i[m]), int(lo[m]), int(hi[m]), int(step[m]))
+      for got, w in zip(alone, want):
+        assert bool(got[m]) == w, (m, alone, want)
+  python_tests.run_everywhere(fn, [i, lo, hi, step], check)
+
+
 empty = ab.Context()
 
 
