@@ -447,9 +447,9 @@ def choose(cond, x, y):
       b = y()
     finally:
       guards.pop()
-    return where(cond, a, b)
+    return selected(cond, a, b, where)
   value = x() if truth else y()
-  if _rank(value) != 0:
+  if isinstance(value, (tuple, list)) or _rank(value) != 0:
     return value
   # One value (a number, a scalar array): the other side, where it runs,
   # gives the type and the batch's shape, as `where` does.
@@ -460,6 +460,33 @@ def choose(cond, x, y):
   if _promotion_dtype(other) is None:
     return value     # no number to join (`-1 if y is None else y`)
   return where(truth, value if truth else other, other if truth else value)
+
+
+def selected(cond, x, y, select):
+  """`select(cond, x, y)` (a `where`), item by item of tuples or lists
+  of the same structure (`(a, 1) if a >= 0 else (-a, -1)`).
+
+  Raises:
+    UnsupportedSyntaxError: The sides' structures differ.
+  """
+  if not isinstance(x, (tuple, list)) and not isinstance(y, (tuple, list)):
+    return select(cond, x, y)
+  if not (type(x) is type(y) and len(x) == len(y)):  # pylint: disable=unidiomatic-typecheck
+    raise errors.UnsupportedSyntaxError(
+        'a conditional expression (`a if c else b`) of a member\'s '
+        'condition chooses between values of different structures '
+        f'({_structure(x)} and {_structure(y)}): one member\'s value is '
+        'chosen item by item, which needs the same structure on both sides',
+        hint='Write an if/else statement, which runs each member\'s side '
+        'alone, or give both sides the same structure.')
+  items = [selected(cond, p, q, select) for p, q in zip(x, y)]
+  return type(x)(*items) if hasattr(x, '_fields') else type(x)(items)
+
+
+def _structure(x):
+  if isinstance(x, (tuple, list)):
+    return f'a {type(x).__name__} of {len(x)}'
+  return 'a value'
 
 
 def _rank(x):

@@ -2904,7 +2904,7 @@ def choose(cond, a, b):
     x = a()
   with _guarded_by(lambda: logical_not(cond)):
     y = b()
-  return where(cond, x, y)
+  return ops.selected(cond, x, y, where)
 
 
 def _shared(x):
