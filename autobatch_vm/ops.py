@@ -140,6 +140,74 @@ def contains(container, x):
   return found
 
 
+def in_range(x, *bounds):
+  """Python's `x in range(*bounds)` (the frontend's rewrite of it).
+
+  Where a bound is a member's value (an array, a tensor or a
+  `MemberArray`), Python's `range` cannot be made: `x` is in it where
+  `start <= x < stop` (`stop < x <= start` for a negative step) and
+  `x - start` is a multiple of the step, member by member.
+
+  Args:
+    x: What `in` looks for.
+    *bounds: `range`'s arguments: `stop`, or `start, stop[, step]`.
+
+  Returns:
+    Python's bool, or a boolean per member.
+
+  Raises:
+    TypeError: A bound is not an integer, as Python's `range` raises.
+    ValueError: The step is a zero the same for every member, as `range`
+      raises.
+  """
+  if not 1 <= len(bounds) <= 3:
+    return x in range(*bounds)   # Python's TypeError
+  if all(_is_number(b) or isinstance(b, np.integer) for b in bounds):
+    return contains(range(*bounds), x)
+  for b in bounds:
+    if getattr(b, 'dtype', None) is None:
+      range(b)   # Python's TypeError for a float, None, ...
+    elif not _integer_kind(b):
+      raise TypeError(f"'{_numpy_dtype(b)}' object cannot be interpreted "
+                      'as an integer')
+  def both(a, b):   # (of booleans, a member's too)
+    return promoted('and_', a, b)
+  start, stop, step = ((0, bounds[0], 1) if len(bounds) == 1 else
+                       (bounds + (1,))[:3])
+  if _is_number(step) or isinstance(step, np.integer):
+    if step == 0:
+      raise ValueError('range() arg 3 must not be zero')
+    if step > 0:
+      inside = both(promoted('le', start, x), promoted('lt', x, stop))
+    else:
+      inside = both(promoted('lt', stop, x), promoted('le', x, start))
+    if step in (1, -1) and _integer_kind(x):
+      return inside   # (a float `x` is in only at a whole number)
+    return both(inside, promoted('eq', mod(promoted('sub', x, start), step),
+                                 0))
+  # A member's zero step (where Python raises) finds nothing: members not
+  # at the block compute too, so it cannot be refused here.
+  up = both(promoted('gt', step, 0),
+            both(promoted('le', start, x), promoted('lt', x, stop)))
+  down = both(promoted('lt', step, 0),
+              both(promoted('lt', stop, x), promoted('le', x, start)))
+  on_step = promoted('eq', mod(promoted('sub', x, start), step), 0)
+  return both(promoted('or_', up, down), on_step)
+
+
+def _numpy_dtype(x):
+  """The NumPy dtype of an array, tensor or Python number `x`."""
+  dtype = getattr(x, 'dtype', None)
+  if dtype is None:
+    return np.dtype(type(x))
+  return np.dtype(getattr(dtype, 'as_numpy_dtype', dtype))
+
+
+def _integer_kind(x):
+  """Whether `x` holds integers (or booleans)."""
+  return _numpy_dtype(x).kind in 'iub'
+
+
 def logical_not(x):
   """Per-member `not` of a condition (the frontend's rewrite of `not`).
 
@@ -379,9 +447,9 @@ def choose(cond, x, y):
       b = y()
     finally:
       guards.pop()
-    return where(cond, a, b)
+    return selected(cond, a, b, where)
   value = x() if truth else y()
-  if _rank(value) != 0:
+  if isinstance(value, (tuple, list)) or _rank(value) != 0:
     return value
   # One value (a number, a scalar array): the other side, where it runs,
   # gives the type and the batch's shape, as `where` does.
@@ -392,6 +460,33 @@ def choose(cond, x, y):
   if _promotion_dtype(other) is None:
     return value     # no number to join (`-1 if y is None else y`)
   return where(truth, value if truth else other, other if truth else value)
+
+
+def selected(cond, x, y, select):
+  """`select(cond, x, y)` (a `where`), item by item of tuples or lists
+  of the same structure (`(a, 1) if a >= 0 else (-a, -1)`).
+
+  Raises:
+    UnsupportedSyntaxError: The sides' structures differ.
+  """
+  if not isinstance(x, (tuple, list)) and not isinstance(y, (tuple, list)):
+    return select(cond, x, y)
+  if not (type(x) is type(y) and len(x) == len(y)):  # pylint: disable=unidiomatic-typecheck
+    raise errors.UnsupportedSyntaxError(
+        'a conditional expression (`a if c else b`) of a member\'s '
+        'condition chooses between values of different structures '
+        f'({_structure(x)} and {_structure(y)}): one member\'s value is '
+        'chosen item by item, which needs the same structure on both sides',
+        hint='Write an if/else statement, which runs each member\'s side '
+        'alone, or give both sides the same structure.')
+  items = [selected(cond, p, q, select) for p, q in zip(x, y)]
+  return type(x)(*items) if hasattr(x, '_fields') else type(x)(items)
+
+
+def _structure(x):
+  if isinstance(x, (tuple, list)):
+    return f'a {type(x).__name__} of {len(x)}'
+  return 'a value'
 
 
 def _rank(x):

@@ -3043,7 +3043,7 @@ def choose(cond, a, b):
     x = a()
   with _guarded_by(lambda: logical_not(cond)):
     y = b()
-  return where(cond, x, y)
+  return ops.selected(cond, x, y, where)
 
 
 def _shared(x):
@@ -3169,6 +3169,20 @@ def contains(container, x):
       isinstance(container, np.ndarray) and container.ndim):
     return np.any(container == x)
   return ops.contains(container, x)
+
+
+def in_range(x, *bounds):
+  """One member's `x in range(*bounds)`: `ops.in_range` (a member's
+  bounds make no Python `range`).
+
+  Args:
+    x: What `in` looks for.
+    *bounds: `range`'s arguments.
+
+  Returns:
+    The member's bool.
+  """
+  return ops.in_range(x, *bounds)
 
 
 def logical_not(x):

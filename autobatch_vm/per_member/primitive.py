@@ -209,6 +209,11 @@ class PerMemberFunction:
         raise errors.PerMemberError(
             e.message + self._helper_line(e.__traceback__), loc=self.loc,
             hint=e.hint) from None
+      except errors.UnsupportedSyntaxError as e:
+        if e.loc is not None:
+          raise
+        raise errors.UnsupportedSyntaxError(e.message, loc=self.loc,
+                                            hint=e.hint) from None
       except (TypeError, NotImplementedError) as e:
         if ('Tensor' in str(e) and
             'cannot be interpreted as an integer' in str(e)):

@@ -287,11 +287,7 @@ class PrimitiveRewriter(ast.NodeTransformer):
       node = self.generic_visit(node)
     finally:
       self._shadowed.pop()
-    first = node.generators[0]
-    if isinstance(first.iter, ast.Constant):
-      first.iter = outer
-    else:   # `iterate(...)` around it (`visit_comprehension`)
-      first.iter.args[0] = outer
+    node.generators[0].iter = self._iterated(outer)
     return node
 
   visit_ListComp = _comprehension_scope
@@ -382,9 +378,19 @@ class PrimitiveRewriter(ast.NodeTransformer):
       return self.visit(split_compare(node))
     if isinstance(node.ops[0], (ast.In, ast.NotIn)):
       # Python's `in` asks `==` for one bool, which a member's value
-      # (or the batch's) is not: `ops.contains`, `member_ops.contains`.
-      found = self._ops('contains', [self.visit(node.comparators[0]),
-                                     self.visit(node.left)], node)
+      # (or the batch's) is not: `ops.contains`, `member_ops.contains`;
+      # `x in range(lo, hi)` of a member's bounds, which make no Python
+      # range, `ops.in_range`.
+      where = node.comparators[0]
+      if (isinstance(where, ast.Call) and not where.keywords and
+          1 <= len(where.args) <= 3 and not any(
+              isinstance(a, ast.Starred) for a in where.args) and
+          self._is_range(where.func)):
+        found = self._ops('in_range', [self.visit(node.left)] + [
+            self.visit(a) for a in where.args], node)
+      else:
+        found = self._ops('contains', [self.visit(where),
+                                       self.visit(node.left)], node)
       if isinstance(node.ops[0], ast.NotIn):
         return self._ops('logical_not', [found], node)
       return found
@@ -403,9 +409,39 @@ class PrimitiveRewriter(ast.NodeTransformer):
       Its replacement.
     """
     node = self.generic_visit(node)
-    if self.per_member:
-      node.iter = self._ops('iterate', [node.iter], node.iter, MEMBER_OPS)
+    if not (isinstance(node.iter, ast.Constant) and node.iter.value is None):
+      node.iter = self._iterated(node.iter)   # (not the first: its scope's)
     return node
+
+  def _iterated(self, it):
+    """Iterable `it` of a comprehension, visited, as it iterates: per
+    member `member_ops.iterate(it)`, and `zip(x, w)` or `enumerate(x)` of
+    a member's tensors with each tensor iterated so (Python's `zip` would
+    iterate the tensor itself)."""
+    if not self.per_member:
+      return it
+    if (isinstance(it, ast.Call) and it.args and not any(
+        isinstance(a, ast.Starred) for a in it.args) and
+        self._zip_or_enumerate(it.func)):
+      count = len(it.args) if self.static_value(it.func) is zip else 1
+      it.args = [self._ops('iterate', [a], a, MEMBER_OPS) if k < count
+                 else a for k, a in enumerate(it.args)]
+      return it
+    return self._ops('iterate', [it], it, MEMBER_OPS)
+
+  def _is_range(self, func):
+    """Whether `func` is Python's `range`."""
+    try:
+      return self.static_value(func) is range
+    except TypeError:
+      return False
+
+  def _zip_or_enumerate(self, func):
+    """Whether `func` is Python's `zip` or `enumerate`."""
+    try:
+      return self.static_value(func) in (zip, enumerate)
+    except TypeError:   # unhashable
+      return False
 
   def visit_IfExp(self, node):
     """`a if c else b` becomes `ops.where(c, a, b)`.

@@ -519,7 +519,8 @@ def range_bound(x):
 
 
 class _DryRunRewriter(ast.NodeTransformer):
-  """Wraps each argument of `for ... in range(...)` in `range_bound`,
+  """Wraps each argument of `for ... in range(...)` (and of `x in
+  range(...)`) in `range_bound`,
   writes `x op= v` as `x = x op v`, and, given `member_name`, follows each
   assignment of a name `x` (and starts each iteration of a
   `for x in range(...)` loop) with `x = <member_name>('x', x)`.
@@ -651,6 +652,18 @@ class _DryRunRewriter(ast.NodeTransformer):
       node.body = self._member_values(node, [node.target]) + node.body
     return node
 
+  def visit_Compare(self, node):
+    self.generic_visit(node)
+    # `x in range(lo, hi)`: its bounds, as a `for` loop's.
+    for op, it in zip(node.ops, node.comparators):
+      if (isinstance(op, (ast.In, ast.NotIn)) and isinstance(it, ast.Call)
+          and isinstance(it.func, ast.Name) and it.func.id == 'range' and
+          it.func.id not in self.local_names):
+        it.args = [ast.copy_location(ast.Call(
+            ast.Name(self.range_name, ast.Load()), [a], []), a)
+                   for a in it.args]
+        self.changed = True
+    return node
 
   def _live_items(self, for_node, it):
     """`it`, the sequence of `for_node`, with each array it takes

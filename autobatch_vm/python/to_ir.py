@@ -465,6 +465,11 @@ class _Compiler:
       for t in s.targets:
         self._assign_from(s, t, var)
       return
+    parts = _display_parts(s)
+    if parts:
+      for part in parts:
+        self.stmt_Assign(part)
+      return
     for t in s.targets:
       self._check_target(t)
     if self.per_member and self._shape_unpacked(s):
@@ -1502,7 +1507,7 @@ class _Compiler:
     each name read as its value, then the `else` part (only that where
     there is no trip); or None where the loop stays a loop: more trips
     than `_MAX_UNROLLED`; a body that
-    leaves early (`break`, `continue`, `return`), calls a batched
+    leaves early (its own `break` or `continue`, `return`), calls a batched
     function, binds a target name or rebinds it in an inner scope; a
     body that reads none of the names; or a name read or bound elsewhere
     in the function (after the loop: the dry run gives a loop's variable
@@ -1525,8 +1530,10 @@ class _Compiler:
     names = set(trips[0])
     body = list(s.body)
     reads = False
+    if _leaves_loop(body):
+      return None   # (an inner loop's `break` leaves only that loop)
     for node in ast.walk(ast.Module(body=body, type_ignores=[])):
-      if isinstance(node, (ast.Break, ast.Continue, ast.Return,
+      if isinstance(node, (ast.Return,
                            ast.FunctionDef, ast.AsyncFunctionDef,
                            ast.ClassDef, ast.Lambda, ast.comprehension,
                            ast.Global, ast.Nonlocal, ast.Try)):
@@ -2173,3 +2180,40 @@ def compile_function(fn, resolve_batched, params_of, type_inference=None,
   if static_reads is not None:
     static_reads.extend(compiler.static_reads)
   return function
+
+
+def _display_parts(s):
+  """`n, m = len(a), len(b)` as `n = len(a)` then `m = len(b)`.
+
+  An assignment of a tuple display to a tuple of names assigns each name
+  its own item; where no item reads a name assigned (`a, b = b, a` does),
+  one statement per name assigns the same values, and each is a statement
+  of its own to the passes: a size there is folded as it is on a line of
+  its own (`passes.size_folding`).
+
+  Args:
+    s: An `ast.Assign`.
+
+  Returns:
+    The statements, in order (nested displays split too: `(n,), (m,) =
+    a.shape, b.shape`), or None where `s` is no such assignment.
+  """
+  if len(s.targets) != 1:
+    return None
+  target, value = s.targets[0], s.value
+  if not (isinstance(target, (ast.Tuple, ast.List)) and
+          isinstance(value, (ast.Tuple, ast.List)) and
+          len(target.elts) == len(value.elts) and len(target.elts) > 1):
+    return None
+  names = set()
+  for node in ast.walk(target):
+    if isinstance(node, ast.Name):
+      names.add(node.id)
+    elif not isinstance(node, (ast.Tuple, ast.List, ast.Store)):
+      return None   # an item, attribute or starred target
+  for node in ast.walk(value):
+    if isinstance(node, ast.Starred) or (isinstance(node, ast.Name) and
+                                         node.id in names):
+      return None
+  return [ast.copy_location(ast.Assign([t], v), s)
+          for t, v in zip(target.elts, value.elts)]

@@ -754,6 +754,29 @@ def test_a_sum_of_conditions_and_methods_of_a_comprehensions_items():
   python_tests.run_everywhere(counts_and_row_peaks, [x, y, v], check)
 
 
+@ctx.batch(per_member=True)
+def zipped_comprehensions(x, w):
+  dot = sum(a * b for a, b in zip(x, w))
+  weighted = [k * a for k, a in enumerate(x, 1)]
+  pairs = sum(a - b + c for a in x[:2] for b, c in zip(w, x))
+  return dot, max(weighted), pairs
+
+
+def test_comprehensions_over_zip_and_enumerate_of_a_members_vectors():
+  # `zip(x, w)` of a member's tensors iterated each tensor itself, which
+  # Python cannot inside a TensorFlow graph (refused as needing a bool).
+  rng = np.random.default_rng(3)
+  x = rng.uniform(size=(3, 4))
+  w = x + 1.0
+
+  def check(alone):
+    want = [zipped_comprehensions.python_function(*a) for a in zip(x, w)]
+    for k, got in enumerate(alone):
+      np.testing.assert_allclose(
+          got, np.stack([np.asarray(row[k]) for row in want]), rtol=1e-12)
+  python_tests.run_everywhere(zipped_comprehensions, [x, w], check)
+
+
 def _float_item(v, n):
   return v[n / 2]           # n // 2 meant
 

@@ -1203,6 +1203,93 @@ def _batch_membership(c, v):  # pylint: disable=unused-argument
   return c in (0, 3), c not in _ALLOWED, c in [1, c]
 
 
+def _in_ranges(i, lo, hi, step):
+  return (i in range(lo, hi), i not in range(hi), i in range(lo, hi, 2),
+          i in range(hi, lo, -3), i in range(lo, hi, step),
+          i + 0.5 in range(lo, hi))
+
+
+@pytest.mark.parametrize('per_member', [False, True])
+def test_in_a_range_of_a_members_bounds_runs_everywhere(per_member):
+  # A member's bounds make no Python range (refused per member, a raw
+  # TypeError on TensorFlow and batch-aware, the dry run too): `x in
+  # range(lo, hi[, step])` is `lo <= x < hi` on the step, as Python's.
+  i = np.array([1, 5, 3, 4, -2, 0, 6])
+  lo = np.array([0, 0, 3, 0, -5, 2, 0])
+  hi = np.array([2, 5, 4, 9, 3, -4, 8])
+  step = np.array([1, 2, -1, 2, 3, -2, -3])
+  fn = ab.Context().batch(per_member=per_member)(_in_ranges)
+
+  def check(alone):
+    for m in range(len(i)):
+      want = _in_ranges(int(i[m]), int(lo[m]), int(hi[m]), int(step[m]))
+      for got, w in zip(alone, want):
+        assert bool(got[m]) == w, (m, alone, want)
+  python_tests.run_everywhere(fn, [i, lo, hi, step], check)
+
+
+tuples = ab.Context()
+
+
+@tuples.batch(per_member=True)
+def egcd(a, b):
+  if b == 0:
+    return (a, 1, 0) if a >= 0 else (-a, -1, 0)
+  g, x, y = egcd(b, a % b)
+  return g, y, x - (a // b) * y
+
+
+@tuples.batch()
+def signed_pair(a):
+  return (a, 1, [a * 2]) if ab.truthy(a >= 0) else (-a, -1, [a])
+
+
+def _plain_egcd(a, b):
+  if b == 0:
+    return (a, 1, 0) if a >= 0 else (-a, -1, 0)
+  g, x, y = _plain_egcd(b, a % b)
+  return g, y, x - (a // b) * y
+
+
+def test_a_conditional_expression_of_tuples_selects_item_by_item():
+  # A member's `(a, 1, 0) if a >= 0 else (-a, -1, 0)` was refused with a
+  # message about np.asarray (a RecursionError on TensorFlow in a
+  # recursive function), and batch-aware with NumPy's raw error.
+  a = np.array([12, -9, 0, 7, -4])
+  b = np.array([18, 6, 0, 0, -6])
+
+  def check(alone):
+    want = [_plain_egcd(int(p), int(q)) for p, q in zip(a, b)]
+    for k, got in enumerate(alone):
+      np.testing.assert_array_equal(got, [w[k] for w in want])
+  python_tests.run_everywhere(egcd, [a, b], check)
+
+  def check_pair(alone):
+    np.testing.assert_array_equal(alone[0], np.abs(a))
+    np.testing.assert_array_equal(alone[1], np.where(a >= 0, 1, -1))
+    np.testing.assert_array_equal(alone[2][0], np.where(a >= 0, 2 * a, a))
+  python_tests.run_everywhere(signed_pair, [a], check_pair)
+
+
+def _different_tuples(a):
+  return (a, 1) if a >= 0 else (-a, -1, 0)
+
+
+def _different_tuples_ba(a):
+  return (a, 1) if ab.truthy(a >= 0) else (-a, -1, 0)
+
+
+@pytest.mark.parametrize('per_member', [False, True])
+def test_a_conditional_expression_of_different_tuples_is_refused(per_member):
+  fn = ab.Context().batch(per_member=per_member)(
+      _different_tuples if per_member else _different_tuples_ba)
+  with pytest.raises(errors.UnsupportedSyntaxError,
+                     match='different structures') as e:
+    fn(np.array([3, -4]))
+  assert 'if/else statement' in str(e.value)
+  assert __file__.rstrip('c') in str(e.value)
+
+
 empty = ab.Context()
 
 

@@ -85,7 +85,20 @@ def resized(x):
   return buf[:k - 1 - len(x)] + k
 
 
+def tuple_sizes(x, m):
+  """Sizes assigned together from a tuple display, also nested, beside a
+  swap (each item read before either name is assigned)."""
+  n, k = len(x), m.shape[1]
+  (r,), (p, q) = x.shape, m.shape
+  grid = np.zeros((n + 1, k + 1)) + x[0]
+  lo, hi = x[0], x[1]
+  lo, hi = hi, lo
+  return grid.sum() + np.ones(r * q).sum() + p + hi - lo
+
+
 PROGRAMS = {
+    'tuple_sizes': (tuple_sizes, lambda rng: (rng.normal(size=(B, 3)),
+                                              rng.normal(size=(B, 2, 4)))),
     'countdown': (countdown, lambda rng: (rng.normal(size=(B, 5)),)),
     'resized': (resized, lambda rng: (rng.normal(size=(B, 3)),)),
     'running_means': (running_means, lambda rng: (rng.normal(size=(B, 5)),)),
@@ -93,7 +106,7 @@ PROGRAMS = {
     'last_row': (last_row, lambda rng: (rng.normal(size=(B, 2, 3)),)),
     'weighted_sum': (weighted_sum, lambda rng: (rng.normal(size=(B, 2, 3)),)),
 }
-TENSORFLOW = ['countdown', 'resized', 'running_means', 'padded_ramp', 'last_row']
+TENSORFLOW = ['tuple_sizes', 'countdown', 'resized', 'running_means', 'padded_ramp', 'last_row']
 
 ctx = ab.Context()
 BATCHED = {name: ctx.batch_uncurried(fn, per_member=True)

@@ -93,6 +93,22 @@ def test_a_size_of_an_earlier_statement_makes_an_array(fn, width):
 
 
 @_ctx.batch()
+def _tuple_sizes(v, w):
+  n, m = v.shape[1], w.shape[1]
+  k, j = v.shape[-1], w.shape[-1]
+  return np.ones((v.shape[0], n + 1, m + 1)).sum(axis=(1, 2)) + k * j
+
+
+def test_sizes_assigned_together_from_a_tuple_make_an_array():
+  v = np.arange(6.0).reshape(2, 3)
+  w = np.arange(8.0).reshape(2, 4)
+
+  def check(out):
+    np.testing.assert_allclose(out, [4 * 5 + 12] * 2)
+  run_everywhere(_tuple_sizes, [v, w], check=check)
+
+
+@_ctx.batch()
 def _counts_members(v):
   n = len(v)
   return np.zeros(n)

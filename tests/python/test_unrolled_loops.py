@@ -104,6 +104,24 @@ def triangle(x):
   return out
 
 
+@ctx.batch
+def inner_search(x):
+  # The inner loop's `break` and `continue` leave only the inner loop: the
+  # outer one is written out, and writes column `j`.
+  out = np.zeros((x.shape[0], 2))
+  for j in range(2):
+    s = x[:, 0] * 0.0
+    k = 0
+    while k < 10:
+      k += 1
+      if ab.truthy(s < 0.0):
+        continue
+      s = s + x[:, 0] + j
+      if ab.truthy(s > 5.0):
+        break
+    out[:, j] = s * k
+  return out
+
 
 def _skipped_terms(x, which):
   total = x * 0.0
@@ -157,6 +175,7 @@ def test_written_out_trips_against_the_dry_run(batch):
   run_everywhere(nested_items, [rng.normal(size=(batch, 2)),
                                 np.arange(batch) % 3])
   run_everywhere(triangle, [3.0 * rng.normal(size=(batch, 2))])
+  run_everywhere(inner_search, [rng.uniform(0.2, 3.0, size=(batch, 1))])
 
 
 def test_loops_that_stay_loops():
