@@ -171,6 +171,25 @@ class Backend:
     del value, inputs
     return None
 
+  @contextlib.contextmanager
+  def ops_drawn(self):
+    """A context manager telling whether the graph ops built inside it draw.
+
+    Where a primitive is run into the graph being traced (`in_graph`), the
+    ops it builds there show whether it draws at random or keeps state
+    (`draws_at_random`) without tracing it again.
+
+    Yields:
+      A list that gets, on leaving the block, True or False where the ops
+      built in it show that, or None where they do not (nothing staged,
+      as here, or ops that call functions of their own).
+    """
+    found = []
+    try:
+      yield found
+    finally:
+      found.append(None)
+
   def traces_symbolically(self):
     """Whether `trace` finds a primitive's result type without values."""
     return False

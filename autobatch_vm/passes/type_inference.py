@@ -420,11 +420,15 @@ class _Inference:
     # `_prim_key` -> the input types with empty axes grown that a
     # primitive was typed on (`grown_empty_axes`).
     self.grown = {}
+    # `_prim_key` -> whether the ops a primitive built into the graph being
+    # traced draw at random or keep state (`Backend.ops_drawn`; None where
+    # they do not tell), for `check_apart`.
+    self.ops_draw = {}
     self.sizes = size_folding.SizeFolding(program)
     # id(op) -> the op with its promoting form (`promoted`).
     self.promoted = {}
-    # id() of each op in its TensorFlow form: one that calls NumPy
-    # (`check_apart`).
+    # id() of each op in its TensorFlow form: one that calls NumPy (taken
+    # in its promoting form, `prim`).
     self.calls_numpy = set()
     # The prim keys (`_prim_key`) of batch-aware primitives whose result
     # may be one row every member shares (`member_mixing.shares_one_row`).
@@ -797,11 +801,14 @@ class _Inference:
     if member_mixing.unchecked_inputs(op, in_types):
       return
     with self.backend.eager_scope():
-      try:
-        draws = self.backend.draws_at_random(
-            op.function, self.dummies(in_types, batch=2))
-      except Exception:  # pylint: disable=broad-except
-        draws = None
+      # Where type inference ran it into the graph, its ops there tell.
+      draws = self.ops_draw.get(_prim_key(op, in_types))
+      if draws is None:
+        try:
+          draws = self.backend.draws_at_random(
+              op.function, self.dummies(in_types, batch=2))
+        except Exception:  # pylint: disable=broad-except
+          draws = None
       if draws:
         return
       check(op, in_types, self.backend)
@@ -882,8 +889,10 @@ class _Inference:
           warnings.simplefilter('ignore', RuntimeWarning)
           inputs = self.dummies(in_types, literals=False, kind=kind,
                                 batch=batch)
-          value = self.backend.call_for_types(op.function, inputs, batch)
+          with self.backend.ops_drawn() as drawn:
+            value = self.backend.call_for_types(op.function, inputs, batch)
           self.made_up_inputs = inputs
+          self.ops_draw[_prim_key(op, in_types)] = drawn[0]
           return value
       except errors.AutoBatchError as e:
         raise _at_line(e, op) from e.__cause__

@@ -63,6 +63,7 @@ seconds per block from timestamps around each step: return
 """
 
 import collections
+import contextlib
 import itertools
 
 import numpy as np
@@ -335,6 +336,28 @@ class TensorFlowBackend(base.Backend):
         continue
       stack.extend(t.op for t in node.inputs)
     return False
+
+  @contextlib.contextmanager
+  def ops_drawn(self):
+    """A context manager telling whether the graph ops built inside it draw.
+
+    Yields:
+      A list that gets, on leaving the block, `randomness.ops_draw` of the
+      ops built in it in the graph being traced (None eagerly).
+    """
+    found = []
+    if tf.executing_eagerly():
+      try:
+        yield found
+      finally:
+        found.append(None)
+      return
+    graph = tf.compat.v1.get_default_graph()
+    mark = len(graph.get_operations())
+    try:
+      yield found
+    finally:
+      found.append(randomness.ops_draw(graph.get_operations()[mark:]))
 
   def eager_scope(self):
     """`tf.init_scope()`: ops run eagerly, outside the graph being traced.

@@ -14,7 +14,7 @@ import re
 import tensorflow as tf
 from tensorflow.python.framework import op_def_registry  # pylint: disable=g-direct-tensorflow-import
 
-__all__ = ['draws_at_random']
+__all__ = ['draws_at_random', 'ops_draw']
 
 # Stateless random ops and random ops' helpers; stateful ones are also
 # caught by their op definition (is_stateful).
@@ -57,6 +57,29 @@ def draws_at_random(fn, args):
   op_types = {node.op for node in graph_def.node}
   for function in graph_def.library.function:
     op_types.update(node.op for node in function.node_def)
+  return any(_draws(op_type) for op_type in op_types)
+
+
+# Ops that call functions of their own (loop and branch bodies, nested
+# functions), whose ops `ops_draw` does not see.
+_CALLS_FUNCTIONS = frozenset({
+    'While', 'StatelessWhile', 'If', 'StatelessIf', 'Case',
+    'StatelessCase', 'PartitionedCall', 'StatefulPartitionedCall'})
+
+
+def ops_draw(ops):
+  """Whether graph ops `ops` (a primitive's, built into a graph) draw.
+
+  Args:
+    ops: `tf.Operation`s.
+
+  Returns:
+    True or False as `draws_at_random`; None where an op calls a function
+    of its own, whose ops are not looked at here.
+  """
+  op_types = {op.type for op in ops}
+  if op_types & _CALLS_FUNCTIONS:
+    return None
   return any(_draws(op_type) for op_type in op_types)
 
 
