@@ -421,12 +421,9 @@ def _member_types(fn):
   argument), which the batched call keeps in its default dtype (int64,
   float64) and casts, where it meets a typed array, to the dtype a Python
   number would take there (`PrimOp.casts`): the dtype its uses agree on.
-  Where they are cast to different dtypes that the variable's own
-  promotes to (a counter indexing, int64, and dividing float64 data), it
-  is its own type: each use computes with it as with its cast.  Where
-  they are cast to others (a counter compared with int32 data and
-  dividing float32 data), no one array is what every use gets: the type
-  is None, and the dry run leaves the value as the member's
+  Where they are cast to different dtypes (a counter compared with int64
+  data and dividing float64 data), no one array is what every use gets:
+  the type is None, and the dry run leaves the value as the member's
   Python computes it (a Python number, which each use promotes as the
   batched call's cast does).  So it does where a use takes the number
   uncast, as NumPy takes a Python number (`PrimOp.numbers`: `s + (k if d
@@ -440,7 +437,6 @@ def _member_types(fn):
     A dict: variable name -> pattern of `TensorType`, or None.
   """
   seen = {}
-  met = {}   # the dtypes a variable used as a Python number meets
   sizes = set()
   for block in fn.blocks:
     for op in block.instructions:
@@ -454,31 +450,12 @@ def _member_types(fn):
         if isinstance(t, inst.TensorType):
           seen.setdefault(v, set()).add(
               None if i in op.numbers else np.dtype(casts.get(i, t.dtype)))
-          if i in op.numbers:
-            met.setdefault(v, set()).update(
-                np.dtype(casts.get(j, leaf.dtype)) if isinstance(
-                    fn.var_defs[w].tensors, inst.TensorType) else leaf.dtype
-                for j, w in enumerate(op.vars_in) if j not in op.numbers
-                for leaf in inst.pattern_flatten(fn.var_defs[w].tensors,
-                                                 inst.TensorType))
   out = {}
   for v, d in fn.var_defs.items():
     t = d.tensors
     uses = seen.get(v, set())
-    if (isinstance(t, inst.TensorType) and None in uses and len(uses) > 1
-        and all(np.promote_types(t.dtype, u) == u for u in met.get(v, ()))):
-      # Where it is also a Python number, NumPy gives the dtypes it meets
-      # there, as an array of its own dtype does (`s / (t + 1)` of a
-      # float64 `s`): it is such an array, as its other uses need.
-      uses = (uses - {None}) | {np.dtype(t.dtype)}
     if isinstance(t, inst.TensorType) and len(uses) == 1 and None not in uses:
       t = inst.TensorType(next(iter(uses)), t.shape)
-    elif (isinstance(t, inst.TensorType) and None not in uses and all(
-        np.promote_types(t.dtype, u) == u for u in uses)):
-      # Each use's cast is what its own dtype promotes to there (a counter
-      # indexing, so int64, and dividing float64 data): an array of its
-      # own dtype is what every use computes with.
-      uses = {np.dtype(t.dtype)}
     out[v] = None if len(uses) > 1 or None in uses or v in sizes else t
   return out
 

@@ -1496,32 +1496,6 @@ def test_helpers_get_batches_of_one_in_a_tf_dry_run(mode):
   assert_same(both, (expected, args[2].numpy()), 0)
 
 
-def _column(x, t):
-  return np.take_along_axis(x, np.expand_dims(t, -1), axis=1)[:, 0]
-
-
-_mean_ctx = ab.Context()
-
-
-@_mean_ctx.batch
-def running_mean_until(z, lim):
-  s = np.zeros(z.shape[0])
-  for t in range(z.shape[1]):
-    s = s + _column(z, t)
-    if ab.truthy(s > lim):
-      return s / (t + 1)
-  return s / z.shape[1]
-
-
-def test_a_counter_a_helper_indexes_by_is_a_batch_of_one_in_a_dry_run():
-  # `t` is a helper's gather index and a Python number in `s / (t + 1)`:
-  # the dry run gave the helper the Python int, which has no batch axis.
-  z = np.arange(6.).reshape(2, 3)
-  lim = np.array([1000.0, 2.0])
-  run_everywhere(running_mean_until, [z, lim],
-                 lambda alone: np.testing.assert_array_equal(alone, [1., 3.]))
-
-
 # -- Python numbers as arguments: literals -------------------------------------
 # `damped_newton_sqrt(x_f32, 12, 0.5)`: 12 and 0.5 take the dtype they meet,
 # as they would written in the function, so float32 data stays float32 on
