@@ -984,8 +984,6 @@ class _Inference:
         return None   # typed by running on arrays, as usual
       typed = type_of_value(value, self.backend, batched=True,
                             describe=lambda: f'`{op.text}`')
-      if not only_weak:
-        typed = self.joined_with_arrays(op, in_types, value, typed)
       if any(converted) and not only_weak:
         # Next to arrays, such a scalar must still be one value per member
         # when the literals are arrays too (not, say, a sum over the batch).
@@ -1002,66 +1000,6 @@ class _Inference:
       return typed
     except Exception:  # pylint: disable=broad-except
       return None
-
-  def joined_with_arrays(self, op, in_types, value, typed):
-    """`typed`, the types of `value`, `op`'s result with its weak inputs as
-    Python numbers, with each leaf that is a Python number there (weak)
-    replaced by the dtype of the same leaf computed with the weak inputs
-    as arrays, where that is the dtype NumPy gives the number joined with
-    it (float32 for 0.0).
-
-    Such a number is one side of a choice that a Python number decided at
-    the made-up value (`m2 / (count - 1) if count > 1 else 0.0` of a
-    float32 `m2` and a counter `count`: `0.0` at count 0); per member
-    either side may be taken, as where an if statement assigns `0.0` in
-    one branch and a float32 in the other, whose join is float32.
-    """
-    flat = inst.pattern_flatten(value)
-    types = inst.pattern_flatten(typed, inst.TensorType)
-    strong = {l.dtype for l in _leaves(in_types) if not l.weak}
-
-    def number(v, t):
-      # A Python number, or on TensorFlow a tensor of a Python number's
-      # dtype (the vectorized member made it one), that a strong input's
-      # narrower dtype would take in NumPy's join.
-      if not (type(v) in _PY_SCALARS and t.weak) and not (
-          self.on_tensorflow and not t.shape and
-          t.dtype in _LITERAL_DTYPES and hasattr(v, 'dtype') and
-          not isinstance(v, (np.ndarray, np.generic))):
-        return False
-      return any(d != t.dtype and np.result_type(
-          d, t.dtype.type(0).item()) == d for d in strong)
-    if len(flat) != len(types) or not any(
-        number(v, t) for v, t in zip(flat, types)):
-      return typed
-    # The weak inputs as arrays of their own dtypes, or (TensorFlow does
-    # not mix an int64 counter with float32) of a strong input's.
-    weak = [i for i, t in enumerate(in_types)
-            if isinstance(t, inst.TensorType) and _is_literal(t)]
-    dtypes = [None] + list(dict.fromkeys(
-        l.dtype for l in _leaves(in_types) if not l.weak))
-    for dtype in dtypes:
-      try:
-        with self.backend.error_context():
-          arrays = type_of_value(
-              op.function(*self.dummies(
-                  in_types, literals=False,
-                  as_arrays={i: dtype for i in weak} if dtype else None)),
-              self.backend, batched=True, describe=lambda: '')
-        break
-      except Exception:  # pylint: disable=broad-except
-        continue
-    else:
-      return typed
-    others = inst.pattern_flatten(arrays, inst.TensorType)
-    if len(others) != len(types):
-      return typed
-    joined = iter([
-        a if (number(v, t) and not a.weak and a.shape == t.shape and
-              a.dtype != t.dtype and np.result_type(
-                  a.dtype, t.dtype.type(0).item()) == a.dtype) else t
-        for v, t, a in zip(flat, types, others)])
-    return inst.pattern_map(lambda t: next(joined), typed, inst.TensorType)
 
   def literals_apart(self, op, in_types, value):
     """`value`, per-member `op`'s result on literals 0 with an empty axis,

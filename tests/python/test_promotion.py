@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 import autobatch_vm as ab
-from tests import python as python_tests
 
 ctx = ab.Context()
 
@@ -243,34 +242,3 @@ def test_booleans_add_and_multiply_as_numpys_on_tensorflow(fn, shape):
       g = np.asarray(g)
       assert g.dtype == w.dtype, (mode, g.dtype, w.dtype)
       np.testing.assert_array_equal(g, w, err_msg=mode)
-
-
-@ctx.batch(per_member=True)
-def chosen_beside_literals(v, k, n):
-  count = 0
-  m2 = 0.0
-  for i in range(n):
-    count += 1
-    m2 += v[i]
-  var = m2 / (count - 1) if count > 1 else 0.0
-  scaled = k * 2 if count > 1 else 0
-  if count > 1:
-    same = m2 / (count - 1)
-  else:
-    same = 0.0
-  return var, scaled, same
-
-
-def test_a_conditional_expression_of_a_literal_and_an_array_joins_them():
-  # `m2 / (count - 1) if count > 1 else 0.0`, a float32 `m2` and a
-  # counter: per member either side, float32 as the if statement gives;
-  # typed at the made-up count's side, 0.0's float64, it was refused.
-  v = np.array([[1., 2., 3.], [4., 5., 6.], [1., 0., 0.]], np.float32)
-  k = np.array([3, 4, 5], np.int32)
-  n = np.array([3, 0, 1])
-
-  def check(alone):
-    assert [a.dtype for a in alone] == [np.float32, np.int32, np.float32]
-    np.testing.assert_array_equal(alone[0], [3.0, 0.0, 0.0])
-    np.testing.assert_array_equal(alone[0], alone[2])
-  python_tests.run_everywhere(chosen_beside_literals, [v, k, n], check)
