@@ -21,6 +21,7 @@ import dataclasses
 import functools
 import math
 import types
+import warnings
 from typing import Callable
 
 import numpy as np
@@ -1361,10 +1362,20 @@ def test_random_and_stateful_primitives_are_not_taken_for_mixing(stackless):
   assert counted(x, stackless=stackless).shape == (7, 2)
 
 
-def test_random_primitives_are_not_taken_for_mixing_on_tensorflow():
+@pytest.mark.parametrize('mode', ['eager', 'function', 'xla'])
+def test_random_primitives_are_not_taken_for_mixing_on_tensorflow(mode):
+  # Under tf.function and XLA the check runs the primitive out of the
+  # graph only where its ops built in the graph draw nothing.
   tf = pytest.importorskip('tensorflow')
-  out = tf_random_walk(tf.zeros([7, 2], tf.float64), tf.fill([7], 3))
+  run = tf_random_walk
+  if mode != 'eager':
+    run = tf.function(lambda x, n: tf_random_walk(x, n),
+                      jit_compile=mode == 'xla', autograph=False)
+  with warnings.catch_warnings():
+    warnings.simplefilter('error', errors.MemberMixingWarning)
+    out = run(tf.zeros([7, 2], tf.float64), tf.fill([7], 3))
   assert out.shape == (7, 2)
+  assert len(np.unique(np.asarray(out))) == 14
 
 
 # -- values a helper gets: a batch of one in the dry run too -------------------

@@ -2070,3 +2070,29 @@ def test_numpy_path_does_not_import_tensorflow(tmp_path):
   def f(n):
     return f(n - 1) + n % 3 + n // 2 if n > 1 else n
   assert out.stdout.strip() == str([f(1), f(5), f(9)])
+
+
+def test_ops_drawn_tells_the_draws_of_ops_built_in_a_graph():
+  tf = pytest.importorskip('tensorflow')
+  backend = ab.TensorFlowBackend()
+  found = {}
+
+  def built(name, fn):
+    with backend.ops_drawn() as drawn:
+      out = fn()
+    found[name] = drawn[0]
+    return out
+
+  @tf.function(autograph=False)
+  def traced(x):
+    a = built('math', lambda: x * 2.0 + 1.0)
+    b = built('random', lambda: tf.random.normal(tf.shape(x), dtype=x.dtype))
+    c = built('loop', lambda: tf.while_loop(lambda v: v < 3.0,
+                                            lambda v: (v + 1.0,), (x[0],))[0])
+    return a + b + c
+
+  traced(tf.zeros([3], tf.float64))
+  assert found == {'math': False, 'random': True, 'loop': None}
+  with backend.ops_drawn() as drawn:   # eagerly: nothing is staged
+    tf.random.normal([2])
+  assert drawn == [None]
