@@ -168,7 +168,7 @@ def in_range(x, *bounds):
     if getattr(b, 'dtype', None) is None:
       range(b)   # Python's TypeError for a float, None, ...
     elif not _integer_kind(b):
-      raise TypeError(f"'{_numpy_dtype(b)}' object cannot be interpreted "
+      raise TypeError(f"'{dtype_of(b)}' object cannot be interpreted "
                       'as an integer')
   def both(a, b):   # (of booleans, a member's too)
     return promoted('and_', a, b)
@@ -195,17 +195,11 @@ def in_range(x, *bounds):
   return both(promoted('or_', up, down), on_step)
 
 
-def _numpy_dtype(x):
-  """The NumPy dtype of an array, tensor or Python number `x`."""
-  dtype = getattr(x, 'dtype', None)
-  if dtype is None:
-    return np.dtype(type(x))
-  return np.dtype(getattr(dtype, 'as_numpy_dtype', dtype))
-
-
 def _integer_kind(x):
-  """Whether `x` holds integers (or booleans)."""
-  return _numpy_dtype(x).kind in 'iub'
+  """Whether `x` (an array, a tensor or a Python number) holds integers
+  (or booleans)."""
+  dtype = dtype_of(x)
+  return (np.dtype(type(x)) if dtype is None else dtype).kind in 'iub'
 
 
 def logical_not(x):
@@ -655,12 +649,11 @@ def tf_unsigned_gap(func, x):
     `func(x)` as NumPy computes it, a tensor.
   """
   tf = _tf()
-  dtype = np.dtype(tf.as_dtype(x.dtype).as_numpy_dtype)
   if func in (np.abs, np.absolute):
     return x
   if func is np.sign:
     return tf.cast(tf.not_equal(x, tf.zeros_like(x)), x.dtype)
-  signed = _SIGNED_TWIN[dtype]
+  signed = _SIGNED_TWIN[dtype_of(x)]
   return tf.bitcast(-tf.bitcast(x, signed), x.dtype)
 
 
