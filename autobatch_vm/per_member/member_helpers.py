@@ -60,6 +60,13 @@ TF_OWN = {np.searchsorted: 'searchsorted', np.digitize: 'digitize',
           np.eye: 'eye', np.identity: 'eye', np.interp: 'interp',
           np.polyval: 'polyval', np.median: 'median',
           np.percentile: 'percentile', np.quantile: 'quantile'}
+# NumPy's NaN-skipping functions that TensorFlow's NumPy API lacks, which
+# `member_ops.tf_nanmax` and its kin compute of floats (of integers,
+# `member_ops.nan_free` makes them NumPy's plain ones, which it has).
+NAN_SKIPPING = frozenset((np.nanmax, np.nanmin, np.nanargmax, np.nanargmin,
+                          np.nancumsum, np.nancumprod, np.nanvar,
+                          np.nanstd))
+TF_OWN.update({f: f.__name__ for f in NAN_SKIPPING})
 # NumPy's rounding functions, which `member_ops.tnp_call` computes on a
 # tensor by its own forms (TensorFlow's NumPy API lacks `trunc` and
 # `rint`, its `round` needs NumPy behavior enabled, and its `floor` and

@@ -79,6 +79,9 @@ FAILURES = {
     'pow_mod_zero': ('ValueError', 'pow() 3rd argument cannot be 0'),
     'pow_mod_inverse': ('ValueError', 'base is not invertible for the '
                         'given modulus'),
+    # `x in range(lo, hi, step)` with a member's zero step.
+    'all_nan': ('ValueError', 'All-NaN slice encountered'),
+    'range_step_zero': ('ValueError', 'range() arg 3 must not be zero'),
     'pow_mod_range': ('OverflowError',
                       'pow() with a modulus beyond 2**52 in absolute value '
                       '(a batch computes it in int64 and float64, exactly '

@@ -956,6 +956,113 @@ def tf_median(a, axis=None, keepdims=False):
   return tf_quantile(a, 0.5, axis, keepdims)
 
 
+def _tf_nan_filled(a, fill):
+  """`(a with its NaNs made fill, where a is NaN)` of a float tensor."""
+  tf = _tf()
+  a = tf.convert_to_tensor(a)
+  nan = tf.math.is_nan(a)
+  return tf.where(nan, tf.cast(fill, a.dtype), a), nan
+
+
+def _tf_nan_extreme(reduce, fill, a, axis=None, out=None, keepdims=False):
+  """NumPy's `np.nanmax`/`np.nanmin` of a float tensor: NaN where a
+  slice is all NaN (where NumPy warns)."""
+  tf = _tf()
+  if out is not None:
+    raise TypeError('out= is not supported on TensorFlow')
+  filled, nan = _tf_nan_filled(a, fill)
+  axis = _tf_axis(axis)
+  value = reduce(filled, axis=axis, keepdims=keepdims)
+  empty = tf.reduce_all(nan, axis=axis, keepdims=keepdims)
+  return tf.where(empty, tf.constant(np.nan, value.dtype), value)
+
+
+def _tf_axis(axis):
+  """NumPy's `axis` as TensorFlow's reductions take it."""
+  return builtins.list(axis) if isinstance(axis, builtins.tuple) else axis
+
+
+def tf_nanmax(a, axis=None, out=None, keepdims=False):
+  """One member's `np.nanmax` of a float tensor on TensorFlow (of
+  integers, `nan_free` makes it `np.max`)."""
+  return _tf_nan_extreme(_tf().reduce_max, -np.inf, a, axis, out, keepdims)
+
+
+def tf_nanmin(a, axis=None, out=None, keepdims=False):
+  """One member's `np.nanmin` of a float tensor on TensorFlow."""
+  return _tf_nan_extreme(_tf().reduce_min, np.inf, a, axis, out, keepdims)
+
+
+def _tf_nan_arg(arg, fill, a, axis=None, out=None, keepdims=False):
+  """NumPy's `np.nanargmax`/`np.nanargmin` of a float tensor: a member
+  with an all-NaN slice fails with NumPy's ValueError (`note_failure`)."""
+  tf = _tf()
+  if out is not None or keepdims:
+    raise TypeError('out= and keepdims= of np.nanargmax/np.nanargmin are '
+                    'not supported on TensorFlow')
+  filled, nan = _tf_nan_filled(a, fill)
+  if axis is None:
+    filled, nan, axis = tf.reshape(filled, [-1]), tf.reshape(nan, [-1]), 0
+  note_failure('all_nan', tf.reduce_any(tf.reduce_all(nan, axis=axis)))
+  return arg(filled, axis=axis, output_type=tf.int64)
+
+
+def tf_nanargmax(a, axis=None, out=None, keepdims=False):
+  """One member's `np.nanargmax` of a float tensor on TensorFlow."""
+  return _tf_nan_arg(_tf().argmax, -np.inf, a, axis, out, keepdims)
+
+
+def tf_nanargmin(a, axis=None, out=None, keepdims=False):
+  """One member's `np.nanargmin` of a float tensor on TensorFlow."""
+  return _tf_nan_arg(_tf().argmin, np.inf, a, axis, out, keepdims)
+
+
+def tf_nancumsum(a, axis=None, dtype=None, out=None):
+  """One member's `np.nancumsum` of a float tensor on TensorFlow: NaN
+  counts as 0."""
+  if out is not None:
+    raise TypeError('out= is not supported on TensorFlow')
+  return _tnp().cumsum(_tf_nan_filled(a, 0)[0], axis=axis, dtype=dtype)
+
+
+def tf_nancumprod(a, axis=None, dtype=None, out=None):
+  """One member's `np.nancumprod` of a float tensor on TensorFlow: NaN
+  counts as 1."""
+  if out is not None:
+    raise TypeError('out= is not supported on TensorFlow')
+  return _tnp().cumprod(_tf_nan_filled(a, 1)[0], axis=axis, dtype=dtype)
+
+
+def tf_nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+  """One member's `np.nanvar` of a float tensor on TensorFlow: over the
+  values that are not NaN; NaN where fewer than `ddof + 1` are (where
+  NumPy warns)."""
+  tf = _tf()
+  if out is not None:
+    raise TypeError('out= is not supported on TensorFlow')
+  filled, nan = _tf_nan_filled(a, 0)
+  if dtype is not None:
+    filled = tf.cast(filled, tf.as_dtype(np.dtype(dtype)))
+  axis = _tf_axis(axis)
+  count = tf.reduce_sum(tf.cast(tf.logical_not(nan), filled.dtype),
+                        axis=axis, keepdims=True)
+  mean = tf.reduce_sum(filled, axis=axis, keepdims=True) / count
+  deviation = tf.where(nan, tf.zeros_like(filled), filled - mean)
+  total = tf.reduce_sum(deviation * deviation, axis=axis,
+                        keepdims=keepdims)
+  if not keepdims:
+    count = tf.reduce_sum(tf.cast(tf.logical_not(nan), filled.dtype),
+                          axis=axis)
+  left = count - tf.cast(ddof, filled.dtype)
+  return tf.where(left > 0, total / tf.where(left > 0, left, 1),
+                  tf.constant(np.nan, filled.dtype))
+
+
+def tf_nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+  """One member's `np.nanstd` of a float tensor on TensorFlow."""
+  return _tf().sqrt(tf_nanvar(a, axis, dtype, out, ddof, keepdims))
+
+
 def tf_polyval(p, x):
   """One member's `np.polyval(p, x)` on TensorFlow (Horner's rule over
   the coefficients, highest power first), in NumPy's dtype: a list of
@@ -3180,8 +3287,11 @@ def in_range(x, *bounds):
     *bounds: `range`'s arguments.
 
   Returns:
-    The member's bool.
+    The member's bool; a member whose step is zero fails with Python's
+    ValueError (`note_failure`).
   """
+  if len(bounds) == 3 and getattr(bounds[2], 'dtype', None) is not None:
+    note_failure('range_step_zero', ops.promoted('eq', bounds[2], 0))
   return ops.in_range(x, *bounds)
 
 

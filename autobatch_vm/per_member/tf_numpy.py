@@ -35,7 +35,9 @@ def numpy_call(func, *args, **kwargs):
   a graph, runs as TensorFlow's NumPy API's function of its name
   (`tf.experimental.numpy`; `member_helpers.TF_NUMPY_BATCH`), as do
   `np.zeros_like` and its kin, and `np.linalg`'s functions by
-  `tf.linalg`'s (`member_helpers.LINALG`); `len` of a tensor is its first
+  `tf.linalg`'s (`member_helpers.LINALG`), and NumPy's NaN-skipping
+  functions of floats by TensorFlow forms of their own
+  (`member_helpers.NAN_SKIPPING`); `len` of a tensor is its first
   axis; a user's helper runs with its
   own such calls rewritten (`member_helpers.tf_numpy_helper`).  Anything
   else runs as written.
@@ -75,6 +77,8 @@ def numpy_call(func, *args, **kwargs):
       return member_ops.tf_linalg(func, *args, **kwargs)
     elif func is np.digitize:
       return member_ops.tf_digitize(*args, **kwargs)
+    elif func in member_helpers.NAN_SKIPPING:   # of floats
+      return getattr(member_ops, 'tf_' + func.__name__)(*args, **kwargs)
   return func(*args, **kwargs)
 
 

@@ -892,3 +892,61 @@ def test_pow_with_a_modulus_fails_the_members_python_fails(a, e, m, error,
       run()
     assert match.replace('\\', '') in str(info.value) or (
         error is OverflowError)
+
+
+def _nan_skipping(v):
+  return (np.nanmax(v), np.nanmin(v), np.nanargmax(v), np.nanargmin(v),
+          np.nancumsum(v), np.nancumprod(v), np.nanvar(v),
+          np.nanstd(v, ddof=1), np.nanmax(v[None, :], axis=1))
+
+
+@pytest.mark.parametrize('dtype', [np.float64, np.float32, np.int32])
+def test_numpys_nan_skipping_functions_on_every_backend(dtype):
+  # TensorFlow's NumPy API has no nanmax, nanmin, nanarg*, nancum*,
+  # nanvar or nanstd: they were refused per member on TensorFlow, and
+  # failed in a batch-aware primitive under tf.function and XLA.
+  v = np.array([[1, np.nan, 3, 2.5], [np.nan, 2, -1, 7], [4, 4, 0.5, 1]])
+  if np.dtype(dtype).kind == 'i':
+    v = np.nan_to_num(v, nan=6).astype(dtype)
+  v = v.astype(dtype)
+  f = ab.Context().batch(per_member=True)(_nan_skipping)
+  want = [np.stack(w) for w in zip(*[_nan_skipping(m) for m in v])]
+  def check(alone):
+    for got, w in zip(alone, want):
+      assert got.dtype == w.dtype
+      np.testing.assert_allclose(got, w, rtol=1e-6)
+  python_tests.run_everywhere(f, [v], check)
+
+
+def _batch_nan_skipping(v):
+  return np.nanmax(v, axis=1), np.nanargmin(v, axis=1), np.nanvar(v, axis=1)
+
+
+def test_numpys_nan_skipping_functions_in_batch_aware_code():
+  v = np.array([[1, np.nan, 3, 2.5], [np.nan, 2, -1, 7]])
+  f = ab.Context().batch()(_batch_nan_skipping)
+  def check(alone):
+    for got, w in zip(alone, _batch_nan_skipping(v)):
+      np.testing.assert_allclose(got, w)
+  python_tests.run_everywhere(f, [v], check)
+
+
+def _in_stepped_range(x, lo, hi, step):
+  return x in range(lo, hi, step)
+
+
+def test_a_members_zero_step_of_range_fails_as_pythons():
+  # It found nothing, silently, where Python raises.
+  f = ab.Context().batch(per_member=True)(_in_stepped_range)
+  args = [np.array([3, 4, 5]), np.zeros(3, np.int64), np.full(3, 10),
+          np.array([1, 0, 2])]
+  with pytest.raises(ValueError, match='must not be zero'):
+    f(*args, dry_run=True)
+  tf = pytest.importorskip('tensorflow')
+  for run in (lambda: f(*args), lambda: f(*args, stackless=True),
+              lambda: f(*[tf.constant(x) for x in args])):
+    with pytest.raises(ab.errors.PrimitiveError,
+                       match=r'ValueError.*members \[1\]'):
+      run()
+  args[3] = np.array([1, 3, 2])
+  np.testing.assert_array_equal(f(*args), [True, False, False])
