@@ -2631,14 +2631,18 @@ def _fold_by_key(items, key, python, better):
 
 
 def _select(take, a, b):
-  """`a` where one member's `take` holds, else `b`: of tuples (and lists)
-  item by item, of numbers and arrays by `tf.where` or `np.where`."""
-  if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-    if builtins.len(a) != builtins.len(b):
-      raise TypeError('min() or max() with key= of items of different '
-                      'lengths (per member, the result must have one '
-                      'structure)')
-    return type(a)(_select(take, x, y) for x, y in zip(a, b))
+  """`a` where one member's `take` holds, else `b`: of tuples, lists and
+  namedtuples item by item (`ops.selected`), of numbers and arrays by
+  `tf.where` or `np.where`."""
+  try:
+    return ops.selected(take, a, b, _select_value)
+  except errors.UnsupportedSyntaxError:
+    raise TypeError('min() or max() with key= of items of different '
+                    'structures (per member, the result must have one '
+                    'structure)') from None
+
+
+def _select_value(take, a, b):
   if _plain(take):
     return a if take else b
   if is_tf(take, a, b):

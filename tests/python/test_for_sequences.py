@@ -10,6 +10,8 @@ TensorFlow (eager, `tf.function`, XLA).  A batch-aware loop over a
 batched array (which would iterate over the batch) stays refused.
 """
 
+import collections
+
 import numpy as np
 import pytest
 
@@ -186,6 +188,27 @@ def test_min_and_max_with_a_key_over_a_range_are_pythons():
   v = np.array([[1.0, 2.0, 3.0, 2.0], [0.5, 0.5, 0.5, 0.1],
                 [1.0, -1.0, 2.0, -1.0], [np.nan, 3.0, 1.0, 1.0]])
   run_everywhere(nearest, [v, np.array([2.1, 0.0, -0.9, 1.0])])
+
+
+_Point = collections.namedtuple('_Point', 'x y')
+
+
+@ctx.batch(per_member=True)
+def farthest(a, b, c, d):
+  p = max(_Point(a, b), _Point(c, d), key=lambda t: t.x)
+  q = min((a, b), (c, d), key=lambda t: t[1])
+  return p.x, p.y, q
+
+
+def test_min_and_max_with_a_key_of_namedtuples_are_pythons():
+  # A namedtuple was rebuilt from a generator: a TypeError in every mode.
+  a, b = np.array([1.0, 5.0, 2.0]), np.array([2.0, 0.0, 2.0])
+  c, d = np.array([3.0, 4.0, 2.0]), np.array([-1.0, 9.0, 1.0])
+  def check(alone):
+    np.testing.assert_array_equal(alone[0], [3.0, 5.0, 2.0])
+    np.testing.assert_array_equal(alone[1], [-1.0, 0.0, 2.0])
+    np.testing.assert_array_equal(alone[2][0], [3.0, 5.0, 2.0])
+  run_everywhere(farthest, [a, b, c, d], check)
 
 
 _argmin_ctx = ab.Context()
