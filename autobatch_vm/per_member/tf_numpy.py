@@ -77,6 +77,8 @@ def numpy_call(func, *args, **kwargs):
       return member_ops.tf_linalg(func, *args, **kwargs)
     elif func is np.digitize:
       return member_ops.tf_digitize(*args, **kwargs)
+    elif func in member_helpers.TF_CREATION:   # of a traced size
+      return getattr(member_ops._tnp(), func.__name__)(*args, **kwargs)  # pylint: disable=protected-access
     elif func in member_helpers.NAN_SKIPPING:   # of floats
       return getattr(member_ops, 'tf_' + func.__name__)(*args, **kwargs)
   return func(*args, **kwargs)
@@ -196,7 +198,8 @@ def table_item(table, index):
 def attribute(obj, name):
   """`obj.name` in a batch-aware primitive's TensorFlow form: NumPy's
   array attributes that a TensorFlow tensor lacks (`member_ops.attribute`:
-  `.T`, `.mT`, `.real`, `.imag`); else the attribute.
+  `.T`, `.mT`, `.real`, `.imag`); a tensor's `.shape` as a `Shape`, a
+  tuple as NumPy's; else the attribute.
 
   Args:
     obj: The object.
@@ -205,9 +208,33 @@ def attribute(obj, name):
   Returns:
     Its value.
   """
+  if name == 'shape' and member_ops.is_tf(obj):
+    return Shape(obj)
   if not member_ops.is_tf(obj) or hasattr(obj, name):
     return getattr(obj, name)
   return member_ops.attribute(obj, name)
+
+
+class Shape(tuple):
+  """A tensor's shape in a batch-aware primitive's TensorFlow form:
+  NumPy's tuple of Python ints, where a `TensorShape` slices to another
+  `TensorShape`, which is no tuple (`(k,) = v.shape[1:]` of a primitive's
+  result); an axis unknown while tracing is its size tensor.  What a
+  `TensorShape` has and a tuple lacks (`rank`, `as_list()`) reads the
+  tensor's `TensorShape`."""
+
+  def __new__(cls, tensor):
+    shape = tensor.shape
+    dims = shape.as_list()
+    if None in dims:
+      sizes = member_ops._tf().shape(tensor)  # pylint: disable=protected-access
+      dims = [sizes[k] if d is None else d for k, d in enumerate(dims)]
+    self = super().__new__(cls, dims)
+    self.tensor_shape = shape
+    return self
+
+  def __getattr__(self, name):
+    return getattr(self.__dict__['tensor_shape'], name)
 
 
 def getitem(x, index):

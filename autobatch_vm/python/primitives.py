@@ -181,6 +181,13 @@ class PrimitiveRewriter(ast.NodeTransformer):
     Returns:
       Its replacement.
     """
+    if (isinstance(node.ctx, ast.Load) and not self.per_member and
+        node.attr == 'shape' and self._reads_variables(node.value)):
+      # A tensor's shape is a `TensorShape`: a tuple of Python ints in
+      # the TensorFlow form, as NumPy gives (`tf_numpy.attribute`).
+      node = self.generic_visit(node)
+      node.ab_tf_numpy = 'attribute'
+      return node
     if (isinstance(node.ctx, ast.Load) and
         node.attr in member_helpers.ATTRIBUTES and
         self._reads_variables(node.value)):

@@ -117,3 +117,26 @@ def _counts_members(v):
 def test_a_count_of_members_is_no_size():
   with pytest.raises(errors.TypeInferenceError, match='counts the members'):
     _counts_members(np.ones((3, 2)))
+
+
+@_ctx.batch()
+def _shapes_unpacked(v, w):
+  (k,), (j,) = v.shape[1:], w.shape[1:]
+  depth = v.shape.rank if hasattr(v.shape, 'rank') else v.ndim
+  z = np.zeros(v.shape) + 1
+  return v.sum(axis=1) * k + w.sum(axis=1) * j + depth + z.sum(axis=1)
+
+
+def test_a_slice_of_a_shape_unpacks_as_numpys_tuple():
+  # On TensorFlow `v.shape[1:]` was a TensorShape, which type inference
+  # took for an int64 array: "cannot unpack"; `.rank` stays TensorShape's.
+  v, w = np.ones((3, 4)), np.ones((3, 2))
+
+  def check(out):
+    np.testing.assert_allclose(out, [16 + 4 + 2 + 4] * 3)
+  run_everywhere(_shapes_unpacked, [v, w], check=check)
+  tf = pytest.importorskip('tensorflow')
+  unknown = tf.function(_shapes_unpacked, input_signature=[
+      tf.TensorSpec([None, 4], tf.float64), tf.TensorSpec([None, 2],
+                                                           tf.float64)])
+  np.testing.assert_allclose(unknown(v, w), [26] * 3)
