@@ -91,8 +91,16 @@ _UNSUPPORTED_EXPRESSIONS = {
     ast.Yield: ('yield', 'Batched functions cannot be generators.'),
     ast.YieldFrom: ('yield from', 'Batched functions cannot be generators.'),
     ast.Await: ('await', None),
-    ast.NamedExpr: ('assignment expressions (:=)', 'Use a separate '
-                    'assignment statement.'),
+    # Where Python evaluates it every time (a statement's test or
+    # value, outside `and`/`or` operands after the first), it is an
+    # assignment of its own (`_assignment_expressions`).
+    ast.NamedExpr: ('an assignment expression (:=) that Python evaluates '
+                    'only sometimes (in an operand of `and` or `or` after '
+                    'the first, a side of `x if c else y`, a comprehension '
+                    'or a lambda), or whose name the statement reads before '
+                    'it is assigned',
+                    'Assign it in a statement of its own, or nest the '
+                    'tests: `if a:` then `if (z := f()) > 0:`.'),
 }
 
 
@@ -412,6 +420,9 @@ class _Compiler:
     for kind, (what, hint) in _UNSUPPORTED_STATEMENTS.items():
       if isinstance(s, kind):
         self.unsupported(s, what, hint)
+    if not isinstance(s, ast.While):   # (its test: in the loop's header)
+      assigned, s = _assignment_expressions(s)
+      self.statements(assigned)
     method = getattr(self, f'stmt_{type(s).__name__}', None)
     if method is None:
       self.unsupported(s, f'{type(s).__name__} statements')
@@ -772,6 +783,8 @@ class _Compiler:
 
   def stmt_While(self, s):
     header = self.goto_new(s)
+    assigned, s = _assignment_expressions(s)
+    self.statements(assigned)   # at every trip, before the test
     body, exit_label = self.new_label(), self.new_label()
     # Where the test fails: the `else` clause, if any (Python runs it
     # when the loop ends without a `break`).
@@ -2180,6 +2193,82 @@ def compile_function(fn, resolve_batched, params_of, type_inference=None,
   if static_reads is not None:
     static_reads.extend(compiler.static_reads)
   return function
+
+
+# The fields of each statement that Python evaluates first, whole: an
+# assignment expression (`:=`) there is assigned before the statement.
+_EVALUATED_FIRST = {ast.If: 'test', ast.While: 'test', ast.Assert: 'test',
+                    ast.Assign: 'value', ast.AugAssign: 'value',
+                    ast.AnnAssign: 'value', ast.Return: 'value',
+                    ast.Expr: 'value'}
+
+
+def _assignment_expressions(s):
+  """Statement `s` with its assignment expressions (`while (y := v[i]) >
+  0:`) made assignments of their own, which run first.
+
+  Only those that Python evaluates every time the statement runs, before
+  anything that reads their name: not in the right operand of `and` or
+  `or`, a side of `x if c else y`, a comprehension or a lambda (which
+  stay, and are refused as unsupported syntax).
+
+  Args:
+    s: A statement.
+
+  Returns:
+    `(assignments, statement)`: the new `y = v[i]` statements, in the
+    order Python assigns them, and `s` with each such `(y := v[i])` read
+    as `y` (`s` itself where there is none).
+  """
+  field = _EVALUATED_FIRST.get(type(s))
+  value = getattr(s, field, None) if field else None
+  if value is None or not any(isinstance(n, ast.NamedExpr)
+                              for n in ast.walk(value)):
+    return [], s
+  assigned, read = [], set()
+
+  def visit(node):
+    if isinstance(node, ast.NamedExpr):
+      value = visit(node.value)
+      name = node.target.id
+      if name in read:   # read before it is assigned: left as written
+        return ast.NamedExpr(node.target, value)
+      assigned.append(ast.copy_location(
+          ast.Assign([ast.Name(name, ast.Store())], value), node))
+      return ast.copy_location(ast.Name(name, ast.Load()), node)
+    if isinstance(node, ast.Name):
+      read.add(node.id)
+      return node
+    if isinstance(node, ast.BoolOp):
+      first = visit(node.values[0])
+      rest = [_reads_all(v, read) for v in node.values[1:]]
+      return ast.copy_location(ast.BoolOp(node.op, [first] + rest), node)
+    if isinstance(node, ast.IfExp):
+      test = visit(node.test)
+      return ast.copy_location(ast.IfExp(
+          test, _reads_all(node.body, read), _reads_all(node.orelse, read)),
+                               node)
+    if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp,
+                         ast.DictComp, ast.GeneratorExp)):
+      return _reads_all(node, read)
+    node = copy.copy(node)
+    for name, old in ast.iter_fields(node):
+      if isinstance(old, list):
+        setattr(node, name, [visit(v) if isinstance(v, ast.AST) else v
+                             for v in old])
+      elif isinstance(old, ast.AST):
+        setattr(node, name, visit(old))
+    return node
+
+  s = copy.copy(s)
+  setattr(s, field, visit(value))
+  return assigned, s
+
+
+def _reads_all(node, read):
+  """`node` unchanged, each name it holds counted as `read`."""
+  read.update(n.id for n in ast.walk(node) if isinstance(n, ast.Name))
+  return node
 
 
 def _display_parts(s):
